@@ -1,0 +1,413 @@
+//! A model of PyTorch's CUDA caching allocator: segments split into blocks.
+//!
+//! Snapshot traces record *requested* sizes, while `torch.cuda.max_memory_allocated()` counts
+//! *blocks*: requests are rounded up to 512 bytes, and a block carved from a free region takes the
+//! whole region when the remainder is too small to split. Replaying segments and blocks with the
+//! allocator's own rules recovers the block sizes, so the peak matches PyTorch's to the byte.
+//! The same model answers "what did the segments look like at time t" for the viewer.
+
+use crate::model::{BlockInfo, BlockState, Pool, SegmentInfo};
+use std::collections::BTreeMap;
+
+/// Smallest block and rounding unit (`kMinBlockSize`).
+pub const MIN_BLOCK_BYTES: u64 = 512;
+/// Largest request served from the small pool (`kSmallSize`).
+pub const SMALL_REQUEST_BYTES: u64 = 1 << 20;
+/// Size of a small-pool segment (`kSmallBuffer`).
+pub const SMALL_SEGMENT_BYTES: u64 = 2 << 20;
+
+/// Allocator settings that change block sizes.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct AllocatorConfig {
+    /// `max_split_size` in bytes; blocks of at least this size are never split. `None` = off.
+    pub max_split_bytes: Option<u64>,
+    /// `roundup_power2_divisions`, indexed by log2 of the size in MiB (index 0 = below 2 MiB).
+    pub roundup_power2_divisions: Vec<u64>,
+    pub expandable_segments: bool,
+}
+
+impl AllocatorConfig {
+    /// The block size the allocator uses for a request (`round_size`).
+    pub fn round_size(&self, requested_bytes: u64) -> u64 {
+        if requested_bytes < MIN_BLOCK_BYTES {
+            return MIN_BLOCK_BYTES;
+        }
+        let divisions = self.divisions_for(requested_bytes);
+        if divisions > 1 && requested_bytes > MIN_BLOCK_BYTES * divisions {
+            return roundup_power2_next_division(requested_bytes, divisions);
+        }
+        requested_bytes.div_ceil(MIN_BLOCK_BYTES) * MIN_BLOCK_BYTES
+    }
+
+    fn divisions_for(&self, size: u64) -> u64 {
+        if self.roundup_power2_divisions.is_empty() {
+            return 0;
+        }
+        let log_size = 63 - size.leading_zeros() as usize;
+        let interval_start = 20; // 1 MiB
+        let index = log_size.saturating_sub(interval_start);
+        let index = index.min(self.roundup_power2_divisions.len() - 1);
+        self.roundup_power2_divisions[index]
+    }
+
+    fn should_split(&self, pool: Pool, block_bytes: u64, size_bytes: u64) -> bool {
+        let remaining = block_bytes - size_bytes;
+        if pool == Pool::Small || self.expandable_segments {
+            remaining >= MIN_BLOCK_BYTES
+        } else {
+            self.max_split_bytes.is_none_or(|m| size_bytes < m) && remaining > SMALL_REQUEST_BYTES
+        }
+    }
+}
+
+fn roundup_power2_next_division(size: u64, divisions: u64) -> u64 {
+    if size.is_power_of_two() {
+        return size;
+    }
+    let floor = 1u64 << (63 - size.leading_zeros());
+    let division = floor >> (63 - divisions.leading_zeros());
+    if division == 0 {
+        return floor << 1;
+    }
+    let rounded = size & !(division - 1);
+    if rounded == size {
+        size
+    } else {
+        rounded + division
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Block {
+    size_bytes: u64,
+    allocated: bool,
+    /// Address of the owning segment; blocks merge only within one segment.
+    segment: u64,
+}
+
+#[derive(Clone, Debug)]
+struct Segment {
+    size_bytes: u64,
+    device: u8,
+    stream: u16,
+    pool: Pool,
+}
+
+/// Segments and blocks at one moment. Keys are addresses.
+#[derive(Clone, Debug, Default)]
+pub struct AllocatorState {
+    config: AllocatorConfig,
+    segments: BTreeMap<u64, Segment>,
+    blocks: BTreeMap<u64, Block>,
+}
+
+impl AllocatorState {
+    pub fn new(config: AllocatorConfig) -> Self {
+        Self {
+            config,
+            ..Self::default()
+        }
+    }
+
+    pub fn config(&self) -> &AllocatorConfig {
+        &self.config
+    }
+
+    /// Adds a segment as it was (blocks given), e.g. recovered from a snapshot's final state.
+    pub fn add_segment_info(&mut self, seg: &SegmentInfo) {
+        self.segments.insert(
+            seg.address,
+            Segment {
+                size_bytes: seg.size_bytes,
+                device: seg.device,
+                stream: seg.stream,
+                pool: seg.pool,
+            },
+        );
+        for b in &seg.blocks {
+            self.blocks.insert(
+                b.address,
+                Block {
+                    size_bytes: b.size_bytes,
+                    allocated: b.state == BlockState::Allocated,
+                    segment: seg.address,
+                },
+            );
+        }
+    }
+
+    /// A new segment: one free block spanning it.
+    pub fn segment_alloc(&mut self, address: u64, size_bytes: u64, device: u8, stream: u16, pool: Pool) {
+        self.segment_free(address);
+        self.segments.insert(
+            address,
+            Segment {
+                size_bytes,
+                device,
+                stream,
+                pool,
+            },
+        );
+        self.blocks.insert(
+            address,
+            Block {
+                size_bytes,
+                allocated: false,
+                segment: address,
+            },
+        );
+    }
+
+    /// Removes the segment at `address` and its blocks. Returns its size if it was known.
+    pub fn segment_free(&mut self, address: u64) -> Option<u64> {
+        let seg = self.segments.remove(&address)?;
+        let end = address.saturating_add(seg.size_bytes);
+        let inside: Vec<u64> = self.blocks.range(address..end).map(|(&a, _)| a).collect();
+        for a in inside {
+            self.blocks.remove(&a);
+        }
+        Some(seg.size_bytes)
+    }
+
+    /// Pool of the segment holding `address`, if any.
+    fn segment_of(&self, address: u64) -> Option<(u64, &Segment)> {
+        let (&a, s) = self.segments.range(..=address).next_back()?;
+        (address < a.saturating_add(s.size_bytes)).then_some((a, s))
+    }
+
+    /// Allocates at `address` a request of `requested_bytes`; returns the block size the
+    /// allocator counts. An address outside every known segment counts the rounded size.
+    pub fn alloc(&mut self, address: u64, requested_bytes: u64) -> u64 {
+        let rounded = self.config.round_size(requested_bytes);
+        let Some((seg_addr, seg)) = self.segment_of(address) else {
+            return rounded;
+        };
+        let pool = seg.pool;
+        // The free block holding `address` (normally starting at it).
+        let found = self
+            .blocks
+            .range(..=address)
+            .next_back()
+            .map(|(&a, &b)| (a, b))
+            .filter(|(a, b)| address < a + b.size_bytes);
+        let Some((start, block)) = found else {
+            self.blocks.insert(
+                address,
+                Block {
+                    size_bytes: rounded,
+                    allocated: true,
+                    segment: seg_addr,
+                },
+            );
+            return rounded;
+        };
+        let (mut start, mut block) = (start, block);
+        if start < address {
+            // Keep the part before `address` as its own block.
+            let head = address - start;
+            self.blocks.insert(
+                start,
+                Block {
+                    size_bytes: head,
+                    ..block
+                },
+            );
+            block.size_bytes -= head;
+            start = address;
+        }
+        let size = if block.size_bytes >= rounded && self.config.should_split(pool, block.size_bytes, rounded) {
+            self.blocks.insert(
+                start + rounded,
+                Block {
+                    size_bytes: block.size_bytes - rounded,
+                    allocated: false,
+                    segment: block.segment,
+                },
+            );
+            rounded
+        } else {
+            block.size_bytes.max(rounded)
+        };
+        self.blocks.insert(
+            start,
+            Block {
+                size_bytes: size,
+                allocated: true,
+                segment: block.segment,
+            },
+        );
+        size
+    }
+
+    /// Allocates a block of a known size at `address` (replaying a trace whose block sizes
+    /// were already worked out), splitting off any free remainder.
+    pub fn alloc_block(&mut self, address: u64, size_bytes: u64) {
+        let Some((seg_addr, _)) = self.segment_of(address) else { return };
+        let found = self
+            .blocks
+            .range(..=address)
+            .next_back()
+            .map(|(&a, &b)| (a, b))
+            .filter(|(a, b)| address < a + b.size_bytes && !b.allocated);
+        if let Some((start, block)) = found {
+            if start < address {
+                self.blocks.insert(start, Block { size_bytes: address - start, ..block });
+            }
+            let end = start + block.size_bytes;
+            if address + size_bytes < end {
+                self.blocks.insert(
+                    address + size_bytes,
+                    Block { size_bytes: end - address - size_bytes, allocated: false, segment: block.segment },
+                );
+            }
+        }
+        self.blocks.insert(address, Block { size_bytes, allocated: true, segment: seg_addr });
+    }
+
+    /// Size of the allocated block at `address`, if there is one.
+    pub fn allocated_block(&self, address: u64) -> Option<u64> {
+        self.blocks
+            .get(&address)
+            .filter(|b| b.allocated)
+            .map(|b| b.size_bytes)
+    }
+
+    /// Frees the block at `address` and merges it with free neighbours of the same segment.
+    /// Returns the freed block's size.
+    pub fn free(&mut self, address: u64) -> Option<u64> {
+        let block = *self.blocks.get(&address).filter(|b| b.allocated)?;
+        let size = block.size_bytes;
+        let mut start = address;
+        let mut len = block.size_bytes;
+        if let Some((&pa, &pb)) = self.blocks.range(..address).next_back() {
+            if !pb.allocated && pb.segment == block.segment && pa + pb.size_bytes == address {
+                self.blocks.remove(&pa);
+                start = pa;
+                len += pb.size_bytes;
+            }
+        }
+        let next = address + block.size_bytes;
+        if let Some(&nb) = self.blocks.get(&next) {
+            if !nb.allocated && nb.segment == block.segment {
+                self.blocks.remove(&next);
+                len += nb.size_bytes;
+            }
+        }
+        self.blocks.remove(&address);
+        self.blocks.insert(
+            start,
+            Block {
+                size_bytes: len,
+                allocated: false,
+                segment: block.segment,
+            },
+        );
+        Some(size)
+    }
+
+    /// Bytes in allocated blocks.
+    pub fn allocated_bytes(&self) -> u64 {
+        self.blocks.values().filter(|b| b.allocated).map(|b| b.size_bytes).sum()
+    }
+
+    /// Bytes in segments.
+    pub fn reserved_bytes(&self) -> u64 {
+        self.segments.values().map(|s| s.size_bytes).sum()
+    }
+
+    /// The state as plain segments with their blocks, in address order. Free space inside a
+    /// segment that no block covers is reported as a free block.
+    pub fn segments(&self) -> Vec<SegmentInfo> {
+        self.segments
+            .iter()
+            .map(|(&addr, seg)| {
+                let end = addr + seg.size_bytes;
+                let mut blocks = Vec::new();
+                let mut cursor = addr;
+                for (&a, b) in self.blocks.range(addr..end) {
+                    if a > cursor {
+                        blocks.push(BlockInfo {
+                            address: cursor,
+                            size_bytes: a - cursor,
+                            state: BlockState::Free,
+                        });
+                    }
+                    blocks.push(BlockInfo {
+                        address: a,
+                        size_bytes: b.size_bytes,
+                        state: if b.allocated { BlockState::Allocated } else { BlockState::Free },
+                    });
+                    cursor = a + b.size_bytes;
+                }
+                if cursor < end {
+                    blocks.push(BlockInfo {
+                        address: cursor,
+                        size_bytes: end - cursor,
+                        state: BlockState::Free,
+                    });
+                }
+                SegmentInfo {
+                    address: addr,
+                    size_bytes: seg.size_bytes,
+                    device: seg.device,
+                    stream: seg.stream,
+                    pool: seg.pool,
+                    blocks,
+                }
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rounds_to_512_and_respects_power2_divisions() {
+        let c = AllocatorConfig::default();
+        assert_eq!(c.round_size(1), 512);
+        assert_eq!(c.round_size(512), 512);
+        assert_eq!(c.round_size(513), 1024);
+        let c = AllocatorConfig {
+            roundup_power2_divisions: vec![0, 0, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4],
+            ..AllocatorConfig::default()
+        };
+        // 5 MiB + 1 with 4 divisions of [4, 8) MiB rounds up to 6 MiB.
+        assert_eq!(c.round_size((5 << 20) + 1), 6 << 20);
+    }
+
+    #[test]
+    fn small_pool_splits_at_512_byte_granularity() {
+        let mut s = AllocatorState::new(AllocatorConfig::default());
+        s.segment_alloc(0, SMALL_SEGMENT_BYTES, 0, 0, Pool::Small);
+        assert_eq!(s.alloc(0, 1000), 1024);
+        // Leave exactly 1024 free at the end, then ask for 600 (rounds to 1024): remainder 0.
+        let rest = SMALL_SEGMENT_BYTES - 1024 - 1024;
+        assert_eq!(s.alloc(1024, rest), rest);
+        assert_eq!(s.alloc(1024 + rest, 600), 1024);
+        assert_eq!(s.free(1024), Some(rest));
+        // The freed region is `rest` long; a request leaving 256 bytes takes all of it.
+        assert_eq!(s.alloc(1024, rest - 256), rest);
+        assert_eq!(s.allocated_bytes(), SMALL_SEGMENT_BYTES);
+    }
+
+    #[test]
+    fn large_pool_splits_only_above_1mib_and_merges_on_free() {
+        let mut s = AllocatorState::new(AllocatorConfig::default());
+        let seg = 20 << 20;
+        s.segment_alloc(1 << 30, seg, 0, 0, Pool::Large);
+        let a = 1 << 30;
+        // Remainder exactly 1 MiB: not split.
+        assert_eq!(s.alloc(a, seg - (1 << 20)), seg);
+        assert_eq!(s.free(a), Some(seg));
+        // Remainder above 1 MiB: split.
+        assert_eq!(s.alloc(a, 4 << 20), 4 << 20);
+        assert_eq!(s.alloc(a + (4 << 20), 4 << 20), 4 << 20);
+        s.free(a);
+        s.free(a + (4 << 20));
+        let segs = s.segments();
+        assert_eq!(segs[0].blocks.len(), 1, "{:?}", segs[0].blocks);
+        assert_eq!(segs[0].blocks[0].size_bytes, seg);
+    }
+}

@@ -1,0 +1,560 @@
+//! Analyses over a [`Trace`]: summary, per-layer statistics, the decimated memory timeline and
+//! the allocator's segment state at any moment. Everything the viewer draws is computed here.
+
+use crate::allocator::{AllocatorConfig, AllocatorState};
+use crate::model::{EventType, SegmentInfo, Totals, Trace};
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// The numbers a user asks for first.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Summary {
+    pub peak_allocated_bytes: u64,
+    pub peak_reserved_bytes: u64,
+    /// Seconds since trace start at which `peak_allocated_bytes` was first reached.
+    pub peak_time_s: f64,
+    pub peak_reserved_time_s: f64,
+    /// Index of the event at the allocated peak; `None` when the peak predates every event.
+    pub peak_event_index: Option<usize>,
+    /// Layer of the event that reached the peak.
+    pub peak_layer: Option<String>,
+    /// Device of the peak (`cuda:0`).
+    pub peak_device: Option<String>,
+    pub avg_fragmentation: f64,
+    pub final_allocated_bytes: u64,
+    pub final_reserved_bytes: u64,
+    pub total_events: usize,
+    pub total_allocations: usize,
+    pub total_deallocations: usize,
+    pub total_layers: usize,
+    pub total_ops: usize,
+    pub dropped_events: u64,
+    pub duration_s: f64,
+    pub source_format: &'static str,
+}
+
+/// Computes the [`Summary`].
+pub fn summary(trace: &Trace) -> Summary {
+    let start = trace.start_ns();
+    let ev = &trace.events;
+    let mut peak_alloc = (0u64, None::<usize>);
+    let mut peak_res = (0u64, None::<usize>);
+    let mut peak_dev = None;
+    for (d, t) in ev.base_totals.iter().enumerate() {
+        if t.allocated_bytes > peak_alloc.0 {
+            peak_alloc = (t.allocated_bytes, None);
+            peak_dev = Some(d);
+        }
+        if t.reserved_bytes > peak_res.0 {
+            peak_res = (t.reserved_bytes, None);
+        }
+    }
+    let mut frag_sum = 0.0;
+    let (mut allocs, mut frees) = (0, 0);
+    let mut cursor = ev.cursor();
+    for i in 0..ev.len() {
+        let t = cursor.advance();
+        if t.allocated_bytes > peak_alloc.0 {
+            peak_alloc = (t.allocated_bytes, Some(i));
+            peak_dev = Some(ev.device[i] as usize);
+        }
+        if t.reserved_bytes > peak_res.0 {
+            peak_res = (t.reserved_bytes, Some(i));
+        }
+        frag_sum += t.fragmentation_ratio();
+        match ev.event_type(i) {
+            EventType::Alloc => allocs += 1,
+            EventType::Free => frees += 1,
+            _ => {}
+        }
+    }
+    let final_totals = cursor.all_devices().iter().fold(Totals::default(), |a, t| Totals {
+        allocated_bytes: a.allocated_bytes + t.allocated_bytes,
+        reserved_bytes: a.reserved_bytes + t.reserved_bytes,
+    });
+    let secs = |i: Option<usize>| i.map_or(0.0, |i| ev.ts_ns[i].saturating_sub(start) as f64 * 1e-9);
+    Summary {
+        peak_allocated_bytes: peak_alloc.0,
+        peak_reserved_bytes: peak_res.0,
+        peak_time_s: secs(peak_alloc.1),
+        peak_reserved_time_s: secs(peak_res.1),
+        peak_event_index: peak_alloc.1,
+        peak_layer: peak_alloc.1.and_then(|i| trace.opt_str(ev.layer[i])).map(str::to_owned),
+        peak_device: peak_dev.and_then(|d| trace.devices.get(d)).map(|d| d.to_string()),
+        avg_fragmentation: if ev.is_empty() { 0.0 } else { frag_sum / ev.len() as f64 },
+        final_allocated_bytes: final_totals.allocated_bytes,
+        final_reserved_bytes: final_totals.reserved_bytes,
+        total_events: ev.len(),
+        total_allocations: allocs,
+        total_deallocations: frees,
+        total_layers: layer_names(trace).len(),
+        total_ops: trace.ops.len(),
+        dropped_events: trace.dropped_events,
+        duration_s: trace.end_ns().saturating_sub(start) as f64 * 1e-9,
+        source_format: trace.meta.source_format.as_str(),
+    }
+}
+
+fn layer_names(trace: &Trace) -> std::collections::BTreeSet<&str> {
+    let mut names = std::collections::BTreeSet::new();
+    for &l in &trace.events.layer {
+        if let Some(s) = trace.opt_str(l) {
+            names.insert(s);
+        }
+    }
+    for s in &trace.scopes {
+        if let Some(n) = trace.opt_str(s.name) {
+            names.insert(n);
+        }
+    }
+    names
+}
+
+/// Memory statistics of one layer, as in the MemoryTracer API.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct LayerMemoryStats {
+    pub layer_name: String,
+    /// Highest `allocated_bytes` seen at an event attributed to this layer.
+    pub peak_allocated: u64,
+    pub peak_reserved: u64,
+    pub total_allocations: u64,
+    pub total_deallocations: u64,
+    /// Mean fragmentation ratio over the layer's events.
+    pub avg_fragmentation: f64,
+    /// Time spent in the layer's scopes; for layers known only from events (snapshots), the
+    /// span from its first to its last event.
+    pub duration_ms: f64,
+    /// Bytes allocated in the layer (sum of its allocation sizes).
+    pub allocated_bytes_total: u64,
+}
+
+/// Per-layer statistics keyed by layer name (sorted, so output is deterministic).
+pub fn layer_stats(trace: &Trace) -> BTreeMap<String, LayerMemoryStats> {
+    struct Acc {
+        peak_a: u64,
+        peak_r: u64,
+        allocs: u64,
+        frees: u64,
+        frag: f64,
+        n: u64,
+        first: u64,
+        last: u64,
+        bytes: u64,
+        scope_ns: u64,
+        has_scope: bool,
+    }
+    let fresh = || Acc {
+        peak_a: 0,
+        peak_r: 0,
+        allocs: 0,
+        frees: 0,
+        frag: 0.0,
+        n: 0,
+        first: u64::MAX,
+        last: 0,
+        bytes: 0,
+        scope_ns: 0,
+        has_scope: false,
+    };
+    let mut acc: BTreeMap<u32, Acc> = BTreeMap::new();
+    let ev = &trace.events;
+    let mut cursor = ev.cursor();
+    for i in 0..ev.len() {
+        let t = cursor.advance();
+        let l = ev.layer[i];
+        if l.is_none() {
+            continue;
+        }
+        let a = acc.entry(l.0).or_insert_with(fresh);
+        a.peak_a = a.peak_a.max(t.allocated_bytes);
+        a.peak_r = a.peak_r.max(t.reserved_bytes);
+        a.frag += t.fragmentation_ratio();
+        a.n += 1;
+        a.first = a.first.min(ev.ts_ns[i]);
+        a.last = a.last.max(ev.ts_ns[i]);
+        match ev.event_type(i) {
+            EventType::Alloc => {
+                a.allocs += 1;
+                a.bytes += ev.size_bytes[i];
+            }
+            EventType::Free => a.frees += 1,
+            _ => {}
+        }
+    }
+    for s in &trace.scopes {
+        if s.name.is_none() {
+            continue;
+        }
+        let a = acc.entry(s.name.0).or_insert_with(fresh);
+        a.scope_ns += s.end_ns.saturating_sub(s.start_ns);
+        a.has_scope = true;
+    }
+    acc.into_iter()
+        .filter_map(|(id, a)| {
+            let name = trace.opt_str(crate::model::StrId(id))?.to_owned();
+            let duration_ns = if a.has_scope {
+                a.scope_ns
+            } else if a.n > 0 {
+                a.last - a.first
+            } else {
+                0
+            };
+            Some((
+                name.clone(),
+                LayerMemoryStats {
+                    layer_name: name,
+                    peak_allocated: a.peak_a,
+                    peak_reserved: a.peak_r,
+                    total_allocations: a.allocs,
+                    total_deallocations: a.frees,
+                    avg_fragmentation: if a.n == 0 { 0.0 } else { a.frag / a.n as f64 },
+                    duration_ms: duration_ns as f64 * 1e-6,
+                    allocated_bytes_total: a.bytes,
+                },
+            ))
+        })
+        .collect()
+}
+
+/// Layers ordered by peak allocated, highest first (ties by name).
+pub fn top_layers_by_peak(stats: &BTreeMap<String, LayerMemoryStats>, n: usize) -> Vec<&LayerMemoryStats> {
+    let mut v: Vec<&LayerMemoryStats> = stats.values().collect();
+    v.sort_by(|a, b| b.peak_allocated.cmp(&a.peak_allocated).then_with(|| a.layer_name.cmp(&b.layer_name)));
+    v.truncate(n);
+    v
+}
+
+/// `get_peak_memory_per_layer`: layer name → peak allocated bytes.
+pub fn peak_memory_per_layer(trace: &Trace) -> BTreeMap<String, u64> {
+    layer_stats(trace).into_iter().map(|(k, v)| (k, v.peak_allocated)).collect()
+}
+
+/// `get_fragmentation_stats`: overall and per-layer fragmentation.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct FragmentationStats {
+    pub avg_fragmentation: f64,
+    pub max_fragmentation: f64,
+    /// Bytes reserved but not allocated at the allocated peak.
+    pub unused_reserved_at_peak_bytes: u64,
+    pub per_layer: BTreeMap<String, f64>,
+}
+
+pub fn fragmentation_stats(trace: &Trace) -> FragmentationStats {
+    let ev = &trace.events;
+    let mut cursor = ev.cursor();
+    let (mut sum, mut max) = (0.0f64, 0.0f64);
+    let mut peak = (0u64, 0u64);
+    for _ in 0..ev.len() {
+        let t = cursor.advance();
+        let f = t.fragmentation_ratio();
+        sum += f;
+        max = max.max(f);
+        if t.allocated_bytes > peak.0 {
+            peak = (t.allocated_bytes, t.reserved_bytes.saturating_sub(t.allocated_bytes));
+        }
+    }
+    FragmentationStats {
+        avg_fragmentation: if ev.is_empty() { 0.0 } else { sum / ev.len() as f64 },
+        max_fragmentation: max,
+        unused_reserved_at_peak_bytes: peak.1,
+        per_layer: layer_stats(trace).into_iter().map(|(k, v)| (k, v.avg_fragmentation)).collect(),
+    }
+}
+
+/// One bucket of the decimated timeline.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct TimelinePoint {
+    /// Start of the bucket, seconds since trace start.
+    pub t_s: f64,
+    pub allocated_min_bytes: u64,
+    pub allocated_max_bytes: u64,
+    pub reserved_max_bytes: u64,
+    /// Allocated bytes after the bucket's last event.
+    pub allocated_last_bytes: u64,
+    /// Index of the first event in the bucket.
+    pub first_event: usize,
+}
+
+/// Knobs of [`timeline`].
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct TimelineOptions {
+    /// Number of buckets (about one per pixel). Default is 2000.
+    pub buckets: usize,
+    /// Time window in seconds since trace start; `None` is the whole trace. Default is `None`.
+    pub window_s: Option<(f64, f64)>,
+    /// Device index to draw; `None` picks the device with the highest allocated peak.
+    /// Default is `None`.
+    pub device: Option<u8>,
+}
+
+impl Default for TimelineOptions {
+    fn default() -> Self {
+        Self {
+            buckets: 2000,
+            window_s: None,
+            device: None,
+        }
+    }
+}
+
+impl TimelineOptions {
+    pub fn with_buckets(mut self, buckets: usize) -> Self {
+        self.buckets = buckets;
+        self
+    }
+
+    pub fn with_window(mut self, start_s: f64, end_s: f64) -> Self {
+        self.window_s = Some((start_s, end_s));
+        self
+    }
+}
+
+/// The memory timeline decimated to at most `buckets` points: min/max of allocated and max of
+/// reserved per time bucket, so the peak survives any zoom level.
+pub fn timeline(trace: &Trace, options: &TimelineOptions) -> Vec<TimelinePoint> {
+    let ev = &trace.events;
+    if ev.is_empty() || options.buckets == 0 {
+        return Vec::new();
+    }
+    let start = trace.start_ns();
+    let device = options.device.unwrap_or_else(|| peak_device(trace));
+    let (w0, w1) = match options.window_s {
+        Some((a, b)) if b > a => (start + (a.max(0.0) * 1e9) as u64, start + (b.max(0.0) * 1e9) as u64),
+        _ => (start, ev.ts_ns[ev.len() - 1].max(start + 1)),
+    };
+    let span = (w1 - w0).max(1) as f64;
+    let n = options.buckets;
+    let mut out: Vec<TimelinePoint> = Vec::with_capacity(n.min(ev.len()));
+    let mut cursor = ev.cursor();
+    let mut prev: Option<Totals> = ev.base_totals.get(device as usize).copied();
+    let mut last_bucket: Option<usize> = None;
+    for i in 0..ev.len() {
+        let t = cursor.advance();
+        if ev.device[i] != device {
+            continue;
+        }
+        let ts = ev.ts_ns[i];
+        if ts < w0 {
+            prev = Some(t);
+            continue;
+        }
+        if ts > w1 {
+            break;
+        }
+        let b = (((ts - w0) as f64 / span) * n as f64).min(n as f64 - 1.0) as usize;
+        match out.last_mut() {
+            Some(p) if last_bucket == Some(b) => {
+                p.allocated_min_bytes = p.allocated_min_bytes.min(t.allocated_bytes);
+                p.allocated_max_bytes = p.allocated_max_bytes.max(t.allocated_bytes);
+                p.reserved_max_bytes = p.reserved_max_bytes.max(t.reserved_bytes);
+                p.allocated_last_bytes = t.allocated_bytes;
+            }
+            _ => {
+                // A bucket starts from the level before its first event, so steps draw correctly.
+                let before = prev.unwrap_or(t);
+                let bucket_t = w0 + (b as f64 * span / n as f64) as u64;
+                out.push(TimelinePoint {
+                    t_s: (bucket_t - start) as f64 * 1e-9,
+                    allocated_min_bytes: before.allocated_bytes.min(t.allocated_bytes),
+                    allocated_max_bytes: before.allocated_bytes.max(t.allocated_bytes),
+                    reserved_max_bytes: before.reserved_bytes.max(t.reserved_bytes),
+                    allocated_last_bytes: t.allocated_bytes,
+                    first_event: i,
+                });
+                last_bucket = Some(b);
+            }
+        }
+        prev = Some(t);
+    }
+    out
+}
+
+/// The device whose allocated bytes peak highest.
+pub fn peak_device(trace: &Trace) -> u8 {
+    let ev = &trace.events;
+    let mut best = (0u64, 0u8);
+    for (d, t) in ev.base_totals.iter().enumerate() {
+        if t.allocated_bytes > best.0 {
+            best = (t.allocated_bytes, d as u8);
+        }
+    }
+    let mut cursor = ev.cursor();
+    for i in 0..ev.len() {
+        let t = cursor.advance();
+        if t.allocated_bytes > best.0 {
+            best = (t.allocated_bytes, ev.device[i]);
+        }
+    }
+    best.1
+}
+
+/// True if the trace carries allocator segment information (snapshot traces).
+pub fn has_segments(trace: &Trace) -> bool {
+    !trace.initial_segments.is_empty()
+        || (0..trace.events.len()).any(|i| trace.events.event_type(i) == EventType::SegmentAlloc)
+}
+
+/// Segments and blocks of `device` after event `event_index` (inclusive), replayed from the
+/// state before the first event. Empty for traces without segment information.
+pub fn segments_at(trace: &Trace, event_index: usize, device: u8) -> Vec<SegmentInfo> {
+    let mut state = AllocatorState::new(AllocatorConfig::default());
+    for s in trace.initial_segments.iter().filter(|s| s.device == device) {
+        state.add_segment_info(s);
+    }
+    let ev = &trace.events;
+    let end = event_index.saturating_add(1).min(ev.len());
+    for i in 0..end {
+        if ev.device[i] != device {
+            continue;
+        }
+        let (addr, size) = (ev.address[i], ev.size_bytes[i]);
+        match ev.event_type(i) {
+            EventType::SegmentAlloc | EventType::SegmentMap => {
+                let pool = if size == crate::allocator::SMALL_SEGMENT_BYTES {
+                    crate::model::Pool::Small
+                } else {
+                    crate::model::Pool::Large
+                };
+                state.segment_alloc(addr, size, device, ev.stream[i], pool);
+            }
+            EventType::SegmentFree | EventType::SegmentUnmap => {
+                state.segment_free(addr);
+            }
+            EventType::Alloc => state.alloc_block(addr, size),
+            EventType::FreeCompleted => {
+                state.free(addr);
+            }
+            _ => {}
+        }
+    }
+    state.segments()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Device, EventRecord, Phase, SourceFormat, StrId, TraceMeta};
+
+    fn small_trace() -> Trace {
+        let mut t = Trace::new(TraceMeta::new(SourceFormat::MemoryTracer));
+        let d = t.device_index(Device { kind: "cuda".into(), index: 0 });
+        let s = t.stream_index("default");
+        let l1 = t.strings.intern("layer1");
+        let l2 = t.strings.intern("layer2");
+        let mut push = |ts, et, size, layer: StrId, totals| {
+            t.events.push(EventRecord {
+                ts_ns: ts,
+                event_type: et,
+                phase: Phase::Forward,
+                size_bytes: size,
+                address: ts,
+                layer,
+                device: d,
+                stream: s,
+                totals,
+            })
+        };
+        push(0, EventType::SegmentAlloc, 1000, StrId::NONE, None);
+        push(10, EventType::Alloc, 400, l1, None);
+        push(20, EventType::Alloc, 500, l2, None);
+        push(30, EventType::Free, 400, l2, None);
+        push(40, EventType::Alloc, 100, l1, None);
+        t
+    }
+
+    #[test]
+    fn summary_finds_peak_and_time() {
+        let t = small_trace();
+        let s = summary(&t);
+        assert_eq!(s.peak_allocated_bytes, 900);
+        assert_eq!(s.peak_reserved_bytes, 1000);
+        assert_eq!(s.peak_event_index, Some(2));
+        assert!((s.peak_time_s - 20e-9).abs() < 1e-15);
+        assert_eq!(s.peak_layer.as_deref(), Some("layer2"));
+        assert_eq!(s.final_allocated_bytes, 600);
+        assert_eq!((s.total_allocations, s.total_deallocations), (3, 1));
+        // Fragmentation after each event: 1, 0.6, 0.1, 0.5, 0.4.
+        assert!((s.avg_fragmentation - 2.6 / 5.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn layer_stats_attribute_by_layer() {
+        let t = small_trace();
+        let st = layer_stats(&t);
+        assert_eq!(st["layer1"].peak_allocated, 600);
+        assert_eq!(st["layer1"].total_allocations, 2);
+        assert_eq!(st["layer2"].peak_allocated, 900);
+        assert_eq!(st["layer2"].total_deallocations, 1);
+        assert!((st["layer2"].avg_fragmentation - 0.3).abs() < 1e-12);
+    }
+
+    #[test]
+    fn timeline_keeps_the_peak_when_decimated() {
+        let t = small_trace();
+        let tl = timeline(&t, &TimelineOptions::default().with_buckets(2));
+        assert_eq!(tl.len(), 2);
+        assert_eq!(tl.iter().map(|p| p.allocated_max_bytes).max(), Some(900));
+    }
+}
+
+/// Allocation events still live after event `event_index` (inclusive): indices of their
+/// `Alloc` events, in allocation order. Memory allocated before the first event is not listed.
+pub fn live_allocations_at(trace: &Trace, event_index: usize) -> Vec<usize> {
+    let ev = &trace.events;
+    let end = event_index.saturating_add(1).min(ev.len());
+    let mut live: std::collections::HashMap<(u8, u64), usize> = std::collections::HashMap::new();
+    for i in 0..end {
+        match ev.event_type(i) {
+            EventType::Alloc => {
+                live.insert((ev.device[i], ev.address[i]), i);
+            }
+            EventType::Free => {
+                live.remove(&(ev.device[i], ev.address[i]));
+            }
+            _ => {}
+        }
+    }
+    let mut v: Vec<usize> = live.into_values().collect();
+    v.sort_unstable();
+    v
+}
+
+/// A span on one thread for nested displays (speedscope, Perfetto, flame charts).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Span {
+    pub start_ns: u64,
+    pub end_ns: u64,
+    pub name: crate::model::StrId,
+    pub thread: u64,
+}
+
+/// Scopes and operators as properly nested spans per thread: sorted by start, and a span that
+/// outlives its parent is cut at the parent's end (sources such as the profiler can report
+/// slightly overlapping siblings). Threads come in ascending order.
+pub fn nested_spans(trace: &Trace) -> Vec<(u64, Vec<Span>)> {
+    let mut by_thread: BTreeMap<u64, Vec<Span>> = BTreeMap::new();
+    for s in &trace.scopes {
+        by_thread.entry(s.thread).or_default().push(Span { start_ns: s.start_ns, end_ns: s.end_ns, name: s.name, thread: s.thread });
+    }
+    for o in &trace.ops {
+        by_thread.entry(o.thread).or_default().push(Span { start_ns: o.start_ns, end_ns: o.end_ns, name: o.name, thread: o.thread });
+    }
+    by_thread
+        .into_iter()
+        .map(|(tid, mut spans)| {
+            spans.sort_by_key(|s| (s.start_ns, std::cmp::Reverse(s.end_ns), s.name));
+            let mut stack: Vec<u64> = Vec::new(); // ends of open spans
+            for s in &mut spans {
+                while stack.last().is_some_and(|&e| e <= s.start_ns) {
+                    stack.pop();
+                }
+                if let Some(&parent_end) = stack.last() {
+                    s.end_ns = s.end_ns.min(parent_end);
+                }
+                stack.push(s.end_ns);
+            }
+            (tid, spans)
+        })
+        .collect()
+}

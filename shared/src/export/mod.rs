@@ -1,0 +1,81 @@
+//! Exporters: a [`Trace`] out to any `impl Write`.
+//!
+//! - [`native`]: Memory Tracer's own format (lossless; [`crate::import::native`] reads it back).
+//! - [`timeline`]: the MemoryTracer API's timeline JSON (`events`, `layer_stats`, `summary`).
+//! - [`speedscope`]: speedscope JSON (layer/op spans over time, live bytes by stack at the peak).
+//! - [`chrome`]: Chrome trace JSON for Perfetto (memory counters, layer and op slices).
+//! - [`csv`]: layer statistics as CSV.
+
+pub mod chrome;
+pub mod csv;
+pub mod native;
+pub mod speedscope;
+pub mod timeline;
+
+use crate::model::Trace;
+use std::io::Write;
+
+/// What went wrong while exporting.
+#[derive(Debug, thiserror::Error)]
+pub enum ExportError {
+    #[error("writing the export failed: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("serialising the export failed: {0}")]
+    Json(#[from] serde_json::Error),
+}
+
+/// Export formats, by the names the CLI and the HTTP API use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExportFormat {
+    Native,
+    Timeline,
+    Speedscope,
+    Chrome,
+    Csv,
+}
+
+impl ExportFormat {
+    pub const ALL: [ExportFormat; 5] = [
+        ExportFormat::Native,
+        ExportFormat::Timeline,
+        ExportFormat::Speedscope,
+        ExportFormat::Chrome,
+        ExportFormat::Csv,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ExportFormat::Native => "native",
+            ExportFormat::Timeline => "timeline",
+            ExportFormat::Speedscope => "speedscope",
+            ExportFormat::Chrome => "chrome",
+            ExportFormat::Csv => "csv",
+        }
+    }
+
+    /// File name suffix.
+    pub fn extension(self) -> &'static str {
+        match self {
+            ExportFormat::Native => "mtrace.json",
+            ExportFormat::Timeline => "timeline.json",
+            ExportFormat::Speedscope => "speedscope.json",
+            ExportFormat::Chrome => "chrome.json",
+            ExportFormat::Csv => "csv",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|f| f.name() == name)
+    }
+}
+
+/// Writes `trace` in `format`.
+pub fn export(trace: &Trace, format: ExportFormat, out: impl Write) -> Result<(), ExportError> {
+    match format {
+        ExportFormat::Native => native::write(trace, out),
+        ExportFormat::Timeline => timeline::write(trace, out),
+        ExportFormat::Speedscope => speedscope::write(trace, out),
+        ExportFormat::Chrome => chrome::write(trace, out),
+        ExportFormat::Csv => csv::write_layer_stats(trace, out),
+    }
+}

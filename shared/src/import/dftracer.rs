@@ -1,0 +1,201 @@
+//! Importer of DFTracer `.pfw` traces: JSON lines (optionally after a `[` line), Chrome-style
+//! events whose strings are hashed through metadata events (`ph: "M"`, names `FH` file hash,
+//! `HH` host hash, `SH` string hash, `PR` process; `args.name` is the string, `args.value` the
+//! hash).
+//!
+//! DFTracer records spans (I/O calls, `compute`/`fetch` steps of AI workloads), not allocator
+//! events: complete events (`ph: "X"`) become scopes and operators named `cat:name`, with
+//! hashed file names resolved into the name when present. Counter events (`ph: "C"`) whose args
+//! carry `allocated_bytes` (and optionally `reserved_bytes`) become memory samples.
+
+use super::ImportError;
+use crate::model::{
+    Device, EventRecord, EventType, LayerScope, OperatorEvent, Phase, SourceFormat, StrId, Totals, Trace, TraceMeta,
+};
+use serde::Deserialize;
+use std::collections::HashMap;
+
+/// True if `body` holds one JSON object per line (the `.pfw` layout) rather than one JSON
+/// document: its first non-empty line is a complete object, not followed by a comma, and a
+/// second object line follows.
+pub fn looks_like_jsonl(body: &[u8]) -> bool {
+    let mut lines = body
+        .split(|&b| b == b'\n')
+        .map(|l| l.trim_ascii())
+        .filter(|l| !l.is_empty());
+    let (Some(a), Some(b)) = (lines.next(), lines.next()) else {
+        return false;
+    };
+    let object = |l: &[u8]| l.starts_with(b"{") && l.ends_with(b"}");
+    object(a) && object(b) && serde_json::from_slice::<serde::de::IgnoredAny>(a).is_ok()
+}
+
+#[derive(Deserialize)]
+struct Line {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    cat: Option<String>,
+    #[serde(default)]
+    ph: Option<serde_json::Value>,
+    #[serde(default)]
+    tid: Option<serde_json::Value>,
+    #[serde(default)]
+    ts: Option<f64>,
+    #[serde(default)]
+    dur: Option<f64>,
+    #[serde(default)]
+    args: Option<serde_json::Map<String, serde_json::Value>>,
+}
+
+fn as_key(v: &serde_json::Value) -> Option<String> {
+    match v {
+        serde_json::Value::String(s) => Some(s.clone()),
+        serde_json::Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+fn phase_of(cat: &str, name: &str) -> Phase {
+    let n = name.to_ascii_lowercase();
+    if n.contains("backward") {
+        Phase::Backward
+    } else if n.contains("optimizer") || n.contains("step") && cat.eq_ignore_ascii_case("pytorch") {
+        Phase::Optimizer
+    } else if n.contains("forward") {
+        Phase::Forward
+    } else {
+        Phase::Other
+    }
+}
+
+/// Imports a DFTracer trace.
+pub fn import(data: &[u8]) -> Result<Trace, ImportError> {
+    let mut trace = Trace::new(TraceMeta::new(SourceFormat::Dftracer));
+    let mut hashes: HashMap<String, String> = HashMap::new();
+    let mut spans: Vec<(u64, u64, String, String, u64, Option<String>)> = Vec::new(); // start, end, cat, name, tid, fhash
+    let mut counters: Vec<(u64, Totals)> = Vec::new();
+    for (i, raw) in data.split(|&b| b == b'\n').enumerate() {
+        let line_no = i + 1;
+        let l = raw.trim_ascii();
+        let l = l.strip_suffix(b",").unwrap_or(l);
+        if l.is_empty() || l == b"[" || l == b"]" {
+            continue;
+        }
+        let ev: Line = serde_json::from_slice(l).map_err(|e| ImportError::Dftracer {
+            line: line_no,
+            reason: format!("expected one JSON event object per line: {e}"),
+        })?;
+        let ph = match &ev.ph {
+            Some(serde_json::Value::String(s)) => s.clone(),
+            Some(serde_json::Value::Number(n)) => n.to_string(),
+            _ => String::new(),
+        };
+        let name = ev.name.clone().unwrap_or_default();
+        let args = ev.args.as_ref();
+        match ph.as_str() {
+            "M" => {
+                if let (Some(n), Some(v)) = (
+                    args.and_then(|a| a.get("name")).and_then(|v| v.as_str()),
+                    args.and_then(|a| a.get("value")).and_then(as_key),
+                ) {
+                    if matches!(name.as_str(), "FH" | "HH" | "SH") {
+                        hashes.insert(v, n.to_owned());
+                    }
+                }
+            }
+            "X" => {
+                let ts = ev.ts.ok_or_else(|| ImportError::Dftracer {
+                    line: line_no,
+                    reason: "a complete event (ph X) has no \"ts\"".into(),
+                })?;
+                let start = (ts.max(0.0) * 1000.0).round() as u64;
+                let end = start + (ev.dur.unwrap_or(0.0).max(0.0) * 1000.0).round() as u64;
+                let tid = ev.tid.as_ref().and_then(|t| t.as_u64()).unwrap_or(0);
+                let fhash = args.and_then(|a| a.get("fhash")).and_then(as_key);
+                spans.push((start, end, ev.cat.clone().unwrap_or_default(), name, tid, fhash));
+            }
+            "C" => {
+                let get = |k: &str| args.and_then(|a| a.get(k)).and_then(|v| v.as_u64());
+                if let (Some(ts), Some(al)) = (ev.ts, get("allocated_bytes")) {
+                    let ts = (ts.max(0.0) * 1000.0).round() as u64;
+                    counters.push((
+                        ts,
+                        Totals {
+                            allocated_bytes: al,
+                            reserved_bytes: get("reserved_bytes").unwrap_or(0),
+                        },
+                    ));
+                }
+            }
+            _ => {}
+        }
+    }
+    if spans.is_empty() && counters.is_empty() && hashes.is_empty() {
+        return Err(ImportError::Dftracer {
+            line: 1,
+            reason: "no DFTracer events (metadata, complete or counter events) found".into(),
+        });
+    }
+    spans.sort_by_key(|s| (s.4, s.0, std::cmp::Reverse(s.1)));
+    let mut depth_stack: Vec<u64> = Vec::new();
+    let mut last_tid = None;
+    for (start, end, cat, name, tid, fhash) in spans {
+        if last_tid != Some(tid) {
+            depth_stack.clear();
+            last_tid = Some(tid);
+        }
+        while depth_stack.last().is_some_and(|&e| e <= start) {
+            depth_stack.pop();
+        }
+        let mut label = if cat.is_empty() { name.clone() } else { format!("{cat}:{name}") };
+        if let Some(file) = fhash.as_ref().and_then(|h| hashes.get(h)) {
+            label.push_str(&format!(" [{file}]"));
+        }
+        let id = trace.strings.intern(&label);
+        let phase = phase_of(&cat, &name);
+        trace.scopes.push(LayerScope {
+            name: id,
+            start_ns: start,
+            end_ns: end,
+            depth: depth_stack.len().min(u16::MAX as usize) as u16,
+            phase,
+            thread: tid,
+        });
+        trace.ops.push(OperatorEvent {
+            name: id,
+            phase,
+            seq_nr: -1,
+            start_ns: start,
+            end_ns: end,
+            thread: tid,
+            fwd_thread: 0,
+            layer: StrId::NONE,
+            inputs: (0, 0),
+            outputs: (0, 0),
+        });
+        depth_stack.push(end);
+    }
+    trace.scopes.sort_by_key(|s| (s.start_ns, std::cmp::Reverse(s.end_ns)));
+    trace.ops.sort_by_key(|o| (o.start_ns, std::cmp::Reverse(o.end_ns)));
+    if !counters.is_empty() {
+        counters.sort_by_key(|c| c.0);
+        let dev = trace.device_index(Device { kind: "device".into(), index: 0 });
+        let stream = trace.stream_index("default");
+        for (ts, t) in counters {
+            trace.events.push(EventRecord {
+                ts_ns: ts,
+                event_type: EventType::Snapshot,
+                phase: Phase::Other,
+                size_bytes: 0,
+                address: 0,
+                layer: StrId::NONE,
+                device: dev,
+                stream,
+                totals: Some(t),
+            });
+        }
+    }
+    trace.finish();
+    Ok(trace)
+}

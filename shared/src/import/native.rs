@@ -1,0 +1,160 @@
+//! Memory Tracer's own trace format: JSON with a format tag and a version.
+//!
+//! Compatibility rule: `version` is bumped only when a field changes meaning or is removed.
+//! A reader accepts every version up to its own ([`FORMAT_VERSION`]) and ignores unknown
+//! fields, so adding a field never bumps the version; a file from a newer version is refused
+//! with a message naming both versions. Events are stored as columns, as in memory.
+
+use super::ImportError;
+use crate::model::{EventType, Phase, StrId, Trace};
+use serde::Deserialize;
+
+/// Value of the `format` field.
+pub const FORMAT_TAG: &str = "memory-tracer";
+/// The version this build writes and the newest it reads.
+pub const FORMAT_VERSION: u32 = 1;
+
+#[derive(Deserialize)]
+struct Header {
+    format: String,
+    version: u32,
+}
+
+#[derive(Deserialize)]
+struct File {
+    trace: Trace,
+}
+
+/// Imports a trace written by [`crate::export::native`].
+pub fn import(data: &[u8]) -> Result<Trace, ImportError> {
+    let header: Header = serde_json::from_slice(data).map_err(|e| ImportError::json(&e))?;
+    if header.format != FORMAT_TAG {
+        return Err(ImportError::Native {
+            path: "format".into(),
+            reason: format!("expected \"{FORMAT_TAG}\", found \"{}\"", header.format),
+        });
+    }
+    if header.version > FORMAT_VERSION || header.version == 0 {
+        return Err(ImportError::UnsupportedVersion {
+            found: header.version,
+            supported: FORMAT_VERSION,
+        });
+    }
+    let file: File = serde_json::from_slice(data).map_err(|e| ImportError::Native {
+        path: format!("line {} column {}", e.line(), e.column()),
+        reason: e.to_string(),
+    })?;
+    let mut trace = file.trace;
+    validate(&trace)?;
+    trace.events.rebuild_index();
+    Ok(trace)
+}
+
+fn bad(path: impl Into<String>, reason: impl Into<String>) -> ImportError {
+    ImportError::Native {
+        path: path.into(),
+        reason: reason.into(),
+    }
+}
+
+/// Checks every cross-reference, so that analyses can index without checks.
+fn validate(t: &Trace) -> Result<(), ImportError> {
+    let e = &t.events;
+    let n = e.ts_ns.len();
+    for (name, len) in [
+        ("size_bytes", e.size_bytes.len()),
+        ("address", e.address.len()),
+        ("layer", e.layer.len()),
+        ("tag", e.tag.len()),
+        ("device", e.device.len()),
+        ("stream", e.stream.len()),
+    ] {
+        if len != n {
+            return Err(bad(format!("trace.events.{name}"), format!("expected {n} entries like ts_ns, found {len}")));
+        }
+    }
+    if n > u32::MAX as usize {
+        return Err(bad("trace.events", "more than 2^32 events"));
+    }
+    if t.devices.len() > 256 {
+        return Err(bad("trace.devices", format!("at most 256 devices, found {}", t.devices.len())));
+    }
+    if e.base_totals.len() != t.devices.len() {
+        return Err(bad(
+            "trace.events.base_totals",
+            format!("expected one entry per device ({}), found {}", t.devices.len(), e.base_totals.len()),
+        ));
+    }
+    let strings = t.strings.len();
+    let str_ok = |id: StrId| id.is_none() || (id.0 as usize) < strings;
+    for i in 0..n {
+        if i > 0 && e.ts_ns[i] < e.ts_ns[i - 1] {
+            return Err(bad(format!("trace.events.ts_ns[{i}]"), "timestamps must not decrease"));
+        }
+        let tag = e.tag[i];
+        if EventType::from_u8(tag & 0x1f).is_none() || Phase::from_u8(tag >> 5).is_none() {
+            return Err(bad(format!("trace.events.tag[{i}]"), format!("unknown event type/phase code {tag}")));
+        }
+        if e.device[i] as usize >= t.devices.len() {
+            return Err(bad(format!("trace.events.device[{i}]"), format!("device {} is not in trace.devices", e.device[i])));
+        }
+        if e.stream[i] as usize >= t.streams.len() {
+            return Err(bad(format!("trace.events.stream[{i}]"), format!("stream {} is not in trace.streams", e.stream[i])));
+        }
+        if !str_ok(e.layer[i]) {
+            return Err(bad(format!("trace.events.layer[{i}]"), format!("string {} does not exist", e.layer[i].0)));
+        }
+    }
+    for (k, o) in e.overrides.iter().enumerate() {
+        if o.index as usize >= n || (k > 0 && o.index <= e.overrides[k - 1].index) {
+            return Err(bad(format!("trace.events.overrides[{k}]"), "indices must be increasing event indices"));
+        }
+    }
+    for (k, s) in t.streams.iter().enumerate() {
+        if !str_ok(*s) || s.is_none() {
+            return Err(bad(format!("trace.streams[{k}]"), "not a string id"));
+        }
+    }
+    let tensors = t.tensors.len() as u32;
+    for (k, op) in t.ops.iter().enumerate() {
+        let range_ok = |(a, b): (u32, u32)| a <= b && b <= tensors;
+        if !str_ok(op.name) || !str_ok(op.layer) || !range_ok(op.inputs) || !range_ok(op.outputs) || op.end_ns < op.start_ns {
+            return Err(bad(format!("trace.ops[{k}]"), "name, layer, tensor ranges or times are out of range"));
+        }
+    }
+    for (k, tr) in t.tensors.iter().enumerate() {
+        if tr.shape != u32::MAX && tr.shape as usize >= t.shapes.len() {
+            return Err(bad(format!("trace.tensors[{k}].shape"), "shape index out of range"));
+        }
+    }
+    for (k, s) in t.scopes.iter().enumerate() {
+        if !str_ok(s.name) || s.end_ns < s.start_ns {
+            return Err(bad(format!("trace.scopes[{k}]"), "name out of range or end before start"));
+        }
+    }
+    let st = &t.stacks;
+    for (k, f) in st.frames.iter().enumerate() {
+        if !str_ok(f.name) || !str_ok(f.filename) {
+            return Err(bad(format!("trace.stacks.frames[{k}]"), "string id out of range"));
+        }
+    }
+    for (k, &(a, b)) in st.stacks.iter().enumerate() {
+        if a > b || b as usize > st.frame_ids.len() {
+            return Err(bad(format!("trace.stacks.stacks[{k}]"), "range out of bounds"));
+        }
+    }
+    if let Some(k) = st.frame_ids.iter().position(|&f| f as usize >= st.frames.len()) {
+        return Err(bad(format!("trace.stacks.frame_ids[{k}]"), "frame index out of range"));
+    }
+    for (k, &(ev, s)) in st.event_stacks.iter().enumerate() {
+        if ev as usize >= n || s as usize >= st.stacks.len() || (k > 0 && ev <= st.event_stacks[k - 1].0) {
+            return Err(bad(format!("trace.stacks.event_stacks[{k}]"), "event or stack index out of range or unsorted"));
+        }
+    }
+    for (k, s) in t.initial_segments.iter().enumerate() {
+        if s.device as usize >= t.devices.len() {
+            return Err(bad(format!("trace.initial_segments[{k}].device"), "device out of range"));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,680 @@
+//! Importer of PyTorch memory snapshots (`torch.cuda.memory._dump_snapshot` pickles).
+//!
+//! Trace entries record requested sizes; the allocator counts blocks. The importer therefore
+//! replays segments and blocks ([`crate::allocator`]) starting from the memory that existed
+//! before recording began, recovered from the final `segments` state, so that every event's
+//! `allocated_bytes` is what `torch.cuda.memory_allocated()` said at that moment.
+
+use super::pickle::{self, Pickle, Value, ValueId};
+use super::ImportError;
+use crate::allocator::{AllocatorConfig, AllocatorState, SMALL_SEGMENT_BYTES};
+use crate::model::{
+    BlockInfo, BlockState, Device, EventRecord, EventType, Frame, LayerScope, Phase, Pool, SegmentInfo, StrId,
+    Totals, Trace, TraceMeta, SourceFormat,
+};
+use std::collections::{HashMap, HashSet};
+
+/// A typed view of the pickle with JSON-path-like error locations.
+struct View<'a> {
+    p: &'a Pickle,
+}
+
+impl<'a> View<'a> {
+    fn err(&self, path: &str, reason: impl Into<String>) -> ImportError {
+        ImportError::Snapshot {
+            path: path.to_owned(),
+            reason: reason.into(),
+        }
+    }
+
+    fn list(&self, id: ValueId, path: &str) -> Result<&'a [ValueId], ImportError> {
+        match self.p.get(id) {
+            Value::List(l) | Value::Tuple(l) => Ok(l),
+            other => Err(self.err(path, format!("expected a list, found {}", other.type_name()))),
+        }
+    }
+
+    fn field(&self, id: ValueId, key: &str, path: &str) -> Result<ValueId, ImportError> {
+        if !matches!(self.p.get(id), Value::Dict(_)) {
+            return Err(self.err(path, format!("expected a dict, found {}", self.p.get(id).type_name())));
+        }
+        self.p
+            .dict_get(id, key)
+            .ok_or_else(|| self.err(path, format!("expected key '{key}', which is missing")))
+    }
+
+    fn int(&self, id: ValueId, key: &str, path: &str) -> Result<i64, ImportError> {
+        let v = self.field(id, key, path)?;
+        match self.p.get(v) {
+            Value::Int(i) => Ok(*i),
+            Value::Bool(b) => Ok(*b as i64),
+            other => Err(self.err(&format!("{path}.{key}"), format!("expected an integer, found {}", other.type_name()))),
+        }
+    }
+
+    fn size(&self, id: ValueId, key: &str, path: &str) -> Result<u64, ImportError> {
+        let v = self.int(id, key, path)?;
+        u64::try_from(v).map_err(|_| self.err(&format!("{path}.{key}"), format!("expected a size ≥ 0, found {v}")))
+    }
+
+    fn opt_int(&self, id: ValueId, key: &str) -> Option<i64> {
+        match self.p.dict_get(id, key).map(|v| self.p.get(v)) {
+            Some(Value::Int(i)) => Some(*i),
+            _ => None,
+        }
+    }
+
+    fn str(&self, id: ValueId, key: &str, path: &str) -> Result<&'a str, ImportError> {
+        let v = self.field(id, key, path)?;
+        match self.p.get(v) {
+            Value::Str(s) => Ok(s),
+            other => Err(self.err(&format!("{path}.{key}"), format!("expected a string, found {}", other.type_name()))),
+        }
+    }
+
+    fn opt_str(&self, id: ValueId, key: &str) -> Option<&'a str> {
+        match self.p.dict_get(id, key).map(|v| self.p.get(v)) {
+            Some(Value::Str(s)) => Some(s),
+            _ => None,
+        }
+    }
+}
+
+/// Converts a pickle value to JSON for display (allocator settings).
+fn to_json(p: &Pickle, id: ValueId, depth: usize) -> serde_json::Value {
+    use serde_json::Value as J;
+    if depth > 16 {
+        return J::Null;
+    }
+    match p.get(id) {
+        Value::None => J::Null,
+        Value::Bool(b) => J::Bool(*b),
+        Value::Int(i) => J::from(*i),
+        Value::Float(f) => serde_json::Number::from_f64(*f).map(J::Number).unwrap_or(J::Null),
+        Value::Str(s) => J::String(s.clone()),
+        Value::Bytes(b) => J::String(format!("<{} bytes>", b.len())),
+        Value::List(l) | Value::Tuple(l) | Value::Set(l) => J::Array(l.iter().map(|&v| to_json(p, v, depth + 1)).collect()),
+        Value::Dict(d) => {
+            let mut m = serde_json::Map::new();
+            for &(k, v) in d {
+                let key = match p.get(k) {
+                    Value::Str(s) => s.clone(),
+                    Value::Int(i) => i.to_string(),
+                    other => other.type_name().to_owned(),
+                };
+                m.insert(key, to_json(p, v, depth + 1));
+            }
+            J::Object(m)
+        }
+    }
+}
+
+fn config_from_settings(v: &View, settings: Option<ValueId>) -> AllocatorConfig {
+    let mut c = AllocatorConfig::default();
+    let Some(s) = settings else { return c };
+    if let Some(m) = v.opt_int(s, "max_split_size") {
+        if m > 0 {
+            c.max_split_bytes = Some(m as u64);
+        }
+    }
+    if let Some(Value::Bool(b)) = v.p.dict_get(s, "expandable_segments").map(|x| v.p.get(x)) {
+        c.expandable_segments = *b;
+    }
+    if let Some(Value::Dict(d)) = v.p.dict_get(s, "roundup_power2_divisions").map(|x| v.p.get(x)) {
+        let mut divs = Vec::new();
+        for &(k, val) in d {
+            let (Value::Str(k), Value::Int(n)) = (v.p.get(k), v.p.get(val)) else { continue };
+            let Ok(mb) = k.parse::<u64>() else { continue };
+            if mb == 0 || !mb.is_power_of_two() {
+                continue;
+            }
+            let idx = mb.trailing_zeros() as usize;
+            if divs.len() <= idx {
+                divs.resize(idx + 1, 0);
+            }
+            divs[idx] = (*n).max(0) as u64;
+        }
+        if divs.iter().any(|&d| d > 1) {
+            c.roundup_power2_divisions = divs;
+        }
+    }
+    c
+}
+
+/// One trace entry, decoded.
+struct Entry {
+    device: usize,
+    action: Action,
+    addr: u64,
+    size: u64,
+    stream: i64,
+    time_us: i64,
+    frames: Option<ValueId>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Action {
+    Alloc,
+    FreeRequested,
+    FreeCompleted,
+    /// Older snapshots: a free that is both requested and completed.
+    Free,
+    SegmentAlloc,
+    SegmentFree,
+    SegmentMap,
+    SegmentUnmap,
+    Snapshot,
+    Oom,
+}
+
+fn parse_action(s: &str) -> Option<Action> {
+    Some(match s {
+        "alloc" => Action::Alloc,
+        "free_requested" => Action::FreeRequested,
+        "free_completed" => Action::FreeCompleted,
+        "free" => Action::Free,
+        "segment_alloc" => Action::SegmentAlloc,
+        "segment_free" => Action::SegmentFree,
+        "segment_map" => Action::SegmentMap,
+        "segment_unmap" => Action::SegmentUnmap,
+        "snapshot" => Action::Snapshot,
+        "oom" => Action::Oom,
+        _ => return None,
+    })
+}
+
+fn stream_name(stream: i64) -> String {
+    if stream == 0 {
+        "default".to_owned()
+    } else {
+        format!("0x{stream:x}")
+    }
+}
+
+fn pool_for_segment(size: u64) -> Pool {
+    if size == SMALL_SEGMENT_BYTES {
+        Pool::Small
+    } else {
+        Pool::Large
+    }
+}
+
+/// Interns frames and stacks, caching by pickle value id (snapshots share frame objects).
+struct StackInterner {
+    frame_cache: HashMap<ValueId, u32>,
+    stack_cache: HashMap<ValueId, (u32, Phase, StrId)>,
+}
+
+impl StackInterner {
+    fn stack(&mut self, v: &View, trace: &mut Trace, frames: ValueId, path: &str) -> Result<(u32, Phase, StrId), ImportError> {
+        if let Some(&s) = self.stack_cache.get(&frames) {
+            return Ok(s);
+        }
+        let list = v.list(frames, path)?;
+        let mut ids = Vec::with_capacity(list.len());
+        for (i, &f) in list.iter().enumerate() {
+            let id = match self.frame_cache.get(&f) {
+                Some(&id) => id,
+                None => {
+                    let fpath = format!("{path}[{i}]");
+                    let name = v.str(f, "name", &fpath)?;
+                    let filename = v.str(f, "filename", &fpath)?;
+                    let line = v.opt_int(f, "line").unwrap_or(0).clamp(0, u32::MAX as i64) as u32;
+                    let frame = Frame {
+                        name: trace.strings.intern(name),
+                        filename: trace.strings.intern(filename),
+                        line,
+                    };
+                    let id = trace.stacks.intern_frame(frame);
+                    self.frame_cache.insert(f, id);
+                    id
+                }
+            };
+            ids.push(id);
+        }
+        let (phase, layer) = classify_stack(trace, &ids);
+        let stack = trace.stacks.intern_stack(ids);
+        self.stack_cache.insert(frames, (stack, phase, layer));
+        Ok((stack, phase, layer))
+    }
+}
+
+/// Phase and a layer name from an allocation's stack: the autograd engine means backward,
+/// `torch/optim` means optimizer, `torch/nn/modules` means forward; the layer is the innermost
+/// Python frame of user code (`name (file.py:line)`), which is what a user can act on.
+fn classify_stack(trace: &mut Trace, frame_ids: &[u32]) -> (Phase, StrId) {
+    let mut phase = Phase::Other;
+    let mut user: Option<(StrId, StrId, u32)> = None;
+    for &fid in frame_ids {
+        let f = trace.stacks.frames[fid as usize];
+        let name = trace.str(f.name);
+        let file = trace.str(f.filename);
+        if phase == Phase::Other {
+            if name.contains("torch::autograd::Engine") || name.contains("evaluate_function") {
+                phase = Phase::Backward;
+            } else if file.contains("/torch/optim/") {
+                phase = Phase::Optimizer;
+            } else if file.contains("/torch/nn/modules/") {
+                phase = Phase::Forward;
+            }
+        }
+        if user.is_none() && file.ends_with(".py") && !file.contains("/site-packages/") && !file.contains("/torch/") {
+            user = Some((f.name, f.filename, f.line));
+        }
+    }
+    let layer = match user {
+        Some((n, file, line)) => {
+            let base = trace.str(file).rsplit('/').next().unwrap_or("").to_owned();
+            let label = format!("{} ({base}:{line})", trace.str(n));
+            trace.strings.intern(&label)
+        }
+        None => StrId::NONE,
+    };
+    (phase, layer)
+}
+
+/// Imports a snapshot pickle.
+pub fn import(data: &[u8]) -> Result<Trace, ImportError> {
+    let p = pickle::parse(data)?;
+    let v = View { p: &p };
+    let root = p.root;
+    let Value::Dict(items) = p.get(root) else {
+        return Err(ImportError::NotASnapshot {
+            found: format!("a pickled {}", p.get(root).type_name()),
+        });
+    };
+    let (Some(segments_id), Some(traces_id)) = (p.dict_get(root, "segments"), p.dict_get(root, "device_traces")) else {
+        let keys: Vec<String> = items
+            .iter()
+            .take(8)
+            .map(|(k, _)| match p.get(*k) {
+                Value::Str(s) => format!("'{s}'"),
+                other => other.type_name().to_owned(),
+            })
+            .collect();
+        return Err(ImportError::NotASnapshot {
+            found: format!("a dict with keys [{}]", keys.join(", ")),
+        });
+    };
+
+    let settings = p.dict_get(root, "allocator_settings");
+    let config = config_from_settings(&v, settings);
+    let mut meta = TraceMeta::new(SourceFormat::PytorchSnapshot);
+    meta.allocator_settings = settings.map(|s| to_json(&p, s, 0));
+    let mut trace = Trace::new(meta);
+
+    // Final state.
+    struct FinalSeg {
+        address: u64,
+        size: u64,
+        device: usize,
+        stream: i64,
+        pool: Pool,
+        blocks: Vec<(u64, u64, bool)>, // address, size, allocated (active)
+    }
+    let mut finals = Vec::new();
+    for (i, &s) in v.list(segments_id, "segments")?.iter().enumerate() {
+        let path = format!("segments[{i}]");
+        let address = v.size(s, "address", &path)?;
+        let size = v.size(s, "total_size", &path)?;
+        let device = v.size(s, "device", &path)? as usize;
+        let stream = v.opt_int(s, "stream").unwrap_or(0);
+        let pool = match v.opt_str(s, "segment_type") {
+            Some("small") => Pool::Small,
+            Some("large") => Pool::Large,
+            _ => pool_for_segment(size),
+        };
+        let mut blocks = Vec::new();
+        let blocks_id = v.field(s, "blocks", &path)?;
+        for (j, &b) in v.list(blocks_id, &format!("{path}.blocks"))?.iter().enumerate() {
+            let bpath = format!("{path}.blocks[{j}]");
+            let state = v.str(b, "state", &bpath)?;
+            let address = v.opt_int(b, "address").map(|a| a as u64);
+            let bsize = v.size(b, "size", &bpath)?;
+            // Older snapshots omit block addresses; blocks are contiguous from the segment start.
+            let addr = address.unwrap_or_else(|| address_from_previous(&blocks, s, &v));
+            blocks.push((addr, bsize, state.starts_with("active")));
+        }
+        finals.push(FinalSeg {
+            address,
+            size,
+            device,
+            stream,
+            pool,
+            blocks,
+        });
+    }
+
+    // Trace entries of every device, merged by time.
+    let mut entries = Vec::new();
+    let mut skipped: HashMap<String, usize> = HashMap::new();
+    for (dev, &t) in v.list(traces_id, "device_traces")?.iter().enumerate() {
+        for (i, &e) in v.list(t, &format!("device_traces[{dev}]"))?.iter().enumerate() {
+            let path = format!("device_traces[{dev}][{i}]");
+            let action_s = v.str(e, "action", &path)?;
+            let Some(action) = parse_action(action_s) else {
+                *skipped.entry(action_s.to_owned()).or_default() += 1;
+                continue;
+            };
+            entries.push(Entry {
+                device: dev,
+                action,
+                addr: v.opt_int(e, "addr").unwrap_or(0) as u64,
+                size: v.size(e, "size", &path).or_else(|err| match action {
+                    Action::Snapshot => Ok(0),
+                    _ => Err(err),
+                })?,
+                stream: v.opt_int(e, "stream").unwrap_or(0),
+                time_us: v.opt_int(e, "time_us").unwrap_or(0),
+                frames: p.dict_get(e, "frames"),
+            });
+        }
+    }
+    let mut skipped: Vec<(String, usize)> = skipped.into_iter().collect();
+    skipped.sort();
+    for (action, n) in &skipped {
+        trace
+            .meta
+            .warnings
+            .push(format!("skipped {n} trace entries with unknown action '{action}'"));
+    }
+    entries.sort_by_key(|e| e.time_us); // stable: keeps each device's order for equal times
+
+    let max_device = finals
+        .iter()
+        .map(|f| f.device)
+        .chain(entries.iter().map(|e| e.device))
+        .max();
+    if let Some(max_device) = max_device {
+        if max_device > 255 {
+            return Err(ImportError::Snapshot {
+                path: "segments".into(),
+                reason: format!("device index {max_device} is out of range (at most 255)"),
+            });
+        }
+        for d in 0..=max_device {
+            trace.device_index(Device {
+                kind: "cuda".into(),
+                index: d as i32,
+            });
+        }
+    }
+
+    // What existed before the first entry: segments the trace never allocates and blocks it
+    // frees before allocating (or never touches, if they are alive at the end).
+    let mut seg_seen: HashSet<(usize, u64)> = HashSet::new();
+    let mut pre_segments: Vec<(usize, u64, u64, i64)> = Vec::new(); // device, addr, size, stream
+    let mut block_first: HashMap<(usize, u64), Action> = HashMap::new();
+    let mut pre_blocks: Vec<(usize, u64, u64)> = Vec::new(); // device, addr, requested size
+    for e in &entries {
+        match e.action {
+            Action::SegmentAlloc | Action::SegmentMap => {
+                seg_seen.insert((e.device, e.addr));
+            }
+            Action::SegmentFree | Action::SegmentUnmap => {
+                if seg_seen.insert((e.device, e.addr)) {
+                    pre_segments.push((e.device, e.addr, e.size, e.stream));
+                }
+            }
+            Action::Alloc => {
+                block_first.entry((e.device, e.addr)).or_insert(Action::Alloc);
+            }
+            Action::FreeRequested | Action::FreeCompleted | Action::Free => {
+                if let std::collections::hash_map::Entry::Vacant(slot) = block_first.entry((e.device, e.addr)) {
+                    slot.insert(e.action);
+                    pre_blocks.push((e.device, e.addr, e.size));
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut initial: Vec<SegmentInfo> = Vec::new();
+    for f in &finals {
+        if seg_seen.contains(&(f.device, f.address)) {
+            continue;
+        }
+        let blocks = f
+            .blocks
+            .iter()
+            .filter(|&&(a, _, active)| active && !block_first.contains_key(&(f.device, a)))
+            .map(|&(a, s, _)| BlockInfo {
+                address: a,
+                size_bytes: s,
+                state: BlockState::Allocated,
+            })
+            .collect();
+        let stream = trace.stream_index(&stream_name(f.stream));
+        initial.push(SegmentInfo {
+            address: f.address,
+            size_bytes: f.size,
+            device: f.device as u8,
+            stream,
+            pool: f.pool,
+            blocks,
+        });
+    }
+    for &(device, addr, size, stream) in &pre_segments {
+        let stream = trace.stream_index(&stream_name(stream));
+        initial.push(SegmentInfo {
+            address: addr,
+            size_bytes: size,
+            device: device as u8,
+            stream,
+            pool: pool_for_segment(size),
+            blocks: Vec::new(),
+        });
+    }
+    // Blocks freed before being allocated were alive at the start; place them in their segment.
+    let mut loose_allocated: HashMap<(usize, u64), u64> = HashMap::new();
+    for &(device, addr, requested) in &pre_blocks {
+        let size = config.round_size(requested);
+        let seg = initial
+            .iter_mut()
+            .find(|s| s.device as usize == device && s.address <= addr && addr < s.address + s.size_bytes);
+        match seg {
+            Some(seg) => seg.blocks.push(BlockInfo {
+                address: addr,
+                size_bytes: size,
+                state: BlockState::Allocated,
+            }),
+            None => {
+                loose_allocated.insert((device, addr), size);
+            }
+        }
+    }
+    for s in &mut initial {
+        s.blocks.sort_by_key(|b| b.address);
+        s.blocks.dedup_by_key(|b| b.address);
+    }
+    initial.sort_by_key(|s| (s.device, s.address));
+
+    // One allocator model per device.
+    let n_dev = trace.devices.len();
+    let mut states: Vec<AllocatorState> = (0..n_dev).map(|_| AllocatorState::new(config.clone())).collect();
+    for s in &initial {
+        states[s.device as usize].add_segment_info(s);
+    }
+    for (d, state) in states.iter().enumerate() {
+        let loose: u64 = loose_allocated
+            .iter()
+            .filter(|((dev, _), _)| *dev == d)
+            .map(|(_, &s)| s)
+            .sum();
+        trace.events.set_base_totals(
+            d,
+            Totals {
+                allocated_bytes: state.allocated_bytes() + loose,
+                reserved_bytes: state.reserved_bytes(),
+            },
+        );
+    }
+    let pre_allocated: u64 = trace.events.base_totals.iter().map(|t| t.allocated_bytes).sum();
+    if pre_allocated > 0 {
+        trace.meta.warnings.push(format!(
+            "{pre_allocated} bytes were allocated before recording began (recovered from the final segment state)"
+        ));
+    }
+    trace.initial_segments = initial;
+
+    // External annotations (e.g. `Optimizer.step#SGD.step`) become scopes.
+    if let Some(ann) = p.dict_get(root, "external_annotations") {
+        import_annotations(&v, &mut trace, ann)?;
+    }
+    let optimizer_spans: Vec<(u64, u64, StrId)> = trace
+        .scopes
+        .iter()
+        .filter(|s| trace.str(s.name).starts_with("Optimizer.step"))
+        .map(|s| (s.start_ns, s.end_ns, s.name))
+        .collect();
+
+    let mut interner = StackInterner {
+        frame_cache: HashMap::new(),
+        stack_cache: HashMap::new(),
+    };
+    let mut estimated = 0usize;
+    let mut pending_free: HashMap<(usize, u64), u64> = HashMap::new();
+    let mut span_cursor = 0;
+    for (i, e) in entries.iter().enumerate() {
+        let dev = e.device;
+        let state = &mut states[dev];
+        let (event_type, size) = match e.action {
+            Action::Alloc => (EventType::Alloc, state.alloc(e.addr, e.size)),
+            Action::FreeRequested | Action::Free => {
+                let size = match state.allocated_block(e.addr).or_else(|| loose_allocated.remove(&(dev, e.addr))) {
+                    Some(s) => s,
+                    None => {
+                        estimated += 1;
+                        config.round_size(e.size)
+                    }
+                };
+                if e.action == Action::Free {
+                    state.free(e.addr);
+                } else {
+                    pending_free.insert((dev, e.addr), size);
+                }
+                (EventType::Free, size)
+            }
+            Action::FreeCompleted => {
+                let size = state
+                    .free(e.addr)
+                    .or_else(|| pending_free.get(&(dev, e.addr)).copied())
+                    .unwrap_or_else(|| config.round_size(e.size));
+                pending_free.remove(&(dev, e.addr));
+                (EventType::FreeCompleted, size)
+            }
+            Action::SegmentAlloc | Action::SegmentMap => {
+                let stream = trace.stream_index(&stream_name(e.stream));
+                let pool = finals
+                    .iter()
+                    .find(|f| f.device == dev && f.address == e.addr)
+                    .map(|f| f.pool)
+                    .unwrap_or_else(|| pool_for_segment(e.size));
+                states[dev].segment_alloc(e.addr, e.size, dev as u8, stream, pool);
+                let et = if e.action == Action::SegmentAlloc { EventType::SegmentAlloc } else { EventType::SegmentMap };
+                (et, e.size)
+            }
+            Action::SegmentFree | Action::SegmentUnmap => {
+                state.segment_free(e.addr);
+                let et = if e.action == Action::SegmentFree { EventType::SegmentFree } else { EventType::SegmentUnmap };
+                (et, e.size)
+            }
+            Action::Snapshot => (EventType::Snapshot, 0),
+            Action::Oom => (EventType::Oom, e.size),
+        };
+        let ts_ns = (e.time_us.max(0) as u64).saturating_mul(1000);
+        let (stack, mut phase, mut layer) = match e.frames {
+            Some(f) if !matches!(p.get(f), Value::List(l) if l.is_empty()) => {
+                let (s, ph, l) = interner.stack(&v, &mut trace, f, &format!("device_traces[{dev}][{i}].frames"))?;
+                (Some(s), ph, l)
+            }
+            _ => (None, Phase::Other, StrId::NONE),
+        };
+        // Entries come in time order, so one cursor walks the (sorted) optimizer spans.
+        while span_cursor < optimizer_spans.len() && optimizer_spans[span_cursor].1 < ts_ns {
+            span_cursor += 1;
+        }
+        if let Some(&(start, _, name)) = optimizer_spans.get(span_cursor) {
+            if start <= ts_ns {
+                phase = Phase::Optimizer;
+                layer = name;
+            }
+        }
+        let stream = trace.stream_index(&stream_name(e.stream));
+        let index = trace.events.len() as u32;
+        trace.events.push(EventRecord {
+            ts_ns,
+            event_type,
+            phase,
+            size_bytes: size,
+            address: e.addr,
+            layer,
+            device: dev as u8,
+            stream,
+            totals: None,
+        });
+        if let Some(s) = stack {
+            trace.stacks.event_stacks.push((index, s));
+        }
+        if e.action == Action::Free {
+            // Older snapshots free in one step: record the completion too, so replays of the
+            // segment state see the block released.
+            trace.events.push(EventRecord {
+                ts_ns,
+                event_type: EventType::FreeCompleted,
+                phase,
+                size_bytes: size,
+                address: e.addr,
+                layer,
+                device: dev as u8,
+                stream,
+                totals: None,
+            });
+        }
+    }
+    if estimated > 0 {
+        trace.meta.warnings.push(format!(
+            "{estimated} frees of blocks not seen allocated were sized by rounding the requested size"
+        ));
+    }
+    trace.meta.start_unix_ns = trace.events.ts_ns.first().copied();
+    trace.finish();
+    Ok(trace)
+}
+
+fn address_from_previous(blocks: &[(u64, u64, bool)], seg: ValueId, v: &View) -> u64 {
+    match blocks.last() {
+        Some(&(a, s, _)) => a + s,
+        None => v.opt_int(seg, "address").unwrap_or(0) as u64,
+    }
+}
+
+fn import_annotations(v: &View, trace: &mut Trace, ann: ValueId) -> Result<(), ImportError> {
+    let mut open: HashMap<String, Vec<u64>> = HashMap::new();
+    for (i, &a) in v.list(ann, "external_annotations")?.iter().enumerate() {
+        let path = format!("external_annotations[{i}]");
+        let (Some(stage), Some(name)) = (v.opt_str(a, "stage"), v.opt_str(a, "name")) else {
+            continue;
+        };
+        let ts = (v.int(a, "time_us", &path)?.max(0) as u64).saturating_mul(1000);
+        match stage {
+            "START" => open.entry(name.to_owned()).or_default().push(ts),
+            "END" => {
+                if let Some(start) = open.get_mut(name).and_then(Vec::pop) {
+                    let phase = if name.starts_with("Optimizer.") { Phase::Optimizer } else { Phase::Other };
+                    let id = trace.strings.intern(name);
+                    trace.scopes.push(LayerScope {
+                        name: id,
+                        start_ns: start,
+                        end_ns: ts,
+                        depth: 0,
+                        phase,
+                        thread: 0,
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
+    trace.scopes.sort_by_key(|s| (s.start_ns, std::cmp::Reverse(s.end_ns)));
+    Ok(())
+}

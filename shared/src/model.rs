@@ -1,0 +1,980 @@
+//! The trace data model: memory events (columnar, 32 bytes each), operators, layer scopes,
+//! allocator state and metadata.
+//!
+//! Memory events are stored as columns rather than as a `Vec<MemoryEvent>`: the running totals
+//! (`allocated_bytes`, `reserved_bytes`) are derived from the event kinds and sizes, plus a sparse
+//! list of the places where the source reported a total that differs from the running sum. This
+//! keeps a recorded event at 32 bytes while every total stays exactly what the source said.
+//! [`MemoryEvent`] is the materialised, API-facing view of one event.
+
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+
+/// Index into [`StringTable`]. `StrId::NONE` stands for "no string" (e.g. no layer).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct StrId(pub u32);
+
+impl StrId {
+    pub const NONE: StrId = StrId(u32::MAX);
+
+    pub fn is_none(self) -> bool {
+        self == Self::NONE
+    }
+}
+
+/// Interned strings: every name in a trace (layers, ops, frames, streams) is stored once.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(from = "Vec<String>", into = "Vec<String>")]
+pub struct StringTable {
+    strings: Vec<String>,
+    index: HashMap<String, u32>,
+}
+
+impl From<Vec<String>> for StringTable {
+    fn from(strings: Vec<String>) -> Self {
+        let index = strings
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (s.clone(), i as u32))
+            .collect();
+        Self { strings, index }
+    }
+}
+
+impl From<StringTable> for Vec<String> {
+    fn from(table: StringTable) -> Self {
+        table.strings
+    }
+}
+
+impl StringTable {
+    pub fn intern(&mut self, s: &str) -> StrId {
+        if let Some(&id) = self.index.get(s) {
+            return StrId(id);
+        }
+        let id = self.strings.len() as u32;
+        self.strings.push(s.to_owned());
+        self.index.insert(s.to_owned(), id);
+        StrId(id)
+    }
+
+    /// The id of `s` if it was interned.
+    pub fn lookup(&self, s: &str) -> Option<StrId> {
+        self.index.get(s).map(|&i| StrId(i))
+    }
+
+    /// The string of `id`; `None` for [`StrId::NONE`] or an id out of range.
+    pub fn get(&self, id: StrId) -> Option<&str> {
+        self.strings.get(id.0 as usize).map(String::as_str)
+    }
+
+    pub fn len(&self) -> usize {
+        self.strings.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.strings.is_empty()
+    }
+
+    pub fn heap_bytes(&self) -> usize {
+        // Each string is held twice (vector and index key) plus the map's slots.
+        self.strings.iter().map(|s| 2 * s.capacity()).sum::<usize>()
+            + self.strings.capacity() * std::mem::size_of::<String>()
+            + self.index.capacity() * (std::mem::size_of::<String>() + 4 + 8)
+    }
+}
+
+/// What happened to memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[repr(u8)]
+pub enum EventType {
+    /// A block was handed out: `allocated_bytes` grows by `size_bytes`.
+    Alloc = 0,
+    /// A block was given back: `allocated_bytes` shrinks by `size_bytes`. For CUDA snapshots
+    /// this is `free_requested`, the moment the allocator's counters drop.
+    Free = 1,
+    /// The allocator finished freeing a block (snapshot `free_completed`; after stream syncs).
+    FreeCompleted = 2,
+    /// A memory snapshot was taken.
+    Snapshot = 3,
+    LayerEnter = 4,
+    LayerExit = 5,
+    /// A segment was reserved from the device (`cudaMalloc`): `reserved_bytes` grows.
+    SegmentAlloc = 6,
+    /// A segment went back to the device: `reserved_bytes` shrinks.
+    SegmentFree = 7,
+    /// Expandable segments: pages mapped into a segment (`reserved_bytes` grows).
+    SegmentMap = 8,
+    /// Expandable segments: pages unmapped (`reserved_bytes` shrinks).
+    SegmentUnmap = 9,
+    /// The allocator ran out of memory; `size_bytes` is the request that failed.
+    Oom = 10,
+}
+
+impl EventType {
+    pub const ALL: [EventType; 11] = [
+        EventType::Alloc,
+        EventType::Free,
+        EventType::FreeCompleted,
+        EventType::Snapshot,
+        EventType::LayerEnter,
+        EventType::LayerExit,
+        EventType::SegmentAlloc,
+        EventType::SegmentFree,
+        EventType::SegmentMap,
+        EventType::SegmentUnmap,
+        EventType::Oom,
+    ];
+
+    pub fn from_u8(v: u8) -> Option<Self> {
+        Self::ALL.get(v as usize).copied()
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::Alloc => "alloc",
+            EventType::Free => "free",
+            EventType::FreeCompleted => "free_completed",
+            EventType::Snapshot => "snapshot",
+            EventType::LayerEnter => "layer_enter",
+            EventType::LayerExit => "layer_exit",
+            EventType::SegmentAlloc => "segment_alloc",
+            EventType::SegmentFree => "segment_free",
+            EventType::SegmentMap => "segment_map",
+            EventType::SegmentUnmap => "segment_unmap",
+            EventType::Oom => "oom",
+        }
+    }
+
+    /// How this event moves the (allocated, reserved) totals of its device.
+    fn deltas(self, size_bytes: u64) -> (i128, i128) {
+        let s = size_bytes as i128;
+        match self {
+            EventType::Alloc => (s, 0),
+            EventType::Free => (-s, 0),
+            EventType::SegmentAlloc | EventType::SegmentMap => (0, s),
+            EventType::SegmentFree | EventType::SegmentUnmap => (0, -s),
+            _ => (0, 0),
+        }
+    }
+}
+
+/// Which part of a training step an event or operator belongs to.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[repr(u8)]
+pub enum Phase {
+    Forward = 0,
+    Backward = 1,
+    Optimizer = 2,
+    #[default]
+    Other = 3,
+}
+
+impl Phase {
+    pub fn from_u8(v: u8) -> Option<Self> {
+        [Phase::Forward, Phase::Backward, Phase::Optimizer, Phase::Other]
+            .get(v as usize)
+            .copied()
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Forward => "forward",
+            Phase::Backward => "backward",
+            Phase::Optimizer => "optimizer",
+            Phase::Other => "other",
+        }
+    }
+}
+
+/// A device as the source names it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Device {
+    /// `cuda`, `cpu`, or what the source says.
+    pub kind: String,
+    pub index: i32,
+}
+
+impl std::fmt::Display for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.index < 0 {
+            write!(f, "{}", self.kind)
+        } else {
+            write!(f, "{}:{}", self.kind, self.index)
+        }
+    }
+}
+
+/// Every event's row, as handed to [`EventStore::push`].
+#[derive(Clone, Copy, Debug)]
+pub struct EventRecord {
+    pub ts_ns: u64,
+    pub event_type: EventType,
+    pub phase: Phase,
+    pub size_bytes: u64,
+    pub address: u64,
+    pub layer: StrId,
+    /// Index into [`Trace::devices`].
+    pub device: u8,
+    /// Index into [`Trace::streams`].
+    pub stream: u16,
+    /// Totals after this event as the source reported them; `None` means "derive them".
+    pub totals: Option<Totals>,
+}
+
+/// Allocated and reserved bytes of one device at one moment.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Totals {
+    pub allocated_bytes: u64,
+    pub reserved_bytes: u64,
+}
+
+impl Totals {
+    /// (reserved − allocated) / reserved, 0 when nothing is reserved.
+    pub fn fragmentation_ratio(self) -> f64 {
+        if self.reserved_bytes == 0 {
+            0.0
+        } else {
+            self.reserved_bytes.saturating_sub(self.allocated_bytes) as f64
+                / self.reserved_bytes as f64
+        }
+    }
+
+    fn apply(self, (da, dr): (i128, i128)) -> Totals {
+        let clamp = |v: i128| v.clamp(0, u64::MAX as i128) as u64;
+        Totals {
+            allocated_bytes: clamp(self.allocated_bytes as i128 + da),
+            reserved_bytes: clamp(self.reserved_bytes as i128 + dr),
+        }
+    }
+}
+
+/// Where the source's totals differ from the running sum, the source wins.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TotalsOverride {
+    pub index: u32,
+    pub totals: Totals,
+}
+
+const CHECKPOINT_EVERY: usize = 1024;
+
+/// Memory events as columns. 32 bytes per event; totals are derived (see module docs).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct EventStore {
+    pub ts_ns: Vec<u64>,
+    pub size_bytes: Vec<u64>,
+    pub address: Vec<u64>,
+    pub layer: Vec<StrId>,
+    /// `EventType` in the low 5 bits, `Phase` in the high 3.
+    pub tag: Vec<u8>,
+    pub device: Vec<u8>,
+    pub stream: Vec<u16>,
+    /// Totals of each device before the first event, indexed like [`Trace::devices`].
+    pub base_totals: Vec<Totals>,
+    /// Sorted by index.
+    pub overrides: Vec<TotalsOverride>,
+    /// Per-device totals before every `CHECKPOINT_EVERY`-th event; rebuilt, never stored.
+    #[serde(skip)]
+    checkpoints: Vec<Totals>,
+    #[serde(skip)]
+    running: Vec<Totals>,
+}
+
+impl EventStore {
+    pub fn new(base_totals: Vec<Totals>) -> Self {
+        Self {
+            running: base_totals.clone(),
+            base_totals,
+            ..Self::default()
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.ts_ns.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ts_ns.is_empty()
+    }
+
+    fn device_count(&self) -> usize {
+        self.base_totals.len()
+    }
+
+    /// Appends one event. Events must come in time order; `rec.device` must index `base_totals`
+    /// (call [`EventStore::ensure_device`] first).
+    pub fn push(&mut self, rec: EventRecord) {
+        let i = self.len();
+        let d = self.device_count();
+        if i % CHECKPOINT_EVERY == 0 {
+            self.checkpoints.extend_from_slice(&self.running);
+        }
+        let dev = rec.device as usize;
+        let predicted = self.running[dev].apply(rec.event_type.deltas(rec.size_bytes));
+        let actual = match rec.totals {
+            Some(t) if t != predicted => {
+                self.overrides.push(TotalsOverride {
+                    index: i as u32,
+                    totals: t,
+                });
+                t
+            }
+            _ => predicted,
+        };
+        debug_assert_eq!(self.running.len(), d);
+        self.running[dev] = actual;
+        self.ts_ns.push(rec.ts_ns);
+        self.size_bytes.push(rec.size_bytes);
+        self.address.push(rec.address);
+        self.layer.push(rec.layer);
+        self.tag.push(rec.event_type as u8 | ((rec.phase as u8) << 5));
+        self.device.push(rec.device);
+        self.stream.push(rec.stream);
+    }
+
+    /// Makes room for device index `dev` (with zero base totals) if it is new. A device that
+    /// appears after events exist rebuilds the checkpoints (devices are few, so this is rare).
+    pub fn ensure_device(&mut self, dev: usize) {
+        if dev < self.device_count() {
+            return;
+        }
+        while self.base_totals.len() <= dev {
+            self.base_totals.push(Totals::default());
+            self.running.push(Totals::default());
+        }
+        if !self.is_empty() {
+            self.rebuild_index();
+        }
+    }
+
+    /// Sets the totals of device `dev` before the first event (memory that existed before
+    /// recording began).
+    pub fn set_base_totals(&mut self, dev: usize, totals: Totals) {
+        self.ensure_device(dev);
+        self.base_totals[dev] = totals;
+        self.rebuild_index();
+    }
+
+    pub fn event_type(&self, i: usize) -> EventType {
+        EventType::from_u8(self.tag[i] & 0x1f).unwrap_or(EventType::Snapshot)
+    }
+
+    pub fn phase(&self, i: usize) -> Phase {
+        Phase::from_u8(self.tag[i] >> 5).unwrap_or(Phase::Other)
+    }
+
+    /// Rebuilds checkpoints and running totals after deserialising.
+    pub(crate) fn rebuild_index(&mut self) {
+        self.checkpoints.clear();
+        self.running = self.base_totals.clone();
+        let mut ov = 0;
+        for i in 0..self.len() {
+            if i % CHECKPOINT_EVERY == 0 {
+                self.checkpoints.extend_from_slice(&self.running);
+            }
+            let dev = self.device[i] as usize;
+            let et = self.event_type(i);
+            self.running[dev] = self.running[dev].apply(et.deltas(self.size_bytes[i]));
+            if ov < self.overrides.len() && self.overrides[ov].index as usize == i {
+                self.running[dev] = self.overrides[ov].totals;
+                ov += 1;
+            }
+        }
+    }
+
+    /// Totals of every device after the last event.
+    pub fn final_totals(&self) -> &[Totals] {
+        &self.running
+    }
+
+    /// Totals of the event's own device after event `i`. O(CHECKPOINT_EVERY) at worst; use
+    /// [`EventStore::cursor`] to walk events in order.
+    pub fn totals_at(&self, i: usize) -> Totals {
+        let block = i / CHECKPOINT_EVERY;
+        let mut cur = self.cursor_from(block * CHECKPOINT_EVERY);
+        let mut t = Totals::default();
+        for _ in block * CHECKPOINT_EVERY..=i {
+            t = cur.advance();
+        }
+        t
+    }
+
+    /// Walks events from the first, yielding the totals after each.
+    pub fn cursor(&self) -> TotalsCursor<'_> {
+        self.cursor_from(0)
+    }
+
+    fn cursor_from(&self, start: usize) -> TotalsCursor<'_> {
+        let d = self.device_count();
+        let block = start / CHECKPOINT_EVERY;
+        let running = if start == 0 || self.checkpoints.len() < (block + 1) * d {
+            self.base_totals.clone()
+        } else {
+            self.checkpoints[block * d..(block + 1) * d].to_vec()
+        };
+        let start = if start == 0 || self.checkpoints.len() < (block + 1) * d {
+            0
+        } else {
+            start
+        };
+        let ov = self.overrides.partition_point(|o| (o.index as usize) < start);
+        TotalsCursor {
+            store: self,
+            next: start,
+            running,
+            ov,
+        }
+    }
+
+    /// Heap bytes held by the per-event columns (what the 32-byte budget counts).
+    pub fn column_bytes(&self) -> usize {
+        self.ts_ns.capacity() * 8
+            + self.size_bytes.capacity() * 8
+            + self.address.capacity() * 8
+            + self.layer.capacity() * 4
+            + self.tag.capacity()
+            + self.device.capacity()
+            + self.stream.capacity() * 2
+    }
+
+    /// Heap bytes of everything else the store holds (overrides, checkpoints).
+    pub fn index_bytes(&self) -> usize {
+        self.overrides.capacity() * std::mem::size_of::<TotalsOverride>()
+            + self.checkpoints.capacity() * std::mem::size_of::<Totals>()
+            + (self.base_totals.capacity() + self.running.capacity()) * std::mem::size_of::<Totals>()
+    }
+
+    pub fn shrink_to_fit(&mut self) {
+        self.ts_ns.shrink_to_fit();
+        self.size_bytes.shrink_to_fit();
+        self.address.shrink_to_fit();
+        self.layer.shrink_to_fit();
+        self.tag.shrink_to_fit();
+        self.device.shrink_to_fit();
+        self.stream.shrink_to_fit();
+        self.overrides.shrink_to_fit();
+        self.checkpoints.shrink_to_fit();
+    }
+}
+
+/// Sequential walk over an [`EventStore`], yielding each event's device totals.
+pub struct TotalsCursor<'a> {
+    store: &'a EventStore,
+    next: usize,
+    running: Vec<Totals>,
+    ov: usize,
+}
+
+impl TotalsCursor<'_> {
+    /// Applies the next event and returns its device's totals after it.
+    /// Callers must not call it more than `len()` times.
+    pub fn advance(&mut self) -> Totals {
+        let s = self.store;
+        let i = self.next;
+        self.next += 1;
+        let dev = s.device[i] as usize;
+        let t = self.running[dev].apply(s.event_type(i).deltas(s.size_bytes[i]));
+        let t = match s.overrides.get(self.ov) {
+            Some(o) if o.index as usize == i => {
+                self.ov += 1;
+                o.totals
+            }
+            _ => t,
+        };
+        self.running[dev] = t;
+        t
+    }
+
+    /// Totals of every device after the events walked so far.
+    pub fn all_devices(&self) -> &[Totals] {
+        &self.running
+    }
+}
+
+/// One memory event as the MemoryTracer API shows it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct MemoryEvent<'a> {
+    /// Seconds since trace start.
+    pub timestamp: f64,
+    pub event_type: EventType,
+    pub size_bytes: u64,
+    pub layer_name: Option<&'a str>,
+    pub phase: Phase,
+    pub allocated_bytes: u64,
+    pub reserved_bytes: u64,
+    pub fragmentation_ratio: f64,
+    pub address: u64,
+    pub device: String,
+    pub stream: &'a str,
+}
+
+/// A tensor an operator read or wrote.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TensorRef {
+    /// Storage pointer (or another stable id of the storage); 0 when the source has none.
+    pub storage_id: u64,
+    pub size_bytes: u64,
+    /// Index into [`Trace::shapes`]; `u32::MAX` when unknown.
+    pub shape: u32,
+}
+
+/// An operator execution (forward op, autograd node, optimizer kernel ...).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct OperatorEvent {
+    pub name: StrId,
+    pub phase: Phase,
+    /// Autograd sequence number; -1 when the op has none.
+    pub seq_nr: i64,
+    pub start_ns: u64,
+    pub end_ns: u64,
+    pub thread: u64,
+    /// The forward thread of a backward node (pairs it with its forward op); 0 when unknown.
+    pub fwd_thread: u64,
+    /// Innermost layer scope (module path) the op ran in.
+    pub layer: StrId,
+    /// Range into [`Trace::tensors`].
+    pub inputs: (u32, u32),
+    /// Range into [`Trace::tensors`].
+    pub outputs: (u32, u32),
+}
+
+/// A named scope: a module path such as `layer1.0.conv1`, `optimizer.step`, an iteration.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LayerScope {
+    pub name: StrId,
+    pub start_ns: u64,
+    pub end_ns: u64,
+    /// Nesting depth, 0 for outermost.
+    pub depth: u16,
+    pub phase: Phase,
+    pub thread: u64,
+}
+
+/// One stack frame of an allocation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Frame {
+    pub name: StrId,
+    pub filename: StrId,
+    pub line: u32,
+}
+
+/// Call stacks, interned: frames once, stacks as lists of frame indices (innermost first).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct StackTable {
+    pub frames: Vec<Frame>,
+    /// Each stack is `frame_ids[start..end]`.
+    pub stacks: Vec<(u32, u32)>,
+    pub frame_ids: Vec<u32>,
+    /// (event index, stack index), sorted by event index.
+    pub event_stacks: Vec<(u32, u32)>,
+    #[serde(skip)]
+    frame_index: HashMap<Frame, u32>,
+    #[serde(skip)]
+    stack_index: HashMap<Vec<u32>, u32>,
+}
+
+impl StackTable {
+    pub fn intern_frame(&mut self, f: Frame) -> u32 {
+        *self.frame_index.entry(f).or_insert_with(|| {
+            self.frames.push(f);
+            (self.frames.len() - 1) as u32
+        })
+    }
+
+    pub fn intern_stack(&mut self, frame_ids: Vec<u32>) -> u32 {
+        if let Some(&id) = self.stack_index.get(&frame_ids) {
+            return id;
+        }
+        let start = self.frame_ids.len() as u32;
+        self.frame_ids.extend_from_slice(&frame_ids);
+        self.stacks.push((start, self.frame_ids.len() as u32));
+        let id = (self.stacks.len() - 1) as u32;
+        self.stack_index.insert(frame_ids, id);
+        id
+    }
+
+    /// The frames of stack `id`, innermost first.
+    pub fn stack(&self, id: u32) -> impl Iterator<Item = &Frame> {
+        let (s, e) = self.stacks.get(id as usize).copied().unwrap_or((0, 0));
+        self.frame_ids[s as usize..e as usize]
+            .iter()
+            .filter_map(|&f| self.frames.get(f as usize))
+    }
+
+    /// The stack recorded for event `event`, if any.
+    pub fn stack_of_event(&self, event: usize) -> Option<u32> {
+        self.event_stacks
+            .binary_search_by_key(&(event as u32), |&(e, _)| e)
+            .ok()
+            .map(|i| self.event_stacks[i].1)
+    }
+
+    pub fn heap_bytes(&self) -> usize {
+        self.frames.capacity() * std::mem::size_of::<Frame>()
+            + self.stacks.capacity() * 8
+            + self.frame_ids.capacity() * 4
+            + self.event_stacks.capacity() * 8
+            + self.frame_index.capacity() * (std::mem::size_of::<Frame>() + 4 + 8)
+            + self
+                .stack_index
+                .keys()
+                .map(|k| k.capacity() * 4 + 24 + 4 + 8)
+                .sum::<usize>()
+    }
+
+    pub(crate) fn drop_indexes(&mut self) {
+        self.frame_index = HashMap::new();
+        self.stack_index = HashMap::new();
+    }
+}
+
+/// State of one allocator block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BlockState {
+    Allocated,
+    Free,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BlockInfo {
+    pub address: u64,
+    pub size_bytes: u64,
+    pub state: BlockState,
+}
+
+/// A segment of the caching allocator and its blocks, in address order.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SegmentInfo {
+    pub address: u64,
+    pub size_bytes: u64,
+    /// Index into [`Trace::devices`].
+    pub device: u8,
+    pub stream: u16,
+    /// `small` (2 MiB segments for requests ≤ 1 MiB) or `large`.
+    pub pool: Pool,
+    pub blocks: Vec<BlockInfo>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Pool {
+    Small,
+    Large,
+}
+
+/// Which importer produced a trace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SourceFormat {
+    /// Memory Tracer's own format (native capture or a conversion).
+    MemoryTracer,
+    /// `torch.cuda.memory._dump_snapshot` pickle.
+    PytorchSnapshot,
+    /// torch.profiler Chrome trace.
+    ChromeTrace,
+    /// DFTracer `.pfw`.
+    Dftracer,
+}
+
+impl SourceFormat {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SourceFormat::MemoryTracer => "memory_tracer",
+            SourceFormat::PytorchSnapshot => "pytorch_snapshot",
+            SourceFormat::ChromeTrace => "chrome_trace",
+            SourceFormat::Dftracer => "dftracer",
+        }
+    }
+}
+
+/// Facts about the run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TraceMeta {
+    pub model: Option<String>,
+    pub input_shape: Option<Vec<i64>>,
+    pub batch_size: Option<u64>,
+    pub device_name: Option<String>,
+    pub device_total_memory_bytes: Option<u64>,
+    pub pytorch_version: Option<String>,
+    pub source_format: SourceFormat,
+    /// Wall-clock start of the trace in nanoseconds since the Unix epoch, when known.
+    pub start_unix_ns: Option<u64>,
+    /// Allocator settings as the source gave them (snapshots), for display.
+    #[serde(default)]
+    pub allocator_settings: Option<serde_json::Value>,
+    /// What the importer could not take at face value (skipped entries, estimated sizes).
+    #[serde(default)]
+    pub warnings: Vec<String>,
+}
+
+impl TraceMeta {
+    pub fn new(source_format: SourceFormat) -> Self {
+        Self {
+            model: None,
+            input_shape: None,
+            batch_size: None,
+            device_name: None,
+            device_total_memory_bytes: None,
+            pytorch_version: None,
+            source_format,
+            start_unix_ns: None,
+            allocator_settings: None,
+            warnings: Vec::new(),
+        }
+    }
+}
+
+/// A whole trace.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Trace {
+    pub meta: TraceMeta,
+    pub strings: StringTable,
+    pub devices: Vec<Device>,
+    /// Stream names (CUDA stream handles as text, or `default`).
+    pub streams: Vec<StrId>,
+    pub events: EventStore,
+    pub ops: Vec<OperatorEvent>,
+    pub tensors: Vec<TensorRef>,
+    pub shapes: Vec<Vec<i64>>,
+    pub scopes: Vec<LayerScope>,
+    pub stacks: StackTable,
+    /// Allocator segments that existed before the first event (snapshot traces); the events
+    /// replayed on top of them give the allocator state at any moment.
+    pub initial_segments: Vec<SegmentInfo>,
+    /// Events the recorder had to drop (bounded buffers).
+    pub dropped_events: u64,
+}
+
+impl Trace {
+    pub fn new(meta: TraceMeta) -> Self {
+        Self {
+            meta,
+            strings: StringTable::default(),
+            devices: Vec::new(),
+            streams: Vec::new(),
+            events: EventStore::default(),
+            ops: Vec::new(),
+            tensors: Vec::new(),
+            shapes: Vec::new(),
+            scopes: Vec::new(),
+            stacks: StackTable::default(),
+            initial_segments: Vec::new(),
+            dropped_events: 0,
+        }
+    }
+
+    /// Index of `device`, adding it if new. At most 256 devices.
+    pub fn device_index(&mut self, device: Device) -> u8 {
+        if let Some(i) = self.devices.iter().position(|d| *d == device) {
+            return i as u8;
+        }
+        self.devices.push(device);
+        let i = self.devices.len() - 1;
+        self.events.ensure_device(i);
+        i as u8
+    }
+
+    /// Index of the stream called `name`, adding it if new.
+    pub fn stream_index(&mut self, name: &str) -> u16 {
+        let id = self.strings.intern(name);
+        if let Some(i) = self.streams.iter().position(|s| *s == id) {
+            return i as u16;
+        }
+        self.streams.push(id);
+        (self.streams.len() - 1) as u16
+    }
+
+    pub fn str(&self, id: StrId) -> &str {
+        self.strings.get(id).unwrap_or("")
+    }
+
+    pub fn opt_str(&self, id: StrId) -> Option<&str> {
+        self.strings.get(id)
+    }
+
+    /// Start of the trace in ns (the first event, op or scope).
+    pub fn start_ns(&self) -> u64 {
+        let a = self.events.ts_ns.first().copied().unwrap_or(u64::MAX);
+        let b = self.ops.iter().map(|o| o.start_ns).min().unwrap_or(u64::MAX);
+        let c = self.scopes.iter().map(|s| s.start_ns).min().unwrap_or(u64::MAX);
+        let m = a.min(b).min(c);
+        if m == u64::MAX {
+            0
+        } else {
+            m
+        }
+    }
+
+    /// End of the trace in ns (the last event, op or scope end).
+    pub fn end_ns(&self) -> u64 {
+        let a = self.events.ts_ns.last().copied().unwrap_or(0);
+        let b = self.ops.iter().map(|o| o.end_ns).max().unwrap_or(0);
+        let c = self.scopes.iter().map(|s| s.end_ns).max().unwrap_or(0);
+        a.max(b).max(c)
+    }
+
+    /// All memory events, materialised in order.
+    pub fn memory_events(&self) -> impl Iterator<Item = MemoryEvent<'_>> + '_ {
+        let start = self.start_ns();
+        let mut cursor = self.events.cursor();
+        (0..self.events.len()).map(move |i| {
+            let t = cursor.advance();
+            self.materialise(i, t, start)
+        })
+    }
+
+    /// Event `i` with its totals.
+    pub fn memory_event(&self, i: usize) -> MemoryEvent<'_> {
+        self.materialise(i, self.events.totals_at(i), self.start_ns())
+    }
+
+    fn materialise(&self, i: usize, t: Totals, start_ns: u64) -> MemoryEvent<'_> {
+        let e = &self.events;
+        MemoryEvent {
+            timestamp: e.ts_ns[i].saturating_sub(start_ns) as f64 * 1e-9,
+            event_type: e.event_type(i),
+            size_bytes: e.size_bytes[i],
+            layer_name: self.opt_str(e.layer[i]),
+            phase: e.phase(i),
+            allocated_bytes: t.allocated_bytes,
+            reserved_bytes: t.reserved_bytes,
+            fragmentation_ratio: t.fragmentation_ratio(),
+            address: e.address[i],
+            device: self
+                .devices
+                .get(e.device[i] as usize)
+                .map(Device::to_string)
+                .unwrap_or_default(),
+            stream: self
+                .streams
+                .get(e.stream[i] as usize)
+                .map(|&s| self.str(s))
+                .unwrap_or(""),
+        }
+    }
+
+    /// Heap bytes held by the whole trace, by part.
+    pub fn memory_footprint(&self) -> Footprint {
+        Footprint {
+            event_columns: self.events.column_bytes(),
+            event_index: self.events.index_bytes(),
+            strings: self.strings.heap_bytes(),
+            stacks: self.stacks.heap_bytes(),
+            ops_and_scopes: self.ops.capacity() * std::mem::size_of::<OperatorEvent>()
+                + self.tensors.capacity() * std::mem::size_of::<TensorRef>()
+                + self.scopes.capacity() * std::mem::size_of::<LayerScope>()
+                + self.shapes.iter().map(|s| s.capacity() * 8 + 24).sum::<usize>(),
+            segments: self
+                .initial_segments
+                .iter()
+                .map(|s| std::mem::size_of::<SegmentInfo>() + s.blocks.capacity() * std::mem::size_of::<BlockInfo>())
+                .sum(),
+            events: self.events.len(),
+        }
+    }
+
+    /// Frees build-time indexes and spare capacity once a trace is complete.
+    pub fn finish(&mut self) {
+        self.events.shrink_to_fit();
+        self.stacks.drop_indexes();
+        self.ops.shrink_to_fit();
+        self.tensors.shrink_to_fit();
+        self.scopes.shrink_to_fit();
+    }
+}
+
+/// Heap bytes of a trace, by part.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct Footprint {
+    pub event_columns: usize,
+    pub event_index: usize,
+    pub strings: usize,
+    pub stacks: usize,
+    pub ops_and_scopes: usize,
+    pub segments: usize,
+    pub events: usize,
+}
+
+impl Footprint {
+    pub fn total(&self) -> usize {
+        self.event_columns + self.event_index + self.strings + self.stacks + self.ops_and_scopes + self.segments
+    }
+
+    /// Bytes of the event columns and totals index per event (the 32-byte budget).
+    pub fn event_bytes_per_event(&self) -> f64 {
+        (self.event_columns + self.event_index) as f64 / self.events.max(1) as f64
+    }
+
+    /// Everything the trace holds, per event.
+    pub fn total_bytes_per_event(&self) -> f64 {
+        self.total() as f64 / self.events.max(1) as f64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(et: EventType, size: u64, totals: Option<Totals>) -> EventRecord {
+        EventRecord {
+            ts_ns: 0,
+            event_type: et,
+            phase: Phase::Other,
+            size_bytes: size,
+            address: 0,
+            layer: StrId::NONE,
+            device: 0,
+            stream: 0,
+            totals,
+        }
+    }
+
+    #[test]
+    fn totals_are_derived_and_overridden_exactly() {
+        let mut s = EventStore::new(vec![Totals {
+            allocated_bytes: 100,
+            reserved_bytes: 1000,
+        }]);
+        s.push(rec(EventType::Alloc, 50, None));
+        s.push(rec(EventType::Alloc, 10, Some(Totals { allocated_bytes: 999, reserved_bytes: 2000 })));
+        s.push(rec(EventType::Free, 9, None));
+        s.push(rec(EventType::SegmentAlloc, 24, None));
+        let mut c = s.cursor();
+        assert_eq!(c.advance(), Totals { allocated_bytes: 150, reserved_bytes: 1000 });
+        assert_eq!(c.advance(), Totals { allocated_bytes: 999, reserved_bytes: 2000 });
+        assert_eq!(c.advance(), Totals { allocated_bytes: 990, reserved_bytes: 2000 });
+        assert_eq!(c.advance(), Totals { allocated_bytes: 990, reserved_bytes: 2024 });
+        assert_eq!(s.overrides.len(), 1);
+        assert_eq!(s.totals_at(2).allocated_bytes, 990);
+    }
+
+    #[test]
+    fn random_access_matches_cursor_across_checkpoints() {
+        let mut s = EventStore::new(vec![Totals::default()]);
+        for i in 0..5000u64 {
+            let et = if i % 3 == 2 { EventType::Free } else { EventType::Alloc };
+            let totals = (i % 1000 == 7).then_some(Totals { allocated_bytes: i * 7, reserved_bytes: i });
+            s.push(rec(et, i % 17 + 1, totals));
+        }
+        let mut c = s.cursor();
+        let walked: Vec<Totals> = (0..s.len()).map(|_| c.advance()).collect();
+        for i in [0, 1, 1023, 1024, 1025, 2047, 3000, 4999] {
+            assert_eq!(s.totals_at(i), walked[i], "event {i}");
+        }
+        let mut copy: EventStore = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
+        copy.rebuild_index();
+        assert_eq!(copy.totals_at(4999), walked[4999]);
+        assert_eq!(copy.totals_at(2500), walked[2500]);
+    }
+
+    #[test]
+    fn fragmentation_ratio_is_zero_without_reserve() {
+        assert_eq!(Totals::default().fragmentation_ratio(), 0.0);
+        let t = Totals { allocated_bytes: 25, reserved_bytes: 100 };
+        assert!((t.fragmentation_ratio() - 0.75).abs() < 1e-12);
+    }
+}
