@@ -9,6 +9,7 @@ pub mod analysis;
 pub mod export;
 pub mod import;
 pub mod model;
+pub mod units;
 
 pub use import::{import, ImportError, ImportOptions};
 pub use model::{EventType, MemoryEvent, Phase, Trace};

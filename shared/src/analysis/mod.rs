@@ -121,8 +121,8 @@ pub struct LayerMemoryStats {
     pub total_deallocations: u64,
     /// Mean fragmentation ratio over the layer's events.
     pub avg_fragmentation: f64,
-    /// Time spent in the layer's scopes; for layers known only from events (snapshots), the
-    /// span from its first to its last event.
+    /// Time spent in the layer's scopes; for layers named after operators, in those operators;
+    /// for layers known only from events (snapshots), the span from its first to its last event.
     pub duration_ms: f64,
     /// Bytes allocated in the layer (sum of its allocation sizes).
     pub allocated_bytes_total: u64,
@@ -189,11 +189,21 @@ pub fn layer_stats(trace: &Trace) -> BTreeMap<String, LayerMemoryStats> {
         a.scope_ns += s.end_ns.saturating_sub(s.start_ns);
         a.has_scope = true;
     }
+    // Layers named after operators (profiler traces without module events) take their time
+    // from those operators.
+    let mut op_ns: std::collections::HashMap<u32, u64> = std::collections::HashMap::new();
+    for o in &trace.ops {
+        if acc.contains_key(&o.name.0) {
+            *op_ns.entry(o.name.0).or_default() += o.end_ns.saturating_sub(o.start_ns);
+        }
+    }
     acc.into_iter()
         .filter_map(|(id, a)| {
             let name = trace.opt_str(crate::model::StrId(id))?.to_owned();
             let duration_ns = if a.has_scope {
                 a.scope_ns
+            } else if let Some(&ns) = op_ns.get(&id) {
+                ns
             } else if a.n > 0 {
                 a.last - a.first
             } else {

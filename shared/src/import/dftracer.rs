@@ -1,7 +1,7 @@
 //! Importer of DFTracer `.pfw` traces: JSON lines (optionally after a `[` line), Chrome-style
 //! events whose strings are hashed through metadata events (`ph: "M"`, names `FH` file hash,
 //! `HH` host hash, `SH` string hash, `PR` process; `args.name` is the string, `args.value` the
-//! hash).
+//! hash). DFTracer 2 writes `ph` as a number (1 = complete, 4 = metadata) and no `[` line.
 //!
 //! DFTracer records spans (I/O calls, `compute`/`fetch` steps of AI workloads), not allocator
 //! events: complete events (`ph: "X"`) become scopes and operators named `cat:name`, with
@@ -93,8 +93,9 @@ pub fn import(data: &[u8]) -> Result<Trace, ImportError> {
         };
         let name = ev.name.clone().unwrap_or_default();
         let args = ev.args.as_ref();
+        // DFTracer 2 writes `ph` as a number: 1 = complete ("X"), 4 = metadata ("M").
         match ph.as_str() {
-            "M" => {
+            "M" | "4" => {
                 if let (Some(n), Some(v)) = (
                     args.and_then(|a| a.get("name")).and_then(|v| v.as_str()),
                     args.and_then(|a| a.get("value")).and_then(as_key),
@@ -104,7 +105,7 @@ pub fn import(data: &[u8]) -> Result<Trace, ImportError> {
                     }
                 }
             }
-            "X" => {
+            "X" | "1" => {
                 let ts = ev.ts.ok_or_else(|| ImportError::Dftracer {
                     line: line_no,
                     reason: "a complete event (ph X) has no \"ts\"".into(),

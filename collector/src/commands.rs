@@ -1,0 +1,172 @@
+//! The `convert` and `summary` commands: read a trace file, import it, write or print.
+
+use anyhow::{bail, Context};
+use shared::analysis::{layer_stats, summary, top_layers_by_peak, LayerMemoryStats, Summary};
+use shared::export::{export, ExportFormat};
+use shared::units::{format_bytes, format_seconds};
+use shared::{ImportOptions, Trace};
+use std::io::Write;
+use std::path::Path;
+
+/// Reads and imports a trace file of any supported format.
+pub fn load_trace(path: &Path, options: &ImportOptions) -> anyhow::Result<Trace> {
+    let file = std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    shared::import::import_reader(std::io::BufReader::new(file), options)
+        .with_context(|| format!("cannot import {}", path.display()))
+}
+
+/// Picks the export format from `--format` or, failing that, from the output file name.
+pub fn resolve_format(format: Option<&str>, out: &Path) -> anyhow::Result<ExportFormat> {
+    let names: Vec<&str> = ExportFormat::ALL.iter().map(|f| f.name()).collect();
+    if let Some(f) = format {
+        return ExportFormat::from_name(f)
+            .with_context(|| format!("unknown format '{f}'; expected one of: {}", names.join(", ")));
+    }
+    let name = out.file_name().and_then(|n| n.to_str()).unwrap_or("").to_ascii_lowercase();
+    let by_suffix = [
+        (".mtrace.json", ExportFormat::Native),
+        (".mtrace", ExportFormat::Native),
+        (".speedscope.json", ExportFormat::Speedscope),
+        (".chrome.json", ExportFormat::Chrome),
+        (".perfetto.json", ExportFormat::Chrome),
+        (".timeline.json", ExportFormat::Timeline),
+        (".csv", ExportFormat::Csv),
+    ];
+    match by_suffix.iter().find(|(s, _)| name.ends_with(s)) {
+        Some(&(_, f)) => Ok(f),
+        None => bail!(
+            "cannot tell the output format from '{}'; pass --format with one of: {}",
+            out.display(),
+            names.join(", ")
+        ),
+    }
+}
+
+/// Writes `trace` to `out` atomically: a temporary file beside it, renamed into place, so a
+/// failed export never leaves a half-written file or destroys an existing one.
+pub fn write_export(trace: &Trace, format: ExportFormat, out: &Path) -> anyhow::Result<u64> {
+    let dir = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let tmp = dir.join(format!(
+        ".{}.tmp-{}",
+        out.file_name().and_then(|n| n.to_str()).unwrap_or("export"),
+        std::process::id()
+    ));
+    let result = (|| -> anyhow::Result<u64> {
+        let file = std::fs::File::create(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
+        let mut w = std::io::BufWriter::new(file);
+        export(trace, format, &mut w).with_context(|| format!("cannot write {}", out.display()))?;
+        let file = w.into_inner().map_err(|e| e.into_error())?;
+        file.sync_all()?;
+        let size = file.metadata()?.len();
+        std::fs::rename(&tmp, out).with_context(|| format!("cannot move the export into place at {}", out.display()))?;
+        Ok(size)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// The `--json` form of `summary`.
+#[derive(serde::Serialize)]
+pub struct SummaryJson<'a> {
+    #[serde(flatten)]
+    pub summary: &'a Summary,
+    pub device_name: Option<&'a str>,
+    pub model: Option<&'a str>,
+    pub warnings: &'a [String],
+    pub top_layers: Vec<&'a LayerMemoryStats>,
+}
+
+/// Prints the `print_summary` table (or one JSON object with `json`).
+pub fn print_summary(trace: &Trace, top: usize, json: bool, mut out: impl Write) -> anyhow::Result<()> {
+    let s = summary(trace);
+    let stats = layer_stats(trace);
+    let tops = top_layers_by_peak(&stats, top);
+    if json {
+        let j = SummaryJson {
+            summary: &s,
+            device_name: trace.meta.device_name.as_deref(),
+            model: trace.meta.model.as_deref(),
+            warnings: &trace.meta.warnings,
+            top_layers: tops,
+        };
+        serde_json::to_writer_pretty(&mut out, &j)?;
+        writeln!(out)?;
+        return Ok(());
+    }
+    let device = trace
+        .meta
+        .device_name
+        .clone()
+        .or(s.peak_device.clone())
+        .unwrap_or_else(|| "unknown device".into());
+    writeln!(out, "Memory trace ({}, {device})", s.source_format)?;
+    if let Some(m) = &trace.meta.model {
+        writeln!(out, "  model              {m}")?;
+    }
+    let at = |t: f64| format_seconds(t);
+    writeln!(
+        out,
+        "  peak allocated     {} ({} bytes) at {}{}",
+        format_bytes(s.peak_allocated_bytes),
+        s.peak_allocated_bytes,
+        at(s.peak_time_s),
+        s.peak_layer.as_deref().map(|l| format!(" in {l}")).unwrap_or_default()
+    )?;
+    writeln!(
+        out,
+        "  peak reserved      {} ({} bytes) at {}",
+        format_bytes(s.peak_reserved_bytes),
+        s.peak_reserved_bytes,
+        at(s.peak_reserved_time_s)
+    )?;
+    writeln!(
+        out,
+        "  at end             {} allocated, {} reserved",
+        format_bytes(s.final_allocated_bytes),
+        format_bytes(s.final_reserved_bytes)
+    )?;
+    writeln!(out, "  avg fragmentation  {:.1} %", s.avg_fragmentation * 100.0)?;
+    writeln!(
+        out,
+        "  events             {} ({} allocations, {} frees), {} ops, {} layers, {} dropped, {}",
+        s.total_events,
+        s.total_allocations,
+        s.total_deallocations,
+        s.total_ops,
+        s.total_layers,
+        s.dropped_events,
+        at(s.duration_s)
+    )?;
+    if s.total_events == 0 {
+        writeln!(out, "  note: this trace has no memory events (only spans); the layer times below are real, the memory columns are empty")?;
+    }
+    for w in &trace.meta.warnings {
+        writeln!(out, "  note: {w}")?;
+    }
+    if !tops.is_empty() {
+        writeln!(out, "\nTop layers by peak allocated:")?;
+        let width = tops.iter().map(|l| l.layer_name.chars().count()).max().unwrap_or(5).clamp(5, 60);
+        writeln!(
+            out,
+            "  {:<width$}  {:>12}  {:>12}  {:>7}  {:>7}  {:>6}  {:>10}",
+            "layer", "peak alloc", "peak resv", "allocs", "frees", "frag", "time"
+        )?;
+        for l in tops {
+            let name: String = l.layer_name.chars().take(width).collect();
+            writeln!(
+                out,
+                "  {:<width$}  {:>12}  {:>12}  {:>7}  {:>7}  {:>5.1}%  {:>10}",
+                name,
+                format_bytes(l.peak_allocated),
+                format_bytes(l.peak_reserved),
+                l.total_allocations,
+                l.total_deallocations,
+                l.avg_fragmentation * 100.0,
+                format_seconds(l.duration_ms / 1000.0)
+            )?;
+        }
+    }
+    Ok(())
+}

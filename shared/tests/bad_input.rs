@@ -1,0 +1,132 @@
+//! Bad input: every case gives an error that says what was expected and where; none panics.
+
+use shared::{import, ImportError, ImportOptions};
+use std::path::PathBuf;
+
+fn data(name: &str) -> Vec<u8> {
+    std::fs::read(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/data").join(name)).unwrap()
+}
+
+fn err(bytes: &[u8]) -> String {
+    match import(bytes, &ImportOptions::default()) {
+        Ok(_) => panic!("import of bad input succeeded"),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn empty_input() {
+    assert!(matches!(import(b"", &ImportOptions::default()), Err(ImportError::Empty)));
+    assert!(err(b"  \n\t").contains("empty"));
+}
+
+#[test]
+fn truncated_pickle_names_the_offset() {
+    let raw = data("mlp_adam_3steps.pickle");
+    for cut in [3, 100, raw.len() / 2, raw.len() - 1] {
+        let e = err(&raw[..cut]);
+        assert!(e.contains("corrupt pickle at byte") && e.contains("truncated"), "cut {cut}: {e}");
+    }
+}
+
+#[test]
+fn corrupt_pickle_bytes_never_panic() {
+    let raw = data("mlp_adam_3steps.pickle");
+    // Flip bytes all over the file: each result is an error or a trace, never a panic.
+    let mut errors = 0;
+    for i in (2..raw.len()).step_by(397) {
+        let mut bad = raw.clone();
+        bad[i] ^= 0x5a;
+        if import(&bad, &ImportOptions::default()).is_err() {
+            errors += 1;
+        }
+    }
+    assert!(errors > 0);
+}
+
+#[test]
+fn pickle_of_another_kind() {
+    // pickle.dumps({'weights': [1.0, 2.0]}, protocol=4)
+    let other = b"\x80\x04\x95$\x00\x00\x00\x00\x00\x00\x00}\x94\x8c\x07weights\x94]\x94(G?\xf0\x00\x00\x00\x00\x00\x00G@\x00\x00\x00\x00\x00\x00\x00es.";
+    let e = err(other);
+    assert!(e.contains("not a PyTorch memory snapshot") && e.contains("'weights'"), "{e}");
+    // pickle.dumps([1, 2], protocol=2)
+    let e = err(b"\x80\x02]q\x00(K\x01K\x02e.");
+    assert!(e.contains("a pickled list"), "{e}");
+    // A pickle that would construct a Python object (torch.save-style).
+    let e = err(b"\x80\x02ctorch._utils\n_rebuild_tensor_v2\nq\x00.");
+    assert!(e.contains("torch._utils._rebuild_tensor_v2") && e.contains("byte 2"), "{e}");
+}
+
+#[test]
+fn snapshot_with_wrong_field_types_names_the_path() {
+    // {'segments': [{'address': 'x', 'total_size': 1, 'device': 0, 'blocks': []}], 'device_traces': []}
+    let p = b"\x80\x04\x95\\\x00\x00\x00\x00\x00\x00\x00}\x94(\x8c\x08segments\x94]\x94}\x94(\x8c\x07address\x94\x8c\x01x\x94\x8c\ntotal_size\x94K\x01\x8c\x06device\x94K\x00\x8c\x06blocks\x94]\x94ua\x8c\rdevice_traces\x94]\x94u.";
+    let e = err(p);
+    assert!(e.contains("segments[0].address") && e.contains("expected an integer, found str"), "{e}");
+}
+
+#[test]
+fn wrong_json() {
+    let e = err(b"{\"traceEvents\": [ {\"ph\": \"X\", ");
+    assert!(e.contains("line 1") && e.contains("column"), "{e}");
+    let e = err(b"{\"traceEvents\": {\"not\": \"a list\"}}");
+    assert!(e.contains("Chrome trace") && e.contains("expected"), "{e}");
+    let e = err(b"{\"hello\": 1}");
+    assert!(e.contains("without \"traceEvents\""), "{e}");
+    let e = err(b"{\"traceEvents\": [{\"name\": \"[memory]\", \"ph\": \"i\", \"ts\": 1, \"args\": {}}]}");
+    assert!(e.contains("Bytes"), "{e}");
+}
+
+#[test]
+fn unknown_binary_and_text() {
+    let e = err(b"\x00\x01\x02garbage");
+    assert!(e.contains("unrecognised input") && e.contains("\\x00"), "{e}");
+    let e = err(b"hello world");
+    assert!(e.contains("unrecognised input"), "{e}");
+}
+
+#[test]
+fn own_format_from_the_future_and_corrupt_references() {
+    let e = err(b"{\"format\":\"memory-tracer\",\"version\":99,\"trace\":{}}");
+    assert!(e.contains("version 99") && e.contains("reads version 1"), "{e}");
+    // A valid trace whose event points at a device that does not exist.
+    let trace = import(&data("convnet_profiler_trace.json"), &ImportOptions::default()).unwrap();
+    let mut out = Vec::new();
+    shared::export::export(&trace, shared::export::ExportFormat::Native, &mut out).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    let bad = text.replacen("\"device\":[0,", "\"device\":[7,", 1);
+    assert_ne!(bad, text);
+    let e = err(bad.as_bytes());
+    assert!(e.contains("trace.events.device[0]") && e.contains("not in trace.devices"), "{e}");
+}
+
+#[test]
+fn absurd_sizes_are_refused() {
+    // A BINUNICODE claiming 2 GiB in a 20-byte file.
+    let e = err(b"\x80\x04X\x00\x00\x00\x80abc");
+    assert!(e.contains("exceeds"), "{e}");
+    // A negative segment size in a snapshot.
+    // {'segments': [{'address': 0, 'total_size': -5, 'device': 0, 'blocks': []}], 'device_traces': []}
+    let p = b"\x80\x04\x95]\x00\x00\x00\x00\x00\x00\x00}\x94(\x8c\x08segments\x94]\x94}\x94(\x8c\x07address\x94K\x00\x8c\ntotal_size\x94J\xfb\xff\xff\xff\x8c\x06device\x94K\x00\x8c\x06blocks\x94]\x94ua\x8c\rdevice_traces\x94]\x94u.";
+    let e = err(p);
+    assert!(e.contains("segments[0].total_size") && e.contains("-5"), "{e}");
+}
+
+#[test]
+fn gzip_bomb_is_bounded() {
+    use std::io::Write;
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    let zeros = vec![b' '; 1 << 20];
+    for _ in 0..64 {
+        gz.write_all(&zeros).unwrap();
+    }
+    let bomb = gz.finish().unwrap();
+    let mut opts = ImportOptions::default();
+    opts.max_decompressed_bytes = 8 << 20;
+    let e = import(&bomb, &opts).unwrap_err();
+    assert!(matches!(e, ImportError::TooLarge { limit_bytes } if limit_bytes == 8 << 20), "{e}");
+    // A truncated gzip stream.
+    let e = import(&bomb[..bomb.len() / 2], &ImportOptions::default()).unwrap_err().to_string();
+    assert!(e.contains("gzip"), "{e}");
+}
