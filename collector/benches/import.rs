@@ -1,1 +1,120 @@
-fn main() {}
+//! Import and analysis benchmarks on real samples (run with `cargo bench -p collector` or
+//! `cargo xtask bench`). Prints throughput, bytes held per event and the process's peak memory.
+
+use shared::analysis::{summary, timeline, TimelineOptions};
+use shared::model::{EventRecord, Trace};
+use shared::{import, ImportOptions};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+fn peak_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+/// Runs `f` until at least `min` has passed; returns the mean time per run.
+fn time<T>(min: Duration, mut f: impl FnMut() -> T) -> (Duration, T) {
+    let mut runs = 0u32;
+    let start = Instant::now();
+    let mut last = f();
+    runs += 1;
+    while start.elapsed() < min {
+        last = f();
+        runs += 1;
+    }
+    (start.elapsed() / runs, last)
+}
+
+/// `copies` back-to-back copies of `base`'s memory events (shifted in time), for scale tests.
+fn replicate(base: &Trace, copies: usize) -> Trace {
+    let mut t = Trace::new(base.meta.clone());
+    t.strings = base.strings.clone();
+    t.devices = base.devices.clone();
+    t.streams = base.streams.clone();
+    for (d, b) in base.events.base_totals.iter().enumerate() {
+        t.events.set_base_totals(d, *b);
+    }
+    let ev = &base.events;
+    let span = ev.ts_ns.last().copied().unwrap_or(0) - ev.ts_ns.first().copied().unwrap_or(0) + 1;
+    for c in 0..copies as u64 {
+        for i in 0..ev.len() {
+            t.events.push(EventRecord {
+                ts_ns: ev.ts_ns[i] + c * span,
+                event_type: ev.event_type(i),
+                phase: ev.phase(i),
+                size_bytes: ev.size_bytes[i],
+                address: ev.address[i],
+                layer: ev.layer[i],
+                device: ev.device[i],
+                stream: ev.stream[i],
+                totals: None,
+            });
+        }
+    }
+    t.finish();
+    t
+}
+
+fn main() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data");
+    let rss_start = peak_rss_bytes().unwrap_or(0);
+    println!("sample                          size      import      MB/s    events/s   B/event(cols)  B/event(all)");
+    for name in ["resnet18_sgd_2steps.pickle", "mlp_adam_3steps.pickle", "convnet_profiler_trace.json", "dftracer_sample.pfw.gz"] {
+        let raw = std::fs::read(dir.join(name)).expect("sample exists");
+        let (dt, trace) = time(Duration::from_secs(1), || import(&raw, &ImportOptions::default()).expect("imports"));
+        let fp = trace.memory_footprint();
+        let secs = dt.as_secs_f64();
+        println!(
+            "{name:<30} {:>7.1} KB {:>8.2} ms {:>8.1} {:>11.0} {:>14.1} {:>13.1}",
+            raw.len() as f64 / 1e3,
+            secs * 1e3,
+            raw.len() as f64 / 1e6 / secs,
+            trace.events.len() as f64 / secs,
+            fp.event_bytes_per_event(),
+            fp.total_bytes_per_event(),
+        );
+    }
+    println!("peak RSS while importing the samples: {:.1} MiB", peak_rss_bytes().unwrap_or(0) as f64 / (1 << 20) as f64);
+
+    // Scale: one million events (the resnet18 snapshot's events repeated), analysed.
+    let raw = std::fs::read(dir.join("resnet18_sgd_2steps.pickle")).expect("sample exists");
+    let base = import(&raw, &ImportOptions::default()).expect("imports");
+    let copies = 1_000_000usize.div_ceil(base.events.len());
+    let before = peak_rss_bytes().unwrap_or(0);
+    let big = replicate(&base, copies);
+    let fp = big.memory_footprint();
+    println!(
+        "\n{} events: columns {:.1} B/event, columns + totals index {:.2} B/event, whole trace {:.1} B/event",
+        big.events.len(),
+        fp.event_columns as f64 / fp.events as f64,
+        fp.event_bytes_per_event(),
+        fp.total_bytes_per_event()
+    );
+    let (dt, s) = time(Duration::from_secs(1), || summary(&big));
+    println!("summary over {} events: {:.1} ms (peak {} B)", big.events.len(), dt.as_secs_f64() * 1e3, s.peak_allocated_bytes);
+    let (dt, tl) = time(Duration::from_secs(1), || timeline(&big, &TimelineOptions::default()));
+    println!("timeline decimated to {} points: {:.1} ms", tl.len(), dt.as_secs_f64() * 1e3);
+    let (dt, t) = time(Duration::from_secs(1), || big.events.totals_at(big.events.len() / 2 + 17));
+    println!("random access to one event's totals: {:.2} µs ({} B allocated)", dt.as_secs_f64() * 1e6, t.allocated_bytes);
+    let mut out = Vec::new();
+    let (dt, _) = time(Duration::from_secs(1), || {
+        out.clear();
+        shared::export::export(&big, shared::export::ExportFormat::Native, &mut out).expect("exports")
+    });
+    let (dt2, back) = time(Duration::from_secs(1), || import(&out, &ImportOptions::default()).expect("imports"));
+    println!(
+        "native format: {:.1} MB written in {:.0} ms, read back in {:.0} ms ({:.0} events/s)",
+        out.len() as f64 / 1e6,
+        dt.as_secs_f64() * 1e3,
+        dt2.as_secs_f64() * 1e3,
+        back.events.len() as f64 / dt2.as_secs_f64()
+    );
+    println!(
+        "peak RSS: {:.1} MiB at start, {:.1} MiB before the 1M-event test, {:.1} MiB at end",
+        rss_start as f64 / (1 << 20) as f64,
+        before as f64 / (1 << 20) as f64,
+        peak_rss_bytes().unwrap_or(0) as f64 / (1 << 20) as f64
+    );
+}

@@ -1,1 +1,231 @@
-fn main() {}
+//! `cargo xtask`: Memory Tracer's one entry point for installing tools, checking, testing,
+//! benchmarking and running the main job. Written in Rust rather than shell so it stays one
+//! program with one set of rules.
+//!
+//! - `cargo xtask test`: install what is missing, run every check and every test.
+//! - `cargo xtask install-tools`: only the installs (cached outside the clone).
+//! - `cargo xtask check`: the architecture checks (shared's dependencies, wasm32 build, tidy).
+//! - `cargo xtask bench`: import/export benchmarks on the largest real sample.
+//! - `cargo xtask run`: the main job.
+
+use anyhow::{bail, Context, Result};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const TORCH_VERSION: &str = "2.11.0";
+const WASM_BINDGEN_VERSION: &str = "0.2.130";
+const TRUNK_VERSION: &str = "0.21.14";
+const BINARYEN_VERSION: &str = "132.0.0";
+
+/// Crates `shared` must never depend on (it compiles for wasm32 and does no I/O).
+const SHARED_FORBIDDEN_DEPS: [&str; 8] = ["tokio", "axum", "tch", "torch-sys", "leptos", "web-sys", "clap", "hyper"];
+
+fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let root = repo_root();
+    std::env::set_current_dir(&root)?;
+    match args.first().map(String::as_str) {
+        Some("test") => {
+            install_tools()?;
+            check()?;
+            test()
+        }
+        Some("install-tools") => install_tools(),
+        Some("check") => check(),
+        Some("bench") => run(Command::new("cargo").args(["bench", "-p", "collector", "--bench", "import"])),
+        Some("run") => main_job(&args[1..]),
+        _ => {
+            eprintln!("usage: cargo xtask <test|install-tools|check|bench|run>");
+            std::process::exit(2);
+        }
+    }
+}
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."))
+}
+
+/// Where tools are cached: outside the clone, so fresh clones reuse them.
+fn cache_dir() -> PathBuf {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(|| PathBuf::from("/tmp"));
+    base.join("memory-tracer")
+}
+
+pub fn torch_venv() -> PathBuf {
+    cache_dir().join("torch-venv")
+}
+
+fn run(cmd: &mut Command) -> Result<()> {
+    eprintln!("xtask: running {cmd:?}");
+    let status = cmd.status().with_context(|| format!("cannot start {cmd:?}"))?;
+    if !status.success() {
+        bail!("{cmd:?} failed with {status}");
+    }
+    Ok(())
+}
+
+/// Stdout of a command, or `None` if it cannot run or fails.
+fn output(cmd: &mut Command) -> Option<String> {
+    let out = cmd.output().ok()?;
+    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
+fn install_tools() -> Result<()> {
+    // wasm target
+    let targets = output(Command::new("rustup").args(["target", "list", "--installed"])).unwrap_or_default();
+    if !targets.lines().any(|l| l == "wasm32-unknown-unknown") {
+        run(Command::new("rustup").args(["target", "add", "wasm32-unknown-unknown"]))?;
+    }
+
+    // torch venv (libtorch for the collector's tracing, Python for test fixtures)
+    let venv = torch_venv();
+    let py = venv.join("bin/python");
+    let have = output(Command::new(&py).args(["-c", "import torch, requests, setuptools; print(torch.__version__)"]));
+    if !have.as_deref().is_some_and(|v| v.starts_with(TORCH_VERSION)) {
+        if !py.exists() {
+            run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
+        }
+        run(Command::new(venv.join("bin/pip")).args([
+            "install",
+            "--quiet",
+            &format!("torch=={TORCH_VERSION}"),
+            "setuptools",
+            "numpy",
+            "requests",
+        ]))?;
+    }
+
+    // wasm-bindgen-cli at the Cargo.lock version (no --locked: see NOTES)
+    let wb = output(Command::new("wasm-bindgen").arg("--version")).unwrap_or_default();
+    if wb != format!("wasm-bindgen {WASM_BINDGEN_VERSION}") {
+        run(Command::new("cargo").args(["install", "wasm-bindgen-cli", "--version", WASM_BINDGEN_VERSION]))?;
+    }
+
+    // trunk (0.22 needs a newer rustc)
+    let tr = output(Command::new("trunk").arg("--version")).unwrap_or_default();
+    if tr != format!("trunk {TRUNK_VERSION}") {
+        run(Command::new("cargo").args(["install", "trunk", "--version", TRUNK_VERSION, "--locked"]))?;
+    }
+
+    // wasm-opt from npm binaryen (Debian's binaryen produces wasm that does not start)
+    let bin_dir = cache_dir().join("binaryen");
+    let wasm_opt = bin_dir.join("node_modules/.bin/wasm-opt");
+    let wo = output(Command::new(&wasm_opt).arg("--version")).unwrap_or_default();
+    if !wo.contains(&format!("version {}", BINARYEN_VERSION.split('.').next().unwrap_or(""))) {
+        std::fs::create_dir_all(&bin_dir)?;
+        run(Command::new("npm")
+            .args(["install", "--no-fund", "--no-audit", &format!("binaryen@{BINARYEN_VERSION}")])
+            .current_dir(&bin_dir))?;
+    }
+
+    // Chromium and chromedriver from Debian, for the viewer's browser tests
+    if !Path::new("/usr/bin/chromium").exists() || !Path::new("/usr/bin/chromedriver").exists() {
+        let install = || run(Command::new("apt-get").args(["install", "-y", "--no-install-recommends", "chromium", "chromium-driver"]));
+        if install().is_err() {
+            run(Command::new("apt-get").arg("update"))?;
+            install()?;
+        }
+    }
+    eprintln!("xtask: tools ready (torch {TORCH_VERSION} venv at {})", venv.display());
+    Ok(())
+}
+
+fn check() -> Result<()> {
+    // shared's dependency tree stays free of runtime, UI, torch and CLI crates.
+    let tree = output(Command::new("cargo").args([
+        "tree",
+        "-p",
+        "memory-tracer-shared",
+        "-e",
+        "normal",
+        "--prefix",
+        "none",
+        "--target",
+        "all",
+    ]))
+    .context("cargo tree failed")?;
+    for line in tree.lines() {
+        let name = line.split_whitespace().next().unwrap_or("");
+        if SHARED_FORBIDDEN_DEPS.contains(&name) {
+            bail!("shared depends on {name}, which it must not (see ARCHITECTURE.md invariants)");
+        }
+    }
+    // No target-specific code in shared.
+    for file in rust_files(Path::new("shared/src"))? {
+        let text = std::fs::read_to_string(&file)?;
+        if text.contains("cfg(target_arch") {
+            bail!("{} uses cfg(target_arch); shared must be the same code on native and wasm32", file.display());
+        }
+    }
+    run(Command::new("cargo").args(["build", "-p", "memory-tracer-shared", "--target", "wasm32-unknown-unknown"]))?;
+    run(Command::new("cargo").args(["build", "-p", "collector", "--no-default-features"]))?;
+    tidy()?;
+    eprintln!("xtask: checks passed");
+    Ok(())
+}
+
+fn rust_files(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).with_context(|| format!("cannot list {}", dir.display()))? {
+        let p = entry?.path();
+        if p.is_dir() {
+            out.extend(rust_files(&p)?);
+        } else if p.extension().is_some_and(|e| e == "rs") {
+            out.push(p);
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Every Rust file opens with a `//!` line saying what it is for.
+fn tidy() -> Result<()> {
+    let mut missing = Vec::new();
+    for dir in ["shared", "collector", "xtask"] {
+        for file in rust_files(Path::new(dir))? {
+            let text = std::fs::read_to_string(&file)?;
+            if !text.trim_start().starts_with("//!") {
+                missing.push(file.display().to_string());
+            }
+        }
+    }
+    if !missing.is_empty() {
+        bail!("these files do not open with a //! line: {}", missing.join(", "));
+    }
+    Ok(())
+}
+
+fn test() -> Result<()> {
+    run(Command::new("cargo").args(["test", "--workspace"]))?;
+    eprintln!("xtask: all tests passed");
+    Ok(())
+}
+
+/// The main job as far as it exists: import every bundled real trace, print its summary and
+/// write each export next to it under `target/demo/`.
+fn main_job(args: &[String]) -> Result<()> {
+    let inputs: Vec<PathBuf> = if args.is_empty() {
+        ["mlp_adam_3steps.pickle", "resnet18_sgd_2steps.pickle", "convnet_profiler_trace.json", "dftracer_sample.pfw.gz"]
+            .iter()
+            .map(|s| Path::new("tests/data").join(s))
+            .collect()
+    } else {
+        args.iter().map(PathBuf::from).collect()
+    };
+    run(Command::new("cargo").args(["build", "--release", "-p", "collector"]))?;
+    let exe = Path::new("target/release/collector");
+    let out = Path::new("target/demo");
+    std::fs::create_dir_all(out)?;
+    for input in inputs {
+        run(Command::new(exe).arg("summary").arg(&input))?;
+        let stem = input.file_name().and_then(|n| n.to_str()).unwrap_or("trace").to_owned();
+        for ext in ["mtrace.json", "speedscope.json", "chrome.json", "timeline.json", "csv"] {
+            run(Command::new(exe).arg("convert").arg(&input).arg("-o").arg(out.join(format!("{stem}.{ext}"))))?;
+        }
+    }
+    eprintln!("xtask: exports written to {} (open *.speedscope.json in speedscope, *.chrome.json in Perfetto)", out.display());
+    Ok(())
+}

@@ -1,0 +1,101 @@
+//! The `collector` binary end to end: convert and summary on real samples, and clear errors
+//! with a non-zero exit on bad input, leaving existing files untouched.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn exe() -> &'static str {
+    env!("CARGO_BIN_EXE_collector")
+}
+
+fn data(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data").join(name)
+}
+
+fn collector(args: &[&std::ffi::OsStr]) -> Output {
+    Command::new(exe()).args(args).output().expect("collector runs")
+}
+
+fn tmpdir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("memory-tracer-cli-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+#[test]
+fn summary_json_reports_the_pytorch_peak() {
+    let out = collector(&["summary".as_ref(), data("resnet18_sgd_2steps.pickle").as_os_str(), "--json".as_ref()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["peak_allocated_bytes"], 238078976u64);
+    assert_eq!(v["peak_reserved_bytes"], 260046848u64);
+    assert_eq!(v["source_format"], "pytorch_snapshot");
+    for key in ["peak_time_s", "avg_fragmentation", "total_events", "total_layers", "dropped_events"] {
+        assert!(v.get(key).is_some(), "missing {key}");
+    }
+    assert_eq!(v["total_events"], 2134);
+}
+
+#[test]
+fn summary_table_lists_peak_and_top_layers() {
+    let out = collector(&["summary".as_ref(), data("mlp_adam_3steps.pickle").as_os_str()]);
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("peak allocated     105.27 MiB (110388224 bytes)"), "{text}");
+    assert!(text.contains("Top layers by peak allocated:") && text.contains("Optimizer.step#Adam.step"), "{text}");
+}
+
+#[test]
+fn convert_infers_format_from_the_name_and_round_trips() {
+    let dir = tmpdir("convert");
+    let native = dir.join("t.mtrace.json");
+    let out = collector(&["convert".as_ref(), data("convnet_profiler_trace.json").as_os_str(), "-o".as_ref(), native.as_os_str()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let csv = dir.join("layers.csv");
+    let out = collector(&["convert".as_ref(), native.as_os_str(), "-o".as_ref(), csv.as_os_str()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = std::fs::read_to_string(&csv).unwrap();
+    assert!(text.starts_with("layer_name,peak_allocated,peak_reserved,total_allocations"), "{text}");
+    assert!(text.lines().count() > 2);
+    let out = collector(&[
+        "convert".as_ref(),
+        native.as_os_str(),
+        "-o".as_ref(),
+        dir.join("x.json").as_os_str(),
+        "--format".as_ref(),
+        "speedscope".as_ref(),
+    ]);
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("x.json")).unwrap()).unwrap();
+    assert_eq!(v["$schema"], "https://www.speedscope.app/file-format-schema.json");
+}
+
+#[test]
+fn bad_input_fails_clearly_and_keeps_existing_output() {
+    let dir = tmpdir("bad");
+    let bad = dir.join("broken.pickle");
+    let raw = std::fs::read(data("mlp_adam_3steps.pickle")).unwrap();
+    std::fs::write(&bad, &raw[..1000]).unwrap();
+    let target = dir.join("keep.csv");
+    std::fs::write(&target, "precious").unwrap();
+    let out = collector(&["convert".as_ref(), bad.as_os_str(), "-o".as_ref(), target.as_os_str()]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("corrupt pickle at byte") && err.contains("broken.pickle"), "{err}");
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "precious");
+
+    let empty = dir.join("empty.json");
+    std::fs::write(&empty, "").unwrap();
+    let out = collector(&["summary".as_ref(), empty.as_os_str()]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("empty"));
+
+    let out = collector(&["summary".as_ref(), dir.join("missing.pickle").as_os_str()]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot open"));
+
+    let out = collector(&["convert".as_ref(), data("mlp_adam_3steps.pickle").as_os_str(), "-o".as_ref(), dir.join("x.bin").as_os_str()]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("pass --format with one of: native, timeline, speedscope, chrome, csv"));
+    assert!(std::fs::read_dir(&dir).unwrap().all(|e| !e.unwrap().file_name().to_string_lossy().contains(".tmp-")));
+}
