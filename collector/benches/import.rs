@@ -1,6 +1,8 @@
 //! Import and analysis benchmarks on real samples (run with `cargo bench -p collector` or
 //! `cargo xtask bench`). Prints throughput, bytes held per event and the process's peak memory.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests and benches fail loudly by design
+
 use shared::analysis::{summary, timeline, TimelineOptions};
 use shared::model::{EventRecord, Trace};
 use shared::{import, ImportOptions};

@@ -1,6 +1,8 @@
 //! The `collector` binary end to end: convert and summary on real samples, and clear errors
 //! with a non-zero exit on bad input, leaving existing files untouched.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests and benches fail loudly by design
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 

@@ -309,7 +309,7 @@ impl EventStore {
     pub fn push(&mut self, rec: EventRecord) {
         let i = self.len();
         let d = self.device_count();
-        if i % CHECKPOINT_EVERY == 0 {
+        if i.is_multiple_of(CHECKPOINT_EVERY) {
             self.checkpoints.extend_from_slice(&self.running);
         }
         let dev = rec.device as usize;

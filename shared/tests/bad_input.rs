@@ -1,5 +1,7 @@
 //! Bad input: every case gives an error that says what was expected and where; none panics.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests and benches fail loudly by design
+
 use shared::{import, ImportError, ImportOptions};
 use std::path::PathBuf;
 

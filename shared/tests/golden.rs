@@ -4,6 +4,8 @@
 //! Regenerate all expected files with `MEMORY_TRACER_BLESS=1 cargo test -p memory-tracer-shared
 //! --test golden` and review the diff.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests and benches fail loudly by design
+
 use shared::export::{export, ExportFormat};
 use shared::{import, ImportOptions};
 use std::path::PathBuf;

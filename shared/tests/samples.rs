@@ -1,6 +1,8 @@
 //! The real samples in `tests/data/` (recorded with PyTorch 2.11 on an H100) import, and the
 //! peaks computed from them equal what PyTorch's own counters reported (`facts.json`).
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests and benches fail loudly by design
+
 use shared::analysis::{layer_stats, segments_at, summary};
 use shared::model::{BlockState, EventType, Phase, SourceFormat};
 use shared::{import, ImportOptions};
@@ -80,4 +82,20 @@ fn chrome_trace_memory_matches_its_own_totals() {
     assert!(trace.ops.iter().any(|o| o.phase == Phase::Backward));
     assert!(trace.ops.iter().any(|o| o.phase == Phase::Optimizer));
     assert!(trace.ops.iter().any(|o| o.phase == Phase::Forward));
+}
+
+#[test]
+fn every_pickle_protocol_imports_to_the_same_trace() {
+    use shared::export::{export, ExportFormat};
+    let native = |raw: &[u8]| {
+        let mut out = Vec::new();
+        export(&import(raw, &ImportOptions::default()).unwrap(), ExportFormat::Native, &mut out).unwrap();
+        out
+    };
+    let reference = native(&data("mlp_adam_3steps.pickle"));
+    for proto in [2, 3, 5] {
+        let raw = data(&format!("mlp_adam_3steps.protocol{proto}.pickle"));
+        assert_eq!(raw[1], proto, "fixture is not protocol {proto}");
+        assert!(native(&raw) == reference, "protocol {proto} imports differently");
+    }
 }

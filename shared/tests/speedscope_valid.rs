@@ -3,6 +3,8 @@
 //! enforces beyond the schema: frame indices exist, evented `at` values never go back, every
 //! close matches the innermost open frame, samples and weights pair up.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests and benches fail loudly by design
+
 use serde_json::Value;
 use shared::export::{export, ExportFormat};
 use shared::{import, ImportOptions};

@@ -330,7 +330,7 @@ pub fn parse(data: &[u8]) -> Result<Pickle, ImportError> {
                     b't' => Value::Tuple(items),
                     0x91 => Value::Set(items),
                     _ => {
-                        if items.len() % 2 != 0 {
+                        if !items.len().is_multiple_of(2) {
                             return Err(r.err(at, "DICT needs an even number of items"));
                         }
                         Value::Dict(items.chunks(2).map(|c| (c[0], c[1])).collect())
@@ -338,7 +338,7 @@ pub fn parse(data: &[u8]) -> Result<Pickle, ImportError> {
                 };
                 push!(v)
             }
-            0x85 | 0x86 | 0x87 => {
+            0x85..=0x87 => {
                 let n = (op - 0x84) as usize;
                 if stack.len() < n {
                     return Err(r.err(at, format!("TUPLE{n} needs {n} values on the stack")));
@@ -375,7 +375,7 @@ pub fn parse(data: &[u8]) -> Result<Pickle, ImportError> {
             b'u' => {
                 let m = pop_mark(&mut marks, &r)?;
                 let items = stack.split_off(m);
-                if items.len() % 2 != 0 {
+                if !items.len().is_multiple_of(2) {
                     return Err(r.err(at, "SETITEMS needs an even number of items"));
                 }
                 let target = *stack.last().ok_or_else(|| r.err(at, "SETITEMS without a dict"))?;

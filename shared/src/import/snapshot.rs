@@ -411,11 +411,10 @@ pub fn import(data: &[u8]) -> Result<Trace, ImportError> {
             Action::SegmentAlloc | Action::SegmentMap => {
                 seg_seen.insert((e.device, e.addr));
             }
-            Action::SegmentFree | Action::SegmentUnmap => {
-                if seg_seen.insert((e.device, e.addr)) {
+            Action::SegmentFree | Action::SegmentUnmap
+                if seg_seen.insert((e.device, e.addr)) => {
                     pre_segments.push((e.device, e.addr, e.size, e.stream));
                 }
-            }
             Action::Alloc => {
                 block_first.entry((e.device, e.addr)).or_insert(Action::Alloc);
             }
