@@ -189,7 +189,7 @@ impl AllocatorState {
             .range(..=address)
             .next_back()
             .map(|(&a, &b)| (a, b))
-            .filter(|(a, b)| address < a + b.size_bytes);
+            .filter(|(a, b)| address < a.saturating_add(b.size_bytes));
         let Some((start, block)) = found else {
             self.blocks.insert(
                 address,
@@ -217,7 +217,7 @@ impl AllocatorState {
         }
         let size = if block.size_bytes >= rounded && self.config.should_split(pool, block.size_bytes, rounded) {
             self.blocks.insert(
-                start + rounded,
+                start.saturating_add(rounded),
                 Block {
                     size_bytes: block.size_bytes - rounded,
                     allocated: false,
@@ -248,16 +248,17 @@ impl AllocatorState {
             .range(..=address)
             .next_back()
             .map(|(&a, &b)| (a, b))
-            .filter(|(a, b)| address < a + b.size_bytes && !b.allocated);
+            .filter(|(a, b)| address < a.saturating_add(b.size_bytes) && !b.allocated);
         if let Some((start, block)) = found {
             if start < address {
                 self.blocks.insert(start, Block { size_bytes: address - start, ..block });
             }
-            let end = start + block.size_bytes;
-            if address + size_bytes < end {
+            let end = start.saturating_add(block.size_bytes);
+            let alloc_end = address.saturating_add(size_bytes);
+            if alloc_end < end {
                 self.blocks.insert(
-                    address + size_bytes,
-                    Block { size_bytes: end - address - size_bytes, allocated: false, segment: block.segment },
+                    alloc_end,
+                    Block { size_bytes: end - alloc_end, allocated: false, segment: block.segment },
                 );
             }
         }
@@ -280,13 +281,13 @@ impl AllocatorState {
         let mut start = address;
         let mut len = block.size_bytes;
         if let Some((&pa, &pb)) = self.blocks.range(..address).next_back() {
-            if !pb.allocated && pb.segment == block.segment && pa + pb.size_bytes == address {
+            if !pb.allocated && pb.segment == block.segment && pa.saturating_add(pb.size_bytes) == address {
                 self.blocks.remove(&pa);
                 start = pa;
                 len += pb.size_bytes;
             }
         }
-        let next = address + block.size_bytes;
+        let next = address.saturating_add(block.size_bytes);
         if let Some(&nb) = self.blocks.get(&next) {
             if !nb.allocated && nb.segment == block.segment {
                 self.blocks.remove(&next);
@@ -321,7 +322,7 @@ impl AllocatorState {
         self.segments
             .iter()
             .map(|(&addr, seg)| {
-                let end = addr + seg.size_bytes;
+                let end = addr.saturating_add(seg.size_bytes);
                 let mut blocks = Vec::new();
                 let mut cursor = addr;
                 for (&a, b) in self.blocks.range(addr..end) {
@@ -337,7 +338,7 @@ impl AllocatorState {
                         size_bytes: b.size_bytes,
                         state: if b.allocated { BlockState::Allocated } else { BlockState::Free },
                     });
-                    cursor = a + b.size_bytes;
+                    cursor = a.saturating_add(b.size_bytes);
                 }
                 if cursor < end {
                     blocks.push(BlockInfo {

@@ -175,7 +175,7 @@ pub fn import(data: &[u8]) -> Result<Trace, ImportError> {
         }
         let (Some(ts), Some(dur)) = (e.ts, e.dur) else { continue };
         let start_ns = ts_ns(ts);
-        let end_ns = start_ns + ts_ns(dur.max(0.0));
+        let end_ns = start_ns.saturating_add(ts_ns(dur.max(0.0)));
         let kind = match cat {
             "cpu_op" => SliceKind::Op,
             "user_annotation" => SliceKind::Annotation,

@@ -111,7 +111,7 @@ pub fn import(data: &[u8]) -> Result<Trace, ImportError> {
                     reason: "a complete event (ph X) has no \"ts\"".into(),
                 })?;
                 let start = (ts.max(0.0) * 1000.0).round() as u64;
-                let end = start + (ev.dur.unwrap_or(0.0).max(0.0) * 1000.0).round() as u64;
+                let end = start.saturating_add((ev.dur.unwrap_or(0.0).max(0.0) * 1000.0).round() as u64);
                 let tid = ev.tid.as_ref().and_then(|t| t.as_u64()).unwrap_or(0);
                 let fhash = args.and_then(|a| a.get("fhash")).and_then(as_key);
                 spans.push((start, end, ev.cat.clone().unwrap_or_default(), name, tid, fhash));

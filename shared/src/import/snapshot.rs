@@ -469,7 +469,7 @@ pub fn import(data: &[u8]) -> Result<Trace, ImportError> {
         let size = config.round_size(requested);
         let seg = initial
             .iter_mut()
-            .find(|s| s.device as usize == device && s.address <= addr && addr < s.address + s.size_bytes);
+            .find(|s| s.device as usize == device && s.address <= addr && addr < s.address.saturating_add(s.size_bytes));
         match seg {
             Some(seg) => seg.blocks.push(BlockInfo {
                 address: addr,
@@ -642,7 +642,7 @@ pub fn import(data: &[u8]) -> Result<Trace, ImportError> {
 
 fn address_from_previous(blocks: &[(u64, u64, bool)], seg: ValueId, v: &View) -> u64 {
     match blocks.last() {
-        Some(&(a, s, _)) => a + s,
+        Some(&(a, s, _)) => a.saturating_add(s),
         None => v.opt_int(seg, "address").unwrap_or(0) as u64,
     }
 }
