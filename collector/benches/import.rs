@@ -42,16 +42,10 @@ fn replicate(base: &Trace, copies: usize) -> Trace {
     let span = ev.ts_ns.last().copied().unwrap_or(0) - ev.ts_ns.first().copied().unwrap_or(0) + 1;
     for c in 0..copies as u64 {
         for i in 0..ev.len() {
+            let rec = ev.record(i);
             t.events.push(EventRecord {
-                ts_ns: ev.ts_ns[i] + c * span,
-                event_type: ev.event_type(i),
-                phase: ev.phase(i),
-                size_bytes: ev.size_bytes[i],
-                address: ev.address[i],
-                layer: ev.layer[i],
-                device: ev.device[i],
-                stream: ev.stream[i],
-                totals: None,
+                ts_ns: rec.ts_ns + c * span,
+                ..rec
             });
         }
     }

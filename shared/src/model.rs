@@ -358,6 +358,21 @@ impl EventStore {
         self.rebuild_index();
     }
 
+    /// Event `i` as a record whose totals are derived (`totals: None`), e.g. to copy it.
+    pub fn record(&self, i: usize) -> EventRecord {
+        EventRecord {
+            ts_ns: self.ts_ns[i],
+            event_type: self.event_type(i),
+            phase: self.phase(i),
+            size_bytes: self.size_bytes[i],
+            address: self.address[i],
+            layer: self.layer[i],
+            device: self.device[i],
+            stream: self.stream[i],
+            totals: None,
+        }
+    }
+
     pub fn event_type(&self, i: usize) -> EventType {
         EventType::from_u8(self.tag[i] & 0x1f).unwrap_or(EventType::Snapshot)
     }

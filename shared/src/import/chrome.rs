@@ -272,7 +272,7 @@ pub fn import(data: &[u8]) -> Result<Trace, ImportError> {
         let mem = mem_by_tid.get(tid).map(Vec::as_slice).unwrap_or(&[]);
         let mut stack: Vec<usize> = Vec::new();
         let mut m = 0;
-        let context = |stack: &[usize], trace: &Trace| -> (Phase, StrId, StrId) {
+        let context = |stack: &[usize], trace: &Trace| -> (Phase, StrId) {
             let mut phase = Phase::Forward;
             for &s in stack {
                 if let Some(p) = phase_of_name(trace, list[s].name) {
@@ -296,7 +296,7 @@ pub fn import(data: &[u8]) -> Result<Trace, ImportError> {
                 Some(p) => trace.strings.lookup(&p).unwrap_or(StrId::NONE),
                 None => outer,
             };
-            (phase, layer, module.unwrap_or(StrId::NONE))
+            (phase, layer)
         };
         // Module paths must be interned before lookups; do it in a first pass.
         if has_modules {
@@ -320,22 +320,25 @@ pub fn import(data: &[u8]) -> Result<Trace, ImportError> {
                 trace.strings.intern(&p);
             }
         }
-        for (i, s) in list.iter().enumerate() {
-            while stack.last().is_some_and(|&t| list[t].end_ns <= s.start_ns) {
-                stack.pop();
-            }
+        // One pass over the slices and a final step (`None`) that drains the memory events
+        // after the last slice starts.
+        for (i, s) in list.iter().map(Some).chain(std::iter::once(None)).enumerate() {
             // Memory events before this slice starts see the current stack.
-            while m < mem.len() && memory[mem[m]].0 < s.start_ns {
+            while m < mem.len() && s.is_none_or(|s| memory[mem[m]].0 < s.start_ns) {
                 let ts = memory[mem[m]].0;
                 while stack.last().is_some_and(|&t| list[t].end_ns < ts) {
                     stack.pop();
                 }
-                let (phase, layer, _) = context(&stack, &trace);
+                let (phase, layer) = context(&stack, &trace);
                 mem_ctx[mem[m]] = (if stack.is_empty() { Phase::Other } else { phase }, layer);
                 m += 1;
             }
+            let Some(s) = s else { break };
+            while stack.last().is_some_and(|&t| list[t].end_ns <= s.start_ns) {
+                stack.pop();
+            }
             stack.push(i);
-            let (phase, layer, _) = context(&stack, &trace);
+            let (phase, layer) = context(&stack, &trace);
             if let Some(op) = s.op {
                 trace.ops[op].phase = phase;
                 trace.ops[op].layer = layer;
@@ -350,15 +353,6 @@ pub fn import(data: &[u8]) -> Result<Trace, ImportError> {
                     thread: *tid,
                 });
             }
-        }
-        while m < mem.len() {
-            let ts = memory[mem[m]].0;
-            while stack.last().is_some_and(|&t| list[t].end_ns < ts) {
-                stack.pop();
-            }
-            let (phase, layer, _) = context(&stack, &trace);
-            mem_ctx[mem[m]] = (if stack.is_empty() { Phase::Other } else { phase }, layer);
-            m += 1;
         }
     }
     // Memory events on threads without slices keep (Other, none).
@@ -449,15 +443,8 @@ fn rebase(trace: &mut Trace, bases: Vec<Totals>) {
     let mut fresh = crate::model::EventStore::new(bases);
     for (i, t) in totals.into_iter().enumerate() {
         fresh.push(EventRecord {
-            ts_ns: events.ts_ns[i],
-            event_type: events.event_type(i),
-            phase: events.phase(i),
-            size_bytes: events.size_bytes[i],
-            address: events.address[i],
-            layer: events.layer[i],
-            device: events.device[i],
-            stream: events.stream[i],
             totals: Some(t),
+            ..events.record(i)
         });
     }
     trace.events = fresh;

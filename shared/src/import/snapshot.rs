@@ -600,7 +600,7 @@ pub fn import(data: &[u8]) -> Result<Trace, ImportError> {
         }
         let stream = trace.stream_index(&stream_name(e.stream));
         let index = trace.events.len() as u32;
-        trace.events.push(EventRecord {
+        let rec = EventRecord {
             ts_ns,
             event_type,
             phase,
@@ -610,7 +610,8 @@ pub fn import(data: &[u8]) -> Result<Trace, ImportError> {
             device: dev as u8,
             stream,
             totals: None,
-        });
+        };
+        trace.events.push(rec);
         if let Some(s) = stack {
             trace.stacks.event_stacks.push((index, s));
         }
@@ -618,15 +619,8 @@ pub fn import(data: &[u8]) -> Result<Trace, ImportError> {
             // Older snapshots free in one step: record the completion too, so replays of the
             // segment state see the block released.
             trace.events.push(EventRecord {
-                ts_ns,
                 event_type: EventType::FreeCompleted,
-                phase,
-                size_bytes: size,
-                address: e.addr,
-                layer,
-                device: dev as u8,
-                stream,
-                totals: None,
+                ..rec
             });
         }
     }
