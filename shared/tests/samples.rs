@@ -99,3 +99,30 @@ fn every_pickle_protocol_imports_to_the_same_trace() {
         assert!(native(&raw) == reference, "protocol {proto} imports differently");
     }
 }
+
+#[test]
+fn chrome_memory_events_belong_to_the_slice_open_at_their_time() {
+    // An allocation inside aten::relu, which ends before aten::linear starts; a free inside a
+    // backward node on another thread; one event outside any slice.
+    let json = br#"{"traceEvents": [
+      {"ph": "X", "cat": "cpu_op", "name": "aten::relu", "tid": 1, "ts": 10, "dur": 10},
+      {"ph": "X", "cat": "cpu_op", "name": "aten::linear", "tid": 1, "ts": 30, "dur": 10},
+      {"ph": "X", "cat": "cpu_op", "name": "autograd::engine::evaluate_function: ReluBackward0", "tid": 2, "ts": 50, "dur": 10},
+      {"ph": "i", "name": "[memory]", "tid": 1, "ts": 15, "args": {"Bytes": 1024, "Total Allocated": 1024, "Total Reserved": 2097152, "Device Type": 1, "Device Id": 0, "Addr": 4096}},
+      {"ph": "i", "name": "[memory]", "tid": 2, "ts": 55, "args": {"Bytes": -1024, "Total Allocated": 0, "Total Reserved": 2097152, "Device Type": 1, "Device Id": 0, "Addr": 4096}},
+      {"ph": "i", "name": "[memory]", "tid": 1, "ts": 70, "args": {"Bytes": 512, "Total Allocated": 512, "Total Reserved": 2097152, "Device Type": 1, "Device Id": 0, "Addr": 8192}}
+    ]}"#;
+    let t = import(json, &ImportOptions::default()).unwrap();
+    let ev: Vec<_> = t.memory_events().collect();
+    assert_eq!(ev[0].layer_name, Some("aten::relu"));
+    assert_eq!(ev[0].phase, Phase::Forward);
+    assert_eq!(ev[1].layer_name, Some("autograd::engine::evaluate_function: ReluBackward0"));
+    assert_eq!(ev[1].phase, Phase::Backward);
+    assert_eq!(ev[1].event_type, EventType::Free);
+    assert_eq!(ev[2].layer_name, None);
+    assert_eq!(ev[2].phase, Phase::Other);
+    assert_eq!(ev[2].allocated_bytes, 512);
+    assert_eq!(ev[0].reserved_bytes, 2097152);
+    assert!((ev[0].fragmentation_ratio - (2097152.0 - 1024.0) / 2097152.0).abs() < 1e-12);
+    assert_eq!(t.ops.iter().find(|o| t.str(o.name) == "aten::linear").unwrap().phase, Phase::Forward);
+}
