@@ -4,7 +4,8 @@
 //!
 //! - `cargo xtask test`: install what is missing, run every check and every test.
 //! - `cargo xtask install-tools`: only the installs (cached outside the clone).
-//! - `cargo xtask check`: the architecture checks (shared's dependencies, wasm32 build, tidy).
+//! - `cargo xtask check`: the architecture checks (shared's dependencies, wasm32 build, the
+//!   viewer built by Trunk offline, tidy).
 //! - `cargo xtask bench`: import/export benchmarks on the largest real sample.
 //! - `cargo xtask run`: the main job.
 
@@ -162,8 +163,34 @@ fn check() -> Result<()> {
     }
     run(Command::new("cargo").args(["build", "-p", "memory-tracer-shared", "--target", "wasm32-unknown-unknown"]))?;
     run(Command::new("cargo").args(["build", "-p", "collector", "--no-default-features"]))?;
+    build_viewer()?;
     tidy()?;
     eprintln!("xtask: checks passed");
+    Ok(())
+}
+
+/// Builds the viewer with Trunk, offline, with the pinned local wasm-bindgen and wasm-opt.
+fn build_viewer() -> Result<()> {
+    run(Command::new("cargo").args(["fetch"]))?;
+    let path = format!(
+        "{}:{}",
+        cache_dir().join("binaryen/node_modules/.bin").display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    run(Command::new("trunk")
+        .args(["build", "--release", "--offline"])
+        .env("PATH", path)
+        .env("TRUNK_SKIP_VERSION_CHECK", "true"))?;
+    let wasm: u64 = std::fs::read_dir("dist")?
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().extension().is_some_and(|x| x == "wasm"))
+        .filter_map(|e| e.metadata().ok())
+        .map(|m| m.len())
+        .sum();
+    if wasm == 0 {
+        bail!("trunk produced no .wasm in dist/");
+    }
+    eprintln!("xtask: viewer built into dist/ ({wasm} bytes of wasm)");
     Ok(())
 }
 
@@ -184,7 +211,7 @@ fn rust_files(dir: &Path) -> Result<Vec<PathBuf>> {
 /// Every Rust file opens with a `//!` line saying what it is for.
 fn tidy() -> Result<()> {
     let mut missing = Vec::new();
-    for dir in ["shared", "collector", "xtask"] {
+    for dir in ["shared", "collector", "viewer", "xtask"] {
         for file in rust_files(Path::new(dir))? {
             let text = std::fs::read_to_string(&file)?;
             if !text.trim_start().starts_with("//!") {
@@ -199,7 +226,8 @@ fn tidy() -> Result<()> {
 }
 
 fn test() -> Result<()> {
-    run(Command::new("cargo").args(["test", "--workspace"]))?;
+    // The viewer is built for wasm32 by `check`; it has no native tests.
+    run(Command::new("cargo").args(["test", "--workspace", "--exclude", "viewer"]))?;
     eprintln!("xtask: all tests passed");
     Ok(())
 }
