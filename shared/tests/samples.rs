@@ -126,3 +126,23 @@ fn chrome_memory_events_belong_to_the_slice_open_at_their_time() {
     assert!((ev[0].fragmentation_ratio - (2097152.0 - 1024.0) / 2097152.0).abs() < 1e-12);
     assert_eq!(t.ops.iter().find(|o| t.str(o.name) == "aten::linear").unwrap().phase, Phase::Forward);
 }
+
+#[test]
+fn dftracer_spans_resolve_hashes_and_phases() {
+    let trace = import(&data("dftracer_sample.pfw.gz"), &ImportOptions::default()).unwrap();
+    assert_eq!(trace.meta.source_format, SourceFormat::Dftracer);
+    let names: Vec<&str> = trace.scopes.iter().map(|s| trace.str(s.name)).collect();
+    // dftracer_sample.gen.py: 2 epochs × 3 steps of fetch, forward, backward, optimizer_step.
+    for (name, phase) in [
+        ("compute:forward", Phase::Forward),
+        ("compute:backward", Phase::Backward),
+        ("compute:optimizer_step", Phase::Optimizer),
+        ("data:fetch", Phase::Other),
+    ] {
+        let spans: Vec<_> = trace.scopes.iter().filter(|s| trace.str(s.name) == name).collect();
+        assert_eq!(spans.len(), 6, "{name}");
+        assert!(spans.iter().all(|s| s.phase == phase && s.end_ns > s.start_ns), "{name}");
+    }
+    assert!(names.iter().any(|n| n.starts_with("POSIX:read [/tmp/dftrun/data/shard")), "{names:?}");
+    assert_eq!(trace.events.len(), 0);
+}

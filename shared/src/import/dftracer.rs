@@ -5,13 +5,11 @@
 //!
 //! DFTracer records spans (I/O calls, `compute`/`fetch` steps of AI workloads), not allocator
 //! events: complete events (`ph: "X"`) become scopes and operators named `cat:name`, with
-//! hashed file names resolved into the name when present. Counter events (`ph: "C"`) whose args
-//! carry `allocated_bytes` (and optionally `reserved_bytes`) become memory samples.
+//! hashed file names resolved into the name when present. A DFTracer trace therefore has
+//! layer times but no memory events.
 
 use super::ImportError;
-use crate::model::{
-    Device, EventRecord, EventType, LayerScope, OperatorEvent, Phase, SourceFormat, StrId, Totals, Trace, TraceMeta,
-};
+use crate::model::{LayerScope, OperatorEvent, Phase, SourceFormat, StrId, Trace, TraceMeta};
 use serde::Deserialize;
 use std::collections::HashMap;
 
@@ -74,7 +72,6 @@ pub fn import(data: &[u8]) -> Result<Trace, ImportError> {
     let mut trace = Trace::new(TraceMeta::new(SourceFormat::Dftracer));
     let mut hashes: HashMap<String, String> = HashMap::new();
     let mut spans: Vec<(u64, u64, String, String, u64, Option<String>)> = Vec::new(); // start, end, cat, name, tid, fhash
-    let mut counters: Vec<(u64, Totals)> = Vec::new();
     for (i, raw) in data.split(|&b| b == b'\n').enumerate() {
         let line_no = i + 1;
         let l = raw.trim_ascii();
@@ -116,26 +113,13 @@ pub fn import(data: &[u8]) -> Result<Trace, ImportError> {
                 let fhash = args.and_then(|a| a.get("fhash")).and_then(as_key);
                 spans.push((start, end, ev.cat.clone().unwrap_or_default(), name, tid, fhash));
             }
-            "C" => {
-                let get = |k: &str| args.and_then(|a| a.get(k)).and_then(|v| v.as_u64());
-                if let (Some(ts), Some(al)) = (ev.ts, get("allocated_bytes")) {
-                    let ts = (ts.max(0.0) * 1000.0).round() as u64;
-                    counters.push((
-                        ts,
-                        Totals {
-                            allocated_bytes: al,
-                            reserved_bytes: get("reserved_bytes").unwrap_or(0),
-                        },
-                    ));
-                }
-            }
             _ => {}
         }
     }
-    if spans.is_empty() && counters.is_empty() && hashes.is_empty() {
+    if spans.is_empty() && hashes.is_empty() {
         return Err(ImportError::Dftracer {
             line: 1,
-            reason: "no DFTracer events (metadata, complete or counter events) found".into(),
+            reason: "no DFTracer events (metadata or complete events) found".into(),
         });
     }
     spans.sort_by_key(|s| (s.4, s.0, std::cmp::Reverse(s.1)));
@@ -179,24 +163,6 @@ pub fn import(data: &[u8]) -> Result<Trace, ImportError> {
     }
     trace.scopes.sort_by_key(|s| (s.start_ns, std::cmp::Reverse(s.end_ns)));
     trace.ops.sort_by_key(|o| (o.start_ns, std::cmp::Reverse(o.end_ns)));
-    if !counters.is_empty() {
-        counters.sort_by_key(|c| c.0);
-        let dev = trace.device_index(Device { kind: "device".into(), index: 0 });
-        let stream = trace.stream_index("default");
-        for (ts, t) in counters {
-            trace.events.push(EventRecord {
-                ts_ns: ts,
-                event_type: EventType::Snapshot,
-                phase: Phase::Other,
-                size_bytes: 0,
-                address: 0,
-                layer: StrId::NONE,
-                device: dev,
-                stream,
-                totals: Some(t),
-            });
-        }
-    }
     trace.finish();
     Ok(trace)
 }
