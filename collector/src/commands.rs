@@ -114,20 +114,39 @@ pub fn print_summary(trace: &Trace, top: usize, json: bool, mut out: impl Write)
         at(s.peak_time_s),
         s.peak_layer.as_deref().map(|l| format!(" in {l}")).unwrap_or_default()
     )?;
-    writeln!(
-        out,
-        "  peak reserved      {} ({} bytes) at {}",
-        format_bytes(s.peak_reserved_bytes),
-        s.peak_reserved_bytes,
-        at(s.peak_reserved_time_s)
-    )?;
+    if s.peak_reserved_bytes == 0 && s.peak_device.as_deref().is_some_and(|d| d.starts_with("cpu")) {
+        writeln!(out, "  peak reserved      n/a (the CPU allocator caches nothing)")?;
+    } else {
+        writeln!(
+            out,
+            "  peak reserved      {} ({} bytes) at {}",
+            format_bytes(s.peak_reserved_bytes),
+            s.peak_reserved_bytes,
+            at(s.peak_reserved_time_s)
+        )?;
+    }
     writeln!(
         out,
         "  at end             {} allocated, {} reserved",
         format_bytes(s.final_allocated_bytes),
         format_bytes(s.final_reserved_bytes)
     )?;
-    writeln!(out, "  avg fragmentation  {:.1} %", s.avg_fragmentation * 100.0)?;
+    if let Some(&peak) = trace.meta.reported.get("cuda.max_memory_allocated") {
+        let verdict = if peak == s.peak_allocated_bytes {
+            "matches the trace".to_owned()
+        } else {
+            format!("the trace differs by {} bytes", s.peak_allocated_bytes as i128 - peak as i128)
+        };
+        writeln!(out, "  PyTorch counters   max_memory_allocated {peak} bytes: {verdict}")?;
+        if let Some(&r) = trace.meta.reported.get("cuda.max_memory_reserved") {
+            writeln!(out, "                     max_memory_reserved {r} bytes")?;
+        }
+    }
+    if trace.meta.fragmentation_tracked {
+        writeln!(out, "  avg fragmentation  {:.1} %", s.avg_fragmentation * 100.0)?;
+    } else {
+        writeln!(out, "  avg fragmentation  not tracked (--no-fragmentation)")?;
+    }
     writeln!(
         out,
         "  events             {} ({} allocations, {} frees), {} ops, {} layers, {} dropped, {}",
@@ -169,4 +188,44 @@ pub fn print_summary(trace: &Trace, top: usize, json: bool, mut out: impl Write)
         }
     }
     Ok(())
+}
+
+/// A one-line progress bar over iterations on stderr.
+#[cfg(feature = "tracing")]
+#[derive(Debug)]
+pub struct ProgressBar {
+    quiet: bool,
+    drawn: bool,
+}
+
+#[cfg(feature = "tracing")]
+impl ProgressBar {
+    pub fn new(quiet: bool) -> Self {
+        Self { quiet, drawn: false }
+    }
+
+    pub fn update(&mut self, p: crate::run::Progress) {
+        use crate::run::Progress;
+        if self.quiet {
+            return;
+        }
+        if let Progress::Iteration { done, of, seconds } = p {
+            const WIDTH: u32 = 30;
+            let filled = (done * WIDTH).checked_div(of).unwrap_or(WIDTH) as usize;
+            eprint!(
+                "\r  [{}{}] {done}/{of} iterations, last {}",
+                "#".repeat(filled),
+                " ".repeat(WIDTH as usize - filled),
+                format_seconds(seconds)
+            );
+            self.drawn = true;
+        }
+    }
+
+    pub fn finish(&mut self) {
+        if self.drawn {
+            eprintln!();
+            self.drawn = false;
+        }
+    }
 }

@@ -3,3 +3,14 @@
 //! `convert` and `summary` need no libtorch; they read any trace format `shared` imports.
 
 pub mod commands;
+
+#[cfg(feature = "tracing")]
+pub mod capture;
+#[cfg(feature = "tracing")]
+pub mod models;
+#[cfg(feature = "tracing")]
+pub mod device;
+#[cfg(feature = "tracing")]
+pub mod run;
+#[cfg(feature = "tracing")]
+pub mod tracer;

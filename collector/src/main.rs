@@ -16,6 +16,35 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run a model through libtorch and record every allocation, operator and layer.
+    #[cfg(feature = "tracing")]
+    Trace(Box<TraceArgs>),
+    /// Measure tracing overhead: training steps traced and untraced, interleaved in one
+    /// process; prints the medians as JSON.
+    #[cfg(feature = "tracing")]
+    Overhead {
+        #[arg(long, default_value = "resnet50")]
+        model: String,
+        /// The full input shape, batch first.
+        #[arg(long, value_delimiter = ',', num_args = 1..)]
+        input_shape: Option<Vec<i64>>,
+        #[arg(long, default_value_t = 32)]
+        batch_size: i64,
+        /// Steps of each kind (traced, untraced).
+        #[arg(long, default_value_t = 20)]
+        steps: u32,
+        #[arg(long, default_value_t = 5)]
+        warmup: u32,
+        /// cpu, cuda or cuda:N. Default: the first GPU if there is one, else the CPU.
+        #[arg(long)]
+        device: Option<String>,
+        /// Do not record operator tensors.
+        #[arg(long)]
+        no_tensors: bool,
+        /// Record allocations and frees only (no operator callback).
+        #[arg(long)]
+        memory_only: bool,
+    },
     /// Convert a trace (snapshot pickle, profiler Chrome trace, DFTracer .pfw, Memory Tracer
     /// trace; gzip or not) to another format.
     Convert {
@@ -47,6 +76,138 @@ enum Command {
     },
 }
 
+/// `collector trace` options.
+#[cfg(feature = "tracing")]
+#[derive(clap::Args)]
+struct TraceArgs {
+    /// A built-in model: resnet18, resnet34, resnet50, resnet101, resnet152, vgg16,
+    /// transformer, gpt, mlp.
+    #[arg(long, default_value = "resnet18")]
+    model: String,
+    /// Trace a TorchScript model file (torch.jit.script/trace + save) instead of a built-in one.
+    #[arg(long, value_name = "FILE")]
+    torchscript: Option<PathBuf>,
+    /// The full input shape, batch first: 8,3,224,224 (images), 8,512 (tokens), 64,784 (mlp).
+    #[arg(long, value_delimiter = ',', num_args = 1..)]
+    input_shape: Option<Vec<i64>>,
+    /// Replaces the first dimension of the input shape.
+    #[arg(long)]
+    batch_size: Option<i64>,
+    /// train (forward, backward, optimizer) or infer.
+    #[arg(long, default_value = "train")]
+    mode: String,
+    /// sgd (momentum 0.9), adam or adamw.
+    #[arg(long, default_value = "sgd")]
+    optimizer: String,
+    /// Learning rate.
+    #[arg(long, default_value_t = 0.01)]
+    lr: f64,
+    /// Iterations to run (the first one warms the caching allocator up).
+    #[arg(long, default_value_t = 3)]
+    iterations: u32,
+    /// Mixed precision (autocast) on CUDA.
+    #[arg(long)]
+    amp: bool,
+    /// cpu, cuda or cuda:N. Default: the first GPU if there is one, else the CPU.
+    #[arg(long)]
+    device: Option<String>,
+    /// Allocations and frees to keep (operators are bounded alike); later ones are dropped
+    /// and counted.
+    #[arg(long, default_value_t = 5_000_000)]
+    max_events: u64,
+    /// Do not track fragmentation (reported as 0, as the MemoryTracer API does).
+    #[arg(long)]
+    no_fragmentation: bool,
+    /// Do not record operator input/output tensors (less overhead, no liveness analysis).
+    #[arg(long)]
+    no_tensors: bool,
+    /// Record allocations, frees and layer scopes only, no operators (least overhead;
+    /// backward memory is then attributed to phases, not layers).
+    #[arg(long)]
+    memory_only: bool,
+    /// Transformer/GPT blocks or MLP hidden layers.
+    #[arg(long)]
+    layers: Option<i64>,
+    /// Transformer/GPT/MLP width.
+    #[arg(long)]
+    width: Option<i64>,
+    /// Attention heads.
+    #[arg(long)]
+    heads: Option<i64>,
+    /// Vocabulary size (transformer, gpt).
+    #[arg(long)]
+    vocab: Option<i64>,
+    /// Output classes (classifiers).
+    #[arg(long)]
+    classes: Option<i64>,
+    /// Random seed.
+    #[arg(long, default_value_t = 0)]
+    seed: i64,
+    /// Output file; written atomically. Default: <model>.mtrace.json.
+    #[arg(short, long)]
+    output: Option<PathBuf>,
+    /// native, timeline, speedscope, chrome or csv. Default: from the output file name.
+    #[arg(long)]
+    format: Option<String>,
+    /// How many layers the summary lists.
+    #[arg(long, default_value_t = 10)]
+    top: usize,
+    /// No progress bar.
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+#[cfg(feature = "tracing")]
+fn trace_command(a: TraceArgs) -> anyhow::Result<()> {
+    use collector::run::{self, RunOptions};
+    let mut opts = RunOptions::new(&a.model);
+    opts.model.layers = a.layers;
+    opts.model.width = a.width;
+    opts.model.heads = a.heads;
+    opts.model.vocab = a.vocab;
+    opts.model.classes = a.classes;
+    opts.torchscript = a.torchscript;
+    opts.input_shape = a.input_shape;
+    opts.batch_size = a.batch_size;
+    opts.mode = a.mode.parse().map_err(anyhow::Error::msg)?;
+    opts.optimizer = a.optimizer.parse().map_err(anyhow::Error::msg)?;
+    opts.learning_rate = a.lr;
+    opts.iterations = a.iterations;
+    opts.amp = a.amp;
+    opts.device = match a.device.as_deref() {
+        Some(d) => d.parse().map_err(anyhow::Error::msg)?,
+        None => run::default_device(),
+    };
+    opts.max_events = a.max_events;
+    opts.fragmentation = !a.no_fragmentation;
+    opts.capture_tensors = !a.no_tensors;
+    opts.capture_ops = !a.memory_only;
+    opts.seed = a.seed;
+    let output = a.output.unwrap_or_else(|| {
+        let stem = opts.torchscript.as_ref().and_then(|p| p.file_stem()).map_or_else(|| opts.model.name.clone(), |s| s.to_string_lossy().into_owned());
+        PathBuf::from(format!("{stem}.mtrace.json"))
+    });
+    let format = resolve_format(a.format.as_deref(), &output)?;
+    let quiet = a.quiet;
+    eprintln!("tracing {} on {} ...", opts.torchscript.as_ref().map_or(opts.model.name.clone(), |p| p.display().to_string()), opts.device);
+    let mut bar = collector::commands::ProgressBar::new(quiet);
+    let trace = run::trace_model(&opts, &mut |p| bar.update(p))?;
+    bar.finish();
+    let bytes = write_export(&trace, format, &output)?;
+    print_summary(&trace, a.top, false, std::io::stdout().lock()).context("cannot print the summary")?;
+    let f = trace.memory_footprint();
+    eprintln!(
+        "in memory: {:.1} B per memory event ({} events), {} for the whole trace with {} ops and {} tensor references",
+        f.event_bytes_per_event(),
+        f.events,
+        shared::units::format_bytes(f.total() as u64),
+        trace.ops.len(),
+        trace.tensors.len()
+    );
+    eprintln!("wrote {} ({}) to {}", shared::units::format_bytes(bytes), format.name(), output.display());
+    Ok(())
+}
+
 fn import_options(max_decompressed_mib: u64) -> ImportOptions {
     let mut o = ImportOptions::default();
     o.max_decompressed_bytes = max_decompressed_mib.saturating_mul(1 << 20);
@@ -55,6 +216,32 @@ fn import_options(max_decompressed_mib: u64) -> ImportOptions {
 
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
+        #[cfg(feature = "tracing")]
+        Command::Trace(a) => trace_command(*a)?,
+        #[cfg(feature = "tracing")]
+        Command::Overhead {
+            model,
+            input_shape,
+            batch_size,
+            steps,
+            warmup,
+            device,
+            no_tensors,
+            memory_only,
+        } => {
+            use collector::run;
+            let mut opts = run::RunOptions::new(&model);
+            opts.input_shape = input_shape;
+            opts.batch_size = Some(batch_size);
+            opts.capture_tensors = !no_tensors;
+            opts.capture_ops = !memory_only;
+            opts.device = match device.as_deref() {
+                Some(d) => d.parse().map_err(anyhow::Error::msg)?,
+                None => run::default_device(),
+            };
+            let report = run::overhead_benchmark(&opts, steps, warmup)?;
+            println!("{}", serde_json::to_string_pretty(&report)?);
+        }
         Command::Convert {
             input,
             output,

@@ -724,6 +724,18 @@ pub struct TraceMeta {
     /// What the importer could not take at face value (skipped entries, estimated sizes).
     #[serde(default)]
     pub warnings: Vec<String>,
+    /// Counters PyTorch itself reported during the run, by name
+    /// (`cuda.max_memory_allocated`, ...), to check the trace against.
+    #[serde(default)]
+    pub reported: std::collections::BTreeMap<String, u64>,
+    /// False when the recorder was asked not to track fragmentation: analyses then report a
+    /// fragmentation of 0, as the MemoryTracer API does.
+    #[serde(default = "yes")]
+    pub fragmentation_tracked: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 impl TraceMeta {
@@ -739,6 +751,8 @@ impl TraceMeta {
             start_unix_ns: None,
             allocator_settings: None,
             warnings: Vec::new(),
+            reported: std::collections::BTreeMap::new(),
+            fragmentation_tracked: true,
         }
     }
 }
@@ -762,6 +776,31 @@ pub struct Trace {
     pub initial_segments: Vec<SegmentInfo>,
     /// Events the recorder had to drop (bounded buffers).
     pub dropped_events: u64,
+    /// Training or inference iterations, in order (native capture).
+    #[serde(default)]
+    pub iterations: Vec<IterationSpan>,
+    /// Device memory in use as the driver sees it (all processes, PyTorch's cache included),
+    /// sampled during the run (native capture on CUDA).
+    #[serde(default)]
+    pub device_samples: Vec<DeviceSample>,
+}
+
+/// One iteration of the traced loop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IterationSpan {
+    pub index: u32,
+    pub start_ns: u64,
+    pub end_ns: u64,
+}
+
+/// The driver's view of a device's memory at one moment (`cuMemGetInfo`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceSample {
+    pub ts_ns: u64,
+    /// Index into `Trace::devices`.
+    pub device: u8,
+    pub used_bytes: u64,
+    pub total_bytes: u64,
 }
 
 impl Trace {
@@ -779,6 +818,8 @@ impl Trace {
             stacks: StackTable::default(),
             initial_segments: Vec::new(),
             dropped_events: 0,
+            iterations: Vec::new(),
+            device_samples: Vec::new(),
         }
     }
 

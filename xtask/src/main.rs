@@ -25,6 +25,7 @@ fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let root = repo_root();
     std::env::set_current_dir(&root)?;
+    torch_env();
     match args.first().map(String::as_str) {
         Some("test") => {
             install_tools()?;
@@ -57,6 +58,17 @@ fn cache_dir() -> PathBuf {
 
 pub fn torch_venv() -> PathBuf {
     cache_dir().join("torch-venv")
+}
+
+/// Points every cargo build at the cached torch venv: torch-sys finds libtorch through the
+/// venv's Python (`LIBTORCH_USE_PYTORCH=1`), and tests find that Python for fixtures.
+fn torch_env() {
+    let venv = torch_venv();
+    let path = format!("{}:{}", venv.join("bin").display(), std::env::var("PATH").unwrap_or_default());
+    std::env::set_var("VIRTUAL_ENV", &venv);
+    std::env::set_var("PATH", path);
+    std::env::set_var("LIBTORCH_USE_PYTORCH", "1");
+    std::env::set_var("MEMORY_TRACER_PYTHON", venv.join("bin/python"));
 }
 
 fn run(cmd: &mut Command) -> Result<()> {
@@ -232,28 +244,27 @@ fn test() -> Result<()> {
     Ok(())
 }
 
-/// The main job as far as it exists: import every bundled real trace, print its summary and
-/// write each export next to it under `target/demo/`.
+/// The main job: trace a built-in model (on the first GPU if there is one, else the CPU),
+/// print its summary and write the trace and its exports under `target/demo/`.
+/// `cargo xtask run [MODEL] [collector trace options...]`.
 fn main_job(args: &[String]) -> Result<()> {
-    let inputs: Vec<PathBuf> = if args.is_empty() {
-        ["mlp_adam_3steps.pickle", "resnet18_sgd_2steps.pickle", "convnet_profiler_trace.json", "dftracer_sample.pfw.gz"]
-            .iter()
-            .map(|s| Path::new("tests/data").join(s))
-            .collect()
-    } else {
-        args.iter().map(PathBuf::from).collect()
+    let (model, rest) = match args.split_first() {
+        Some((m, rest)) if !m.starts_with('-') => (m.clone(), rest),
+        _ => ("resnet18".to_owned(), args),
     };
     run(Command::new("cargo").args(["build", "--release", "-p", "collector"]))?;
     let exe = Path::new("target/release/collector");
     let out = Path::new("target/demo");
     std::fs::create_dir_all(out)?;
-    for input in inputs {
-        run(Command::new(exe).arg("summary").arg(&input))?;
-        let stem = input.file_name().and_then(|n| n.to_str()).unwrap_or("trace").to_owned();
-        for ext in ["mtrace.json", "speedscope.json", "chrome.json", "timeline.json", "csv"] {
-            run(Command::new(exe).arg("convert").arg(&input).arg("-o").arg(out.join(format!("{stem}.{ext}"))))?;
-        }
+    let trace = out.join(format!("{model}.mtrace.json"));
+    run(Command::new(exe).args(["trace", "--model", &model]).args(rest).arg("-o").arg(&trace))?;
+    for ext in ["speedscope.json", "chrome.json", "timeline.json", "csv"] {
+        run(Command::new(exe).arg("convert").arg(&trace).arg("-o").arg(out.join(format!("{model}.{ext}"))))?;
     }
-    eprintln!("xtask: exports written to {} (open *.speedscope.json in speedscope, *.chrome.json in Perfetto)", out.display());
+    eprintln!(
+        "xtask: trace and exports in {} (drop {} on the viewer, open *.speedscope.json in speedscope, *.chrome.json in Perfetto)",
+        out.display(),
+        trace.display()
+    );
     Ok(())
 }

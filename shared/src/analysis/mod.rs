@@ -33,6 +33,16 @@ pub struct Summary {
     pub source_format: &'static str,
 }
 
+/// The fragmentation ratio of `t`, or 0 where the trace was recorded without fragmentation
+/// tracking (`TraceMeta::fragmentation_tracked`).
+fn frag(trace: &Trace, t: crate::model::Totals) -> f64 {
+    if trace.meta.fragmentation_tracked {
+        t.fragmentation_ratio()
+    } else {
+        0.0
+    }
+}
+
 /// Computes the [`Summary`].
 pub fn summary(trace: &Trace) -> Summary {
     let start = trace.start_ns();
@@ -61,7 +71,7 @@ pub fn summary(trace: &Trace) -> Summary {
         if t.reserved_bytes > peak_res.0 {
             peak_res = (t.reserved_bytes, Some(i));
         }
-        frag_sum += t.fragmentation_ratio();
+        frag_sum += frag(trace, t);
         match ev.event_type(i) {
             EventType::Alloc => allocs += 1,
             EventType::Free => frees += 1,
@@ -168,7 +178,7 @@ pub fn layer_stats(trace: &Trace) -> BTreeMap<String, LayerMemoryStats> {
         let a = acc.entry(l.0).or_insert_with(fresh);
         a.peak_a = a.peak_a.max(t.allocated_bytes);
         a.peak_r = a.peak_r.max(t.reserved_bytes);
-        a.frag += t.fragmentation_ratio();
+        a.frag += frag(trace, t);
         a.n += 1;
         a.first = a.first.min(ev.ts_ns[i]);
         a.last = a.last.max(ev.ts_ns[i]);
@@ -256,7 +266,7 @@ pub fn fragmentation_stats(trace: &Trace) -> FragmentationStats {
     let mut peak = (0u64, 0u64);
     for _ in 0..ev.len() {
         let t = cursor.advance();
-        let f = t.fragmentation_ratio();
+        let f = frag(trace, t);
         sum += f;
         max = max.max(f);
         if t.allocated_bytes > peak.0 {

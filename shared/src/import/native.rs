@@ -156,5 +156,15 @@ fn validate(t: &Trace) -> Result<(), ImportError> {
             return Err(bad(format!("trace.initial_segments[{k}].device"), "device out of range"));
         }
     }
+    for (k, it) in t.iterations.iter().enumerate() {
+        if it.end_ns < it.start_ns {
+            return Err(bad(format!("trace.iterations[{k}]"), "end before start"));
+        }
+    }
+    for (k, s) in t.device_samples.iter().enumerate() {
+        if s.device as usize >= t.devices.len() {
+            return Err(bad(format!("trace.device_samples[{k}].device"), "device out of range"));
+        }
+    }
     Ok(())
 }

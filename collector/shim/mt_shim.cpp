@@ -1,0 +1,589 @@
+// Memory Tracer's C++ shim. See mt_shim.h for the contract.
+//
+// Design: each thread that records gets its own buffer of fixed-size chunks; a record is a
+// plain 56-byte struct written in place, so the hot path never allocates (a new chunk every
+// 16384 records aside) and never takes a lock another thread holds. Each thread keeps its
+// stack of open operators and layer scopes in thread-local vectors reserved up front.
+// Readers drain published records (count stored with release ordering) under the buffer's
+// mutex, which writers only take to link a new chunk.
+
+#include "mt_shim.h"
+
+#include <ATen/record_function.h>
+#include <c10/core/Allocator.h>
+#include <c10/core/CachingDeviceAllocator.h>
+#include <c10/util/ThreadLocalDebugInfo.h>
+#include <torch/csrc/jit/runtime/interpreter.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace {
+
+constexpr size_t kChunkRecords = 16384;
+
+struct Chunk {
+  std::atomic<size_t> count{0};
+  MtRecord recs[kChunkRecords];
+};
+
+struct ThreadBuf {
+  std::mutex mu;  // guards `chunks` (linking and unlinking), never held while writing a record
+  std::deque<std::unique_ptr<Chunk>> chunks;
+  size_t read_pos = 0;  // records of chunks.front() already drained
+  uint64_t generation = 0;
+};
+
+struct Global {
+  std::mutex mu;  // guards bufs and strings
+  std::vector<std::shared_ptr<ThreadBuf>> bufs;
+  std::deque<std::string> strings;  // id = index + 1; deque keeps addresses stable
+  std::unordered_map<std::string, uint32_t> string_ids;
+  std::atomic<uint64_t> generation{1};
+  std::atomic<bool> active{false};
+  std::atomic<uint8_t> phase{3};  // shared::Phase::Other
+  std::atomic<bool> torchscript{false};
+  bool capture_tensors = true;
+  bool capture_ops = true;
+  uint64_t max_mem = UINT64_MAX, max_op = UINT64_MAX;
+  std::atomic<uint64_t> mem_kept{0}, mem_dropped{0}, op_kept{0}, op_dropped{0};
+  std::atomic<uint64_t> peak_allocated{0}, peak_reserved{0};
+  std::atomic<uint32_t> next_op{1};
+  at::CallbackHandle callback = at::INVALID_CALLBACK_HANDLE;
+  std::string last_error;
+};
+
+Global& g() {
+  static Global* instance = new Global();  // never destroyed: callbacks may run at exit
+  return *instance;
+}
+
+struct OpFrame {
+  uint32_t id;
+  bool kept;  // false: dropped by the op limit, so its exit and outputs are not recorded
+};
+
+struct ThreadState {
+  std::shared_ptr<ThreadBuf> buf;
+  Chunk* cur = nullptr;
+  uint64_t generation = 0;
+  std::vector<OpFrame> ops;
+  std::vector<uint32_t> scopes;
+  // name pointer -> (string id, interned copy) cache so interning an op name is a lookup.
+  std::unordered_map<const void*, std::pair<uint32_t, const std::string*>> names;
+  ThreadState() {
+    ops.reserve(256);
+    scopes.reserve(64);
+    names.reserve(1024);
+  }
+};
+
+thread_local ThreadState tls;
+
+inline uint64_t now_ns() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::steady_clock::now().time_since_epoch())
+                                   .count());
+}
+
+void set_error(const char* what) {
+  std::lock_guard<std::mutex> lock(g().mu);
+  g().last_error = what;
+}
+
+uint32_t intern_locked(const std::string& s) {
+  auto& G = g();
+  auto it = G.string_ids.find(s);
+  if (it != G.string_ids.end()) return it->second;
+  G.strings.push_back(s);
+  uint32_t id = static_cast<uint32_t>(G.strings.size());
+  G.string_ids.emplace(s, id);
+  return id;
+}
+
+uint32_t intern(const char* s) {
+  if (s == nullptr) return 0;
+  std::lock_guard<std::mutex> lock(g().mu);
+  return intern_locked(std::string(s));
+}
+
+// Interns a name through the thread's pointer cache; the strcmp guards against a pointer
+// reused for another string.
+uint32_t intern_cached(const char* s) {
+  if (s == nullptr) return 0;
+  auto it = tls.names.find(s);
+  if (it != tls.names.end() && std::strcmp(it->second.second->c_str(), s) == 0) {
+    return it->second.first;
+  }
+  uint32_t id;
+  const std::string* stored;
+  {
+    std::lock_guard<std::mutex> lock(g().mu);
+    id = intern_locked(std::string(s));
+    stored = &g().strings[id - 1];
+  }
+  tls.names[s] = {id, stored};
+  return id;
+}
+
+// A slot for one record in this thread's buffer.
+inline MtRecord* slot() {
+  auto& G = g();
+  uint64_t gen = G.generation.load(std::memory_order_acquire);
+  if (tls.generation != gen || !tls.buf) {
+    tls.buf = std::make_shared<ThreadBuf>();
+    tls.buf->generation = gen;
+    tls.cur = nullptr;
+    tls.generation = gen;
+    std::lock_guard<std::mutex> lock(G.mu);
+    G.bufs.push_back(tls.buf);
+  }
+  Chunk* c = tls.cur;
+  if (c == nullptr || c->count.load(std::memory_order_relaxed) == kChunkRecords) {
+    auto fresh = std::make_unique<Chunk>();
+    c = fresh.get();
+    std::lock_guard<std::mutex> lock(tls.buf->mu);
+    tls.buf->chunks.push_back(std::move(fresh));
+    tls.cur = c;
+  }
+  return &c->recs[c->count.load(std::memory_order_relaxed)];
+}
+
+inline void publish() {
+  Chunk* c = tls.cur;
+  c->count.store(c->count.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+}
+
+inline void fill_common(MtRecord* r, uint8_t kind, uint64_t thread) {
+  r->ts_ns = now_ns();
+  r->kind = kind;
+  r->phase = g().phase.load(std::memory_order_relaxed);
+  r->thread = static_cast<uint32_t>(thread);
+  r->op = tls.ops.empty() ? 0 : tls.ops.back().id;
+  r->name = tls.scopes.empty() ? 0 : tls.scopes.back();
+  r->device_type = -1;
+  r->device_index = -1;
+  r->id = 0;
+  r->value = 0;
+  r->a = 0;
+  r->b = 0;
+}
+
+void record_tensor(const at::Tensor& t, uint8_t kind) {
+  if (!t.defined() || !t.has_storage()) return;
+  const auto& storage = t.storage();
+  MtRecord* r = slot();
+  fill_common(r, kind, at::RecordFunction::currentThreadId());
+  r->id = reinterpret_cast<uint64_t>(storage.data());
+  r->value = static_cast<int64_t>(storage.nbytes());
+  auto sizes = t.sizes();
+  r->a = sizes.size();
+  r->device_type = static_cast<int8_t>(t.device().type());
+  r->device_index = static_cast<int8_t>(t.device().index());
+  publish();
+  for (size_t i = 0; i < sizes.size(); i += 4) {
+    MtRecord* d = slot();
+    std::memset(d, 0, sizeof(MtRecord));
+    d->kind = MT_DIMS;
+    d->thread = r->thread;
+    int64_t dims[4] = {0, 0, 0, 0};
+    for (size_t j = 0; j < 4 && i + j < sizes.size(); ++j) dims[j] = sizes[i + j];
+    d->id = static_cast<uint64_t>(dims[0]);
+    d->value = dims[1];
+    d->a = static_cast<uint64_t>(dims[2]);
+    d->b = static_cast<uint64_t>(dims[3]);
+    publish();
+  }
+}
+
+void record_ivalue(const c10::IValue& v, uint8_t kind) {
+  if (v.isTensor()) {
+    record_tensor(v.toTensor(), kind);
+  } else if (v.isTensorList()) {
+    for (const at::Tensor& t : v.toTensorList().vec()) record_tensor(t, kind);
+  }
+}
+
+std::string module_path_from_hierarchy() {
+  // Entries look like `TOP(Net)::forward`, `features(Sequential)::forward`, `0(Conv2d)::forward`;
+  // keep the instance names.
+  std::string path;
+  for (const std::string& entry : torch::jit::currentModuleHierarchy()) {
+    // `TOP(Net)::forward` is the root, `SELF(Conv2d)::_conv_forward` a method of the module
+    // already on the path, `::relu` a free function: none of them adds a path component.
+    std::string name = entry.substr(0, entry.find('('));
+    if (name.empty() || name == "TOP" || name == "SELF" || name[0] == ':') continue;
+    if (!path.empty()) path += '.';
+    path += name;
+  }
+  return path;
+}
+
+std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
+  auto& G = g();
+  if (!G.active.load(std::memory_order_relaxed)) return nullptr;
+  uint32_t id = G.next_op.fetch_add(1, std::memory_order_relaxed);
+  if (G.op_kept.load(std::memory_order_relaxed) >= G.max_op) {
+    G.op_dropped.fetch_add(1, std::memory_order_relaxed);
+    tls.ops.push_back({id, false});
+    return nullptr;
+  }
+  G.op_kept.fetch_add(1, std::memory_order_relaxed);
+  uint32_t name = intern_cached(fn.name());
+  uint32_t scope = tls.scopes.empty() ? 0 : tls.scopes.back();
+  if (G.torchscript.load(std::memory_order_relaxed) &&
+      fn.scope() == at::RecordScope::FUNCTION) {
+    std::string path = module_path_from_hierarchy();
+    if (!path.empty()) {
+      std::lock_guard<std::mutex> lock(G.mu);
+      scope = intern_locked(path);
+    }
+  }
+  MtRecord* r = slot();
+  fill_common(r, MT_OP_ENTER, fn.threadId());
+  r->id = id;
+  r->value = fn.seqNr();
+  r->a = fn.forwardThreadId();
+  r->b = tls.ops.empty() ? 0 : tls.ops.back().id;
+  r->name = name;
+  r->op = scope;  // for operators, `op` carries the layer scope (the name slot holds the op name)
+  r->device_type = static_cast<int8_t>(fn.scope());
+  publish();
+  tls.ops.push_back({id, true});
+  if (G.capture_tensors) {
+    for (const c10::IValue& v : fn.inputs()) record_ivalue(v, MT_TENSOR_IN);
+  }
+  return nullptr;
+}
+
+std::unique_ptr<at::ObserverContext> on_enter_guarded(const at::RecordFunction& fn) {
+  try {
+    return on_enter(fn);
+  } catch (...) {
+    return nullptr;  // never let a tracing failure break the model
+  }
+}
+
+void on_exit(const at::RecordFunction& fn, at::ObserverContext*) {
+  auto& G = g();
+  if (tls.ops.empty()) return;  // entered before tracing started
+  OpFrame frame = tls.ops.back();
+  tls.ops.pop_back();
+  if (!frame.kept || !G.active.load(std::memory_order_relaxed)) return;
+  uint32_t id = frame.id;
+  MtRecord* r = slot();
+  fill_common(r, MT_OP_EXIT, fn.threadId());
+  r->id = id;
+  publish();
+  if (G.capture_tensors) {
+    for (const c10::IValue& v : fn.outputs()) record_ivalue(v, MT_TENSOR_OUT);
+  }
+}
+
+void on_exit_guarded(const at::RecordFunction& fn, at::ObserverContext* ctx) {
+  try {
+    on_exit(fn, ctx);
+  } catch (...) {
+  }
+}
+
+void update_peak(std::atomic<uint64_t>& peak, uint64_t v) {
+  uint64_t cur = peak.load(std::memory_order_relaxed);
+  while (v > cur && !peak.compare_exchange_weak(cur, v, std::memory_order_relaxed)) {
+  }
+}
+
+struct Reporter final : public c10::MemoryReportingInfoBase {
+  void reportMemoryUsage(void* ptr, int64_t alloc_size, size_t total_allocated,
+                         size_t total_reserved, c10::Device device) override {
+    try {
+      record(ptr, alloc_size, total_allocated, total_reserved, device);
+    } catch (...) {
+    }
+  }
+
+  void record(void* ptr, int64_t alloc_size, size_t total_allocated, size_t total_reserved,
+              c10::Device device) {
+    auto& G = g();
+    if (!G.active.load(std::memory_order_relaxed)) return;
+    update_peak(G.peak_allocated, total_allocated);
+    update_peak(G.peak_reserved, total_reserved);
+    if (G.mem_kept.load(std::memory_order_relaxed) >= G.max_mem) {
+      G.mem_dropped.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    G.mem_kept.fetch_add(1, std::memory_order_relaxed);
+    MtRecord* r = slot();
+    fill_common(r, MT_MEM, at::RecordFunction::currentThreadId());
+    r->id = reinterpret_cast<uint64_t>(ptr);
+    r->value = alloc_size;
+    r->a = total_allocated;
+    r->b = total_reserved;
+    r->device_type = static_cast<int8_t>(device.type());
+    r->device_index = static_cast<int8_t>(device.index());
+    publish();
+  }
+
+  void reportOutOfMemory(int64_t alloc_size, size_t total_allocated, size_t total_reserved,
+                         c10::Device device) override {
+    auto& G = g();
+    if (!G.active.load(std::memory_order_relaxed)) return;
+    try {
+      MtRecord* r = slot();
+      fill_common(r, MT_OOM, at::RecordFunction::currentThreadId());
+    r->value = alloc_size;
+    r->a = total_allocated;
+    r->b = total_reserved;
+    r->device_type = static_cast<int8_t>(device.type());
+    r->device_index = static_cast<int8_t>(device.index());
+      publish();
+    } catch (...) {
+    }
+  }
+
+  bool memoryProfilingEnabled() const override {
+    return g().active.load(std::memory_order_relaxed);
+  }
+};
+
+}  // namespace
+
+extern "C" {
+
+int mt_reset(uint64_t max_mem_records, uint64_t max_op_records, int capture_tensors, int capture_ops) {
+  auto& G = g();
+  if (G.active.load()) {
+    set_error("mt_reset while tracing is active");
+    return -1;
+  }
+  std::lock_guard<std::mutex> lock(G.mu);
+  G.bufs.clear();
+  G.generation.fetch_add(1, std::memory_order_acq_rel);
+  G.max_mem = max_mem_records;
+  G.max_op = max_op_records;
+  G.capture_tensors = capture_tensors != 0;
+  G.capture_ops = capture_ops != 0;
+  G.mem_kept = 0;
+  G.mem_dropped = 0;
+  G.op_kept = 0;
+  G.op_dropped = 0;
+  G.peak_allocated = 0;
+  G.peak_reserved = 0;
+  G.next_op = 1;
+  G.phase = 3;
+  return 0;
+}
+
+int mt_start(void) {
+  auto& G = g();
+  try {
+    if (G.active.load()) return 0;
+    tls.ops.clear();
+    tls.scopes.clear();
+    c10::ThreadLocalDebugInfo::_push(c10::DebugInfoKind::PROFILER_STATE,
+                                     std::make_shared<Reporter>());
+    if (G.capture_ops && G.callback == at::INVALID_CALLBACK_HANDLE) {
+      G.callback = at::addGlobalCallback(at::RecordFunctionCallback(on_enter_guarded, on_exit_guarded)
+                                             .needsInputs(G.capture_tensors)
+                                             .needsOutputs(G.capture_tensors)
+                                             .needsIds(true));
+    }
+    G.active.store(true);
+    return 0;
+  } catch (const std::exception& e) {
+    set_error(e.what());
+    return -1;
+  }
+}
+
+int mt_stop(void) {
+  auto& G = g();
+  try {
+    if (!G.active.load()) return 0;
+    G.active.store(false);
+    if (G.callback != at::INVALID_CALLBACK_HANDLE) {
+      at::removeCallback(G.callback);
+      G.callback = at::INVALID_CALLBACK_HANDLE;
+    }
+    c10::ThreadLocalDebugInfo::_pop(c10::DebugInfoKind::PROFILER_STATE);
+    return 0;
+  } catch (const std::exception& e) {
+    set_error(e.what());
+    return -1;
+  }
+}
+
+int mt_is_active(void) { return g().active.load() ? 1 : 0; }
+
+void mt_set_phase(uint8_t phase) { g().phase.store(phase, std::memory_order_relaxed); }
+
+void mt_set_torchscript(int enabled) { g().torchscript.store(enabled != 0); }
+
+uint32_t mt_intern(const char* s) {
+  try {
+    return intern(s);
+  } catch (...) {
+    return 0;
+  }
+}
+
+const char* mt_string(uint32_t id, size_t* len) {
+  auto& G = g();
+  std::lock_guard<std::mutex> lock(G.mu);
+  if (id == 0 || id > G.strings.size()) {
+    *len = 0;
+    return nullptr;
+  }
+  const std::string& s = G.strings[id - 1];
+  *len = s.size();
+  return s.data();
+}
+
+uint32_t mt_string_count(void) {
+  std::lock_guard<std::mutex> lock(g().mu);
+  return static_cast<uint32_t>(g().strings.size());
+}
+
+void mt_scope_enter(uint32_t name) {
+  try {
+    if (g().active.load(std::memory_order_relaxed)) {
+      MtRecord* r = slot();
+      fill_common(r, MT_SCOPE_ENTER, at::RecordFunction::currentThreadId());
+      r->name = name;
+      publish();
+    }
+    tls.scopes.push_back(name);
+  } catch (...) {
+  }
+}
+
+void mt_scope_exit(uint32_t name) {
+  try {
+    if (!tls.scopes.empty()) tls.scopes.pop_back();
+    if (g().active.load(std::memory_order_relaxed)) {
+      MtRecord* r = slot();
+      fill_common(r, MT_SCOPE_EXIT, at::RecordFunction::currentThreadId());
+      r->name = name;
+      publish();
+    }
+  } catch (...) {
+  }
+}
+
+void mt_mark(uint32_t name, int64_t value) {
+  try {
+    if (!g().active.load(std::memory_order_relaxed)) return;
+    MtRecord* r = slot();
+    fill_common(r, MT_MARK, at::RecordFunction::currentThreadId());
+    r->name = name;
+    r->value = value;
+    publish();
+  } catch (...) {
+  }
+}
+
+uint64_t mt_now_ns(void) { return now_ns(); }
+
+size_t mt_drain(MtRecord* out, size_t cap) {
+  auto& G = g();
+  std::vector<std::shared_ptr<ThreadBuf>> bufs;
+  {
+    std::lock_guard<std::mutex> lock(G.mu);
+    bufs = G.bufs;
+  }
+  size_t n = 0;
+  for (auto& buf : bufs) {
+    std::lock_guard<std::mutex> lock(buf->mu);
+    while (n < cap && !buf->chunks.empty()) {
+      Chunk* c = buf->chunks.front().get();
+      size_t published = c->count.load(std::memory_order_acquire);
+      size_t take = std::min(published - buf->read_pos, cap - n);
+      std::memcpy(out + n, c->recs + buf->read_pos, take * sizeof(MtRecord));
+      n += take;
+      buf->read_pos += take;
+      // A full chunk that is completely read can go once the writer has linked the next
+      // one (the last chunk is the writer's current one).
+      if (buf->read_pos == kChunkRecords && buf->chunks.size() > 1) {
+        buf->chunks.pop_front();
+        buf->read_pos = 0;
+      } else {
+        break;
+      }
+    }
+    if (n == cap) break;
+  }
+  return n;
+}
+
+void mt_counters(MtCounters* out) {
+  auto& G = g();
+  out->mem_kept = G.mem_kept.load();
+  out->mem_dropped = G.mem_dropped.load();
+  out->op_kept = G.op_kept.load();
+  out->op_dropped = G.op_dropped.load();
+  out->peak_allocated = G.peak_allocated.load();
+  out->peak_reserved = G.peak_reserved.load();
+}
+
+int mt_cuda_device_stats(int8_t device, MtDeviceStats* out) {
+  try {
+    auto* alloc = c10::getDeviceAllocator(c10::DeviceType::CUDA);
+    if (alloc == nullptr || !alloc->initialized()) {
+      set_error("the CUDA caching allocator is not initialized");
+      return -1;
+    }
+    auto stats = alloc->getDeviceStats(device);
+    const size_t agg = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+    out->allocated_current = static_cast<uint64_t>(stats.allocated_bytes[agg].current);
+    out->allocated_peak = static_cast<uint64_t>(stats.allocated_bytes[agg].peak);
+    out->reserved_current = static_cast<uint64_t>(stats.reserved_bytes[agg].current);
+    out->reserved_peak = static_cast<uint64_t>(stats.reserved_bytes[agg].peak);
+    out->num_alloc_retries = static_cast<uint64_t>(stats.num_alloc_retries);
+    out->num_ooms = static_cast<uint64_t>(stats.num_ooms);
+    return 0;
+  } catch (const std::exception& e) {
+    set_error(e.what());
+    return -1;
+  }
+}
+
+int mt_cuda_reset_peak(int8_t device) {
+  try {
+    auto* alloc = c10::getDeviceAllocator(c10::DeviceType::CUDA);
+    if (alloc == nullptr || !alloc->initialized()) return -1;
+    alloc->resetPeakStats(device);
+    return 0;
+  } catch (const std::exception& e) {
+    set_error(e.what());
+    return -1;
+  }
+}
+
+int mt_cuda_empty_cache(void) {
+  try {
+    auto* alloc = c10::getDeviceAllocator(c10::DeviceType::CUDA);
+    if (alloc == nullptr || !alloc->initialized()) return -1;
+    alloc->emptyCache();
+    return 0;
+  } catch (const std::exception& e) {
+    set_error(e.what());
+    return -1;
+  }
+}
+
+size_t mt_last_error(char* buf, size_t cap) {
+  std::lock_guard<std::mutex> lock(g().mu);
+  const std::string& e = g().last_error;
+  size_t n = std::min(cap, e.size());
+  std::memcpy(buf, e.data(), n);
+  return n;
+}
+
+}  // extern "C"

@@ -1,0 +1,82 @@
+// Memory Tracer's C++ shim: the one place that talks to libtorch's C++ internals.
+// Rust binds exactly these functions (collector/src/capture/ffi.rs). Every function catches
+// C++ exceptions and reports failure through its return value; none throws.
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// Record kinds (MtRecord.kind).
+enum {
+  MT_MEM = 1,         // id=ptr, value=signed size (negative: free), a=total allocated, b=total reserved
+  MT_OOM = 2,         // value=requested size, a=total allocated, b=total reserved
+  MT_OP_ENTER = 3,    // id=op id, value=seq nr, a=forward thread id, b=parent op id, name=op name, aux=record scope
+  MT_OP_EXIT = 4,     // id=op id
+  MT_TENSOR_IN = 5,   // follows its op: id=storage ptr, value=storage bytes, a=ndim, b=dims packed below
+  MT_TENSOR_OUT = 6,  // follows MT_OP_EXIT: same fields as MT_TENSOR_IN
+  MT_DIMS = 7,        // up to 4 dims of the preceding tensor in id, value, a, b
+  MT_SCOPE_ENTER = 8, // name=scope name
+  MT_SCOPE_EXIT = 9,  // name=scope name
+  MT_MARK = 10,       // name=mark name, value=user value (iteration index)
+};
+
+typedef struct MtRecord {
+  uint64_t ts_ns;   // steady clock, nanoseconds
+  uint64_t id;
+  int64_t value;
+  uint64_t a;
+  uint64_t b;
+  uint32_t op;      // innermost open op of this thread when recorded (0: none)
+  uint32_t name;    // interned string id (op, scope, mark) or the innermost scope for MT_MEM
+  uint32_t thread;  // RecordFunction thread id
+  uint8_t kind;
+  int8_t device_type;   // c10::DeviceType for MT_MEM / MT_OOM / tensors
+  int8_t device_index;
+  uint8_t phase;        // the phase set by mt_set_phase when recorded
+} MtRecord;
+
+typedef struct MtCounters {
+  uint64_t mem_kept, mem_dropped, op_kept, op_dropped;
+  // Peaks seen by the callback itself, kept even when records are dropped.
+  uint64_t peak_allocated, peak_reserved;
+} MtCounters;
+
+typedef struct MtDeviceStats {
+  uint64_t allocated_current, allocated_peak, reserved_current, reserved_peak;
+  uint64_t num_alloc_retries, num_ooms;
+} MtDeviceStats;
+
+// Clears all buffers and strings; mem and op records beyond the limits are dropped and counted.
+// capture_ops = 0 records memory only (no operator callback at all).
+int mt_reset(uint64_t max_mem_records, uint64_t max_op_records, int capture_tensors, int capture_ops);
+// Installs the callbacks on the calling thread (memory) and globally (operators).
+int mt_start(void);
+int mt_stop(void);
+int mt_is_active(void);
+void mt_set_phase(uint8_t phase);
+// 1: attribute operators to TorchScript module hierarchies (costs an allocation per op).
+void mt_set_torchscript(int enabled);
+uint32_t mt_intern(const char* s);
+const char* mt_string(uint32_t id, size_t* len);
+uint32_t mt_string_count(void);
+void mt_scope_enter(uint32_t name);
+void mt_scope_exit(uint32_t name);
+void mt_mark(uint32_t name, int64_t value);
+uint64_t mt_now_ns(void);
+// Moves up to cap records into out; returns how many. Call until it returns 0.
+size_t mt_drain(MtRecord* out, size_t cap);
+void mt_counters(MtCounters* out);
+// The CUDA caching allocator's own counters (torch.cuda.memory_stats). 0 on success.
+int mt_cuda_device_stats(int8_t device, MtDeviceStats* out);
+int mt_cuda_reset_peak(int8_t device);
+// Releases the CUDA caching allocator's unused cached blocks (torch.cuda.empty_cache).
+int mt_cuda_empty_cache(void);
+// Copies the last error message; returns its length.
+size_t mt_last_error(char* buf, size_t cap);
+
+#ifdef __cplusplus
+}
+#endif

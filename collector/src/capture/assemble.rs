@@ -1,0 +1,548 @@
+//! Turns the shim's raw records into a [`Trace`]: pairs operator enter/exit, attaches tensors,
+//! attributes every operator and allocation to a layer, and orders memory events in time.
+//!
+//! Pure data in, data out (no libtorch calls), so it is tested without a model.
+//!
+//! Attribution rules (ARCHITECTURE.md, "Layer attribution"):
+//! - a forward op belongs to the innermost layer scope open on its thread when it started;
+//! - a backward node (`BACKWARD_FUNCTION`) belongs to the layer of the forward op with the same
+//!   (sequence number, forward thread), the innermost such op when several share it;
+//! - any other op inherits the layer of its parent op;
+//! - an allocation or free belongs to the layer of the innermost op open on its thread, else
+//!   to the innermost scope; a free outside both belongs to the layer that allocated the
+//!   block; what is left is [`UNATTRIBUTED`].
+
+use super::ffi::{self, MtCounters, MtRecord};
+use shared::model::{
+    Device, EventRecord, EventType, IterationSpan, LayerScope, OperatorEvent, Phase, StrId, TensorRef, Totals,
+    TraceMeta,
+};
+use shared::Trace;
+use std::collections::HashMap;
+
+/// The layer name given to memory that no op or scope claims.
+pub const UNATTRIBUTED: &str = "unattributed";
+/// The mark that starts an iteration (its value is the iteration index).
+pub const ITERATION_BEGIN: &str = "iteration.begin";
+/// The mark that ends an iteration.
+pub const ITERATION_END: &str = "iteration.end";
+
+/// Everything one capture produced.
+#[derive(Debug, Default)]
+pub struct Captured {
+    pub records: Vec<MtRecord>,
+    /// The shim's strings; id `i` is `strings[i - 1]`.
+    pub strings: Vec<String>,
+    pub counters: MtCounters,
+    /// Steady-clock time at start; trace timestamps are relative to it.
+    pub start_ns: u64,
+    /// Allocated and reserved bytes of each device when recording started.
+    pub base_totals: Vec<(Device, Totals)>,
+}
+
+fn device_of(device_type: i8, index: i8) -> Device {
+    match device_type {
+        1 => Device {
+            kind: "cuda".into(),
+            index: i32::from(index.max(0)),
+        },
+        0 => Device {
+            kind: "cpu".into(),
+            index: 0,
+        },
+        other => Device {
+            kind: format!("device_type_{other}"),
+            index: i32::from(index.max(0)),
+        },
+    }
+}
+
+struct OpTmp {
+    id: u32,
+    name: u32,
+    seq_nr: i64,
+    fwd_thread: u64,
+    parent: u32,
+    scope: u32,
+    backward_node: bool,
+    start_ns: u64,
+    end_ns: Option<u64>,
+    thread: u32,
+    phase: u8,
+    inputs: Vec<TensorTmp>,
+    outputs: Vec<TensorTmp>,
+}
+
+struct TensorTmp {
+    t: TensorRef,
+    ndim: usize,
+    dims: Vec<i64>,
+}
+
+enum Target {
+    None,
+    Inputs(usize),
+    Outputs(usize),
+}
+
+/// Builds the trace. `meta` carries what the caller knows (model, device name, ...).
+pub fn assemble(c: &Captured, meta: TraceMeta) -> Trace {
+    let mut trace = Trace::new(meta);
+    let unattributed = trace.strings.intern(UNATTRIBUTED);
+    let stream = trace.stream_index("default");
+    let mut str_map: Vec<Option<StrId>> = vec![None; c.strings.len() + 1];
+    let mut s = |trace: &mut Trace, id: u32| -> StrId {
+        let Some(slot) = str_map.get_mut(id as usize) else {
+            return StrId::NONE;
+        };
+        if id == 0 {
+            return StrId::NONE;
+        }
+        *slot.get_or_insert_with(|| trace.strings.intern(&c.strings[id as usize - 1]))
+    };
+    let rel = |ts: u64| ts.saturating_sub(c.start_ns);
+
+    for (device, totals) in &c.base_totals {
+        let d = trace.device_index(device.clone());
+        trace.events.set_base_totals(d as usize, *totals);
+    }
+
+    // Records of one thread are in order; threads interleave. Group by thread, keeping order.
+    let mut order: Vec<usize> = (0..c.records.len()).collect();
+    order.sort_by_key(|&i| c.records[i].thread);
+
+    let mut ops: Vec<OpTmp> = Vec::new();
+    let mut op_index: HashMap<u32, usize> = HashMap::new();
+    let mut mem: Vec<usize> = Vec::new();
+    let mut scopes: Vec<LayerScope> = Vec::new();
+    let mut iteration_marks: Vec<(u64, bool, i64)> = Vec::new();
+    let iteration_begin = c.strings.iter().position(|x| x == ITERATION_BEGIN).map(|i| i as u32 + 1);
+    let iteration_end = c.strings.iter().position(|x| x == ITERATION_END).map(|i| i as u32 + 1);
+
+    let mut target = Target::None;
+    let mut scope_stack: Vec<(u32, u64, u8)> = Vec::new();
+    let mut current_thread = u32::MAX;
+    for &i in &order {
+        let r = &c.records[i];
+        if r.thread != current_thread {
+            close_open_scopes(&mut scope_stack, &mut scopes, &mut trace, &mut s, u64::from(current_thread), None);
+            current_thread = r.thread;
+            target = Target::None;
+        }
+        match r.kind {
+            ffi::MT_MEM | ffi::MT_OOM => mem.push(i),
+            ffi::MT_OP_ENTER => {
+                op_index.insert(r.id as u32, ops.len());
+                target = Target::Inputs(ops.len());
+                ops.push(OpTmp {
+                    id: r.id as u32,
+                    name: r.name,
+                    seq_nr: r.value,
+                    fwd_thread: r.a,
+                    parent: r.b as u32,
+                    scope: r.op,
+                    backward_node: r.device_type == ffi::RECORD_SCOPE_BACKWARD_FUNCTION,
+                    start_ns: rel(r.ts_ns),
+                    end_ns: None,
+                    thread: r.thread,
+                    phase: r.phase,
+                    inputs: Vec::new(),
+                    outputs: Vec::new(),
+                });
+            }
+            ffi::MT_OP_EXIT => {
+                target = match op_index.get(&(r.id as u32)) {
+                    Some(&k) => {
+                        ops[k].end_ns = Some(rel(r.ts_ns));
+                        Target::Outputs(k)
+                    }
+                    None => Target::None,
+                };
+            }
+            ffi::MT_TENSOR_IN | ffi::MT_TENSOR_OUT => {
+                let t = TensorRef {
+                    storage_id: r.id,
+                    size_bytes: r.value.max(0) as u64,
+                    shape: u32::MAX,
+                };
+                let ndim = r.a.min(64) as usize;
+                let tt = TensorTmp {
+                    t,
+                    ndim,
+                    dims: Vec::with_capacity(ndim),
+                };
+                match (&target, r.kind) {
+                    (Target::Inputs(k), ffi::MT_TENSOR_IN) => ops[*k].inputs.push(tt),
+                    (Target::Outputs(k), ffi::MT_TENSOR_OUT) => ops[*k].outputs.push(tt),
+                    _ => {}
+                }
+            }
+            ffi::MT_DIMS => {
+                let last = match target {
+                    Target::Inputs(k) => ops[k].inputs.last_mut(),
+                    Target::Outputs(k) => ops[k].outputs.last_mut(),
+                    Target::None => None,
+                };
+                if let Some(tt) = last {
+                    for d in [r.id as i64, r.value, r.a as i64, r.b as i64] {
+                        if tt.dims.len() < tt.ndim {
+                            tt.dims.push(d);
+                        }
+                    }
+                }
+            }
+            ffi::MT_SCOPE_ENTER => scope_stack.push((r.name, rel(r.ts_ns), r.phase)),
+            ffi::MT_SCOPE_EXIT => {
+                // Pop to the matching scope; scopes left open inside it end with it.
+                if let Some(pos) = scope_stack.iter().rposition(|(n, _, _)| *n == r.name) {
+                    close_open_scopes(&mut scope_stack, &mut scopes, &mut trace, &mut s, r.thread as u64, Some((pos, rel(r.ts_ns))));
+                }
+            }
+            ffi::MT_MARK => {
+                if Some(r.name) == iteration_begin {
+                    iteration_marks.push((rel(r.ts_ns), true, r.value));
+                } else if Some(r.name) == iteration_end {
+                    iteration_marks.push((rel(r.ts_ns), false, r.value));
+                }
+            }
+            _ => {}
+        }
+    }
+    close_open_scopes(&mut scope_stack, &mut scopes, &mut trace, &mut s, current_thread as u64, None);
+    scopes.sort_by_key(|x| (x.start_ns, x.depth));
+    trace.scopes = scopes;
+
+    // Layers of ops, parents and forward ops first.
+    ops.sort_by_key(|o| (o.start_ns, o.id));
+    op_index = ops.iter().enumerate().map(|(k, o)| (o.id, k)).collect();
+    let mut layer: Vec<u32> = vec![0; ops.len()];
+    let mut forward_by_seq: HashMap<(i64, u64), usize> = HashMap::new();
+    for k in 0..ops.len() {
+        let o = &ops[k];
+        let from_forward = if o.backward_node && o.seq_nr >= 0 {
+            forward_by_seq.get(&(o.seq_nr, o.fwd_thread)).map(|&f| layer[f]).filter(|&l| l != 0)
+        } else {
+            None
+        };
+        let from_parent = op_index.get(&o.parent).map(|&p| layer[p]).filter(|&l| l != 0);
+        layer[k] = from_forward
+            .or(if o.scope != 0 { Some(o.scope) } else { None })
+            .or(from_parent)
+            .unwrap_or(0);
+        if !o.backward_node && o.seq_nr >= 0 {
+            // Later entries are inner ops sharing the number (aten::conv2d -> aten::convolution).
+            forward_by_seq.insert((o.seq_nr, u64::from(o.thread)), k);
+        }
+    }
+
+    // The engine's `autograd::engine::evaluate_function: X` wrapper allocates on behalf of its
+    // node (gradient buffers): give it the node's layer, then let unresolved ops inherit again.
+    for k in 0..ops.len() {
+        if ops[k].backward_node && layer[k] != 0 {
+            if let Some(&p) = op_index.get(&ops[k].parent) {
+                if layer[p] == 0 {
+                    layer[p] = layer[k];
+                }
+            }
+        }
+    }
+    for k in 0..ops.len() {
+        if layer[k] == 0 {
+            if let Some(&p) = op_index.get(&ops[k].parent) {
+                layer[k] = layer[p];
+            }
+        }
+    }
+
+    // Operators and their tensors.
+    let mut shape_ids: HashMap<Vec<i64>, u32> = HashMap::new();
+    let mut push_tensors = |trace: &mut Trace, list: &[TensorTmp]| -> (u32, u32) {
+        let start = trace.tensors.len() as u32;
+        for tt in list {
+            let mut t = tt.t;
+            if tt.dims.len() == tt.ndim {
+                t.shape = *shape_ids.entry(tt.dims.clone()).or_insert_with(|| {
+                    trace.shapes.push(tt.dims.clone());
+                    (trace.shapes.len() - 1) as u32
+                });
+            }
+            trace.tensors.push(t);
+        }
+        (start, trace.tensors.len() as u32)
+    };
+    trace.ops.reserve(ops.len());
+    for (k, o) in ops.iter().enumerate() {
+        let inputs = push_tensors(&mut trace, &o.inputs);
+        let outputs = push_tensors(&mut trace, &o.outputs);
+        let name = s(&mut trace, o.name);
+        let layer_id = s(&mut trace, layer[k]);
+        trace.ops.push(OperatorEvent {
+            name,
+            phase: Phase::from_u8(o.phase).unwrap_or_default(),
+            seq_nr: o.seq_nr,
+            start_ns: o.start_ns,
+            end_ns: o.end_ns.unwrap_or(o.start_ns).max(o.start_ns),
+            thread: u64::from(o.thread),
+            fwd_thread: o.fwd_thread,
+            layer: layer_id,
+            inputs,
+            outputs,
+        });
+    }
+
+    // Memory events in time order.
+    mem.sort_by_key(|&i| c.records[i].ts_ns);
+    let mut oom_notes = Vec::new();
+    let mut owner: HashMap<(u8, u64), StrId> = HashMap::new();
+    // CPU totals are our own running sums: libtorch's CPU reporter keeps a process-wide count
+    // that misses frees made while no one was recording, so it drifts across traces.
+    let mut cpu_running: HashMap<u8, u64> = HashMap::new();
+    let mut skipped_cpu_frees = 0u64;
+    for &i in &mem {
+        let r = &c.records[i];
+        let device = device_of(r.device_type, r.device_index);
+        let is_cpu = device.kind == "cpu";
+        let d = trace.device_index(device);
+        if is_cpu && r.kind == ffi::MT_MEM && r.value < 0 && !owner.contains_key(&(d, r.id)) {
+            // A block allocated before this trace: its allocation is not in the totals either.
+            skipped_cpu_frees += 1;
+            continue;
+        }
+        let layer_id = op_index
+            .get(&r.op)
+            .map(|&k| layer[k])
+            .filter(|&l| l != 0)
+            .or(if r.name != 0 { Some(r.name) } else { None })
+            .map(|l| s(&mut trace, l));
+        // A free outside every op and scope (a graph released after backward, a dropped
+        // tensor) belongs to the layer that allocated the block.
+        let layer_id = match (r.kind, r.value >= 0) {
+            (ffi::MT_MEM, true) => {
+                let l = layer_id.unwrap_or(unattributed);
+                owner.insert((d, r.id), l);
+                l
+            }
+            (ffi::MT_MEM, false) => {
+                let from_alloc = owner.remove(&(d, r.id));
+                layer_id.or(from_alloc).unwrap_or(unattributed)
+            }
+            _ => layer_id.unwrap_or(unattributed),
+        };
+        let (event_type, size) = match r.kind {
+            ffi::MT_OOM => {
+                oom_notes.push(format!(
+                    "out of memory at {:.3} ms asking for {} with {} allocated and {} reserved",
+                    rel(r.ts_ns) as f64 / 1e6,
+                    shared::units::format_bytes(r.value.max(0) as u64),
+                    shared::units::format_bytes(r.a),
+                    shared::units::format_bytes(r.b)
+                ));
+                (EventType::Oom, r.value.max(0) as u64)
+            }
+            _ if r.value >= 0 => (EventType::Alloc, r.value as u64),
+            _ => (EventType::Free, r.value.unsigned_abs()),
+        };
+        // libtorch's CPU allocator caches nothing and reports no reserved total; it stays 0
+        // (so CPU events need no per-event override and cost 32 bytes).
+        let totals = if is_cpu {
+            let run = cpu_running.entry(d).or_insert(0);
+            match event_type {
+                EventType::Alloc => *run += size,
+                EventType::Free => *run = run.saturating_sub(size),
+                _ => {}
+            }
+            Totals {
+                allocated_bytes: *run,
+                reserved_bytes: 0,
+            }
+        } else {
+            Totals {
+                allocated_bytes: r.a,
+                reserved_bytes: r.b,
+            }
+        };
+        trace.events.push(EventRecord {
+            ts_ns: rel(r.ts_ns),
+            event_type,
+            phase: Phase::from_u8(r.phase).unwrap_or_default(),
+            size_bytes: size,
+            address: r.id,
+            layer: layer_id,
+            device: d,
+            stream,
+            totals: Some(totals),
+        });
+    }
+    trace.meta.warnings.extend(oom_notes);
+    if skipped_cpu_frees > 0 {
+        trace.meta.warnings.push(format!(
+            "{skipped_cpu_frees} CPU frees of blocks allocated before the trace started were left out (their allocations are not in the totals)"
+        ));
+    }
+
+    // Iterations: a begin mark opens, the next end mark closes.
+    let mut open: Option<(u64, i64)> = None;
+    iteration_marks.sort_by_key(|m| m.0);
+    for (ts, begin, value) in iteration_marks {
+        match (begin, open) {
+            (true, _) => open = Some((ts, value)),
+            (false, Some((start, index))) => {
+                trace.iterations.push(IterationSpan {
+                    index: index.max(0) as u32,
+                    start_ns: start,
+                    end_ns: ts,
+                });
+                open = None;
+            }
+            (false, None) => {}
+        }
+    }
+
+    let counters = c.counters;
+    if counters.mem_dropped > 0 {
+        trace.meta.warnings.push(format!(
+            "the event limit kept the first {} allocations and frees and dropped {} later ones; peaks reported by the allocator while dropping: {} allocated, {} reserved",
+            counters.mem_kept,
+            counters.mem_dropped,
+            counters.peak_allocated,
+            counters.peak_reserved
+        ));
+    }
+    if counters.op_dropped > 0 {
+        trace.meta.warnings.push(format!(
+            "the event limit kept the first {} operators and dropped {} later ones",
+            counters.op_kept, counters.op_dropped
+        ));
+    }
+    trace.dropped_events = counters.mem_dropped + counters.op_dropped;
+    trace.finish();
+    trace
+}
+
+/// Closes scopes on `scope_stack`: all of them at their own start (`until` = None, for scopes
+/// never closed: they get zero length), or those from `pos` up at `ts`.
+fn close_open_scopes(
+    scope_stack: &mut Vec<(u32, u64, u8)>,
+    scopes: &mut Vec<LayerScope>,
+    trace: &mut Trace,
+    s: &mut impl FnMut(&mut Trace, u32) -> StrId,
+    thread: u64,
+    until: Option<(usize, u64)>,
+) {
+    let (pos, end) = until.map_or((0, None), |(p, ts)| (p, Some(ts)));
+    while scope_stack.len() > pos {
+        let Some((name, start, phase)) = scope_stack.pop() else { break };
+        let depth = scope_stack.len() as u16;
+        scopes.push(LayerScope {
+            name: s(trace, name),
+            start_ns: start,
+            end_ns: end.unwrap_or(start).max(start),
+            depth,
+            phase: Phase::from_u8(phase).unwrap_or_default(),
+            thread,
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn rec(kind: u8, ts: u64, thread: u32) -> MtRecord {
+        MtRecord {
+            ts_ns: ts,
+            kind,
+            thread,
+            phase: Phase::Other as u8,
+            device_type: -1,
+            device_index: -1,
+            ..Default::default()
+        }
+    }
+
+    /// A hand-made capture: forward `linear` in layer `fc` (thread 1) allocates, its backward
+    /// node runs on thread 2 inside the engine's wrapper and allocates there, the graph is
+    /// freed outside any op.
+    #[test]
+    fn attribution_follows_scopes_sequence_numbers_and_allocations() {
+        let strings: Vec<String> =
+            ["fc", "aten::linear", "AddmmBackward0", "autograd::engine::evaluate_function: AddmmBackward0"].map(String::from).to_vec();
+        let (fc, linear, node, wrapper) = (1, 2, 3, 4);
+        let mut r = Vec::new();
+        let mut scope_enter = rec(ffi::MT_SCOPE_ENTER, 10, 1);
+        scope_enter.name = fc;
+        r.push(scope_enter);
+        let mut op = rec(ffi::MT_OP_ENTER, 11, 1);
+        (op.id, op.value, op.b, op.name, op.op, op.phase) = (1, 7, 0, linear, fc, Phase::Forward as u8);
+        r.push(op);
+        let mut t_in = rec(ffi::MT_TENSOR_IN, 11, 1);
+        (t_in.id, t_in.value, t_in.a) = (0xA0, 64, 2);
+        r.push(t_in);
+        let mut dims = rec(ffi::MT_DIMS, 0, 1);
+        (dims.id, dims.value) = (4, 4);
+        r.push(dims);
+        let mut alloc = rec(ffi::MT_MEM, 12, 1);
+        (alloc.id, alloc.value, alloc.a, alloc.op, alloc.name, alloc.device_type, alloc.phase) =
+            (0x100, 512, 512, 1, fc, 0, Phase::Forward as u8);
+        r.push(alloc);
+        let mut exit = rec(ffi::MT_OP_EXIT, 13, 1);
+        exit.id = 1;
+        r.push(exit);
+        let mut scope_exit = rec(ffi::MT_SCOPE_EXIT, 14, 1);
+        scope_exit.name = fc;
+        r.push(scope_exit);
+        // backward on thread 2
+        let mut w = rec(ffi::MT_OP_ENTER, 20, 2);
+        (w.id, w.value, w.name, w.phase) = (2, -1, wrapper, Phase::Backward as u8);
+        r.push(w);
+        let mut n = rec(ffi::MT_OP_ENTER, 21, 2);
+        (n.id, n.value, n.a, n.b, n.name, n.device_type, n.phase) =
+            (3, 7, 1, 2, node, ffi::RECORD_SCOPE_BACKWARD_FUNCTION, Phase::Backward as u8);
+        r.push(n);
+        let mut ne = rec(ffi::MT_OP_EXIT, 22, 2);
+        ne.id = 3;
+        r.push(ne);
+        let mut grad = rec(ffi::MT_MEM, 23, 2);
+        (grad.id, grad.value, grad.a, grad.op, grad.device_type, grad.phase) = (0x200, 256, 768, 2, 0, Phase::Backward as u8);
+        r.push(grad);
+        let mut we = rec(ffi::MT_OP_EXIT, 24, 2);
+        we.id = 2;
+        r.push(we);
+        // the graph (the forward activation) freed outside every op, on thread 1
+        let mut free = rec(ffi::MT_MEM, 30, 1);
+        (free.id, free.value, free.a, free.device_type) = (0x100, -512, 256, 0);
+        r.push(free);
+        let mut stray = rec(ffi::MT_MEM, 31, 1);
+        (stray.id, stray.value, stray.a, stray.device_type) = (0x300, 128, 384, 0);
+        r.push(stray);
+
+        let captured = Captured {
+            records: r,
+            strings,
+            counters: MtCounters::default(),
+            start_ns: 10,
+            base_totals: Vec::new(),
+        };
+        let t = assemble(&captured, TraceMeta::new(shared::model::SourceFormat::MemoryTracer));
+        let layers: Vec<Option<&str>> = (0..t.events.len()).map(|i| t.memory_event(i).layer_name).collect();
+        assert_eq!(layers, [Some("fc"), Some("fc"), Some("fc"), Some(UNATTRIBUTED)]);
+        let phases: Vec<Phase> = (0..t.events.len()).map(|i| t.events.phase(i)).collect();
+        assert_eq!(phases, [Phase::Forward, Phase::Backward, Phase::Other, Phase::Other]);
+        let op_layers: Vec<(&str, &str)> = t.ops.iter().map(|o| (t.str(o.name), t.str(o.layer))).collect();
+        assert_eq!(
+            op_layers,
+            [("aten::linear", "fc"), ("autograd::engine::evaluate_function: AddmmBackward0", "fc"), ("AddmmBackward0", "fc")]
+        );
+        let lin = &t.ops[0];
+        assert_eq!(lin.inputs.1 - lin.inputs.0, 1);
+        let tensor = t.tensors[lin.inputs.0 as usize];
+        assert_eq!((tensor.storage_id, tensor.size_bytes), (0xA0, 64));
+        assert_eq!(t.shapes[tensor.shape as usize], vec![4, 4]);
+        assert_eq!(t.scopes.len(), 1);
+        assert_eq!((t.scopes[0].start_ns, t.scopes[0].end_ns), (0, 4));
+        // Timestamps are relative to the start, totals are the allocator's.
+        assert_eq!(t.events.ts_ns[0], 2);
+        assert_eq!(t.events.totals_at(1).allocated_bytes, 768);
+    }
+}
