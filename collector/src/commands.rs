@@ -76,6 +76,11 @@ pub struct SummaryJson<'a> {
     pub model: Option<&'a str>,
     pub warnings: &'a [String],
     pub top_layers: Vec<&'a LayerMemoryStats>,
+    /// Counters PyTorch reported in the traced process (`cuda.max_memory_allocated`, ...).
+    pub reported: &'a std::collections::BTreeMap<String, u64>,
+    /// Highest device memory in use as the driver saw it (all of the process, CUDA context
+    /// and libraries included), when sampled.
+    pub driver_used_peak_bytes: Option<u64>,
 }
 
 /// Prints the `print_summary` table (or one JSON object with `json`).
@@ -90,6 +95,8 @@ pub fn print_summary(trace: &Trace, top: usize, json: bool, mut out: impl Write)
             model: trace.meta.model.as_deref(),
             warnings: &trace.meta.warnings,
             top_layers: tops,
+            reported: &trace.meta.reported,
+            driver_used_peak_bytes: trace.device_samples.iter().map(|d| d.used_bytes).max(),
         };
         serde_json::to_writer_pretty(&mut out, &j)?;
         writeln!(out)?;
@@ -141,6 +148,14 @@ pub fn print_summary(trace: &Trace, top: usize, json: bool, mut out: impl Write)
         if let Some(&r) = trace.meta.reported.get("cuda.max_memory_reserved") {
             writeln!(out, "                     max_memory_reserved {r} bytes")?;
         }
+    }
+    if let Some(used) = trace.device_samples.iter().map(|d| d.used_bytes).max() {
+        writeln!(
+            out,
+            "  driver used        up to {} on the device ({} samples; CUDA context, libraries and other processes included)",
+            format_bytes(used),
+            trace.device_samples.len()
+        )?;
     }
     if trace.meta.fragmentation_tracked {
         writeln!(out, "  avg fragmentation  {:.1} %", s.avg_fragmentation * 100.0)?;
