@@ -18,6 +18,7 @@ Writes results.json (and the traces) into --out and exits non-zero when a check 
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -31,6 +32,7 @@ def run(cmd):
     sys.stderr.write(p.stderr[-4000:])
     if p.returncode != 0:
         raise SystemExit(f"{cmd[0]} failed with {p.returncode}")
+    run.last_stderr = p.stderr
     return p.stdout, time.time() - t0
 
 
@@ -118,6 +120,8 @@ def main():
     trace_path = os.path.join(a.out, "resnet50_b8.mtrace.json")
     _, secs = run([a.collector, "trace", "--model", "resnet50", "--batch-size", "8", "--device", "cuda:0",
                    "--optimizer", "sgd", "--iterations", str(a.iterations), "-o", trace_path, "-q"])
+    m = re.search(r"in memory: ([0-9.]+) B per memory event", run.last_stderr)
+    bytes_per_event = float(m.group(1)) if m else None
     summary_out, _ = run([a.collector, "summary", "--json", trace_path])
     summary = {"summary": json.loads(summary_out)}
     with open(trace_path) as f:
@@ -131,6 +135,8 @@ def main():
         "torch_max_memory_reserved_same_process": reported.get("cuda.max_memory_reserved"),
         "collector_final_allocated": summary["summary"]["final_allocated_bytes"],
         "torch_memory_allocated_at_end": reported.get("cuda.memory_allocated"),
+        "bytes_per_memory_event_in_memory": bytes_per_event,
+        "driver_used_peak_bytes": summary["summary"].get("driver_used_peak_bytes"),
         "events": summary["summary"]["total_events"],
         "ops": summary["summary"]["total_ops"],
         "trace_seconds": secs,
