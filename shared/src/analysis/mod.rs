@@ -484,6 +484,19 @@ mod tests {
     }
 
     #[test]
+    fn fragmentation_reads_zero_when_not_tracked() {
+        let mut t = small_trace();
+        assert!(fragmentation_stats(&t).avg_fragmentation > 0.0);
+        t.meta.fragmentation_tracked = false;
+        let f = fragmentation_stats(&t);
+        assert_eq!((f.avg_fragmentation, f.max_fragmentation), (0.0, 0.0));
+        assert!(f.per_layer.values().all(|&v| v == 0.0));
+        assert_eq!(summary(&t).avg_fragmentation, 0.0);
+        // The totals themselves stay true.
+        assert_eq!(summary(&t).peak_reserved_bytes, 1000);
+    }
+
+    #[test]
     fn summary_finds_peak_and_time() {
         let t = small_trace();
         let s = summary(&t);
