@@ -86,14 +86,8 @@ fn output(cmd: &mut Command) -> Option<String> {
     out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
 }
 
-fn install_tools() -> Result<()> {
-    // wasm target
-    let targets = output(Command::new("rustup").args(["target", "list", "--installed"])).unwrap_or_default();
-    if !targets.lines().any(|l| l == "wasm32-unknown-unknown") {
-        run(Command::new("rustup").args(["target", "add", "wasm32-unknown-unknown"]))?;
-    }
-
-    // torch venv (libtorch for the collector's tracing, Python for test fixtures)
+/// The cached `torch==2.11.0` venv: libtorch for the collector, Python for test fixtures.
+fn install_torch_venv() -> Result<()> {
     let venv = torch_venv();
     let py = venv.join("bin/python");
     let have = output(Command::new(&py).args(["-c", "import torch, requests, setuptools; print(torch.__version__)"]));
@@ -110,6 +104,17 @@ fn install_tools() -> Result<()> {
             "requests",
         ]))?;
     }
+    Ok(())
+}
+
+fn install_tools() -> Result<()> {
+    // wasm target
+    let targets = output(Command::new("rustup").args(["target", "list", "--installed"])).unwrap_or_default();
+    if !targets.lines().any(|l| l == "wasm32-unknown-unknown") {
+        run(Command::new("rustup").args(["target", "add", "wasm32-unknown-unknown"]))?;
+    }
+
+    install_torch_venv()?;
 
     // wasm-bindgen-cli at the Cargo.lock version (no --locked: see NOTES)
     let wb = output(Command::new("wasm-bindgen").arg("--version")).unwrap_or_default();
@@ -142,7 +147,7 @@ fn install_tools() -> Result<()> {
             install()?;
         }
     }
-    eprintln!("xtask: tools ready (torch {TORCH_VERSION} venv at {})", venv.display());
+    eprintln!("xtask: tools ready (torch {TORCH_VERSION} venv at {})", torch_venv().display());
     Ok(())
 }
 
@@ -252,6 +257,7 @@ fn main_job(args: &[String]) -> Result<()> {
         Some((m, rest)) if !m.starts_with('-') => (m.clone(), rest),
         _ => ("resnet18".to_owned(), args),
     };
+    install_torch_venv()?;
     run(Command::new("cargo").args(["build", "--release", "-p", "collector"]))?;
     let exe = Path::new("target/release/collector");
     let out = Path::new("target/demo");
