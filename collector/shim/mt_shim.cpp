@@ -300,17 +300,23 @@ void update_peak(std::atomic<uint64_t>& peak, uint64_t v) {
   }
 }
 
+// Writes one MT_MEM or MT_OOM record (`value` is the signed size or the requested size).
+void record_memory(uint8_t kind, void* ptr, int64_t value, size_t total_allocated,
+                   size_t total_reserved, c10::Device device) {
+  MtRecord* r = slot();
+  fill_common(r, kind, at::RecordFunction::currentThreadId());
+  r->id = reinterpret_cast<uint64_t>(ptr);
+  r->value = value;
+  r->a = total_allocated;
+  r->b = total_reserved;
+  r->device_type = static_cast<int8_t>(device.type());
+  r->device_index = static_cast<int8_t>(device.index());
+  publish();
+}
+
 struct Reporter final : public c10::MemoryReportingInfoBase {
   void reportMemoryUsage(void* ptr, int64_t alloc_size, size_t total_allocated,
                          size_t total_reserved, c10::Device device) override {
-    try {
-      record(ptr, alloc_size, total_allocated, total_reserved, device);
-    } catch (...) {
-    }
-  }
-
-  void record(void* ptr, int64_t alloc_size, size_t total_allocated, size_t total_reserved,
-              c10::Device device) {
     auto& G = g();
     if (!G.active.load(std::memory_order_relaxed)) return;
     update_peak(G.peak_allocated, total_allocated);
@@ -320,30 +326,17 @@ struct Reporter final : public c10::MemoryReportingInfoBase {
       return;
     }
     G.mem_kept.fetch_add(1, std::memory_order_relaxed);
-    MtRecord* r = slot();
-    fill_common(r, MT_MEM, at::RecordFunction::currentThreadId());
-    r->id = reinterpret_cast<uint64_t>(ptr);
-    r->value = alloc_size;
-    r->a = total_allocated;
-    r->b = total_reserved;
-    r->device_type = static_cast<int8_t>(device.type());
-    r->device_index = static_cast<int8_t>(device.index());
-    publish();
+    try {
+      record_memory(MT_MEM, ptr, alloc_size, total_allocated, total_reserved, device);
+    } catch (...) {
+    }
   }
 
   void reportOutOfMemory(int64_t alloc_size, size_t total_allocated, size_t total_reserved,
                          c10::Device device) override {
-    auto& G = g();
-    if (!G.active.load(std::memory_order_relaxed)) return;
+    if (!g().active.load(std::memory_order_relaxed)) return;
     try {
-      MtRecord* r = slot();
-      fill_common(r, MT_OOM, at::RecordFunction::currentThreadId());
-    r->value = alloc_size;
-    r->a = total_allocated;
-    r->b = total_reserved;
-    r->device_type = static_cast<int8_t>(device.type());
-    r->device_index = static_cast<int8_t>(device.index());
-      publish();
+      record_memory(MT_OOM, nullptr, alloc_size, total_allocated, total_reserved, device);
     } catch (...) {
     }
   }

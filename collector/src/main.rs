@@ -157,6 +157,15 @@ struct TraceArgs {
     quiet: bool,
 }
 
+/// `--device`, or the first GPU if there is one, else the CPU.
+#[cfg(feature = "tracing")]
+fn device_arg(device: Option<&str>) -> anyhow::Result<collector::run::DeviceChoice> {
+    match device {
+        Some(d) => d.parse().map_err(anyhow::Error::msg),
+        None => Ok(collector::run::default_device()),
+    }
+}
+
 #[cfg(feature = "tracing")]
 fn trace_command(a: TraceArgs) -> anyhow::Result<()> {
     use collector::run::{self, RunOptions};
@@ -174,10 +183,7 @@ fn trace_command(a: TraceArgs) -> anyhow::Result<()> {
     opts.learning_rate = a.lr;
     opts.iterations = a.iterations;
     opts.amp = a.amp;
-    opts.device = match a.device.as_deref() {
-        Some(d) => d.parse().map_err(anyhow::Error::msg)?,
-        None => run::default_device(),
-    };
+    opts.device = device_arg(a.device.as_deref())?;
     opts.max_events = a.max_events;
     opts.fragmentation = !a.no_fragmentation;
     opts.capture_tensors = !a.no_tensors;
@@ -235,10 +241,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             opts.batch_size = Some(batch_size);
             opts.capture_tensors = !no_tensors;
             opts.capture_ops = !memory_only;
-            opts.device = match device.as_deref() {
-                Some(d) => d.parse().map_err(anyhow::Error::msg)?,
-                None => run::default_device(),
-            };
+            opts.device = device_arg(device.as_deref())?;
             let report = run::overhead_benchmark(&opts, steps, warmup)?;
             println!("{}", serde_json::to_string_pretty(&report)?);
         }

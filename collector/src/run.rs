@@ -154,11 +154,9 @@ pub enum RunError {
     Torch(String),
 }
 
-impl RunError {
-    /// True when the failure was the device running out of memory.
-    pub fn is_out_of_memory(&self) -> bool {
-        matches!(self, RunError::Torch(m) if m.contains("out of memory") || m.contains("OutOfMemory"))
-    }
+/// A libtorch error as a [`RunError`], without the C++ backtrace.
+fn torch_err(e: impl std::fmt::Display) -> RunError {
+    RunError::Torch(models::torch_message(&e.to_string()))
 }
 
 /// Progress of a run, for progress bars and live streams.
@@ -261,8 +259,6 @@ pub fn trace_model(opts: &RunOptions, progress: &mut dyn FnMut(Progress)) -> Res
     let outcome = catch_quietly(|| run_loop(opts, device, &mut input_shape, &mut iteration_s, progress));
     capture::set_torchscript(false);
     let captured = session.finish();
-    // PyTorch's own counters, read while the run's tensors are still alive, to check against.
-    let stats = cuda.and_then(|i| capture::cuda_device_stats(i as i8));
     // The model, optimizer and batch outlive the recording: their teardown is not part of
     // the run (the trace ends with what the loop left allocated).
     let outcome = outcome.map(|r| r.map(drop));
@@ -304,22 +300,6 @@ pub fn trace_model(opts: &RunOptions, progress: &mut dyn FnMut(Progress)) -> Res
         "max_events": opts.max_events,
         "iteration_seconds": iteration_s,
     }));
-    if let Some(stats) = stats {
-        let r = &mut meta.reported;
-        r.insert("cuda.max_memory_allocated".into(), stats.allocated_peak);
-        r.insert("cuda.max_memory_reserved".into(), stats.reserved_peak);
-        r.insert("cuda.memory_allocated".into(), stats.allocated_current);
-        r.insert("cuda.memory_reserved".into(), stats.reserved_current);
-        r.insert("cuda.num_alloc_retries".into(), stats.num_alloc_retries);
-        r.insert("cuda.num_ooms".into(), stats.num_ooms);
-    }
-    let mut captured = captured;
-    if cuda.is_some() {
-        // A CUDA trace is about device memory: host allocations (scalars, index tensors made
-        // on the CPU) would interleave another device's totals with the GPU's.
-        captured.records.retain(|r| !(r.kind == capture::ffi::MT_MEM && r.device_type == 0));
-        captured.base_totals.retain(|(d, _)| d.kind == "cuda");
-    }
     let start_ns = captured.start_ns;
     let mut trace = assemble::assemble(&captured, meta);
     if let Some(i) = cuda {
@@ -340,86 +320,129 @@ pub fn trace_model(opts: &RunOptions, progress: &mut dyn FnMut(Progress)) -> Res
     Ok(trace)
 }
 
+/// A model ready to step: weights, optimizer (when training) and one batch on the device.
+struct Workload {
+    /// Owns the variables; dropped with the workload, after recording has stopped.
+    _vs: nn::VarStore,
+    model: models::Model,
+    optimizer: Option<nn::Optimizer>,
+    x: tch::Tensor,
+    y: Option<tch::Tensor>,
+    input_shape: Vec<i64>,
+    device: tch::Device,
+    amp: bool,
+    loss_scope: capture::Name,
+    step_scope: capture::Name,
+    zero_scope: capture::Name,
+}
+
+impl Workload {
+    /// Builds the model (inside its scopes), the optimizer and the batch.
+    fn prepare(opts: &RunOptions, device: tch::Device) -> Result<Self, RunError> {
+        let mut vs = nn::VarStore::new(device);
+        let model = match &opts.torchscript {
+            Some(path) => {
+                let _g = capture::scope(capture::intern("model.load"));
+                models::load_torchscript(path, &vs)?
+            }
+            None => models::build(&opts.model, &vs)?,
+        };
+        let input_shape = model.resolve_shape(opts.input_shape.as_deref(), opts.batch_size)?;
+        let optimizer = if opts.mode == Mode::Train {
+            let lr = opts.learning_rate;
+            let built = match opts.optimizer {
+                OptimizerKind::Sgd => nn::Sgd {
+                    momentum: 0.9,
+                    ..Default::default()
+                }
+                .build(&vs, lr),
+                OptimizerKind::Adam => nn::Adam::default().build(&vs, lr),
+                OptimizerKind::Adamw => nn::AdamW::default().build(&vs, lr),
+            };
+            Some(built.map_err(torch_err)?)
+        } else {
+            vs.freeze();
+            None
+        };
+        let (x, y) = {
+            let _g = capture::scope(capture::intern("input"));
+            (model.input(&input_shape, device), model.targets(&input_shape, device))
+        };
+        Ok(Self {
+            _vs: vs,
+            model,
+            optimizer,
+            x,
+            y,
+            input_shape,
+            device,
+            amp: opts.amp,
+            loss_scope: capture::intern("loss"),
+            step_scope: capture::intern("optimizer.step"),
+            zero_scope: capture::intern("optimizer.zero_grad"),
+        })
+    }
+
+    /// One iteration: forward and loss, then (training) backward, optimizer step and zero_grad,
+    /// each under its phase.
+    fn step(&mut self) -> Result<(), RunError> {
+        let train = self.optimizer.is_some();
+        capture::set_phase(Phase::Forward);
+        let forward = || -> Result<tch::Tensor, RunError> {
+            let out = self.model.net.forward(&self.x, train).map_err(torch_err)?;
+            let _g = capture::scope(self.loss_scope);
+            Ok(self.model.loss(&out, self.y.as_ref()))
+        };
+        // tch::autocast toggles libtorch's (deprecated, warning) global switch even when off.
+        let amp = |f: &dyn Fn() -> Result<tch::Tensor, RunError>| if self.amp { tch::autocast(true, f) } else { f() };
+        if train {
+            let loss = amp(&forward)?;
+            capture::set_phase(Phase::Backward);
+            loss.f_backward().map_err(torch_err)?;
+            drop(loss);
+            capture::set_phase(Phase::Optimizer);
+            if let Some(opt) = self.optimizer.as_mut() {
+                {
+                    let _g = capture::scope(self.step_scope);
+                    opt.step();
+                }
+                let _g = capture::scope(self.zero_scope);
+                opt.zero_grad();
+            }
+        } else {
+            drop(tch::no_grad(|| amp(&forward))?);
+        }
+        capture::set_phase(Phase::Other);
+        Ok(())
+    }
+
+    /// Waits for the device to finish the work queued so far.
+    fn sync(&self) {
+        if let tch::Device::Cuda(i) = self.device {
+            tch::Cuda::synchronize(i as i64);
+        }
+    }
+}
+
 fn run_loop(
     opts: &RunOptions,
     device: tch::Device,
     input_shape: &mut Vec<i64>,
     iteration_s: &mut Vec<f64>,
     progress: &mut dyn FnMut(Progress),
-) -> Result<impl Sized, RunError> {
-    let mut vs = nn::VarStore::new(device);
-    let model = match &opts.torchscript {
-        Some(path) => {
-            let _g = capture::scope(capture::intern("model.load"));
-            models::load_torchscript(path, &vs)?
-        }
-        None => models::build(&opts.model, &vs)?,
-    };
-    *input_shape = model.resolve_shape(opts.input_shape.as_deref(), opts.batch_size)?;
-    let train = opts.mode == Mode::Train;
-    if !train {
-        vs.freeze();
-    }
-    let mut optimizer = if train {
-        let lr = opts.learning_rate;
-        let built = match opts.optimizer {
-            OptimizerKind::Sgd => nn::Sgd {
-                momentum: 0.9,
-                ..Default::default()
-            }
-            .build(&vs, lr),
-            OptimizerKind::Adam => nn::Adam::default().build(&vs, lr),
-            OptimizerKind::Adamw => nn::AdamW::default().build(&vs, lr),
-        };
-        Some(built.map_err(|e| RunError::Torch(models::torch_message(&e.to_string())))?)
-    } else {
-        None
-    };
-    let (x, y) = {
-        let _g = capture::scope(capture::intern("input"));
-        (model.input(input_shape, device), model.targets(input_shape, device))
-    };
+) -> Result<Workload, RunError> {
+    let mut work = Workload::prepare(opts, device)?;
+    input_shape.clone_from(&work.input_shape);
     let begin = capture::intern(assemble::ITERATION_BEGIN);
     let end = capture::intern(assemble::ITERATION_END);
-    let loss_scope = capture::intern("loss");
-    let step_scope = capture::intern("optimizer.step");
-    let zero_scope = capture::intern("optimizer.zero_grad");
     progress(Progress::Started {
         iterations: opts.iterations,
     });
     for it in 0..opts.iterations {
         let t0 = Instant::now();
         capture::mark(begin, i64::from(it));
-        capture::set_phase(Phase::Forward);
-        let forward = || -> Result<tch::Tensor, RunError> {
-            let out = model.net.forward(&x, train).map_err(|e| RunError::Torch(models::torch_message(&e.to_string())))?;
-            let _g = capture::scope(loss_scope);
-            Ok(model.loss(&out, y.as_ref()))
-        };
-        // tch::autocast toggles libtorch's (deprecated, warning) global switch even when off.
-        let amp = |f: &dyn Fn() -> Result<tch::Tensor, RunError>| if opts.amp { tch::autocast(true, f) } else { f() };
-        if let Some(opt) = optimizer.as_mut() {
-            let loss = amp(&forward)?;
-            capture::set_phase(Phase::Backward);
-            loss.f_backward().map_err(|e| RunError::Torch(models::torch_message(&e.to_string())))?;
-            drop(loss);
-            capture::set_phase(Phase::Optimizer);
-            {
-                let _g = capture::scope(step_scope);
-                opt.step();
-            }
-            {
-                let _g = capture::scope(zero_scope);
-                opt.zero_grad();
-            }
-        } else {
-            let out = tch::no_grad(|| amp(&forward))?;
-            drop(out);
-        }
-        capture::set_phase(Phase::Other);
-        if let tch::Device::Cuda(i) = device {
-            tch::Cuda::synchronize(i as i64);
-        }
+        work.step()?;
+        work.sync();
         capture::mark(end, i64::from(it));
         let seconds = t0.elapsed().as_secs_f64();
         iteration_s.push(seconds);
@@ -429,7 +452,7 @@ fn run_loop(
             seconds,
         });
     }
-    Ok((vs, model, optimizer, x, y))
+    Ok(work)
 }
 
 /// Step times of the same model with and without tracing, measured in one process.
@@ -468,39 +491,15 @@ fn median(v: &[f64]) -> f64 {
 pub fn overhead_benchmark(opts: &RunOptions, steps: u32, warmup: u32) -> Result<OverheadReport, RunError> {
     let device = resolve_device(opts.device)?;
     tch::manual_seed(opts.seed);
-    let vs = nn::VarStore::new(device);
-    let model = match &opts.torchscript {
-        Some(path) => models::load_torchscript(path, &vs)?,
-        None => models::build(&opts.model, &vs)?,
-    };
-    let shape = model.resolve_shape(opts.input_shape.as_deref(), opts.batch_size)?;
-    let mut opt = nn::Sgd {
-        momentum: 0.9,
-        ..Default::default()
-    }
-    .build(&vs, opts.learning_rate)
-    .map_err(|e| RunError::Torch(models::torch_message(&e.to_string())))?;
-    let x = model.input(&shape, device);
-    let y = model.targets(&shape, device);
-    let sync = || {
-        if let tch::Device::Cuda(i) = device {
-            tch::Cuda::synchronize(i as i64);
-        }
-    };
+    let mut train = opts.clone();
+    train.mode = Mode::Train;
+    let mut work = Workload::prepare(&train, device)?;
+    // The same step `collector trace` runs, timed from an idle device to an idle device.
     let mut step = || -> Result<f64, RunError> {
-        sync();
+        work.sync();
         let t0 = Instant::now();
-        capture::set_phase(Phase::Forward);
-        let out = model.net.forward(&x, true).map_err(|e| RunError::Torch(models::torch_message(&e.to_string())))?;
-        let loss = model.loss(&out, y.as_ref());
-        capture::set_phase(Phase::Backward);
-        loss.f_backward().map_err(|e| RunError::Torch(models::torch_message(&e.to_string())))?;
-        capture::set_phase(Phase::Optimizer);
-        opt.step();
-        opt.zero_grad();
-        capture::set_phase(Phase::Other);
-        drop((out, loss));
-        sync();
+        work.step()?;
+        work.sync();
         Ok(t0.elapsed().as_secs_f64())
     };
     let mut session = Session::start(CaptureConfig {
@@ -537,8 +536,8 @@ pub fn overhead_benchmark(opts: &RunOptions, steps: u32, warmup: u32) -> Result<
     let (mt, mu) = (median(&traced), median(&untraced));
     let n = traced.len().max(1) as f64;
     Ok(OverheadReport {
-        model: model.name.clone(),
-        input_shape: shape,
+        model: work.model.name.clone(),
+        input_shape: work.input_shape.clone(),
         device: opts.device.to_string(),
         capture_tensors: opts.capture_tensors,
         capture_ops: opts.capture_ops,

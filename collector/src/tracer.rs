@@ -80,20 +80,10 @@ impl MemoryTracer {
             cuda_device: cuda,
         })?;
         let out = f();
-        let mut captured = session.finish();
-        if cuda.is_some() {
-            captured.records.retain(|r| !(r.kind == capture::ffi::MT_MEM && r.device_type == 0));
-            captured.base_totals.retain(|(d, _)| d.kind == "cuda");
-        }
+        let captured = session.finish();
         let mut meta = TraceMeta::new(SourceFormat::MemoryTracer);
         meta.fragmentation_tracked = self.enable_fragmentation_tracking;
         meta.pytorch_version = Some(crate::run::TORCH_VERSION.into());
-        if let Some(i) = cuda {
-            if let Some(stats) = capture::cuda_device_stats(i) {
-                meta.reported.insert("cuda.max_memory_allocated".into(), stats.allocated_peak);
-                meta.reported.insert("cuda.max_memory_reserved".into(), stats.reserved_peak);
-            }
-        }
         let trace = assemble::assemble(&captured, meta);
         *self.last.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(trace);
         Ok(out)

@@ -38,6 +38,8 @@ pub struct Captured {
     pub start_ns: u64,
     /// Allocated and reserved bytes of each device when recording started.
     pub base_totals: Vec<(Device, Totals)>,
+    /// The CUDA caching allocator's own counters when recording stopped (CUDA sessions).
+    pub cuda_stats: Option<ffi::MtDeviceStats>,
 }
 
 fn device_of(device_type: i8, index: i8) -> Device {
@@ -88,6 +90,15 @@ enum Target {
 /// Builds the trace. `meta` carries what the caller knows (model, device name, ...).
 pub fn assemble(c: &Captured, meta: TraceMeta) -> Trace {
     let mut trace = Trace::new(meta);
+    if let Some(stats) = c.cuda_stats {
+        let r = &mut trace.meta.reported;
+        r.insert("cuda.max_memory_allocated".into(), stats.allocated_peak);
+        r.insert("cuda.max_memory_reserved".into(), stats.reserved_peak);
+        r.insert("cuda.memory_allocated".into(), stats.allocated_current);
+        r.insert("cuda.memory_reserved".into(), stats.reserved_current);
+        r.insert("cuda.num_alloc_retries".into(), stats.num_alloc_retries);
+        r.insert("cuda.num_ooms".into(), stats.num_ooms);
+    }
     let unattributed = trace.strings.intern(UNATTRIBUTED);
     let stream = trace.stream_index("default");
     let mut str_map: Vec<Option<StrId>> = vec![None; c.strings.len() + 1];
@@ -523,6 +534,7 @@ mod tests {
             counters: MtCounters::default(),
             start_ns: 10,
             base_totals: Vec::new(),
+            cuda_stats: None,
         };
         let t = assemble(&captured, TraceMeta::new(shared::model::SourceFormat::MemoryTracer));
         let layers: Vec<Option<&str>> = (0..t.events.len()).map(|i| t.memory_event(i).layer_name).collect();

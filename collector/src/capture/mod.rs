@@ -260,19 +260,29 @@ impl Session {
         self.records.clear();
     }
 
-    /// Stops recording and returns everything captured.
+    /// Stops recording and returns everything captured. A CUDA session keeps device memory
+    /// only: host allocations (scalars, index tensors made on the CPU) would interleave
+    /// another device's totals with the GPU's. It also reads the CUDA allocator's counters
+    /// now, while the run's tensors are still alive.
     pub fn finish(mut self) -> Captured {
         self.stop();
         self.drain();
         let mut counters = ffi::MtCounters::default();
         // SAFETY: `counters` is a valid, writable struct.
         unsafe { ffi::mt_counters(&mut counters) };
+        let mut records = std::mem::take(&mut self.records);
+        let mut base_totals = std::mem::take(&mut self.base_totals);
+        if self.config.cuda_device.is_some() {
+            records.retain(|r| !(r.kind == ffi::MT_MEM && r.device_type == 0));
+            base_totals.retain(|(d, _)| d.kind == "cuda");
+        }
         Captured {
-            records: std::mem::take(&mut self.records),
+            records,
             strings: shim_strings(),
             counters,
             start_ns: self.start_ns,
-            base_totals: std::mem::take(&mut self.base_totals),
+            base_totals,
+            cuda_stats: self.config.cuda_device.and_then(cuda_device_stats),
         }
     }
 
