@@ -42,9 +42,14 @@ pub fn resolve_format(format: Option<&str>, out: &Path) -> anyhow::Result<Export
     }
 }
 
-/// Writes `trace` to `out` atomically: a temporary file beside it, renamed into place, so a
-/// failed export never leaves a half-written file or destroys an existing one.
+/// Writes `trace` to `out` atomically (see [`write_atomic`]); returns the bytes written.
 pub fn write_export(trace: &Trace, format: ExportFormat, out: &Path) -> anyhow::Result<u64> {
+    write_atomic(out, |w| export(trace, format, w).map_err(anyhow::Error::from))
+}
+
+/// Writes `out` atomically: a temporary file beside it, renamed into place, so a failed write
+/// never leaves a half-written file or destroys an existing one. Returns the file's size.
+pub fn write_atomic(out: &Path, write: impl FnOnce(&mut dyn Write) -> anyhow::Result<()>) -> anyhow::Result<u64> {
     let dir = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let tmp = dir.join(format!(
         ".{}.tmp-{}",
@@ -54,11 +59,11 @@ pub fn write_export(trace: &Trace, format: ExportFormat, out: &Path) -> anyhow::
     let result = (|| -> anyhow::Result<u64> {
         let file = std::fs::File::create(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
         let mut w = std::io::BufWriter::new(file);
-        export(trace, format, &mut w).with_context(|| format!("cannot write {}", out.display()))?;
+        write(&mut w).with_context(|| format!("cannot write {}", out.display()))?;
         let file = w.into_inner().map_err(|e| e.into_error())?;
         file.sync_all()?;
         let size = file.metadata()?.len();
-        std::fs::rename(&tmp, out).with_context(|| format!("cannot move the export into place at {}", out.display()))?;
+        std::fs::rename(&tmp, out).with_context(|| format!("cannot move the file into place at {}", out.display()))?;
         Ok(size)
     })();
     if result.is_err() {

@@ -1,8 +1,11 @@
 //! Memory Tracer's native tool as a library: the commands behind the `collector` binary.
 //!
-//! `convert` and `summary` need no libtorch; they read any trace format `shared` imports.
+//! `convert`, `summary` and `analyze` need no libtorch; they read any trace format `shared`
+//! imports.
 
+pub mod analyze;
 pub mod commands;
+pub mod plots;
 
 #[cfg(feature = "tracing")]
 pub mod capture;
@@ -14,3 +17,5 @@ pub mod device;
 pub mod run;
 #[cfg(feature = "tracing")]
 pub mod tracer;
+#[cfg(feature = "tracing")]
+pub mod sweep;

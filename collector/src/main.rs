@@ -60,6 +60,26 @@ enum Command {
         #[arg(long, default_value_t = 4096)]
         max_decompressed_mib: u64,
     },
+    /// The graph profile of a trace: operator ranks, node statistics, activation liveness and
+    /// the memory breakdown per rank, as CSV and JSON, with memory-vs-rank charts (PNG, SVG).
+    Analyze {
+        /// Input trace file (native, or a torch.profiler Chrome trace).
+        input: PathBuf,
+        /// Output folder (created if missing).
+        #[arg(short, long, default_value = ".")]
+        output: PathBuf,
+        /// File name prefix.
+        #[arg(long, default_value = "profiler_stats")]
+        prefix: String,
+        /// Largest decompressed size accepted from gzip input, in MiB.
+        #[arg(long, default_value_t = 4096)]
+        max_decompressed_mib: u64,
+    },
+    /// Trace a model at several batch sizes: peak memory, iteration time and memory per rank
+    /// for each, as CSV, JSON (the viewer overlays it) and charts. Out-of-memory batch sizes
+    /// are reported and the sweep goes on.
+    #[cfg(feature = "tracing")]
+    Sweep(Box<SweepArgs>),
     /// Print peak memory, fragmentation and the top layers of a trace.
     Summary {
         /// Input trace file.
@@ -76,10 +96,10 @@ enum Command {
     },
 }
 
-/// `collector trace` options.
+/// What to run: the model, its input and the loop (shared by `trace` and `sweep`).
 #[cfg(feature = "tracing")]
 #[derive(clap::Args)]
-struct TraceArgs {
+struct RunArgs {
     /// A built-in model: resnet18, resnet34, resnet50, resnet101, resnet152, vgg16,
     /// transformer, gpt, mlp.
     #[arg(long, default_value = "resnet18")]
@@ -143,6 +163,14 @@ struct TraceArgs {
     /// Random seed.
     #[arg(long, default_value_t = 0)]
     seed: i64,
+}
+
+/// `collector trace` options.
+#[cfg(feature = "tracing")]
+#[derive(clap::Args)]
+struct TraceArgs {
+    #[command(flatten)]
+    run: RunArgs,
     /// Output file; written atomically. Default: <model>.mtrace.json.
     #[arg(short, long)]
     output: Option<PathBuf>,
@@ -157,6 +185,57 @@ struct TraceArgs {
     quiet: bool,
 }
 
+/// `collector sweep` options.
+#[cfg(feature = "tracing")]
+#[derive(clap::Args)]
+struct SweepArgs {
+    #[command(flatten)]
+    run: RunArgs,
+    /// Batch sizes to run, in order.
+    #[arg(long, value_delimiter = ',', num_args = 1.., default_value = "4,8,16,32,64")]
+    batch_sizes: Vec<u64>,
+    /// Output folder for the traces, CSV, JSON and charts (created if missing).
+    #[arg(short, long, default_value = "sweep")]
+    output: PathBuf,
+}
+
+#[cfg(feature = "tracing")]
+fn sweep_command(a: SweepArgs) -> anyhow::Result<()> {
+    use collector::sweep::{sweep, SweepProgress};
+    use shared::units::format_bytes;
+    anyhow::ensure!(!a.batch_sizes.is_empty(), "--batch-sizes needs at least one batch size");
+    anyhow::ensure!(a.batch_sizes.iter().all(|&b| b > 0), "--batch-sizes must all be at least 1");
+    let opts = run_options(a.run)?;
+    let started = std::time::Instant::now();
+    let report = sweep(&opts, &a.batch_sizes, &a.output, &mut |p| match p {
+        SweepProgress::Start { batch_size } => eprintln!("batch size {batch_size}: tracing {} on {} ...", opts.model.name, opts.device),
+        SweepProgress::Done { run } => match (&run.error, run.peak_allocated_bytes) {
+            (None, Some(peak)) => eprintln!(
+                "batch size {}: peak allocated {}, iteration {:.1} ms",
+                run.batch_size,
+                format_bytes(peak),
+                run.median_iteration_s.unwrap_or(0.0) * 1e3
+            ),
+            (Some(e), _) => eprintln!("batch size {}: {}: {e}", run.batch_size, run.status.as_str()),
+            (None, None) => {}
+        },
+    })?;
+    let files = collector::analyze::write_sweep(&report, &a.output)?;
+    println!("batch_size  status          peak_allocated   peak_reserved   iteration");
+    for r in &report.runs {
+        println!(
+            "{:>10}  {:<14}  {:>14}  {:>14}  {:>9}",
+            r.batch_size,
+            r.status.as_str(),
+            r.peak_allocated_bytes.map(format_bytes).unwrap_or_default(),
+            r.peak_reserved_bytes.map(format_bytes).unwrap_or_default(),
+            r.median_iteration_s.map(|s| format!("{:.1} ms", s * 1e3)).unwrap_or_default()
+        );
+    }
+    eprintln!("sweep took {:.1} s; wrote {} files to {}", started.elapsed().as_secs_f64(), files.len(), a.output.display());
+    Ok(())
+}
+
 /// `--device`, or the first GPU if there is one, else the CPU.
 #[cfg(feature = "tracing")]
 fn device_arg(device: Option<&str>) -> anyhow::Result<collector::run::DeviceChoice> {
@@ -167,9 +246,8 @@ fn device_arg(device: Option<&str>) -> anyhow::Result<collector::run::DeviceChoi
 }
 
 #[cfg(feature = "tracing")]
-fn trace_command(a: TraceArgs) -> anyhow::Result<()> {
-    use collector::run::{self, RunOptions};
-    let mut opts = RunOptions::new(&a.model);
+fn run_options(a: RunArgs) -> anyhow::Result<collector::run::RunOptions> {
+    let mut opts = collector::run::RunOptions::new(&a.model);
     opts.model.layers = a.layers;
     opts.model.width = a.width;
     opts.model.heads = a.heads;
@@ -189,6 +267,13 @@ fn trace_command(a: TraceArgs) -> anyhow::Result<()> {
     opts.capture_tensors = !a.no_tensors;
     opts.capture_ops = !a.memory_only;
     opts.seed = a.seed;
+    Ok(opts)
+}
+
+#[cfg(feature = "tracing")]
+fn trace_command(a: TraceArgs) -> anyhow::Result<()> {
+    use collector::run;
+    let opts = run_options(a.run)?;
     let output = a.output.unwrap_or_else(|| {
         let stem = opts.torchscript.as_ref().and_then(|p| p.file_stem()).map_or_else(|| opts.model.name.clone(), |s| s.to_string_lossy().into_owned());
         PathBuf::from(format!("{stem}.mtrace.json"))
@@ -262,6 +347,22 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 output.display()
             );
         }
+        Command::Analyze {
+            input,
+            output,
+            prefix,
+            max_decompressed_mib,
+        } => {
+            let trace = load_trace(&input, &import_options(max_decompressed_mib))?;
+            let analysis = collector::analyze::analyze(&trace, &output, &prefix)
+                .with_context(|| format!("cannot analyze {}", input.display()))?;
+            collector::analyze::print_profile(&analysis.profile, std::io::stdout().lock())?;
+            for f in &analysis.files {
+                eprintln!("wrote {}", f.display());
+            }
+        }
+        #[cfg(feature = "tracing")]
+        Command::Sweep(a) => sweep_command(*a)?,
         Command::Summary {
             input,
             json,

@@ -32,6 +32,15 @@ impl std::str::FromStr for Mode {
     }
 }
 
+impl std::fmt::Display for Mode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Mode::Train => "train",
+            Mode::Infer => "infer",
+        })
+    }
+}
+
 /// The optimizer of training runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -365,7 +374,7 @@ impl Workload {
             None
         };
         let (x, y) = {
-            let _g = capture::scope(capture::intern("input"));
+            let _g = capture::scope(capture::intern(shared::model::INPUT_LAYER));
             (model.input(&input_shape, device), model.targets(&input_shape, device))
         };
         Ok(Self {

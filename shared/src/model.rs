@@ -10,6 +10,10 @@
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 
+/// The layer scope the collector creates the input batch in; analyses tell data from weights
+/// by it.
+pub const INPUT_LAYER: &str = "input";
+
 /// Index into [`StringTable`]. `StrId::NONE` stands for "no string" (e.g. no layer).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(transparent)]

@@ -11,6 +11,13 @@ nvidia libraries, see README). It checks, on cuda:0:
 2. The same training loop in Python (torchvision's resnet50 when installed, else the same
    architecture defined here) gives a peak within 5 % of the collector's.
 3. Overhead: ResNet-50 batch 32 training steps traced vs untraced, interleaved, medians of 20.
+4. Graph profile (issue 4): `collector sweep` of ResNet-152 training over batch sizes
+   4..64 plus one that cannot fit; every peak equals torch.cuda.max_memory_allocated() of its
+   run, the impossible batch is reported as out of memory, and `collector analyze` of a
+   sweep trace gives a breakdown that adds up to the allocated total at every rank. A
+   torch.profiler Chrome trace of torchvision's resnet50 is analysed as well.
+
+`--checks capture,profile` picks the groups (default: both).
 
 Writes results.json (and the traces) into --out and exits non-zero when a check fails.
 """
@@ -112,10 +119,100 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--iterations", type=int, default=5)
     ap.add_argument("--overhead-steps", type=int, default=20)
+    ap.add_argument("--checks", default="capture,profile")
+    ap.add_argument("--sweep-batches", default="4,8,16,32,64,1024")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     results = {}
     failures = []
+    checks = a.checks.split(",")
+    if "capture" in checks:
+        capture_checks(a, results, failures)
+    if "profile" in checks:
+        profile_checks(a, results, failures)
+    results["failures"] = failures
+    with open(os.path.join(a.out, "results.json"), "w") as f:
+        json.dump(results, f, indent=2)
+    print(json.dumps({k: v for k, v in results.items()}, indent=2)[:6000])
+    if failures:
+        raise SystemExit("FAILED: " + "; ".join(failures))
+
+
+def profile_checks(a, results, failures):
+    import csv
+
+    sweep_dir = os.path.join(a.out, "sweep")
+    _, secs = run([a.collector, "sweep", "--model", "resnet152", "--mode", "train", "--device", "cuda:0",
+                   "--batch-sizes", a.sweep_batches, "-o", sweep_dir])
+    with open(os.path.join(sweep_dir, "sweep.json")) as f:
+        sweep = json.load(f)
+    rows = []
+    for r in sweep["runs"]:
+        rows.append({k: r.get(k) for k in ("batch_size", "status", "peak_allocated_bytes", "peak_reserved_bytes",
+                                            "pytorch_max_allocated_bytes", "median_iteration_s")})
+        if r["status"] == "ok" and r["peak_allocated_bytes"] != r["pytorch_max_allocated_bytes"]:
+            failures.append(f"sweep batch {r['batch_size']}: peak {r['peak_allocated_bytes']} != torch {r['pytorch_max_allocated_bytes']}")
+    results["sweep_resnet152"] = {"seconds": secs, "runs": rows}
+    biggest = max(int(b) for b in a.sweep_batches.split(","))
+    if not any(r["batch_size"] == biggest and r["status"] == "out_of_memory" for r in sweep["runs"]):
+        failures.append(f"sweep: batch {biggest} was expected to run out of memory")
+
+    ok = [r for r in sweep["runs"] if r["status"] == "ok"]
+    for r in (ok[0], ok[-1]):
+        out_dir = os.path.join(a.out, f"analyze_bs{r['batch_size']}")
+        _, asecs = run([a.collector, "analyze", os.path.join(sweep_dir, r["trace_file"]), "-o", out_dir])
+        check_profile_dir(out_dir, f"resnet152 bs{r['batch_size']}", failures, results, asecs)
+
+    # A torch.profiler Chrome trace with memory events, analysed the same way.
+    chrome = os.path.join(a.out, "resnet50_profiler.json")
+    python_profiler_trace(chrome)
+    out_dir = os.path.join(a.out, "analyze_chrome")
+    _, asecs = run([a.collector, "analyze", chrome, "-o", out_dir])
+    check_profile_dir(out_dir, "chrome resnet50", failures, results, asecs, classified=False)
+
+
+def check_profile_dir(out_dir, name, failures, results, seconds, classified=True):
+    import csv
+
+    with open(os.path.join(out_dir, "profiler_stats_profile.json")) as f:
+        prof = json.load(f)
+    info = {"seconds": seconds, "nodes": len(prof["nodes"]), "activations": len(prof["activations"]),
+            "peak_rank": prof["peak_rank"], "peak_bytes": prof["peak_bytes"], "sections": prof["sections"],
+            "iterations": prof["iterations"], "warnings": prof["warnings"], "not_derivable": prof["not_derivable"]}
+    if classified:
+        with open(os.path.join(out_dir, "profiler_stats_memory_breakdown.csv")) as f:
+            rows = list(csv.DictReader(f))
+        bad = [r["rank"] for r in rows if sum(int(r[k]) for k in ("weights", "gradients", "activations", "optimizer_state", "other")) != int(r["total_allocated"])]
+        if bad:
+            failures.append(f"{name}: breakdown does not add up at {len(bad)} ranks (first {bad[:5]})")
+        peak_row = rows[prof["peak_rank"]]
+        info["breakdown_at_peak"] = peak_row
+        info["max_total_allocated"] = max(int(r["total_allocated"]) for r in rows)
+    results[f"profile {name}"] = info
+
+
+def python_profiler_trace(path):
+    import torch
+    import torch.nn.functional as F
+    import torchvision
+
+    model = torchvision.models.resnet50().cuda().train()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    x = torch.randn(8, 3, 224, 224, device="cuda")
+    y = torch.randint(1000, (8,), device="cuda")
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA],
+                                profile_memory=True, record_shapes=True, with_modules=True,
+                                schedule=torch.profiler.schedule(wait=0, warmup=1, active=3)) as prof:
+        for _ in range(4):
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            prof.step()
+    prof.export_chrome_trace(path)
+
+
+def capture_checks(a, results, failures):
 
     trace_path = os.path.join(a.out, "resnet50_b8.mtrace.json")
     _, secs = run([a.collector, "trace", "--model", "resnet50", "--batch-size", "8", "--device", "cuda:0",
@@ -180,12 +277,6 @@ def main():
     if p.returncode == 0 or "out of memory" not in p.stderr.lower() or "panicked" in p.stderr:
         failures.append("an out-of-memory run did not fail cleanly with the allocator's message")
 
-    results["failures"] = failures
-    with open(os.path.join(a.out, "results.json"), "w") as f:
-        json.dump(results, f, indent=2)
-    print(json.dumps({k: v for k, v in results.items()}, indent=2)[:6000])
-    if failures:
-        raise SystemExit("FAILED: " + "; ".join(failures))
 
 
 if __name__ == "__main__":

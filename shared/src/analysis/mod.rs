@@ -1,5 +1,10 @@
 //! Analyses over a [`Trace`]: summary, per-layer statistics, the decimated memory timeline and
 //! the allocator's segment state at any moment. Everything the viewer draws is computed here.
+//! [`profile`] computes operator ranks, tensor classes and activation liveness; [`sweep`] holds
+//! batch-size sweep results.
+
+pub mod profile;
+pub mod sweep;
 
 use crate::allocator::{AllocatorConfig, AllocatorState};
 use crate::model::{EventType, SegmentInfo, Totals, Trace};

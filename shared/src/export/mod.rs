@@ -5,9 +5,11 @@
 //! - [`speedscope`]: speedscope JSON (layer/op spans over time, live bytes by stack at the peak).
 //! - [`chrome`]: Chrome trace JSON for Perfetto (memory counters, layer and op slices).
 //! - [`csv`]: layer statistics as CSV.
+//! - [`profile`]: the graph profile (node, activation and breakdown tables) as CSV.
 
 pub mod chrome;
 pub mod csv;
+pub mod profile;
 pub mod native;
 pub mod speedscope;
 pub mod timeline;
