@@ -172,7 +172,7 @@ pub fn write_sweep(report: &SweepReport, dir: &Path) -> anyhow::Result<Vec<PathB
     let peak = LineChart {
         title: title("peak memory vs batch size"),
         x_label: "batch size",
-        series: vec![
+        series: [
             Series {
                 name: "peak allocated".into(),
                 points: ok().filter_map(|r| Some((r.batch_size as f64, r.peak_allocated_bytes?))).collect(),
@@ -181,11 +181,16 @@ pub fn write_sweep(report: &SweepReport, dir: &Path) -> anyhow::Result<Vec<PathB
                 name: "peak reserved".into(),
                 points: ok().filter_map(|r| Some((r.batch_size as f64, r.peak_reserved_bytes?))).collect(),
             },
-        ],
+        ]
+        .into_iter()
+        // CPU runs have no reserved memory to show.
+        .filter(|s| s.points.iter().any(|p| p.1 > 0))
+        .collect(),
         bands: Vec::new(),
         marker: None,
         dots: true,
         failed: failed.clone(),
+        log2_x: true,
     };
     files.extend(peak.write(&dir.join("sweep_peak_vs_batch"))?);
     files.extend(latency_chart(report, &title("iteration time vs batch size"), &failed, &dir.join("sweep_latency_vs_batch"))?);
@@ -202,6 +207,7 @@ pub fn write_sweep(report: &SweepReport, dir: &Path) -> anyhow::Result<Vec<PathB
         marker: None,
         dots: false,
         failed: Vec::new(),
+        log2_x: false,
     };
     files.extend(curves.write(&dir.join("sweep_memory_vs_rank"))?);
     Ok(files)

@@ -353,7 +353,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             prefix,
             max_decompressed_mib,
         } => {
-            let trace = load_trace(&input, &import_options(max_decompressed_mib))?;
+            let mut trace = load_trace(&input, &import_options(max_decompressed_mib))?;
+            if trace.meta.model.is_none() {
+                // Chart titles name the model; a profiler trace does not, so use the file name.
+                trace.meta.model = input.file_name().map(|n| n.to_string_lossy().into_owned());
+            }
             let analysis = collector::analyze::analyze(&trace, &output, &prefix)
                 .with_context(|| format!("cannot analyze {}", input.display()))?;
             collector::analyze::print_profile(&analysis.profile, std::io::stdout().lock())?;

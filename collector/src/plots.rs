@@ -6,6 +6,7 @@
 
 use plotters::coord::Shift;
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 use shared::analysis::profile::{BreakdownRow, GraphProfile};
 use shared::Phase;
 use std::path::{Path, PathBuf};
@@ -110,6 +111,8 @@ pub struct LineChart<'a> {
     pub dots: bool,
     /// (x, label) of points that have no value (a batch size that ran out of memory).
     pub failed: Vec<(f64, String)>,
+    /// Draw x on a log2 axis (batch sizes), with ticks at powers of two.
+    pub log2_x: bool,
 }
 
 impl LineChart<'_> {
@@ -119,18 +122,31 @@ impl LineChart<'_> {
         let unit = byte_unit(max_y);
         let xs = self.series.iter().flat_map(|s| s.points.iter().map(|p| p.0)).chain(self.failed.iter().map(|f| f.0));
         let (min_x, max_x) = xs.fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), x| (a.min(x), b.max(x)));
-        let (min_x, max_x) = if min_x.is_finite() { (min_x, max_x.max(min_x + 1.0)) } else { (0.0, 1.0) };
-        let top = max_y as f64 / unit.div * 1.12;
+        let fx = |x: f64| if self.log2_x { x.max(1e-9).log2() } else { x };
+        let (min_x, max_x) = if !min_x.is_finite() {
+            (0.0, 1.0)
+        } else if self.log2_x {
+            (fx(min_x).floor() - 0.5, fx(max_x).ceil() + 0.5)
+        } else {
+            (min_x, max_x.max(min_x + 1.0))
+        };
+        // Headroom above the data for the legend in the upper right corner.
+        let top = max_y as f64 / unit.div * 1.35;
         let mut chart = ChartBuilder::on(root)
             .caption(&self.title, ("sans-serif", 24))
             .margin(16)
             .x_label_area_size(48)
             .y_label_area_size(80)
             .build_cartesian_2d(min_x..max_x, 0.0..top)?;
+        let step = log2_label_step(max_x - min_x);
+        let log2_label = |x: &f64| log2_label(*x, step);
+        let plain_label = |x: &f64| format!("{x:.0}");
+        let ticks = if self.log2_x { (max_x - min_x).round() as usize + 1 } else { 10 };
         chart
             .configure_mesh()
             .x_desc(self.x_label)
-            .x_label_formatter(&|x| format!("{x:.0}"))
+            .x_labels(ticks)
+            .x_label_formatter(if self.log2_x { &log2_label } else { &plain_label })
             .y_desc(format!("memory ({})", unit.name))
             .label_style(("sans-serif", 15))
             .axis_desc_style(("sans-serif", 17))
@@ -144,7 +160,7 @@ impl LineChart<'_> {
         }
         for (k, s) in self.series.iter().enumerate() {
             let color = PALETTE[k % PALETTE.len()];
-            let pts: Vec<(f64, f64)> = s.points.iter().map(|&(x, y)| (x, y as f64 / unit.div)).collect();
+            let pts: Vec<(f64, f64)> = s.points.iter().map(|&(x, y)| (fx(x), y as f64 / unit.div)).collect();
             chart
                 .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))?
                 .label(s.name.clone())
@@ -154,18 +170,21 @@ impl LineChart<'_> {
             }
         }
         for (x, label) in &self.failed {
-            let y = top / 1.12;
-            chart.draw_series(std::iter::once(Cross::new((*x, y), 8, RED.stroke_width(3))))?;
-            chart.draw_series(std::iter::once(Text::new(label.clone(), (*x, y * 0.96), ("sans-serif", 15).into_font().color(&RED))))?;
+            let (x, y) = (fx(*x), top / 1.35);
+            chart.draw_series(std::iter::once(Cross::new((x, y), 8, RED.stroke_width(3))))?;
+            chart.draw_series(std::iter::once(Text::new(label.clone(), (x, y * 0.96), ("sans-serif", 15).into_font().color(&RED))))?;
         }
         if let Some((x, y, label)) = &self.marker {
             let p = (*x, *y as f64 / unit.div);
             chart.draw_series(std::iter::once(Circle::new(p, 7, BLACK.stroke_width(2))))?;
-            chart.draw_series(std::iter::once(Text::new(label.clone(), (p.0, p.1 * 1.04), ("sans-serif", 16))))?;
+            // Right of the point in the left part of the chart, left of it in the right part.
+            let h = if p.0 > min_x + (max_x - min_x) * 0.6 { HPos::Right } else { HPos::Left };
+            let style = TextStyle::from(("sans-serif", 16).into_font()).pos(Pos::new(h, VPos::Bottom));
+            chart.draw_series(std::iter::once(Text::new(label.clone(), (p.0, p.1 * 1.03), style)))?;
         }
         chart
             .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
+            .position(SeriesLabelPosition::UpperRight)
             .background_style(WHITE.mix(0.85))
             .border_style(RGBColor(200, 200, 200))
             .label_font(("sans-serif", 15))
@@ -206,6 +225,7 @@ pub fn memory_vs_rank(profile: &GraphProfile, title: &str) -> LineChart<'static>
         }),
         dots: false,
         failed: Vec::new(),
+        log2_x: false,
     }
 }
 
@@ -218,7 +238,8 @@ fn draw_breakdown<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, rows: &[Bre
     root.fill(&WHITE)?;
     let max = rows.iter().map(|r| r.total_allocated).max().unwrap_or(1).max(1);
     let unit = byte_unit(max);
-    let top = max as f64 / unit.div * 1.08;
+    // Headroom above the data for the legend in the upper right corner.
+    let top = max as f64 / unit.div * 1.35;
     let n = rows.len().max(2) as f64;
     let mut chart = ChartBuilder::on(root)
         .caption(title, ("sans-serif", 24))
@@ -235,7 +256,8 @@ fn draw_breakdown<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, rows: &[Bre
         .axis_desc_style(("sans-serif", 17))
         .light_line_style(RGBColor(235, 235, 235))
         .draw()?;
-    let parts: [(&str, fn(&BreakdownRow) -> u64, RGBColor); 5] = [
+    type Part = (&'static str, fn(&BreakdownRow) -> u64, RGBColor);
+    let parts: [Part; 5] = [
         ("weights", |r| r.weights, RGBColor(107, 160, 207)),
         ("gradients", |r| r.gradients, RGBColor(226, 112, 112)),
         ("optimizer state", |r| r.optimizer_state, RGBColor(122, 194, 122)),
@@ -262,7 +284,7 @@ fn draw_breakdown<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, rows: &[Bre
     }
     chart
         .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
+        .position(SeriesLabelPosition::UpperRight)
         .background_style(WHITE.mix(0.85))
         .border_style(RGBColor(200, 200, 200))
         .label_font(("sans-serif", 15))
@@ -270,16 +292,19 @@ fn draw_breakdown<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, rows: &[Bre
     Ok(())
 }
 
-/// One line of plain numbers (not bytes) over x, with failed points crossed out.
+/// One line of plain numbers (not bytes) over batch sizes (a log2 axis), with failed points
+/// crossed out.
 pub fn seconds_chart(title: &str, x_label: &str, y_label: &str, pts: &[(f64, f64)], failed: &[(f64, String)], stem: &Path) -> anyhow::Result<Vec<PathBuf>> {
     both(stem, |r| draw_plain(r, title, x_label, y_label, pts, failed), |r| draw_plain(r, title, x_label, y_label, pts, failed))
 }
 
 fn draw_plain<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, title: &str, x_label: &str, y_label: &str, pts: &[(f64, f64)], failed: &[(f64, String)]) -> DrawResult<DB> {
     root.fill(&WHITE)?;
-    let xs = pts.iter().map(|p| p.0).chain(failed.iter().map(|f| f.0));
+    let fx = |x: f64| x.max(1e-9).log2();
+    let pts: Vec<(f64, f64)> = pts.iter().map(|&(x, y)| (fx(x), y)).collect();
+    let xs = pts.iter().map(|p| p.0).chain(failed.iter().map(|f| fx(f.0)));
     let (min_x, max_x) = xs.fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), x| (a.min(x), b.max(x)));
-    let (min_x, max_x) = if min_x.is_finite() { (min_x, max_x.max(min_x + 1.0)) } else { (0.0, 1.0) };
+    let (min_x, max_x) = if min_x.is_finite() { (min_x.floor() - 0.5, max_x.ceil() + 0.5) } else { (0.0, 1.0) };
     let top = pts.iter().map(|p| p.1).fold(0.0, f64::max).max(1e-9) * 1.12;
     let mut chart = ChartBuilder::on(root)
         .caption(title, ("sans-serif", 24))
@@ -290,19 +315,34 @@ fn draw_plain<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, title: &str, x_
     chart
         .configure_mesh()
         .x_desc(x_label)
-        .x_label_formatter(&|x| format!("{x:.0}"))
+        .x_labels((max_x - min_x).round() as usize + 1)
+        .x_label_formatter(&|x| log2_label(*x, log2_label_step(max_x - min_x)))
         .y_desc(y_label)
         .label_style(("sans-serif", 15))
         .axis_desc_style(("sans-serif", 17))
         .light_line_style(RGBColor(235, 235, 235))
         .draw()?;
     let color = PALETTE[0];
-    chart.draw_series(LineSeries::new(pts.to_vec(), color.stroke_width(2)))?;
+    chart.draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))?;
     chart.draw_series(pts.iter().map(|&p| Circle::new(p, 4, color.filled())))?;
     for (x, label) in failed {
-        let y = top / 1.12;
-        chart.draw_series(std::iter::once(Cross::new((*x, y), 8, RED.stroke_width(3))))?;
-        chart.draw_series(std::iter::once(Text::new(label.clone(), (*x, y * 0.96), ("sans-serif", 15).into_font().color(&RED))))?;
+        let (x, y) = (fx(*x), top / 1.12);
+        chart.draw_series(std::iter::once(Cross::new((x, y), 8, RED.stroke_width(3))))?;
+        chart.draw_series(std::iter::once(Text::new(label.clone(), (x, y * 0.96), ("sans-serif", 15).into_font().color(&RED))))?;
     }
     Ok(())
+}
+
+/// Every how many powers of two a log2 axis spanning `span` gets a label (at most about 12).
+fn log2_label_step(span: f64) -> i64 {
+    ((span / 12.0).ceil() as i64).max(1)
+}
+
+/// `2^x` at integral `x` that falls on the step, else no label.
+fn log2_label(x: f64, step: i64) -> String {
+    if x.fract().abs() < 1e-6 && (x.round() as i64).rem_euclid(step) == 0 {
+        format!("{}", 2f64.powf(x).round())
+    } else {
+        String::new()
+    }
 }

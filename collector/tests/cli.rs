@@ -101,3 +101,26 @@ fn bad_input_fails_clearly_and_keeps_existing_output() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("pass --format with one of: native, timeline, speedscope, chrome, csv"));
     assert!(std::fs::read_dir(&dir).unwrap().all(|e| !e.unwrap().file_name().to_string_lossy().contains(".tmp-")));
 }
+
+#[test]
+fn analyze_derives_ranks_from_a_profiler_trace_and_refuses_a_snapshot_clearly() {
+    let dir = tmpdir("analyze");
+    let out = collector(&[
+        "analyze".as_ref(),
+        data("convnet_profiler_trace.json").as_os_str(),
+        "-o".as_ref(),
+        dir.as_os_str(),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("not derivable from this source: node_type"), "{stdout}");
+    let nodes = std::fs::read_to_string(dir.join("profiler_stats_node_stats.csv")).unwrap();
+    assert!(nodes.lines().nth(1).unwrap().starts_with("0,aten::conv2d,UNKNOWN,forward,"), "{nodes}");
+    assert!(!dir.join("profiler_stats_memory_breakdown.csv").exists(), "no breakdown without tensor addresses");
+    assert!(dir.join("profiler_stats_memory_vs_rank.png").exists());
+
+    let out = collector(&["analyze".as_ref(), data("mlp_adam_3steps.pickle").as_os_str(), "-o".as_ref(), dir.as_os_str()]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("mlp_adam_3steps.pickle") && stderr.contains("no operators"), "{stderr}");
+}

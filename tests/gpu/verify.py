@@ -200,16 +200,17 @@ def python_profiler_trace(path):
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     x = torch.randn(8, 3, 224, 224, device="cuda")
     y = torch.randint(1000, (8,), device="cuda")
+    # One warm-up step, then three recorded ones (ProfilerStep#1..3), written when the cycle ends.
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA],
                                 profile_memory=True, record_shapes=True, with_modules=True,
-                                schedule=torch.profiler.schedule(wait=0, warmup=1, active=3)) as prof:
+                                schedule=torch.profiler.schedule(wait=0, warmup=1, active=3, repeat=1),
+                                on_trace_ready=lambda p: p.export_chrome_trace(path)) as prof:
         for _ in range(4):
             loss = F.cross_entropy(model(x), y)
             loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
             prof.step()
-    prof.export_chrome_trace(path)
 
 
 def capture_checks(a, results, failures):

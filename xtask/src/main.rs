@@ -6,7 +6,8 @@
 //! - `cargo xtask install-tools`: only the installs (cached outside the clone).
 //! - `cargo xtask check`: the architecture checks (shared's dependencies, wasm32 build, the
 //!   viewer built by Trunk offline, tidy).
-//! - `cargo xtask bench`: import/export benchmarks on the largest real sample.
+//! - `cargo xtask bench`: import/export benchmarks on the real samples and the graph-profile
+//!   benchmark on a traced ResNet-50.
 //! - `cargo xtask run`: the main job.
 
 use anyhow::{bail, Context, Result};
@@ -34,7 +35,7 @@ fn main() -> Result<()> {
         }
         Some("install-tools") => install_tools(),
         Some("check") => check(),
-        Some("bench") => run(Command::new("cargo").args(["bench", "-p", "collector", "--bench", "import"])),
+        Some("bench") => run(Command::new("cargo").args(["bench", "-p", "collector", "--bench", "import", "--bench", "profile"])),
         Some("run") => main_job(&args[1..]),
         _ => {
             eprintln!("usage: cargo xtask <test|install-tools|check|bench|run>");
@@ -250,7 +251,7 @@ fn test() -> Result<()> {
 }
 
 /// The main job: trace a built-in model (on the first GPU if there is one, else the CPU),
-/// print its summary and write the trace and its exports under `target/demo/`.
+/// print its summary and write the trace, its exports and its graph profile under `target/demo/`.
 /// `cargo xtask run [MODEL] [collector trace options...]`.
 fn main_job(args: &[String]) -> Result<()> {
     let (model, rest) = match args.split_first() {
@@ -267,8 +268,9 @@ fn main_job(args: &[String]) -> Result<()> {
     for ext in ["speedscope.json", "chrome.json", "timeline.json", "csv"] {
         run(Command::new(exe).arg("convert").arg(&trace).arg("-o").arg(out.join(format!("{model}.{ext}"))))?;
     }
+    run(Command::new(exe).arg("analyze").arg(&trace).arg("-o").arg(out).args(["--prefix", &model]))?;
     eprintln!(
-        "xtask: trace and exports in {} (drop {} on the viewer, open *.speedscope.json in speedscope, *.chrome.json in Perfetto)",
+        "xtask: trace, exports and graph profile ({model}_*.csv, {model}_memory_vs_rank.png) in {} (drop {} on the viewer, open *.speedscope.json in speedscope, *.chrome.json in Perfetto)",
         out.display(),
         trace.display()
     );

@@ -213,7 +213,7 @@ impl Blocks {
         let mut event_block = vec![NO_BLOCK; ev.len()];
         let mut by_address: HashMap<u64, Vec<u32>> = HashMap::new();
         let mut open: HashMap<u64, u32> = HashMap::new();
-        for i in 0..ev.len() {
+        for (i, slot) in event_block.iter_mut().enumerate() {
             if ev.device[i] != device {
                 continue;
             }
@@ -234,7 +234,7 @@ impl Blocks {
                         blocks[old as usize].free_ts.get_or_insert(ts);
                     }
                     by_address.entry(addr).or_default().push(id);
-                    event_block[i] = id;
+                    *slot = id;
                 }
                 EventType::Free => {
                     let id = match open.remove(&addr) {
@@ -255,7 +255,7 @@ impl Blocks {
                         }
                     };
                     blocks[id as usize].free_ts = Some(ts);
-                    event_block[i] = id;
+                    *slot = id;
                 }
                 _ => {}
             }
