@@ -87,6 +87,28 @@ fn phase_color(p: Phase) -> RGBAColor {
     }
 }
 
+type Chart<'a, DB> = ChartContext<'a, DB, Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>>;
+
+/// The series legend, in the upper right corner (charts leave headroom for it).
+fn legend<'a, DB: DrawingBackend + 'a>(chart: &mut Chart<'a, DB>) -> DrawResult<DB> {
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(RGBColor(200, 200, 200))
+        .label_font(("sans-serif", 15))
+        .draw()
+}
+
+/// Red crosses with a label at height `y` for x positions that have no value.
+fn cross_out<'a, 'l, DB: DrawingBackend + 'a>(chart: &mut Chart<'a, DB>, failed: impl Iterator<Item = (f64, &'l str)>, y: f64) -> DrawResult<DB> {
+    for (x, label) in failed {
+        chart.draw_series(std::iter::once(Cross::new((x, y), 8, RED.stroke_width(3))))?;
+        chart.draw_series(std::iter::once(Text::new(label.to_owned(), (x, y * 0.96), ("sans-serif", 15).into_font().color(&RED))))?;
+    }
+    Ok(())
+}
+
 /// Runs of equal phase over ranks: (first rank, last rank, phase).
 fn phase_bands(gtypes: &[Phase]) -> Vec<(usize, usize, Phase)> {
     let mut bands: Vec<(usize, usize, Phase)> = Vec::new();
@@ -169,11 +191,7 @@ impl LineChart<'_> {
                 chart.draw_series(pts.iter().map(|&p| Circle::new(p, 4, color.filled())))?;
             }
         }
-        for (x, label) in &self.failed {
-            let (x, y) = (fx(*x), top / 1.35);
-            chart.draw_series(std::iter::once(Cross::new((x, y), 8, RED.stroke_width(3))))?;
-            chart.draw_series(std::iter::once(Text::new(label.clone(), (x, y * 0.96), ("sans-serif", 15).into_font().color(&RED))))?;
-        }
+        cross_out(&mut chart, self.failed.iter().map(|(x, l)| (fx(*x), l.as_str())), top / 1.35)?;
         if let Some((x, y, label)) = &self.marker {
             let p = (*x, *y as f64 / unit.div);
             chart.draw_series(std::iter::once(Circle::new(p, 7, BLACK.stroke_width(2))))?;
@@ -182,14 +200,7 @@ impl LineChart<'_> {
             let style = TextStyle::from(("sans-serif", 16).into_font()).pos(Pos::new(h, VPos::Bottom));
             chart.draw_series(std::iter::once(Text::new(label.clone(), (p.0, p.1 * 1.03), style)))?;
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .background_style(WHITE.mix(0.85))
-            .border_style(RGBColor(200, 200, 200))
-            .label_font(("sans-serif", 15))
-            .draw()?;
-        Ok(())
+        legend(&mut chart)
     }
 
     pub fn write(&self, stem: &Path) -> anyhow::Result<Vec<PathBuf>> {
@@ -282,14 +293,7 @@ fn draw_breakdown<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, rows: &[Bre
         chart.draw_series(std::iter::once(PathElement::new(vec![(x, 0.0), (x, top)], BLACK.mix(0.5).stroke_width(1))))?;
         chart.draw_series(std::iter::once(Text::new(p.as_str(), (x + 1.0, top * 0.97), ("sans-serif", 14))))?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(RGBColor(200, 200, 200))
-        .label_font(("sans-serif", 15))
-        .draw()?;
-    Ok(())
+    legend(&mut chart)
 }
 
 /// One line of plain numbers (not bytes) over batch sizes (a log2 axis), with failed points
@@ -325,12 +329,7 @@ fn draw_plain<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, title: &str, x_
     let color = PALETTE[0];
     chart.draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))?;
     chart.draw_series(pts.iter().map(|&p| Circle::new(p, 4, color.filled())))?;
-    for (x, label) in failed {
-        let (x, y) = (fx(*x), top / 1.12);
-        chart.draw_series(std::iter::once(Cross::new((x, y), 8, RED.stroke_width(3))))?;
-        chart.draw_series(std::iter::once(Text::new(label.clone(), (x, y * 0.96), ("sans-serif", 15).into_font().color(&RED))))?;
-    }
-    Ok(())
+    cross_out(&mut chart, failed.iter().map(|(x, l)| (fx(*x), l.as_str())), top / 1.12)
 }
 
 /// Every how many powers of two a log2 axis spanning `span` gets a label (at most about 12).
