@@ -30,21 +30,21 @@ pub fn analyze(trace: &Trace, dir: &Path, prefix: &str) -> anyhow::Result<Analys
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create the output folder {}", dir.display()))?;
     let path = |name: &str| dir.join(format!("{prefix}_{name}"));
     let mut files = Vec::new();
-    let mut csv = |name: &str, write: &dyn Fn(&mut dyn Write) -> anyhow::Result<()>| -> anyhow::Result<()> {
+    let mut write_file = |name: &str, write: &dyn Fn(&mut dyn Write) -> anyhow::Result<()>| -> anyhow::Result<()> {
         let p = path(name);
         write_atomic(&p, |w| write(w))?;
         files.push(p);
         Ok(())
     };
-    csv("node_stats.csv", &|w| Ok(write_node_stats(&profile.nodes, w)?))?;
+    write_file("node_stats.csv", &|w| Ok(write_node_stats(&profile.nodes, w)?))?;
     if !profile.warmup_nodes.is_empty() {
-        csv("warmup_node_stats.csv", &|w| Ok(write_node_stats(&profile.warmup_nodes, w)?))?;
+        write_file("warmup_node_stats.csv", &|w| Ok(write_node_stats(&profile.warmup_nodes, w)?))?;
     }
     if profile.not_derivable.is_empty() {
-        csv("activation_stats.csv", &|w| Ok(write_activation_stats(&profile.activations, w)?))?;
-        csv("memory_breakdown.csv", &|w| Ok(write_memory_breakdown(&profile.breakdown, w)?))?;
+        write_file("activation_stats.csv", &|w| Ok(write_activation_stats(&profile.activations, w)?))?;
+        write_file("memory_breakdown.csv", &|w| Ok(write_memory_breakdown(&profile.breakdown, w)?))?;
     }
-    csv("profile.json", &|w| Ok(serde_json::to_writer_pretty(w, &profile)?))?;
+    write_file("profile.json", &|w| Ok(serde_json::to_writer_pretty(w, &profile)?))?;
 
     let name = trace.meta.model.as_deref().unwrap_or("trace");
     let batch = trace.meta.batch_size.map(|b| format!(", batch {b}")).unwrap_or_default();
@@ -122,18 +122,17 @@ pub const SWEEP_CURVES_HEADER: &str = "batch_size,rank,gtype,allocated_bytes,pea
 /// `sweep_peak_vs_batch`, `sweep_latency_vs_batch` and `sweep_memory_vs_rank` (PNG and SVG).
 /// Numeric cells of a failed run are left empty: there is no number to report.
 pub fn write_sweep(report: &SweepReport, dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
-    use shared::export::csv::field;
+    use shared::export::csv::{field, write_rows};
     let mut files = Vec::new();
     let p = dir.join("sweep.json");
     write_atomic(&p, |w| Ok(serde_json::to_writer_pretty(w, report)?))?;
     files.push(p);
     let p = dir.join("sweep.csv");
     write_atomic(&p, |w| {
-        writeln!(w, "{SWEEP_HEADER}")?;
-        for r in &report.runs {
-            let opt = |v: Option<u64>| v.map(|v| v.to_string()).unwrap_or_default();
+        let opt = |v: Option<u64>| v.map(|v| v.to_string()).unwrap_or_default();
+        Ok(write_rows(w, SWEEP_HEADER, &report.runs, |w, r| {
             let lat = r.median_iteration_s.filter(|s| *s > 0.0);
-            writeln!(
+            write!(
                 w,
                 "{},{},{},{},{},{},{},{}",
                 r.batch_size,
@@ -144,20 +143,16 @@ pub fn write_sweep(report: &SweepReport, dir: &Path) -> anyhow::Result<Vec<PathB
                 lat.map(|s| format!("{s:.6}")).unwrap_or_default(),
                 lat.map(|s| format!("{:.3}", r.batch_size as f64 / s)).unwrap_or_default(),
                 field(r.error.as_deref().unwrap_or(""))
-            )?;
-        }
-        Ok(())
+            )
+        })?)
     })?;
     files.push(p);
     let p = dir.join("sweep_memory_vs_rank.csv");
     write_atomic(&p, |w| {
-        writeln!(w, "{SWEEP_CURVES_HEADER}")?;
-        for r in &report.runs {
-            for c in &r.curve {
-                writeln!(w, "{},{},{},{},{}", r.batch_size, c.rank, c.gtype.as_str(), c.allocated_bytes, c.peak_bytes)?;
-            }
-        }
-        Ok(())
+        let points = report.runs.iter().flat_map(|r| r.curve.iter().map(move |c| (r.batch_size, c)));
+        Ok(write_rows(w, SWEEP_CURVES_HEADER, points, |w, (batch, c)| {
+            write!(w, "{},{},{},{},{}", batch, c.rank, c.gtype.as_str(), c.allocated_bytes, c.peak_bytes)
+        })?)
     })?;
     files.push(p);
 

@@ -485,16 +485,6 @@ pub struct OverheadReport {
     pub ops_per_step: f64,
 }
 
-fn median(v: &[f64]) -> f64 {
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    match s.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => s[n / 2],
-        n => (s[n / 2 - 1] + s[n / 2]) / 2.0,
-    }
-}
-
 /// Runs `steps` traced and `steps` untraced training steps interleaved (ABBA order, after
 /// warm-up) and reports their medians.
 pub fn overhead_benchmark(opts: &RunOptions, steps: u32, warmup: u32) -> Result<OverheadReport, RunError> {
@@ -542,6 +532,7 @@ pub fn overhead_benchmark(opts: &RunOptions, steps: u32, warmup: u32) -> Result<
         }
     }
     drop(session.finish());
+    let median = |v: &[f64]| shared::analysis::median_f64(&mut v.to_vec()).unwrap_or(f64::NAN);
     let (mt, mu) = (median(&traced), median(&untraced));
     let n = traced.len().max(1) as f64;
     Ok(OverheadReport {

@@ -6,7 +6,7 @@ use crate::commands::write_export;
 use crate::models::ModelError;
 use crate::run::{trace_model, Progress, RunError, RunOptions};
 use shared::analysis::profile::graph_profile;
-use shared::analysis::summary;
+use shared::analysis::{median_f64, summary};
 use shared::analysis::sweep::{RankPoint, SweepReport, SweepRun, SweepStatus, SWEEP_FORMAT, SWEEP_VERSION};
 use shared::export::ExportFormat;
 use std::path::Path;
@@ -66,12 +66,7 @@ pub fn sweep(base: &RunOptions, batch_sizes: &[u64], dir: &Path, progress: &mut 
                 };
                 // The first iteration warms the allocator up; latency is the steady ones'.
                 let steady = if iteration_s.len() > 1 { &mut iteration_s[1..] } else { &mut iteration_s[..] };
-                steady.sort_unstable_by(f64::total_cmp);
-                let median = match steady.len() {
-                    0 => None,
-                    n if n % 2 == 1 => Some(steady[n / 2]),
-                    n => Some((steady[n / 2 - 1] + steady[n / 2]) / 2.0),
-                };
+                let median = median_f64(steady);
                 SweepRun {
                     batch_size: b,
                     status: SweepStatus::Ok,

@@ -395,6 +395,17 @@ pub fn timeline(trace: &Trace, options: &TimelineOptions) -> Vec<TimelinePoint> 
     out
 }
 
+/// The median of `values` (the mean of the two middle ones for an even count), sorting them in
+/// place; `None` when there are none.
+pub fn median_f64(values: &mut [f64]) -> Option<f64> {
+    values.sort_unstable_by(f64::total_cmp);
+    match values.len() {
+        0 => None,
+        n if n % 2 == 1 => Some(values[n / 2]),
+        n => Some((values[n / 2 - 1] + values[n / 2]) / 2.0),
+    }
+}
+
 /// The device whose allocated bytes peak highest.
 pub fn peak_device(trace: &Trace) -> u8 {
     let ev = &trace.events;

@@ -16,7 +16,7 @@
 //! it is reported separately ([`GraphProfile::warmup_nodes`]) and the steady iterations that
 //! run the same node sequence are aligned rank by rank and reduced to medians.
 
-use crate::analysis::peak_device;
+use crate::analysis::{median_f64, peak_device};
 use crate::model::{EventType, Phase, Trace, INPUT_LAYER};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -380,15 +380,6 @@ fn median_u64(v: &mut [u64]) -> u64 {
     }
 }
 
-fn median_f64(v: &mut [f64]) -> f64 {
-    v.sort_unstable_by(f64::total_cmp);
-    match v.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
-}
-
 /// What the op uses of each block, for classification.
 #[derive(Clone, Copy, Debug, Default)]
 struct BlockUse {
@@ -649,7 +640,7 @@ pub fn graph_profile(trace: &Trace) -> Result<GraphProfile, ProfileError> {
                     node_type: node_type(reference, r),
                     gtype: n.phase,
                     layer: trace.opt_str(trace.ops[n.op].layer).unwrap_or("").to_owned(),
-                    median_run_time_s: median_f64(&mut times),
+                    median_run_time_s: median_f64(&mut times).unwrap_or(0.0),
                     median_peak_mem_bytes: median_u64(&mut peaks),
                     median_active_mem_bytes: median_u64(&mut actives),
                     device: device_name.clone(),
@@ -841,7 +832,7 @@ pub fn graph_profile(trace: &Trace) -> Result<GraphProfile, ProfileError> {
                 first_bw_use_rank: s.ranks.1,
                 last_bw_use_rank: s.ranks.2,
                 median_mem_size_bytes: median_u64(&mut sizes),
-                inactive_time_s: median_f64(&mut inactive),
+                inactive_time_s: median_f64(&mut inactive).unwrap_or(0.0),
                 recomp_time_s,
                 recomp_memory_bytes,
             });

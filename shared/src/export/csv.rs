@@ -14,14 +14,30 @@ pub fn field(s: &str) -> std::borrow::Cow<'_, str> {
     }
 }
 
+/// Writes `header` and one line per row through a buffer; `line` writes a row without its
+/// newline.
+pub fn write_rows<T, W: Write>(
+    out: W,
+    header: &str,
+    rows: impl IntoIterator<Item = T>,
+    mut line: impl FnMut(&mut std::io::BufWriter<W>, T) -> std::io::Result<()>,
+) -> Result<(), ExportError> {
+    let mut w = std::io::BufWriter::new(out);
+    writeln!(w, "{header}")?;
+    for row in rows {
+        line(&mut w, row)?;
+        writeln!(w)?;
+    }
+    w.flush()?;
+    Ok(())
+}
+
 pub const LAYER_STATS_HEADER: &str =
     "layer_name,peak_allocated,peak_reserved,total_allocations,total_deallocations,avg_fragmentation,duration_ms";
 
 pub fn write_layer_stats(trace: &Trace, out: impl Write) -> Result<(), ExportError> {
-    let mut w = std::io::BufWriter::new(out);
-    writeln!(w, "{LAYER_STATS_HEADER}")?;
-    for s in layer_stats(trace).values() {
-        writeln!(
+    write_rows(out, LAYER_STATS_HEADER, layer_stats(trace).values(), |w, s| {
+        write!(
             w,
             "{},{},{},{},{},{:.6},{:.6}",
             field(&s.layer_name),
@@ -31,8 +47,6 @@ pub fn write_layer_stats(trace: &Trace, out: impl Write) -> Result<(), ExportErr
             s.total_deallocations,
             s.avg_fragmentation,
             s.duration_ms
-        )?;
-    }
-    w.flush()?;
-    Ok(())
+        )
+    })
 }

@@ -2,7 +2,7 @@
 //! activation liveness and the memory breakdown per rank. Headers are fixed (other tools read
 //! these files by column name); every cell is filled and every number is finite.
 
-use super::csv::field;
+use super::csv::{field, write_rows};
 use super::ExportError;
 use crate::analysis::profile::{ActivationStats, BreakdownRow, NodeStats};
 use std::io::Write;
@@ -25,10 +25,8 @@ fn secs(s: f64) -> String {
 }
 
 pub fn write_node_stats(nodes: &[NodeStats], out: impl Write) -> Result<(), ExportError> {
-    let mut w = std::io::BufWriter::new(out);
-    writeln!(w, "{NODE_STATS_HEADER}")?;
-    for n in nodes {
-        writeln!(
+    write_rows(out, NODE_STATS_HEADER, nodes, |w, n| {
+        write!(
             w,
             "{},{},{},{},{},{},{},{}",
             n.rank,
@@ -39,17 +37,13 @@ pub fn write_node_stats(nodes: &[NodeStats], out: impl Write) -> Result<(), Expo
             n.median_peak_mem_bytes,
             n.median_active_mem_bytes,
             field(&n.device)
-        )?;
-    }
-    w.flush()?;
-    Ok(())
+        )
+    })
 }
 
 pub fn write_activation_stats(acts: &[ActivationStats], out: impl Write) -> Result<(), ExportError> {
-    let mut w = std::io::BufWriter::new(out);
-    writeln!(w, "{ACTIVATION_STATS_HEADER}")?;
-    for a in acts {
-        writeln!(
+    write_rows(out, ACTIVATION_STATS_HEADER, acts, |w, a| {
+        write!(
             w,
             "{},{},{},{},{},{},{},{},{}",
             field(&a.activation_name),
@@ -61,22 +55,16 @@ pub fn write_activation_stats(acts: &[ActivationStats], out: impl Write) -> Resu
             secs(a.inactive_time_s),
             secs(a.recomp_time_s),
             a.recomp_memory_bytes
-        )?;
-    }
-    w.flush()?;
-    Ok(())
+        )
+    })
 }
 
 pub fn write_memory_breakdown(rows: &[BreakdownRow], out: impl Write) -> Result<(), ExportError> {
-    let mut w = std::io::BufWriter::new(out);
-    writeln!(w, "{MEMORY_BREAKDOWN_HEADER}")?;
-    for r in rows {
-        writeln!(
+    write_rows(out, MEMORY_BREAKDOWN_HEADER, rows, |w, r| {
+        write!(
             w,
             "{},{},{},{},{},{},{}",
             r.rank, r.weights, r.gradients, r.activations, r.optimizer_state, r.other, r.total_allocated
-        )?;
-    }
-    w.flush()?;
-    Ok(())
+        )
+    })
 }
