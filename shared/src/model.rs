@@ -426,6 +426,12 @@ impl EventStore {
         self.cursor_from(0)
     }
 
+    /// A cursor at the last checkpoint at or before event `i` (so at most `CHECKPOINT_EVERY`
+    /// events before it), for walks that start mid-trace; [`TotalsCursor::position`] says where.
+    pub fn cursor_near(&self, i: usize) -> TotalsCursor<'_> {
+        self.cursor_from(i / CHECKPOINT_EVERY * CHECKPOINT_EVERY)
+    }
+
     fn cursor_from(&self, start: usize) -> TotalsCursor<'_> {
         let d = self.device_count();
         let block = start / CHECKPOINT_EVERY;
@@ -505,6 +511,11 @@ impl TotalsCursor<'_> {
         };
         self.running[dev] = t;
         t
+    }
+
+    /// Index of the event the next [`TotalsCursor::advance`] applies.
+    pub fn position(&self) -> usize {
+        self.next
     }
 
     /// Totals of every device after the events walked so far.

@@ -3,16 +3,17 @@
 //! [`profile`] computes operator ranks, tensor classes and activation liveness; [`sweep`] holds
 //! batch-size sweep results.
 
+pub mod flame;
 pub mod profile;
 pub mod sweep;
 
 use crate::allocator::{AllocatorConfig, AllocatorState};
 use crate::model::{EventType, SegmentInfo, Totals, Trace};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// The numbers a user asks for first.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Summary {
     pub peak_allocated_bytes: u64,
     pub peak_reserved_bytes: u64,
@@ -35,7 +36,7 @@ pub struct Summary {
     pub total_ops: usize,
     pub dropped_events: u64,
     pub duration_s: f64,
-    pub source_format: &'static str,
+    pub source_format: String,
 }
 
 /// The fragmentation ratio of `t`, or 0 where the trace was recorded without fragmentation
@@ -106,7 +107,7 @@ pub fn summary(trace: &Trace) -> Summary {
         total_ops: trace.ops.len(),
         dropped_events: trace.dropped_events,
         duration_s: trace.end_ns().saturating_sub(start) as f64 * 1e-9,
-        source_format: trace.meta.source_format.as_str(),
+        source_format: trace.meta.source_format.as_str().to_owned(),
     }
 }
 
@@ -126,7 +127,7 @@ fn layer_names(trace: &Trace) -> std::collections::BTreeSet<&str> {
 }
 
 /// Memory statistics of one layer, as in the MemoryTracer API.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct LayerMemoryStats {
     pub layer_name: String,
     /// Highest `allocated_bytes` seen at an event attributed to this layer.
@@ -255,7 +256,7 @@ pub fn peak_memory_per_layer(trace: &Trace) -> BTreeMap<String, u64> {
 }
 
 /// `get_fragmentation_stats`: overall and per-layer fragmentation.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct FragmentationStats {
     pub avg_fragmentation: f64,
     pub max_fragmentation: f64,
@@ -287,7 +288,7 @@ pub fn fragmentation_stats(trace: &Trace) -> FragmentationStats {
 }
 
 /// One bucket of the decimated timeline.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TimelinePoint {
     /// Start of the bucket, seconds since trace start.
     pub t_s: f64,
@@ -351,10 +352,14 @@ pub fn timeline(trace: &Trace, options: &TimelineOptions) -> Vec<TimelinePoint> 
     let span = (w1 - w0).max(1) as f64;
     let n = options.buckets;
     let mut out: Vec<TimelinePoint> = Vec::with_capacity(n.min(ev.len()));
-    let mut cursor = ev.cursor();
-    let mut prev: Option<Totals> = ev.base_totals.get(device as usize).copied();
+    // Start near the window (the last checkpoint before it), not at the first event, so a
+    // zoomed-in window costs what it shows.
+    let first_in_window = ev.ts_ns.partition_point(|&t| t < w0);
+    let mut cursor = ev.cursor_near(first_in_window);
+    let begin = cursor.position();
+    let mut prev: Option<Totals> = cursor.all_devices().get(device as usize).copied();
     let mut last_bucket: Option<usize> = None;
-    for i in 0..ev.len() {
+    for i in begin..ev.len() {
         let t = cursor.advance();
         if ev.device[i] != device {
             continue;

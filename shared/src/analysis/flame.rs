@@ -1,0 +1,241 @@
+//! The memory flame graph: every allocation attributed to a path of module scopes → operator →
+//! call stack, weighted two ways: bytes still live at the allocated peak, and bytes allocated
+//! over the whole trace.
+//!
+//! The root's live value is the allocated total at the peak. Memory that no recorded
+//! allocation explains (allocated before recording began) is its own child, so the children
+//! add up to the root.
+
+use crate::model::{EventType, StrId, Trace};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+
+/// What a node of the flame graph stands for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FlameKind {
+    Root,
+    /// One component of a module path (`layer1`, `0`, `conv1`).
+    Module,
+    /// The innermost operator running when the allocation happened.
+    Op,
+    /// A call-stack frame, outermost first.
+    Frame,
+    /// Memory allocated before recording began, or allocations with nothing to attribute.
+    Unattributed,
+}
+
+/// One node, in pre-order: a node's children follow it, largest total first.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FlameNode {
+    pub name: String,
+    pub kind: FlameKind,
+    /// Index of the parent node; `None` for the root.
+    pub parent: Option<u32>,
+    pub depth: u16,
+    /// Bytes of this subtree's allocations still live at the allocated peak.
+    pub live_at_peak_bytes: u64,
+    /// Bytes this subtree allocated over the whole trace.
+    pub total_allocated_bytes: u64,
+}
+
+/// The flame graph of one device.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FlameGraph {
+    /// Pre-order; node 0 is the root.
+    pub nodes: Vec<FlameNode>,
+    /// Subtrees smaller than this share of both root values were left out (their bytes stay in
+    /// their parent's values).
+    pub min_share: f64,
+    pub nodes_left_out: usize,
+}
+
+/// Node `i`'s children, in order.
+impl FlameGraph {
+    pub fn children(&self, i: u32) -> impl Iterator<Item = u32> + '_ {
+        self.nodes
+            .iter()
+            .enumerate()
+            .skip(i as usize + 1)
+            .take_while(move |(_, n)| n.depth > self.nodes[i as usize].depth)
+            .filter(move |(_, n)| n.parent == Some(i))
+            .map(|(j, _)| j as u32)
+    }
+}
+
+struct Builder {
+    name: String,
+    kind: FlameKind,
+    live: u64,
+    total: u64,
+    children: HashMap<(FlameKind, String), usize>,
+}
+
+/// Builds the flame graph of the device with the highest allocated peak. `min_share` (such as
+/// 1e-4) drops subtrees below that share of the root in both values, to keep the graph drawable.
+pub fn flame_graph(trace: &Trace, min_share: f64) -> FlameGraph {
+    let ev = &trace.events;
+    let device = super::peak_device(trace);
+    let summary_peak = peak_of(trace, device);
+    let live: std::collections::HashSet<usize> = match summary_peak.1 {
+        Some(i) => super::live_allocations_at(trace, i).into_iter().collect(),
+        None => Default::default(),
+    };
+    let innermost_op = innermost_ops(trace);
+
+    // Group allocations by (layer, op, stack) first: few distinct keys, many events.
+    let mut groups: HashMap<(StrId, StrId, u32), (u64, u64)> = HashMap::new();
+    let mut stack_cursor = 0usize;
+    for (i, &op) in innermost_op.iter().enumerate() {
+        if ev.device[i] != device || ev.event_type(i) != EventType::Alloc {
+            continue;
+        }
+        while stack_cursor < trace.stacks.event_stacks.len() && (trace.stacks.event_stacks[stack_cursor].0 as usize) < i {
+            stack_cursor += 1;
+        }
+        let stack = match trace.stacks.event_stacks.get(stack_cursor) {
+            Some(&(e, s)) if e as usize == i => s,
+            _ => u32::MAX,
+        };
+        let g = groups.entry((ev.layer[i], op, stack)).or_default();
+        g.1 += ev.size_bytes[i];
+        if live.contains(&i) {
+            g.0 += ev.size_bytes[i];
+        }
+    }
+
+    let mut tree = vec![Builder { name: "all".into(), kind: FlameKind::Root, live: 0, total: 0, children: HashMap::new() }];
+    let child = |tree: &mut Vec<Builder>, parent: usize, kind: FlameKind, name: String| -> usize {
+        if let Some(&c) = tree[parent].children.get(&(kind, name.clone())) {
+            return c;
+        }
+        tree.push(Builder { name: name.clone(), kind, live: 0, total: 0, children: HashMap::new() });
+        let c = tree.len() - 1;
+        tree[parent].children.insert((kind, name), c);
+        c
+    };
+    let mut explained_live = 0u64;
+    for ((layer, op, stack), (live_b, total_b)) in groups {
+        let mut path = vec![0usize];
+        let mut node = 0usize;
+        if let Some(l) = trace.opt_str(layer) {
+            for part in l.split('.').filter(|p| !p.is_empty()) {
+                node = child(&mut tree, node, FlameKind::Module, part.to_owned());
+                path.push(node);
+            }
+        }
+        if let Some(o) = trace.opt_str(op) {
+            node = child(&mut tree, node, FlameKind::Op, o.to_owned());
+            path.push(node);
+        }
+        if stack != u32::MAX {
+            let frames: Vec<_> = trace.stacks.stack(stack).collect();
+            for f in frames.into_iter().rev() {
+                node = child(&mut tree, node, FlameKind::Frame, frame_label(trace, f));
+                path.push(node);
+            }
+        }
+        if node == 0 {
+            node = child(&mut tree, 0, FlameKind::Unattributed, "(no layer, operator or stack)".into());
+            path.push(node);
+        }
+        for &p in &path {
+            tree[p].live += live_b;
+            tree[p].total += total_b;
+        }
+        explained_live += live_b;
+    }
+    // Live memory at the peak that predates every recorded allocation.
+    let before = summary_peak.0.saturating_sub(explained_live);
+    if before > 0 {
+        let n = child(&mut tree, 0, FlameKind::Unattributed, "(allocated before recording)".into());
+        tree[n].live += before;
+        tree[0].live += before;
+    }
+
+    let mut out = FlameGraph { nodes: Vec::new(), min_share, nodes_left_out: 0 };
+    let (root_live, root_total) = (tree[0].live.max(1) as f64, tree[0].total.max(1) as f64);
+    let mut stack: Vec<(usize, Option<u32>, u16)> = vec![(0, None, 0)];
+    while let Some((b, parent, depth)) = stack.pop() {
+        let node = &tree[b];
+        if b != 0 && (node.live as f64) < root_live * min_share && (node.total as f64) < root_total * min_share {
+            out.nodes_left_out += 1;
+            continue;
+        }
+        out.nodes.push(FlameNode {
+            name: node.name.clone(),
+            kind: node.kind,
+            parent,
+            depth,
+            live_at_peak_bytes: node.live,
+            total_allocated_bytes: node.total,
+        });
+        let me = (out.nodes.len() - 1) as u32;
+        let mut kids: Vec<usize> = node.children.values().copied().collect();
+        // Pushed in reverse so the largest comes out first.
+        kids.sort_by_key(|&c| (tree[c].total, tree[c].live, std::cmp::Reverse(tree[c].name.clone())));
+        for c in kids {
+            stack.push((c, Some(me), depth + 1));
+        }
+    }
+    out
+}
+
+/// Allocated bytes at the peak of `device`, and the event that reached it.
+fn peak_of(trace: &Trace, device: u8) -> (u64, Option<usize>) {
+    let ev = &trace.events;
+    let mut best = (ev.base_totals.get(device as usize).map_or(0, |t| t.allocated_bytes), None);
+    let mut cursor = ev.cursor();
+    for i in 0..ev.len() {
+        let t = cursor.advance();
+        if ev.device[i] == device && t.allocated_bytes > best.0 {
+            best = (t.allocated_bytes, Some(i));
+        }
+    }
+    best
+}
+
+fn frame_label(trace: &Trace, f: &crate::model::Frame) -> String {
+    let file = trace.str(f.filename);
+    let base = file.rsplit('/').next().unwrap_or(file);
+    if base.is_empty() {
+        trace.str(f.name).to_owned()
+    } else {
+        format!("{} ({base}:{})", trace.str(f.name), f.line)
+    }
+}
+
+/// For every event, the innermost operator running at its timestamp (on any thread): the
+/// latest-starting op whose span contains it. `StrId::NONE`-like (`is_none`) when none.
+pub fn innermost_ops(trace: &Trace) -> Vec<StrId> {
+    let ev = &trace.events;
+    let mut out = vec![StrId(u32::MAX); ev.len()];
+    if trace.ops.is_empty() {
+        return out;
+    }
+    let mut order: Vec<usize> = (0..trace.ops.len()).collect();
+    order.sort_by_key(|&o| trace.ops[o].start_ns);
+    let mut next = 0usize;
+    // Open ops as (start, end, name); the innermost is the latest start still open.
+    let mut open: Vec<(u64, u64, StrId)> = Vec::new();
+    let mut last_ts = 0u64;
+    for (i, slot) in out.iter_mut().enumerate() {
+        let ts = ev.ts_ns[i];
+        if ts < last_ts {
+            // Events out of time order: restart the sweep (rare; keeps the answer right).
+            open.clear();
+            next = 0;
+        }
+        last_ts = ts;
+        while next < order.len() && trace.ops[order[next]].start_ns <= ts {
+            let o = &trace.ops[order[next]];
+            open.push((o.start_ns, o.end_ns, o.name));
+            next += 1;
+        }
+        open.retain(|&(_, end, _)| end >= ts);
+        if let Some(&(_, _, name)) = open.iter().max_by_key(|&&(s, _, _)| s) {
+            *slot = name;
+        }
+    }
+    out
+}
