@@ -1,9 +1,37 @@
 //! Builds the C++ shim (`shim/mt_shim.cpp`) against the libtorch that `torch-sys` found, when
-//! the `tracing` feature is on. See `../shared/NOTES-toolchain.md` for why each flag is here.
+//! the `tracing` feature is on (see `../shared/NOTES-toolchain.md` for why each flag is here),
+//! and embeds the viewer that Trunk built into `dist/` (`viewer_assets.rs`).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+
+/// Lists the viewer's files for `include_bytes!`: `MEMORY_TRACER_VIEWER_DIST`, else the
+/// workspace's `dist/`. Without them the list is empty and `report`/`serve` say so.
+fn embed_viewer() {
+    println!("cargo:rerun-if-env-changed=MEMORY_TRACER_VIEWER_DIST");
+    let manifest = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_default());
+    let dist = std::env::var_os("MEMORY_TRACER_VIEWER_DIST").map(PathBuf::from).unwrap_or_else(|| manifest.join("../dist"));
+    println!("cargo:rerun-if-changed={}", dist.display());
+    let mut entries: Vec<(String, PathBuf)> = std::fs::read_dir(&dist)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+        .filter_map(|e| Some((e.file_name().into_string().ok()?, e.path().canonicalize().ok()?)))
+        .collect();
+    entries.sort();
+    let mut code = String::from("/// The viewer's files (name, bytes), from Trunk's `dist/` at build time.\npub static VIEWER_ASSETS: &[(&str, &[u8])] = &[\n");
+    for (name, path) in &entries {
+        code.push_str(&format!("    ({name:?}, include_bytes!({:?})),\n", path.display().to_string()));
+    }
+    code.push_str("];\n");
+    let out = PathBuf::from(std::env::var_os("OUT_DIR").unwrap_or_default()).join("viewer_assets.rs");
+    if std::fs::read_to_string(&out).ok().as_deref() != Some(code.as_str()) {
+        std::fs::write(&out, code).unwrap_or_else(|e| panic!("cannot write {}: {e}", Path::new(&out).display()));
+    }
+}
 
 fn main() {
+    embed_viewer();
     println!("cargo:rerun-if-changed=shim/mt_shim.cpp");
     println!("cargo:rerun-if-changed=shim/mt_shim.h");
     if std::env::var_os("CARGO_FEATURE_TRACING").is_none() {

@@ -6,6 +6,7 @@
 pub mod analyze;
 pub mod commands;
 pub mod plots;
+pub mod report;
 
 #[cfg(feature = "tracing")]
 pub mod capture;

@@ -80,6 +80,21 @@ enum Command {
     /// are reported and the sweep goes on.
     #[cfg(feature = "tracing")]
     Sweep(Box<SweepArgs>),
+    /// A static report: the viewer and the trace in a folder any static host serves (open
+    /// its index.html through the host), or with `--single-file` one HTML file to mail.
+    Report {
+        /// Input trace file (any format the viewer opens).
+        input: PathBuf,
+        /// Output folder; with `--single-file`, the HTML file.
+        #[arg(short, long, default_value = "report")]
+        output: PathBuf,
+        /// Write one self-contained HTML file (wasm, worker and trace inlined).
+        #[arg(long)]
+        single_file: bool,
+        /// Largest decompressed size accepted from gzip input, in MiB.
+        #[arg(long, default_value_t = 4096)]
+        max_decompressed_mib: u64,
+    },
     /// Print peak memory, fragmentation and the top layers of a trace.
     Summary {
         /// Input trace file.
@@ -367,6 +382,29 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         #[cfg(feature = "tracing")]
         Command::Sweep(a) => sweep_command(*a)?,
+        Command::Report {
+            input,
+            output,
+            single_file,
+            max_decompressed_mib,
+        } => {
+            // Import first: a file the viewer cannot open makes no report.
+            let trace = load_trace(&input, &import_options(max_decompressed_mib))?;
+            let bytes = std::fs::read(&input).with_context(|| format!("cannot read {}", input.display()))?;
+            if single_file {
+                collector::report::write_single_file(&input, &bytes, &output)?;
+                eprintln!("wrote {} ({} events): open it in a browser", output.display(), trace.events.len());
+            } else {
+                let files = collector::report::write_folder(&input, &bytes, &output)?;
+                eprintln!(
+                    "wrote {} files ({} events) to {}: serve the folder from any static host (python3 -m http.server -d {}) and open index.html",
+                    files.len(),
+                    trace.events.len(),
+                    output.display(),
+                    output.display()
+                );
+            }
+        }
         Command::Summary {
             input,
             json,

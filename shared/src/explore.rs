@@ -348,11 +348,15 @@ fn overview_of(trace: &Trace, file_name: &str, file_bytes: u64, progress: &mut i
         }
     }
     phase_bands.retain(|b| b.phase != Phase::Other);
-    let min_depth = trace.scopes.iter().filter(|s| !is_iteration_scope(trace, s.name)).map(|s| s.depth).min();
+    // The shallowest depth with two or more names: below a root module that spans everything.
+    let band_depth = (0..=trace.scopes.iter().map(|s| s.depth).max().unwrap_or(0)).find(|&d| {
+        let mut names = trace.scopes.iter().filter(|s| s.depth == d && !is_iteration_scope(trace, s.name)).map(|s| s.name);
+        names.next().is_some_and(|first| names.any(|n| n != first))
+    });
     let layer_bands = trace
         .scopes
         .iter()
-        .filter(|s| Some(s.depth) == min_depth && !is_iteration_scope(trace, s.name))
+        .filter(|s| Some(s.depth) == band_depth && !is_iteration_scope(trace, s.name))
         .map(|s| Band { start_s: secs(s.start_ns), end_s: secs(s.end_ns), label: trace.str(s.name).to_owned(), phase: s.phase })
         .collect();
     Overview {

@@ -1,41 +1,211 @@
-//! Memory Tracer's viewer: open a trace in the browser (file picker or drag and drop) and see
-//! its summary and top layers, computed by `shared` compiled to WebAssembly. Nothing is
-//! uploaded anywhere.
+//! Memory Tracer's viewer: a single page that opens a trace (drop, file picker, `?trace=URL`,
+//! or the trace a static report carries), imports and analyses it in a Web Worker with `shared`
+//! compiled to WebAssembly, and draws every view. Nothing is uploaded anywhere.
+//!
+//! The page never holds the trace: the worker does, and answers small questions ("the
+//! timeline between these times at this many pixels", "what is live here") as the user zooms,
+//! hovers and clicks ([`shared::explore`]).
 
-mod open_trace;
-mod summary_view;
+pub mod bridge;
+pub mod charts;
+pub mod perf;
+pub mod protocol;
+mod tables;
+mod views;
 
 use leptos::prelude::*;
-pub use open_trace::OpenTrace;
-pub use summary_view::SummaryView;
+use shared::explore::Overview;
+use std::sync::Arc;
+use wasm_bindgen::JsCast;
 
-/// What the page shows: nothing yet, a loaded trace, or why the file could not be read.
-#[derive(Clone)]
-pub enum Loaded {
-    Nothing,
-    Trace { file_name: String, trace: std::sync::Arc<shared::Trace> },
-    Error { file_name: String, message: String },
+/// The page's state, shared by every component (all fields are cheap `Copy` signals).
+#[derive(Clone, Copy)]
+pub struct AppState {
+    pub overview: RwSignal<Option<Arc<Overview>>>,
+    /// (file name, stage) while a file is being opened.
+    pub loading: RwSignal<Option<(String, String)>>,
+    /// (file name, message) of the last failure; the loaded trace stays.
+    pub error: RwSignal<Option<(String, String)>>,
+    pub worker_memory: RwSignal<u64>,
+    pub dark: RwSignal<bool>,
+    pub help: RwSignal<bool>,
+}
+
+impl AppState {
+    fn new() -> Self {
+        let prefers_light = window()
+            .match_media("(prefers-color-scheme: light)")
+            .ok()
+            .flatten()
+            .is_some_and(|m| m.matches());
+        Self {
+            overview: RwSignal::new(None),
+            loading: RwSignal::new(None),
+            error: RwSignal::new(None),
+            worker_memory: RwSignal::new(0),
+            dark: RwSignal::new(!prefers_light),
+            help: RwSignal::new(false),
+        }
+    }
+
+    pub fn begin_loading(&self, name: &str) {
+        perf::begin_open();
+        self.error.set(None);
+        self.loading.set(Some((name.to_owned(), "starting".into())));
+    }
+
+    pub fn finish_loading(&self, overview: Overview) {
+        perf::loaded(&overview);
+        self.loading.set(None);
+        self.overview.set(Some(Arc::new(overview)));
+    }
+
+    pub fn palette(&self) -> charts::Palette {
+        if self.dark.get() {
+            charts::Palette::DARK
+        } else {
+            charts::Palette::LIGHT
+        }
+    }
+}
+
+/// Width in CSS pixels of a canvas's parent, for sizing the canvas before drawing.
+pub fn fit_canvas(canvas: &web_sys::HtmlCanvasElement, height: u32) {
+    let w = canvas.parent_element().map_or(800, |p| p.client_width().max(320) as u32);
+    if canvas.width() != w {
+        canvas.set_width(w);
+    }
+    if canvas.height() != height {
+        canvas.set_height(height);
+    }
+}
+
+/// Saves `text` as a download named `file_name`.
+pub fn download_text(file_name: &str, mime: &str, text: &str) {
+    let parts = js_sys::Array::of1(&text.into());
+    let opts = web_sys::BlobPropertyBag::new();
+    opts.set_type(mime);
+    let Ok(blob) = web_sys::Blob::new_with_str_sequence_and_options(&parts, &opts) else { return };
+    if let Ok(url) = web_sys::Url::create_object_url_with_blob(&blob) {
+        download_url(file_name, &url);
+        let _ = web_sys::Url::revoke_object_url(&url);
+    }
+}
+
+pub fn download_url(file_name: &str, url: &str) {
+    let doc = document();
+    if let Some(a) = doc.create_element("a").ok().and_then(|a| a.dyn_into::<web_sys::HtmlAnchorElement>().ok()) {
+        a.set_href(url);
+        a.set_download(file_name);
+        let _ = doc.body().map(|b| b.append_child(&a));
+        a.click();
+        a.remove();
+    }
+}
+
+/// The trace to open at start: `?trace=URL`, or the one a static report names in
+/// `<meta name="memory-tracer-trace">`.
+fn initial_trace_url() -> Option<String> {
+    let search = window().location().search().ok()?;
+    let params = web_sys::UrlSearchParams::new_with_str(&search).ok()?;
+    params.get("trace").or_else(|| {
+        document()
+            .query_selector("meta[name=memory-tracer-trace]")
+            .ok()
+            .flatten()
+            .and_then(|m| m.get_attribute("content"))
+    })
 }
 
 #[component]
 pub fn App() -> impl IntoView {
-    let (loaded, set_loaded) = signal(Loaded::Nothing);
+    let state = AppState::new();
+    provide_context(state);
+    if let Err(e) = bridge::start(state) {
+        state.error.set(Some(("worker".into(), e)));
+    }
+    let inlined = js_sys::Reflect::get(&js_sys::global(), &"__mtTrace".into()).ok().filter(|v| v.is_object());
+    if let Some(t) = inlined {
+        let name = js_sys::Reflect::get(&t, &"name".into()).ok().and_then(|v| v.as_string()).unwrap_or_default();
+        if let Some(bytes) = js_sys::Reflect::get(&t, &"bytes".into()).ok().and_then(|b| b.dyn_into::<js_sys::Uint8Array>().ok()) {
+            bridge::open_bytes(state, &name, bytes);
+        }
+    } else if let Some(url) = initial_trace_url() {
+        bridge::open_url(state, &url);
+    }
+    Effect::new(move |_| {
+        let theme = if state.dark.get() { "dark" } else { "light" };
+        let _ = document().document_element().map(|e| e.set_attribute("data-theme", theme));
+    });
+    let _keys = window_event_listener(leptos::ev::keydown, move |ev| {
+        let typing = ev
+            .target()
+            .and_then(|t| t.dyn_into::<web_sys::HtmlElement>().ok())
+            .is_some_and(|el| matches!(el.tag_name().as_str(), "INPUT" | "TEXTAREA" | "SELECT"));
+        if typing {
+            if ev.key() == "Escape" {
+                if let Some(el) = ev.target().and_then(|t| t.dyn_into::<web_sys::HtmlElement>().ok()) {
+                    let _ = el.blur();
+                }
+            }
+            return;
+        }
+        match ev.key().as_str() {
+            "?" => state.help.update(|h| *h = !*h),
+            "Escape" => state.help.set(false),
+            "t" => state.dark.update(|d| *d = !*d),
+            "o" => {
+                if let Some(el) = document().get_element_by_id("trace-file").and_then(|e| e.dyn_into::<web_sys::HtmlElement>().ok()) {
+                    el.click();
+                }
+            }
+            "/" => {
+                ev.prevent_default();
+                if let Some(el) = document().get_element_by_id("flame-search").and_then(|e| e.dyn_into::<web_sys::HtmlElement>().ok()) {
+                    let _ = el.focus();
+                }
+            }
+            k @ ("1" | "2" | "3" | "4" | "5" | "6" | "7") => {
+                let id = ["summary", "timeline", "flame", "rank", "tables", "fragmentation", "segments"][k.as_bytes()[0] as usize - b'1' as usize];
+                if let Some(el) = document().get_element_by_id(id) {
+                    el.scroll_into_view();
+                }
+            }
+            _ => {}
+        }
+    });
+    // Drop a file anywhere on the page.
+    let _dragover = window_event_listener(leptos::ev::dragover, |ev| ev.prevent_default());
+    let _drop = window_event_listener(leptos::ev::drop, move |ev| {
+        ev.prevent_default();
+        if let Some(file) = ev.data_transfer().and_then(|d| d.files()).and_then(|f| f.get(0)) {
+            bridge::open_file(state, file);
+        }
+    });
     view! {
+        <views::Header />
         <main class="app">
-            <h1>"Memory Tracer"</h1>
-            <OpenTrace on_loaded=set_loaded />
-            {move || match loaded.get() {
-                Loaded::Nothing => view! {
-                    <p class="hint">"Drop a PyTorch memory snapshot (.pickle), a torch.profiler trace (.json, .json.gz), a DFTracer trace (.pfw, .pfw.gz) or a Memory Tracer trace here, or pick one."</p>
-                }.into_any(),
-                Loaded::Trace { file_name, trace } => view! { <SummaryView file_name trace /> }.into_any(),
-                Loaded::Error { file_name, message } => view! {
-                    <section class="error-panel" role="alert">
-                        <h2>"Cannot open " {file_name}</h2>
-                        <p>{message}</p>
-                    </section>
-                }.into_any(),
+            {move || state.loading.get().map(|(name, stage)| view! {
+                <section class="progress" role="status" id="progress">
+                    <span class="spinner"></span>
+                    "Opening " <b>{name}</b> ": " {stage} "…"
+                </section>
+            })}
+            {move || state.error.get().map(|(name, message)| view! {
+                <section class="error-panel" role="alert" id="error-panel">
+                    <button class="close" title="Dismiss" on:click=move |_| state.error.set(None)>"×"</button>
+                    <h2>"Cannot open " {name}</h2>
+                    <p>{message}</p>
+                    {move || state.overview.get().map(|o| view! {
+                        <p class="hint">"Still showing " {o.file_name.clone()} "."</p>
+                    })}
+                </section>
+            })}
+            {move || match state.overview.get() {
+                None => view! { <views::Welcome /> }.into_any(),
+                Some(o) => view! { <views::Report overview=o /> }.into_any(),
             }}
         </main>
+        <views::Help />
     }
 }

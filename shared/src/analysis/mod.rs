@@ -297,6 +297,8 @@ pub struct TimelinePoint {
     pub reserved_max_bytes: u64,
     /// Allocated bytes after the bucket's last event.
     pub allocated_last_bytes: u64,
+    /// Reserved bytes after the bucket's last event.
+    pub reserved_last_bytes: u64,
     /// Index of the first event in the bucket.
     pub first_event: usize,
 }
@@ -379,6 +381,7 @@ pub fn timeline(trace: &Trace, options: &TimelineOptions) -> Vec<TimelinePoint> 
                 p.allocated_max_bytes = p.allocated_max_bytes.max(t.allocated_bytes);
                 p.reserved_max_bytes = p.reserved_max_bytes.max(t.reserved_bytes);
                 p.allocated_last_bytes = t.allocated_bytes;
+                p.reserved_last_bytes = t.reserved_bytes;
             }
             _ => {
                 // A bucket starts from the level before its first event, so steps draw correctly.
@@ -390,6 +393,7 @@ pub fn timeline(trace: &Trace, options: &TimelineOptions) -> Vec<TimelinePoint> 
                     allocated_max_bytes: before.allocated_bytes.max(t.allocated_bytes),
                     reserved_max_bytes: before.reserved_bytes.max(t.reserved_bytes),
                     allocated_last_bytes: t.allocated_bytes,
+                    reserved_last_bytes: t.reserved_bytes,
                     first_event: i,
                 });
                 last_bucket = Some(b);

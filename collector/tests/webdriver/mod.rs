@@ -1,0 +1,180 @@
+//! A small W3C WebDriver client (blocking, over ureq) for Debian's chromedriver, and a static
+//! file server (`python3 -m http.server`), both stopped when dropped.
+
+#![allow(dead_code)]
+
+use serde_json::{json, Value};
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("no free port")
+}
+
+fn wait_for_port(port: u16, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "{what} did not listen on port {port}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A child process killed on drop.
+pub struct Guard(Child);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Serves `dir` on 127.0.0.1 with Python's static server (a plain static host).
+pub fn static_server(dir: &Path) -> (Guard, String) {
+    let port = free_port();
+    let python = std::env::var("MEMORY_TRACER_PYTHON").unwrap_or_else(|_| "python3".into());
+    let child = Command::new(python)
+        .args(["-m", "http.server", &port.to_string(), "--bind", "127.0.0.1", "--directory"])
+        .arg(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("cannot start python3 -m http.server");
+    let guard = Guard(child);
+    wait_for_port(port, "the static server");
+    (guard, format!("http://127.0.0.1:{port}"))
+}
+
+pub struct Browser {
+    agent: ureq::Agent,
+    base: String,
+    session: String,
+    _driver: Guard,
+}
+
+impl Browser {
+    /// Starts chromedriver and a headless Chromium session.
+    pub fn start(width: u32, height: u32) -> Browser {
+        let driver = std::env::var("CHROMEDRIVER").unwrap_or_else(|_| "/usr/bin/chromedriver".into());
+        let port = free_port();
+        let child = Command::new(&driver)
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {driver}: {e} (apt-get install chromium chromium-driver)"));
+        let guard = Guard(child);
+        wait_for_port(port, "chromedriver");
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(120)))
+            .build()
+            .into();
+        let base = format!("http://127.0.0.1:{port}");
+        let caps = json!({"capabilities": {"alwaysMatch": {
+            "browserName": "chrome",
+            "goog:chromeOptions": {
+                "binary": std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into()),
+                "args": ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                         "--disable-dev-shm-usage", format!("--window-size={width},{height}")]
+            }
+        }}});
+        let v = post(&agent, &format!("{base}/session"), &caps);
+        let session = v["value"]["sessionId"].as_str().unwrap_or_else(|| panic!("no session: {v}")).to_owned();
+        Browser { agent, base, session, _driver: guard }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}/session/{}{}", self.base, self.session, path)
+    }
+
+    pub fn goto(&self, url: &str) {
+        post(&self.agent, &self.url("/url"), &json!({"url": url}));
+    }
+
+    /// Runs `script` (a function body; `arguments` are `args`) and returns its value.
+    pub fn exec(&self, script: &str, args: Value) -> Value {
+        let v = post(&self.agent, &self.url("/execute/sync"), &json!({"script": script, "args": args}));
+        if v["value"].get("error").is_some() {
+            panic!("script failed: {v}\n{script}");
+        }
+        v["value"].clone()
+    }
+
+    pub fn find(&self, css: &str) -> Option<String> {
+        let v = post(&self.agent, &self.url("/element"), &json!({"using": "css selector", "value": css}));
+        v["value"].as_object()?.values().next()?.as_str().map(str::to_owned)
+    }
+
+    /// Types a file path into an `<input type=file>`: the browser "uploads" it.
+    pub fn upload(&self, css: &str, file: &Path) {
+        let el = self.find(css).unwrap_or_else(|| panic!("no element {css}"));
+        let path = file.canonicalize().expect("file to upload");
+        let v = post(&self.agent, &self.url(&format!("/element/{el}/value")), &json!({"text": path.display().to_string()}));
+        assert!(v["value"].is_null(), "upload failed: {v}");
+    }
+
+    pub fn click(&self, css: &str) {
+        let el = self.find(css).unwrap_or_else(|| panic!("no element {css}"));
+        post(&self.agent, &self.url(&format!("/element/{el}/click")), &json!({}));
+    }
+
+    /// Waits until `script` returns something truthy; panics with `what` after `secs`.
+    pub fn wait_for(&self, script: &str, secs: u64, what: &str) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            let v = self.exec(script, json!([]));
+            if !(v.is_null() || v == json!(false) || v == json!("") || v == json!(0)) {
+                return v;
+            }
+            if Instant::now() > deadline {
+                let page = self.exec("return document.body.innerText.slice(0, 2000)", json!([]));
+                panic!("timed out waiting for {what}; page says:\n{}", page.as_str().unwrap_or_default());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// PNG of the whole window.
+    pub fn screenshot(&self, out: &Path) {
+        let v = self.agent.get(self.url("/screenshot")).call().expect("screenshot").into_body().read_json::<Value>().expect("json");
+        let b64 = v["value"].as_str().expect("screenshot data");
+        std::fs::write(out, decode_base64(b64)).expect("write screenshot");
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = self.agent.delete(format!("{}/session/{}", self.base, self.session)).call();
+    }
+}
+
+fn post(agent: &ureq::Agent, url: &str, body: &Value) -> Value {
+    let mut resp = agent.post(url).send_json(body).unwrap_or_else(|e| panic!("POST {url}: {e}"));
+    resp.body_mut().with_config().limit(256 << 20).read_json::<Value>().unwrap_or_else(|e| panic!("POST {url}: bad JSON: {e}"))
+}
+
+fn decode_base64(s: &str) -> Vec<u8> {
+    let val = |c: u8| match c {
+        b'A'..=b'Z' => c - b'A',
+        b'a'..=b'z' => c - b'a' + 26,
+        b'0'..=b'9' => c - b'0' + 52,
+        b'+' => 62,
+        _ => 63,
+    };
+    let clean: Vec<u8> = s.bytes().filter(|c| !c.is_ascii_whitespace() && *c != b'=').collect();
+    let mut out = Vec::with_capacity(clean.len() * 3 / 4);
+    for chunk in clean.chunks(4) {
+        let n = chunk.iter().enumerate().fold(0u32, |n, (i, &c)| n | (val(c) as u32) << (18 - 6 * i));
+        out.push((n >> 16) as u8);
+        if chunk.len() > 2 {
+            out.push((n >> 8) as u8);
+        }
+        if chunk.len() > 3 {
+            out.push(n as u8);
+        }
+    }
+    out
+}

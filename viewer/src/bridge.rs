@@ -1,0 +1,141 @@
+//! The page's side of the worker: starts it, sends it files and requests, and routes its
+//! answers to callbacks and to the [`crate::AppState`] signals.
+
+use crate::protocol::ToPage;
+use crate::AppState;
+use leptos::prelude::*;
+use shared::explore::{Request, Response};
+use std::cell::RefCell;
+use std::collections::HashMap;
+use wasm_bindgen::prelude::*;
+use wasm_bindgen::JsCast;
+
+type Callback = Box<dyn FnOnce(Response)>;
+
+struct Bridge {
+    worker: web_sys::Worker,
+    ready: bool,
+    /// Messages sent before the worker said it was ready.
+    queued: Vec<JsValue>,
+    next_id: u32,
+    pending: HashMap<u32, Callback>,
+}
+
+thread_local! {
+    static BRIDGE: RefCell<Option<Bridge>> = const { RefCell::new(None) };
+}
+
+/// Starts the worker (`worker_loader.js`, built by Trunk next to the page).
+pub fn start(state: AppState) -> Result<(), String> {
+    // A single-file report sets `window.__mtWorkerUrl` to a Blob holding the worker.
+    let url = js_sys::Reflect::get(&js_sys::global(), &"__mtWorkerUrl".into())
+        .ok()
+        .and_then(|v| v.as_string())
+        .unwrap_or_else(|| "./worker_loader.js".into());
+    let worker = web_sys::Worker::new(&url).map_err(|e| format!("cannot start the worker: {e:?}"))?;
+    let on_message = Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |e: web_sys::MessageEvent| {
+        let Some(text) = e.data().as_string() else { return };
+        match serde_json::from_str::<ToPage>(&text) {
+            Ok(msg) => receive(state, msg),
+            Err(err) => state.error.set(Some(("worker".into(), format!("unreadable message from the worker: {err}")))),
+        }
+    });
+    worker.set_onmessage(Some(on_message.as_ref().unchecked_ref()));
+    on_message.forget(); // lives as long as the page
+    let on_error = Closure::<dyn FnMut(JsValue)>::new(move |_e: JsValue| {
+        state.loading.set(None);
+        state.error.set(Some(("worker".into(), "the worker stopped (out of memory?). Reload the page to try again.".into())));
+    });
+    worker.set_onerror(Some(on_error.as_ref().unchecked_ref()));
+    on_error.forget();
+    BRIDGE.with(|b| *b.borrow_mut() = Some(Bridge { worker, ready: false, queued: Vec::new(), next_id: 1, pending: HashMap::new() }));
+    Ok(())
+}
+
+fn send(msg: JsValue) {
+    BRIDGE.with(|b| {
+        if let Some(b) = b.borrow_mut().as_mut() {
+            if b.ready {
+                let _ = b.worker.post_message(&msg);
+            } else {
+                b.queued.push(msg);
+            }
+        }
+    });
+}
+
+fn object(pairs: &[(&str, JsValue)]) -> JsValue {
+    let o = js_sys::Object::new();
+    for (k, v) in pairs {
+        let _ = js_sys::Reflect::set(&o, &JsValue::from_str(k), v);
+    }
+    o.into()
+}
+
+/// Opens a local file: the worker reads and imports it.
+pub fn open_file(state: AppState, file: web_sys::File) {
+    state.begin_loading(&file.name());
+    send(object(&[("kind", "open_file".into()), ("file", file.into())]));
+}
+
+/// Opens a trace from a URL (`?trace=`, a report's own trace, `collector serve`).
+pub fn open_url(state: AppState, url: &str) {
+    state.begin_loading(url);
+    send(object(&[("kind", "open_url".into()), ("url", url.into())]));
+}
+
+/// Opens bytes the page already has (a single-file report's trace).
+pub fn open_bytes(state: AppState, name: &str, bytes: js_sys::Uint8Array) {
+    state.begin_loading(name);
+    send(object(&[("kind", "open_bytes".into()), ("name", name.into()), ("bytes", bytes.into())]));
+}
+
+/// Asks the worker; `done` gets the answer.
+pub fn ask(request: &Request, done: impl FnOnce(Response) + 'static) {
+    let Ok(body) = serde_json::to_string(request) else { return };
+    let id = BRIDGE.with(|b| {
+        b.borrow_mut().as_mut().map(|b| {
+            let id = b.next_id;
+            b.next_id += 1;
+            b.pending.insert(id, Box::new(done));
+            id
+        })
+    });
+    if let Some(id) = id {
+        send(object(&[("kind", "request".into()), ("id", id.into()), ("body", body.into())]));
+    }
+}
+
+fn receive(state: AppState, msg: ToPage) {
+    match msg {
+        ToPage::Ready => BRIDGE.with(|b| {
+            if let Some(b) = b.borrow_mut().as_mut() {
+                b.ready = true;
+                for m in b.queued.drain(..) {
+                    let _ = b.worker.post_message(&m);
+                }
+            }
+        }),
+        ToPage::Progress { stage } => state.loading.update(|l| {
+            if let Some(l) = l {
+                l.1 = stage;
+            }
+        }),
+        ToPage::Loaded { overview, worker_memory_bytes } => {
+            state.worker_memory.set(worker_memory_bytes);
+            crate::perf::set_body("data-worker-memory", &worker_memory_bytes.to_string());
+            state.finish_loading(*overview);
+        }
+        ToPage::Failed { file_name, message } => {
+            state.loading.set(None);
+            state.error.set(Some((file_name, message)));
+        }
+        ToPage::Answer { id, response, worker_memory_bytes } => {
+            state.worker_memory.set(worker_memory_bytes);
+            let cb = BRIDGE.with(|b| b.borrow_mut().as_mut().and_then(|b| b.pending.remove(&id)));
+            if let Some(cb) = cb {
+                cb(*response);
+            }
+        }
+    }
+}

@@ -1,0 +1,505 @@
+//! Every chart the page draws, with plotters on a `<canvas>`. Drawing functions take the data
+//! and a [`Palette`] and return where the plot landed in pixels ([`Mapping`]) so mouse handlers
+//! can turn a pixel back into a time or a rank.
+
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use plotters_canvas::CanvasBackend;
+use shared::analysis::flame::{FlameGraph, FlameKind};
+use shared::analysis::profile::GraphProfile;
+use shared::analysis::TimelinePoint;
+use shared::explore::{Band, Curve};
+use shared::model::{BlockState, SegmentInfo};
+use shared::units::{format_bytes, format_seconds};
+use shared::Phase;
+use web_sys::HtmlCanvasElement;
+
+/// Colours of one theme.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Palette {
+    pub background: RGBColor,
+    pub text: RGBColor,
+    pub grid: RGBColor,
+    pub allocated: RGBColor,
+    pub reserved: RGBColor,
+    pub driver: RGBColor,
+    pub forward: RGBColor,
+    pub backward: RGBColor,
+    pub optimizer: RGBColor,
+    pub highlight: RGBColor,
+    pub free: RGBColor,
+}
+
+impl Palette {
+    pub const DARK: Palette = Palette {
+        background: RGBColor(0x16, 0x19, 0x1e),
+        text: RGBColor(0xd6, 0xdb, 0xe3),
+        grid: RGBColor(0x2c, 0x31, 0x3a),
+        allocated: RGBColor(0x4f, 0x9d, 0xff),
+        reserved: RGBColor(0xf2, 0xa5, 0x41),
+        driver: RGBColor(0xb4, 0x8e, 0xf0),
+        forward: RGBColor(0x3f, 0xb9, 0x8a),
+        backward: RGBColor(0xe0, 0x6c, 0x75),
+        optimizer: RGBColor(0xc6, 0x9b, 0x2e),
+        highlight: RGBColor(0xff, 0x4f, 0xd8),
+        free: RGBColor(0x4a, 0x50, 0x5c),
+    };
+    pub const LIGHT: Palette = Palette {
+        background: RGBColor(0xff, 0xff, 0xff),
+        text: RGBColor(0x1d, 0x23, 0x2b),
+        grid: RGBColor(0xe3, 0xe6, 0xea),
+        allocated: RGBColor(0x1f, 0x6f, 0xd6),
+        reserved: RGBColor(0xd9, 0x7a, 0x00),
+        driver: RGBColor(0x7b, 0x4f, 0xc9),
+        forward: RGBColor(0x1f, 0x9d, 0x6b),
+        backward: RGBColor(0xc9, 0x3c, 0x4a),
+        optimizer: RGBColor(0xa8, 0x7f, 0x12),
+        highlight: RGBColor(0xd1, 0x00, 0xa8),
+        free: RGBColor(0xc8, 0xcd, 0xd4),
+    };
+
+    pub fn phase(&self, p: Phase) -> RGBColor {
+        match p {
+            Phase::Forward => self.forward,
+            Phase::Backward => self.backward,
+            Phase::Optimizer => self.optimizer,
+            Phase::Other => self.grid,
+        }
+    }
+}
+
+/// Where a chart's plot area landed: pixels `px` map linearly to data `x`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Mapping {
+    pub px: (f64, f64),
+    pub py: (f64, f64),
+    pub x: (f64, f64),
+}
+
+impl Mapping {
+    /// The data x under pixel `px` (clamped to the plot).
+    pub fn x_at(&self, px: f64) -> f64 {
+        let f = ((px - self.px.0) / (self.px.1 - self.px.0).max(1.0)).clamp(0.0, 1.0);
+        self.x.0 + f * (self.x.1 - self.x.0)
+    }
+
+    pub fn contains(&self, px: f64, py: f64) -> bool {
+        px >= self.px.0 && px <= self.px.1 && py >= self.py.0 && py <= self.py.1
+    }
+}
+
+type Res<T> = Result<T, String>;
+
+fn err(e: impl std::fmt::Display) -> String {
+    e.to_string()
+}
+
+fn area(canvas: &HtmlCanvasElement, pal: &Palette) -> Res<DrawingArea<CanvasBackend, Shift>> {
+    let backend = CanvasBackend::with_canvas_object(canvas.clone()).ok_or("the canvas has no 2D context")?;
+    let root = backend.into_drawing_area();
+    root.fill(&pal.background).map_err(err)?;
+    Ok(root)
+}
+
+fn font(pal: &Palette, size: u32) -> TextStyle<'static> {
+    ("sans-serif", size).into_font().color(&pal.text)
+}
+
+/// A "nothing to draw" message in the middle of the canvas.
+pub fn draw_message(canvas: &HtmlCanvasElement, pal: &Palette, message: &str) -> Res<()> {
+    let root = area(canvas, pal)?;
+    let (w, h) = root.dim_in_pixel();
+    root.draw(&Text::new(message.to_owned(), (20, h as i32 / 2), font(pal, 14))).map_err(err)?;
+    let _ = w;
+    root.present().map_err(err)
+}
+
+fn nice_max(v: f64) -> f64 {
+    if v <= 0.0 {
+        1.0
+    } else {
+        v * 1.05
+    }
+}
+
+/// Memory is a step function: each bucket rises to its maximum at its start and holds its last
+/// level until the next bucket.
+fn steps<'a>(points: &'a [TimelinePoint], end: f64, levels: impl Fn(&TimelinePoint) -> (u64, u64) + 'a) -> impl Iterator<Item = (f64, f64)> + 'a {
+    points.iter().enumerate().flat_map(move |(i, p)| {
+        let next = points.get(i + 1).map_or(end, |n| n.t_s);
+        let (max, last) = levels(p);
+        [(p.t_s, max as f64), (next, last as f64)]
+    })
+}
+
+/// The memory timeline: allocated (max per bucket, filled), reserved, driver-used, phase and
+/// layer bands along the top, and a marker at `selected`.
+#[allow(clippy::too_many_arguments)]
+pub fn draw_timeline(
+    canvas: &HtmlCanvasElement,
+    pal: &Palette,
+    window: (f64, f64),
+    points: &[TimelinePoint],
+    driver: &[(f64, u64)],
+    phase_bands: &[Band],
+    layer_bands: &[Band],
+    selected: Option<f64>,
+) -> Res<Mapping> {
+    let root = area(canvas, pal)?;
+    let ymax = nice_max(
+        points
+            .iter()
+            .map(|p| p.reserved_max_bytes.max(p.allocated_max_bytes))
+            .chain(driver.iter().map(|d| d.1))
+            .max()
+            .unwrap_or(0) as f64,
+    );
+    let (t0, t1) = (window.0, window.1.max(window.0 + 1e-9));
+    let mut chart = ChartBuilder::on(&root)
+        .margin(8)
+        .margin_top(34)
+        .x_label_area_size(28)
+        .y_label_area_size(78)
+        .build_cartesian_2d(t0..t1, 0f64..ymax)
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .x_labels(8)
+        .y_labels(6)
+        .x_label_formatter(&|v| format_seconds(*v))
+        .y_label_formatter(&|v| format_bytes(*v as u64))
+        .label_style(font(pal, 12))
+        .axis_style(pal.text)
+        .bold_line_style(pal.grid)
+        .light_line_style(pal.background)
+        .draw()
+        .map_err(err)?;
+    let (xr, yr) = chart.plotting_area().get_pixel_range();
+    let mapping = Mapping { px: (xr.start as f64, xr.end as f64), py: (yr.start as f64, yr.end as f64), x: (t0, t1) };
+    let px_per_s = (xr.end - xr.start) as f64 / (t1 - t0);
+    // Bands above the plot: phases, then layers with their names where they fit.
+    let band_row = |bands: &[Band], row: i32, labels: bool| -> Res<()> {
+        for b in bands.iter().filter(|b| b.end_s >= t0 && b.start_s <= t1) {
+            let x0 = xr.start + ((b.start_s.max(t0) - t0) * px_per_s) as i32;
+            let x1 = xr.start + ((b.end_s.min(t1) - t0) * px_per_s) as i32;
+            if x1 - x0 < 1 && !labels {
+                continue;
+            }
+            let y = yr.start - 30 + row * 14;
+            let colour = if labels { pal.allocated.mix(0.25) } else { pal.phase(b.phase).mix(0.8) };
+            root.draw(&Rectangle::new([(x0, y), (x1.max(x0 + 1), y + 12)], colour.filled())).map_err(err)?;
+            if labels && x1 - x0 > 40 {
+                let max_chars = ((x1 - x0 - 4) / 7).max(0) as usize;
+                let text: String = b.label.chars().take(max_chars).collect();
+                root.draw(&Text::new(text, (x0 + 2, y), font(pal, 11))).map_err(err)?;
+            }
+        }
+        Ok(())
+    };
+    band_row(phase_bands, 0, false)?;
+    band_row(layer_bands, 1, true)?;
+    if !points.is_empty() {
+        chart
+            .draw_series(AreaSeries::new(steps(points, t1, |p| (p.allocated_max_bytes, p.allocated_last_bytes)), 0.0, pal.allocated.mix(0.25)).border_style(pal.allocated))
+            .map_err(err)?;
+        chart
+            .draw_series(LineSeries::new(steps(points, t1, |p| (p.reserved_max_bytes, p.reserved_last_bytes)), pal.reserved.stroke_width(2)))
+            .map_err(err)?;
+    }
+    if !driver.is_empty() {
+        chart
+            .draw_series(LineSeries::new(driver.iter().map(|&(t, b)| (t, b as f64)), pal.driver.stroke_width(1)))
+            .map_err(err)?;
+    }
+    if let Some(t) = selected.filter(|t| *t >= t0 && *t <= t1) {
+        chart.draw_series(LineSeries::new([(t, 0.0), (t, ymax)], pal.highlight.stroke_width(1))).map_err(err)?;
+    }
+    // Legend, drawn by hand so it reads in both themes.
+    let mut x = xr.start + 8;
+    let mut legend = vec![("allocated", pal.allocated), ("reserved", pal.reserved)];
+    if !driver.is_empty() {
+        legend.push(("driver used", pal.driver));
+    }
+    for (name, colour) in legend {
+        root.draw(&Rectangle::new([(x, yr.start + 8), (x + 12, yr.start + 18)], colour.filled())).map_err(err)?;
+        root.draw(&Text::new(name, (x + 16, yr.start + 6), font(pal, 12))).map_err(err)?;
+        x += 24 + 7 * name.len() as i32;
+    }
+    root.present().map_err(err)?;
+    Ok(mapping)
+}
+
+/// Fragmentation, (reserved − allocated) / reserved after each bucket.
+pub fn draw_fragmentation(canvas: &HtmlCanvasElement, pal: &Palette, window: (f64, f64), points: &[TimelinePoint]) -> Res<Mapping> {
+    let root = area(canvas, pal)?;
+    let (t0, t1) = (window.0, window.1.max(window.0 + 1e-9));
+    let mut chart = ChartBuilder::on(&root)
+        .margin(8)
+        .x_label_area_size(28)
+        .y_label_area_size(78)
+        .build_cartesian_2d(t0..t1, 0f64..1.0)
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .x_labels(8)
+        .y_labels(5)
+        .x_label_formatter(&|v| format_seconds(*v))
+        .y_label_formatter(&|v| format!("{:.0} %", v * 100.0))
+        .label_style(font(pal, 12))
+        .axis_style(pal.text)
+        .bold_line_style(pal.grid)
+        .light_line_style(pal.background)
+        .draw()
+        .map_err(err)?;
+    let frag = |p: &TimelinePoint| {
+        if p.reserved_last_bytes == 0 {
+            0.0
+        } else {
+            p.reserved_last_bytes.saturating_sub(p.allocated_last_bytes) as f64 / p.reserved_last_bytes as f64
+        }
+    };
+    chart
+        .draw_series(AreaSeries::new(points.iter().map(|p| (p.t_s, frag(p))), 0.0, pal.reserved.mix(0.25)).border_style(pal.reserved))
+        .map_err(err)?;
+    let (xr, yr) = chart.plotting_area().get_pixel_range();
+    root.present().map_err(err)?;
+    Ok(Mapping { px: (xr.start as f64, xr.end as f64), py: (yr.start as f64, yr.end as f64), x: (t0, t1) })
+}
+
+/// Memory per rank: the profile's peak and active curves with section shading and the peak
+/// marked, and any overlaid curves (a batch sweep).
+pub fn draw_rank(canvas: &HtmlCanvasElement, pal: &Palette, profile: Option<&GraphProfile>, curves: &[Curve]) -> Res<Mapping> {
+    let root = area(canvas, pal)?;
+    let n = profile
+        .map(|p| p.nodes.len())
+        .into_iter()
+        .chain(curves.iter().map(|c| c.points.len()))
+        .max()
+        .unwrap_or(0)
+        .max(1) as f64;
+    let ymax = nice_max(
+        profile
+            .map(|p| p.peak_bytes)
+            .into_iter()
+            .chain(curves.iter().flat_map(|c| c.points.iter().map(|p| p.peak_bytes)))
+            .max()
+            .unwrap_or(0) as f64,
+    );
+    let mut chart = ChartBuilder::on(&root)
+        .margin(8)
+        .margin_top(16)
+        .x_label_area_size(28)
+        .y_label_area_size(78)
+        .build_cartesian_2d(0f64..n, 0f64..ymax)
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .x_labels(10)
+        .y_labels(6)
+        .x_desc("rank (operator order in the iteration)")
+        .x_label_formatter(&|v| format!("{v:.0}"))
+        .y_label_formatter(&|v| format_bytes(*v as u64))
+        .label_style(font(pal, 12))
+        .axis_desc_style(font(pal, 12))
+        .axis_style(pal.text)
+        .bold_line_style(pal.grid)
+        .light_line_style(pal.background)
+        .draw()
+        .map_err(err)?;
+    if let Some(p) = profile {
+        let s = &p.sections;
+        let end = p.nodes.len();
+        let mut sections = Vec::new();
+        if let Some(f) = s.forward_start_rank {
+            sections.push((f, s.backward_start_rank.or(s.optimizer_start_rank).unwrap_or(end), pal.forward));
+        }
+        if let Some(b) = s.backward_start_rank {
+            sections.push((b, s.optimizer_start_rank.unwrap_or(end), pal.backward));
+        }
+        if let Some(o) = s.optimizer_start_rank {
+            sections.push((o, s.optimizer_end_rank.map_or(end, |e| e + 1), pal.optimizer));
+        }
+        chart
+            .draw_series(sections.into_iter().map(|(a, b, c)| Rectangle::new([(a as f64, 0.0), (b as f64, ymax)], c.mix(0.12).filled())))
+            .map_err(err)?;
+        chart
+            .draw_series(LineSeries::new(p.nodes.iter().map(|nd| (nd.rank as f64, nd.median_active_mem_bytes as f64)), pal.reserved.stroke_width(1)))
+            .map_err(err)?;
+        chart
+            .draw_series(LineSeries::new(p.nodes.iter().map(|nd| (nd.rank as f64, nd.median_peak_mem_bytes as f64)), pal.allocated.stroke_width(2)))
+            .map_err(err)?;
+        let peak = (p.peak_rank as f64, p.peak_bytes as f64);
+        chart.draw_series([Circle::new(peak, 5, pal.highlight.filled())]).map_err(err)?;
+        let label = format!("peak {} at rank {}", format_bytes(p.peak_bytes), p.peak_rank);
+        let anchor = if p.peak_rank as f64 > n * 0.6 { peak.0 - n * 0.25 } else { peak.0 + n * 0.01 };
+        chart.draw_series([Text::new(label, (anchor.max(0.0), peak.1 * 0.985), font(pal, 12))]).map_err(err)?;
+    }
+    let colours = [pal.allocated, pal.reserved, pal.forward, pal.backward, pal.driver, pal.optimizer, pal.highlight];
+    for (i, c) in curves.iter().enumerate() {
+        let colour = colours[i % colours.len()];
+        chart
+            .draw_series(LineSeries::new(c.points.iter().map(|p| (p.rank as f64, p.peak_bytes as f64)), colour.stroke_width(2)))
+            .map_err(err)?;
+    }
+    let (xr, yr) = chart.plotting_area().get_pixel_range();
+    // Legend.
+    let mut y = yr.start + 6;
+    let mut legend: Vec<(String, RGBColor)> = Vec::new();
+    if profile.is_some() {
+        legend.push(("peak during the node".into(), pal.allocated));
+        legend.push(("allocated before the node".into(), pal.reserved));
+    }
+    legend.extend(curves.iter().enumerate().map(|(i, c)| (c.label.clone(), colours[i % colours.len()])));
+    for (name, colour) in legend {
+        root.draw(&Rectangle::new([(xr.start + 8, y + 2), (xr.start + 20, y + 12)], colour.filled())).map_err(err)?;
+        root.draw(&Text::new(name, (xr.start + 24, y), font(pal, 12))).map_err(err)?;
+        y += 16;
+    }
+    root.present().map_err(err)?;
+    Ok(Mapping { px: (xr.start as f64, xr.end as f64), py: (yr.start as f64, yr.end as f64), x: (0.0, n) })
+}
+
+/// The allocator's segments, one row each in address order, blocks coloured by state. Returns
+/// how many segments did not fit.
+pub fn draw_segments(canvas: &HtmlCanvasElement, pal: &Palette, segments: &[SegmentInfo], row_height: u32) -> Res<usize> {
+    let root = area(canvas, pal)?;
+    let (w, h) = root.dim_in_pixel();
+    let rows = ((h.saturating_sub(4)) / row_height) as usize;
+    let largest = segments.iter().map(|s| s.size_bytes).max().unwrap_or(1).max(1) as f64;
+    let width = (w as f64 - 110.0).max(10.0);
+    for (r, seg) in segments.iter().take(rows).enumerate() {
+        let y = 2 + r as i32 * row_height as i32;
+        let scale = width / largest;
+        root.draw(&Text::new(format_bytes(seg.size_bytes), (2, y), font(pal, 10))).map_err(err)?;
+        let x0 = 100.0;
+        let seg_w = (seg.size_bytes as f64 * scale).max(1.0);
+        root.draw(&Rectangle::new([(x0 as i32, y), ((x0 + seg_w) as i32, y + row_height as i32 - 2)], pal.free.filled())).map_err(err)?;
+        for b in seg.blocks.iter().filter(|b| b.state == BlockState::Allocated) {
+            let bx = x0 + (b.address.saturating_sub(seg.address)) as f64 * scale;
+            let bw = (b.size_bytes as f64 * scale).max(1.0);
+            root.draw(&Rectangle::new([(bx as i32, y), ((bx + bw) as i32, y + row_height as i32 - 2)], pal.allocated.filled())).map_err(err)?;
+        }
+    }
+    root.present().map_err(err)?;
+    Ok(segments.len().saturating_sub(rows))
+}
+
+/// Which weight the flame graph shows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FlameMetric {
+    LiveAtPeak,
+    TotalAllocated,
+}
+
+impl FlameMetric {
+    pub fn of(self, n: &shared::analysis::flame::FlameNode) -> u64 {
+        match self {
+            FlameMetric::LiveAtPeak => n.live_at_peak_bytes,
+            FlameMetric::TotalAllocated => n.total_allocated_bytes,
+        }
+    }
+}
+
+/// A drawn flame-graph box, for hit testing.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct FlameBox {
+    pub node: u32,
+    pub x: f64,
+    pub y: f64,
+    pub w: f64,
+    pub h: f64,
+}
+
+pub const FLAME_ROW: f64 = 18.0;
+
+/// Lays the icicle out: `focus` spans the full width on the row below its ancestors.
+pub fn flame_layout(flame: &FlameGraph, focus: u32, metric: FlameMetric, width: f64) -> Vec<FlameBox> {
+    let nodes = &flame.nodes;
+    let Some(f) = nodes.get(focus as usize) else { return Vec::new() };
+    let mut out = Vec::new();
+    // Ancestors, full width, above the focus.
+    let mut chain = Vec::new();
+    let mut p = f.parent;
+    while let Some(a) = p {
+        chain.push(a);
+        p = nodes[a as usize].parent;
+    }
+    chain.reverse();
+    let top = chain.len() as f64;
+    for (row, &a) in chain.iter().enumerate() {
+        out.push(FlameBox { node: a, x: 0.0, y: row as f64 * FLAME_ROW, w: width, h: FLAME_ROW - 1.0 });
+    }
+    let total = metric.of(f).max(1) as f64;
+    let scale = width / total;
+    // Next free x inside each node, by index.
+    let mut next_x: std::collections::HashMap<u32, f64> = std::collections::HashMap::new();
+    out.push(FlameBox { node: focus, x: 0.0, y: top * FLAME_ROW, w: width, h: FLAME_ROW - 1.0 });
+    next_x.insert(focus, 0.0);
+    for (i, n) in nodes.iter().enumerate().skip(focus as usize + 1) {
+        if n.depth <= f.depth {
+            break; // left the focus's subtree (pre-order)
+        }
+        let Some(parent) = n.parent else { continue };
+        let Some(&x) = next_x.get(&parent) else { continue };
+        let w = metric.of(n) as f64 * scale;
+        next_x.insert(parent, x + w);
+        if w < 0.5 {
+            continue;
+        }
+        next_x.insert(i as u32, x);
+        let row = top + (n.depth - f.depth) as f64;
+        out.push(FlameBox { node: i as u32, x, y: row * FLAME_ROW, w, h: FLAME_ROW - 1.0 });
+    }
+    out
+}
+
+/// Draws the icicle laid out by [`flame_layout`]; boxes whose name contains `search`
+/// (case-insensitive) are highlighted and the others dimmed.
+pub fn draw_flame(canvas: &HtmlCanvasElement, pal: &Palette, flame: &FlameGraph, boxes: &[FlameBox], search: &str) -> Res<()> {
+    let root = area(canvas, pal)?;
+    let needle = search.to_lowercase();
+    for b in boxes {
+        let n = &flame.nodes[b.node as usize];
+        let base = match n.kind {
+            FlameKind::Root | FlameKind::Unattributed => pal.free,
+            FlameKind::Module => pal.allocated,
+            FlameKind::Op => pal.forward,
+            FlameKind::Frame => pal.reserved,
+        };
+        let hash = n.name.bytes().fold(0u32, |h, c| h.wrapping_mul(31).wrapping_add(c as u32));
+        let shade = 0.55 + (hash % 30) as f64 / 100.0;
+        let matched = !needle.is_empty() && n.name.to_lowercase().contains(&needle);
+        let colour = if matched {
+            pal.highlight.mix(1.0)
+        } else if needle.is_empty() {
+            base.mix(shade)
+        } else {
+            base.mix(0.2)
+        };
+        let (x0, y0) = (b.x as i32, b.y as i32);
+        let (x1, y1) = ((b.x + b.w) as i32, (b.y + b.h) as i32);
+        root.draw(&Rectangle::new([(x0, y0), (x1.max(x0 + 1), y1)], colour.filled())).map_err(err)?;
+        if b.w > 30.0 {
+            let max_chars = ((b.w - 6.0) / 7.0) as usize;
+            let label: String = if n.name.chars().count() > max_chars {
+                n.name.chars().take(max_chars.saturating_sub(1)).chain(['…']).collect()
+            } else {
+                n.name.clone()
+            };
+            root.draw(&Text::new(label, (x0 + 3, y0 + 2), font(pal, 12))).map_err(err)?;
+        }
+    }
+    root.present().map_err(err)
+}
+
+/// Non-background pixels of a canvas, for tests and for "did it draw".
+pub fn painted_pixels(canvas: &HtmlCanvasElement) -> usize {
+    use wasm_bindgen::JsCast;
+    let Some(ctx) = canvas.get_context("2d").ok().flatten().and_then(|c| c.dyn_into::<web_sys::CanvasRenderingContext2d>().ok()) else {
+        return 0;
+    };
+    let Ok(img) = ctx.get_image_data(0.0, 0.0, canvas.width() as f64, canvas.height() as f64) else { return 0 };
+    let data = img.data();
+    let bg = [data.first().copied().unwrap_or(0), data.get(1).copied().unwrap_or(0), data.get(2).copied().unwrap_or(0)];
+    data.chunks_exact(4).filter(|p| p[0] != bg[0] || p[1] != bg[1] || p[2] != bg[2]).count()
+}

@@ -1,0 +1,22 @@
+//! Messages between the page and the worker (`src/bin/worker.rs`).
+//!
+//! The page sends plain JS objects (`{kind: "open_file", file}`, `{kind: "open_url", url}`,
+//! `{kind: "request", id, body}`), because a `File` cannot travel as JSON. The worker answers
+//! with [`ToPage`] as a JSON string.
+
+use serde::{Deserialize, Serialize};
+use shared::explore::{Overview, Response};
+
+/// What the worker tells the page.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ToPage {
+    /// The worker's wasm is running; messages sent before this are lost.
+    Ready,
+    /// A stage of opening a file began.
+    Progress { stage: String },
+    Loaded { overview: Box<Overview>, worker_memory_bytes: u64 },
+    /// Opening failed; the previously loaded trace (if any) is still there.
+    Failed { file_name: String, message: String },
+    Answer { id: u32, response: Box<Response>, worker_memory_bytes: u64 },
+}
