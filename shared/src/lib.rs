@@ -7,6 +7,7 @@
 pub mod allocator;
 pub mod analysis;
 pub mod explore;
+pub mod hash;
 pub mod export;
 pub mod import;
 pub mod model;

@@ -8,7 +8,7 @@
 //! [`MemoryEvent`] is the materialised, API-facing view of one event.
 
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
+use crate::hash::FastMap as HashMap;
 
 /// The layer scope the collector creates the input batch in; analyses tell data from weights
 /// by it.
@@ -656,8 +656,8 @@ impl StackTable {
     }
 
     pub(crate) fn drop_indexes(&mut self) {
-        self.frame_index = HashMap::new();
-        self.stack_index = HashMap::new();
+        self.frame_index = HashMap::default();
+        self.stack_index = HashMap::default();
     }
 }
 

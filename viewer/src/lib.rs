@@ -10,7 +10,7 @@ pub mod bridge;
 pub mod charts;
 pub mod perf;
 pub mod protocol;
-mod tables;
+pub mod tables;
 mod views;
 
 use leptos::prelude::*;

@@ -6,8 +6,8 @@
 //! - `cargo xtask install-tools`: only the installs (cached outside the clone).
 //! - `cargo xtask check`: the architecture checks (shared's dependencies, wasm32 build, the
 //!   viewer built by Trunk offline, tidy).
-//! - `cargo xtask bench`: import/export benchmarks on the real samples and the graph-profile
-//!   benchmark on a traced ResNet-50.
+//! - `cargo xtask bench`: import/export benchmarks on the real samples, the graph-profile
+//!   benchmark on a traced ResNet-50, and the viewer in headless Chromium.
 //! - `cargo xtask run`: the main job.
 
 use anyhow::{bail, Context, Result};
@@ -35,7 +35,10 @@ fn main() -> Result<()> {
         }
         Some("install-tools") => install_tools(),
         Some("check") => check(),
-        Some("bench") => run(Command::new("cargo").args(["bench", "-p", "collector", "--bench", "import", "--bench", "profile"])),
+        Some("bench") => {
+            build_viewer()?;
+            run(Command::new("cargo").args(["bench", "-p", "collector", "--bench", "import", "--bench", "profile", "--bench", "viewer"]))
+        }
         Some("run") => main_job(&args[1..]),
         _ => {
             eprintln!("usage: cargo xtask <test|install-tools|check|bench|run>");
@@ -246,6 +249,12 @@ fn tidy() -> Result<()> {
 fn test() -> Result<()> {
     // The viewer is built for wasm32 by `check`; it has no native tests.
     run(Command::new("cargo").args(["test", "--workspace", "--exclude", "viewer"]))?;
+    // The viewer's components in headless Chromium (runner: wasm-bindgen-test-runner, from
+    // .cargo/config.toml; browser options in viewer/webdriver.json).
+    run(Command::new("cargo")
+        .args(["test", "-p", "viewer", "--target", "wasm32-unknown-unknown", "--test", "web"])
+        .env("CHROMEDRIVER", "/usr/bin/chromedriver")
+        .current_dir("viewer"))?;
     eprintln!("xtask: all tests passed");
     Ok(())
 }
@@ -258,7 +267,9 @@ fn main_job(args: &[String]) -> Result<()> {
         Some((m, rest)) if !m.starts_with('-') => (m.clone(), rest),
         _ => ("resnet18".to_owned(), args),
     };
-    install_torch_venv()?;
+    // The collector embeds the viewer, so the viewer is built first.
+    install_tools()?;
+    build_viewer()?;
     run(Command::new("cargo").args(["build", "--release", "-p", "collector"]))?;
     let exe = Path::new("target/release/collector");
     let out = Path::new("target/demo");
@@ -269,10 +280,12 @@ fn main_job(args: &[String]) -> Result<()> {
         run(Command::new(exe).arg("convert").arg(&trace).arg("-o").arg(out.join(format!("{model}.{ext}"))))?;
     }
     run(Command::new(exe).arg("analyze").arg(&trace).arg("-o").arg(out).args(["--prefix", &model]))?;
+    let report = out.join("report");
+    run(Command::new(exe).arg("report").arg(&trace).arg("-o").arg(&report))?;
     eprintln!(
-        "xtask: trace, exports and graph profile ({model}_*.csv, {model}_memory_vs_rank.png) in {} (drop {} on the viewer, open *.speedscope.json in speedscope, *.chrome.json in Perfetto)",
-        out.display(),
-        trace.display()
+        "xtask: trace, exports and graph profile ({model}_*.csv, {model}_memory_vs_rank.png) in {}; open *.speedscope.json in speedscope, *.chrome.json in Perfetto",
+        out.display()
     );
+    eprintln!("xtask: the viewer with this trace: python3 -m http.server -d {} 8000, then open http://127.0.0.1:8000/", report.display());
     Ok(())
 }

@@ -8,7 +8,7 @@
 
 use crate::model::{EventType, StrId, Trace};
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
+use crate::hash::{FastMap as HashMap, FastSet};
 
 /// What a node of the flame graph stands for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -77,14 +77,14 @@ pub fn flame_graph(trace: &Trace, min_share: f64) -> FlameGraph {
     let ev = &trace.events;
     let device = super::peak_device(trace);
     let summary_peak = peak_of(trace, device);
-    let live: std::collections::HashSet<usize> = match summary_peak.1 {
+    let live: FastSet<usize> = match summary_peak.1 {
         Some(i) => super::live_allocations_at(trace, i).into_iter().collect(),
         None => Default::default(),
     };
     let innermost_op = innermost_ops(trace);
 
     // Group allocations by (layer, op, stack) first: few distinct keys, many events.
-    let mut groups: HashMap<(StrId, StrId, u32), (u64, u64)> = HashMap::new();
+    let mut groups: HashMap<(StrId, StrId, u32), (u64, u64)> = HashMap::default();
     let mut stack_cursor = 0usize;
     for (i, &op) in innermost_op.iter().enumerate() {
         if ev.device[i] != device || ev.event_type(i) != EventType::Alloc {
@@ -104,12 +104,12 @@ pub fn flame_graph(trace: &Trace, min_share: f64) -> FlameGraph {
         }
     }
 
-    let mut tree = vec![Builder { name: "all".into(), kind: FlameKind::Root, live: 0, total: 0, children: HashMap::new() }];
+    let mut tree = vec![Builder { name: "all".into(), kind: FlameKind::Root, live: 0, total: 0, children: HashMap::default() }];
     let child = |tree: &mut Vec<Builder>, parent: usize, kind: FlameKind, name: String| -> usize {
         if let Some(&c) = tree[parent].children.get(&(kind, name.clone())) {
             return c;
         }
-        tree.push(Builder { name: name.clone(), kind, live: 0, total: 0, children: HashMap::new() });
+        tree.push(Builder { name: name.clone(), kind, live: 0, total: 0, children: HashMap::default() });
         let c = tree.len() - 1;
         tree[parent].children.insert((kind, name), c);
         c

@@ -561,7 +561,7 @@ mod tests {
 pub fn live_allocations_at(trace: &Trace, event_index: usize) -> Vec<usize> {
     let ev = &trace.events;
     let end = event_index.saturating_add(1).min(ev.len());
-    let mut live: std::collections::HashMap<(u8, u64), usize> = std::collections::HashMap::new();
+    let mut live: crate::hash::FastMap<(u8, u64), usize> = Default::default();
     for i in 0..end {
         match ev.event_type(i) {
             EventType::Alloc => {

@@ -10,6 +10,42 @@ use super::ImportError;
 /// Index of a value in [`Pickle::values`].
 pub type ValueId = u32;
 
+/// The pickle memo. Pickler writes keys 0, 1, 2, ... so they live in a vector; keys far
+/// beyond it (legal, but never written by Python) go to a map, so a hostile key cannot make
+/// the vector huge.
+#[derive(Default)]
+struct Memo {
+    dense: Vec<Option<ValueId>>,
+    sparse: crate::hash::FastMap<u32, ValueId>,
+    /// Distinct keys defined (MEMOIZE uses it as its key).
+    count: u32,
+}
+
+impl Memo {
+    fn insert(&mut self, key: u32, id: ValueId) {
+        let k = key as usize;
+        let fresh = if k < self.dense.len() {
+            self.dense[k].replace(id).is_none()
+        } else if k <= self.dense.len() + 4096 {
+            self.dense.resize(k + 1, None);
+            self.dense[k] = Some(id);
+            true
+        } else {
+            self.sparse.insert(key, id).is_none()
+        };
+        if fresh {
+            self.count = self.count.saturating_add(1);
+        }
+    }
+
+    fn get(&self, key: u32) -> Option<ValueId> {
+        match self.dense.get(key as usize) {
+            Some(v) => *v,
+            None => self.sparse.get(&key).copied(),
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub enum Value {
     None,
@@ -170,7 +206,7 @@ pub fn parse(data: &[u8]) -> Result<Pickle, ImportError> {
     let mut values: Vec<Value> = Vec::new();
     let mut stack: Vec<ValueId> = Vec::new();
     let mut marks: Vec<usize> = Vec::new();
-    let mut memo: std::collections::HashMap<u32, ValueId> = std::collections::HashMap::new();
+    let mut memo = Memo::default();
     let mut protocol = 0u8;
 
     macro_rules! push {
@@ -392,7 +428,7 @@ pub fn parse(data: &[u8]) -> Result<Pickle, ImportError> {
                     }
                     b'q' => r.u8()? as u32,
                     b'r' => r.u32()?,
-                    _ => memo.len() as u32,
+                    _ => memo.count,
                 };
                 let top = *stack.last().ok_or_else(|| r.err(at, "memoize on an empty stack"))?;
                 memo.insert(key, top);
@@ -406,8 +442,8 @@ pub fn parse(data: &[u8]) -> Result<Pickle, ImportError> {
                     b'h' => r.u8()? as u32,
                     _ => r.u32()?,
                 };
-                let id = *memo
-                    .get(&key)
+                let id = memo
+                    .get(key)
                     .ok_or_else(|| r.err(at, format!("memo entry {key} is used before it is defined")))?;
                 stack.push(id);
             }

@@ -12,7 +12,7 @@ use crate::model::{
     BlockInfo, BlockState, Device, EventRecord, EventType, Frame, LayerScope, Phase, Pool, SegmentInfo, StrId,
     Totals, Trace, TraceMeta, SourceFormat,
 };
-use std::collections::{HashMap, HashSet};
+use crate::hash::{FastMap as HashMap, FastSet as HashSet};
 
 /// A typed view of the pickle with JSON-path-like error locations.
 struct View<'a> {
@@ -347,7 +347,7 @@ pub fn import(data: &[u8]) -> Result<Trace, ImportError> {
 
     // Trace entries of every device, merged by time.
     let mut entries = Vec::new();
-    let mut skipped: HashMap<String, usize> = HashMap::new();
+    let mut skipped: HashMap<String, usize> = HashMap::default();
     for (dev, &t) in v.list(traces_id, "device_traces")?.iter().enumerate() {
         for (i, &e) in v.list(t, &format!("device_traces[{dev}]"))?.iter().enumerate() {
             let path = format!("device_traces[{dev}][{i}]");
@@ -402,9 +402,9 @@ pub fn import(data: &[u8]) -> Result<Trace, ImportError> {
 
     // What existed before the first entry: segments the trace never allocates and blocks it
     // frees before allocating (or never touches, if they are alive at the end).
-    let mut seg_seen: HashSet<(usize, u64)> = HashSet::new();
+    let mut seg_seen: HashSet<(usize, u64)> = HashSet::default();
     let mut pre_segments: Vec<(usize, u64, u64, i64)> = Vec::new(); // device, addr, size, stream
-    let mut block_first: HashMap<(usize, u64), Action> = HashMap::new();
+    let mut block_first: HashMap<(usize, u64), Action> = HashMap::default();
     let mut pre_blocks: Vec<(usize, u64, u64)> = Vec::new(); // device, addr, requested size
     for e in &entries {
         match e.action {
@@ -464,7 +464,7 @@ pub fn import(data: &[u8]) -> Result<Trace, ImportError> {
         });
     }
     // Blocks freed before being allocated were alive at the start; place them in their segment.
-    let mut loose_allocated: HashMap<(usize, u64), u64> = HashMap::new();
+    let mut loose_allocated: HashMap<(usize, u64), u64> = HashMap::default();
     for &(device, addr, requested) in &pre_blocks {
         let size = config.round_size(requested);
         let seg = initial
@@ -527,11 +527,11 @@ pub fn import(data: &[u8]) -> Result<Trace, ImportError> {
         .collect();
 
     let mut interner = StackInterner {
-        frame_cache: HashMap::new(),
-        stack_cache: HashMap::new(),
+        frame_cache: HashMap::default(),
+        stack_cache: HashMap::default(),
     };
     let mut estimated = 0usize;
-    let mut pending_free: HashMap<(usize, u64), u64> = HashMap::new();
+    let mut pending_free: HashMap<(usize, u64), u64> = HashMap::default();
     let mut span_cursor = 0;
     for (i, e) in entries.iter().enumerate() {
         let dev = e.device;
@@ -642,7 +642,7 @@ fn address_from_previous(blocks: &[(u64, u64, bool)], seg: ValueId, v: &View) ->
 }
 
 fn import_annotations(v: &View, trace: &mut Trace, ann: ValueId) -> Result<(), ImportError> {
-    let mut open: HashMap<String, Vec<u64>> = HashMap::new();
+    let mut open: HashMap<String, Vec<u64>> = HashMap::default();
     for (i, &a) in v.list(ann, "external_annotations")?.iter().enumerate() {
         let path = format!("external_annotations[{i}]");
         let (Some(stage), Some(name)) = (v.opt_str(a, "stage"), v.opt_str(a, "name")) else {
