@@ -316,14 +316,16 @@ impl Session {
 
 fn looks_like_sweep(bytes: &[u8]) -> bool {
     let head = &bytes[..bytes.len().min(512)];
-    bytes.first() == Some(&b'{') && std::str::from_utf8(head).is_ok_and(|h| h.contains(SWEEP_FORMAT))
+    // Lossy: the cut at 512 bytes may split a character.
+    bytes.first() == Some(&b'{') && String::from_utf8_lossy(head).contains(SWEEP_FORMAT)
 }
 
 fn overview_of(trace: &Trace, file_name: &str, file_bytes: u64, progress: &mut impl FnMut(&str)) -> Overview {
     progress("summarising");
     let summary = analysis::summary(trace);
-    let layers: Vec<LayerMemoryStats> = analysis::layer_stats(trace).into_values().collect();
-    let fragmentation = analysis::fragmentation_stats(trace);
+    let by_name = analysis::layer_stats(trace);
+    let fragmentation = analysis::fragmentation_stats_with_layers(trace, &by_name);
+    let layers: Vec<LayerMemoryStats> = by_name.into_values().collect();
     progress("profiling operators");
     let (profile, profile_error) = if trace.ops.is_empty() {
         (None, Some("this trace has no operator events (a memory snapshot records allocations only), so there are no ranks or activations".to_owned()))

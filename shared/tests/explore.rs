@@ -76,7 +76,7 @@ fn zoomed_timeline_agrees_with_the_full_timeline() {
     let got = points.iter().map(|p| p.allocated_max_bytes).max().unwrap();
     // The zoomed buckets may also include the level just before the window's first event.
     assert!(got >= want, "zoomed max {got} < full max {want}");
-    let before = full.iter().filter(|p| p.t_s < a).last().map(|p| p.allocated_last_bytes).unwrap_or(0);
+    let before = full.iter().rfind(|p| p.t_s < a).map(|p| p.allocated_last_bytes).unwrap_or(0);
     assert!(got == want || got == before, "zoomed max {got} is neither the window's {want} nor the level before it {before}");
 }
 

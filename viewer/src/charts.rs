@@ -105,15 +105,6 @@ fn font(pal: &Palette, size: u32) -> TextStyle<'static> {
     ("sans-serif", size).into_font().color(&pal.text)
 }
 
-/// A "nothing to draw" message in the middle of the canvas.
-pub fn draw_message(canvas: &HtmlCanvasElement, pal: &Palette, message: &str) -> Res<()> {
-    let root = area(canvas, pal)?;
-    let (w, h) = root.dim_in_pixel();
-    root.draw(&Text::new(message.to_owned(), (20, h as i32 / 2), font(pal, 14))).map_err(err)?;
-    let _ = w;
-    root.present().map_err(err)
-}
-
 fn nice_max(v: f64) -> f64 {
     if v <= 0.0 {
         1.0
@@ -252,11 +243,7 @@ pub fn draw_fragmentation(canvas: &HtmlCanvasElement, pal: &Palette, window: (f6
         .draw()
         .map_err(err)?;
     let frag = |p: &TimelinePoint| {
-        if p.reserved_last_bytes == 0 {
-            0.0
-        } else {
-            p.reserved_last_bytes.saturating_sub(p.allocated_last_bytes) as f64 / p.reserved_last_bytes as f64
-        }
+        shared::model::Totals { allocated_bytes: p.allocated_last_bytes, reserved_bytes: p.reserved_last_bytes }.fragmentation_ratio()
     };
     chart
         .draw_series(AreaSeries::new(points.iter().map(|p| (p.t_s, frag(p))), 0.0, pal.reserved.mix(0.25)).border_style(pal.reserved))

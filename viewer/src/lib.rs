@@ -103,6 +103,14 @@ pub fn download_url(file_name: &str, url: &str) {
     }
 }
 
+/// True when a key goes to a form field (the search box, a filter, the metric menu), not to
+/// the page's shortcuts.
+pub fn is_typing(ev: &web_sys::KeyboardEvent) -> bool {
+    ev.target()
+        .and_then(|t| t.dyn_into::<web_sys::HtmlElement>().ok())
+        .is_some_and(|el| matches!(el.tag_name().as_str(), "INPUT" | "TEXTAREA" | "SELECT"))
+}
+
 /// The trace to open at start: `?trace=URL`, or the one a static report names in
 /// `<meta name="memory-tracer-trace">`.
 fn initial_trace_url() -> Option<String> {
@@ -138,11 +146,7 @@ pub fn App() -> impl IntoView {
         let _ = document().document_element().map(|e| e.set_attribute("data-theme", theme));
     });
     let _keys = window_event_listener(leptos::ev::keydown, move |ev| {
-        let typing = ev
-            .target()
-            .and_then(|t| t.dyn_into::<web_sys::HtmlElement>().ok())
-            .is_some_and(|el| matches!(el.tag_name().as_str(), "INPUT" | "TEXTAREA" | "SELECT"));
-        if typing {
+        if is_typing(&ev) {
             if ev.key() == "Escape" {
                 if let Some(el) = ev.target().and_then(|t| t.dyn_into::<web_sys::HtmlElement>().ok()) {
                     let _ = el.blur();

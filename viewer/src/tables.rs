@@ -56,7 +56,7 @@ fn header<T: 'static>(columns: &'static [Column<T>], sort: RwSignal<Sort>, extra
                 <th class="sortable" on:click=move |_| sort.update(|s| *s = if s.0 == i { (i, !s.1) } else { (i, i != 0) })
                     title="Sort by this column">
                     {c.name}
-                    {move || { let s = sort.get(); (s.0 == i).then(|| if s.1 { " ▼" } else { " ▲" }) }}
+                    {move || { let s = sort.get(); (s.0 == i).then_some(if s.1 { " ▼" } else { " ▲" }) }}
                 </th>
             }).collect_view()}
             {extra.map(|e| view! { <th>{e}</th> })}

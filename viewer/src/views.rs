@@ -188,13 +188,22 @@ fn png_button(canvas: NodeRef<Canvas>, name: &'static str) -> impl IntoView {
     }
 }
 
+/// Where a window of `span` seconds starting near `a` may start inside `full`. Not `clamp`:
+/// rounding can make `span` a hair wider than `full`, and `clamp` panics when its bounds cross.
+fn window_start(a: f64, span: f64, full: (f64, f64)) -> f64 {
+    a.min(full.1 - span).max(full.0)
+}
+
+/// A timeline answer: window start and end, the buckets, the driver's samples.
+type TimelineWindow = (f64, f64, Arc<Vec<shared::analysis::TimelinePoint>>, Arc<Vec<(f64, u64)>>);
+
 /// The memory timeline with zoom, pan, hover and click.
 #[component]
 fn TimelineSection(overview: Arc<Overview>) -> impl IntoView {
     let state = state();
     let full = (0.0, overview.duration_s.max(1e-9));
     let window = RwSignal::new(full);
-    let data: RwSignal<Option<(f64, f64, Arc<Vec<shared::analysis::TimelinePoint>>, Arc<Vec<(f64, u64)>>)>> = RwSignal::new(None);
+    let data: RwSignal<Option<TimelineWindow>> = RwSignal::new(None);
     let mapping: StoredValue<Option<Mapping>> = StoredValue::new(None);
     let hover: RwSignal<Option<(f64, f64, Moment)>> = RwSignal::new(None);
     let selected: RwSignal<Option<(f64, Vec<Allocation>)>> = RwSignal::new(None);
@@ -207,7 +216,7 @@ fn TimelineSection(overview: Arc<Overview>) -> impl IntoView {
     fn fetch(
         w: (f64, f64),
         canvas: NodeRef<Canvas>,
-        data: RwSignal<Option<(f64, f64, Arc<Vec<shared::analysis::TimelinePoint>>, Arc<Vec<(f64, u64)>>)>>,
+        data: RwSignal<Option<TimelineWindow>>,
         in_flight: StoredValue<bool>,
         queued: StoredValue<Option<(f64, f64)>>,
     ) {
@@ -260,10 +269,10 @@ fn TimelineSection(overview: Arc<Overview>) -> impl IntoView {
         input_at.set_value(Some(perf::now()));
         window.update(|w| {
             let c = centre.unwrap_or((w.0 + w.1) / 2.0);
-            let span = ((w.1 - w.0) * factor).clamp(1e-7, full.1 - full.0);
+            let whole = full.1 - full.0;
+            let span = ((w.1 - w.0) * factor).max(1e-7_f64.min(whole)).min(whole);
             let f = (c - w.0) / (w.1 - w.0).max(1e-12);
-            let mut a = c - span * f;
-            a = a.clamp(full.0, full.1 - span);
+            let a = window_start(c - span * f, span, full);
             *w = (a, a + span);
         });
     };
@@ -271,13 +280,13 @@ fn TimelineSection(overview: Arc<Overview>) -> impl IntoView {
         input_at.set_value(Some(perf::now()));
         window.update(|w| {
             let span = w.1 - w.0;
-            let a = (w.0 + span * fraction).clamp(full.0, full.1 - span);
+            let a = window_start(w.0 + span * fraction, span, full);
             *w = (a, a + span);
         });
     };
-    let _keys = window_event_listener(leptos::ev::keydown, move |ev| {
-        let typing = ev.target().and_then(|t| t.dyn_into::<web_sys::HtmlInputElement>().ok()).is_some();
-        if typing {
+    // This section is replaced when another trace opens: its shortcuts go with it.
+    let keys = window_event_listener(leptos::ev::keydown, move |ev| {
+        if crate::is_typing(&ev) {
             return;
         }
         match ev.key().as_str() {
@@ -292,6 +301,7 @@ fn TimelineSection(overview: Arc<Overview>) -> impl IntoView {
             _ => {}
         }
     });
+    on_cleanup(move || keys.remove());
     let drag: StoredValue<Option<(f64, (f64, f64))>> = StoredValue::new(None);
     let dragged = StoredValue::new(false);
     let on_wheel = move |ev: leptos::ev::WheelEvent| {
@@ -313,7 +323,7 @@ fn TimelineSection(overview: Arc<Overview>) -> impl IntoView {
                 dragged.set_value(true);
                 input_at.set_value(Some(perf::now()));
                 let span = w0.1 - w0.0;
-                let a = (w0.0 - dt).clamp(full.0, full.1 - span);
+                let a = window_start(w0.0 - dt, span, full);
                 window.set((a, a + span));
             }
             return;

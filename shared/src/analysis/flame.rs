@@ -75,9 +75,9 @@ struct Builder {
 /// 1e-4) drops subtrees below that share of the root in both values, to keep the graph drawable.
 pub fn flame_graph(trace: &Trace, min_share: f64) -> FlameGraph {
     let ev = &trace.events;
-    let device = super::peak_device(trace);
-    let summary_peak = peak_of(trace, device);
-    let live: FastSet<usize> = match summary_peak.1 {
+    let peak = super::allocated_peak(trace);
+    let device = peak.device;
+    let live: FastSet<usize> = match peak.event {
         Some(i) => super::live_allocations_at(trace, i).into_iter().collect(),
         None => Default::default(),
     };
@@ -146,7 +146,7 @@ pub fn flame_graph(trace: &Trace, min_share: f64) -> FlameGraph {
         explained_live += live_b;
     }
     // Live memory at the peak that predates every recorded allocation.
-    let before = summary_peak.0.saturating_sub(explained_live);
+    let before = peak.bytes.saturating_sub(explained_live);
     if before > 0 {
         let n = child(&mut tree, 0, FlameKind::Unattributed, "(allocated before recording)".into());
         tree[n].live += before;
@@ -179,20 +179,6 @@ pub fn flame_graph(trace: &Trace, min_share: f64) -> FlameGraph {
         }
     }
     out
-}
-
-/// Allocated bytes at the peak of `device`, and the event that reached it.
-fn peak_of(trace: &Trace, device: u8) -> (u64, Option<usize>) {
-    let ev = &trace.events;
-    let mut best = (ev.base_totals.get(device as usize).map_or(0, |t| t.allocated_bytes), None);
-    let mut cursor = ev.cursor();
-    for i in 0..ev.len() {
-        let t = cursor.advance();
-        if ev.device[i] == device && t.allocated_bytes > best.0 {
-            best = (t.allocated_bytes, Some(i));
-        }
-    }
-    best
 }
 
 fn frame_label(trace: &Trace, f: &crate::model::Frame) -> String {

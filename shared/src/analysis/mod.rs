@@ -266,6 +266,11 @@ pub struct FragmentationStats {
 }
 
 pub fn fragmentation_stats(trace: &Trace) -> FragmentationStats {
+    fragmentation_stats_with_layers(trace, &layer_stats(trace))
+}
+
+/// [`fragmentation_stats`] for a caller that already has the [`layer_stats`].
+pub fn fragmentation_stats_with_layers(trace: &Trace, layers: &BTreeMap<String, LayerMemoryStats>) -> FragmentationStats {
     let ev = &trace.events;
     let mut cursor = ev.cursor();
     let (mut sum, mut max) = (0.0f64, 0.0f64);
@@ -283,7 +288,7 @@ pub fn fragmentation_stats(trace: &Trace) -> FragmentationStats {
         avg_fragmentation: if ev.is_empty() { 0.0 } else { sum / ev.len() as f64 },
         max_fragmentation: max,
         unused_reserved_at_peak_bytes: peak.1,
-        per_layer: layer_stats(trace).into_iter().map(|(k, v)| (k, v.avg_fragmentation)).collect(),
+        per_layer: layers.iter().map(|(k, v)| (k.clone(), v.avg_fragmentation)).collect(),
     }
 }
 
@@ -415,23 +420,36 @@ pub fn median_f64(values: &mut [f64]) -> Option<f64> {
     }
 }
 
-/// The device whose allocated bytes peak highest.
-pub fn peak_device(trace: &Trace) -> u8 {
+/// The highest allocated total of any device: where, how much, and the event that first
+/// reached it (`None` when the peak predates every event).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AllocatedPeak {
+    pub device: u8,
+    pub bytes: u64,
+    pub event: Option<usize>,
+}
+
+pub fn allocated_peak(trace: &Trace) -> AllocatedPeak {
     let ev = &trace.events;
-    let mut best = (0u64, 0u8);
+    let mut best = AllocatedPeak { device: 0, bytes: 0, event: None };
     for (d, t) in ev.base_totals.iter().enumerate() {
-        if t.allocated_bytes > best.0 {
-            best = (t.allocated_bytes, d as u8);
+        if t.allocated_bytes > best.bytes {
+            best = AllocatedPeak { device: d as u8, bytes: t.allocated_bytes, event: None };
         }
     }
     let mut cursor = ev.cursor();
     for i in 0..ev.len() {
         let t = cursor.advance();
-        if t.allocated_bytes > best.0 {
-            best = (t.allocated_bytes, ev.device[i]);
+        if t.allocated_bytes > best.bytes {
+            best = AllocatedPeak { device: ev.device[i], bytes: t.allocated_bytes, event: Some(i) };
         }
     }
-    best.1
+    best
+}
+
+/// The device whose allocated bytes peak highest.
+pub fn peak_device(trace: &Trace) -> u8 {
+    allocated_peak(trace).device
 }
 
 /// True if the trace carries allocator segment information (snapshot traces).
