@@ -7,6 +7,13 @@ pub mod analyze;
 pub mod commands;
 pub mod plots;
 pub mod report;
+pub mod serve;
+
+/// The built-in models (`collector trace --model`, `POST /api/trace/memory`'s `model_name`).
+pub const MODEL_ZOO: [&str; 9] = ["resnet18", "resnet34", "resnet50", "resnet101", "resnet152", "vgg16", "transformer", "gpt", "mlp"];
+
+/// The libtorch version the collector is built against (torch-sys refuses any other).
+pub const TORCH_VERSION: &str = "2.11.0";
 
 #[cfg(feature = "tracing")]
 pub mod capture;

@@ -95,6 +95,8 @@ enum Command {
         #[arg(long, default_value_t = 4096)]
         max_decompressed_mib: u64,
     },
+    /// Serve the tracing API, the trace store and the viewer: open the printed URL.
+    Serve(Box<ServeArgs>),
     /// Print peak memory, fragmentation and the top layers of a trace.
     Summary {
         /// Input trace file.
@@ -109,6 +111,112 @@ enum Command {
         #[arg(long, default_value_t = 4096)]
         max_decompressed_mib: u64,
     },
+}
+
+/// `collector serve` options.
+#[derive(clap::Args)]
+struct ServeArgs {
+    /// Address to listen on. Anything but loopback needs --token.
+    #[arg(long, default_value = "127.0.0.1")]
+    host: String,
+    /// Port (0 picks a free one).
+    #[arg(long, default_value_t = 8000)]
+    port: u16,
+    /// Where traces are stored [default: $XDG_DATA_HOME/memory-tracer or ~/.local/share/memory-tracer].
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// Device of requests that name none: cpu, cuda or cuda:N [default: the first GPU if there
+    /// is one, else the CPU].
+    #[arg(long)]
+    device: Option<String>,
+    /// Bearer token every API route requires (required for non-loopback hosts).
+    #[arg(long, env = "MEMORY_TRACER_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// Allow cross-origin requests from this origin (repeat, or `*`); off by default.
+    #[arg(long = "cors-origin")]
+    cors_origins: Vec<String>,
+    /// Traces run at the same time on one device.
+    #[arg(long, default_value_t = 1)]
+    jobs_per_device: usize,
+    /// Trace requests that may wait; more get 429 with Retry-After.
+    #[arg(long, default_value_t = 32)]
+    max_queue: usize,
+    /// A trace running longer is stopped (422).
+    #[arg(long, default_value_t = 600)]
+    job_timeout_s: u64,
+    /// Stored traces kept; adding one more evicts the oldest.
+    #[arg(long, default_value_t = 1000)]
+    max_traces: usize,
+    /// Store size (traces and exports), MiB; adding past it evicts the oldest traces.
+    #[arg(long, default_value_t = 20480)]
+    max_store_mb: u64,
+    /// Largest upload, MiB (413 beyond).
+    #[arg(long, default_value_t = 2048)]
+    max_upload_mb: u64,
+    /// Largest `max_events` a request may ask for (422 beyond).
+    #[arg(long, default_value_t = 5_000_000)]
+    max_events_cap: u64,
+    /// Largest input (batch × sample elements) a request may ask for (422 beyond).
+    #[arg(long, default_value_t = 1 << 28)]
+    max_input_elements: u64,
+    /// Trace this built-in model once the server is up and open it live in the viewer.
+    #[arg(long, value_name = "MODEL")]
+    trace: Option<String>,
+    /// Open the viewer in the default browser.
+    #[arg(long)]
+    open: bool,
+}
+
+fn serve_command(a: ServeArgs) -> anyhow::Result<()> {
+    use collector::serve::{self, api, ServeConfig};
+    let mut config = ServeConfig::new(a.data_dir.unwrap_or_else(serve::default_data_dir));
+    config.device = a.device;
+    config.token = a.token.filter(|t| !t.is_empty());
+    config.cors_origins = a.cors_origins;
+    config.jobs_per_device = a.jobs_per_device.max(1);
+    config.max_queue = a.max_queue;
+    config.job_timeout = std::time::Duration::from_secs(a.job_timeout_s.max(1));
+    config.max_traces = a.max_traces.max(1);
+    config.max_store_bytes = a.max_store_mb.saturating_mul(1 << 20);
+    config.max_upload_bytes = a.max_upload_mb.saturating_mul(1 << 20);
+    config.caps.max_events = a.max_events_cap.max(1);
+    config.caps.max_input_elements = a.max_input_elements.max(1);
+    let data_dir = config.data_dir.clone();
+    let token = config.token.clone();
+    let (host, port, open, trace) = (a.host, a.port, a.open, a.trace);
+    if let Some(m) = &trace {
+        anyhow::ensure!(collector::MODEL_ZOO.contains(&m.as_str()), "--trace {m}: unknown model; built-in models: {}", collector::MODEL_ZOO.join(", "));
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;
+    runtime.block_on(serve::serve(&host, port, config, move |addr, state| {
+        let shown = if addr.ip().is_unspecified() { format!("127.0.0.1:{}", addr.port()) } else { addr.to_string() };
+        let base = format!("http://{shown}/");
+        let mut query = token.map(|t| format!("token={t}")).into_iter().collect::<Vec<_>>();
+        if let Some(model) = trace {
+            let req: api::TraceRequest = match serde_json::from_value(serde_json::json!({"model_name": model, "max_events": 5_000_000})) {
+                Ok(r) => r,
+                Err(e) => return eprintln!("cannot build the startup trace request: {e}"),
+            };
+            match api::start_job(state, req) {
+                Ok(id) => {
+                    eprintln!("tracing {model} on {} as {id} ...", state.device);
+                    query.push(format!("follow={id}"));
+                }
+                Err(e) => eprintln!("cannot trace {model}: {}", e.detail),
+            }
+        }
+        let url = if query.is_empty() { base.clone() } else { format!("{base}?{}", query.join("&")) };
+        eprintln!("Memory Tracer is serving {} on {addr}", data_dir.display());
+        eprintln!("  viewer:   {url}");
+        eprintln!("  API docs: {base}api/docs (ReDoc: {base}api/redoc)");
+        eprintln!("  stop with Ctrl-C");
+        if open {
+            let opened = ["xdg-open", "open"].iter().any(|cmd| std::process::Command::new(cmd).arg(&url).stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).spawn().is_ok());
+            if !opened {
+                eprintln!("  (cannot open a browser here: open the viewer's URL yourself)");
+            }
+        }
+    }))
 }
 
 /// What to run: the model, its input and the loop (shared by `trace` and `sweep`).
@@ -198,6 +306,10 @@ struct TraceArgs {
     /// No progress bar.
     #[arg(long, short)]
     quiet: bool,
+    /// Report progress, live memory totals, the summary and errors as JSON lines on stdout
+    /// (what `collector serve` reads from its trace processes).
+    #[arg(long, hide = true)]
+    progress_json: bool,
 }
 
 /// `collector sweep` options.
@@ -285,9 +397,80 @@ fn run_options(a: RunArgs) -> anyhow::Result<collector::run::RunOptions> {
     Ok(opts)
 }
 
+/// `collector trace --progress-json`: one JSON object per line on stdout.
+#[cfg(feature = "tracing")]
+fn emit(line: &collector::serve::jobs::ChildLine) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    if serde_json::to_writer(&mut out, line).is_ok() {
+        let _ = writeln!(out);
+        let _ = out.flush();
+    }
+}
+
+/// The class of a failed run, for `collector serve` to answer with (503, 422 or 500).
+#[cfg(feature = "tracing")]
+fn error_class(e: &collector::run::RunError) -> &'static str {
+    use collector::models::ModelError;
+    use collector::run::RunError;
+    match e {
+        RunError::NoCuda(_) => "no_cuda",
+        RunError::Invalid(_) | RunError::Model(ModelError::Unknown(_) | ModelError::BadShape { .. } | ModelError::BadOption { .. }) => "invalid",
+        RunError::Model(ModelError::TorchScript { .. }) => "model",
+        RunError::Torch(m) if m.to_ascii_lowercase().contains("out of memory") => "out_of_memory",
+        RunError::Torch(_) => "model",
+        RunError::Capture(_) => "internal",
+    }
+}
+
+#[cfg(feature = "tracing")]
+fn trace_json_command(a: TraceArgs) -> anyhow::Result<()> {
+    use collector::serve::jobs::ChildLine;
+    let fail = |class: &str, detail: String| -> anyhow::Result<()> {
+        emit(&ChildLine::Error { class: class.into(), detail: detail.clone() });
+        anyhow::bail!(detail)
+    };
+    let mut opts = match run_options(a.run) {
+        Ok(o) => o,
+        Err(e) => return fail("invalid", format!("{e:#}")),
+    };
+    opts.live_memory = true;
+    let Some(output) = a.output else {
+        return fail("invalid", "--progress-json needs --output".into());
+    };
+    let format = match resolve_format(a.format.as_deref(), &output) {
+        Ok(f) => f,
+        Err(e) => return fail("invalid", format!("{e:#}")),
+    };
+    let started = std::time::Instant::now();
+    let trace = collector::run::trace_model(&opts, &mut |p| {
+        use collector::run::Progress;
+        emit(&match p {
+            Progress::Started { iterations } => ChildLine::Started { iterations },
+            Progress::Iteration { done, of, seconds } => ChildLine::Iteration { done, of, seconds },
+            Progress::Memory { points } => ChildLine::Memory { points },
+        });
+    });
+    let trace = match trace {
+        Ok(t) => t,
+        Err(e) => return fail(error_class(&e), e.to_string()),
+    };
+    let ms = started.elapsed().as_secs_f64() * 1e3;
+    if let Err(e) = write_export(&trace, format, &output) {
+        return fail("internal", format!("{e:#}"));
+    }
+    emit(&ChildLine::Done {
+        info: collector::serve::api::trace_info(&trace, &opts.model.name, ms),
+    });
+    Ok(())
+}
+
 #[cfg(feature = "tracing")]
 fn trace_command(a: TraceArgs) -> anyhow::Result<()> {
     use collector::run;
+    if a.progress_json {
+        return trace_json_command(a);
+    }
     let opts = run_options(a.run)?;
     let output = a.output.unwrap_or_else(|| {
         let stem = opts.torchscript.as_ref().and_then(|p| p.file_stem()).map_or_else(|| opts.model.name.clone(), |s| s.to_string_lossy().into_owned());
@@ -405,6 +588,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 );
             }
         }
+        Command::Serve(a) => serve_command(*a)?,
         Command::Summary {
             input,
             json,

@@ -54,17 +54,7 @@ pub fn torch_message(full: &str) -> String {
 }
 
 /// The zoo's names, for `--help` and error messages.
-pub const ZOO: [&str; 9] = [
-    "resnet18",
-    "resnet34",
-    "resnet50",
-    "resnet101",
-    "resnet152",
-    "vgg16",
-    "transformer",
-    "gpt",
-    "mlp",
-];
+pub const ZOO: [&str; 9] = crate::MODEL_ZOO;
 
 /// What a model takes as input.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -10,8 +10,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 use tch::nn::{self, OptimizerConfig};
 
-/// The libtorch version the collector is built against (torch-sys refuses any other).
-pub const TORCH_VERSION: &str = "2.11.0";
+pub use crate::TORCH_VERSION;
 
 /// Train (forward, backward, optimizer step) or infer (forward without autograd).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -122,6 +121,9 @@ pub struct RunOptions {
     /// Record operators (false: memory and layer scopes only).
     pub capture_ops: bool,
     pub seed: i64,
+    /// Report memory totals while the model runs ([`Progress::Memory`], a few times per
+    /// iteration) for live views.
+    pub live_memory: bool,
 }
 
 impl RunOptions {
@@ -142,6 +144,7 @@ impl RunOptions {
             capture_tensors: true,
             capture_ops: true,
             seed: 0,
+            live_memory: false,
         }
     }
 }
@@ -169,10 +172,77 @@ fn torch_err(e: impl std::fmt::Display) -> RunError {
 }
 
 /// Progress of a run, for progress bars and live streams.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub enum Progress {
     Started { iterations: u32 },
     Iteration { done: u32, of: u32, seconds: f64 },
+    /// Totals after the allocations and frees recorded since the last report (only with
+    /// [`RunOptions::live_memory`]): at most [`LIVE_POINTS_PER_REPORT`] points, decimated
+    /// keeping each bucket's highest allocated total.
+    Memory { points: Vec<LivePoint> },
+}
+
+/// One live sample: nanoseconds since the run started, allocated and reserved bytes.
+pub type LivePoint = [u64; 3];
+
+/// The most points one [`Progress::Memory`] carries.
+pub const LIVE_POINTS_PER_REPORT: usize = 2048;
+
+/// Running totals of the memory records drained so far, for [`Progress::Memory`]. Mirrors
+/// `assemble`: on CUDA the shim's totals; on the CPU a running sum of the blocks allocated
+/// since the start (frees of older blocks are left out, as the trace leaves them out).
+struct LiveTotals {
+    start_ns: u64,
+    cuda: Option<i8>,
+    seen: usize,
+    cpu_live: shared::hash::FastMap<u64, u64>,
+    cpu_allocated: u64,
+}
+
+impl LiveTotals {
+    fn points(&mut self, records: &[capture::ffi::MtRecord]) -> Vec<LivePoint> {
+        let mut out = Vec::new();
+        for r in &records[self.seen.min(records.len())..] {
+            if r.kind != capture::ffi::MT_MEM {
+                continue;
+            }
+            let ts = r.ts_ns.saturating_sub(self.start_ns);
+            match self.cuda {
+                Some(d) if r.device_type != 0 && r.device_index == d => out.push([ts, r.a, r.b]),
+                Some(_) => {}
+                None if r.device_type == 0 => {
+                    if r.value >= 0 {
+                        self.cpu_live.insert(r.id, r.value as u64);
+                        self.cpu_allocated += r.value as u64;
+                    } else if let Some(size) = self.cpu_live.remove(&r.id) {
+                        self.cpu_allocated = self.cpu_allocated.saturating_sub(size);
+                    } else {
+                        continue;
+                    }
+                    out.push([ts, self.cpu_allocated, 0]);
+                }
+                None => {}
+            }
+        }
+        self.seen = records.len();
+        decimate_live(out, LIVE_POINTS_PER_REPORT)
+    }
+}
+
+/// At most `max` points: each bucket keeps its point of highest allocated total, so peaks
+/// survive (the last point is always kept: it is where the totals stand now).
+fn decimate_live(points: Vec<LivePoint>, max: usize) -> Vec<LivePoint> {
+    if points.len() <= max || max < 2 {
+        return points;
+    }
+    let last = points[points.len() - 1];
+    let per = points.len().div_ceil(max - 1);
+    let mut out: Vec<LivePoint> = points[..points.len() - 1]
+        .chunks(per)
+        .filter_map(|c| c.iter().copied().max_by_key(|p| p[1]))
+        .collect();
+    out.push(last);
+    out
 }
 
 /// Checks the device is usable and turns it into a tch device.
@@ -265,7 +335,23 @@ pub fn trace_model(opts: &RunOptions, progress: &mut dyn FnMut(Progress)) -> Res
 
     let mut input_shape = Vec::new();
     let mut iteration_s = Vec::new();
-    let outcome = catch_quietly(|| run_loop(opts, device, &mut input_shape, &mut iteration_s, progress));
+    let mut session = session;
+    let mut live = opts.live_memory.then(|| LiveTotals {
+        start_ns: session.start_ns(),
+        cuda: cuda.map(|i| i as i8),
+        seen: 0,
+        cpu_live: Default::default(),
+        cpu_allocated: 0,
+    });
+    let outcome = catch_quietly(|| {
+        let mut checkpoint = || {
+            let live = live.as_mut()?;
+            session.drain();
+            let points = live.points(session.records());
+            (!points.is_empty()).then_some(Progress::Memory { points })
+        };
+        run_loop(opts, device, &mut input_shape, &mut iteration_s, progress, &mut checkpoint)
+    });
     capture::set_torchscript(false);
     let captured = session.finish();
     // The model, optimizer and batch outlive the recording: their teardown is not part of
@@ -393,8 +479,8 @@ impl Workload {
     }
 
     /// One iteration: forward and loss, then (training) backward, optimizer step and zero_grad,
-    /// each under its phase.
-    fn step(&mut self) -> Result<(), RunError> {
+    /// each under its phase. `phase_done` runs after each phase (live reports).
+    fn step(&mut self, phase_done: &mut dyn FnMut()) -> Result<(), RunError> {
         let train = self.optimizer.is_some();
         capture::set_phase(Phase::Forward);
         let forward = || -> Result<tch::Tensor, RunError> {
@@ -406,9 +492,11 @@ impl Workload {
         let amp = |f: &dyn Fn() -> Result<tch::Tensor, RunError>| if self.amp { tch::autocast(true, f) } else { f() };
         if train {
             let loss = amp(&forward)?;
+            phase_done();
             capture::set_phase(Phase::Backward);
             loss.f_backward().map_err(torch_err)?;
             drop(loss);
+            phase_done();
             capture::set_phase(Phase::Optimizer);
             if let Some(opt) = self.optimizer.as_mut() {
                 {
@@ -422,6 +510,7 @@ impl Workload {
             drop(tch::no_grad(|| amp(&forward))?);
         }
         capture::set_phase(Phase::Other);
+        phase_done();
         Ok(())
     }
 
@@ -439,6 +528,7 @@ fn run_loop(
     input_shape: &mut Vec<i64>,
     iteration_s: &mut Vec<f64>,
     progress: &mut dyn FnMut(Progress),
+    checkpoint: &mut dyn FnMut() -> Option<Progress>,
 ) -> Result<Workload, RunError> {
     let mut work = Workload::prepare(opts, device)?;
     input_shape.clone_from(&work.input_shape);
@@ -450,7 +540,11 @@ fn run_loop(
     for it in 0..opts.iterations {
         let t0 = Instant::now();
         capture::mark(begin, i64::from(it));
-        work.step()?;
+        work.step(&mut || {
+            if let Some(p) = checkpoint() {
+                progress(p);
+            }
+        })?;
         work.sync();
         capture::mark(end, i64::from(it));
         let seconds = t0.elapsed().as_secs_f64();
@@ -497,7 +591,7 @@ pub fn overhead_benchmark(opts: &RunOptions, steps: u32, warmup: u32) -> Result<
     let mut step = || -> Result<f64, RunError> {
         work.sync();
         let t0 = Instant::now();
-        work.step()?;
+        work.step(&mut || {})?;
         work.sync();
         Ok(t0.elapsed().as_secs_f64())
     };

@@ -216,6 +216,11 @@ impl Session {
         })
     }
 
+    /// The steady-clock time recording started at (the trace's time zero).
+    pub fn start_ns(&self) -> u64 {
+        self.start_ns
+    }
+
     /// Pauses recording (callbacks removed: the model runs at full speed).
     pub fn pause(&mut self) {
         // SAFETY: removes the callbacks on the thread that installed them.

@@ -1,0 +1,683 @@
+//! The HTTP API: request and answer types, and one handler per route. The OpenAPI document
+//! (`docs.rs`) is derived from the `#[utoipa::path]` attributes here.
+
+use super::error::{ApiError, ApiJson, ErrorBody};
+use super::jobs::{JobSpec, LiveEvent};
+use super::store::{Origin, StoreError, StoredTrace};
+use super::AppState;
+use axum::body::Body;
+use axum::extract::{FromRequest, Path, Query, Request, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures_util::StreamExt;
+use serde::{Deserialize, Serialize};
+use shared::analysis::{layer_stats, summary};
+use shared::Trace;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use utoipa::ToSchema;
+
+const MIB: f64 = 1024.0 * 1024.0;
+
+/// One layer's statistics, as the seed service reported them.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+pub struct LayerStatsBody {
+    pub layer_name: String,
+    /// Highest allocated bytes at an event of the layer.
+    pub peak_allocated: u64,
+    pub peak_reserved: u64,
+    pub total_allocations: u64,
+    pub total_deallocations: u64,
+    pub avg_fragmentation: f64,
+    pub duration_ms: f64,
+}
+
+/// What the server knows of a trace without reading it again.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+pub struct TraceInfo {
+    pub model_name: String,
+    pub total_events: usize,
+    pub total_layers: usize,
+    /// Highest allocated memory, MiB (2^20 bytes).
+    pub peak_allocated_mb: f64,
+    pub peak_reserved_mb: f64,
+    pub avg_fragmentation: f64,
+    /// Time the collector spent tracing (model build, iterations, assembly), ms; 0 for uploads.
+    pub tracing_time_ms: f64,
+    pub layer_stats: BTreeMap<String, LayerStatsBody>,
+    /// Exact peaks in bytes.
+    pub peak_allocated_bytes: u64,
+    pub peak_reserved_bytes: u64,
+    /// `cuda:0`, `CPU`, or the device named in the file.
+    pub device: Option<String>,
+    /// The format the trace was read from.
+    pub source_format: String,
+    /// Allocations and frees past `max_events`, counted and not kept.
+    pub dropped_events: u64,
+}
+
+/// The summary of `trace` for answers and the store.
+pub fn trace_info(trace: &Trace, model_fallback: &str, tracing_time_ms: f64) -> TraceInfo {
+    let s = summary(trace);
+    let layers = layer_stats(trace)
+        .into_iter()
+        .map(|(k, l)| {
+            (
+                k,
+                LayerStatsBody {
+                    layer_name: l.layer_name,
+                    peak_allocated: l.peak_allocated,
+                    peak_reserved: l.peak_reserved,
+                    total_allocations: l.total_allocations,
+                    total_deallocations: l.total_deallocations,
+                    avg_fragmentation: l.avg_fragmentation,
+                    duration_ms: l.duration_ms,
+                },
+            )
+        })
+        .collect();
+    TraceInfo {
+        model_name: trace.meta.model.clone().unwrap_or_else(|| model_fallback.to_owned()),
+        total_events: s.total_events,
+        total_layers: s.total_layers,
+        peak_allocated_mb: s.peak_allocated_bytes as f64 / MIB,
+        peak_reserved_mb: s.peak_reserved_bytes as f64 / MIB,
+        avg_fragmentation: s.avg_fragmentation,
+        tracing_time_ms,
+        layer_stats: layers,
+        peak_allocated_bytes: s.peak_allocated_bytes,
+        peak_reserved_bytes: s.peak_reserved_bytes,
+        device: trace.meta.device_name.clone().or(s.peak_device),
+        source_format: s.source_format,
+        dropped_events: s.dropped_events,
+    }
+}
+
+/// The answer to a finished trace.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+pub struct TraceResponse {
+    pub trace_id: String,
+    #[serde(flatten)]
+    pub info: TraceInfo,
+}
+
+impl From<&StoredTrace> for TraceResponse {
+    fn from(t: &StoredTrace) -> Self {
+        Self {
+            trace_id: t.trace_id.clone(),
+            info: t.info.clone(),
+        }
+    }
+}
+
+fn default_max_events() -> u64 {
+    10_000
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// `POST /api/trace/memory`.
+#[derive(Clone, Debug, Deserialize, ToSchema)]
+pub struct TraceRequest {
+    /// A built-in model: resnet18, resnet34, resnet50, resnet101, resnet152, vgg16,
+    /// transformer, gpt, mlp.
+    #[schema(example = "resnet18")]
+    pub model_name: String,
+    /// One sample's shape, without the batch: `[3, 224, 224]` (images), `[128]` (tokens of
+    /// transformer/gpt), `[784]` (mlp features). Default: the model's.
+    #[schema(example = json!([3, 224, 224]))]
+    pub input_shape: Option<Vec<i64>>,
+    /// Default: the model's (8 for images).
+    #[schema(example = 8)]
+    pub batch_size: Option<i64>,
+    /// Allocations and frees to keep; later ones are counted in `dropped_events`.
+    #[serde(default = "default_max_events")]
+    pub max_events: u64,
+    /// False reports fragmentation as 0.
+    #[serde(default = "yes")]
+    pub enable_fragmentation: bool,
+    /// `cpu`, `cuda` or `cuda:N`. Default: the server's device.
+    pub device: Option<String>,
+    /// `train` (forward, backward, SGD step; the default) or `infer`.
+    pub mode: Option<String>,
+    /// Iterations (default 3; the first warms the caching allocator).
+    pub iterations: Option<u32>,
+}
+
+/// `?wait=false`: answer 202 at once and follow the job through its events.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+pub struct WaitQuery {
+    /// `false`: do not wait for the trace (202 with the trace id).
+    pub wait: Option<bool>,
+}
+
+/// The answer of `POST /api/trace/memory?wait=false`.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct JobAccepted {
+    pub trace_id: String,
+    /// `queued` or `running`.
+    pub status: String,
+    /// Server-Sent Events of the run.
+    pub events_url: String,
+    /// The trace, once done.
+    pub trace_url: String,
+}
+
+fn field(name: &str, why: impl std::fmt::Display) -> ApiError {
+    ApiError::unprocessable(format!("field `{name}`: {why}"))
+}
+
+impl TraceRequest {
+    /// Checks the fields against the server's caps; returns the job to run.
+    fn validate(&self, state: &AppState) -> Result<JobSpec, ApiError> {
+        let caps = &state.config.caps;
+        let known = super::jobs::MODELS;
+        if !known.contains(&self.model_name.as_str()) {
+            return Err(field("model_name", format!("unknown model `{}`; expected one of: {}", self.model_name, known.join(", "))));
+        }
+        if let Some(b) = self.batch_size {
+            if !(1..=caps.max_batch_size).contains(&b) {
+                return Err(field("batch_size", format!("must be between 1 and {}, got {b}", caps.max_batch_size)));
+            }
+        }
+        let mut shape = None;
+        if let Some(s) = &self.input_shape {
+            if s.is_empty() || s.len() > 7 {
+                return Err(field("input_shape", format!("one sample's shape without the batch: 1 to 7 dimensions, got {}", s.len())));
+            }
+            if let Some(d) = s.iter().find(|&&d| d < 1) {
+                return Err(field("input_shape", format!("every dimension must be at least 1, got {d}")));
+            }
+            let batch = self.batch_size.unwrap_or(1);
+            let elements = s.iter().try_fold(batch as u64, |acc, &d| acc.checked_mul(d as u64));
+            match elements {
+                Some(n) if n <= caps.max_input_elements => {}
+                _ => {
+                    return Err(field(
+                        "input_shape",
+                        format!("batch_size × input_shape is over this server's cap of {} input elements", caps.max_input_elements),
+                    ))
+                }
+            }
+            let mut full = vec![batch];
+            full.extend_from_slice(s);
+            shape = Some(full);
+        }
+        if !(1..=caps.max_events).contains(&self.max_events) {
+            return Err(field("max_events", format!("must be between 1 and {}, got {}", caps.max_events, self.max_events)));
+        }
+        let iterations = self.iterations.unwrap_or(3);
+        if !(1..=caps.max_iterations).contains(&iterations) {
+            return Err(field("iterations", format!("must be between 1 and {}, got {iterations}", caps.max_iterations)));
+        }
+        let mode = self.mode.as_deref().unwrap_or("train");
+        if !matches!(mode, "train" | "infer") {
+            return Err(field("mode", format!("expected `train` or `infer`, got `{mode}`")));
+        }
+        let device = match self.device.as_deref() {
+            None => state.device.clone(),
+            Some(d) => super::parse_device(d).map_err(|e| field("device", e))?,
+        };
+        state.check_device(&device)?;
+        Ok(JobSpec {
+            model: self.model_name.clone(),
+            input_shape: shape,
+            batch_size: if self.input_shape.is_none() { self.batch_size } else { None },
+            device,
+            mode: mode.to_owned(),
+            iterations,
+            max_events: self.max_events,
+            fragmentation: self.enable_fragmentation,
+        })
+    }
+}
+
+/// Trace a model now, and store the trace.
+///
+/// Waits for the trace unless `?wait=false` (then answers 202 with the trace id; follow
+/// `/api/trace/{id}/events`). Jobs run one per device at a time (`--jobs-per-device`) in a
+/// bounded queue.
+#[utoipa::path(post, path = "/api/trace/memory", tag = "tracing", params(WaitQuery), request_body = TraceRequest, responses(
+    (status = 200, description = "The trace is stored", body = TraceResponse),
+    (status = 202, description = "Queued (`?wait=false`)", body = JobAccepted),
+    (status = 401, description = "Missing or wrong token", body = ErrorBody),
+    (status = 422, description = "Invalid field, or the model failed (out of memory, bad shape)", body = ErrorBody),
+    (status = 429, description = "The job queue is full; see Retry-After", body = ErrorBody),
+    (status = 503, description = "CUDA asked for and not available, or tracing not built in", body = ErrorBody),
+))]
+pub async fn trace_memory(State(state): State<Arc<AppState>>, Query(q): Query<WaitQuery>, ApiJson(req): ApiJson<TraceRequest>) -> Result<Response, ApiError> {
+    let spec = req.validate(&state)?;
+    let id = state.store.new_id();
+    let job = state.jobs.submit(&state, id.clone(), spec)?;
+    if q.wait == Some(false) {
+        let accepted = JobAccepted {
+            events_url: format!("/api/trace/{id}/events"),
+            trace_url: format!("/api/trace/{id}"),
+            trace_id: id,
+            status: "queued".into(),
+        };
+        return Ok((StatusCode::ACCEPTED, axum::Json(accepted)).into_response());
+    }
+    let done = job.wait().await?;
+    Ok(axum::Json(done).into_response())
+}
+
+/// Queues a trace as `POST /api/trace/memory?wait=false` does; returns its id.
+pub fn start_job(state: &Arc<AppState>, req: TraceRequest) -> Result<String, ApiError> {
+    let spec = req.validate(state)?;
+    let id = state.store.new_id();
+    state.jobs.submit(state, id.clone(), spec)?;
+    Ok(id)
+}
+
+/// `POST /api/trace/export`.
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct ExportRequest {
+    pub trace_id: String,
+    /// `speedscope`, `timeline`, `chrome` (Perfetto), `csv` or `native`.
+    #[schema(example = "speedscope")]
+    pub format: String,
+}
+
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ExportResponse {
+    pub trace_id: String,
+    pub format: String,
+    /// `/api/trace/download/<file>`.
+    pub download_url: String,
+    pub file_size_bytes: u64,
+}
+
+fn store_error(e: StoreError) -> ApiError {
+    match e {
+        StoreError::NotFound(id) => ApiError::trace_not_found(&id),
+        StoreError::TooLarge { .. } => ApiError::too_large(e.to_string()),
+        StoreError::Io { .. } => ApiError::internal("the trace store", e),
+    }
+}
+
+/// Export a stored trace (speedscope, timeline, Chrome/Perfetto, CSV, native).
+#[utoipa::path(post, path = "/api/trace/export", tag = "traces", request_body = ExportRequest, responses(
+    (status = 200, body = ExportResponse),
+    (status = 401, body = ErrorBody),
+    (status = 404, description = "Unknown trace", body = ErrorBody),
+    (status = 422, description = "Unknown format", body = ErrorBody),
+))]
+pub async fn trace_export(State(state): State<Arc<AppState>>, ApiJson(req): ApiJson<ExportRequest>) -> Result<axum::Json<ExportResponse>, ApiError> {
+    use shared::export::ExportFormat;
+    let format = ExportFormat::from_name(&req.format).ok_or_else(|| {
+        let names: Vec<&str> = ExportFormat::ALL.iter().map(|f| f.name()).collect();
+        field("format", format!("unknown format `{}`; expected one of: {}", req.format, names.join(", ")))
+    })?;
+    let stored = state.store.get(&req.trace_id).ok_or_else(|| ApiError::trace_not_found(&req.trace_id))?;
+    let name = format.name();
+    let st = state.clone();
+    let export = blocking(move || -> Result<_, ApiError> {
+        if let Some(e) = st.store.existing_export(&stored.trace_id, name) {
+            return Ok(e);
+        }
+        let trace = st.load(&stored)?;
+        let file = super::store::Store::export_name(&stored.trace_id, export_suffix(format));
+        let tmp = st.store.temp_path(&file);
+        let written = (|| -> anyhow::Result<()> {
+            let f = std::fs::File::create(&tmp)?;
+            let mut w = std::io::BufWriter::new(f);
+            shared::export::export(&trace, format, &mut w)?;
+            std::io::Write::flush(&mut w)?;
+            w.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+            Ok(())
+        })();
+        if let Err(e) = written {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(ApiError::internal("cannot write the export", e));
+        }
+        st.store.add_export(&stored.trace_id, name, file, &tmp).map_err(store_error)
+    })
+    .await?;
+    Ok(axum::Json(ExportResponse {
+        trace_id: req.trace_id,
+        format: name.to_owned(),
+        download_url: format!("/api/trace/download/{}", export.file),
+        file_size_bytes: export.file_size_bytes,
+    }))
+}
+
+fn export_suffix(f: shared::export::ExportFormat) -> &'static str {
+    use shared::export::ExportFormat as F;
+    match f {
+        F::Native => "mtrace.json",
+        F::Timeline => "timeline.json",
+        F::Speedscope => "speedscope.json",
+        F::Chrome => "chrome.json",
+        F::Csv => "csv",
+    }
+}
+
+/// Runs blocking work (file I/O, imports) off the async runtime.
+pub async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, ApiError> + Send + 'static) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(f).await.map_err(|e| ApiError::internal("a worker thread failed", e))?
+}
+
+async fn file_response(path: std::path::PathBuf, content_type: &'static str, download_name: &str) -> Result<Response, ApiError> {
+    let file = tokio::fs::File::open(&path).await.map_err(|e| ApiError::internal("cannot open a stored file", e))?;
+    let len = file.metadata().await.map_err(|e| ApiError::internal("cannot read a stored file", e))?.len();
+    let body = Body::from_stream(tokio_util::io::ReaderStream::with_capacity(file, 256 * 1024));
+    let mut r = Response::new(body);
+    let h = r.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    h.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+    if let Ok(v) = HeaderValue::from_str(&format!("attachment; filename=\"{download_name}\"")) {
+        h.insert(header::CONTENT_DISPOSITION, v);
+    }
+    Ok(r)
+}
+
+/// Download an export made by `POST /api/trace/export`. Only files the store made are served.
+#[utoipa::path(get, path = "/api/trace/download/{file}", tag = "traces", params(("file" = String, Path, description = "The file name from `download_url`")), responses(
+    (status = 200, description = "The file", content_type = "application/octet-stream"),
+    (status = 401, body = ErrorBody),
+    (status = 404, description = "No such export", body = ErrorBody),
+))]
+pub async fn download(State(state): State<Arc<AppState>>, Path(file): Path<String>) -> Result<Response, ApiError> {
+    let path = state.store.download_path(&file).ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, format!("File {file} not found")))?;
+    let ct = if file.ends_with(".csv") { "text/csv; charset=utf-8" } else { "application/json" };
+    file_response(path, ct, &file).await
+}
+
+/// `GET /api/trace/list`.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ListResponse {
+    /// Stored trace ids, oldest first.
+    pub active_traces: Vec<String>,
+    pub count: usize,
+    /// One row per stored trace (same order), for the viewer's list.
+    pub traces: Vec<TraceRow>,
+}
+
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct TraceRow {
+    pub trace_id: String,
+    pub model_name: String,
+    pub origin: Origin,
+    pub original_name: Option<String>,
+    pub created_unix_ms: u64,
+    pub file_size_bytes: u64,
+    pub total_events: usize,
+    pub peak_allocated_bytes: u64,
+    pub peak_reserved_bytes: u64,
+    pub device: Option<String>,
+    pub source_format: String,
+}
+
+/// List the stored traces.
+#[utoipa::path(get, path = "/api/trace/list", tag = "traces", responses((status = 200, body = ListResponse), (status = 401, body = ErrorBody)))]
+pub async fn list(State(state): State<Arc<AppState>>) -> axum::Json<ListResponse> {
+    let all = state.store.list();
+    axum::Json(ListResponse {
+        active_traces: all.iter().map(|t| t.trace_id.clone()).collect(),
+        count: all.len(),
+        traces: all
+            .into_iter()
+            .map(|t| TraceRow {
+                model_name: t.info.model_name,
+                origin: t.origin,
+                original_name: t.original_name,
+                created_unix_ms: t.created_unix_ms,
+                file_size_bytes: t.file_size_bytes,
+                total_events: t.info.total_events,
+                peak_allocated_bytes: t.info.peak_allocated_bytes,
+                peak_reserved_bytes: t.info.peak_reserved_bytes,
+                device: t.info.device,
+                source_format: t.info.source_format,
+                trace_id: t.trace_id,
+            })
+            .collect(),
+    })
+}
+
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct DeleteResponse {
+    pub message: String,
+    pub remaining_traces: usize,
+}
+
+/// Delete a stored trace, its exports and files.
+#[utoipa::path(delete, path = "/api/trace/{trace_id}", tag = "traces", params(("trace_id" = String, Path)), responses(
+    (status = 200, body = DeleteResponse),
+    (status = 401, body = ErrorBody),
+    (status = 404, body = ErrorBody),
+))]
+pub async fn delete(State(state): State<Arc<AppState>>, Path(trace_id): Path<String>) -> Result<axum::Json<DeleteResponse>, ApiError> {
+    let st = state.clone();
+    let id = trace_id.clone();
+    let remaining = blocking(move || st.store.delete(&id).map_err(store_error)).await?;
+    Ok(axum::Json(DeleteResponse {
+        message: format!("Trace {trace_id} deleted successfully"),
+        remaining_traces: remaining,
+    }))
+}
+
+/// Download a stored trace as it is stored (what the viewer opens).
+#[utoipa::path(get, path = "/api/trace/{trace_id}", tag = "traces", params(("trace_id" = String, Path)), responses(
+    (status = 200, description = "The trace file (native JSON, or the uploaded file as sent)", content_type = "application/octet-stream"),
+    (status = 401, body = ErrorBody),
+    (status = 404, body = ErrorBody),
+))]
+pub async fn get_trace(State(state): State<Arc<AppState>>, Path(trace_id): Path<String>) -> Result<Response, ApiError> {
+    let t = state.store.get(&trace_id).ok_or_else(|| ApiError::trace_not_found(&trace_id))?;
+    let name = t.original_name.clone().unwrap_or_else(|| t.file.clone());
+    let name: String = name.chars().map(|c| if c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_') { c } else { '_' }).collect();
+    file_response(state.store.trace_path(&t), "application/octet-stream", &name).await
+}
+
+/// Where to stream an upload: a multipart form's file field or the raw body.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+pub struct UploadQuery {
+    /// The file's name (for a raw body): kept for downloads and shown in lists.
+    pub filename: Option<String>,
+}
+
+/// Store a trace file of any format the collector reads (snapshot pickle, profiler trace,
+/// DFTracer, Memory Tracer; gzip or not): a raw body (`?filename=` optional) or a
+/// `multipart/form-data` form with one file field. The file is checked by importing it.
+#[utoipa::path(post, path = "/api/trace/upload", tag = "traces", params(UploadQuery), request_body(content = Vec<u8>, content_type = "application/octet-stream"), responses(
+    (status = 200, body = TraceResponse),
+    (status = 401, body = ErrorBody),
+    (status = 413, description = "Over --max-upload-mb", body = ErrorBody),
+    (status = 422, description = "Not a trace the collector reads", body = ErrorBody),
+))]
+pub async fn upload(State(state): State<Arc<AppState>>, Query(q): Query<UploadQuery>, req: Request) -> Result<axum::Json<TraceResponse>, ApiError> {
+    let limit = state.config.max_upload_bytes;
+    let id = state.store.new_id();
+    let tmp = state.store.temp_path(&format!("{id}.upload"));
+    let is_multipart = req.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|v| v.starts_with("multipart/form-data"));
+    let mut name = q.filename;
+    let written = if is_multipart {
+        let mut form = axum::extract::Multipart::from_request(req, &()).await.map_err(|e| ApiError::unprocessable(format!("invalid multipart body: {}", e.body_text())))?;
+        let mut found = None;
+        while let Some(f) = form.next_field().await.map_err(|e| multipart_error(&e, limit))? {
+            if f.file_name().is_some() || f.name() == Some("file") {
+                name = name.or_else(|| f.file_name().map(str::to_owned));
+                found = Some(write_stream(&tmp, f.map(|c| c.map_err(|e| multipart_error(&e, limit))), limit).await);
+                break;
+            }
+        }
+        found.unwrap_or_else(|| Err(field("file", "the form has no file field")))
+    } else {
+        let stream = req.into_body().into_data_stream().map(|c| c.map_err(|e| ApiError::unprocessable(format!("cannot read the body: {e}"))));
+        write_stream(&tmp, stream, limit).await
+    };
+    let size = match written {
+        Ok(n) => n,
+        Err(e) => {
+            let _ = tokio::fs::remove_file(&tmp).await;
+            return Err(e);
+        }
+    };
+    if size == 0 {
+        let _ = tokio::fs::remove_file(&tmp).await;
+        return Err(ApiError::unprocessable("the upload is empty: send a trace file as the body or as a form's file field"));
+    }
+    let st = state.clone();
+    blocking(move || {
+        let trace = match crate::commands::load_trace(&tmp, &st.import_options()) {
+            Ok(t) => t,
+            Err(e) => {
+                let _ = std::fs::remove_file(&tmp);
+                let what = name.as_deref().unwrap_or("the upload");
+                return Err(ApiError::unprocessable(format!(
+                    "{what} is not a trace the collector reads (a PyTorch memory snapshot pickle, a torch.profiler Chrome trace, a DFTracer .pfw or a Memory Tracer trace; gzip or not): {:#}",
+                    e.root_cause()
+                )));
+            }
+        };
+        let fallback = name.clone().unwrap_or_else(|| "uploaded trace".into());
+        let info = trace_info(&trace, &fallback, 0.0);
+        drop(trace);
+        let ext = name.as_deref().map(upload_ext).unwrap_or_default();
+        let (stored, _) = st.store.insert(&id, Origin::Uploaded, name, &tmp, &ext, info).map_err(store_error)?;
+        Ok(axum::Json(TraceResponse::from(&stored)))
+    })
+    .await
+}
+
+fn multipart_error(e: &axum::extract::multipart::MultipartError, limit: u64) -> ApiError {
+    if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        ApiError::too_large(format!("the upload is larger than this server's limit of {limit} bytes (--max-upload-mb)"))
+    } else {
+        ApiError::unprocessable(format!("invalid multipart body: {}", e.body_text()))
+    }
+}
+
+/// `.pickle`, `.json.gz`, ...: the upload's extension when it is plain, for downloads.
+fn upload_ext(name: &str) -> String {
+    let base = name.rsplit(['/', '\\']).next().unwrap_or(name);
+    let ext = base.find('.').map_or("", |i| &base[i..]);
+    let plain = ext.len() <= 24 && ext.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.') && !ext.contains("..");
+    if plain {
+        ext.to_ascii_lowercase()
+    } else {
+        String::new()
+    }
+}
+
+async fn write_stream<E>(path: &std::path::Path, mut stream: impl futures_util::Stream<Item = Result<E, ApiError>> + Unpin, limit: u64) -> Result<u64, ApiError>
+where
+    E: AsRef<[u8]>,
+{
+    use tokio::io::AsyncWriteExt;
+    let file = tokio::fs::File::create(path).await.map_err(|e| ApiError::internal("cannot create a file in the store", e))?;
+    let mut w = tokio::io::BufWriter::with_capacity(1 << 20, file);
+    let mut n = 0u64;
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk?;
+        let chunk = chunk.as_ref();
+        n += chunk.len() as u64;
+        if n > limit {
+            return Err(ApiError::too_large(format!("the upload is larger than this server's limit of {limit} bytes (--max-upload-mb)")));
+        }
+        w.write_all(chunk).await.map_err(|e| ApiError::internal("cannot write the upload", e))?;
+    }
+    w.flush().await.map_err(|e| ApiError::internal("cannot write the upload", e))?;
+    w.into_inner().sync_all().await.map_err(|e| ApiError::internal("cannot write the upload", e))?;
+    Ok(n)
+}
+
+/// Follow a trace: Server-Sent Events while it is queued and runs (`status`, `started`,
+/// `memory` batches of `[ns, allocated, reserved]`, `iteration`), ending with `done` (the
+/// same body as `POST /api/trace/memory`) or `error` (`{"status", "detail"}`). A stored trace
+/// answers `done` at once. Late followers first get what was sent so far.
+#[utoipa::path(get, path = "/api/trace/{trace_id}/events", tag = "tracing", params(("trace_id" = String, Path)), responses(
+    (status = 200, description = "An event stream", content_type = "text/event-stream"),
+    (status = 401, body = ErrorBody),
+    (status = 404, body = ErrorBody),
+))]
+pub async fn events(State(state): State<Arc<AppState>>, Path(trace_id): Path<String>) -> Result<Response, ApiError> {
+    let to_sse = |e: LiveEvent| -> Result<Event, std::convert::Infallible> {
+        Ok(Event::default().event(e.kind()).data(serde_json::to_string(&e).unwrap_or_else(|_| "{}".into())))
+    };
+    if let Some(job) = state.jobs.get(&trace_id) {
+        let (history, rx) = job.follow();
+        let ended = history.last().is_some_and(LiveEvent::is_terminal);
+        let live = futures_util::stream::unfold((rx, ended), |(mut rx, ended)| async move {
+            if ended {
+                return None;
+            }
+            loop {
+                match rx.recv().await {
+                    Ok(e) => {
+                        let end = e.is_terminal();
+                        return Some((e, (rx, end)));
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+                }
+            }
+        });
+        let stream = futures_util::stream::iter(history).chain(live).map(to_sse);
+        return Ok(Sse::new(stream).keep_alive(KeepAlive::default()).into_response());
+    }
+    let t = state.store.get(&trace_id).ok_or_else(|| ApiError::trace_not_found(&trace_id))?;
+    let done = LiveEvent::Done { trace: TraceResponse::from(&t) };
+    Ok(Sse::new(futures_util::stream::iter([done]).map(to_sse)).into_response())
+}
+
+/// `GET /api/jobs`.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct JobsResponse {
+    pub jobs: Vec<super::jobs::JobRow>,
+    pub running: usize,
+    pub queued: usize,
+}
+
+/// Trace jobs queued, running, and recently finished.
+#[utoipa::path(get, path = "/api/jobs", tag = "tracing", responses((status = 200, body = JobsResponse), (status = 401, body = ErrorBody)))]
+pub async fn jobs(State(state): State<Arc<AppState>>) -> axum::Json<JobsResponse> {
+    let (running, queued) = state.jobs.counts();
+    axum::Json(JobsResponse {
+        jobs: state.jobs.rows(),
+        running,
+        queued,
+    })
+}
+
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct HealthResponse {
+    /// `healthy`.
+    pub status: String,
+    /// The device requests run on when they name none.
+    pub device: String,
+    pub version: String,
+    pub cuda_available: bool,
+    pub cuda_device_count: u32,
+    /// False when this collector was built without libtorch (uploads and exports only).
+    pub tracing_available: bool,
+    pub torch_version: Option<String>,
+    pub jobs_running: usize,
+    pub jobs_queued: usize,
+    pub stored_traces: usize,
+    pub store_bytes: u64,
+}
+
+/// Server health: device, version, CUDA, jobs and store.
+#[utoipa::path(get, path = "/api/health", tag = "server", responses((status = 200, body = HealthResponse), (status = 401, body = ErrorBody)))]
+pub async fn health(State(state): State<Arc<AppState>>) -> axum::Json<HealthResponse> {
+    let (running, queued) = state.jobs.counts();
+    let (traces, bytes) = state.store.usage();
+    axum::Json(HealthResponse {
+        status: "healthy".into(),
+        device: state.device.clone(),
+        version: env!("CARGO_PKG_VERSION").into(),
+        cuda_available: state.cuda_devices > 0,
+        cuda_device_count: state.cuda_devices,
+        tracing_available: super::TRACING_BUILT,
+        torch_version: super::TRACING_BUILT.then(|| super::TORCH_VERSION.to_owned()),
+        jobs_running: running,
+        jobs_queued: queued,
+        stored_traces: traces,
+        store_bytes: bytes,
+    })
+}

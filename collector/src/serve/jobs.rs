@@ -1,0 +1,447 @@
+//! Trace jobs: a bounded queue, at most `--jobs-per-device` runs per device at a time, each in
+//! its own `collector trace` process.
+//!
+//! A child process per job keeps the server whole whatever the model does: CUDA running out
+//! of memory, a libtorch abort or a crash ends the child, the job answers a clear error, and
+//! the device memory goes back to the driver with the process. The child reports progress
+//! as JSON lines on stdout (`collector trace --progress-json`), which the job republishes to
+//! its followers (Server-Sent Events).
+
+use super::api::{TraceInfo, TraceResponse};
+use super::error::ApiError;
+use super::store::Origin;
+use super::AppState;
+use axum::http::StatusCode;
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt};
+use tokio::sync::{broadcast, watch, Semaphore};
+
+/// The built-in models a request may name.
+pub const MODELS: [&str; 9] = crate::MODEL_ZOO;
+
+/// What one job runs.
+#[derive(Clone, Debug)]
+pub struct JobSpec {
+    pub model: String,
+    /// The full shape, batch first, when the request gave one.
+    pub input_shape: Option<Vec<i64>>,
+    /// The batch size over the model's default shape.
+    pub batch_size: Option<i64>,
+    /// `cpu` or `cuda:N`.
+    pub device: String,
+    pub mode: String,
+    pub iterations: u32,
+    pub max_events: u64,
+    pub fragmentation: bool,
+}
+
+impl JobSpec {
+    fn args(&self, output: &std::path::Path) -> Vec<String> {
+        let mut a = vec![
+            "trace".into(),
+            "--model".into(),
+            self.model.clone(),
+            "--device".into(),
+            self.device.clone(),
+            "--mode".into(),
+            self.mode.clone(),
+            "--iterations".into(),
+            self.iterations.to_string(),
+            "--max-events".into(),
+            self.max_events.to_string(),
+            "--format".into(),
+            "native".into(),
+            "--output".into(),
+            output.display().to_string(),
+            "--progress-json".into(),
+        ];
+        if let Some(s) = &self.input_shape {
+            a.push("--input-shape".into());
+            a.push(s.iter().map(i64::to_string).collect::<Vec<_>>().join(","));
+        }
+        if let Some(b) = self.batch_size {
+            a.push("--batch-size".into());
+            a.push(b.to_string());
+        }
+        if !self.fragmentation {
+            a.push("--no-fragmentation".into());
+        }
+        a
+    }
+}
+
+/// One line of `collector trace --progress-json`.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ChildLine {
+    Started { iterations: u32 },
+    Iteration { done: u32, of: u32, seconds: f64 },
+    Memory { points: Vec<[u64; 3]> },
+    Done { info: TraceInfo },
+    /// `class`: `no_cuda`, `invalid`, `out_of_memory`, `model` or `internal`.
+    Error { class: String, detail: String },
+}
+
+/// What followers of a job receive (the SSE event name is `kind`).
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum LiveEvent {
+    Status { state: JobStateName, device: String, model: String },
+    Started { iterations: u32 },
+    Iteration { done: u32, of: u32, seconds: f64 },
+    Memory { points: Vec<[u64; 3]> },
+    Done { trace: TraceResponse },
+    Error { status: u16, detail: String },
+}
+
+impl LiveEvent {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            LiveEvent::Status { .. } => "status",
+            LiveEvent::Started { .. } => "started",
+            LiveEvent::Iteration { .. } => "iteration",
+            LiveEvent::Memory { .. } => "memory",
+            LiveEvent::Done { .. } => "done",
+            LiveEvent::Error { .. } => "error",
+        }
+    }
+
+    pub fn is_terminal(&self) -> bool {
+        matches!(self, LiveEvent::Done { .. } | LiveEvent::Error { .. })
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum JobStateName {
+    Queued,
+    Running,
+    Done,
+    Failed,
+}
+
+/// A row of `GET /api/jobs`.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct JobRow {
+    pub trace_id: String,
+    pub state: JobStateName,
+    pub model_name: String,
+    pub device: String,
+    pub iterations_done: u32,
+    pub iterations: u32,
+    /// Seconds since the request.
+    pub age_s: f64,
+    /// Why it failed.
+    pub error: Option<String>,
+}
+
+#[derive(Clone, Debug)]
+enum Outcome {
+    Pending,
+    Done(TraceResponse),
+    Failed(StatusCode, String),
+}
+
+/// A job and its followers.
+#[derive(Debug)]
+pub struct Job {
+    id: String,
+    spec: JobSpec,
+    created: Instant,
+    outcome: watch::Sender<Outcome>,
+    /// Everything published so far (late followers replay it), and the channel; one lock so
+    /// a follower neither misses nor repeats an event.
+    log: Mutex<(Vec<LiveEvent>, JobStateName, u32)>,
+    tx: broadcast::Sender<LiveEvent>,
+}
+
+impl Job {
+    fn publish(&self, e: LiveEvent) {
+        let mut log = self.log.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        match &e {
+            LiveEvent::Status { state, .. } => log.1 = *state,
+            LiveEvent::Iteration { done, .. } => log.2 = *done,
+            LiveEvent::Done { .. } => log.1 = JobStateName::Done,
+            LiveEvent::Error { .. } => log.1 = JobStateName::Failed,
+            _ => {}
+        }
+        log.0.push(e.clone());
+        let _ = self.tx.send(e);
+    }
+
+    /// What was published so far and a receiver for what comes next.
+    pub fn follow(&self) -> (Vec<LiveEvent>, broadcast::Receiver<LiveEvent>) {
+        let log = self.log.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        (log.0.clone(), self.tx.subscribe())
+    }
+
+    /// Waits for the job's end: its trace, or its error.
+    pub async fn wait(&self) -> Result<TraceResponse, ApiError> {
+        let mut rx = self.outcome.subscribe();
+        let end = rx.wait_for(|o| !matches!(o, Outcome::Pending)).await.map_err(|e| ApiError::internal("the job vanished", e))?.clone();
+        match end {
+            Outcome::Done(r) => Ok(r),
+            Outcome::Failed(status, detail) => Err(ApiError::new(status, detail)),
+            Outcome::Pending => Err(ApiError::internal("the job vanished", "no outcome")),
+        }
+    }
+
+    fn row(&self) -> JobRow {
+        let log = self.log.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let error = match &*self.outcome.borrow() {
+            Outcome::Failed(_, d) => Some(d.clone()),
+            _ => None,
+        };
+        JobRow {
+            trace_id: self.id.clone(),
+            state: log.1,
+            model_name: self.spec.model.clone(),
+            device: self.spec.device.clone(),
+            iterations_done: log.2,
+            iterations: self.spec.iterations,
+            age_s: self.created.elapsed().as_secs_f64(),
+            error,
+        }
+    }
+}
+
+/// The job queue.
+#[derive(Debug)]
+pub struct Jobs {
+    /// The collector binary children run (`None`: built without tracing).
+    exe: Option<std::path::PathBuf>,
+    per_device: usize,
+    max_queue: usize,
+    timeout: std::time::Duration,
+    slots: Mutex<HashMap<String, Arc<Semaphore>>>,
+    queued: AtomicUsize,
+    running: AtomicUsize,
+    active: Mutex<HashMap<String, Arc<Job>>>,
+    /// Recently finished jobs, newest last (followers and `GET /api/jobs` still see them).
+    finished: Mutex<VecDeque<Arc<Job>>>,
+    /// Mean run time of the last jobs, ms (for Retry-After).
+    mean_ms: AtomicU64,
+}
+
+const FINISHED_KEPT: usize = 100;
+
+impl Jobs {
+    pub fn new(exe: Option<std::path::PathBuf>, per_device: usize, max_queue: usize, timeout: std::time::Duration) -> Self {
+        Self {
+            exe,
+            per_device: per_device.max(1),
+            max_queue,
+            timeout,
+            slots: Mutex::new(HashMap::new()),
+            queued: AtomicUsize::new(0),
+            running: AtomicUsize::new(0),
+            active: Mutex::new(HashMap::new()),
+            finished: Mutex::new(VecDeque::new()),
+            mean_ms: AtomicU64::new(5_000),
+        }
+    }
+
+    /// (running, queued).
+    pub fn counts(&self) -> (usize, usize) {
+        (self.running.load(Ordering::Relaxed), self.queued.load(Ordering::Relaxed))
+    }
+
+    pub fn get(&self, id: &str) -> Option<Arc<Job>> {
+        if let Some(j) = self.active.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(id) {
+            return Some(j.clone());
+        }
+        self.finished.lock().unwrap_or_else(std::sync::PoisonError::into_inner).iter().find(|j| j.id == id).cloned()
+    }
+
+    pub fn rows(&self) -> Vec<JobRow> {
+        let mut rows: Vec<JobRow> = self.active.lock().unwrap_or_else(std::sync::PoisonError::into_inner).values().map(|j| j.row()).collect();
+        rows.extend(self.finished.lock().unwrap_or_else(std::sync::PoisonError::into_inner).iter().rev().map(|j| j.row()));
+        rows.sort_by(|a, b| a.trace_id.cmp(&b.trace_id));
+        rows
+    }
+
+    /// Queues a job, or answers 429 (with Retry-After) when `max_queue` jobs already wait.
+    pub fn submit(&self, state: &Arc<AppState>, id: String, spec: JobSpec) -> Result<Arc<Job>, ApiError> {
+        let Some(exe) = self.exe.clone() else {
+            return Err(ApiError::unavailable("this collector was built without tracing (libtorch); it stores, exports and serves traces only"));
+        };
+        let waiting = self.queued.fetch_add(1, Ordering::SeqCst);
+        if waiting >= self.max_queue {
+            self.queued.fetch_sub(1, Ordering::SeqCst);
+            let mean_s = self.mean_ms.load(Ordering::Relaxed).div_ceil(1000);
+            let retry = mean_s * (waiting as u64 + 1) / self.per_device as u64;
+            return Err(ApiError::busy(format!("the trace queue is full ({waiting} jobs waiting; --max-queue {}); retry later", self.max_queue), retry));
+        }
+        let slot = self
+            .slots
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .entry(spec.device.clone())
+            .or_insert_with(|| Arc::new(Semaphore::new(self.per_device)))
+            .clone();
+        let (tx, _) = broadcast::channel(1024);
+        let job = Arc::new(Job {
+            id: id.clone(),
+            created: Instant::now(),
+            outcome: watch::Sender::new(Outcome::Pending),
+            log: Mutex::new((Vec::new(), JobStateName::Queued, 0)),
+            tx,
+            spec,
+        });
+        job.publish(LiveEvent::Status {
+            state: JobStateName::Queued,
+            device: job.spec.device.clone(),
+            model: job.spec.model.clone(),
+        });
+        self.active.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(id, job.clone());
+        let (state, j) = (state.clone(), job.clone());
+        tokio::spawn(async move {
+            let permit = slot.acquire_owned().await;
+            state.jobs.queued.fetch_sub(1, Ordering::SeqCst);
+            state.jobs.running.fetch_add(1, Ordering::SeqCst);
+            let started = Instant::now();
+            let result = match permit {
+                Ok(_permit) => run_child(&state, &exe, &j).await,
+                Err(e) => Err(ApiError::internal("the job queue closed", e)),
+            };
+            let ms = started.elapsed().as_millis() as u64;
+            let old = state.jobs.mean_ms.load(Ordering::Relaxed);
+            state.jobs.mean_ms.store((old * 3 + ms) / 4, Ordering::Relaxed);
+            state.jobs.running.fetch_sub(1, Ordering::SeqCst);
+            match result {
+                Ok(r) => {
+                    j.publish(LiveEvent::Done { trace: r.clone() });
+                    j.outcome.send_replace(Outcome::Done(r));
+                }
+                Err(e) => {
+                    j.publish(LiveEvent::Error {
+                        status: e.status.as_u16(),
+                        detail: e.detail.clone(),
+                    });
+                    j.outcome.send_replace(Outcome::Failed(e.status, e.detail));
+                }
+            }
+            state.jobs.active.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&j.id);
+            let mut finished = state.jobs.finished.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            finished.push_back(j);
+            while finished.len() > FINISHED_KEPT {
+                finished.pop_front();
+            }
+        });
+        Ok(job)
+    }
+}
+
+/// Runs one job's child process and stores its trace.
+async fn run_child(state: &Arc<AppState>, exe: &std::path::Path, job: &Arc<Job>) -> Result<TraceResponse, ApiError> {
+    job.publish(LiveEvent::Status {
+        state: JobStateName::Running,
+        device: job.spec.device.clone(),
+        model: job.spec.model.clone(),
+    });
+    let out = state.store.temp_path(&format!("{}.mtrace.json", job.id));
+    let mut child = tokio::process::Command::new(exe)
+        .args(job.spec.args(&out))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| ApiError::internal("cannot start the tracing process", e))?;
+    let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
+        return Err(ApiError::internal("cannot start the tracing process", "no pipes"));
+    };
+    // The last 16 KiB of stderr, for errors the child could not report as a line.
+    let stderr_tail = tokio::spawn(async move {
+        let mut tail = Vec::new();
+        let mut r = tokio::io::BufReader::new(stderr);
+        let mut buf = [0u8; 8192];
+        while let Ok(n) = r.read(&mut buf).await {
+            if n == 0 {
+                break;
+            }
+            tail.extend_from_slice(&buf[..n]);
+            if tail.len() > 16384 {
+                tail.drain(..tail.len() - 16384);
+            }
+        }
+        String::from_utf8_lossy(&tail).into_owned()
+    });
+    let mut lines = tokio::io::BufReader::new(stdout).lines();
+    let mut info = None;
+    let mut reported = None;
+    let run = async {
+        while let Ok(Some(line)) = lines.next_line().await {
+            match serde_json::from_str::<ChildLine>(&line) {
+                Ok(ChildLine::Started { iterations }) => job.publish(LiveEvent::Started { iterations }),
+                Ok(ChildLine::Iteration { done, of, seconds }) => job.publish(LiveEvent::Iteration { done, of, seconds }),
+                Ok(ChildLine::Memory { points }) => job.publish(LiveEvent::Memory { points }),
+                Ok(ChildLine::Done { info: i }) => info = Some(i),
+                Ok(ChildLine::Error { class, detail }) => reported = Some((class, detail)),
+                Err(_) => {}
+            }
+        }
+        child.wait().await
+    };
+    let status = match tokio::time::timeout(state.jobs.timeout, run).await {
+        Ok(s) => s.map_err(|e| ApiError::internal("cannot wait for the tracing process", e))?,
+        Err(_) => {
+            let _ = child.kill().await;
+            let _ = tokio::fs::remove_file(&out).await;
+            return Err(ApiError::unprocessable(format!(
+                "the trace took longer than this server's limit of {} s (--job-timeout-s) and was stopped",
+                state.jobs.timeout.as_secs()
+            )));
+        }
+    };
+    let tail = stderr_tail.await.unwrap_or_default();
+    let fail = |e: ApiError| {
+        let out = out.clone();
+        async move {
+            let _ = tokio::fs::remove_file(&out).await;
+            Err(e)
+        }
+    };
+    if let Some((class, detail)) = reported {
+        let e = match class.as_str() {
+            "no_cuda" => ApiError::unavailable(detail),
+            "invalid" | "model" => ApiError::unprocessable(detail),
+            "out_of_memory" => ApiError::unprocessable(format!("{detail} (try a smaller batch_size or input_shape)")),
+            _ => ApiError::internal("the tracing process failed", detail),
+        };
+        return fail(e).await;
+    }
+    let Some(info) = info.filter(|_| status.success()) else {
+        let how = match status.code() {
+            Some(c) => format!("exit status {c}"),
+            None => {
+                use std::os::unix::process::ExitStatusExt;
+                format!("signal {}", status.signal().unwrap_or(0))
+            }
+        };
+        let last = tail.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").to_owned();
+        return fail(ApiError::internal("the tracing process died", format!("{how}: {last}"))).await;
+    };
+    let (st, id) = (state.clone(), job.id.clone());
+    super::api::blocking(move || {
+        let (stored, evicted) = st.store.insert(&id, Origin::Traced, None, &out, ".mtrace.json", info).map_err(|e| match e {
+            super::store::StoreError::TooLarge { .. } => ApiError::unprocessable(e.to_string()),
+            e => ApiError::internal("cannot store the trace", e),
+        })?;
+        for e in evicted {
+            st.jobs.forget(&e);
+        }
+        Ok(TraceResponse::from(&stored))
+    })
+    .await
+}
+
+impl Jobs {
+    /// Drops a finished job whose trace was evicted or deleted.
+    pub fn forget(&self, id: &str) {
+        self.finished.lock().unwrap_or_else(std::sync::PoisonError::into_inner).retain(|j| j.id != id);
+    }
+}

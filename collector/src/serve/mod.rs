@@ -1,0 +1,383 @@
+//! `collector serve`: the tracing API (the seed service's contract), the persistent trace
+//! store, live streams of running traces, and the viewer, in one process.
+//!
+//! [`router`] builds the whole app from an [`AppState`]; [`serve`] binds it. Handlers never
+//! block the runtime: file I/O and imports run in `spawn_blocking`, tracing in child
+//! processes (`jobs`).
+
+pub mod api;
+mod docs;
+pub mod error;
+pub mod jobs;
+pub mod store;
+
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use error::ApiError;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Largest JSON body a route accepts.
+pub const JSON_BODY_LIMIT: usize = 64 * 1024;
+
+/// Whether this collector traces (built with libtorch).
+pub const TRACING_BUILT: bool = cfg!(feature = "tracing");
+
+pub use crate::TORCH_VERSION;
+
+/// Caps on what one request may ask for (422 beyond them).
+#[derive(Clone, Debug)]
+pub struct Caps {
+    pub max_events: u64,
+    pub max_batch_size: i64,
+    pub max_input_elements: u64,
+    pub max_iterations: u32,
+}
+
+impl Default for Caps {
+    fn default() -> Self {
+        Self {
+            max_events: 5_000_000,
+            max_batch_size: 4096,
+            max_input_elements: 1 << 28,
+            max_iterations: 100,
+        }
+    }
+}
+
+/// Everything `collector serve` is told.
+#[derive(Clone, Debug)]
+pub struct ServeConfig {
+    pub data_dir: PathBuf,
+    /// The default device (`cpu`, `cuda:N`); `None`: the first GPU if there is one, else the CPU.
+    pub device: Option<String>,
+    /// Bearer token every API route requires (required for non-loopback binds).
+    pub token: Option<String>,
+    /// Origins allowed by CORS (`*` for any); empty: CORS off.
+    pub cors_origins: Vec<String>,
+    pub jobs_per_device: usize,
+    pub max_queue: usize,
+    pub job_timeout: std::time::Duration,
+    pub max_traces: usize,
+    pub max_store_bytes: u64,
+    pub max_upload_bytes: u64,
+    pub max_decompressed_bytes: u64,
+    pub caps: Caps,
+    /// The binary that runs traces (default: this one).
+    pub collector_exe: Option<PathBuf>,
+}
+
+impl ServeConfig {
+    pub fn new(data_dir: PathBuf) -> Self {
+        Self {
+            data_dir,
+            device: None,
+            token: None,
+            cors_origins: Vec::new(),
+            jobs_per_device: 1,
+            max_queue: 32,
+            job_timeout: std::time::Duration::from_secs(600),
+            max_traces: 1000,
+            max_store_bytes: 20 << 30,
+            max_upload_bytes: 2 << 30,
+            max_decompressed_bytes: 4 << 30,
+            caps: Caps::default(),
+            collector_exe: None,
+        }
+    }
+}
+
+/// The default data directory: `$XDG_DATA_HOME/memory-tracer`, else
+/// `~/.local/share/memory-tracer`, else `./memory-tracer-data`.
+pub fn default_data_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("XDG_DATA_HOME").filter(|d| !d.is_empty()) {
+        return PathBuf::from(d).join("memory-tracer");
+    }
+    match std::env::var_os("HOME").filter(|d| !d.is_empty()) {
+        Some(h) => PathBuf::from(h).join(".local/share/memory-tracer"),
+        None => PathBuf::from("memory-tracer-data"),
+    }
+}
+
+/// `cpu`, `cuda` or `cuda:N` → `cpu` / `cuda:N`.
+pub fn parse_device(s: &str) -> Result<String, String> {
+    let bad = || format!("unknown device `{s}`; expected cpu, cuda or cuda:N");
+    match s {
+        "cpu" => Ok("cpu".into()),
+        "cuda" => Ok("cuda:0".into()),
+        _ => {
+            let n = s.strip_prefix("cuda:").ok_or_else(bad)?;
+            n.parse::<u32>().ok().filter(|&n| n < 256).map(|n| format!("cuda:{n}")).ok_or_else(bad)
+        }
+    }
+}
+
+/// How many CUDA devices the driver reports (0 without a driver or without tracing).
+fn cuda_device_count() -> u32 {
+    #[cfg(feature = "tracing")]
+    {
+        crate::device::count().max(0) as u32
+    }
+    #[cfg(not(feature = "tracing"))]
+    {
+        0
+    }
+}
+
+/// The server's shared state.
+#[derive(Debug)]
+pub struct AppState {
+    pub config: ServeConfig,
+    pub store: store::Store,
+    pub jobs: jobs::Jobs,
+    /// The default device.
+    pub device: String,
+    pub cuda_devices: u32,
+}
+
+impl AppState {
+    /// Opens the store and checks the device.
+    pub fn new(config: ServeConfig) -> anyhow::Result<Arc<Self>> {
+        use anyhow::Context;
+        let cuda_devices = cuda_device_count();
+        let device = match &config.device {
+            Some(d) => parse_device(d).map_err(anyhow::Error::msg)?,
+            None if cuda_devices > 0 => "cuda:0".into(),
+            None => "cpu".into(),
+        };
+        let store = store::Store::open(
+            &config.data_dir,
+            store::StoreLimits {
+                max_traces: config.max_traces.max(1),
+                max_bytes: config.max_store_bytes,
+            },
+        )
+        .with_context(|| format!("cannot open the trace store in {}", config.data_dir.display()))?;
+        let exe = if TRACING_BUILT {
+            Some(match &config.collector_exe {
+                Some(p) => p.clone(),
+                None => std::env::current_exe().context("cannot find this collector's binary to run traces with")?,
+            })
+        } else {
+            None
+        };
+        let jobs = jobs::Jobs::new(exe, config.jobs_per_device, config.max_queue, config.job_timeout);
+        let state = Arc::new(Self {
+            config,
+            store,
+            jobs,
+            device,
+            cuda_devices,
+        });
+        if let Err(e) = state.check_device(&state.device) {
+            anyhow::bail!("--device {}: {}", state.device, e.detail);
+        }
+        Ok(state)
+    }
+
+    /// 503 when `device` is a CUDA device this machine does not have.
+    pub fn check_device(&self, device: &str) -> Result<(), ApiError> {
+        if let Some(n) = device.strip_prefix("cuda:") {
+            let n: u32 = n.parse().unwrap_or(u32::MAX);
+            if self.cuda_devices == 0 {
+                return Err(ApiError::unavailable(format!("CUDA is not available on this server ({device} was asked for); use \"device\": \"cpu\"")));
+            }
+            if n >= self.cuda_devices {
+                return Err(ApiError::unavailable(format!("{device} was asked for, but this server has {} CUDA device(s)", self.cuda_devices)));
+            }
+        }
+        Ok(())
+    }
+
+    pub fn import_options(&self) -> shared::ImportOptions {
+        let mut o = shared::ImportOptions::default();
+        o.max_decompressed_bytes = self.config.max_decompressed_bytes;
+        o
+    }
+
+    /// Reads a stored trace back.
+    pub fn load(&self, t: &store::StoredTrace) -> Result<shared::Trace, ApiError> {
+        crate::commands::load_trace(&self.store.trace_path(t), &self.import_options()).map_err(|e| ApiError::internal("cannot read a stored trace", e))
+    }
+}
+
+/// Constant-time comparison (the token is a secret).
+fn same_secret(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Requires the token on every API route when the server has one: `Authorization: Bearer`,
+/// or `?access_token=` for clients that cannot set headers (EventSource, the viewer's fetch
+/// of a trace URL).
+async fn require_token(State(state): State<Arc<AppState>>, req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let Some(token) = state.config.token.as_deref() else {
+        return next.run(req).await;
+    };
+    let from_header = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
+        .map(str::trim);
+    let from_query = req.uri().query().and_then(|q| {
+        q.split('&').find_map(|kv| kv.strip_prefix("access_token=")).map(|v| percent_decode(v))
+    });
+    let ok = from_header.is_some_and(|t| same_secret(t.as_bytes(), token.as_bytes()))
+        || from_query.is_some_and(|t| same_secret(t.as_bytes(), token.as_bytes()));
+    if ok {
+        next.run(req).await
+    } else {
+        ApiError::unauthorized().into_response()
+    }
+}
+
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
+        match b[i] {
+            b'%' if i + 2 < b.len() => match (hex(b[i + 1]), hex(b[i + 2])) {
+                (Some(h), Some(l)) => {
+                    out.push(h * 16 + l);
+                    i += 3;
+                    continue;
+                }
+                _ => out.push(b'%'),
+            },
+            b'+' => out.push(b' '),
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The whole app: API (behind the token), docs, and the viewer at `/`.
+pub fn router(state: Arc<AppState>) -> Router {
+    let api = Router::new()
+        .route("/api/health", get(api::health))
+        .route("/api/trace/memory", post(api::trace_memory))
+        .route("/api/trace/export", post(api::trace_export))
+        .route("/api/trace/list", get(api::list))
+        .route("/api/trace/download/{file}", get(api::download))
+        .route("/api/trace/upload", post(api::upload).layer(DefaultBodyLimit::disable()))
+        .route("/api/trace/{trace_id}", get(api::get_trace).delete(api::delete))
+        .route("/api/trace/{trace_id}/events", get(api::events))
+        .route("/api/jobs", get(api::jobs))
+        .layer(DefaultBodyLimit::max(JSON_BODY_LIMIT))
+        .route_layer(axum::middleware::from_fn_with_state(state.clone(), require_token));
+    let public = Router::new()
+        .route("/api/openapi.json", get(docs::openapi_json))
+        .route("/api/docs", get(docs::swagger))
+        .route("/api/redoc", get(docs::redoc))
+        .route("/api/docs/assets/{file}", get(docs::asset))
+        .route("/", get(viewer_index))
+        .route("/{file}", get(viewer_asset));
+    let mut app = api
+        .merge(public)
+        .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "Not Found") })
+        .method_not_allowed_fallback(|| async { ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed") })
+        .with_state(state.clone());
+    if !state.config.cors_origins.is_empty() {
+        use tower_http::cors::{AllowOrigin, Any, CorsLayer};
+        let origins = &state.config.cors_origins;
+        let allow = if origins.iter().any(|o| o == "*") {
+            AllowOrigin::any()
+        } else {
+            AllowOrigin::list(origins.iter().filter_map(|o| HeaderValue::from_str(o).ok()))
+        };
+        app = app.layer(CorsLayer::new().allow_origin(allow).allow_methods(Any).allow_headers(Any));
+    }
+    app
+}
+
+fn content_type(name: &str) -> &'static str {
+    match name.rsplit('.').next() {
+        Some("html") => "text/html; charset=utf-8",
+        Some("js") => "text/javascript; charset=utf-8",
+        Some("wasm") => "application/wasm",
+        Some("css") => "text/css; charset=utf-8",
+        Some("json") => "application/json",
+        Some("svg") => "image/svg+xml",
+        Some("woff2") => "font/woff2",
+        Some("ttf") => "font/ttf",
+        Some("png") => "image/png",
+        _ => "application/octet-stream",
+    }
+}
+
+/// The viewer's page, told it is served by `collector serve` (it then lists the store, traces
+/// models and follows running jobs).
+async fn viewer_index() -> Response {
+    let Some(html) = crate::report::viewer_assets().ok().and_then(|a| a.iter().find(|(n, _)| *n == "index.html")).and_then(|(_, b)| std::str::from_utf8(b).ok()) else {
+        return ApiError::unavailable("this collector was built without the viewer (build it with `cargo xtask check`, then rebuild the collector)").into_response();
+    };
+    let html = html.replacen("</head>", "<meta name=\"memory-tracer-server\" content=\"./\" />\n</head>", 1);
+    ([(header::CONTENT_TYPE, "text/html; charset=utf-8"), (header::CACHE_CONTROL, "no-cache")], html).into_response()
+}
+
+async fn viewer_asset(axum::extract::Path(file): axum::extract::Path<String>) -> Response {
+    let found = crate::report::viewer_assets().ok().and_then(|a| a.iter().find(|(n, _)| *n == file && *n != "index.html"));
+    match found {
+        Some((name, bytes)) => ([(header::CONTENT_TYPE, content_type(name))], *bytes).into_response(),
+        None if file == "index.html" => viewer_index().await,
+        None => ApiError::new(StatusCode::NOT_FOUND, "Not Found").into_response(),
+    }
+}
+
+/// Whether binding `host` exposes the server beyond this machine.
+pub fn is_loopback(host: &str) -> bool {
+    host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+/// Binds `host:port` and serves until Ctrl-C. Refuses non-loopback binds without a token.
+/// `on_ready` gets the bound address (port 0 picks a free one).
+pub async fn serve(host: &str, port: u16, config: ServeConfig, on_ready: impl FnOnce(SocketAddr, &Arc<AppState>)) -> anyhow::Result<()> {
+    use anyhow::Context;
+    if !is_loopback(host) && config.token.is_none() {
+        anyhow::bail!("binding {host} exposes the server to the network: pass --token T (or set MEMORY_TRACER_TOKEN) so every API call needs `Authorization: Bearer T`");
+    }
+    let state = AppState::new(config)?;
+    let listener = tokio::net::TcpListener::bind((host, port)).await.with_context(|| format!("cannot listen on {host}:{port}"))?;
+    let addr = listener.local_addr()?;
+    on_ready(addr, &state);
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+        .await
+        .context("the server stopped")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn devices_parse() {
+        assert_eq!(parse_device("cuda").as_deref(), Ok("cuda:0"));
+        assert_eq!(parse_device("cuda:3").as_deref(), Ok("cuda:3"));
+        assert!(parse_device("gpu").is_err());
+        assert!(parse_device("cuda:-1").is_err());
+    }
+
+    #[test]
+    fn tokens_compare_whole() {
+        assert!(same_secret(b"abc", b"abc"));
+        assert!(!same_secret(b"abc", b"abd"));
+        assert!(!same_secret(b"abc", b"ab"));
+        assert_eq!(percent_decode("a%2Bb%zz+c"), "a+b%zz c");
+    }
+
+    #[test]
+    fn loopback_hosts() {
+        assert!(is_loopback("127.0.0.1") && is_loopback("::1") && is_loopback("localhost"));
+        assert!(!is_loopback("0.0.0.0") && !is_loopback("192.168.1.2"));
+    }
+}
