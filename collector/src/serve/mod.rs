@@ -224,7 +224,7 @@ async fn require_token(State(state): State<Arc<AppState>>, req: axum::extract::R
         .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
         .map(str::trim);
     let from_query = req.uri().query().and_then(|q| {
-        q.split('&').find_map(|kv| kv.strip_prefix("access_token=")).map(|v| percent_decode(v))
+        q.split('&').find_map(|kv| kv.strip_prefix("access_token=")).map(percent_decode)
     });
     let ok = from_header.is_some_and(|t| same_secret(t.as_bytes(), token.as_bytes()))
         || from_query.is_some_and(|t| same_secret(t.as_bytes(), token.as_bytes()));

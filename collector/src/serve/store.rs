@@ -158,10 +158,7 @@ impl Store {
                 continue;
             };
             t.file_size_bytes = meta.len();
-            t.exports.retain(|_, e| {
-                let ok = is_plain_name(&e.file) && std::fs::metadata(store.exports_dir.join(&e.file)).map(|m| e.file_size_bytes = m.len()).is_ok();
-                ok
-            });
+            t.exports.retain(|_, e| is_plain_name(&e.file) && std::fs::metadata(store.exports_dir.join(&e.file)).map(|m| e.file_size_bytes = m.len()).is_ok());
             referenced.insert(t.file.clone());
             referenced.insert(name.clone());
             index.bytes += t.file_size_bytes;

@@ -1,0 +1,510 @@
+//! `collector serve` over real HTTP: every endpoint and error code, live events, restarts,
+//! concurrency, limits and security. Models run on the CPU, so this runs in CI.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests and benches fail loudly by design
+
+mod server;
+
+use serde_json::{json, Value};
+use server::{scratch, Server};
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+
+fn data(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data").join(name)
+}
+
+fn facts(sample: &str, key: &str) -> u64 {
+    let f: Value = serde_json::from_slice(&std::fs::read(data("facts.json")).unwrap()).unwrap();
+    f["samples"][sample][key].as_u64().unwrap()
+}
+
+fn detail(v: &Value) -> &str {
+    v["detail"].as_str().unwrap_or_else(|| panic!("no detail in {v}"))
+}
+
+/// A small CPU training run: MLP, batch 16, 2 iterations.
+fn mlp() -> Value {
+    json!({"model_name": "mlp", "input_shape": [784], "batch_size": 16, "iterations": 2})
+}
+
+#[test]
+fn api_contract_on_cpu() {
+    let dir = scratch("serve-contract");
+    let s = Server::start(&dir, &[]);
+
+    let (code, h) = s.get_json("/api/health");
+    assert_eq!(code, 200);
+    assert_eq!(h["status"], "healthy");
+    assert_eq!(h["device"], "cpu");
+    assert_eq!(h["cuda_available"], json!(h["cuda_device_count"].as_u64() > Some(0)));
+    assert_eq!(h["tracing_available"], true);
+    assert!(h["version"].is_string());
+
+    // Trace: every field of the seed's answer, and numbers equal to the stored trace's.
+    let (code, r) = s.post_json("/api/trace/memory", &mlp());
+    assert_eq!(code, 200, "{r}");
+    let id = r["trace_id"].as_str().unwrap().to_owned();
+    assert!(id.strip_prefix("trace_").is_some_and(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit())), "{id}");
+    assert_eq!(r["model_name"], "mlp");
+    for k in ["total_events", "total_layers", "peak_allocated_mb", "peak_reserved_mb", "avg_fragmentation", "tracing_time_ms"] {
+        assert!(r[k].is_number(), "{k} missing in {r}");
+    }
+    assert!(r["tracing_time_ms"].as_f64().unwrap() > 0.0);
+    let layers = r["layer_stats"].as_object().unwrap();
+    assert!(layers.contains_key("fc1"), "{layers:?}");
+    for (name, l) in layers {
+        assert_eq!(l["layer_name"], name.as_str());
+        for k in ["peak_allocated", "peak_reserved", "total_allocations", "total_deallocations", "avg_fragmentation", "duration_ms"] {
+            assert!(l[k].is_number(), "{k} missing in {l}");
+        }
+    }
+    let (code, bytes) = s.get(&format!("/api/trace/{id}"));
+    assert_eq!(code, 200);
+    let trace = shared::import::import(bytes.as_bytes(), &Default::default()).expect("the stored trace imports");
+    let summary = shared::analysis::summary(&trace);
+    assert_eq!(r["total_events"].as_u64(), Some(summary.total_events as u64));
+    assert_eq!(r["total_layers"].as_u64(), Some(summary.total_layers as u64));
+    assert_eq!(r["peak_allocated_bytes"].as_u64(), Some(summary.peak_allocated_bytes));
+    assert!((r["peak_allocated_mb"].as_f64().unwrap() - summary.peak_allocated_bytes as f64 / 1048576.0).abs() < 1e-9);
+    assert!(summary.peak_allocated_bytes > 16 * 784 * 4, "the batch alone is bigger than the peak");
+    let native_layers = shared::analysis::layer_stats(&trace);
+    assert_eq!(native_layers.keys().collect::<Vec<_>>(), layers.keys().collect::<Vec<_>>());
+    assert_eq!(layers["fc1"]["peak_allocated"].as_u64(), Some(native_layers["fc1"].peak_allocated));
+
+    let (code, list) = s.get_json("/api/trace/list");
+    assert_eq!(code, 200);
+    assert_eq!(list["active_traces"], json!([id]));
+    assert_eq!(list["count"], 1);
+
+    // Exports, downloaded byte for byte as announced.
+    for (format, check) in [("speedscope", "speedscope"), ("timeline", "\"events\""), ("chrome", "traceEvents"), ("csv", "layer_name,peak_allocated")] {
+        let (code, e) = s.post_json("/api/trace/export", &json!({"trace_id": id, "format": format}));
+        assert_eq!(code, 200, "{format}: {e}");
+        assert_eq!(e["trace_id"], id.as_str());
+        assert_eq!(e["format"], format);
+        let url = e["download_url"].as_str().unwrap();
+        assert!(url.starts_with("/api/trace/download/"), "{url}");
+        let (code, body) = s.get(url);
+        assert_eq!(code, 200);
+        assert_eq!(body.len() as u64, e["file_size_bytes"].as_u64().unwrap(), "{format}");
+        assert!(body.contains(check), "{format} export lacks {check}");
+    }
+    let (code, e) = s.post_json("/api/trace/export", &json!({"trace_id": id, "format": "pdf"}));
+    assert_eq!(code, 422);
+    assert!(detail(&e).contains("format") && detail(&e).contains("speedscope"), "{e}");
+    let (code, e) = s.post_json("/api/trace/export", &json!({"trace_id": "trace_1", "format": "speedscope"}));
+    assert_eq!(code, 404);
+    assert_eq!(detail(&e), "Trace trace_1 not found");
+
+    // 422 names the field and why.
+    for (body, field) in [
+        (json!({"input_shape": [784]}), "model_name"),
+        (json!({"model_name": "mlp", "batch_size": "x"}), "batch_size"),
+        (json!({"model_name": "mlp", "batch_size": 0}), "batch_size"),
+        (json!({"model_name": "mlp", "max_events": 0}), "max_events"),
+        (json!({"model_name": "mlp", "max_events": 50_000_000}), "max_events"),
+        (json!({"model_name": "resnet18", "input_shape": [3, 100000, 100000], "batch_size": 64}), "input_shape"),
+        (json!({"model_name": "resnet18", "input_shape": [3, -1, 8]}), "input_shape"),
+        (json!({"model_name": "nope"}), "model_name"),
+        (json!({"model_name": "mlp", "iterations": 0}), "iterations"),
+        (json!({"model_name": "mlp", "mode": "fly"}), "mode"),
+        (json!({"model_name": "mlp", "device": "tpu"}), "device"),
+    ] {
+        let (code, e) = s.post_json("/api/trace/memory", &body);
+        assert_eq!(code, 422, "{body}: {e}");
+        assert!(detail(&e).contains(field), "{body}: {e}");
+    }
+    let (code, e) = s.post_json("/api/trace/memory", &json!({"model_name": "resnet18", "input_shape": [3, 8, 8]}));
+    assert_eq!(code, 422, "a shape the model refuses: {e}");
+    assert!(detail(&e).contains("at least 32"), "{e}");
+    // CUDA asked for where there is none.
+    if h["cuda_device_count"] == 0 {
+        let (code, e) = s.post_json("/api/trace/memory", &json!({"model_name": "mlp", "device": "cuda"}));
+        assert_eq!(code, 503, "{e}");
+        assert!(detail(&e).contains("CUDA"), "{e}");
+    }
+    let (code, e) = s.post_json("/api/trace/memory", &json!({"model_name": "mlp", "device": "cuda:200"}));
+    assert_eq!(code, 503, "{e}");
+    // Not JSON, too big, no content type.
+    let r = s.agent.post(s.url("/api/trace/memory")).header("Content-Type", "application/json").send("{not json").unwrap();
+    let (code, t) = server::text(r);
+    assert_eq!(code, 422, "{t}");
+    let big = json!({"model_name": "mlp", "pad": "x".repeat(100_000)});
+    let (code, e) = s.post_json("/api/trace/memory", &big);
+    assert_eq!(code, 413, "{e}");
+    let r = s.agent.post(s.url("/api/trace/memory")).send("{}").unwrap();
+    assert_eq!(r.status().as_u16(), 415);
+    let (code, body) = s.get("/api/nothing-here");
+    assert_eq!((code, body.as_str()), (404, r#"{"detail":"Not Found"}"#));
+    let r = s.agent.put(s.url("/api/trace/list")).send("").unwrap();
+    assert_eq!(r.status().as_u16(), 405);
+
+    // Downloads cannot leave the store.
+    let meta_name = format!("{id}.meta.json");
+    for path in [
+        "/api/trace/download/..%2F..%2F..%2Fetc%2Fpasswd".to_owned(),
+        "/api/trace/download/%2Fetc%2Fpasswd".to_owned(),
+        format!("/api/trace/download/..%2Ftraces%2F{meta_name}"),
+        format!("/api/trace/download/{meta_name}"),
+        format!("/api/trace/download/{id}.mtrace.json"),
+        "/api/trace/download/..".to_owned(),
+        "/api/trace/download/.%2E%2F.%2E%2Ftraces".to_owned(),
+        "/api/trace/download/%00".to_owned(),
+        "/api/trace/download/../../etc/passwd".to_owned(),
+    ] {
+        let (code, body) = s.get(&path);
+        assert_eq!(code, 404, "{path}: {body}");
+        assert!(!body.contains("root:") && !body.contains("layer_stats"), "{path} leaked: {body}");
+    }
+
+    // Uploads: a snapshot as the raw body, a profiler trace as a form, a bad file.
+    let snap = std::fs::read(data("resnet18_sgd_2steps.pickle")).unwrap();
+    let (code, u) = s.post_bytes("/api/trace/upload?filename=resnet18_sgd_2steps.pickle", &snap);
+    assert_eq!(code, 200, "{u}");
+    assert_eq!(u["peak_allocated_bytes"].as_u64(), Some(facts("resnet18_sgd_2steps.pickle", "max_allocated")));
+    assert_eq!(u["peak_reserved_bytes"].as_u64(), Some(facts("resnet18_sgd_2steps.pickle", "max_reserved")));
+    let uid = u["trace_id"].as_str().unwrap().to_owned();
+    let r = s.agent.get(s.url(&format!("/api/trace/{uid}"))).call().unwrap();
+    let mut r = r;
+    let back = r.body_mut().with_config().limit(1 << 30).read_to_vec().unwrap();
+    assert!(back == snap, "the stored upload differs from what was sent");
+    let profiler = std::fs::read(data("convnet_profiler_trace.json")).unwrap();
+    let boundary = "mt-boundary-7";
+    let mut form = format!("--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"convnet_profiler_trace.json\"\r\nContent-Type: application/json\r\n\r\n").into_bytes();
+    form.extend_from_slice(&profiler);
+    form.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
+    let r = s.agent.post(s.url("/api/trace/upload")).header("Content-Type", format!("multipart/form-data; boundary={boundary}")).send(&form[..]).unwrap();
+    let (code, t) = server::text(r);
+    assert_eq!(code, 200, "{t}");
+    let p: Value = serde_json::from_str(&t).unwrap();
+    assert_eq!(p["source_format"], "chrome_trace", "{p}");
+    let before = s.get_json("/api/trace/list").1["count"].as_u64();
+    let (code, e) = s.post_bytes("/api/trace/upload?filename=notes.txt", b"these are not the bytes you are looking for");
+    assert_eq!(code, 422);
+    assert!(detail(&e).contains("notes.txt") && detail(&e).contains("snapshot"), "{e}");
+    let (code, e) = s.post_bytes("/api/trace/upload", b"");
+    assert_eq!(code, 422, "{e}");
+    assert_eq!(s.get_json("/api/trace/list").1["count"].as_u64(), before, "a bad upload was stored");
+    assert_eq!(std::fs::read_dir(dir.join("tmp")).unwrap().count(), 0, "a bad upload left files behind");
+
+    // A stored trace's event stream says done at once.
+    let (code, ev) = s.get(&format!("/api/trace/{uid}/events"));
+    assert_eq!(code, 200);
+    assert!(ev.contains("event: done") && ev.contains(&uid), "{ev}");
+    assert_eq!(s.get("/api/trace/trace_42/events").0, 404);
+    assert_eq!(s.get("/api/trace/trace_42").0, 404);
+
+    // Delete removes the files.
+    let (code, d) = s.delete(&format!("/api/trace/{id}"));
+    assert_eq!(code, 200);
+    assert_eq!(d["message"], format!("Trace {id} deleted successfully"));
+    assert_eq!(d["remaining_traces"], 2);
+    let left: Vec<String> = std::fs::read_dir(dir.join("traces")).unwrap().chain(std::fs::read_dir(dir.join("exports")).unwrap()).map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    assert!(!left.iter().any(|f| f.contains(&id)), "files of a deleted trace remain: {left:?}");
+    let (code, d) = s.delete(&format!("/api/trace/{id}"));
+    assert_eq!(code, 404);
+    assert_eq!(detail(&d), format!("Trace {id} not found"));
+
+    // OpenAPI, the docs (served locally) and the viewer.
+    let (code, doc) = s.get_json("/api/openapi.json");
+    assert_eq!(code, 200);
+    let paths: BTreeSet<String> = doc["paths"].as_object().unwrap().keys().cloned().collect();
+    let expected: BTreeSet<String> = [
+        "/api/health",
+        "/api/jobs",
+        "/api/trace/memory",
+        "/api/trace/export",
+        "/api/trace/list",
+        "/api/trace/download/{file}",
+        "/api/trace/upload",
+        "/api/trace/{trace_id}",
+        "/api/trace/{trace_id}/events",
+    ]
+    .map(String::from)
+    .into();
+    assert_eq!(paths, expected);
+    assert!(doc["components"]["schemas"]["TraceRequest"]["properties"]["max_events"].is_object());
+    for page in ["/api/docs", "/api/redoc"] {
+        let (code, html) = s.get(page);
+        assert_eq!(code, 200);
+        assert!(html.contains("/api/openapi.json") && !html.contains("https://"), "{page} must load nothing from the network");
+    }
+    for asset in ["swagger-ui-bundle.js", "swagger-ui.css", "redoc.standalone.js"] {
+        let (code, body) = s.get(&format!("/api/docs/assets/{asset}"));
+        assert_eq!(code, 200);
+        assert!(body.len() > 100_000, "{asset}");
+    }
+    let (code, html) = s.get("/");
+    assert_eq!(code, 200);
+    assert!(html.contains("memory-tracer-server"), "the viewer is not told it is served");
+    let wasm = html.split('"').find(|p| p.ends_with(".wasm") || p.ends_with(".js")).map(|p| p.trim_start_matches("./").to_owned());
+    if let Some(asset) = wasm {
+        assert_eq!(s.get(&format!("/{asset}")).0, 200, "{asset}");
+    }
+}
+
+/// Reads a server-sent event stream until its `done` or `error` event.
+fn read_events(s: &Server, id: &str) -> Vec<(String, Value)> {
+    let r = s.agent.get(s.url(&format!("/api/trace/{id}/events"))).call().unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let mut events = Vec::new();
+    let mut name = String::new();
+    for line in BufReader::new(r.into_body().into_reader()).lines() {
+        let line = line.unwrap();
+        if let Some(n) = line.strip_prefix("event: ") {
+            name = n.to_owned();
+        } else if let Some(d) = line.strip_prefix("data: ") {
+            let v: Value = serde_json::from_str(d).unwrap();
+            let end = name == "done" || name == "error";
+            events.push((name.clone(), v));
+            if end {
+                break;
+            }
+        }
+    }
+    events
+}
+
+#[test]
+fn live_events_follow_a_running_trace() {
+    let dir = scratch("serve-live");
+    let s = Server::start(&dir, &[]);
+    let (code, a) = s.post_json("/api/trace/memory?wait=false", &json!({"model_name": "resnet18", "input_shape": [3, 64, 64], "batch_size": 2, "iterations": 3}));
+    assert_eq!(code, 202, "{a}");
+    let id = a["trace_id"].as_str().unwrap().to_owned();
+    assert_eq!(a["events_url"], format!("/api/trace/{id}/events"));
+    let events = read_events(&s, &id);
+    let names: Vec<&str> = events.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names.first(), Some(&"status"));
+    assert!(names.contains(&"started"), "{names:?}");
+    let done_at = names.iter().position(|n| *n == "done").unwrap_or_else(|| panic!("no done event: {events:?}"));
+    assert_eq!(done_at, names.len() - 1);
+    let iterations: Vec<u64> = events.iter().filter(|(n, _)| n == "iteration").map(|(_, v)| v["done"].as_u64().unwrap()).collect();
+    assert_eq!(iterations, vec![1, 2, 3]);
+    // Memory arrives while the model runs, before the last iteration ends.
+    let first_memory = names.iter().position(|n| *n == "memory").expect("no memory events");
+    let last_iteration = names.iter().rposition(|n| *n == "iteration").unwrap();
+    assert!(first_memory < last_iteration);
+    assert!(names.iter().filter(|n| **n == "memory").count() >= 6, "{names:?}");
+    let points: Vec<[u64; 3]> = events.iter().filter(|(n, _)| n == "memory").flat_map(|(_, v)| serde_json::from_value::<Vec<[u64; 3]>>(v["points"].clone()).unwrap()).collect();
+    assert!(points.windows(2).all(|w| w[0][0] <= w[1][0]), "live points go back in time");
+    let done = &events[done_at].1["trace"];
+    assert_eq!(done["trace_id"], id.as_str());
+    // Decimation keeps each bucket's highest total: the live peak is the trace's peak.
+    let live_peak = points.iter().map(|p| p[1]).max().unwrap();
+    assert_eq!(Some(live_peak), done["peak_allocated_bytes"].as_u64());
+    // A late follower replays the run.
+    let again = read_events(&s, &id);
+    assert_eq!(again.last().map(|(n, _)| n.as_str()), Some("done"));
+    let (_, jobs) = s.get_json("/api/jobs");
+    let row = jobs["jobs"].as_array().unwrap().iter().find(|j| j["trace_id"] == id.as_str()).cloned().unwrap();
+    assert_eq!(row["state"], "done");
+    assert_eq!(row["iterations_done"], 3);
+}
+
+#[test]
+fn concurrent_requests_get_unique_ids_and_a_bounded_queue() {
+    let dir = scratch("serve-concurrent");
+    let s = Server::start(&dir, &["--jobs-per-device", "2"]);
+    // Traces at once: all answered, ids unique, all stored.
+    let ids: Vec<String> = std::thread::scope(|sc| {
+        let handles: Vec<_> = (0..4).map(|_| sc.spawn(|| s.post_json("/api/trace/memory", &mlp()))).collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                let (code, r) = h.join().unwrap();
+                assert_eq!(code, 200, "{r}");
+                r["trace_id"].as_str().unwrap().to_owned()
+            })
+            .collect()
+    });
+    // Uploads at once (cheap, so they really collide in time).
+    let mlp_snapshot = std::fs::read(data("mlp_adam_3steps.pickle")).unwrap();
+    let uploaded: Vec<String> = std::thread::scope(|sc| {
+        let handles: Vec<_> = (0..16).map(|_| sc.spawn(|| s.post_bytes("/api/trace/upload", &mlp_snapshot))).collect();
+        handles.into_iter().map(|h| h.join().unwrap().1["trace_id"].as_str().unwrap().to_owned()).collect()
+    });
+    let all: BTreeSet<&String> = ids.iter().chain(&uploaded).collect();
+    assert_eq!(all.len(), 20, "ids collided: {ids:?} {uploaded:?}");
+    let (_, list) = s.get_json("/api/trace/list");
+    assert_eq!(list["count"], 20);
+    drop(s);
+
+    // A full queue answers 429 with Retry-After; every accepted job still finishes.
+    let s = Server::start(&scratch("serve-queue"), &["--max-queue", "1"]);
+    let mut accepted = Vec::new();
+    let mut refused = 0;
+    for _ in 0..5 {
+        let r = s.agent.post(s.url("/api/trace/memory?wait=false")).send_json(mlp()).unwrap();
+        match r.status().as_u16() {
+            202 => {
+                let (_, t) = server::text(r);
+                accepted.push(serde_json::from_str::<Value>(&t).unwrap()["trace_id"].as_str().unwrap().to_owned());
+            }
+            429 => {
+                let retry: u64 = r.headers().get("retry-after").and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok()).expect("429 without Retry-After");
+                assert!(retry >= 1);
+                let (_, t) = server::text(r);
+                assert!(t.contains("queue is full"), "{t}");
+                refused += 1;
+            }
+            other => panic!("unexpected {other}"),
+        }
+    }
+    assert!(refused >= 2, "5 jobs fit in a queue of 1 with 1 slot");
+    for id in &accepted {
+        let events = read_events(&s, id);
+        assert_eq!(events.last().unwrap().0, "done", "{events:?}");
+    }
+    assert_eq!(s.get_json("/api/health").1["stored_traces"].as_u64(), Some(accepted.len() as u64));
+}
+
+#[test]
+fn a_failed_job_leaves_the_server_healthy() {
+    let dir = scratch("serve-failure");
+    let s = Server::start(&dir, &["--job-timeout-s", "8"]);
+    // Killed past the time limit: a clear error, nothing stored, no process left.
+    let (code, e) = s.post_json("/api/trace/memory", &json!({"model_name": "resnet50", "batch_size": 8, "iterations": 100}));
+    assert_eq!(code, 422, "{e}");
+    assert!(detail(&e).contains("--job-timeout-s"), "{e}");
+    assert_eq!(s.get_json("/api/trace/list").1["count"], 0);
+    assert_eq!(std::fs::read_dir(dir.join("tmp")).unwrap().count(), 0);
+    let children = std::fs::read_to_string(format!("/proc/{}/task/{}/children", s.pid(), s.pid())).unwrap_or_default();
+    assert!(children.trim().is_empty(), "trace processes left running: {children}");
+    let (code, h) = s.get_json("/api/health");
+    assert_eq!((code, h["jobs_running"].as_u64()), (200, Some(0)));
+    let (_, jobs) = s.get_json("/api/jobs");
+    assert_eq!(jobs["jobs"][0]["state"], "failed");
+    // The next job runs.
+    let (code, r) = s.post_json("/api/trace/memory", &json!({"model_name": "mlp", "batch_size": 4, "iterations": 1}));
+    assert_eq!(code, 200, "{r}");
+}
+
+#[test]
+fn the_store_survives_restarts_and_evicts_the_oldest() {
+    let dir = scratch("serve-store");
+    let snap = std::fs::read(data("mlp_adam_3steps.pickle")).unwrap();
+    let s = Server::start(&dir, &["--max-traces", "3"]);
+    let ids: Vec<String> = (0..4).map(|_| s.post_bytes("/api/trace/upload?filename=mlp.pickle", &snap).1["trace_id"].as_str().unwrap().to_owned()).collect();
+    let (_, list) = s.get_json("/api/trace/list");
+    assert_eq!(list["active_traces"], json!(ids[1..]), "the oldest is evicted first");
+    assert!(!dir.join("traces").join(format!("{}.pickle", ids[0])).exists());
+    let (code, e) = s.post_json("/api/trace/export", &json!({"trace_id": ids[1], "format": "timeline"}));
+    assert_eq!(code, 200);
+    let url = e["download_url"].as_str().unwrap().to_owned();
+    let (_, exported) = s.get(&url);
+    s.kill();
+    // What a crash mid-write leaves: a temporary file and a trace file without its sidecar.
+    std::fs::write(dir.join("tmp/7-half.upload"), b"partial").unwrap();
+    std::fs::write(dir.join("traces/trace_99.pickle"), b"orphan").unwrap();
+
+    let s = Server::start(&dir, &["--max-traces", "3"]);
+    let (_, list) = s.get_json("/api/trace/list");
+    assert_eq!(list["active_traces"], json!(ids[1..]), "traces after a restart");
+    assert_eq!(list["traces"][0]["peak_allocated_bytes"].as_u64(), Some(facts("mlp_adam_3steps.pickle", "max_allocated")));
+    assert_eq!(s.get(&url), (200, exported), "exports after a restart");
+    assert_eq!(std::fs::read_dir(dir.join("tmp")).unwrap().count(), 0);
+    assert!(!dir.join("traces/trace_99.pickle").exists());
+    let (_, u) = s.post_bytes("/api/trace/upload", &snap);
+    let new_id = u["trace_id"].as_str().unwrap();
+    assert!(store_ms(new_id) > store_ms(&ids[3]), "ids go on increasing after a restart");
+    // Export files count towards the bytes limit; a trace over the whole limit is refused.
+    drop(s);
+    let small = Server::start(&scratch("serve-store-bytes"), &["--max-store-mb", "1"]);
+    let big = std::fs::read(data("resnet18_sgd_2steps.pickle")).unwrap();
+    let a = small.post_bytes("/api/trace/upload", &big).1["trace_id"].as_str().unwrap().to_owned();
+    let b = small.post_bytes("/api/trace/upload", &big).1["trace_id"].as_str().unwrap().to_owned();
+    let c = small.post_bytes("/api/trace/upload", &big).1["trace_id"].as_str().unwrap().to_owned();
+    assert_eq!(small.get_json("/api/trace/list").1["active_traces"], json!([b, c]), "466 KB files in 1 MiB: {a} is evicted");
+    let (code, e) = small.post_bytes("/api/trace/upload", &vec![b'x'; 1_100_000]);
+    assert!(code == 413 || code == 422, "{code} {e}");
+}
+
+fn store_ms(id: &str) -> u64 {
+    id.trim_start_matches("trace_").parse().unwrap()
+}
+
+#[test]
+fn tokens_limits_and_cors() {
+    // A non-loopback bind without a token does not start.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_collector"))
+        .args(["serve", "--host", "0.0.0.0", "--port", "0", "--data-dir"])
+        .arg(scratch("serve-open"))
+        .env_remove("MEMORY_TRACER_TOKEN")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--token"), "{}", String::from_utf8_lossy(&out.stderr));
+
+    let dir = scratch("serve-token");
+    let s = Server::start(&dir, &["--token", "s3cret-token", "--max-upload-mb", "1"]);
+    let anonymous = server::agent();
+    for path in ["/api/health", "/api/trace/list", "/api/jobs", "/api/trace/trace_1", "/api/trace/trace_1/events", "/api/trace/download/x.csv"] {
+        let r = anonymous.get(s.url(path)).call().unwrap();
+        assert_eq!(r.status().as_u16(), 401, "{path}");
+        assert_eq!(r.headers().get("www-authenticate").and_then(|v| v.to_str().ok()), Some("Bearer"));
+        let (_, t) = server::text(r);
+        assert!(t.contains("\"detail\""), "{t}");
+    }
+    for (method, path) in [("POST", "/api/trace/memory"), ("POST", "/api/trace/export"), ("POST", "/api/trace/upload"), ("DELETE", "/api/trace/trace_1")] {
+        let r = match method {
+            "POST" => anonymous.post(s.url(path)).send_json(mlp()).unwrap(),
+            _ => anonymous.delete(s.url(path)).call().unwrap(),
+        };
+        assert_eq!(r.status().as_u16(), 401, "{method} {path}");
+    }
+    let r = anonymous.get(s.url("/api/health")).header("Authorization", "Bearer wrong").call().unwrap();
+    assert_eq!(r.status().as_u16(), 401);
+    assert_eq!(s.get_json("/api/health").0, 200, "the right bearer token");
+    let r = anonymous.get(s.url("/api/health?access_token=s3cret-token")).call().unwrap();
+    assert_eq!(r.status().as_u16(), 200, "the token as a query parameter (EventSource)");
+    for public in ["/", "/api/openapi.json", "/api/docs", "/api/redoc"] {
+        assert_eq!(anonymous.get(s.url(public)).call().unwrap().status().as_u16(), 200, "{public} holds no data");
+    }
+    // Upload limit: 413, nothing kept.
+    let (code, e) = s.post_bytes("/api/trace/upload", &vec![0u8; (1 << 20) + 10]);
+    assert_eq!(code, 413, "{e}");
+    assert_eq!(std::fs::read_dir(dir.join("tmp")).unwrap().count(), 0);
+    // CORS is off unless asked for.
+    let r = s.agent.get(s.url("/api/openapi.json")).header("Origin", "http://evil.example").call().unwrap();
+    assert!(r.headers().get("access-control-allow-origin").is_none());
+    drop(s);
+    let s = Server::start(&scratch("serve-cors"), &["--cors-origin", "http://viewer.example"]);
+    let r = s.agent.get(s.url("/api/health")).header("Origin", "http://viewer.example").call().unwrap();
+    assert_eq!(r.headers().get("access-control-allow-origin").and_then(|v| v.to_str().ok()), Some("http://viewer.example"));
+    let r = s.agent.get(s.url("/api/health")).header("Origin", "http://evil.example").call().unwrap();
+    assert!(r.headers().get("access-control-allow-origin").is_none());
+}
+
+/// The seed's Python client flow, with `requests` from the test venv.
+#[test]
+fn python_requests_client_flow() {
+    let s = Server::start(&scratch("serve-python"), &["--token", "py-token"]);
+    let script = r#"
+import sys, requests
+base, token = sys.argv[1], sys.argv[2]
+h = {"Authorization": f"Bearer {token}"}
+r = requests.post(f"{base}/api/trace/memory", json={"model_name": "mlp", "input_shape": [784], "batch_size": 8, "max_events": 10000, "enable_fragmentation": True, "iterations": 1}, headers=h)
+r.raise_for_status()
+t = r.json()
+tid = t["trace_id"]
+assert t["peak_allocated_mb"] > 0 and t["total_events"] > 0 and "fc1" in t["layer_stats"], t
+assert tid in requests.get(f"{base}/api/trace/list", headers=h).json()["active_traces"]
+e = requests.post(f"{base}/api/trace/export", json={"trace_id": tid, "format": "speedscope"}, headers=h).json()
+d = requests.get(base + e["download_url"], headers=h)
+d.raise_for_status()
+assert len(d.content) == e["file_size_bytes"] and "speedscope" in d.json()["$schema"]
+x = requests.delete(f"{base}/api/trace/{tid}", headers=h).json()
+assert x["message"] == f"Trace {tid} deleted successfully", x
+r = requests.delete(f"{base}/api/trace/{tid}", headers=h)
+assert r.status_code == 404 and r.json()["detail"] == f"Trace {tid} not found"
+assert requests.get(f"{base}/api/trace/list").status_code == 401
+print("python flow ok", tid)
+"#;
+    let python = std::env::var("MEMORY_TRACER_PYTHON").unwrap_or_else(|_| "python3".into());
+    let out = std::process::Command::new(&python).args(["-c", script, &s.base, "py-token"]).output().unwrap_or_else(|e| panic!("cannot run {python}: {e}"));
+    assert!(out.status.success(), "python flow failed:\n{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("python flow ok"));
+}

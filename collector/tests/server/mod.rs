@@ -1,0 +1,158 @@
+//! Starts `collector serve` on a free loopback port for tests and benchmarks; stops it when
+//! dropped.
+
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use serde_json::Value;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+pub struct Server {
+    child: Child,
+    pub base: String,
+    pub agent: ureq::Agent,
+    pub token: Option<String>,
+    pub data_dir: PathBuf,
+}
+
+impl Server {
+    /// `collector serve --port 0 --data-dir DIR --device cpu ARGS...`; waits until it listens.
+    pub fn start(data_dir: &Path, args: &[&str]) -> Server {
+        Self::start_with(env!("CARGO_BIN_EXE_collector"), data_dir, args)
+    }
+
+    pub fn start_with(exe: &str, data_dir: &Path, args: &[&str]) -> Server {
+        let mut child = Command::new(exe)
+            .args(["serve", "--port", "0", "--device", "cpu", "--data-dir"])
+            .arg(data_dir)
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("cannot start collector serve");
+        let stderr = child.stderr.take().expect("stderr");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut sent = false;
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if !sent {
+                    if let Some(addr) = line.strip_prefix("Memory Tracer is serving ").and_then(|l| l.rsplit(" on ").next()) {
+                        let _ = tx.send(Ok(addr.to_owned()));
+                        sent = true;
+                        continue;
+                    }
+                    if line.starts_with("error:") {
+                        let _ = tx.send(Err(line.clone()));
+                    }
+                }
+                if std::env::var_os("MEMORY_TRACER_SERVE_LOG").is_some() {
+                    eprintln!("[serve] {line}");
+                }
+            }
+        });
+        let addr = match rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(Ok(a)) => a,
+            Ok(Err(e)) => panic!("collector serve failed to start: {e}"),
+            Err(_) => {
+                let _ = child.kill();
+                panic!("collector serve did not start within 60 s");
+            }
+        };
+        let token = args.iter().position(|a| *a == "--token").map(|i| args[i + 1].to_owned());
+        Server {
+            child,
+            base: format!("http://{addr}"),
+            agent: agent(),
+            token,
+            data_dir: data_dir.to_owned(),
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    fn auth<B>(&self, r: ureq::RequestBuilder<B>) -> ureq::RequestBuilder<B> {
+        match &self.token {
+            Some(t) => r.header("Authorization", format!("Bearer {t}")),
+            None => r,
+        }
+    }
+
+    /// GET → (status, body text).
+    pub fn get(&self, path: &str) -> (u16, String) {
+        let r = self.auth(self.agent.get(self.url(path))).call().expect("GET failed");
+        text(r)
+    }
+
+    pub fn get_json(&self, path: &str) -> (u16, Value) {
+        let (s, t) = self.get(path);
+        (s, serde_json::from_str(&t).unwrap_or_else(|e| panic!("GET {path}: not JSON ({e}): {t}")))
+    }
+
+    pub fn post_json(&self, path: &str, body: &Value) -> (u16, Value) {
+        let r = self.auth(self.agent.post(self.url(path))).send_json(body).expect("POST failed");
+        let (s, t) = text(r);
+        (s, serde_json::from_str(&t).unwrap_or_else(|e| panic!("POST {path}: not JSON ({e}): {t}")))
+    }
+
+    pub fn post_bytes(&self, path: &str, bytes: &[u8]) -> (u16, Value) {
+        let r = self.auth(self.agent.post(self.url(path))).header("Content-Type", "application/octet-stream").send(bytes).expect("POST failed");
+        let (s, t) = text(r);
+        (s, serde_json::from_str(&t).unwrap_or_else(|e| panic!("POST {path}: not JSON ({e}): {t}")))
+    }
+
+    pub fn delete(&self, path: &str) -> (u16, Value) {
+        let r = self.auth(self.agent.delete(self.url(path))).call().expect("DELETE failed");
+        let (s, t) = text(r);
+        (s, serde_json::from_str(&t).unwrap_or_else(|e| panic!("DELETE {path}: not JSON ({e}): {t}")))
+    }
+
+    /// The server's resident memory now and at its highest (VmRSS, VmHWM), KiB.
+    pub fn memory_kib(&self) -> (u64, u64) {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap_or_default();
+        let field = |name: &str| status.lines().find_map(|l| l.strip_prefix(name)).and_then(|v| v.split_whitespace().next()?.parse().ok()).unwrap_or(0);
+        (field("VmRSS:"), field("VmHWM:"))
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Stops the server (SIGKILL: nothing gets to flush, as in a crash).
+    pub fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(300)))
+        .build()
+        .into()
+}
+
+pub fn text(mut r: ureq::http::Response<ureq::Body>) -> (u16, String) {
+    let status = r.status().as_u16();
+    let body = r.body_mut().with_config().limit(1 << 30).read_to_string().unwrap_or_else(|e| format!("<unreadable body: {e}>"));
+    (status, body)
+}
+
+/// A fresh empty folder under the target directory.
+pub fn scratch(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("cannot create a scratch folder");
+    dir
+}
