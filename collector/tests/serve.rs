@@ -245,7 +245,7 @@ fn api_contract_on_cpu() {
     }
 }
 
-/// Reads a server-sent event stream until its `done` or `error` event.
+/// Reads a server-sent event stream until its `done` or `failed` event.
 fn read_events(s: &Server, id: &str) -> Vec<(String, Value)> {
     let r = s.agent.get(s.url(&format!("/api/trace/{id}/events"))).call().unwrap();
     assert_eq!(r.status().as_u16(), 200);
@@ -257,7 +257,7 @@ fn read_events(s: &Server, id: &str) -> Vec<(String, Value)> {
             name = n.to_owned();
         } else if let Some(d) = line.strip_prefix("data: ") {
             let v: Value = serde_json::from_str(d).unwrap();
-            let end = name == "done" || name == "error";
+            let end = name == "done" || name == "failed";
             events.push((name.clone(), v));
             if end {
                 break;

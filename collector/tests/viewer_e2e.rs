@@ -4,10 +4,13 @@
 //! shows table rows equal to what `shared` computes natively, answers clicks and zooms, and
 //! shows the error panel for a bad file while keeping the trace it had. `collector report`
 //! folders and single files open from a static host. Screenshots of every view go to
-//! `target/e2e-screenshots/` to be looked at.
+//! `target/e2e-screenshots/` to be looked at. Served by `collector serve` (with a token), the
+//! page traces a model through its form, draws it live from the server's events, then opens
+//! the stored trace.
 #![cfg(feature = "tracing")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod server;
 mod webdriver;
 
 use serde_json::{json, Value};
@@ -297,4 +300,56 @@ fn reports_open_from_a_static_host() {
     assert!(!html.contains("src=\"") && !html.contains("worker_loader.js\")"), "the single file refers to other files");
     let v: Value = json!(std::fs::metadata(&single).unwrap().len());
     assert!(v.as_u64().unwrap() > 1_000_000);
+}
+
+/// Pixels of `canvas#id` that differ from its first pixel.
+fn painted(b: &Browser, id: &str) -> u64 {
+    let script = format!(
+        "const c = document.getElementById('{id}'); if (!c) return 0; const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data; let n = 0; for (let i = 0; i < d.length; i += 4) if (d[i] !== d[0] || d[i+1] !== d[1] || d[i+2] !== d[2]) n++; return n;"
+    );
+    b.exec(&script, json!([])).as_u64().unwrap_or(0)
+}
+
+#[test]
+fn the_served_viewer_follows_a_live_trace() {
+    let _ = dist();
+    let s = server::Server::start(&tmpdir("serve"), &["--token", "e2e-token"]);
+    let b = Browser::start(1400, 1000);
+    b.goto(&format!("{}/?token=e2e-token", s.base));
+    b.wait_for("return document.querySelector('#srv-trace') && document.querySelector('#server .hint')?.textContent.includes('default device cpu')", 30, "the server panel");
+    // Trace through the page's form.
+    b.exec(
+        "document.getElementById('srv-model').value = 'resnet18';
+         document.getElementById('srv-shape').value = '3,64,64';
+         document.getElementById('srv-batch').value = '2';
+         document.getElementById('srv-iterations').value = '8';",
+        json!([]),
+    );
+    b.click("#srv-trace");
+    // Drawn while it runs.
+    b.wait_for(
+        "const d = document.body.dataset; return d.liveState === 'running' && +d.liveBatches >= 2 && +d.liveDrawn > 0",
+        120,
+        "live memory while the trace runs",
+    );
+    let live_pixels = painted(&b, "live-canvas");
+    let running_text = b.exec("return document.getElementById('live').innerText", json!([]));
+    b.screenshot(&screenshots().join("serve-live.png"));
+    assert!(live_pixels > 2000, "the live chart is blank ({live_pixels} painted pixels)");
+    assert!(running_text.as_str().unwrap().contains("running"), "{running_text}");
+    // Then the stored trace opens in every view.
+    b.wait_for("return document.body.dataset.liveState === 'done'", 300, "the trace to finish");
+    let (_, list) = s.get_json("/api/trace/list");
+    let row = &list["traces"][0];
+    let id = row["trace_id"].as_str().unwrap();
+    wait_drawn(&b, id);
+    let text = b.exec("return document.querySelector('#summary').innerText", json!([]));
+    let peak = format_bytes(row["peak_allocated_bytes"].as_u64().unwrap());
+    assert!(text.as_str().unwrap().contains(&peak), "the summary lacks the server's peak {peak}: {text}");
+    let charts = b.exec(PAINTED, json!([]));
+    for id in ["timeline-canvas", "flame-canvas", "rank-canvas"] {
+        assert!(charts[id].as_u64().unwrap_or(0) > 2000, "{id} blank: {charts}");
+    }
+    b.wait_for(&format!("return document.querySelector('#server-traces')?.innerText.includes({})", json!(id)), 30, "the stored trace in the list");
+    b.screenshot(&screenshots().join("serve-done.png"));
 }

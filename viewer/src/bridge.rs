@@ -78,9 +78,15 @@ pub fn open_file(state: AppState, file: web_sys::File) {
     send(object(&[("kind", "open_file".into()), ("file", file.into())]));
 }
 
-/// Opens a trace from a URL (`?trace=`, a report's own trace, `collector serve`).
+/// Opens a trace from a URL (`?trace=`, a report's own trace).
 pub fn open_url(state: AppState, url: &str) {
-    state.begin_loading(url);
+    open_url_as(state, url, url);
+}
+
+/// Opens a trace from a URL, showing `name` while it loads (`collector serve`'s traces, whose
+/// URLs may carry a token).
+pub fn open_url_as(state: AppState, url: &str, name: &str) {
+    state.begin_loading(name);
     send(object(&[("kind", "open_url".into()), ("url", url.into())]));
 }
 

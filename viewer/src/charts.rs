@@ -221,6 +221,44 @@ pub fn draw_timeline(
 }
 
 /// Fragmentation, (reserved − allocated) / reserved after each bucket.
+/// A running trace's memory so far (`[ns, allocated, reserved]` points from
+/// `collector serve`'s live events), drawn as steps; reserved only where the device has it.
+pub fn draw_live(canvas: &HtmlCanvasElement, pal: &Palette, points: &[[u64; 3]]) -> Res<()> {
+    let root = area(canvas, pal)?;
+    let t1 = points.last().map_or(1.0, |p| p[0] as f64 / 1e9).max(1e-3);
+    let ymax = nice_max(points.iter().map(|p| p[1].max(p[2])).max().unwrap_or(0) as f64);
+    let mut chart = ChartBuilder::on(&root)
+        .margin(8)
+        .x_label_area_size(28)
+        .y_label_area_size(78)
+        .build_cartesian_2d(0f64..t1, 0f64..ymax)
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .x_labels(8)
+        .y_labels(5)
+        .x_label_formatter(&|v| format_seconds(*v))
+        .y_label_formatter(&|v| format_bytes(*v as u64))
+        .label_style(font(pal, 12))
+        .axis_style(pal.text)
+        .bold_line_style(pal.grid)
+        .light_line_style(pal.background)
+        .draw()
+        .map_err(err)?;
+    let step = |i: usize| {
+        points.iter().enumerate().flat_map(move |(k, p)| {
+            let t = p[0] as f64 / 1e9;
+            let prev = if k == 0 { p[i] } else { points[k - 1][i] };
+            [(t, prev as f64), (t, p[i] as f64)]
+        })
+    };
+    chart.draw_series(AreaSeries::new(step(1), 0.0, pal.allocated.mix(0.25)).border_style(pal.allocated)).map_err(err)?;
+    if points.iter().any(|p| p[2] > 0) {
+        chart.draw_series(LineSeries::new(step(2), pal.reserved.stroke_width(2))).map_err(err)?;
+    }
+    root.present().map_err(err)
+}
+
 pub fn draw_fragmentation(canvas: &HtmlCanvasElement, pal: &Palette, window: (f64, f64), points: &[TimelinePoint]) -> Res<Mapping> {
     let root = area(canvas, pal)?;
     let (t0, t1) = (window.0, window.1.max(window.0 + 1e-9));

@@ -10,6 +10,7 @@ pub mod bridge;
 pub mod charts;
 pub mod perf;
 pub mod protocol;
+pub mod server;
 pub mod tables;
 mod views;
 
@@ -189,6 +190,7 @@ pub fn App() -> impl IntoView {
     view! {
         <views::Header />
         <main class="app">
+            {server::base().map(|_| view! { <server::ServerPanel /> })}
             {move || state.loading.get().map(|(name, stage)| view! {
                 <section class="progress" role="status" id="progress">
                     <span class="spinner"></span>

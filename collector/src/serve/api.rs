@@ -588,7 +588,7 @@ where
 
 /// Follow a trace: Server-Sent Events while it is queued and runs (`status`, `started`,
 /// `memory` batches of `[ns, allocated, reserved]`, `iteration`), ending with `done` (the
-/// same body as `POST /api/trace/memory`) or `error` (`{"status", "detail"}`). A stored trace
+/// same body as `POST /api/trace/memory`) or `failed` (`{"status", "detail"}`). A stored trace
 /// answers `done` at once. Late followers first get what was sent so far.
 #[utoipa::path(get, path = "/api/trace/{trace_id}/events", tag = "tracing", params(("trace_id" = String, Path)), responses(
     (status = 200, description = "An event stream", content_type = "text/event-stream"),

@@ -94,7 +94,8 @@ pub enum LiveEvent {
     Iteration { done: u32, of: u32, seconds: f64 },
     Memory { points: Vec<[u64; 3]> },
     Done { trace: TraceResponse },
-    Error { status: u16, detail: String },
+    /// Named `failed`, not `error`: EventSource reserves `error` for its own connection errors.
+    Failed { status: u16, detail: String },
 }
 
 impl LiveEvent {
@@ -105,12 +106,12 @@ impl LiveEvent {
             LiveEvent::Iteration { .. } => "iteration",
             LiveEvent::Memory { .. } => "memory",
             LiveEvent::Done { .. } => "done",
-            LiveEvent::Error { .. } => "error",
+            LiveEvent::Failed { .. } => "failed",
         }
     }
 
     pub fn is_terminal(&self) -> bool {
-        matches!(self, LiveEvent::Done { .. } | LiveEvent::Error { .. })
+        matches!(self, LiveEvent::Done { .. } | LiveEvent::Failed { .. })
     }
 }
 
@@ -165,7 +166,7 @@ impl Job {
             LiveEvent::Status { state, .. } => log.1 = *state,
             LiveEvent::Iteration { done, .. } => log.2 = *done,
             LiveEvent::Done { .. } => log.1 = JobStateName::Done,
-            LiveEvent::Error { .. } => log.1 = JobStateName::Failed,
+            LiveEvent::Failed { .. } => log.1 = JobStateName::Failed,
             _ => {}
         }
         log.0.push(e.clone());
@@ -317,7 +318,7 @@ impl Jobs {
                     j.outcome.send_replace(Outcome::Done(r));
                 }
                 Err(e) => {
-                    j.publish(LiveEvent::Error {
+                    j.publish(LiveEvent::Failed {
                         status: e.status.as_u16(),
                         detail: e.detail.clone(),
                     });

@@ -1,0 +1,495 @@
+//! Server mode: when `collector serve` serves the page (it adds
+//! `<meta name="memory-tracer-server">`), the page lists the server's stored traces, traces
+//! models on request, and follows a running trace live through its Server-Sent Events
+//! (`/api/trace/{id}/events`): memory totals drawn as they arrive, then the finished trace
+//! opened in every view.
+//!
+//! A server started with `--token` is reached through `/?token=T`; the token is kept for the
+//! tab (sessionStorage) and sent as a bearer header, or as `access_token` where headers cannot
+//! be set (EventSource, the worker's fetch).
+
+use crate::{bridge, perf, AppState};
+use leptos::prelude::*;
+use serde::Deserialize;
+use shared::units::{format_bytes, format_seconds};
+use wasm_bindgen::prelude::*;
+use wasm_bindgen::JsCast;
+use wasm_bindgen_futures::JsFuture;
+
+const TOKEN_KEY: &str = "memory-tracer-token";
+
+/// The API's base URL when served by `collector serve`.
+pub fn base() -> Option<String> {
+    document().query_selector("meta[name=memory-tracer-server]").ok().flatten().and_then(|m| m.get_attribute("content"))
+}
+
+fn query_param(name: &str) -> Option<String> {
+    let search = window().location().search().ok()?;
+    web_sys::UrlSearchParams::new_with_str(&search).ok()?.get(name)
+}
+
+fn token() -> Option<String> {
+    let storage = window().session_storage().ok().flatten();
+    if let Some(t) = query_param("token").filter(|t| !t.is_empty()) {
+        if let Some(s) = &storage {
+            let _ = s.set_item(TOKEN_KEY, &t);
+        }
+        return Some(t);
+    }
+    storage.and_then(|s| s.get_item(TOKEN_KEY).ok().flatten())
+}
+
+fn encode(s: &str) -> String {
+    js_sys::encode_uri_component(s).as_string().unwrap_or_default()
+}
+
+/// `path` under the API base, with the token as a query parameter (for EventSource and the
+/// worker's fetch).
+fn url_with_token(path: &str) -> String {
+    let url = format!("{}{path}", base().unwrap_or_else(|| "./".into()));
+    match token() {
+        Some(t) => format!("{url}{}access_token={}", if url.contains('?') { '&' } else { '?' }, encode(&t)),
+        None => url,
+    }
+}
+
+/// Calls the API; `Err` holds the server's `detail` (or what went wrong).
+async fn call(method: &str, path: &str, body: Option<String>) -> Result<String, String> {
+    let url = format!("{}{path}", base().unwrap_or_else(|| "./".into()));
+    let js = |e: JsValue| format!("{e:?}");
+    let init = web_sys::RequestInit::new();
+    init.set_method(method);
+    let headers = web_sys::Headers::new().map_err(js)?;
+    if let Some(t) = token() {
+        headers.set("Authorization", &format!("Bearer {t}")).map_err(js)?;
+    }
+    if let Some(b) = body {
+        headers.set("Content-Type", "application/json").map_err(js)?;
+        init.set_body(&JsValue::from_str(&b));
+    }
+    init.set_headers(&headers);
+    let req = web_sys::Request::new_with_str_and_init(&url, &init).map_err(js)?;
+    let resp: web_sys::Response = JsFuture::from(window().fetch_with_request(&req))
+        .await
+        .map_err(|_| "the server does not answer (stopped?)".to_owned())?
+        .dyn_into()
+        .map_err(js)?;
+    let text = JsFuture::from(resp.text().map_err(js)?).await.map_err(js)?.as_string().unwrap_or_default();
+    if resp.ok() {
+        Ok(text)
+    } else {
+        #[derive(Deserialize)]
+        struct Detail {
+            detail: String,
+        }
+        Err(serde_json::from_str::<Detail>(&text).map_or_else(|_| format!("HTTP {}: {text}", resp.status()), |d| d.detail))
+    }
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+pub struct TraceRow {
+    pub trace_id: String,
+    pub model_name: String,
+    pub origin: String,
+    pub created_unix_ms: u64,
+    pub file_size_bytes: u64,
+    pub total_events: usize,
+    pub peak_allocated_bytes: u64,
+    pub device: Option<String>,
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+pub struct JobRow {
+    pub trace_id: String,
+    pub state: String,
+    pub model_name: String,
+    pub device: String,
+    pub iterations_done: u32,
+    pub iterations: u32,
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+struct Health {
+    device: String,
+    cuda_device_count: u32,
+    tracing_available: bool,
+}
+
+/// A trace being followed.
+#[derive(Clone, Debug, Default)]
+pub struct Live {
+    pub trace_id: String,
+    pub model: String,
+    pub device: String,
+    /// queued, running, done or failed.
+    pub state: String,
+    pub iterations_done: u32,
+    pub iterations: u32,
+    /// `[ns since start, allocated, reserved]`.
+    pub points: Vec<[u64; 3]>,
+    pub batches: usize,
+    pub error: Option<String>,
+}
+
+/// The server panel's state.
+#[derive(Clone, Copy)]
+pub struct ServerState {
+    traces: RwSignal<Vec<TraceRow>>,
+    jobs: RwSignal<Vec<JobRow>>,
+    health: RwSignal<Option<Health>>,
+    pub live: RwSignal<Option<Live>>,
+    message: RwSignal<Option<String>>,
+}
+
+impl ServerState {
+    fn refresh(self) {
+        leptos::task::spawn_local(async move {
+            #[derive(Deserialize)]
+            struct List {
+                traces: Vec<TraceRow>,
+            }
+            #[derive(Deserialize)]
+            struct Jobs {
+                jobs: Vec<JobRow>,
+            }
+            match call("GET", "api/trace/list", None).await.and_then(|t| serde_json::from_str::<List>(&t).map_err(|e| e.to_string())) {
+                Ok(l) => self.traces.set(l.traces.into_iter().rev().collect()),
+                Err(e) => self.message.set(Some(format!("cannot list the server's traces: {e}"))),
+            }
+            if let Ok(j) = call("GET", "api/jobs", None).await.and_then(|t| serde_json::from_str::<Jobs>(&t).map_err(|e| e.to_string())) {
+                self.jobs.set(j.jobs.into_iter().filter(|j| j.state == "queued" || j.state == "running").collect());
+            }
+        });
+    }
+}
+
+/// Opens a stored trace from the server in every view.
+fn open_stored(state: AppState, id: &str) {
+    bridge::open_url_as(state, &url_with_token(&format!("api/trace/{id}")), id);
+}
+
+thread_local! {
+    static SOURCE: std::cell::RefCell<Option<web_sys::EventSource>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Follows trace `id` live; opens it when done.
+pub fn follow(state: AppState, server: ServerState, id: &str) {
+    SOURCE.with(|s| {
+        if let Some(old) = s.borrow_mut().take() {
+            old.close();
+        }
+    });
+    server.live.set(Some(Live {
+        trace_id: id.to_owned(),
+        state: "connecting".into(),
+        ..Live::default()
+    }));
+    perf::set_body("data-live-state", "connecting");
+    perf::set_body("data-live-batches", "0");
+    let Ok(source) = web_sys::EventSource::new(&url_with_token(&format!("api/trace/{}/events", encode(id)))) else {
+        server.message.set(Some("this browser cannot follow server events".into()));
+        return;
+    };
+    let set_state = move |s: &str| {
+        perf::set_body("data-live-state", s);
+        server.live.update(|l| {
+            if let Some(l) = l {
+                l.state = s.to_owned();
+            }
+        });
+    };
+    let shared_source = source.clone();
+    let handler = move |kind: &'static str| {
+        let source = shared_source.clone();
+        Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |e: web_sys::MessageEvent| {
+            let Some(data) = e.data().as_string() else { return };
+            let Ok(v) = serde_json::from_str::<serde_json::Value>(&data) else { return };
+            match kind {
+                "status" => {
+                    server.live.update(|l| {
+                        if let Some(l) = l {
+                            l.model = v["model"].as_str().unwrap_or_default().to_owned();
+                            l.device = v["device"].as_str().unwrap_or_default().to_owned();
+                        }
+                    });
+                    set_state(v["state"].as_str().unwrap_or("running"));
+                }
+                "started" => server.live.update(|l| {
+                    if let Some(l) = l {
+                        l.iterations = v["iterations"].as_u64().unwrap_or(0) as u32;
+                    }
+                }),
+                "iteration" => server.live.update(|l| {
+                    if let Some(l) = l {
+                        l.iterations_done = v["done"].as_u64().unwrap_or(0) as u32;
+                        l.iterations = v["of"].as_u64().unwrap_or(0) as u32;
+                    }
+                }),
+                "memory" => {
+                    let points: Vec<[u64; 3]> = serde_json::from_value(v["points"].clone()).unwrap_or_default();
+                    let mut batches = 0;
+                    server.live.update(|l| {
+                        if let Some(l) = l {
+                            l.points.extend(points);
+                            l.batches += 1;
+                            batches = l.batches;
+                        }
+                    });
+                    perf::set_body("data-live-batches", &batches.to_string());
+                }
+                "done" => {
+                    source.close();
+                    set_state("done");
+                    if let Some(id) = v["trace"]["trace_id"].as_str() {
+                        open_stored(state, id);
+                    }
+                    server.refresh();
+                }
+                "failed" => {
+                    source.close();
+                    let detail = v["detail"].as_str().unwrap_or("the trace failed").to_owned();
+                    server.live.update(|l| {
+                        if let Some(l) = l {
+                            l.error = Some(detail);
+                        }
+                    });
+                    set_state("failed");
+                    server.refresh();
+                }
+                _ => {}
+            }
+        })
+    };
+    for kind in ["status", "started", "iteration", "memory", "done", "failed"] {
+        let cb = handler(kind);
+        let _ = source.add_event_listener_with_callback(kind, cb.as_ref().unchecked_ref());
+        cb.forget(); // as long as the source lives; a page follows few traces
+    }
+    let on_error = Closure::<dyn FnMut(web_sys::Event)>::new(move |_e: web_sys::Event| {
+        let running = server.live.with_untracked(|l| l.as_ref().is_some_and(|l| l.state != "done" && l.state != "failed"));
+        if running {
+            server.message.set(Some("lost the connection to the server's event stream; retrying".into()));
+        }
+    });
+    source.set_onerror(Some(on_error.as_ref().unchecked_ref()));
+    on_error.forget();
+    SOURCE.with(|s| *s.borrow_mut() = Some(source));
+}
+
+const MODELS: [&str; 9] = ["resnet18", "resnet34", "resnet50", "resnet101", "resnet152", "vgg16", "transformer", "gpt", "mlp"];
+
+fn input_value(id: &str) -> String {
+    document().get_element_by_id(id).and_then(|e| e.dyn_into::<web_sys::HtmlInputElement>().ok()).map(|e| e.value()).unwrap_or_default()
+}
+
+fn select_value(id: &str) -> String {
+    document().get_element_by_id(id).and_then(|e| e.dyn_into::<web_sys::HtmlSelectElement>().ok()).map(|e| e.value()).unwrap_or_default()
+}
+
+/// The request the form describes, or what is wrong with it.
+fn form_request() -> Result<serde_json::Value, String> {
+    let mut req = serde_json::json!({ "model_name": select_value("srv-model"), "mode": select_value("srv-mode") });
+    let number = |id: &str, what: &str| -> Result<Option<u64>, String> {
+        let v = input_value(id);
+        let v = v.trim();
+        if v.is_empty() {
+            return Ok(None);
+        }
+        v.parse::<u64>().map(Some).map_err(|_| format!("{what} must be a whole number, not `{v}`"))
+    };
+    if let Some(b) = number("srv-batch", "batch size")? {
+        req["batch_size"] = b.into();
+    }
+    if let Some(i) = number("srv-iterations", "iterations")? {
+        req["iterations"] = i.into();
+    }
+    if let Some(m) = number("srv-max-events", "max events")? {
+        req["max_events"] = m.into();
+    }
+    let shape = input_value("srv-shape");
+    if !shape.trim().is_empty() {
+        let dims: Result<Vec<i64>, _> = shape.split([',', 'x', ' ']).filter(|s| !s.is_empty()).map(str::parse::<i64>).collect();
+        req["input_shape"] = dims.map_err(|_| format!("input shape must be numbers separated by commas, not `{shape}`"))?.into();
+    }
+    let device = select_value("srv-device");
+    if !device.is_empty() {
+        req["device"] = device.into();
+    }
+    Ok(req)
+}
+
+/// The server panel: trace a model, running jobs, stored traces, and the live view.
+#[component]
+pub fn ServerPanel() -> impl IntoView {
+    let state = expect_context::<AppState>();
+    let server = ServerState {
+        traces: RwSignal::new(Vec::new()),
+        jobs: RwSignal::new(Vec::new()),
+        health: RwSignal::new(None),
+        live: RwSignal::new(None),
+        message: RwSignal::new(None),
+    };
+    provide_context(server);
+    server.refresh();
+    leptos::task::spawn_local(async move {
+        match call("GET", "api/health", None).await.and_then(|t| serde_json::from_str::<Health>(&t).map_err(|e| e.to_string())) {
+            Ok(h) => server.health.set(Some(h)),
+            Err(e) => server.message.set(Some(format!("cannot reach the server: {e}"))),
+        }
+    });
+    if let Some(id) = query_param("follow") {
+        follow(state, server, &id);
+    }
+    let submit = move |ev: leptos::ev::SubmitEvent| {
+        ev.prevent_default();
+        server.message.set(None);
+        let req = match form_request() {
+            Ok(r) => r,
+            Err(e) => return server.message.set(Some(e)),
+        };
+        leptos::task::spawn_local(async move {
+            #[derive(Deserialize)]
+            struct Accepted {
+                trace_id: String,
+            }
+            match call("POST", "api/trace/memory?wait=false", Some(req.to_string())).await.and_then(|t| serde_json::from_str::<Accepted>(&t).map_err(|e| e.to_string())) {
+                Ok(a) => {
+                    follow(state, server, &a.trace_id);
+                    server.refresh();
+                }
+                Err(e) => server.message.set(Some(e)),
+            }
+        });
+    };
+    let delete = move |id: String| {
+        leptos::task::spawn_local(async move {
+            match call("DELETE", &format!("api/trace/{}", encode(&id)), None).await {
+                Ok(_) => server.refresh(),
+                Err(e) => server.message.set(Some(e)),
+            }
+        });
+    };
+    view! {
+        <section class="card server" id="server">
+            <div class="card-head">
+                <h2>"Server"</h2>
+                <span class="hint">{move || server.health.get().map(|h| format!(
+                    "default device {}{}",
+                    h.device,
+                    if h.tracing_available { "" } else { " · built without tracing" }
+                ))}</span>
+                <button on:click=move |_| server.refresh() title="Reload the lists">"Refresh"</button>
+            </div>
+            <form class="trace-form" on:submit=submit>
+                <label>"Model " <select id="srv-model">{MODELS.iter().map(|m| view! { <option value=*m>{*m}</option> }).collect_view()}</select></label>
+                <label>"Input shape " <input id="srv-shape" type="text" placeholder="model default" size="10" title="One sample, without the batch: 3,224,224 (images), 128 (tokens), 784 (mlp)" /></label>
+                <label>"Batch " <input id="srv-batch" type="text" placeholder="default" size="5" /></label>
+                <label>"Iterations " <input id="srv-iterations" type="text" placeholder="3" size="4" /></label>
+                <label>"Max events " <input id="srv-max-events" type="text" value="1000000" size="8" title="Allocations and frees kept (the API's default is 10000)" /></label>
+                <label>"Mode " <select id="srv-mode"><option value="train">"train"</option><option value="infer">"infer"</option></select></label>
+                <label>"Device " <select id="srv-device">
+                    <option value="">"server default"</option>
+                    <option value="cpu">"cpu"</option>
+                    {move || server.health.get().map(|h| (0..h.cuda_device_count).map(|i| {
+                        let d = format!("cuda:{i}");
+                        view! { <option value=d.clone()>{d.clone()}</option> }
+                    }).collect_view())}
+                </select></label>
+                <button type="submit" id="srv-trace">"Trace"</button>
+            </form>
+            {move || server.message.get().map(|m| view! { <p class="server-message" role="alert">{m}</p> })}
+            <LiveView />
+            {move || {
+                let jobs = server.jobs.get();
+                (!jobs.is_empty()).then(|| view! {
+                    <h3>"Running and queued"</h3>
+                    <ul class="jobs">
+                        {jobs.into_iter().map(|j| {
+                            let id = j.trace_id.clone();
+                            view! { <li>
+                                <code>{j.trace_id.clone()}</code> " " {j.model_name} " on " {j.device} " · " {j.state} " · "
+                                {format!("{}/{} iterations", j.iterations_done, j.iterations)} " "
+                                <button on:click=move |_| follow(state, server, &id)>"Follow"</button>
+                            </li> }
+                        }).collect_view()}
+                    </ul>
+                })
+            }}
+            <h3>"Stored traces"</h3>
+            {move || {
+                let traces = server.traces.get();
+                if traces.is_empty() {
+                    return view! { <p class="hint">"None yet: trace a model above, or POST a file to /api/trace/upload."</p> }.into_any();
+                }
+                view! {
+                    <table class="data" id="server-traces">
+                        <thead><tr><th>"Trace"</th><th>"Model"</th><th>"Origin"</th><th>"Device"</th><th>"Peak allocated"</th><th>"Events"</th><th>"Size"</th><th></th></tr></thead>
+                        <tbody>
+                            {traces.into_iter().map(|t| {
+                                let (open_id, del_id) = (t.trace_id.clone(), t.trace_id.clone());
+                                view! { <tr>
+                                    <td><code>{t.trace_id.clone()}</code></td>
+                                    <td>{t.model_name}</td>
+                                    <td>{t.origin}</td>
+                                    <td>{t.device.unwrap_or_default()}</td>
+                                    <td class="num">{format_bytes(t.peak_allocated_bytes)}</td>
+                                    <td class="num">{t.total_events}</td>
+                                    <td class="num">{format_bytes(t.file_size_bytes)}</td>
+                                    <td>
+                                        <button class="open" on:click=move |_| open_stored(state, &open_id)>"Open"</button>
+                                        " "
+                                        <button on:click=move |_| delete(del_id.clone())>"Delete"</button>
+                                    </td>
+                                </tr> }
+                            }).collect_view()}
+                        </tbody>
+                    </table>
+                }.into_any()
+            }}
+        </section>
+    }
+}
+
+/// The followed trace: state, iterations, and allocated/reserved so far.
+#[component]
+fn LiveView() -> impl IntoView {
+    let state = expect_context::<AppState>();
+    let server = expect_context::<ServerState>();
+    let canvas = NodeRef::<leptos::html::Canvas>::new();
+    Effect::new(move |_| {
+        let pal = state.palette();
+        let Some(c) = canvas.get() else { return };
+        server.live.with(|l| {
+            if let Some(l) = l {
+                crate::fit_canvas(&c, 220);
+                if crate::charts::draw_live(&c, &pal, &l.points).is_ok() && !l.points.is_empty() {
+                    perf::set_body("data-live-drawn", &l.points.len().to_string());
+                }
+            }
+        });
+    });
+    move || {
+        server.live.get().map(|l| {
+            let peak = l.points.iter().map(|p| p[1]).max().unwrap_or(0);
+            let now = l.points.last().copied().unwrap_or([0; 3]);
+            let finished = l.state == "done" || l.state == "failed";
+            view! {
+                <div class="live" id="live">
+                    <p>
+                        <b>{if finished { "Followed " } else { "Following " }}</b> <code>{l.trace_id.clone()}</code>
+                        {(!l.model.is_empty()).then(|| format!(" · {} on {}", l.model, l.device))}
+                        " · " <span class=format!("live-state {}", l.state)>{l.state.clone()}</span>
+                        {(l.iterations > 0).then(|| format!(" · iteration {}/{}", l.iterations_done, l.iterations))}
+                        {(!l.points.is_empty()).then(|| format!(
+                            " · allocated {} (peak {}) at {} · {} updates",
+                            format_bytes(now[1]), format_bytes(peak), format_seconds(now[0] as f64 / 1e9), l.batches
+                        ))}
+                    </p>
+                    {l.error.clone().map(|e| view! { <p class="server-message" role="alert">{e}</p> })}
+                    // Drawn while it runs; the finished trace opens in the views below.
+                    {(!finished).then(|| view! { <canvas node_ref=canvas id="live-canvas" class="live-chart" height="220"></canvas> })}
+                </div>
+            }
+        })
+    }
+}
