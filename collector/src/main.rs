@@ -211,7 +211,8 @@ fn serve_command(a: ServeArgs) -> anyhow::Result<()> {
         eprintln!("  API docs: {base}api/docs (ReDoc: {base}api/redoc)");
         eprintln!("  stop with Ctrl-C");
         if open {
-            let opened = ["xdg-open", "open"].iter().any(|cmd| std::process::Command::new(cmd).arg(&url).stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).spawn().is_ok());
+            let opener = if cfg!(target_os = "macos") { "open" } else { "xdg-open" };
+            let opened = std::process::Command::new(opener).arg(&url).stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).spawn().is_ok();
             if !opened {
                 eprintln!("  (cannot open a browser here: open the viewer's URL yourself)");
             }

@@ -352,4 +352,11 @@ fn the_served_viewer_follows_a_live_trace() {
     }
     b.wait_for(&format!("return document.querySelector('#server-traces')?.innerText.includes({})", json!(id)), 30, "the stored trace in the list");
     b.screenshot(&screenshots().join("serve-done.png"));
+    // The API docs render from the binary alone (the browser has no network).
+    b.goto(&format!("{}/api/docs?token=e2e-token", s.base));
+    b.wait_for("return document.querySelectorAll('.swagger-ui .opblock').length >= 10", 60, "Swagger UI's operations");
+    b.screenshot(&screenshots().join("serve-docs.png"));
+    b.goto(&format!("{}/api/redoc", s.base));
+    b.wait_for("return document.body.innerText.includes('Trace a model now')", 60, "ReDoc's reference");
+    b.screenshot(&screenshots().join("serve-redoc.png"));
 }

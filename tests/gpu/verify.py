@@ -17,7 +17,13 @@ nvidia libraries, see README). It checks, on cuda:0:
    sweep trace gives a breakdown that adds up to the allocated total at every rank. A
    torch.profiler Chrome trace of torchvision's resnet50 is analysed as well.
 
-`--checks capture,profile` picks the groups (default: both).
+5. `collector serve` (issue 6) on the GPU: a ResNet-50 trace through the API whose peaks equal
+   torch.cuda.max_memory_allocated()/max_memory_reserved() of its run; a live event stream
+   whose peak equals the stored trace's; a CUDA out-of-memory job that answers 422 and leaves
+   the server healthy, holding no GPU memory, and able to run the next job; concurrent jobs
+   serialised on the device; 503 for a device the machine lacks.
+
+`--checks capture,profile,serve` picks the groups (default: capture,profile).
 
 Writes results.json (and the traces) into --out and exits non-zero when a check fails.
 """
@@ -130,6 +136,8 @@ def main():
         capture_checks(a, results, failures)
     if "profile" in checks:
         profile_checks(a, results, failures)
+    if "serve" in checks:
+        serve_checks(a, results, failures)
     results["failures"] = failures
     with open(os.path.join(a.out, "results.json"), "w") as f:
         json.dump(results, f, indent=2)
@@ -279,6 +287,135 @@ def capture_checks(a, results, failures):
         failures.append("an out-of-memory run did not fail cleanly with the allocator's message")
 
 
+def serve_checks(a, results, failures):
+    import shutil
+    import socket
+    import threading
+    import urllib.error
+    import urllib.request
+
+    data = os.path.join(a.out, "serve-data")
+    shutil.rmtree(data, ignore_errors=True)
+    with socket.socket() as sk:
+        sk.bind(("127.0.0.1", 0))
+        port = sk.getsockname()[1]
+    token = "gpu-token"
+    # Input cap raised so a batch that cannot fit on a 141 GB H200 gets through to the device.
+    proc = subprocess.Popen([a.collector, "serve", "--port", str(port), "--data-dir", data, "--token", token, "--max-input-elements", "1000000000"],
+                            stderr=subprocess.PIPE, text=True)
+    for line in proc.stderr:
+        print("[serve]", line.rstrip(), flush=True)
+        if line.startswith("Memory Tracer is serving"):
+            break
+    threading.Thread(target=lambda: [print("[serve]", l.rstrip(), flush=True) for l in proc.stderr], daemon=True).start()
+    base = f"http://127.0.0.1:{port}"
+    r = results.setdefault("serve", {})
+
+    def call(method, path, body=None, timeout=900):
+        req = urllib.request.Request(base + path, method=method, data=None if body is None else json.dumps(body).encode(),
+                                     headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
+                return resp.status, resp.read()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read()
+
+    def jcall(method, path, body=None):
+        code, raw = call(method, path, body)
+        return code, json.loads(raw)
+
+    def check(cond, what):
+        if not cond:
+            failures.append("serve: " + what)
+            print("FAILED:", what, flush=True)
+
+    try:
+        code, h = jcall("GET", "/api/health")
+        r["health"] = h
+        check(code == 200 and h["device"] == "cuda:0" and h["cuda_available"], f"health says {h}")
+
+        t0 = time.time()
+        code, t = jcall("POST", "/api/trace/memory", {"model_name": "resnet50", "batch_size": 32, "max_events": 5000000, "iterations": 3})
+        r["resnet50_seconds"] = time.time() - t0
+        check(code == 200, f"resnet50 trace answered {code}: {str(t)[:300]}")
+        if code == 200:
+            code, raw = call("GET", f"/api/trace/{t['trace_id']}")
+            rep = json.loads(raw)["trace"]["meta"]["reported"]
+            r["resnet50"] = {"api_peak_allocated_bytes": t["peak_allocated_bytes"], "torch_max_memory_allocated": rep["cuda.max_memory_allocated"],
+                             "api_peak_reserved_bytes": t["peak_reserved_bytes"], "torch_max_memory_reserved": rep["cuda.max_memory_reserved"],
+                             "total_events": t["total_events"], "total_layers": t["total_layers"], "tracing_time_ms": t["tracing_time_ms"],
+                             "peak_allocated_mb": t["peak_allocated_mb"], "layers": len(t["layer_stats"])}
+            check(t["peak_allocated_bytes"] == rep["cuda.max_memory_allocated"], "API peak allocated != torch.cuda.max_memory_allocated")
+            check(t["peak_reserved_bytes"] == rep["cuda.max_memory_reserved"], "API peak reserved != torch.cuda.max_memory_reserved")
+
+        # Live events of a running GPU trace.
+        code, acc = jcall("POST", "/api/trace/memory?wait=false", {"model_name": "resnet18", "batch_size": 16, "iterations": 4, "max_events": 5000000})
+        check(code == 202, f"wait=false answered {code}")
+        req = urllib.request.Request(base + acc["events_url"], headers={"Authorization": f"Bearer {token}"})
+        events, name = [], None
+        with urllib.request.urlopen(req, timeout=900) as resp:
+            for raw in resp:
+                line = raw.decode().rstrip("\n")
+                if line.startswith("event: "):
+                    name = line[7:]
+                elif line.startswith("data: "):
+                    events.append((name, json.loads(line[6:])))
+                    if name in ("done", "failed"):
+                        break
+        names = [n for n, _ in events]
+        points = [p for n, v in events if n == "memory" for p in v["points"]]
+        done = events[-1][1].get("trace", {})
+        r["live"] = {"events": len(events), "memory_batches": names.count("memory"), "points": len(points),
+                     "live_peak": max((p[1] for p in points), default=0), "live_reserved_peak": max((p[2] for p in points), default=0),
+                     "trace_peak": done.get("peak_allocated_bytes"), "trace_reserved_peak": done.get("peak_reserved_bytes")}
+        check(names[-1] == "done", f"live stream ended with {names[-1]}")
+        check(names.count("memory") >= 4 and names.index("memory") < len(names) - 2, "memory arrived only at the end")
+        check(r["live"]["live_peak"] == r["live"]["trace_peak"], "live peak != stored trace peak")
+        check(r["live"]["live_reserved_peak"] == r["live"]["trace_reserved_peak"], "live reserved peak != stored trace's")
+
+        # CUDA out of memory: 422, then the server is healthy, holds no GPU memory, runs the next job.
+        t0 = time.time()
+        code, e = jcall("POST", "/api/trace/memory", {"model_name": "resnet50", "batch_size": 3072, "iterations": 1, "max_events": 100000})
+        r["oom"] = {"status": code, "detail": e.get("detail", "")[:400], "seconds": time.time() - t0}
+        check(code == 422 and "out of memory" in e.get("detail", "").lower(), f"out of memory answered {code}: {str(e)[:300]}")
+        code, h = jcall("GET", "/api/health")
+        check(code == 200 and h["status"] == "healthy" and h["jobs_running"] == 0, f"health after OOM: {h}")
+        smi = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader"], capture_output=True, text=True).stdout
+        r["gpu_processes_after_oom"] = smi.strip()
+        check(str(proc.pid) not in smi.split(), f"the server holds GPU memory: {smi}")
+        code, t = jcall("POST", "/api/trace/memory", {"model_name": "resnet18", "batch_size": 8})
+        check(code == 200, f"the job after OOM answered {code}")
+
+        # Concurrent requests on one device: all answered, unique ids, one at a time.
+        out = []
+        def one():
+            out.append(jcall("POST", "/api/trace/memory", {"model_name": "resnet18", "batch_size": 8, "iterations": 2}))
+        t0 = time.time()
+        ths = [threading.Thread(target=one) for _ in range(4)]
+        [th.start() for th in ths]
+        [th.join() for th in ths]
+        ids = {v["trace_id"] for c, v in out if c == 200}
+        r["concurrent"] = {"requests": 4, "ok": sum(c == 200 for c, _ in out), "unique_ids": len(ids), "seconds": time.time() - t0}
+        check(len(ids) == 4, f"concurrent: {r['concurrent']}")
+
+        code, e = jcall("POST", "/api/trace/memory", {"model_name": "resnet18", "device": "cuda:7"})
+        check(code == 503, f"cuda:7 answered {code}")
+        code, lst = jcall("GET", "/api/trace/list")
+        r["stored"] = lst["count"]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    # Restart: the traces are still there.
+    proc = subprocess.Popen([a.collector, "serve", "--port", str(port), "--data-dir", data, "--token", token], stderr=subprocess.PIPE, text=True)
+    for line in proc.stderr:
+        if line.startswith("Memory Tracer is serving"):
+            break
+    try:
+        code, lst2 = jcall("GET", "/api/trace/list")
+        check(lst2["count"] == r.get("stored"), f"after a restart {lst2['count']} traces, before {r.get('stored')}")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
 
 if __name__ == "__main__":
     main()

@@ -37,7 +37,7 @@ fn main() -> Result<()> {
         Some("check") => check(),
         Some("bench") => {
             build_viewer()?;
-            run(Command::new("cargo").args(["bench", "-p", "collector", "--bench", "import", "--bench", "profile", "--bench", "viewer"]))
+            run(Command::new("cargo").args(["bench", "-p", "collector", "--bench", "import", "--bench", "profile", "--bench", "viewer", "--bench", "serve"]))
         }
         Some("run") => main_job(&args[1..]),
         _ => {
@@ -259,9 +259,9 @@ fn test() -> Result<()> {
     Ok(())
 }
 
-/// The main job: trace a built-in model (on the first GPU if there is one, else the CPU),
-/// print its summary and write the trace, its exports and its graph profile under `target/demo/`.
-/// `cargo xtask run [MODEL] [collector trace options...]`.
+/// The main job: build the collector (with the viewer embedded), start `collector serve`,
+/// trace a built-in model on the first GPU if there is one (else the CPU) and open it live in
+/// the viewer. `cargo xtask run [MODEL] [collector serve options...]`; stop with Ctrl-C.
 fn main_job(args: &[String]) -> Result<()> {
     let (model, rest) = match args.split_first() {
         Some((m, rest)) if !m.starts_with('-') => (m.clone(), rest),
@@ -272,20 +272,6 @@ fn main_job(args: &[String]) -> Result<()> {
     build_viewer()?;
     run(Command::new("cargo").args(["build", "--release", "-p", "collector"]))?;
     let exe = Path::new("target/release/collector");
-    let out = Path::new("target/demo");
-    std::fs::create_dir_all(out)?;
-    let trace = out.join(format!("{model}.mtrace.json"));
-    run(Command::new(exe).args(["trace", "--model", &model]).args(rest).arg("-o").arg(&trace))?;
-    for ext in ["speedscope.json", "chrome.json", "timeline.json", "csv"] {
-        run(Command::new(exe).arg("convert").arg(&trace).arg("-o").arg(out.join(format!("{model}.{ext}"))))?;
-    }
-    run(Command::new(exe).arg("analyze").arg(&trace).arg("-o").arg(out).args(["--prefix", &model]))?;
-    let report = out.join("report");
-    run(Command::new(exe).arg("report").arg(&trace).arg("-o").arg(&report))?;
-    eprintln!(
-        "xtask: trace, exports and graph profile ({model}_*.csv, {model}_memory_vs_rank.png) in {}; open *.speedscope.json in speedscope, *.chrome.json in Perfetto",
-        out.display()
-    );
-    eprintln!("xtask: the viewer with this trace: python3 -m http.server -d {} 8000, then open http://127.0.0.1:8000/", report.display());
-    Ok(())
+    eprintln!("xtask: starting collector serve; it traces {model} and prints the viewer's URL (Ctrl-C stops it)");
+    run(Command::new(exe).args(["serve", "--trace", &model, "--open"]).args(rest))
 }
