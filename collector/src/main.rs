@@ -159,6 +159,10 @@ struct ServeArgs {
     /// Largest input (batch × sample elements) a request may ask for (422 beyond).
     #[arg(long, default_value_t = 1 << 28)]
     max_input_elements: u64,
+    /// TorchScript models requests may name: `DIR/<name>.pt` is `"model_name": "<name>"`
+    /// (train mode needs a scripted module with parameters; give `input_shape`).
+    #[arg(long, value_name = "DIR")]
+    models_dir: Option<PathBuf>,
     /// Trace this built-in model once the server is up and open it live in the viewer.
     #[arg(long, value_name = "MODEL")]
     trace: Option<String>,
@@ -181,6 +185,7 @@ fn serve_command(a: ServeArgs) -> anyhow::Result<()> {
     config.max_upload_bytes = a.max_upload_mb.saturating_mul(1 << 20);
     config.caps.max_events = a.max_events_cap.max(1);
     config.caps.max_input_elements = a.max_input_elements.max(1);
+    config.models_dir = a.models_dir;
     let data_dir = config.data_dir.clone();
     let token = config.token.clone();
     let (host, port, open, trace) = (a.host, a.port, a.open, a.trace);

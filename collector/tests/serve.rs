@@ -508,3 +508,44 @@ print("python flow ok", tid)
     assert!(out.status.success(), "python flow failed:\n{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(String::from_utf8_lossy(&out.stdout).contains("python flow ok"));
 }
+
+/// TorchScript models from `--models-dir`, by name: a real one traces; a broken file is a
+/// clear 422 and the server goes on; names cannot reach outside the folder.
+#[test]
+fn torchscript_models_from_the_models_dir() {
+    let dir = scratch("serve-torchscript");
+    let models = dir.join("models");
+    std::fs::create_dir_all(&models).unwrap();
+    let script = "import sys, torch, torch.nn as nn\n\
+class Net(nn.Module):\n    def __init__(s):\n        super().__init__()\n        s.features = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU())\n        s.head = nn.Linear(8, 4)\n    def forward(s, x):\n        return s.head(s.features(x).mean((2, 3)))\n\
+torch.jit.script(Net()).save(sys.argv[1])\n";
+    let python = std::env::var("MEMORY_TRACER_PYTHON").unwrap_or_else(|_| "python3".into());
+    // A file, not `-c`: torch.jit.script reads the class's source.
+    std::fs::write(dir.join("make.py"), script).unwrap();
+    let status = std::process::Command::new(&python).arg(dir.join("make.py")).arg(models.join("net.pt")).status().unwrap();
+    assert!(status.success(), "{python} could not script the model");
+    std::fs::write(models.join("broken.pt"), b"PK\x03\x04 not a TorchScript archive").unwrap();
+    let s = Server::start(&dir.join("data"), &["--models-dir", models.to_str().unwrap()]);
+    let (_, h) = s.get_json("/api/health");
+    let names: Vec<&str> = h["models"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    assert!(names.contains(&"resnet18") && names.contains(&"net") && names.contains(&"broken"), "{names:?}");
+
+    let (code, r) = s.post_json("/api/trace/memory", &json!({"model_name": "net", "input_shape": [3, 16, 16], "batch_size": 2, "iterations": 2}));
+    assert_eq!(code, 200, "{r}");
+    let layers = r["layer_stats"].as_object().unwrap();
+    assert!(layers.contains_key("features.0") && layers.contains_key("head"), "{:?}", layers.keys());
+
+    let (code, e) = s.post_json("/api/trace/memory", &json!({"model_name": "broken", "input_shape": [3, 16, 16]}));
+    assert_eq!(code, 422, "{e}");
+    assert!(detail(&e).contains("TorchScript"), "{e}");
+    let (code, e) = s.post_json("/api/trace/memory", &json!({"model_name": "net"}));
+    assert_eq!(code, 422);
+    assert!(detail(&e).contains("input_shape"), "{e}");
+    for name in ["../models/net", "/etc/passwd", ".hidden", "net.pt"] {
+        let (code, e) = s.post_json("/api/trace/memory", &json!({"model_name": name, "input_shape": [3, 16, 16]}));
+        assert_eq!(code, 422, "{name}: {e}");
+        assert!(detail(&e).contains("unknown model"), "{name}: {e}");
+    }
+    assert_eq!(s.get_json("/api/health").1["status"], "healthy");
+    assert_eq!(s.get_json("/api/trace/list").1["count"], 1);
+}

@@ -113,6 +113,8 @@ struct Health {
     device: String,
     cuda_device_count: u32,
     tracing_available: bool,
+    #[serde(default)]
+    models: Vec<String>,
 }
 
 /// A trace being followed.
@@ -381,7 +383,11 @@ pub fn ServerPanel() -> impl IntoView {
                 <button on:click=move |_| server.refresh() title="Reload the lists">"Refresh"</button>
             </div>
             <form class="trace-form" on:submit=submit>
-                <label>"Model " <select id="srv-model">{MODELS.iter().map(|m| view! { <option value=*m>{*m}</option> }).collect_view()}</select></label>
+                <label>"Model " <select id="srv-model">{move || {
+                    // The server's list (with its --models-dir TorchScript files), else the zoo.
+                    let models = server.health.get().map(|h| h.models).filter(|m| !m.is_empty()).unwrap_or_else(|| MODELS.iter().map(|m| (*m).to_owned()).collect());
+                    models.into_iter().map(|m| view! { <option value=m.clone()>{m.clone()}</option> }).collect_view()
+                }}</select></label>
                 <label>"Input shape " <input id="srv-shape" type="text" placeholder="model default" size="10" title="One sample, without the batch: 3,224,224 (images), 128 (tokens), 784 (mlp)" /></label>
                 <label>"Batch " <input id="srv-batch" type="text" placeholder="default" size="5" /></label>
                 <label>"Iterations " <input id="srv-iterations" type="text" placeholder="3" size="4" /></label>

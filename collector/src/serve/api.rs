@@ -122,8 +122,8 @@ fn yes() -> bool {
 /// `POST /api/trace/memory`.
 #[derive(Clone, Debug, Deserialize, ToSchema)]
 pub struct TraceRequest {
-    /// A built-in model: resnet18, resnet34, resnet50, resnet101, resnet152, vgg16,
-    /// transformer, gpt, mlp.
+    /// A built-in model (resnet18, resnet34, resnet50, resnet101, resnet152, vgg16,
+    /// transformer, gpt, mlp) or a TorchScript model of the server's `--models-dir`.
     #[schema(example = "resnet18")]
     pub model_name: String,
     /// One sample's shape, without the batch: `[3, 224, 224]` (images), `[128]` (tokens of
@@ -174,9 +174,16 @@ impl TraceRequest {
     /// Checks the fields against the server's caps; returns the job to run.
     fn validate(&self, state: &AppState) -> Result<JobSpec, ApiError> {
         let caps = &state.config.caps;
-        let known = super::jobs::MODELS;
-        if !known.contains(&self.model_name.as_str()) {
-            return Err(field("model_name", format!("unknown model `{}`; expected one of: {}", self.model_name, known.join(", "))));
+        let torchscript = if super::jobs::MODELS.contains(&self.model_name.as_str()) {
+            None
+        } else {
+            match state.torchscript_model(&self.model_name) {
+                Some(p) => Some(p),
+                None => return Err(field("model_name", format!("unknown model `{}`; expected one of: {}", self.model_name, state.model_names().join(", ")))),
+            }
+        };
+        if torchscript.is_some() && self.input_shape.is_none() {
+            return Err(field("input_shape", format!("`{}` is a TorchScript model: give one sample's shape", self.model_name)));
         }
         if let Some(b) = self.batch_size {
             if !(1..=caps.max_batch_size).contains(&b) {
@@ -224,6 +231,7 @@ impl TraceRequest {
         state.check_device(&device)?;
         Ok(JobSpec {
             model: self.model_name.clone(),
+            torchscript,
             input_shape: shape,
             batch_size: if self.input_shape.is_none() { self.batch_size } else { None },
             device,
@@ -660,6 +668,8 @@ pub struct HealthResponse {
     pub jobs_queued: usize,
     pub stored_traces: usize,
     pub store_bytes: u64,
+    /// The models requests may name (built-in, then `--models-dir`'s TorchScript files).
+    pub models: Vec<String>,
 }
 
 /// Server health: device, version, CUDA, jobs and store.
@@ -679,5 +689,6 @@ pub async fn health(State(state): State<Arc<AppState>>) -> axum::Json<HealthResp
         jobs_queued: queued,
         stored_traces: traces,
         store_bytes: bytes,
+        models: state.model_names(),
     })
 }

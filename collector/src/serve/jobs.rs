@@ -26,6 +26,8 @@ pub const MODELS: [&str; 9] = crate::MODEL_ZOO;
 #[derive(Clone, Debug)]
 pub struct JobSpec {
     pub model: String,
+    /// A TorchScript file from `--models-dir` (then `model` is its name).
+    pub torchscript: Option<std::path::PathBuf>,
     /// The full shape, batch first, when the request gave one.
     pub input_shape: Option<Vec<i64>>,
     /// The batch size over the model's default shape.
@@ -40,10 +42,11 @@ pub struct JobSpec {
 
 impl JobSpec {
     fn args(&self, output: &std::path::Path) -> Vec<String> {
-        let mut a = vec![
-            "trace".into(),
-            "--model".into(),
-            self.model.clone(),
+        let mut a: Vec<String> = match &self.torchscript {
+            Some(p) => vec!["trace".into(), "--torchscript".into(), p.display().to_string()],
+            None => vec!["trace".into(), "--model".into(), self.model.clone()],
+        };
+        a.extend([
             "--device".into(),
             self.device.clone(),
             "--mode".into(),
@@ -57,7 +60,7 @@ impl JobSpec {
             "--output".into(),
             output.display().to_string(),
             "--progress-json".into(),
-        ];
+        ]);
         if let Some(s) = &self.input_shape {
             a.push("--input-shape".into());
             a.push(s.iter().map(i64::to_string).collect::<Vec<_>>().join(","));

@@ -67,6 +67,8 @@ pub struct ServeConfig {
     pub max_upload_bytes: u64,
     pub max_decompressed_bytes: u64,
     pub caps: Caps,
+    /// TorchScript models requests may name: `DIR/<name>.pt` is `"model_name": "<name>"`.
+    pub models_dir: Option<PathBuf>,
     /// The binary that runs traces (default: this one).
     pub collector_exe: Option<PathBuf>,
 }
@@ -86,6 +88,7 @@ impl ServeConfig {
             max_upload_bytes: 2 << 30,
             max_decompressed_bytes: 4 << 30,
             caps: Caps::default(),
+            models_dir: None,
             collector_exe: None,
         }
     }
@@ -191,6 +194,32 @@ impl AppState {
             }
         }
         Ok(())
+    }
+
+    /// The TorchScript file of `name` in `--models-dir`, when there is one. Names are plain
+    /// (letters, digits, `_`, `-`, `.`; no leading dot), so no request reaches another folder.
+    pub fn torchscript_model(&self, name: &str) -> Option<PathBuf> {
+        let dir = self.config.models_dir.as_ref()?;
+        let plain = !name.is_empty() && name.len() <= 100 && !name.starts_with('.') && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
+        let path = dir.join(format!("{name}.pt"));
+        (plain && path.is_file()).then_some(path)
+    }
+
+    /// Every model a request may name: the built-in ones, then `--models-dir`'s.
+    pub fn model_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = jobs::MODELS.iter().map(|m| (*m).to_owned()).collect();
+        if let Some(dir) = &self.config.models_dir {
+            let mut extra: Vec<String> = std::fs::read_dir(dir)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .filter_map(|e| e.file_name().to_str()?.strip_suffix(".pt").map(str::to_owned))
+                .filter(|n| self.torchscript_model(n).is_some())
+                .collect();
+            extra.sort();
+            names.extend(extra);
+        }
+        names
     }
 
     pub fn import_options(&self) -> shared::ImportOptions {
