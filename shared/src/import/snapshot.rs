@@ -14,27 +14,51 @@ use crate::model::{
 };
 use crate::hash::{FastMap as HashMap, FastSet as HashSet};
 
+/// Where a value is, as a JSON-like path (`device_traces[0][12]`), built only when an error
+/// needs it: a snapshot has hundreds of thousands of entries and frames.
+trait Loc {
+    fn loc(&self) -> String;
+}
+
+impl Loc for str {
+    fn loc(&self) -> String {
+        self.to_owned()
+    }
+}
+
+impl Loc for String {
+    fn loc(&self) -> String {
+        self.clone()
+    }
+}
+
+impl<F: Fn() -> String> Loc for F {
+    fn loc(&self) -> String {
+        self()
+    }
+}
+
 /// A typed view of the pickle with JSON-path-like error locations.
 struct View<'a> {
     p: &'a Pickle,
 }
 
 impl<'a> View<'a> {
-    fn err(&self, path: &str, reason: impl Into<String>) -> ImportError {
+    fn err(&self, path: &(impl Loc + ?Sized), reason: impl Into<String>) -> ImportError {
         ImportError::Snapshot {
-            path: path.to_owned(),
+            path: path.loc(),
             reason: reason.into(),
         }
     }
 
-    fn list(&self, id: ValueId, path: &str) -> Result<&'a [ValueId], ImportError> {
+    fn list(&self, id: ValueId, path: &(impl Loc + ?Sized)) -> Result<&'a [ValueId], ImportError> {
         match self.p.get(id) {
             Value::List(l) | Value::Tuple(l) => Ok(l),
             other => Err(self.err(path, format!("expected a list, found {}", other.type_name()))),
         }
     }
 
-    fn field(&self, id: ValueId, key: &str, path: &str) -> Result<ValueId, ImportError> {
+    fn field(&self, id: ValueId, key: &str, path: &(impl Loc + ?Sized)) -> Result<ValueId, ImportError> {
         if !matches!(self.p.get(id), Value::Dict(_)) {
             return Err(self.err(path, format!("expected a dict, found {}", self.p.get(id).type_name())));
         }
@@ -43,18 +67,18 @@ impl<'a> View<'a> {
             .ok_or_else(|| self.err(path, format!("expected key '{key}', which is missing")))
     }
 
-    fn int(&self, id: ValueId, key: &str, path: &str) -> Result<i64, ImportError> {
+    fn int(&self, id: ValueId, key: &str, path: &(impl Loc + ?Sized)) -> Result<i64, ImportError> {
         let v = self.field(id, key, path)?;
         match self.p.get(v) {
             Value::Int(i) => Ok(*i),
             Value::Bool(b) => Ok(*b as i64),
-            other => Err(self.err(&format!("{path}.{key}"), format!("expected an integer, found {}", other.type_name()))),
+            other => Err(self.err(&format!("{}.{key}", path.loc()), format!("expected an integer, found {}", other.type_name()))),
         }
     }
 
-    fn size(&self, id: ValueId, key: &str, path: &str) -> Result<u64, ImportError> {
+    fn size(&self, id: ValueId, key: &str, path: &(impl Loc + ?Sized)) -> Result<u64, ImportError> {
         let v = self.int(id, key, path)?;
-        u64::try_from(v).map_err(|_| self.err(&format!("{path}.{key}"), format!("expected a size ≥ 0, found {v}")))
+        u64::try_from(v).map_err(|_| self.err(&format!("{}.{key}", path.loc()), format!("expected a size ≥ 0, found {v}")))
     }
 
     fn opt_int(&self, id: ValueId, key: &str) -> Option<i64> {
@@ -64,11 +88,11 @@ impl<'a> View<'a> {
         }
     }
 
-    fn str(&self, id: ValueId, key: &str, path: &str) -> Result<&'a str, ImportError> {
+    fn str(&self, id: ValueId, key: &str, path: &(impl Loc + ?Sized)) -> Result<&'a str, ImportError> {
         let v = self.field(id, key, path)?;
         match self.p.get(v) {
             Value::Str(s) => Ok(s),
-            other => Err(self.err(&format!("{path}.{key}"), format!("expected a string, found {}", other.type_name()))),
+            other => Err(self.err(&format!("{}.{key}", path.loc()), format!("expected a string, found {}", other.type_name()))),
         }
     }
 
@@ -144,6 +168,8 @@ fn config_from_settings(v: &View, settings: Option<ValueId>) -> AllocatorConfig 
 /// One trace entry, decoded.
 struct Entry {
     device: usize,
+    /// Position in its device's trace (for error paths; entries are then sorted by time).
+    index: usize,
     action: Action,
     addr: u64,
     size: u64,
@@ -206,17 +232,17 @@ struct StackInterner {
 }
 
 impl StackInterner {
-    fn stack(&mut self, v: &View, trace: &mut Trace, frames: ValueId, path: &str) -> Result<(u32, Phase, StrId), ImportError> {
+    fn stack(&mut self, v: &View, trace: &mut Trace, frames: ValueId, path: &dyn Fn() -> String) -> Result<(u32, Phase, StrId), ImportError> {
         if let Some(&s) = self.stack_cache.get(&frames) {
             return Ok(s);
         }
-        let list = v.list(frames, path)?;
+        let list = v.list(frames, &path)?;
         let mut ids = Vec::with_capacity(list.len());
         for (i, &f) in list.iter().enumerate() {
             let id = match self.frame_cache.get(&f) {
                 Some(&id) => id,
                 None => {
-                    let fpath = format!("{path}[{i}]");
+                    let fpath = || format!("{}[{i}]", path());
                     let name = v.str(f, "name", &fpath)?;
                     let filename = v.str(f, "filename", &fpath)?;
                     let line = v.opt_int(f, "line").unwrap_or(0).clamp(0, u32::MAX as i64) as u32;
@@ -350,23 +376,43 @@ pub fn import(data: &[u8]) -> Result<Trace, ImportError> {
     let mut skipped: HashMap<String, usize> = HashMap::default();
     for (dev, &t) in v.list(traces_id, "device_traces")?.iter().enumerate() {
         for (i, &e) in v.list(t, &format!("device_traces[{dev}]"))?.iter().enumerate() {
-            let path = format!("device_traces[{dev}][{i}]");
-            let action_s = v.str(e, "action", &path)?;
+            let path = || format!("device_traces[{dev}][{i}]");
+            if !matches!(p.get(e), Value::Dict(_)) {
+                return Err(v.err(&path, format!("expected a dict, found {}", p.get(e).type_name())));
+            }
+            // One pass over the entry's keys (a snapshot has hundreds of thousands of entries).
+            let [action_v, addr_v, size_v, stream_v, time_v, frames] = p.dict_pick(e, ["action", "addr", "size", "stream", "time_us", "frames"]);
+            let key_err = |key: &str, reason: String| v.err(&|| format!("{}.{key}", path()), reason);
+            let action_s = match action_v.map(|x| p.get(x)) {
+                Some(Value::Str(s)) => s.as_str(),
+                Some(other) => return Err(key_err("action", format!("expected a string, found {}", other.type_name()))),
+                None => return Err(v.err(&path, "expected key 'action', which is missing")),
+            };
             let Some(action) = parse_action(action_s) else {
                 *skipped.entry(action_s.to_owned()).or_default() += 1;
                 continue;
             };
+            let int = |x: Option<ValueId>| match x.map(|x| p.get(x)) {
+                Some(Value::Int(i)) => Some(*i),
+                _ => None,
+            };
+            let size = match size_v.map(|x| p.get(x)) {
+                Some(Value::Int(i)) if *i >= 0 => *i as u64,
+                Some(Value::Bool(b)) => u64::from(*b),
+                _ if action == Action::Snapshot => 0,
+                Some(Value::Int(i)) => return Err(key_err("size", format!("expected a size ≥ 0, found {i}"))),
+                Some(other) => return Err(key_err("size", format!("expected an integer, found {}", other.type_name()))),
+                None => return Err(v.err(&path, "expected key 'size', which is missing")),
+            };
             entries.push(Entry {
                 device: dev,
+                index: i,
                 action,
-                addr: v.opt_int(e, "addr").unwrap_or(0) as u64,
-                size: v.size(e, "size", &path).or_else(|err| match action {
-                    Action::Snapshot => Ok(0),
-                    _ => Err(err),
-                })?,
-                stream: v.opt_int(e, "stream").unwrap_or(0),
-                time_us: v.opt_int(e, "time_us").unwrap_or(0),
-                frames: p.dict_get(e, "frames"),
+                addr: int(addr_v).unwrap_or(0) as u64,
+                size,
+                stream: int(stream_v).unwrap_or(0),
+                time_us: int(time_v).unwrap_or(0),
+                frames,
             });
         }
     }
@@ -533,7 +579,7 @@ pub fn import(data: &[u8]) -> Result<Trace, ImportError> {
     let mut estimated = 0usize;
     let mut pending_free: HashMap<(usize, u64), u64> = HashMap::default();
     let mut span_cursor = 0;
-    for (i, e) in entries.iter().enumerate() {
+    for e in &entries {
         let dev = e.device;
         let state = &mut states[dev];
         let (event_type, size) = match e.action {
@@ -583,7 +629,7 @@ pub fn import(data: &[u8]) -> Result<Trace, ImportError> {
         let ts_ns = (e.time_us.max(0) as u64).saturating_mul(1000);
         let (stack, mut phase, mut layer) = match e.frames {
             Some(f) if !matches!(p.get(f), Value::List(l) if l.is_empty()) => {
-                let (s, ph, l) = interner.stack(&v, &mut trace, f, &format!("device_traces[{dev}][{i}].frames"))?;
+                let (s, ph, l) = interner.stack(&v, &mut trace, f, &|| format!("device_traces[{dev}][{}].frames", e.index))?;
                 (Some(s), ph, l)
             }
             _ => (None, Phase::Other, StrId::NONE),
