@@ -219,9 +219,9 @@ fn long_from_le(bytes: &[u8], at: usize) -> Result<i64, ImportError> {
 /// Parses a pickle into plain values.
 pub fn parse(data: &[u8]) -> Result<Pickle, ImportError> {
     let mut r = Reader { data, pos: 0 };
-    // Snapshots hold a value per 13–30 bytes; sizing the arena up front saves the copies
-    // and page faults of growing it (a fifth of the parse on a 55 MB snapshot).
-    let mut values: Vec<Value> = Vec::with_capacity(data.len() / 16);
+    // Snapshots hold a value per 13–30 bytes: one slot per 12 bytes covers them without
+    // regrowing (a regrowth copies the arena, costs page faults, and in wasm keeps both).
+    let mut values: Vec<Value> = Vec::with_capacity(data.len() / 12);
     let mut stack: Vec<ValueId> = Vec::new();
     let mut marks: Vec<usize> = Vec::new();
     let mut memo = Memo::default();
