@@ -126,6 +126,28 @@ fn steps<'a>(points: &'a [TimelinePoint], end: f64, levels: impl Fn(&TimelinePoi
 /// The memory timeline: allocated (max per bucket, filled), reserved, driver-used, phase and
 /// layer bands along the top, and a marker at `selected`.
 #[allow(clippy::too_many_arguments)]
+/// A chart of f64 × f64 on a canvas (every chart here).
+type Chart<'a> = ChartContext<'a, CanvasBackend, Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>>;
+
+/// Axes and grid in the theme's colours, with `x_labels`/`y_labels` ticks formatted by
+/// `x_fmt`/`y_fmt`, and an optional x axis description.
+fn draw_mesh(chart: &mut Chart<'_>, pal: &Palette, (x_labels, y_labels): (usize, usize), x_fmt: &dyn Fn(&f64) -> String, y_fmt: &dyn Fn(&f64) -> String, x_desc: Option<&str>) -> Res<()> {
+    let mut mesh = chart.configure_mesh();
+    mesh.x_labels(x_labels)
+        .y_labels(y_labels)
+        .x_label_formatter(x_fmt)
+        .y_label_formatter(y_fmt)
+        .label_style(font(pal, 12))
+        .axis_desc_style(font(pal, 12))
+        .axis_style(pal.text)
+        .bold_line_style(pal.grid)
+        .light_line_style(pal.background);
+    if let Some(d) = x_desc {
+        mesh.x_desc(d);
+    }
+    mesh.draw().map_err(err)
+}
+
 pub fn draw_timeline(
     canvas: &HtmlCanvasElement,
     pal: &Palette,
@@ -153,18 +175,7 @@ pub fn draw_timeline(
         .y_label_area_size(78)
         .build_cartesian_2d(t0..t1, 0f64..ymax)
         .map_err(err)?;
-    chart
-        .configure_mesh()
-        .x_labels(8)
-        .y_labels(6)
-        .x_label_formatter(&|v| format_seconds(*v))
-        .y_label_formatter(&|v| format_bytes(*v as u64))
-        .label_style(font(pal, 12))
-        .axis_style(pal.text)
-        .bold_line_style(pal.grid)
-        .light_line_style(pal.background)
-        .draw()
-        .map_err(err)?;
+    draw_mesh(&mut chart, pal, (8, 6), &|v| format_seconds(*v), &|v| format_bytes(*v as u64), None)?;
     let (xr, yr) = chart.plotting_area().get_pixel_range();
     let mapping = Mapping { px: (xr.start as f64, xr.end as f64), py: (yr.start as f64, yr.end as f64), x: (t0, t1) };
     let px_per_s = (xr.end - xr.start) as f64 / (t1 - t0);
@@ -233,18 +244,7 @@ pub fn draw_live(canvas: &HtmlCanvasElement, pal: &Palette, points: &[[u64; 3]])
         .y_label_area_size(78)
         .build_cartesian_2d(0f64..t1, 0f64..ymax)
         .map_err(err)?;
-    chart
-        .configure_mesh()
-        .x_labels(8)
-        .y_labels(5)
-        .x_label_formatter(&|v| format_seconds(*v))
-        .y_label_formatter(&|v| format_bytes(*v as u64))
-        .label_style(font(pal, 12))
-        .axis_style(pal.text)
-        .bold_line_style(pal.grid)
-        .light_line_style(pal.background)
-        .draw()
-        .map_err(err)?;
+    draw_mesh(&mut chart, pal, (8, 5), &|v| format_seconds(*v), &|v| format_bytes(*v as u64), None)?;
     let step = |i: usize| {
         points.iter().enumerate().flat_map(move |(k, p)| {
             let t = p[0] as f64 / 1e9;
@@ -268,18 +268,7 @@ pub fn draw_fragmentation(canvas: &HtmlCanvasElement, pal: &Palette, window: (f6
         .y_label_area_size(78)
         .build_cartesian_2d(t0..t1, 0f64..1.0)
         .map_err(err)?;
-    chart
-        .configure_mesh()
-        .x_labels(8)
-        .y_labels(5)
-        .x_label_formatter(&|v| format_seconds(*v))
-        .y_label_formatter(&|v| format!("{:.0} %", v * 100.0))
-        .label_style(font(pal, 12))
-        .axis_style(pal.text)
-        .bold_line_style(pal.grid)
-        .light_line_style(pal.background)
-        .draw()
-        .map_err(err)?;
+    draw_mesh(&mut chart, pal, (8, 5), &|v| format_seconds(*v), &|v| format!("{:.0} %", v * 100.0), None)?;
     let frag = |p: &TimelinePoint| {
         shared::model::Totals { allocated_bytes: p.allocated_last_bytes, reserved_bytes: p.reserved_last_bytes }.fragmentation_ratio()
     };
@@ -317,20 +306,7 @@ pub fn draw_rank(canvas: &HtmlCanvasElement, pal: &Palette, profile: Option<&Gra
         .y_label_area_size(78)
         .build_cartesian_2d(0f64..n, 0f64..ymax)
         .map_err(err)?;
-    chart
-        .configure_mesh()
-        .x_labels(10)
-        .y_labels(6)
-        .x_desc("rank (operator order in the iteration)")
-        .x_label_formatter(&|v| format!("{v:.0}"))
-        .y_label_formatter(&|v| format_bytes(*v as u64))
-        .label_style(font(pal, 12))
-        .axis_desc_style(font(pal, 12))
-        .axis_style(pal.text)
-        .bold_line_style(pal.grid)
-        .light_line_style(pal.background)
-        .draw()
-        .map_err(err)?;
+    draw_mesh(&mut chart, pal, (10, 6), &|v| format!("{v:.0}"), &|v| format_bytes(*v as u64), Some("rank (operator order in the iteration)"))?;
     if let Some(p) = profile {
         let s = &p.sections;
         let end = p.nodes.len();
