@@ -221,12 +221,16 @@ pub fn follow(state: AppState, server: ServerState, id: &str) {
                         l.iterations = v["iterations"].as_u64().unwrap_or(0) as u32;
                     }
                 }),
-                "iteration" => server.live.update(|l| {
-                    if let Some(l) = l {
-                        l.iterations_done = v["done"].as_u64().unwrap_or(0) as u32;
-                        l.iterations = v["of"].as_u64().unwrap_or(0) as u32;
-                    }
-                }),
+                "iteration" => {
+                    server.live.update(|l| {
+                        if let Some(l) = l {
+                            l.iterations_done = v["done"].as_u64().unwrap_or(0) as u32;
+                            l.iterations = v["of"].as_u64().unwrap_or(0) as u32;
+                        }
+                    });
+                    // The job list shows progress too (and other users' jobs).
+                    server.refresh();
+                }
                 "memory" => {
                     let points: Vec<[u64; 3]> = serde_json::from_value(v["points"].clone()).unwrap_or_default();
                     let mut batches = 0;
