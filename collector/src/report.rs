@@ -24,8 +24,8 @@ fn asset(predicate: impl Fn(&str) -> bool, what: &str) -> Result<&'static [u8]> 
         .with_context(|| format!("the embedded viewer has no {what}"))
 }
 
-/// A file name that is safe in a URL and on any file system.
-fn safe_name(path: &Path) -> String {
+/// A file name that is safe in a URL, a header and on any file system.
+pub(crate) fn safe_name(path: &Path) -> String {
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "trace".into());
     let cleaned: String = name.chars().map(|c| if c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_') { c } else { '_' }).collect();
     if cleaned.starts_with('.') || cleaned == "index.html" {

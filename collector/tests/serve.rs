@@ -206,6 +206,7 @@ fn api_contract_on_cpu() {
     let (code, d) = s.delete(&format!("/api/trace/{id}"));
     assert_eq!(code, 404);
     assert_eq!(detail(&d), format!("Trace {id} not found"));
+    assert_eq!(s.get(&format!("/api/trace/{id}/events")).0, 404, "a deleted trace's job still answers events");
 
     // OpenAPI, the docs (served locally) and the viewer.
     let (code, doc) = s.get_json("/api/openapi.json");

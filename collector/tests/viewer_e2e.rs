@@ -97,7 +97,7 @@ fn wait_drawn(b: &Browser, file_name: &str) {
 /// The layer table's default order: peak allocated, highest first; ties in name order.
 fn native_layer_order(trace: &shared::Trace) -> Vec<LayerMemoryStats> {
     let mut rows: Vec<LayerMemoryStats> = layer_stats(trace).into_values().collect();
-    rows.sort_by(|a, b| b.peak_allocated.cmp(&a.peak_allocated));
+    rows.sort_by_key(|r| std::cmp::Reverse(r.peak_allocated));
     rows
 }
 

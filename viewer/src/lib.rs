@@ -112,12 +112,16 @@ pub fn is_typing(ev: &web_sys::KeyboardEvent) -> bool {
         .is_some_and(|el| matches!(el.tag_name().as_str(), "INPUT" | "TEXTAREA" | "SELECT"))
 }
 
+/// The page address's query parameter `name`.
+pub fn query_param(name: &str) -> Option<String> {
+    let search = window().location().search().ok()?;
+    web_sys::UrlSearchParams::new_with_str(&search).ok()?.get(name)
+}
+
 /// The trace to open at start: `?trace=URL`, or the one a static report names in
 /// `<meta name="memory-tracer-trace">`.
 fn initial_trace_url() -> Option<String> {
-    let search = window().location().search().ok()?;
-    let params = web_sys::UrlSearchParams::new_with_str(&search).ok()?;
-    params.get("trace").or_else(|| {
+    query_param("trace").or_else(|| {
         document()
             .query_selector("meta[name=memory-tracer-trace]")
             .ok()

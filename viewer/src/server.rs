@@ -8,7 +8,7 @@
 //! tab (sessionStorage) and sent as a bearer header, or as `access_token` where headers cannot
 //! be set (EventSource, the worker's fetch).
 
-use crate::{bridge, perf, AppState};
+use crate::{bridge, perf, query_param, AppState};
 use leptos::prelude::*;
 use serde::Deserialize;
 use shared::units::{format_bytes, format_seconds};
@@ -21,11 +21,6 @@ const TOKEN_KEY: &str = "memory-tracer-token";
 /// The API's base URL when served by `collector serve`.
 pub fn base() -> Option<String> {
     document().query_selector("meta[name=memory-tracer-server]").ok().flatten().and_then(|m| m.get_attribute("content"))
-}
-
-fn query_param(name: &str) -> Option<String> {
-    let search = window().location().search().ok()?;
-    web_sys::UrlSearchParams::new_with_str(&search).ok()?.get(name)
 }
 
 fn token() -> Option<String> {
@@ -113,7 +108,6 @@ struct Health {
     device: String,
     cuda_device_count: u32,
     tracing_available: bool,
-    #[serde(default)]
     models: Vec<String>,
 }
 
@@ -282,8 +276,6 @@ pub fn follow(state: AppState, server: ServerState, id: &str) {
     SOURCE.with(|s| *s.borrow_mut() = Some(source));
 }
 
-const MODELS: [&str; 9] = ["resnet18", "resnet34", "resnet50", "resnet101", "resnet152", "vgg16", "transformer", "gpt", "mlp"];
-
 fn input_value(id: &str) -> String {
     document().get_element_by_id(id).and_then(|e| e.dyn_into::<web_sys::HtmlInputElement>().ok()).map(|e| e.value()).unwrap_or_default()
 }
@@ -387,11 +379,10 @@ pub fn ServerPanel() -> impl IntoView {
                 <button on:click=move |_| server.refresh() title="Reload the lists">"Refresh"</button>
             </div>
             <form class="trace-form" on:submit=submit>
-                <label>"Model " <select id="srv-model">{move || {
-                    // The server's list (with its --models-dir TorchScript files), else the zoo.
-                    let models = server.health.get().map(|h| h.models).filter(|m| !m.is_empty()).unwrap_or_else(|| MODELS.iter().map(|m| (*m).to_owned()).collect());
-                    models.into_iter().map(|m| view! { <option value=m.clone()>{m.clone()}</option> }).collect_view()
-                }}</select></label>
+                // The server's models: the built-in ones and its --models-dir TorchScript files.
+                <label>"Model " <select id="srv-model">{move || server.health.get().map(|h| {
+                    h.models.into_iter().map(|m| view! { <option value=m.clone()>{m.clone()}</option> }).collect_view()
+                })}</select></label>
                 <label>"Input shape " <input id="srv-shape" type="text" placeholder="model default" size="10" title="One sample, without the batch: 3,224,224 (images), 128 (tokens), 784 (mlp)" /></label>
                 <label>"Batch " <input id="srv-batch" type="text" placeholder="default" size="5" /></label>
                 <label>"Iterations " <input id="srv-iterations" type="text" placeholder="3" size="4" /></label>

@@ -423,26 +423,24 @@ pub struct TraceRow {
 /// List the stored traces.
 #[utoipa::path(get, path = "/api/trace/list", tag = "traces", responses((status = 200, body = ListResponse), (status = 401, body = ErrorBody)))]
 pub async fn list(State(state): State<Arc<AppState>>) -> axum::Json<ListResponse> {
-    let all = state.store.list();
+    // Rows only: the sidecars' layer statistics are not copied per request.
+    let traces = state.store.map_all(|t| TraceRow {
+        trace_id: t.trace_id.clone(),
+        model_name: t.info.model_name.clone(),
+        origin: t.origin,
+        original_name: t.original_name.clone(),
+        created_unix_ms: t.created_unix_ms,
+        file_size_bytes: t.file_size_bytes,
+        total_events: t.info.total_events,
+        peak_allocated_bytes: t.info.peak_allocated_bytes,
+        peak_reserved_bytes: t.info.peak_reserved_bytes,
+        device: t.info.device.clone(),
+        source_format: t.info.source_format.clone(),
+    });
     axum::Json(ListResponse {
-        active_traces: all.iter().map(|t| t.trace_id.clone()).collect(),
-        count: all.len(),
-        traces: all
-            .into_iter()
-            .map(|t| TraceRow {
-                model_name: t.info.model_name,
-                origin: t.origin,
-                original_name: t.original_name,
-                created_unix_ms: t.created_unix_ms,
-                file_size_bytes: t.file_size_bytes,
-                total_events: t.info.total_events,
-                peak_allocated_bytes: t.info.peak_allocated_bytes,
-                peak_reserved_bytes: t.info.peak_reserved_bytes,
-                device: t.info.device,
-                source_format: t.info.source_format,
-                trace_id: t.trace_id,
-            })
-            .collect(),
+        active_traces: traces.iter().map(|t| t.trace_id.clone()).collect(),
+        count: traces.len(),
+        traces,
     })
 }
 
@@ -462,6 +460,7 @@ pub async fn delete(State(state): State<Arc<AppState>>, Path(trace_id): Path<Str
     let st = state.clone();
     let id = trace_id.clone();
     let remaining = blocking(move || st.store.delete(&id).map_err(store_error)).await?;
+    state.jobs.forget(&trace_id);
     Ok(axum::Json(DeleteResponse {
         message: format!("Trace {trace_id} deleted successfully"),
         remaining_traces: remaining,
@@ -476,8 +475,7 @@ pub async fn delete(State(state): State<Arc<AppState>>, Path(trace_id): Path<Str
 ))]
 pub async fn get_trace(State(state): State<Arc<AppState>>, Path(trace_id): Path<String>) -> Result<Response, ApiError> {
     let t = state.store.get(&trace_id).ok_or_else(|| ApiError::trace_not_found(&trace_id))?;
-    let name = t.original_name.clone().unwrap_or_else(|| t.file.clone());
-    let name: String = name.chars().map(|c| if c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_') { c } else { '_' }).collect();
+    let name = crate::report::safe_name(std::path::Path::new(t.original_name.as_deref().unwrap_or(&t.file)));
     file_response(state.store.trace_path(&t), "application/octet-stream", &name).await
 }
 

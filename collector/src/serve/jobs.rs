@@ -267,6 +267,11 @@ impl Jobs {
         rows
     }
 
+    /// Drops a finished job whose trace was evicted or deleted (its events then answer 404).
+    pub fn forget(&self, id: &str) {
+        self.finished.lock().unwrap_or_else(std::sync::PoisonError::into_inner).retain(|j| j.id != id);
+    }
+
     /// Queues a job, or answers 429 (with Retry-After) when `max_queue` jobs already wait.
     pub fn submit(&self, state: &Arc<AppState>, id: String, spec: JobSpec) -> Result<Arc<Job>, ApiError> {
         let Some(exe) = self.exe.clone() else {
@@ -441,11 +446,4 @@ async fn run_child(state: &Arc<AppState>, exe: &std::path::Path, job: &Arc<Job>)
         Ok(TraceResponse::from(&stored))
     })
     .await
-}
-
-impl Jobs {
-    /// Drops a finished job whose trace was evicted or deleted.
-    pub fn forget(&self, id: &str) {
-        self.finished.lock().unwrap_or_else(std::sync::PoisonError::into_inner).retain(|j| j.id != id);
-    }
 }

@@ -197,12 +197,11 @@ impl AppState {
     }
 
     /// The TorchScript file of `name` in `--models-dir`, when there is one. Names are plain
-    /// (letters, digits, `_`, `-`, `.`; no leading dot), so no request reaches another folder.
+    /// ([`store::is_plain_name`]), so no request reaches another folder.
     pub fn torchscript_model(&self, name: &str) -> Option<PathBuf> {
         let dir = self.config.models_dir.as_ref()?;
-        let plain = !name.is_empty() && name.len() <= 100 && !name.starts_with('.') && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
         let path = dir.join(format!("{name}.pt"));
-        (plain && path.is_file()).then_some(path)
+        (store::is_plain_name(name) && path.is_file()).then_some(path)
     }
 
     /// Every model a request may name: the built-in ones, then `--models-dir`'s.
@@ -252,9 +251,11 @@ async fn require_token(State(state): State<Arc<AppState>>, req: axum::extract::R
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
         .map(str::trim);
-    let from_query = req.uri().query().and_then(|q| {
-        q.split('&').find_map(|kv| kv.strip_prefix("access_token=")).map(percent_decode)
-    });
+    #[derive(serde::Deserialize)]
+    struct TokenQuery {
+        access_token: Option<String>,
+    }
+    let from_query = axum::extract::Query::<TokenQuery>::try_from_uri(req.uri()).ok().and_then(|q| q.0.access_token);
     let ok = from_header.is_some_and(|t| same_secret(t.as_bytes(), token.as_bytes()))
         || from_query.is_some_and(|t| same_secret(t.as_bytes(), token.as_bytes()));
     if ok {
@@ -262,29 +263,6 @@ async fn require_token(State(state): State<Arc<AppState>>, req: axum::extract::R
     } else {
         ApiError::unauthorized().into_response()
     }
-}
-
-fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        let hex = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
-        match b[i] {
-            b'%' if i + 2 < b.len() => match (hex(b[i + 1]), hex(b[i + 2])) {
-                (Some(h), Some(l)) => {
-                    out.push(h * 16 + l);
-                    i += 3;
-                    continue;
-                }
-                _ => out.push(b'%'),
-            },
-            b'+' => out.push(b' '),
-            c => out.push(c),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// The whole app: API (behind the token), docs, and the viewer at `/`.
@@ -401,7 +379,6 @@ mod tests {
         assert!(same_secret(b"abc", b"abc"));
         assert!(!same_secret(b"abc", b"abd"));
         assert!(!same_secret(b"abc", b"ab"));
-        assert_eq!(percent_decode("a%2Bb%zz+c"), "a+b%zz c");
     }
 
     #[test]

@@ -113,7 +113,7 @@ fn now_ms() -> u64 {
 
 /// A plain file name the store may have written: ASCII letters, digits, `_`, `-`, `.`; no
 /// leading dot; no separators. Everything else (`..`, `/`, `%2F` decoded, NUL) is refused.
-fn is_plain_name(name: &str) -> bool {
+pub(crate) fn is_plain_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 200
         && !name.starts_with('.')
@@ -300,9 +300,9 @@ impl Store {
         self.index().traces.get(&ms).cloned()
     }
 
-    /// Every stored trace, oldest first.
-    pub fn list(&self) -> Vec<StoredTrace> {
-        self.index().traces.values().cloned().collect()
+    /// `f` of every stored trace, oldest first.
+    pub fn map_all<T>(&self, f: impl FnMut(&StoredTrace) -> T) -> Vec<T> {
+        self.index().traces.values().map(f).collect()
     }
 
     /// The trace file of a stored trace.
