@@ -140,16 +140,18 @@ impl Session {
                 .map(|r| Curve { label: format!("{} batch {}", sweep.model, r.batch_size), points: r.curve.clone() })
                 .collect();
             let empty = Trace::new(crate::model::TraceMeta::new(crate::model::SourceFormat::MemoryTracer));
-            let mut overview = overview_of(&empty, file_name, bytes.len() as u64, &mut progress);
+            let mut overview = overview_of(&empty, 0, file_name, bytes.len() as u64, &mut progress);
             overview.curves = curves;
             overview.profile_error = Some("a sweep file holds curves only; open one of its traces for the other views".into());
             return Ok(Opened::Sweep(Box::new(overview)));
         }
         progress("parsing");
         let trace = crate::import(bytes, &crate::ImportOptions::default()).map_err(|e| e.to_string())?;
-        let overview = overview_of(&trace, file_name, bytes.len() as u64, &mut progress);
+        // One pass finds the peak's device, for the overview and every later answer.
+        let device = analysis::peak_device(&trace);
+        let overview = overview_of(&trace, device, file_name, bytes.len() as u64, &mut progress);
         let session = Session {
-            device: analysis::peak_device(&trace),
+            device,
             ops_at_event: innermost_ops(&trace),
             trace,
             file_name: file_name.to_owned(),
@@ -320,7 +322,8 @@ fn looks_like_sweep(bytes: &[u8]) -> bool {
     bytes.first() == Some(&b'{') && String::from_utf8_lossy(head).contains(SWEEP_FORMAT)
 }
 
-fn overview_of(trace: &Trace, file_name: &str, file_bytes: u64, progress: &mut impl FnMut(&str)) -> Overview {
+/// Everything drawn without asking again; `device` is the peak's ([`analysis::peak_device`]).
+fn overview_of(trace: &Trace, device: u8, file_name: &str, file_bytes: u64, progress: &mut impl FnMut(&str)) -> Overview {
     progress("summarising");
     let summary = analysis::summary(trace);
     let by_name = analysis::layer_stats(trace);
@@ -337,7 +340,6 @@ fn overview_of(trace: &Trace, file_name: &str, file_bytes: u64, progress: &mut i
     };
     progress("building the flame graph");
     let flame = flame_graph(trace, FLAME_MIN_SHARE);
-    let device = analysis::peak_device(trace);
     let ev = &trace.events;
     let start = trace.start_ns();
     let secs = |ns: u64| ns.saturating_sub(start) as f64 * 1e-9;
