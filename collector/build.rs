@@ -30,7 +30,24 @@ fn embed_viewer() {
     }
 }
 
+/// Links the shim's objects into `OUT_DIR/libmt_shim.so`. It names libtorch_cpu and c10 only
+/// (they carry every symbol it uses), so it loads into CPU-only and CUDA builds of torch alike,
+/// binding to the copies that `import torch` already loaded.
+fn shared_shim(build: &cc::Build, objects: &[PathBuf], lib: &Path) {
+    let out = PathBuf::from(std::env::var_os("OUT_DIR").unwrap_or_default()).join("libmt_shim.so");
+    let mut cmd = build.get_compiler().to_command();
+    cmd.arg("-shared").arg("-o").arg(&out).args(objects);
+    cmd.arg(format!("-L{}", lib.display())).args(["-ltorch_cpu", "-lc10", "-Wl,-s"]);
+    let status = cmd.status().unwrap_or_else(|e| panic!("cannot run the C++ linker for libmt_shim.so: {e}"));
+    if !status.success() {
+        panic!("linking libmt_shim.so failed ({status}): {cmd:?}");
+    }
+    println!("cargo:rustc-cfg=shim_so");
+    println!("cargo:rustc-env=MT_SHIM_SO={}", out.display());
+}
+
 fn main() {
+    println!("cargo::rustc-check-cfg=cfg(shim_so)");
     embed_viewer();
     println!("cargo:rerun-if-changed=shim/mt_shim.cpp");
     println!("cargo:rerun-if-changed=shim/mt_shim.h");
@@ -41,7 +58,8 @@ fn main() {
         panic!("torch-sys did not report DEP_TCH_LIBTORCH_LIB; set LIBTORCH_USE_PYTORCH=1 with the torch venv active (`cargo xtask` does this)");
     };
     let include = lib.join("../include");
-    cc::Build::new()
+    let mut build = cc::Build::new();
+    build
         .cpp(true)
         .file("shim/mt_shim.cpp")
         .include(&include)
@@ -54,8 +72,12 @@ fn main() {
         .flag("-fPIC")
         .flag_if_supported("-Wno-unused-parameter")
         .flag_if_supported("-Wno-deprecated-declarations")
-        .warnings(false)
-        .compile("mt_shim");
+        .warnings(false);
+    // One compile, two products: a static archive linked into the collector and a shared
+    // library that Python processes load after `import torch` (collector trace -- python ...).
+    let objects = build.compile_intermediates();
+    cc::Build::new().cpp(true).objects(&objects).compile("mt_shim");
+    shared_shim(&build, &objects, &lib);
     println!("cargo:rustc-link-search=native={}", lib.display());
     // torch-sys's rpath does not reach the final link.
     println!("cargo:rustc-link-arg=-Wl,-rpath,{}", lib.display());

@@ -15,13 +15,20 @@
 #include <c10/util/ThreadLocalDebugInfo.h>
 #include <torch/csrc/jit/runtime/interpreter.h>
 
+#include <pthread.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -55,6 +62,8 @@ struct Global {
   uint64_t max_mem = UINT64_MAX, max_op = UINT64_MAX;
   std::atomic<uint64_t> mem_kept{0}, mem_dropped{0}, op_kept{0}, op_dropped{0};
   std::atomic<uint64_t> peak_allocated{0}, peak_reserved{0};
+  // Chunks linked and not yet drained, and the most allowed (0: unbounded).
+  std::atomic<uint64_t> live_chunks{0}, max_chunks{0}, buffer_dropped{0};
   std::atomic<uint32_t> next_op{1};
   at::CallbackHandle callback = at::INVALID_CALLBACK_HANDLE;
   std::string last_error;
@@ -133,7 +142,8 @@ uint32_t intern_cached(const char* s) {
   return id;
 }
 
-// A slot for one record in this thread's buffer.
+// A slot for one record in this thread's buffer, or null when the undrained buffers are full
+// (the record is then dropped and counted).
 inline MtRecord* slot() {
   auto& G = g();
   uint64_t gen = G.generation.load(std::memory_order_acquire);
@@ -147,6 +157,12 @@ inline MtRecord* slot() {
   }
   Chunk* c = tls.cur;
   if (c == nullptr || c->count.load(std::memory_order_relaxed) == kChunkRecords) {
+    uint64_t max = G.max_chunks.load(std::memory_order_relaxed);
+    if (max != 0 && G.live_chunks.load(std::memory_order_relaxed) >= max) {
+      G.buffer_dropped.fetch_add(1, std::memory_order_relaxed);
+      return nullptr;
+    }
+    G.live_chunks.fetch_add(1, std::memory_order_relaxed);
     auto fresh = std::make_unique<Chunk>();
     c = fresh.get();
     std::lock_guard<std::mutex> lock(tls.buf->mu);
@@ -180,6 +196,7 @@ void record_tensor(const at::Tensor& t, uint8_t kind) {
   if (!t.defined() || !t.has_storage()) return;
   const auto& storage = t.storage();
   MtRecord* r = slot();
+  if (r == nullptr) return;
   fill_common(r, kind, at::RecordFunction::currentThreadId());
   r->id = reinterpret_cast<uint64_t>(storage.data());
   r->value = static_cast<int64_t>(storage.nbytes());
@@ -190,6 +207,7 @@ void record_tensor(const at::Tensor& t, uint8_t kind) {
   publish();
   for (size_t i = 0; i < sizes.size(); i += 4) {
     MtRecord* d = slot();
+    if (d == nullptr) return;
     std::memset(d, 0, sizeof(MtRecord));
     d->kind = MT_DIMS;
     d->thread = r->thread;
@@ -247,6 +265,10 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
     }
   }
   MtRecord* r = slot();
+  if (r == nullptr) {
+    tls.ops.push_back({id, false});
+    return nullptr;
+  }
   fill_common(r, MT_OP_ENTER, fn.threadId());
   r->id = id;
   r->value = fn.seqNr();
@@ -279,6 +301,7 @@ void on_exit(const at::RecordFunction& fn, at::ObserverContext*) {
   if (!frame.kept || !G.active.load(std::memory_order_relaxed)) return;
   uint32_t id = frame.id;
   MtRecord* r = slot();
+  if (r == nullptr) return;
   fill_common(r, MT_OP_EXIT, fn.threadId());
   r->id = id;
   publish();
@@ -304,6 +327,7 @@ void update_peak(std::atomic<uint64_t>& peak, uint64_t v) {
 void record_memory(uint8_t kind, void* ptr, int64_t value, size_t total_allocated,
                    size_t total_reserved, c10::Device device) {
   MtRecord* r = slot();
+  if (r == nullptr) return;
   fill_common(r, kind, at::RecordFunction::currentThreadId());
   r->id = reinterpret_cast<uint64_t>(ptr);
   r->value = value;
@@ -346,6 +370,108 @@ struct Reporter final : public c10::MemoryReportingInfoBase {
   }
 };
 
+// The streaming side (a shim loaded into a Python process): one thread drains the buffers
+// and writes frames to the collector's socket. Writers of records never wait for it.
+struct Stream {
+  std::mutex write_mu;  // one frame at a time on the socket
+  int fd = -1;
+  bool broken = false;  // the collector went away: recording stopped, nothing more is sent
+  bool forked_child = false;
+  uint32_t strings_sent = 0;
+  std::vector<MtRecord> buf;
+  std::thread thread;
+  std::mutex cv_mu;
+  std::condition_variable cv;
+  bool stop = false;
+  uint32_t interval_ms = 20;
+  bool atfork_registered = false;
+};
+
+Stream& stream() {
+  static Stream* instance = new Stream();  // never destroyed: the thread may outlive statics
+  return *instance;
+}
+
+bool write_all(int fd, const void* data, size_t len) {
+  const char* p = static_cast<const char*>(data);
+  while (len > 0) {
+    ssize_t n = ::send(fd, p, len, MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    p += n;
+    len -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+bool send_frame_locked(Stream& S, uint32_t kind, const void* data, size_t len) {
+  if (S.broken || S.fd < 0) return false;
+  uint32_t header[2] = {kind, static_cast<uint32_t>(len)};
+  if (!write_all(S.fd, header, sizeof header) || (len > 0 && !write_all(S.fd, data, len))) {
+    S.broken = true;
+    g().active.store(false);  // nobody listens: stop recording rather than buffer forever
+    return false;
+  }
+  return true;
+}
+
+// Sends new strings, then every published record. Caller holds S.write_mu.
+void flush_locked(Stream& S) {
+  if (S.broken || S.fd < 0) return;
+  std::string payload;
+  {
+    std::lock_guard<std::mutex> lock(g().mu);
+    uint32_t total = static_cast<uint32_t>(g().strings.size());
+    for (uint32_t id = S.strings_sent + 1; id <= total; ++id) {
+      const std::string& str = g().strings[id - 1];
+      uint32_t head[2] = {id, static_cast<uint32_t>(str.size())};
+      payload.append(reinterpret_cast<const char*>(head), sizeof head);
+      payload.append(str);
+    }
+    S.strings_sent = total;
+  }
+  if (!payload.empty() && !send_frame_locked(S, MT_FRAME_STRINGS, payload.data(), payload.size())) return;
+  if (S.buf.empty()) S.buf.resize(kChunkRecords);
+  for (;;) {
+    size_t n = mt_drain(S.buf.data(), S.buf.size());
+    if (n == 0) break;
+    if (!send_frame_locked(S, MT_FRAME_RECORDS, S.buf.data(), n * sizeof(MtRecord))) return;
+  }
+}
+
+void stream_loop() {
+  Stream& S = stream();
+  for (;;) {
+    bool stopping;
+    {
+      std::unique_lock<std::mutex> lk(S.cv_mu);
+      S.cv.wait_for(lk, std::chrono::milliseconds(S.interval_ms), [&] { return S.stop; });
+      stopping = S.stop;
+    }
+    {
+      std::lock_guard<std::mutex> lock(S.write_mu);
+      flush_locked(S);
+    }
+    if (stopping) return;
+  }
+}
+
+void atfork_prepare() { g().mu.lock(); }
+void atfork_parent() { g().mu.unlock(); }
+void atfork_child() {
+  g().mu.unlock();
+  // A forked child (a DataLoader worker) records nothing and never writes to the parent's
+  // socket; closing its copy lets the collector see the parent's end of stream.
+  g().active.store(false);
+  Stream& S = stream();
+  S.forked_child = true;
+  S.broken = true;
+  if (S.fd >= 0) ::close(S.fd);
+  S.fd = -1;
+}
+
 }  // namespace
 
 extern "C" {
@@ -358,6 +484,8 @@ int mt_reset(uint64_t max_mem_records, uint64_t max_op_records, int capture_tens
   }
   std::lock_guard<std::mutex> lock(G.mu);
   G.bufs.clear();
+  G.live_chunks = 0;
+  G.buffer_dropped = 0;
   G.generation.fetch_add(1, std::memory_order_acq_rel);
   G.max_mem = max_mem_records;
   G.max_op = max_op_records;
@@ -448,6 +576,10 @@ void mt_scope_enter(uint32_t name) {
   try {
     if (g().active.load(std::memory_order_relaxed)) {
       MtRecord* r = slot();
+      if (r == nullptr) {
+        tls.scopes.push_back(name);
+        return;
+      }
       fill_common(r, MT_SCOPE_ENTER, at::RecordFunction::currentThreadId());
       r->name = name;
       publish();
@@ -462,6 +594,7 @@ void mt_scope_exit(uint32_t name) {
     if (!tls.scopes.empty()) tls.scopes.pop_back();
     if (g().active.load(std::memory_order_relaxed)) {
       MtRecord* r = slot();
+      if (r == nullptr) return;
       fill_common(r, MT_SCOPE_EXIT, at::RecordFunction::currentThreadId());
       r->name = name;
       publish();
@@ -474,6 +607,7 @@ void mt_mark(uint32_t name, int64_t value) {
   try {
     if (!g().active.load(std::memory_order_relaxed)) return;
     MtRecord* r = slot();
+    if (r == nullptr) return;
     fill_common(r, MT_MARK, at::RecordFunction::currentThreadId());
     r->name = name;
     r->value = value;
@@ -505,6 +639,7 @@ size_t mt_drain(MtRecord* out, size_t cap) {
       // one (the last chunk is the writer's current one).
       if (buf->read_pos == kChunkRecords && buf->chunks.size() > 1) {
         buf->chunks.pop_front();
+        G.live_chunks.fetch_sub(1, std::memory_order_relaxed);
         buf->read_pos = 0;
       } else {
         break;
@@ -523,6 +658,7 @@ void mt_counters(MtCounters* out) {
   out->op_dropped = G.op_dropped.load();
   out->peak_allocated = G.peak_allocated.load();
   out->peak_reserved = G.peak_reserved.load();
+  out->buffer_dropped = G.buffer_dropped.load();
 }
 
 int mt_cuda_device_stats(int8_t device, MtDeviceStats* out) {
@@ -564,6 +700,69 @@ int mt_cuda_empty_cache(void) {
     auto* alloc = c10::getDeviceAllocator(c10::DeviceType::CUDA);
     if (alloc == nullptr || !alloc->initialized()) return -1;
     alloc->emptyCache();
+    return 0;
+  } catch (const std::exception& e) {
+    set_error(e.what());
+    return -1;
+  }
+}
+
+int mt_stream_open(int fd, uint32_t interval_ms, uint64_t max_buffered_records) {
+  try {
+    Stream& S = stream();
+    std::lock_guard<std::mutex> lock(S.write_mu);
+    if (S.fd >= 0 || S.forked_child) {
+      set_error("a stream is already open in this process");
+      return -1;
+    }
+    if (!S.atfork_registered) {
+      pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+      S.atfork_registered = true;
+    }
+    S.fd = fd;
+    S.broken = false;
+    S.stop = false;
+    S.strings_sent = 0;
+    S.interval_ms = interval_ms == 0 ? 20 : interval_ms;
+    uint64_t chunks = max_buffered_records == 0 ? 0 : (max_buffered_records + kChunkRecords - 1) / kChunkRecords;
+    g().max_chunks.store(chunks);
+    S.thread = std::thread(stream_loop);
+    return 0;
+  } catch (const std::exception& e) {
+    set_error(e.what());
+    return -1;
+  }
+}
+
+int mt_stream_send(uint32_t kind, const char* data, size_t len) {
+  try {
+    Stream& S = stream();
+    if (S.forked_child) return -1;
+    std::lock_guard<std::mutex> lock(S.write_mu);
+    flush_locked(S);
+    return send_frame_locked(S, kind, data, len) ? 0 : -1;
+  } catch (const std::exception& e) {
+    set_error(e.what());
+    return -1;
+  }
+}
+
+int mt_stream_close(void) {
+  try {
+    Stream& S = stream();
+    if (S.forked_child || S.fd < 0) return 0;
+    {
+      std::lock_guard<std::mutex> lk(S.cv_mu);
+      S.stop = true;
+    }
+    S.cv.notify_all();
+    if (S.thread.joinable()) S.thread.join();
+    std::lock_guard<std::mutex> lock(S.write_mu);
+    flush_locked(S);
+    ::shutdown(S.fd, SHUT_RDWR);
+    ::close(S.fd);
+    S.fd = -1;
+    g().max_chunks.store(0);
     return 0;
   } catch (const std::exception& e) {
     set_error(e.what());

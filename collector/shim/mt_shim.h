@@ -42,6 +42,8 @@ typedef struct MtCounters {
   uint64_t mem_kept, mem_dropped, op_kept, op_dropped;
   // Peaks seen by the callback itself, kept even when records are dropped.
   uint64_t peak_allocated, peak_reserved;
+  // Records dropped because the undrained buffers were full (streaming, see mt_stream_open).
+  uint64_t buffer_dropped;
 } MtCounters;
 
 typedef struct MtDeviceStats {
@@ -76,6 +78,25 @@ int mt_cuda_reset_peak(int8_t device);
 int mt_cuda_empty_cache(void);
 // Copies the last error message; returns its length.
 size_t mt_last_error(char* buf, size_t cap);
+
+// Streaming (the shim inside a Python process, see collector/src/pyrun/wire.rs for the frames).
+// Frame: u32 kind, u32 payload length (little endian), payload.
+enum {
+  MT_FRAME_HELLO = 1,    // JSON: who is talking (pid, argv, torch version, rank, start_ns, ...)
+  MT_FRAME_RECORDS = 2,  // n * sizeof(MtRecord)
+  MT_FRAME_STRINGS = 3,  // repeated: u32 id, u32 length, bytes
+  MT_FRAME_END = 4,      // JSON: counters and the allocator's own statistics at the end
+  MT_FRAME_NOTE = 5,     // JSON: something the collector should know (a warning)
+};
+// Starts a thread that drains records every `interval_ms` and writes them, with new strings,
+// to the connected socket `fd`. Undrained records are bounded by `max_buffered_records`
+// (0: unbounded); past it, records are dropped and counted (MtCounters.buffer_dropped).
+// A child made by fork() stops recording and never writes to the socket.
+int mt_stream_open(int fd, uint32_t interval_ms, uint64_t max_buffered_records);
+// Sends one JSON frame (HELLO, END or NOTE) after everything drained so far.
+int mt_stream_send(uint32_t kind, const char* data, size_t len);
+// Drains what is left, sends it, stops the thread and closes the socket.
+int mt_stream_close(void);
 
 #ifdef __cplusplus
 }

@@ -4,8 +4,10 @@
 //! imports.
 
 pub mod analyze;
+pub mod capture;
 pub mod commands;
 pub mod plots;
+pub mod pyrun;
 pub mod report;
 pub mod serve;
 
@@ -15,8 +17,6 @@ pub const MODEL_ZOO: [&str; 9] = ["resnet18", "resnet34", "resnet50", "resnet101
 /// The libtorch version the collector is built against (torch-sys refuses any other).
 pub const TORCH_VERSION: &str = "2.11.0";
 
-#[cfg(feature = "tracing")]
-pub mod capture;
 #[cfg(feature = "tracing")]
 pub mod models;
 #[cfg(feature = "tracing")]

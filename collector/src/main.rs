@@ -16,9 +16,28 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run a model through libtorch and record every allocation, operator and layer.
-    #[cfg(feature = "tracing")]
+    /// Record every allocation, operator and layer of a Python program
+    /// (`collector trace -o run.mtrace.json -- python train.py ARGS`) or of a built-in or
+    /// TorchScript model run through libtorch.
     Trace(Box<TraceArgs>),
+    /// Read one capture stream from an inherited socket and build its trace (what the Python
+    /// `memory_tracer.MemoryTracer` API runs).
+    #[command(hide = true)]
+    Ingest {
+        /// The socket's file descriptor.
+        #[arg(long)]
+        fd: i32,
+        #[arg(short, long)]
+        output: PathBuf,
+        /// Print layer statistics, peaks per layer, fragmentation and the summary as JSON.
+        #[arg(long)]
+        stats_json: bool,
+        /// cpu, cuda or cuda:N: whose memory the trace keeps.
+        #[arg(long)]
+        device: Option<String>,
+        #[arg(long)]
+        no_fragmentation: bool,
+    },
     /// Measure tracing overhead: training steps traced and untraced, interleaved in one
     /// process; prints the medians as JSON.
     #[cfg(feature = "tracing")]
@@ -226,7 +245,6 @@ fn serve_command(a: ServeArgs) -> anyhow::Result<()> {
 }
 
 /// What to run: the model, its input and the loop (shared by `trace` and `sweep`).
-#[cfg(feature = "tracing")]
 #[derive(clap::Args)]
 struct RunArgs {
     /// A built-in model: resnet18, resnet34, resnet50, resnet101, resnet152, vgg16,
@@ -295,7 +313,6 @@ struct RunArgs {
 }
 
 /// `collector trace` options.
-#[cfg(feature = "tracing")]
 #[derive(clap::Args)]
 struct TraceArgs {
     #[command(flatten)]
@@ -316,6 +333,17 @@ struct TraceArgs {
     /// (what `collector serve` reads from its trace processes).
     #[arg(long, hide = true)]
     progress_json: bool,
+    /// Programs without an optimizer (inference loops): each call of this module (its path,
+    /// e.g. `encoder`, or class name, e.g. `GPT2LMHeadModel`) is one iteration.
+    #[arg(long, value_name = "MODULE")]
+    iteration_marker: Option<String>,
+    /// Records a traced program may hold before the collector drains them; past this, records
+    /// are dropped and counted (the trace says how many).
+    #[arg(long, default_value_t = 8_000_000)]
+    buffer_records: u64,
+    /// The program to trace and its arguments, after `--` (python, torchrun, accelerate, ...).
+    #[arg(last = true, value_name = "COMMAND")]
+    command: Vec<String>,
 }
 
 /// `collector sweep` options.
@@ -404,7 +432,6 @@ fn run_options(a: RunArgs) -> anyhow::Result<collector::run::RunOptions> {
 }
 
 /// `collector trace --progress-json`: one JSON object per line on stdout.
-#[cfg(feature = "tracing")]
 fn emit(line: &collector::serve::jobs::ChildLine) {
     use std::io::Write;
     let mut out = std::io::stdout().lock();
@@ -471,9 +498,101 @@ fn trace_json_command(a: TraceArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `collector trace -- COMMAND`: runs the program with the capture injected, writes one trace
+/// per traced process, and exits with the program's exit code.
+fn python_trace_command(a: TraceArgs) -> anyhow::Result<()> {
+    use collector::pyrun::{self, PyOptions};
+    use collector::serve::jobs::ChildLine;
+    let opts = PyOptions {
+        max_events: a.run.max_events,
+        capture_tensors: !a.run.no_tensors,
+        capture_ops: !a.run.memory_only,
+        iteration_marker: a.iteration_marker.clone(),
+        buffer_records: a.buffer_records,
+        fragmentation: !a.run.no_fragmentation,
+        device: a.run.device.as_deref().map(str::parse).transpose().map_err(anyhow::Error::msg)?,
+        ..PyOptions::default()
+    };
+    let output = a.output.clone().unwrap_or_else(|| {
+        let stem = a.command.iter().skip(1).find(|s| !s.starts_with('-')).or(a.command.first()).map_or("program".into(), |s| {
+            std::path::Path::new(s).file_stem().map_or_else(|| s.clone(), |f| f.to_string_lossy().into_owned())
+        });
+        PathBuf::from(format!("{stem}.mtrace.json"))
+    });
+    let format = resolve_format(a.format.as_deref(), &output)?;
+    if a.progress_json {
+        emit(&ChildLine::Started { iterations: 0 });
+    }
+    let started = std::time::Instant::now();
+    let outcome = pyrun::run(&a.command, &opts, &mut |points| {
+        if a.progress_json {
+            emit(&ChildLine::Memory { points: points.to_vec() });
+        }
+    })?;
+    let code = outcome.exit_code();
+    let mut notes: Vec<String> = outcome.processes.iter().flat_map(pyrun::notes_text).collect();
+    let traced: Vec<_> = outcome.processes.into_iter().filter(pyrun::has_capture).collect();
+    let many = traced.len() > 1;
+    let mut written = 0;
+    for p in traced {
+        let rank = p.hello.as_ref().and_then(|h| h.get("env")?.get("RANK")?.as_str().map(str::to_owned));
+        let pid = p.pid().unwrap_or(0);
+        let out = if many {
+            let name = output.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
+            let tag = rank.map_or_else(|| format!("pid{pid}"), |r| format!("rank{r}"));
+            let (stem, ext) = name.split_once('.').unwrap_or((name.as_str(), "mtrace.json"));
+            output.with_file_name(format!("{stem}.{tag}.{ext}"))
+        } else {
+            output.clone()
+        };
+        let program = pyrun::program_name(&p);
+        let trace = match pyrun::build_trace(p, &opts) {
+            Ok(t) => t,
+            Err(e) => {
+                notes.push(format!("process {pid}: {e}"));
+                continue;
+            }
+        };
+        let bytes = write_export(&trace, format, &out)?;
+        if a.progress_json {
+            emit(&ChildLine::Done { info: collector::serve::api::trace_info(&trace, &program, started.elapsed().as_secs_f64() * 1e3) });
+        } else if !a.quiet {
+            print_summary(&trace, a.top, false, std::io::stderr().lock()).context("cannot print the summary")?;
+        }
+        eprintln!("collector: wrote {} ({}, {} events) to {}", shared::units::format_bytes(bytes), format.name(), trace.events.len(), out.display());
+        written += 1;
+    }
+    for n in &notes {
+        eprintln!("collector: {n}");
+    }
+    if written == 0 {
+        let why = "no process of the command imported torch with the capture (is it a Python program using torch? `python -I`/`-E` ignore PYTHONPATH)";
+        if a.progress_json {
+            emit(&ChildLine::Error { class: "invalid".into(), detail: notes.first().cloned().unwrap_or_else(|| why.into()) });
+        }
+        eprintln!("collector: nothing was traced: {why}");
+        std::process::exit(if code == 0 { 1 } else { code });
+    }
+    if outcome.interrupted {
+        eprintln!("collector: interrupted; the trace holds what ran until then");
+    }
+    std::process::exit(code);
+}
+
+#[cfg(not(feature = "tracing"))]
+fn trace_command(a: TraceArgs) -> anyhow::Result<()> {
+    if !a.command.is_empty() {
+        return python_trace_command(a);
+    }
+    anyhow::bail!("this collector was built without libtorch: it traces Python programs (`collector trace -- python train.py`) but not built-in models")
+}
+
 #[cfg(feature = "tracing")]
 fn trace_command(a: TraceArgs) -> anyhow::Result<()> {
     use collector::run;
+    if !a.command.is_empty() {
+        return python_trace_command(a);
+    }
     if a.progress_json {
         return trace_json_command(a);
     }
@@ -503,6 +622,36 @@ fn trace_command(a: TraceArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+fn ingest_command(fd: i32, output: &std::path::Path, stats_json: bool, device: Option<&str>, no_fragmentation: bool) -> anyhow::Result<()> {
+    use collector::pyrun;
+    use shared::analysis;
+    let opts = pyrun::PyOptions {
+        device: device.map(str::parse).transpose().map_err(anyhow::Error::msg)?,
+        fragmentation: !no_fragmentation,
+        ..pyrun::PyOptions::default()
+    };
+    let stream = pyrun::ingest_fd(fd)?;
+    if let Some(e) = stream.error.as_ref().filter(|_| stream.records.is_empty()) {
+        anyhow::bail!("the capture stream broke before any record arrived: {e}");
+    }
+    let trace = pyrun::build_trace(stream, &opts).map_err(anyhow::Error::msg)?;
+    write_export(&trace, shared::export::ExportFormat::Native, output)?;
+    if stats_json {
+        let layers = analysis::layer_stats(&trace);
+        let j = serde_json::json!({
+            "summary": analysis::summary(&trace),
+            "layer_stats": layers,
+            "peak_memory_per_layer": analysis::peak_memory_per_layer(&trace),
+            "fragmentation": analysis::fragmentation_stats_with_layers(&trace, &layers),
+            "warnings": trace.meta.warnings,
+            "reported": trace.meta.reported,
+            "trace_path": output,
+        });
+        println!("{j}");
+    }
+    Ok(())
+}
+
 fn import_options(max_decompressed_mib: u64) -> ImportOptions {
     let mut o = ImportOptions::default();
     o.max_decompressed_bytes = max_decompressed_mib.saturating_mul(1 << 20);
@@ -511,8 +660,14 @@ fn import_options(max_decompressed_mib: u64) -> ImportOptions {
 
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        #[cfg(feature = "tracing")]
         Command::Trace(a) => trace_command(*a)?,
+        Command::Ingest {
+            fd,
+            output,
+            stats_json,
+            device,
+            no_fragmentation,
+        } => ingest_command(fd, &output, stats_json, device.as_deref(), no_fragmentation)?,
         #[cfg(feature = "tracing")]
         Command::Overhead {
             model,

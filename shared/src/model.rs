@@ -798,6 +798,18 @@ pub struct Trace {
     /// sampled during the run (native capture on CUDA).
     #[serde(default)]
     pub device_samples: Vec<DeviceSample>,
+    /// Named moments the program marked (`memory_tracer.mark("name")`), in time order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub marks: Vec<Mark>,
+}
+
+/// A named moment of a run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Mark {
+    pub ts_ns: u64,
+    pub name: StrId,
+    /// The program's value for it (a counter unless it gave one).
+    pub value: i64,
 }
 
 /// One iteration of the traced loop.
@@ -835,6 +847,7 @@ impl Trace {
             dropped_events: 0,
             iterations: Vec::new(),
             device_samples: Vec::new(),
+            marks: Vec::new(),
         }
     }
 

@@ -127,6 +127,7 @@ pub fn assemble(c: &Captured, meta: TraceMeta) -> Trace {
     let mut mem: Vec<usize> = Vec::new();
     let mut scopes: Vec<LayerScope> = Vec::new();
     let mut iteration_marks: Vec<(u64, bool, i64)> = Vec::new();
+    let mut user_marks: Vec<(u64, u32, i64)> = Vec::new();
     let iteration_begin = c.strings.iter().position(|x| x == ITERATION_BEGIN).map(|i| i as u32 + 1);
     let iteration_end = c.strings.iter().position(|x| x == ITERATION_END).map(|i| i as u32 + 1);
 
@@ -214,6 +215,8 @@ pub fn assemble(c: &Captured, meta: TraceMeta) -> Trace {
                     iteration_marks.push((rel(r.ts_ns), true, r.value));
                 } else if Some(r.name) == iteration_end {
                     iteration_marks.push((rel(r.ts_ns), false, r.value));
+                } else {
+                    user_marks.push((rel(r.ts_ns), r.name, r.value));
                 }
             }
             _ => {}
@@ -222,6 +225,11 @@ pub fn assemble(c: &Captured, meta: TraceMeta) -> Trace {
     close_open_scopes(&mut scope_stack, &mut scopes, &mut trace, &mut s, current_thread as u64, None);
     scopes.sort_by_key(|x| (x.start_ns, x.depth));
     trace.scopes = scopes;
+    user_marks.sort_by_key(|m| m.0);
+    for (ts_ns, name, value) in user_marks {
+        let name = s(&mut trace, name);
+        trace.marks.push(shared::model::Mark { ts_ns, name, value });
+    }
 
     // Layers of ops, parents and forward ops first.
     ops.sort_by_key(|o| (o.start_ns, o.id));
@@ -425,7 +433,13 @@ pub fn assemble(c: &Captured, meta: TraceMeta) -> Trace {
             counters.op_kept, counters.op_dropped
         ));
     }
-    trace.dropped_events = counters.mem_dropped + counters.op_dropped;
+    if counters.buffer_dropped > 0 {
+        trace.meta.warnings.push(format!(
+            "{} records were dropped because the program recorded faster than the collector drained (bounded buffer full); the allocator's peaks while dropping: {} allocated, {} reserved",
+            counters.buffer_dropped, counters.peak_allocated, counters.peak_reserved
+        ));
+    }
+    trace.dropped_events = counters.mem_dropped + counters.op_dropped + counters.buffer_dropped;
     trace.finish();
     trace
 }

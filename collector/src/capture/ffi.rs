@@ -2,8 +2,8 @@
 //! collector. Keep this file and the header in step.
 
 #![allow(non_camel_case_types)]
+#![cfg_attr(not(feature = "tracing"), allow(dead_code))]
 
-use std::os::raw::{c_char, c_int};
 
 pub const MT_MEM: u8 = 1;
 pub const MT_OOM: u8 = 2;
@@ -47,6 +47,7 @@ pub struct MtCounters {
     pub op_dropped: u64,
     pub peak_allocated: u64,
     pub peak_reserved: u64,
+    pub buffer_dropped: u64,
 }
 
 #[repr(C)]
@@ -60,6 +61,10 @@ pub struct MtDeviceStats {
     pub num_ooms: u64,
 }
 
+#[cfg(feature = "tracing")]
+use std::os::raw::{c_char, c_int};
+
+#[cfg(feature = "tracing")]
 extern "C" {
     pub fn mt_reset(max_mem_records: u64, max_op_records: u64, capture_tensors: c_int, capture_ops: c_int) -> c_int;
     pub fn mt_start() -> c_int;

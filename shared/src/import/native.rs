@@ -161,6 +161,11 @@ fn validate(t: &Trace) -> Result<(), ImportError> {
             return Err(bad(format!("trace.iterations[{k}]"), "end before start"));
         }
     }
+    for (k, m) in t.marks.iter().enumerate() {
+        if !str_ok(m.name) {
+            return Err(bad(format!("trace.marks[{k}].name"), "string id out of range"));
+        }
+    }
     for (k, s) in t.device_samples.iter().enumerate() {
         if s.device as usize >= t.devices.len() {
             return Err(bad(format!("trace.device_samples[{k}].device"), "device out of range"));

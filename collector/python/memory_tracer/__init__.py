@@ -1,0 +1,236 @@
+"""Memory Tracer for Python programs.
+
+Two ways in:
+
+- Run any program under the collector, no code changes::
+
+      collector trace -o run.mtrace.json -- python train.py --epochs 1
+
+- Or trace a block from inside the program with the MemoryTracer API::
+
+      from memory_tracer import MemoryTracer
+      tracer = MemoryTracer(max_events=100_000)
+      with tracer.trace(model):
+          loss = model(x).sum(); loss.backward(); opt.step()
+      tracer.print_summary()
+      tracer.export_flame_graph("memory_profile.json")   # speedscope
+      tracer.save("run.mtrace.json")                     # opens in the viewer
+
+Both record every allocation and free of PyTorch's allocators (with allocated and reserved
+totals), every operator, and the nn.Module path, phase and iteration they belong to, through
+the same C++ shim as `collector trace --model`, and both are analysed by the same collector.
+`mark(name)` adds a mark to whichever capture is running.
+"""
+
+import contextlib
+import dataclasses
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+
+from . import _capture, _shim
+
+__all__ = ["MemoryTracer", "LayerMemoryStats", "mark", "pause", "resume", "is_tracing"]
+__version__ = "0.1.0"
+
+
+@dataclasses.dataclass
+class LayerMemoryStats:
+    layer_name: str
+    peak_allocated: int
+    peak_reserved: int
+    total_allocations: int
+    total_deallocations: int
+    avg_fragmentation: float
+    duration_ms: float
+    allocated_bytes_total: int = 0
+
+
+def mark(name, value=None):
+    """Adds a named mark at this moment to the running capture (no-op when none runs)."""
+    cap = _capture.current()
+    if cap is not None:
+        cap.mark(str(name), value)
+
+
+def pause():
+    """Stops recording until resume() (call from the thread that runs the model)."""
+    cap = _capture.current()
+    if cap is not None:
+        cap.pause()
+
+
+def resume():
+    cap = _capture.current()
+    if cap is not None:
+        cap.resume()
+
+
+def is_tracing():
+    cap = _capture.current()
+    return cap is not None and cap.enabled
+
+
+def collector_path():
+    """The collector binary: $MEMORY_TRACER_COLLECTOR, the one in this package, or PATH."""
+    env = os.environ.get("MEMORY_TRACER_COLLECTOR")
+    if env:
+        return env
+    bundled = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_bin", "collector")
+    if os.path.isfile(bundled) and os.access(bundled, os.X_OK):
+        return bundled
+    found = shutil.which("collector")
+    if found:
+        return found
+    raise RuntimeError("memory-tracer: no collector binary found (set MEMORY_TRACER_COLLECTOR or install the memory_tracer wheel)")
+
+
+class MemoryTracer:
+    """Records allocations, operators and layers of the code run inside `trace()`.
+
+    max_events: allocations and frees kept (operators are bounded alike); later ones are
+        dropped and counted.
+    device: "cpu", "cuda" or "cuda:N" (default: "cuda:0" when CUDA is available, else "cpu").
+    enable_fragmentation_tracking: False reports fragmentation as 0.
+    """
+
+    def __init__(self, max_events=100_000, device=None, enable_fragmentation_tracking=True, enable_fragmentation=None, capture_tensors=True):
+        if int(max_events) < 1:
+            raise ValueError("max_events must be at least 1")
+        self.max_events = int(max_events)
+        self.device = device
+        self.enable_fragmentation_tracking = bool(enable_fragmentation_tracking if enable_fragmentation is None else enable_fragmentation)
+        self.capture_tensors = bool(capture_tensors)
+        self._result = None
+        self._dir = None
+        self._trace_path = None
+        self._scopes = []
+
+    def _resolve_device(self):
+        import torch
+
+        dev = self.device
+        if dev is None:
+            dev = "cuda:0" if torch.cuda.is_available() else "cpu"
+        dev = str(dev)
+        if dev == "cuda":
+            dev = "cuda:0"
+        if dev.startswith("cuda"):
+            if not torch.cuda.is_available():
+                raise ValueError(f"memory-tracer: device {dev!r} asked for, but this PyTorch sees no CUDA device; use device='cpu'")
+            try:
+                index = int(dev.split(":", 1)[1])
+            except (IndexError, ValueError):
+                raise ValueError(f"memory-tracer: invalid device {dev!r}; expected cpu, cuda or cuda:N") from None
+            if index >= torch.cuda.device_count():
+                raise ValueError(f"memory-tracer: device {dev!r} does not exist ({torch.cuda.device_count()} CUDA devices)")
+            return dev, index
+        if dev != "cpu":
+            raise ValueError(f"memory-tracer: invalid device {dev!r}; expected cpu, cuda or cuda:N")
+        return dev, None
+
+    @contextlib.contextmanager
+    def trace(self, model=None):
+        """Records the block; `model` (optional) names layers by their paths in it."""
+        import torch  # noqa: F401  (the shim binds to the libtorch torch loaded)
+
+        problem = _shim.check_torch_version(torch.__version__)
+        if problem:
+            raise RuntimeError(f"memory-tracer: {problem}")
+        dev, index = self._resolve_device()
+        collector = collector_path()
+        if self._dir is None:
+            self._dir = tempfile.mkdtemp(prefix="memory-tracer-")
+        out = os.path.join(self._dir, "trace.mtrace.json")
+        ours, theirs = socket.socketpair()
+        cmd = [collector, "ingest", "--fd", str(theirs.fileno()), "--output", out, "--stats-json", "--device", dev]
+        if not self.enable_fragmentation_tracking:
+            cmd.append("--no-fragmentation")
+        proc = subprocess.Popen(cmd, pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        theirs.close()
+        options = {"max_events": self.max_events, "capture_tensors": self.capture_tensors, "capture_ops": True}
+        try:
+            cap = _capture.begin(_shim.load(), ours.detach(), options, "api", {"mode": "api", "device": dev}, reset_peak_device=index)
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            raise
+        if model is not None:
+            cap.name_root(model, main=True)
+        try:
+            yield self
+        finally:
+            cap.finish("api")
+            stdout, stderr = proc.communicate()
+            if proc.returncode != 0:
+                raise RuntimeError(f"memory-tracer: the collector could not build the trace: {stderr.decode(errors='replace').strip()}")
+            self._result = json.loads(stdout)
+            self._trace_path = out
+
+    @contextlib.contextmanager
+    def trace_module(self, name):
+        """A layer scope named `name` around the block (nested inside module scopes)."""
+        cap = _capture.current()
+        if cap is None or not cap.enabled:
+            yield self
+            return
+        i = cap.intern(str(name))
+        cap.lib.mt_scope_enter(i)
+        try:
+            yield self
+        finally:
+            cap.lib.mt_scope_exit(i)
+
+    def _need(self):
+        if self._result is None:
+            raise RuntimeError("memory-tracer: nothing traced yet; run code inside `with tracer.trace():` first")
+        return self._result
+
+    def get_layer_stats(self):
+        return {k: LayerMemoryStats(**v) for k, v in self._need()["layer_stats"].items()}
+
+    def get_peak_memory_per_layer(self):
+        return dict(self._need()["peak_memory_per_layer"])
+
+    def get_fragmentation_stats(self):
+        """Average fragmentation ratio (0-1) per layer."""
+        return dict(self._need()["fragmentation"]["per_layer"])
+
+    def get_summary(self):
+        """Peak, when, totals and PyTorch's own counters, as a dict."""
+        return dict(self._need()["summary"])
+
+    def _convert(self, path, fmt):
+        self._need()
+        r = subprocess.run([collector_path(), "convert", self._trace_path, "--output", os.fspath(path), "--format", fmt], capture_output=True, text=True)
+        if r.returncode != 0:
+            raise RuntimeError(f"memory-tracer: cannot write {path}: {r.stderr.strip()}")
+
+    def export_flame_graph(self, output_path):
+        """Speedscope JSON (https://www.speedscope.app/)."""
+        self._convert(output_path, "speedscope")
+
+    def export_timeline(self, output_path):
+        """Timeline JSON: `events`, `layer_stats`, `summary`."""
+        self._convert(output_path, "timeline")
+
+    def export_chrome_trace(self, output_path):
+        """Chrome trace JSON (Perfetto)."""
+        self._convert(output_path, "chrome")
+
+    def save(self, output_path):
+        """Memory Tracer's own format (open it in the viewer or with `collector summary`)."""
+        self._need()
+        shutil.copyfile(self._trace_path, output_path)
+
+    def print_summary(self):
+        self._need()
+        r = subprocess.run([collector_path(), "summary", self._trace_path], capture_output=True, text=True)
+        if r.returncode != 0:
+            raise RuntimeError(f"memory-tracer: cannot summarise: {r.stderr.strip()}")
+        sys.stdout.write(r.stdout)
+        sys.stdout.flush()

@@ -1,0 +1,408 @@
+"""One process's capture: the shim streaming to a collector, plus the Python-side hooks that
+name layers (nn.Module paths), set phases (forward, backward, optimizer) and mark iterations.
+
+The hooks are global (torch.nn.modules.module.register_module_forward_pre_hook and friends,
+torch.optim.optimizer.register_optimizer_step_pre_hook), so programs need no changes. They
+do nothing while torch.compile traces (so compiled graphs do not break on them) and nothing
+in forked children (DataLoader workers).
+"""
+
+import atexit
+import json
+import os
+import sys
+import threading
+import time
+import weakref
+
+from . import _shim
+from ._shim import PHASE_BACKWARD, PHASE_FORWARD, PHASE_OPTIMIZER, PHASE_OTHER
+
+ITERATION_BEGIN = "iteration.begin"
+ITERATION_END = "iteration.end"
+
+_current = None  # the process's active Capture
+_lock = threading.Lock()
+
+
+def current():
+    return _current
+
+
+class Capture:
+    """Records this process into the collector at the other end of `sock_fd`."""
+
+    def __init__(self, lib, sock_fd, options, mode):
+        self.lib = lib
+        self.fd = sock_fd
+        self.options = options
+        self.mode = mode  # "auto" (collector trace -- ...) or "api" (MemoryTracer)
+        self.enabled = False
+        self.finished = False
+        self.phase = PHASE_OTHER
+        self.depth = 0
+        self.names = weakref.WeakKeyDictionary()  # module -> (path, interned id)
+        self.main_root = None
+        self.root_names = set()
+        self.optimizers = weakref.WeakKeyDictionary()  # optimizer -> (name, scope id, steps)
+        self.primary_optimizer = None
+        self.steps = 0
+        self.iteration = 0
+        self.iteration_open = False
+        self.marker = options.get("iteration_marker") or None
+        self.marks = 0
+        self.notes = []
+        self.handles = []
+        self.patches = []
+        self.pid = os.getpid()
+        self._ids = {}
+        self.begin_id = self.intern(ITERATION_BEGIN)
+        self.end_id = self.intern(ITERATION_END)
+
+    # -- strings and records -------------------------------------------------------------
+    def intern(self, name):
+        i = self._ids.get(name)
+        if i is None:
+            i = self.lib.mt_intern(name.encode("utf-8", "replace"))
+            self._ids[name] = i
+        return i
+
+    def set_phase(self, phase):
+        self.phase = phase
+        self.lib.mt_set_phase(phase)
+
+    def mark(self, name, value=None):
+        if not self.enabled:
+            return
+        if value is None:
+            value = self.marks
+        self.marks += 1
+        self.lib.mt_mark(self.intern(name), int(value))
+
+    def begin_iteration(self):
+        if self.iteration_open:
+            self.end_iteration()
+        self.lib.mt_mark(self.begin_id, self.iteration)
+        self.iteration_open = True
+
+    def end_iteration(self):
+        if not self.iteration_open:
+            return
+        self.lib.mt_mark(self.end_id, self.iteration)
+        self.iteration_open = False
+        self.iteration += 1
+
+    def send(self, kind, obj):
+        data = json.dumps(obj, default=str).encode()
+        return self.lib.mt_stream_send(kind, data, len(data)) == 0
+
+    # -- module names --------------------------------------------------------------------
+    def name_root(self, module, main=False):
+        """Names `module` and its submodules by their paths (`layer1.0.conv1`). The first root
+        (the model) keeps bare paths; other roots (a loss, a second model) are prefixed with
+        their class name."""
+        inner = getattr(module, "_orig_mod", None)  # torch.compile's OptimizedModule
+        cls = type(inner if inner is not None else module).__name__
+        if self.main_root is not None and not main:
+            main_obj = self.main_root()
+            main = main_obj is None or any(sub is main_obj for sub in module.modules())
+        elif self.main_root is None:
+            main = True
+        if main:
+            prefix = ""
+            self.main_root = weakref.ref(module)
+        else:
+            prefix = cls
+            n = 2
+            while prefix in self.root_names:
+                prefix = f"{cls}#{n}"
+                n += 1
+        self.root_names.add(prefix)
+        for path, sub in module.named_modules(remove_duplicate=False):
+            if inner is not None:
+                path = path[len("_orig_mod."):] if path.startswith("_orig_mod.") else ("" if path == "_orig_mod" else path)
+            if path:
+                full = f"{prefix}.{path}" if prefix else path
+            else:
+                full = prefix or cls
+            if inner is not None and sub is module:
+                full = f"compiled({full})"
+            self.names[sub] = (full, self.intern(full))
+        return self.names.get(module)
+
+    def is_marker(self, module, path):
+        m = self.marker
+        return m == path or m == type(module).__name__
+
+    # -- hooks ---------------------------------------------------------------------------
+    def install(self):
+        import torch
+        from torch.nn.modules import module as nn_module
+        from torch.optim import optimizer as optim_module
+
+        compiling = getattr(torch.compiler, "is_compiling", lambda: False)
+        cap = self
+        lib = self.lib
+
+        def pre(module, args):
+            if not cap.enabled or compiling():
+                return None
+            entry = cap.names.get(module)
+            if entry is None:
+                entry = cap.name_root(module)
+            if cap.depth == 0:
+                if cap.phase == PHASE_OTHER:
+                    cap.set_phase(PHASE_FORWARD)
+                if cap.marker is None and not cap.iteration_open:
+                    cap.begin_iteration()
+            if cap.marker is not None and cap.is_marker(module, entry[0]):
+                cap.begin_iteration()
+            cap.depth += 1
+            lib.mt_scope_enter(entry[1])
+            return None
+
+        def post(module, args, output):
+            if not cap.enabled or compiling():
+                return None
+            entry = cap.names.get(module)
+            if entry is None:
+                return None
+            lib.mt_scope_exit(entry[1])
+            cap.depth = max(0, cap.depth - 1)
+            if cap.depth == 0 and cap.phase == PHASE_FORWARD:
+                cap.set_phase(PHASE_OTHER)
+            if cap.marker is not None and cap.is_marker(module, entry[0]):
+                cap.end_iteration()
+            return None
+
+        def opt_entry(opt):
+            e = cap.optimizers.get(opt)
+            if e is None:
+                name = "optimizer" if len(cap.optimizers) == 0 else f"optimizer{len(cap.optimizers)}"
+                e = [name, cap.intern(f"{name}.step"), 0]
+                cap.optimizers[opt] = e
+            return e
+
+        def opt_pre(opt, args, kwargs):
+            if not cap.enabled or compiling():
+                return None
+            e = opt_entry(opt)
+            cap.set_phase(PHASE_OPTIMIZER)
+            lib.mt_scope_enter(e[1])
+            return None
+
+        def opt_post(opt, args, kwargs):
+            if not cap.enabled or compiling():
+                return None
+            e = opt_entry(opt)
+            lib.mt_scope_exit(e[1])
+            cap.set_phase(PHASE_OTHER)
+            cap.after_step(opt, e)
+            return None
+
+        self.handles.append(nn_module.register_module_forward_pre_hook(pre))
+        self.handles.append(nn_module.register_module_forward_hook(post, always_call=True))
+        self.handles.append(optim_module.register_optimizer_step_pre_hook(opt_pre))
+        self.handles.append(optim_module.register_optimizer_step_post_hook(opt_post))
+
+        # Backward: everything torch.autograd.backward/grad runs (Tensor.backward included)
+        # is the backward phase.
+        import torch.autograd as autograd
+
+        def phased(fn):
+            def wrapper(*args, **kwargs):
+                if not cap.enabled:
+                    return fn(*args, **kwargs)
+                prev = cap.phase
+                cap.set_phase(PHASE_BACKWARD)
+                try:
+                    return fn(*args, **kwargs)
+                finally:
+                    cap.set_phase(prev)
+
+            wrapper.__wrapped__ = fn
+            wrapper.__doc__ = fn.__doc__
+            wrapper.__name__ = fn.__name__
+            return wrapper
+
+        for attr in ("backward", "grad"):
+            orig = getattr(autograd, attr)
+            setattr(autograd, attr, phased(orig))
+            self.patches.append((autograd, attr, orig))
+
+        # GradScaler.step skips optimizer.step when gradients overflowed (AMP's first steps):
+        # the iteration still ends there.
+        try:
+            from torch.amp.grad_scaler import GradScaler
+        except ImportError:
+            GradScaler = None
+        if GradScaler is not None:
+            orig_step = GradScaler.step
+
+            def scaler_step(scaler, optimizer, *args, **kwargs):
+                before = cap.optimizers.get(optimizer, [None, None, 0])[2] if cap.enabled else 0
+                try:
+                    return orig_step(scaler, optimizer, *args, **kwargs)
+                finally:
+                    if cap.enabled:
+                        e = opt_entry(optimizer)
+                        if e[2] == before:
+                            cap.after_step(optimizer, e)
+
+            GradScaler.step = scaler_step
+            self.patches.append((GradScaler, "step", orig_step))
+
+    def after_step(self, opt, entry):
+        entry[2] += 1
+        self.steps += 1
+        if self.primary_optimizer is None:
+            self.primary_optimizer = weakref.ref(opt)
+        if self.marker is None and self.primary_optimizer() is opt:
+            if not self.iteration_open:
+                self.begin_iteration()
+            self.end_iteration()
+
+    def uninstall(self):
+        for h in self.handles:
+            try:
+                h.remove()
+            except Exception:
+                pass
+        self.handles.clear()
+        for obj, attr, orig in reversed(self.patches):
+            setattr(obj, attr, orig)
+        self.patches.clear()
+
+    # -- life cycle ----------------------------------------------------------------------
+    def start(self, hello, reset_peak_device=None):
+        import torch
+
+        lib = self.lib
+        o = self.options
+        max_events = int(o.get("max_events", 5_000_000))
+        if lib.mt_reset(max_events, int(o.get("max_ops", max_events)), int(bool(o.get("capture_tensors", True))), int(bool(o.get("capture_ops", True)))) != 0:
+            raise RuntimeError(f"memory-tracer: the capture cannot start: {_shim.last_error(lib)}")
+        if lib.mt_stream_open(self.fd, int(o.get("interval_ms", 20)), int(o.get("buffer_records", 8_000_000))) != 0:
+            raise RuntimeError(f"memory-tracer: the capture cannot stream: {_shim.last_error(lib)}")
+        base = []
+        if reset_peak_device is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+            base.append({
+                "device": reset_peak_device,
+                "allocated": torch.cuda.memory_allocated(reset_peak_device),
+                "reserved": torch.cuda.memory_reserved(reset_peak_device),
+            })
+            torch.cuda.reset_peak_memory_stats(reset_peak_device)
+        hello = dict(hello)
+        hello.update({
+            "pid": os.getpid(),
+            "ppid": os.getppid(),
+            "argv": list(getattr(sys, "orig_argv", sys.argv)),
+            "executable": sys.executable,
+            "python_version": sys.version.split()[0],
+            "torch_version": torch.__version__,
+            "cwd": os.getcwd(),
+            "start_unix_ns": time.time_ns(),
+            "base_totals": base,
+            "options": o,
+            "env": {k: os.environ[k] for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT") if k in os.environ},
+        })
+        self.set_phase(PHASE_OTHER)
+        hello["start_ns"] = lib.mt_now_ns()
+        self.send(_shim.FRAME_HELLO, hello)
+        if lib.mt_start() != 0:
+            raise RuntimeError(f"memory-tracer: the capture cannot start: {_shim.last_error(lib)}")
+        self.enabled = True
+        self.install()
+
+    def pause(self):
+        if self.enabled:
+            self.lib.mt_stop()
+            self.enabled = False
+
+    def resume(self):
+        if not self.enabled and not self.finished:
+            if self.lib.mt_start() != 0:
+                raise RuntimeError(f"memory-tracer: cannot resume: {_shim.last_error(self.lib)}")
+            self.enabled = True
+
+    def finish(self, reason="exit"):
+        """Stops recording and sends the end of the stream; idempotent, never raises."""
+        global _current
+        if self.finished or os.getpid() != self.pid:
+            return
+        self.finished = True
+        try:
+            if self.iteration_open and self.steps == 0 and self.marker is None:
+                self.end_iteration()
+            self.enabled = False
+            self.lib.mt_stop()
+            self.uninstall()
+            end = {"reason": reason, "counters": _shim.counters(self.lib), "steps": self.steps, "iterations": self.iteration}
+            if self.marker is None and self.steps == 0:
+                self.notes.append("no optimizer step was seen (and no --iteration-marker given): the whole run is one iteration")
+            elif self.marker is not None and self.iteration == 0:
+                self.notes.append(f"the iteration marker `{self.marker}` (a module path or class name) was never called")
+            end["notes"] = self.notes
+            end["optimizers"] = sorted(e[0] for e in self.optimizers.values())
+            end["cuda"] = _cuda_stats()
+            self.send(_shim.FRAME_END, end)
+        except Exception as e:  # never let the capture's end break the program's
+            sys.stderr.write(f"memory-tracer: ending the capture failed: {e}\n")
+        finally:
+            self.lib.mt_stream_close()
+            with _lock:
+                if _current is self:
+                    _current = None
+
+    def after_fork_in_child(self):
+        # The shim stopped itself in the child (pthread_atfork); keep Python quiet too.
+        self.enabled = False
+        self.finished = True
+
+
+def _cuda_stats():
+    import torch
+
+    out = []
+    try:
+        if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
+            return out
+        for d in range(torch.cuda.device_count()):
+            s = torch.cuda.memory_stats(d)
+            if not s or s.get("allocated_bytes.all.peak", 0) == 0:
+                continue
+            props = torch.cuda.get_device_properties(d)
+            out.append({
+                "device": d,
+                "name": props.name,
+                "total_memory": props.total_memory,
+                "allocated_current": s.get("allocated_bytes.all.current", 0),
+                "allocated_peak": s.get("allocated_bytes.all.peak", 0),
+                "reserved_current": s.get("reserved_bytes.all.current", 0),
+                "reserved_peak": s.get("reserved_bytes.all.peak", 0),
+                "num_alloc_retries": s.get("num_alloc_retries", 0),
+                "num_ooms": s.get("num_ooms", 0),
+            })
+    except Exception as e:
+        out.append({"error": str(e)})
+    return out
+
+
+def begin(lib, sock_fd, options, mode, hello, reset_peak_device=None):
+    """Starts the process's one capture."""
+    global _current
+    with _lock:
+        if _current is not None and not _current.finished:
+            raise RuntimeError("this process is already being traced (by `collector trace` or another MemoryTracer.trace)")
+        cap = Capture(lib, sock_fd, options, mode)
+        _current = cap
+    try:
+        cap.start(hello, reset_peak_device)
+    except BaseException:
+        with _lock:
+            _current = None
+        raise
+    os.register_at_fork(after_in_child=cap.after_fork_in_child)
+    if mode == "auto":
+        atexit.register(cap.finish, "exit")
+    return cap

@@ -1,0 +1,509 @@
+//! Tracing users' own Python programs: `collector trace -- python train.py ...`.
+//!
+//! The collector listens on a private Unix socket and starts the command with the
+//! `memory_tracer` package's bootstrap on PYTHONPATH ([`package`]). Every Python process of the
+//! command that imports torch loads the shim (built against the same libtorch), connects once
+//! and streams its records while it runs ([`wire`]); the collector keeps each process's stream
+//! and, when the command ends, assembles each into a [`Trace`] with the same code as
+//! `collector trace --model` ([`crate::capture::assemble`]). The command's stdin, stdout and
+//! stderr are its own; its exit status becomes the collector's.
+
+pub mod package;
+pub mod wire;
+
+use crate::capture::assemble::{self, Captured};
+use crate::capture::ffi::{self, MtCounters, MtDeviceStats};
+use anyhow::Context;
+use serde_json::{json, Value};
+use shared::model::{Device, SourceFormat, Totals, TraceMeta};
+use shared::Trace;
+use std::io::ErrorKind;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use wire::ProcessStream;
+
+/// Which device's memory a trace keeps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeviceFilter {
+    Cpu,
+    /// CUDA memory (all CUDA devices of the process); the index picks whose counters to report.
+    Cuda(Option<i8>),
+}
+
+impl std::str::FromStr for DeviceFilter {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "cpu" => Ok(Self::Cpu),
+            "cuda" => Ok(Self::Cuda(None)),
+            _ => s
+                .strip_prefix("cuda:")
+                .and_then(|n| n.parse::<i8>().ok())
+                .filter(|n| *n >= 0)
+                .map(|n| Self::Cuda(Some(n)))
+                .ok_or_else(|| format!("invalid device `{s}`; expected cpu, cuda or cuda:N")),
+        }
+    }
+}
+
+/// How to trace a program.
+#[derive(Clone, Debug)]
+pub struct PyOptions {
+    pub max_events: u64,
+    pub capture_tensors: bool,
+    pub capture_ops: bool,
+    /// A module path or class name whose every call is one iteration (programs without an
+    /// optimizer).
+    pub iteration_marker: Option<String>,
+    /// Records the program may hold before the collector drains them; more are dropped and
+    /// counted.
+    pub buffer_records: u64,
+    pub fragmentation: bool,
+    /// None: CUDA memory when the process allocated any, else CPU memory.
+    pub device: Option<DeviceFilter>,
+    /// How long to wait for processes still streaming after the command exited.
+    pub grace: Duration,
+}
+
+impl Default for PyOptions {
+    fn default() -> Self {
+        Self {
+            max_events: 5_000_000,
+            capture_tensors: true,
+            capture_ops: true,
+            iteration_marker: None,
+            buffer_records: 8_000_000,
+            fragmentation: true,
+            device: None,
+            grace: Duration::from_secs(10),
+        }
+    }
+}
+
+impl PyOptions {
+    fn to_json(&self) -> Value {
+        json!({
+            "max_events": self.max_events,
+            "max_ops": self.max_events,
+            "capture_tensors": self.capture_tensors,
+            "capture_ops": self.capture_ops,
+            "iteration_marker": self.iteration_marker,
+            "buffer_records": self.buffer_records,
+            "interval_ms": 20,
+        })
+    }
+}
+
+/// A memory total as it streams in: (ns since the process's capture began, allocated, reserved).
+pub type LivePoint = [u64; 3];
+
+/// The most points one live report carries.
+pub const LIVE_POINTS_PER_REPORT: usize = 2048;
+
+/// CLOCK_MONOTONIC, the clock the shim stamps records with (std::chrono::steady_clock).
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64).saturating_mul(1_000_000_000).saturating_add(ts.tv_nsec as u64)
+}
+
+/// At most `max` points, keeping each bucket's highest allocated total (so the live peak is
+/// the true one).
+pub fn decimate(points: Vec<LivePoint>, max: usize) -> Vec<LivePoint> {
+    if points.len() <= max || max == 0 {
+        return points;
+    }
+    let per = points.len().div_ceil(max);
+    points.chunks(per).filter_map(|c| c.iter().max_by_key(|p| p[1]).copied()).collect()
+}
+
+/// What running a command produced.
+#[derive(Debug)]
+pub struct Outcome {
+    pub status: ExitStatus,
+    /// One stream per process that connected, in connection order.
+    pub processes: Vec<ProcessStream>,
+    /// The collector was asked to stop (SIGINT or SIGTERM) while the command ran.
+    pub interrupted: bool,
+}
+
+impl Outcome {
+    /// The exit code to pass on: the command's, or 128 + the signal that ended it.
+    pub fn exit_code(&self) -> i32 {
+        use std::os::unix::process::ExitStatusExt;
+        self.status.code().unwrap_or_else(|| 128 + self.status.signal().unwrap_or(0))
+    }
+}
+
+static SIGNALS: AtomicU32 = AtomicU32::new(0);
+const GOT_INT: u32 = 1;
+const GOT_TERM: u32 = 2;
+
+extern "C" fn on_signal(sig: libc::c_int) {
+    SIGNALS.fetch_or(if sig == libc::SIGINT { GOT_INT } else { GOT_TERM }, Ordering::SeqCst);
+}
+
+/// From now on SIGINT and SIGTERM only set flags: the collector outlives the command to write
+/// what it captured.
+fn catch_signals() {
+    // SAFETY: installs an async-signal-safe handler (one atomic OR) for two signals.
+    unsafe {
+        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
+    }
+}
+
+fn send_signal(pid: u32, sig: libc::c_int) {
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe {
+        libc::kill(pid as libc::pid_t, sig);
+    }
+}
+
+/// A private folder for the socket (mode 0700), removed on drop.
+struct SocketDir(PathBuf);
+
+impl SocketDir {
+    fn new() -> anyhow::Result<Self> {
+        use std::os::unix::fs::DirBuilderExt;
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+        let dir = std::env::temp_dir().join(format!("memory-tracer-{}-{nanos}", std::process::id()));
+        std::fs::DirBuilder::new().mode(0o700).create(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        Ok(Self(dir))
+    }
+}
+
+impl Drop for SocketDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+struct Reader {
+    stream: UnixStream,
+    handle: std::thread::JoinHandle<ProcessStream>,
+}
+
+fn spawn_reader(stream: UnixStream, live: Arc<Mutex<Vec<LivePoint>>>) -> anyhow::Result<Reader> {
+    stream.set_nonblocking(false)?;
+    let read_side = stream.try_clone()?;
+    let handle = std::thread::Builder::new().name("capture-reader".into()).spawn(move || {
+        let mut cpu_total = 0u64;
+        let mut saw_cuda = false;
+        wire::read_stream(std::io::BufReader::with_capacity(1 << 20, read_side), &mut |recs| {
+            let mut points = Vec::new();
+            for r in recs.iter().filter(|r| r.kind == ffi::MT_MEM) {
+                if r.device_type == 1 {
+                    saw_cuda = true;
+                    points.push([r.ts_ns, r.a, r.b]);
+                } else if r.device_type == 0 && !saw_cuda {
+                    cpu_total = cpu_total.saturating_add_signed(r.value);
+                    points.push([r.ts_ns, cpu_total, 0]);
+                }
+            }
+            if !points.is_empty() {
+                live.lock().unwrap_or_else(std::sync::PoisonError::into_inner).extend(points);
+            }
+        })
+    })?;
+    Ok(Reader { stream, handle })
+}
+
+/// Runs `command` with the capture injected and collects every process's stream.
+/// `on_live` gets memory points while the command runs (for live views).
+pub fn run(command: &[String], opts: &PyOptions, on_live: &mut dyn FnMut(&[LivePoint])) -> anyhow::Result<Outcome> {
+    let Some(program) = command.first() else {
+        anyhow::bail!("no command given after `--`; expected e.g. `collector trace -- python train.py`");
+    };
+    let pkg = package::python_path()?;
+    let dir = SocketDir::new()?;
+    let sock = dir.0.join("capture.sock");
+    let listener = UnixListener::bind(&sock).with_context(|| format!("cannot listen on {}", sock.display()))?;
+    listener.set_nonblocking(true)?;
+
+    let mut pythonpath = std::env::join_paths([pkg.join("memory_tracer/_bootstrap"), pkg.clone()])?;
+    if let Some(old) = std::env::var_os("PYTHONPATH").filter(|p| !p.is_empty()) {
+        pythonpath.push(":");
+        pythonpath.push(old);
+    }
+    let mut cmd = Command::new(program);
+    cmd.args(&command[1..])
+        .env("PYTHONPATH", pythonpath)
+        .env("MEMORY_TRACER_SOCKET", &sock)
+        .env("MEMORY_TRACER_OPTIONS", opts.to_json().to_string());
+    if let Ok(exe) = std::env::current_exe() {
+        cmd.env("MEMORY_TRACER_COLLECTOR", exe);
+    }
+    let t0 = monotonic_ns();
+    let mut child = cmd.spawn().map_err(|e| match e.kind() {
+        ErrorKind::NotFound => anyhow::anyhow!("cannot run `{program}`: no such program (is it on PATH?)"),
+        ErrorKind::PermissionDenied => anyhow::anyhow!("cannot run `{program}`: permission denied"),
+        _ => anyhow::anyhow!("cannot run `{program}`: {e}"),
+    })?;
+    catch_signals();
+
+    let live = Arc::new(Mutex::new(Vec::new()));
+    let mut readers: Vec<Reader> = Vec::new();
+    let accept = |readers: &mut Vec<Reader>| loop {
+        match listener.accept() {
+            Ok((stream, _)) => match spawn_reader(stream, live.clone()) {
+                Ok(r) => readers.push(r),
+                Err(e) => eprintln!("collector: cannot read a process's capture: {e:#}"),
+            },
+            Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => {
+                eprintln!("collector: accepting a capture connection failed: {e}");
+                break;
+            }
+        }
+    };
+    let flush_live = |on_live: &mut dyn FnMut(&[LivePoint])| {
+        let mut points = std::mem::take(&mut *live.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+        if !points.is_empty() {
+            for p in &mut points {
+                p[0] = p[0].saturating_sub(t0);
+            }
+            on_live(&decimate(points, LIVE_POINTS_PER_REPORT));
+        }
+    };
+    let mut interrupted_at: Option<Instant> = None;
+    let mut forwarded_int = false;
+    let mut forwarded_term = false;
+    let status = loop {
+        accept(&mut readers);
+        flush_live(on_live);
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        let got = SIGNALS.load(Ordering::SeqCst);
+        if got & GOT_TERM != 0 && !forwarded_term {
+            send_signal(child.id(), libc::SIGTERM);
+            forwarded_term = true;
+        }
+        if got & GOT_INT != 0 {
+            // Ctrl-C reaches the whole process group; forward it only if the command did
+            // not get it (kill -INT aimed at the collector alone).
+            let at = *interrupted_at.get_or_insert_with(Instant::now);
+            if !forwarded_int && at.elapsed() > Duration::from_secs(2) {
+                send_signal(child.id(), libc::SIGINT);
+                forwarded_int = true;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    // Processes that outlive the command (grandchildren still finishing) get a grace period.
+    let deadline = Instant::now() + opts.grace;
+    loop {
+        accept(&mut readers);
+        flush_live(on_live);
+        if readers.iter().all(|r| r.handle.is_finished()) || Instant::now() > deadline {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut processes = Vec::new();
+    for r in readers {
+        let in_time = r.handle.is_finished();
+        if !in_time {
+            let _ = r.stream.shutdown(std::net::Shutdown::Both);
+        }
+        match r.handle.join() {
+            Ok(mut p) => {
+                if !in_time && p.end.is_none() {
+                    p.error = Some(format!("still streaming {} s after the command exited; cut off", opts.grace.as_secs()));
+                }
+                processes.push(p);
+            }
+            Err(_) => eprintln!("collector: a capture reader failed"),
+        }
+    }
+    Ok(Outcome {
+        status,
+        processes,
+        interrupted: SIGNALS.load(Ordering::SeqCst) != 0,
+    })
+}
+
+/// Reads one process's stream from an inherited socket (`collector ingest --fd N`, what the
+/// Python MemoryTracer API starts).
+pub fn ingest_fd(fd: i32) -> anyhow::Result<ProcessStream> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: fstat on a caller-given descriptor only reads; checks it is a socket before we
+    // take ownership of it.
+    let is_socket = unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        libc::fstat(fd, &mut st) == 0 && (st.st_mode & libc::S_IFMT) == libc::S_IFSOCK
+    };
+    if fd < 0 || !is_socket {
+        anyhow::bail!("--fd {fd} is not an open socket; expected the descriptor of the socket the capture writes to");
+    }
+    // SAFETY: the descriptor is an open socket handed to this process, owned from here on.
+    let stream = unsafe { UnixStream::from_raw_fd(fd) };
+    Ok(wire::read_stream(std::io::BufReader::with_capacity(1 << 20, stream), &mut |_| {}))
+}
+
+/// Whether the stream carries anything to build a trace from.
+pub fn has_capture(p: &ProcessStream) -> bool {
+    p.hello.is_some() && !p.records.is_empty()
+}
+
+/// What a process told the collector without a capture (no torch, a torch the shim cannot
+/// serve, a capture that failed to start), as one line each.
+pub fn notes_text(p: &ProcessStream) -> Vec<String> {
+    p.notes
+        .iter()
+        .map(|n| {
+            let pid = n.get("pid").and_then(Value::as_u64).unwrap_or(0);
+            let exe = n.get("executable").and_then(Value::as_str).unwrap_or("python");
+            match n.get("kind").and_then(Value::as_str) {
+                Some("no_torch") => format!("process {pid} ({exe}) has no torch installed, so nothing of it was traced"),
+                Some("torch_mismatch") => n.get("detail").and_then(Value::as_str).unwrap_or("torch version mismatch").to_owned(),
+                Some("capture_failed") => {
+                    format!("process {pid}: the capture could not start: {}", n.get("detail").and_then(Value::as_str).unwrap_or("unknown error"))
+                }
+                _ => format!("process {pid}: {n}"),
+            }
+        })
+        .collect()
+}
+
+/// A short name for the program of a stream: the script, `-m module`, or the executable.
+pub fn program_name(p: &ProcessStream) -> String {
+    let argv: Vec<&str> = p
+        .hello
+        .as_ref()
+        .and_then(|h| h.get("argv"))
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let mut it = argv.iter().skip(1);
+    while let Some(a) = it.next() {
+        match *a {
+            "-m" => return it.next().map_or_else(|| "python".into(), |m| format!("-m {m}")),
+            "-c" => return "python -c".into(),
+            "-X" | "-W" => {
+                it.next();
+            }
+            _ if a.starts_with('-') => {}
+            script => return Path::new(script).file_name().map_or_else(|| script.to_owned(), |f| f.to_string_lossy().into_owned()),
+        }
+    }
+    argv.first().map_or_else(|| "python".into(), |s| (*s).to_owned())
+}
+
+fn counters_of(end: Option<&Value>) -> MtCounters {
+    let c = end.and_then(|e| e.get("counters"));
+    let g = |k: &str| c.and_then(|c| c.get(k)).and_then(Value::as_u64).unwrap_or(0);
+    MtCounters {
+        mem_kept: g("mem_kept"),
+        mem_dropped: g("mem_dropped"),
+        op_kept: g("op_kept"),
+        op_dropped: g("op_dropped"),
+        peak_allocated: g("peak_allocated"),
+        peak_reserved: g("peak_reserved"),
+        buffer_dropped: g("buffer_dropped"),
+    }
+}
+
+/// Builds the trace of one process's stream.
+pub fn build_trace(mut p: ProcessStream, opts: &PyOptions) -> Result<Trace, String> {
+    let Some(hello) = p.hello.take() else {
+        return Err("the process sent no capture header".into());
+    };
+    let start_ns = hello.get("start_ns").and_then(Value::as_u64).ok_or("the capture header has no start_ns")?;
+    let filter = opts.device.unwrap_or_else(|| {
+        let mut per_device = std::collections::BTreeMap::<i8, u64>::new();
+        for r in p.records.iter().filter(|r| r.kind == ffi::MT_MEM && r.device_type == 1) {
+            *per_device.entry(r.device_index).or_default() += 1;
+        }
+        match per_device.iter().max_by_key(|(_, n)| **n) {
+            Some((d, _)) => DeviceFilter::Cuda(Some(*d)),
+            None => DeviceFilter::Cpu,
+        }
+    });
+    let cuda_index = match filter {
+        DeviceFilter::Cpu => None,
+        DeviceFilter::Cuda(i) => Some(i.unwrap_or(0)),
+    };
+    // A CUDA trace keeps device memory only (host scalars and index tensors would interleave
+    // another device's totals), a CPU trace host memory only.
+    let keep_type: i8 = if cuda_index.is_some() { 1 } else { 0 };
+    p.records.retain(|r| !(matches!(r.kind, ffi::MT_MEM | ffi::MT_OOM) && r.device_type != keep_type));
+
+    let end = p.end.take();
+    let cuda_entry = cuda_index.and_then(|i| {
+        end.as_ref()?.get("cuda")?.as_array()?.iter().find(|d| d.get("device").and_then(Value::as_i64) == Some(i64::from(i))).cloned()
+    });
+    let stat = |k: &str| cuda_entry.as_ref().and_then(|d| d.get(k)).and_then(Value::as_u64).unwrap_or(0);
+    let cuda_stats = cuda_entry.as_ref().map(|_| MtDeviceStats {
+        allocated_current: stat("allocated_current"),
+        allocated_peak: stat("allocated_peak"),
+        reserved_current: stat("reserved_current"),
+        reserved_peak: stat("reserved_peak"),
+        num_alloc_retries: stat("num_alloc_retries"),
+        num_ooms: stat("num_ooms"),
+    });
+    let base_totals = match cuda_index {
+        None => vec![(Device { kind: "cpu".into(), index: 0 }, Totals::default())],
+        Some(i) => {
+            let base = hello.get("base_totals").and_then(Value::as_array).and_then(|b| {
+                b.iter().find(|d| d.get("device").and_then(Value::as_i64) == Some(i64::from(i)))
+            });
+            let g = |k: &str| base.and_then(|b| b.get(k)).and_then(Value::as_u64).unwrap_or(0);
+            vec![(
+                Device { kind: "cuda".into(), index: i32::from(i) },
+                Totals { allocated_bytes: g("allocated"), reserved_bytes: g("reserved") },
+            )]
+        }
+    };
+
+    let mut meta = TraceMeta::new(SourceFormat::MemoryTracer);
+    meta.model = Some(program_name(&ProcessStream { hello: Some(hello.clone()), ..Default::default() }));
+    meta.pytorch_version = hello.get("torch_version").and_then(Value::as_str).map(str::to_owned);
+    meta.start_unix_ns = hello.get("start_unix_ns").and_then(Value::as_u64);
+    meta.fragmentation_tracked = opts.fragmentation;
+    if let Some(d) = &cuda_entry {
+        meta.device_name = d.get("name").and_then(Value::as_str).map(str::to_owned);
+        meta.device_total_memory_bytes = d.get("total_memory").and_then(Value::as_u64);
+    } else if cuda_index.is_none() {
+        meta.device_name = Some("CPU".into());
+    }
+    let captured = Captured {
+        records: std::mem::take(&mut p.records),
+        strings: std::mem::take(&mut p.strings),
+        counters: counters_of(end.as_ref()),
+        start_ns,
+        base_totals,
+        cuda_stats,
+    };
+    let mut trace = assemble::assemble(&captured, meta);
+    if let Some(env) = hello.get("env").and_then(Value::as_object) {
+        for (k, v) in env {
+            if let Some(n) = v.as_str().and_then(|s| s.parse::<u64>().ok()) {
+                trace.meta.reported.insert(format!("env.{k}"), n);
+            }
+        }
+    }
+    match &end {
+        Some(e) => {
+            let notes = e.get("notes").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str);
+            trace.meta.warnings.extend(notes.map(str::to_owned));
+        }
+        None => trace.meta.warnings.push(
+            "the process ended without closing its capture (killed, crashed or os._exit): the trace holds what it streamed until then".into(),
+        ),
+    }
+    if let Some(e) = &p.error {
+        trace.meta.warnings.push(format!("the capture stream was cut: {e}"));
+    }
+    if cuda_index.is_some() && cuda_stats.is_none() {
+        trace.meta.warnings.push("the process did not report the CUDA allocator's own counters at its end".into());
+    }
+    Ok(trace)
+}

@@ -1,0 +1,228 @@
+//! The stream a shim inside a Python process writes to the collector (`mt_stream_open`):
+//! frames of `u32 kind, u32 length` (little endian) and a payload. Every frame is checked
+//! (kind, length, record size, string ids in order), so a broken or hostile peer gets an error
+//! naming the frame, never a panic or an unbounded allocation.
+
+use crate::capture::ffi::MtRecord;
+use serde_json::Value;
+use std::io::{ErrorKind, Read};
+
+pub const FRAME_HELLO: u32 = 1;
+pub const FRAME_RECORDS: u32 = 2;
+pub const FRAME_STRINGS: u32 = 3;
+pub const FRAME_END: u32 = 4;
+pub const FRAME_NOTE: u32 = 5;
+
+/// The largest frame accepted (the shim sends at most 16384 records, 896 KiB, per frame).
+pub const MAX_FRAME_BYTES: usize = 64 << 20;
+const RECORD_BYTES: usize = std::mem::size_of::<MtRecord>();
+
+/// Everything one process sent.
+#[derive(Debug, Default)]
+pub struct ProcessStream {
+    pub hello: Option<Value>,
+    pub end: Option<Value>,
+    pub notes: Vec<Value>,
+    pub records: Vec<MtRecord>,
+    /// The shim's strings; id `i` is `strings[i - 1]`.
+    pub strings: Vec<String>,
+    /// Why the stream stopped early (cut mid-frame, a malformed frame), if it did.
+    pub error: Option<String>,
+    pub bytes: u64,
+}
+
+impl ProcessStream {
+    pub fn hello_str(&self, key: &str) -> Option<&str> {
+        self.hello.as_ref()?.get(key)?.as_str()
+    }
+
+    pub fn hello_u64(&self, key: &str) -> Option<u64> {
+        self.hello.as_ref()?.get(key)?.as_u64()
+    }
+
+    pub fn pid(&self) -> Option<u64> {
+        self.hello_u64("pid").or_else(|| self.notes.iter().find_map(|n| n.get("pid")?.as_u64()))
+    }
+}
+
+fn parse_record(b: &[u8]) -> MtRecord {
+    let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap_or_default());
+    let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap_or_default());
+    MtRecord {
+        ts_ns: u64_at(0),
+        id: u64_at(8),
+        value: u64_at(16) as i64,
+        a: u64_at(24),
+        b: u64_at(32),
+        op: u32_at(40),
+        name: u32_at(44),
+        thread: u32_at(48),
+        kind: b[52],
+        device_type: b[53] as i8,
+        device_index: b[54] as i8,
+        phase: b[55],
+    }
+}
+
+/// Reads frames until the peer closes. `on_records` sees each batch as it arrives (live views).
+pub fn read_stream(mut r: impl Read, on_records: &mut dyn FnMut(&[MtRecord])) -> ProcessStream {
+    let mut s = ProcessStream::default();
+    let mut payload = Vec::new();
+    let mut frame = 0u64;
+    loop {
+        let mut header = [0u8; 8];
+        match read_full(&mut r, &mut header) {
+            Ok(0) => return s,
+            Ok(8) => {}
+            Ok(n) => {
+                s.error = Some(format!("the stream ended inside the header of frame {frame} ({n} of 8 bytes)"));
+                return s;
+            }
+            Err(e) => {
+                s.error = Some(format!("reading frame {frame}: {e}"));
+                return s;
+            }
+        }
+        let kind = u32::from_le_bytes([header[0], header[1], header[2], header[3]]);
+        let len = u32::from_le_bytes([header[4], header[5], header[6], header[7]]) as usize;
+        if len > MAX_FRAME_BYTES {
+            s.error = Some(format!("frame {frame} (kind {kind}) claims {len} bytes; at most {MAX_FRAME_BYTES} expected"));
+            return s;
+        }
+        payload.resize(len, 0);
+        match read_full(&mut r, &mut payload) {
+            Ok(n) if n == len => {}
+            Ok(n) => {
+                s.error = Some(format!("the stream ended inside frame {frame} (kind {kind}): {n} of {len} bytes"));
+                return s;
+            }
+            Err(e) => {
+                s.error = Some(format!("reading frame {frame}: {e}"));
+                return s;
+            }
+        }
+        s.bytes += 8 + len as u64;
+        if let Err(e) = take_frame(&mut s, kind, &payload, on_records) {
+            s.error = Some(format!("frame {frame} (kind {kind}, {len} bytes): {e}"));
+            return s;
+        }
+        frame += 1;
+    }
+}
+
+fn take_frame(s: &mut ProcessStream, kind: u32, payload: &[u8], on_records: &mut dyn FnMut(&[MtRecord])) -> Result<(), String> {
+    let json = |p: &[u8]| serde_json::from_slice::<Value>(p).map_err(|e| format!("expected a JSON object: {e}"));
+    match kind {
+        FRAME_HELLO => s.hello = Some(json(payload)?),
+        FRAME_END => s.end = Some(json(payload)?),
+        FRAME_NOTE => s.notes.push(json(payload)?),
+        FRAME_RECORDS => {
+            if payload.len() % RECORD_BYTES != 0 {
+                return Err(format!("a records frame must hold whole {RECORD_BYTES}-byte records"));
+            }
+            let start = s.records.len();
+            s.records.extend(payload.chunks_exact(RECORD_BYTES).map(parse_record));
+            on_records(&s.records[start..]);
+        }
+        FRAME_STRINGS => {
+            let mut p = payload;
+            while !p.is_empty() {
+                if p.len() < 8 {
+                    return Err("a string entry needs an 8-byte head (id, length)".into());
+                }
+                let id = u32::from_le_bytes([p[0], p[1], p[2], p[3]]) as usize;
+                let len = u32::from_le_bytes([p[4], p[5], p[6], p[7]]) as usize;
+                if id != s.strings.len() + 1 {
+                    return Err(format!("string id {id} out of order; expected {}", s.strings.len() + 1));
+                }
+                let Some(bytes) = p.get(8..8 + len) else {
+                    return Err(format!("string {id} claims {len} bytes past the frame's end"));
+                };
+                s.strings.push(String::from_utf8_lossy(bytes).into_owned());
+                p = &p[8 + len..];
+            }
+        }
+        other => return Err(format!("unknown frame kind {other}; expected 1 to 5")),
+    }
+    Ok(())
+}
+
+/// Fills `buf` unless the stream ends first; returns the bytes read.
+fn read_full(r: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match r.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn frame(kind: u32, payload: &[u8]) -> Vec<u8> {
+        let mut v = kind.to_le_bytes().to_vec();
+        v.extend((payload.len() as u32).to_le_bytes());
+        v.extend(payload);
+        v
+    }
+
+    fn record_bytes(r: &MtRecord) -> Vec<u8> {
+        let mut v = Vec::new();
+        for x in [r.ts_ns, r.id, r.value as u64, r.a, r.b] {
+            v.extend(x.to_le_bytes());
+        }
+        for x in [r.op, r.name, r.thread] {
+            v.extend(x.to_le_bytes());
+        }
+        v.extend([r.kind, r.device_type as u8, r.device_index as u8, r.phase]);
+        v
+    }
+
+    #[test]
+    fn frames_round_trip() {
+        let rec = MtRecord { ts_ns: 5, id: 0xABC, value: -512, a: 1024, b: 2048, op: 3, name: 1, thread: 7, kind: 1, device_type: 1, device_index: 0, phase: 2 };
+        let mut strings = 1u32.to_le_bytes().to_vec();
+        strings.extend(3u32.to_le_bytes());
+        strings.extend(b"fc1");
+        let mut bytes = frame(FRAME_HELLO, br#"{"pid": 42}"#);
+        bytes.extend(frame(FRAME_STRINGS, &strings));
+        bytes.extend(frame(FRAME_RECORDS, &[record_bytes(&rec), record_bytes(&rec)].concat()));
+        bytes.extend(frame(FRAME_END, br#"{"reason": "exit"}"#));
+        let mut seen = 0;
+        let s = read_stream(&bytes[..], &mut |r| seen += r.len());
+        assert_eq!(s.error, None);
+        assert_eq!((s.pid(), seen, s.strings.as_slice()), (Some(42), 2, ["fc1".to_string()].as_slice()));
+        let r = s.records[1];
+        assert_eq!((r.ts_ns, r.id, r.value, r.a, r.b, r.op, r.name, r.thread), (5, 0xABC, -512, 1024, 2048, 3, 1, 7));
+        assert_eq!((r.kind, r.device_type, r.device_index, r.phase), (1, 1, 0, 2));
+        assert!(s.end.is_some());
+    }
+
+    #[test]
+    fn malformed_streams_are_errors_that_keep_what_came_before() {
+        let good = frame(FRAME_HELLO, br#"{"pid": 1}"#);
+        let cases: Vec<(Vec<u8>, &str)> = vec![
+            ([good.clone(), frame(FRAME_RECORDS, &[0u8; 55])].concat(), "whole 56-byte records"),
+            ([good.clone(), frame(9, b"")].concat(), "unknown frame kind 9"),
+            ([good.clone(), frame(FRAME_END, b"not json")].concat(), "expected a JSON object"),
+            ([good.clone(), 2u32.to_le_bytes().to_vec(), u32::MAX.to_le_bytes().to_vec()].concat(), "at most"),
+            ([good.clone(), frame(FRAME_RECORDS, &[0u8; 112])[..60].to_vec()].concat(), "ended inside frame 1"),
+            ([good.clone(), vec![1, 2, 3]].concat(), "inside the header of frame 1"),
+            ([good.clone(), frame(FRAME_STRINGS, &[2, 0, 0, 0, 0, 0, 0, 0])].concat(), "string id 2 out of order"),
+            ([good.clone(), frame(FRAME_STRINGS, &[1, 0, 0, 0, 9, 0, 0, 0, b'x'])].concat(), "past the frame's end"),
+        ];
+        for (bytes, want) in cases {
+            let s = read_stream(&bytes[..], &mut |_| {});
+            let err = s.error.clone().unwrap_or_default();
+            assert!(err.contains(want), "{err:?} should contain {want:?}");
+            assert_eq!(s.pid(), Some(1), "the hello before the bad frame is kept");
+        }
+    }
+}
