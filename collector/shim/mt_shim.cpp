@@ -14,6 +14,7 @@
 #include <c10/core/CachingDeviceAllocator.h>
 #include <c10/util/ThreadLocalDebugInfo.h>
 #include <torch/csrc/jit/runtime/interpreter.h>
+#include <torch/csrc/profiler/orchestration/observer.h>
 
 #include <pthread.h>
 #include <sys/socket.h>
@@ -63,7 +64,9 @@ struct Global {
   std::atomic<uint64_t> mem_kept{0}, mem_dropped{0}, op_kept{0}, op_dropped{0};
   std::atomic<uint64_t> peak_allocated{0}, peak_reserved{0};
   // Chunks linked and not yet drained, and the most allowed (0: unbounded).
-  std::atomic<uint64_t> live_chunks{0}, max_chunks{0}, buffer_dropped{0};
+  // A thread's current chunk never counts against the limit (`recording_threads` of them), so
+  // a full buffer always drains and recording resumes.
+  std::atomic<uint64_t> live_chunks{0}, max_chunks{0}, buffer_dropped{0}, recording_threads{0};
   std::atomic<uint32_t> next_op{1};
   at::CallbackHandle callback = at::INVALID_CALLBACK_HANDLE;
   std::string last_error;
@@ -154,11 +157,13 @@ inline MtRecord* slot() {
     tls.generation = gen;
     std::lock_guard<std::mutex> lock(G.mu);
     G.bufs.push_back(tls.buf);
+    G.recording_threads.store(G.bufs.size(), std::memory_order_relaxed);
   }
   Chunk* c = tls.cur;
   if (c == nullptr || c->count.load(std::memory_order_relaxed) == kChunkRecords) {
     uint64_t max = G.max_chunks.load(std::memory_order_relaxed);
-    if (max != 0 && G.live_chunks.load(std::memory_order_relaxed) >= max) {
+    if (max != 0 && G.live_chunks.load(std::memory_order_relaxed) >=
+                        max + G.recording_threads.load(std::memory_order_relaxed)) {
       G.buffer_dropped.fetch_add(1, std::memory_order_relaxed);
       return nullptr;
     }
@@ -338,7 +343,19 @@ void record_memory(uint8_t kind, void* ptr, int64_t value, size_t total_allocate
   publish();
 }
 
-struct Reporter final : public c10::MemoryReportingInfoBase {
+// libtorch reads whatever sits in the PROFILER_STATE slot as a ProfilerStateBase (for example
+// `profilerEnabled()`, which torch.autograd.Function.apply and torch.compile's runtime call),
+// so the reporter must be one: a profiler state whose config is Disabled, so PyTorch sees no
+// profiler running, that takes memory reports.
+struct Reporter final : public torch::profiler::impl::ProfilerStateBase {
+  Reporter()
+      : torch::profiler::impl::ProfilerStateBase(
+            torch::profiler::impl::ProfilerConfig(torch::profiler::impl::ProfilerState::Disabled)) {}
+
+  torch::profiler::impl::ActiveProfilerType profilerType() override {
+    return torch::profiler::impl::ActiveProfilerType::NONE;
+  }
+
   void reportMemoryUsage(void* ptr, int64_t alloc_size, size_t total_allocated,
                          size_t total_reserved, c10::Device device) override {
     auto& G = g();
@@ -486,6 +503,7 @@ int mt_reset(uint64_t max_mem_records, uint64_t max_op_records, int capture_tens
   G.bufs.clear();
   G.live_chunks = 0;
   G.buffer_dropped = 0;
+  G.recording_threads = 0;
   G.generation.fetch_add(1, std::memory_order_acq_rel);
   G.max_mem = max_mem_records;
   G.max_op = max_op_records;

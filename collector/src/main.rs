@@ -341,6 +341,9 @@ struct TraceArgs {
     /// are dropped and counted (the trace says how many).
     #[arg(long, default_value_t = 8_000_000)]
     buffer_records: u64,
+    /// How often a traced program sends its records, in milliseconds.
+    #[arg(long, default_value_t = 20, hide = true)]
+    drain_interval_ms: u32,
     /// The program to trace and its arguments, after `--` (python, torchrun, accelerate, ...).
     #[arg(last = true, value_name = "COMMAND")]
     command: Vec<String>,
@@ -509,6 +512,7 @@ fn python_trace_command(a: TraceArgs) -> anyhow::Result<()> {
         capture_ops: !a.run.memory_only,
         iteration_marker: a.iteration_marker.clone(),
         buffer_records: a.buffer_records,
+        drain_interval_ms: a.drain_interval_ms.max(1),
         fragmentation: !a.run.no_fragmentation,
         device: a.run.device.as_deref().map(str::parse).transpose().map_err(anyhow::Error::msg)?,
         ..PyOptions::default()

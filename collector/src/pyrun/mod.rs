@@ -67,6 +67,8 @@ pub struct PyOptions {
     pub device: Option<DeviceFilter>,
     /// How long to wait for processes still streaming after the command exited.
     pub grace: Duration,
+    /// How often the program's drain thread sends what was recorded.
+    pub drain_interval_ms: u32,
 }
 
 impl Default for PyOptions {
@@ -80,6 +82,7 @@ impl Default for PyOptions {
             fragmentation: true,
             device: None,
             grace: Duration::from_secs(10),
+            drain_interval_ms: 20,
         }
     }
 }
@@ -93,7 +96,7 @@ impl PyOptions {
             "capture_ops": self.capture_ops,
             "iteration_marker": self.iteration_marker,
             "buffer_records": self.buffer_records,
-            "interval_ms": 20,
+            "interval_ms": self.drain_interval_ms,
         })
     }
 }
