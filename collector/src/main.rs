@@ -20,6 +20,13 @@ enum Command {
     /// (`collector trace -o run.mtrace.json -- python train.py ARGS`) or of a built-in or
     /// TorchScript model run through libtorch.
     Trace(Box<TraceArgs>),
+    /// Write the `memory_tracer` Python package this collector carries (sources and the
+    /// capture library) into a folder, for building the wheel.
+    #[command(hide = true)]
+    PythonPackage {
+        #[arg(long)]
+        out: PathBuf,
+    },
     /// Read one capture stream from an inherited socket and build its trace (what the Python
     /// `memory_tracer.MemoryTracer` API runs).
     #[command(hide = true)]
@@ -665,6 +672,11 @@ fn import_options(max_decompressed_mib: u64) -> ImportOptions {
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Trace(a) => trace_command(*a)?,
+        Command::PythonPackage { out } => {
+            let so = collector::pyrun::package::SHIM_SO.context("this collector was built without libtorch and carries no capture library")?;
+            collector::pyrun::package::write_to(&out, so)?;
+            eprintln!("wrote the memory_tracer package to {}", out.display());
+        }
         Command::Ingest {
             fd,
             output,

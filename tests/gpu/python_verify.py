@@ -164,6 +164,7 @@ def check_workload(name, args, a, env):
         "trace_peak_allocated_bytes": got,
         "program_max_memory_allocated": want,
         "difference_bytes": got - want,
+        # PyTorch's counter at exit: the peak since the hooks' last reset, for information only.
         "reported_cuda_max_memory_allocated": (top.get("reported") or {}).get("cuda.max_memory_allocated"),
         "ok": got == want,
     }
@@ -231,7 +232,10 @@ def main():
     for name, args in WORKLOADS.items():
         if name not in only:
             continue
-        r = check_workload(name, args, a, env)
+        try:
+            r = check_workload(name, args, a, env)
+        except Exception as e:  # a broken trace or summary: report it, go on with the rest
+            r = {"ok": False, "error": f"checking failed: {e!r}"}
         doc["workloads"][name] = r
         if "error" in r:
             failures.append(f"{name}: {r['error']}")

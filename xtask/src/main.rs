@@ -9,6 +9,7 @@
 //! - `cargo xtask bench`: import/export benchmarks on the real samples, the graph-profile
 //!   benchmark on a traced ResNet-50, and the viewer in headless Chromium.
 //! - `cargo xtask run`: the main job.
+//! - `cargo xtask wheel [--dev]`: the `memory_tracer` Python wheel (pip install it).
 
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
@@ -18,6 +19,9 @@ const TORCH_VERSION: &str = "2.11.0";
 const WASM_BINDGEN_VERSION: &str = "0.2.130";
 const TRUNK_VERSION: &str = "0.21.14";
 const BINARYEN_VERSION: &str = "132.0.0";
+/// What the Python tests and programs need beside torch (pinned: the GPU machines run these).
+const PY_TEST_DEPS: [&str; 4] = ["torchvision==0.26.0", "transformers==5.17.0", "pytest==8.4.2", "requests"];
+const PACKAGE_VERSION: &str = "0.1.0";
 
 /// Crates `shared` must never depend on (it compiles for wasm32 and does no I/O).
 const SHARED_FORBIDDEN_DEPS: [&str; 8] = ["tokio", "axum", "tch", "torch-sys", "leptos", "web-sys", "clap", "hyper"];
@@ -40,8 +44,9 @@ fn main() -> Result<()> {
             run(Command::new("cargo").args(["bench", "-p", "collector", "--bench", "import", "--bench", "profile", "--bench", "viewer", "--bench", "serve"]))
         }
         Some("run") => main_job(&args[1..]),
+        Some("wheel") => wheel(args.iter().any(|a| a == "--dev")).map(drop),
         _ => {
-            eprintln!("usage: cargo xtask <test|install-tools|check|bench|run>");
+            eprintln!("usage: cargo xtask <test|install-tools|check|bench|run|wheel>");
             std::process::exit(2);
         }
     }
@@ -94,8 +99,17 @@ fn output(cmd: &mut Command) -> Option<String> {
 fn install_torch_venv() -> Result<()> {
     let venv = torch_venv();
     let py = venv.join("bin/python");
-    let have = output(Command::new(&py).args(["-c", "import torch, requests, setuptools; print(torch.__version__)"]));
-    if !have.as_deref().is_some_and(|v| v.starts_with(TORCH_VERSION)) {
+    let have = output(Command::new(&py).args([
+        "-c",
+        "import torch, requests, setuptools, torchvision, transformers, pytest; print(torch.__version__, torchvision.__version__, transformers.__version__, pytest.__version__)",
+    ]));
+    let want = |v: &str| {
+        let parts: Vec<&str> = v.split_whitespace().collect();
+        parts.len() == 4
+            && parts[0].starts_with(TORCH_VERSION)
+            && PY_TEST_DEPS[..3].iter().zip(&parts[1..]).all(|(pin, got)| got.starts_with(pin.split("==").nth(1).unwrap_or("")))
+    };
+    if !have.as_deref().is_some_and(want) {
         if !py.exists() {
             run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
         }
@@ -105,8 +119,8 @@ fn install_torch_venv() -> Result<()> {
             &format!("torch=={TORCH_VERSION}"),
             "setuptools",
             "numpy",
-            "requests",
-        ]))?;
+        ])
+        .args(PY_TEST_DEPS))?;
     }
     Ok(())
 }
@@ -255,8 +269,50 @@ fn test() -> Result<()> {
         .args(["test", "-p", "viewer", "--target", "wasm32-unknown-unknown", "--test", "web"])
         .env("CHROMEDRIVER", "/usr/bin/chromedriver")
         .current_dir("viewer"))?;
+    python_tests()?;
     eprintln!("xtask: all tests passed");
     Ok(())
+}
+
+/// Builds the `memory_tracer` wheel into `target/wheels/`: the package and capture library the
+/// collector carries, plus a collector for analysis. `dev`: reuse the debug collector that
+/// `cargo test` built (links the venv's libtorch; for tests on this machine); otherwise a
+/// release collector without libtorch (starts fast, needs only torch in the user's Python).
+fn wheel(dev: bool) -> Result<PathBuf> {
+    let pkg = Path::new("target/wheel-pkg");
+    let _ = std::fs::remove_dir_all(pkg);
+    let (traced, lite) = if dev {
+        run(Command::new("cargo").args(["build", "-p", "collector"]))?;
+        (PathBuf::from("target/debug/collector"), PathBuf::from("target/debug/collector"))
+    } else {
+        run(Command::new("cargo").args(["build", "--release", "-p", "collector"]))?;
+        run(Command::new("cargo").args(["build", "--release", "-p", "collector", "--no-default-features", "--target-dir", "target/lite"]))?;
+        (PathBuf::from("target/release/collector"), PathBuf::from("target/lite/release/collector"))
+    };
+    run(Command::new(&traced).args(["python-package", "--out"]).arg(pkg))?;
+    let wheel = output(Command::new(torch_venv().join("bin/python")).args(["collector/python/build_wheel.py"]).arg(pkg).arg(&lite).args([
+        "target/wheels",
+        PACKAGE_VERSION,
+    ]))
+    .context("building the wheel failed")?;
+    eprintln!("xtask: wheel at {wheel} (pip install {wheel})");
+    Ok(PathBuf::from(wheel))
+}
+
+/// The Python API's tests (pytest, CPU) against the wheel installed into a scratch folder.
+fn python_tests() -> Result<()> {
+    let wheel = wheel(true)?;
+    let site = Path::new("target/wheel-site");
+    let _ = std::fs::remove_dir_all(site);
+    let py = torch_venv().join("bin/python");
+    run(Command::new(&py).args(["-m", "pip", "install", "--quiet", "--no-deps", "--target"]).arg(site).arg(&wheel))?;
+    let site_abs = std::fs::canonicalize(site)?;
+    run(Command::new(&py)
+        .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/python"])
+        .env("PYTHONPATH", &site_abs)
+        .env("MEMORY_TRACER_WHEEL_DIR", &site_abs)
+        .env_remove("MEMORY_TRACER_COLLECTOR")
+        .env_remove("MEMORY_TRACER_PYTHONPATH"))
 }
 
 /// The main job: build the collector (with the viewer embedded), start `collector serve`,

@@ -111,14 +111,20 @@ class Capture:
         if main:
             prefix = ""
             self.main_root = weakref.ref(module)
+            self.root_names.add(cls)
         else:
             prefix = cls
             n = 2
             while prefix in self.root_names:
                 prefix = f"{cls}#{n}"
                 n += 1
-        self.root_names.add(prefix)
+        if prefix:
+            self.root_names.add(prefix)
+        seen = set()
         for path, sub in module.named_modules(remove_duplicate=False):
+            if id(sub) in seen:  # a shared module keeps its first path, as named_modules() gives it
+                continue
+            seen.add(id(sub))
             if inner is not None:
                 path = path[len("_orig_mod."):] if path.startswith("_orig_mod.") else ("" if path == "_orig_mod" else path)
             if path:

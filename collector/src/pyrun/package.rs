@@ -56,6 +56,22 @@ fn cache_root() -> PathBuf {
         .join("memory-tracer")
 }
 
+/// Writes the package (sources, shim, TORCH_VERSION) into `dir` (for wheels).
+pub fn write_to(dir: &Path, so: &[u8]) -> anyhow::Result<()> {
+    let write = |rel: &str, bytes: &[u8]| -> anyhow::Result<()> {
+        let p = dir.join(rel);
+        if let Some(parent) = p.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        std::fs::write(&p, bytes).with_context(|| format!("cannot write {}", p.display()))
+    };
+    for (name, bytes) in FILES {
+        write(name, bytes)?;
+    }
+    write("memory_tracer/_lib/libmt_shim.so", so)?;
+    write("memory_tracer/_lib/TORCH_VERSION", crate::TORCH_VERSION.as_bytes())
+}
+
 /// Writes the package into `root/<content hash>/` unless it is already there (a folder is
 /// complete once renamed into place, so concurrent collectors never see half of one).
 pub fn materialize(root: &Path, so: &[u8]) -> anyhow::Result<PathBuf> {
@@ -78,18 +94,7 @@ pub fn materialize(root: &Path, so: &[u8]) -> anyhow::Result<PathBuf> {
     std::fs::create_dir_all(root).with_context(|| format!("cannot create {}", root.display()))?;
     let tmp = root.join(format!(".tmp-{}-{h:016x}", std::process::id()));
     let _ = std::fs::remove_dir_all(&tmp);
-    let write = |rel: &str, bytes: &[u8]| -> anyhow::Result<()> {
-        let p = tmp.join(rel);
-        if let Some(parent) = p.parent() {
-            std::fs::create_dir_all(parent)?;
-        }
-        std::fs::write(&p, bytes).with_context(|| format!("cannot write {}", p.display()))
-    };
-    for (name, bytes) in FILES {
-        write(name, bytes)?;
-    }
-    write("memory_tracer/_lib/libmt_shim.so", so)?;
-    write("memory_tracer/_lib/TORCH_VERSION", crate::TORCH_VERSION.as_bytes())?;
+    write_to(&tmp, so)?;
     match std::fs::rename(&tmp, &dir) {
         Ok(()) => Ok(dir),
         // Another collector put the same folder in place first.

@@ -1,0 +1,247 @@
+//! `collector trace -- python PROGRAM` on real PyTorch programs, on the CPU: layer paths,
+//! backward attribution, iterations, exit codes and output passing through, DataLoader
+//! workers, torch.compile, Ctrl-C, a full buffer, and programs that are not what we expect.
+//!
+//! Needs the torch 2.11 venv's Python (`MEMORY_TRACER_PYTHON`, set by `cargo xtask`; else
+//! `python3`) with torchvision and transformers, and a collector built with the `tracing`
+//! feature (it carries the capture library).
+#![cfg(feature = "tracing")]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use collector::commands::load_trace;
+use shared::analysis::layer_stats;
+use shared::model::Phase;
+use shared::{ImportOptions, Trace};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+fn python() -> String {
+    std::env::var("MEMORY_TRACER_PYTHON").unwrap_or_else(|_| "python3".into())
+}
+
+fn program(name: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/python/programs").join(name).display().to_string()
+}
+
+fn workdir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("mt-python-cpu-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn collector(dir: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_collector"));
+    c.current_dir(dir).env_remove("MEMORY_TRACER_PYTHONPATH");
+    c
+}
+
+/// Runs `collector trace -q -o DIR/out.mtrace.json FLAGS -- COMMAND` and loads the trace.
+fn trace(name: &str, flags: &[&str], command: &[String]) -> (Output, Option<Trace>, PathBuf) {
+    let dir = workdir(name);
+    let out = dir.join("out.mtrace.json");
+    let output = collector(&dir).args(["trace", "-q", "-o"]).arg(&out).args(flags).arg("--").args(command).output().unwrap();
+    let t = out.exists().then(|| load_trace(&out, &ImportOptions::default()).unwrap());
+    (output, t, dir)
+}
+
+fn py(script: &str, args: &[&str]) -> Vec<String> {
+    let mut v = vec![python(), program(script)];
+    v.extend(args.iter().map(|s| s.to_string()));
+    v
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn layer_names(t: &Trace) -> Vec<String> {
+    layer_stats(t).into_keys().collect()
+}
+
+#[test]
+fn torchvision_resnet18_training_gets_module_paths_phases_and_iterations() {
+    let (out, t, _) = trace("resnet18", &[], &py("resnet18_train.py", &["--iters", "2"]));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("trained 2 iterations"), "the program's stdout passes through");
+    let t = t.expect("a trace");
+    assert_eq!(t.iterations.len(), 2, "one iteration per optimizer step");
+    let layers = layer_names(&t);
+    for want in ["ResNet", "conv1", "bn1", "layer1.0.conv1", "layer4.1.bn2", "layer2.0.downsample.0", "fc", "CrossEntropyLoss", "optimizer.step"] {
+        assert!(layers.iter().any(|l| l == want), "layer {want} missing from {layers:?}");
+    }
+    // Backward nodes belong to the module whose forward op they differentiate.
+    let conv_bw: Vec<&str> = t.ops.iter().filter(|o| t.str(o.name) == "ConvolutionBackward0").map(|o| t.str(o.layer)).collect();
+    assert_eq!(conv_bw.len(), 2 * 20, "20 convolutions per iteration");
+    assert!(conv_bw.iter().all(|l| l.ends_with("conv1") || l.ends_with("conv2") || l.ends_with("downsample.0")), "{conv_bw:?}");
+    for phase in [Phase::Forward, Phase::Backward, Phase::Optimizer] {
+        assert!((0..t.events.len()).any(|i| t.events.phase(i) == phase), "no {phase:?} allocations");
+    }
+    assert!(t.meta.warnings.is_empty(), "{:?}", t.meta.warnings);
+    assert_eq!(t.meta.pytorch_version.as_deref().map(|v| &v[..6]), Some("2.11.0"));
+    assert!(shared::analysis::summary(&t).peak_allocated_bytes > 10 << 20);
+}
+
+#[test]
+fn transformers_causal_lm_gets_hugging_face_module_paths() {
+    let (out, t, _) = trace("hf", &[], &py("hf_causal_lm.py", &[]));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let t = t.expect("a trace");
+    assert_eq!(t.iterations.len(), 2);
+    let stats = layer_stats(&t);
+    for want in ["GPT2LMHeadModel", "transformer.wte", "transformer.h.0.attn", "transformer.h.1.mlp.c_fc", "transformer.ln_f", "lm_head"] {
+        assert!(stats.contains_key(want), "layer {want} missing from {:?}", stats.keys().collect::<Vec<_>>());
+    }
+    // AdamW creates its state in the first step.
+    assert!(stats["optimizer.step"].total_allocations > 0);
+}
+
+#[test]
+fn two_optimizers_get_their_own_scopes_and_the_first_one_ends_iterations() {
+    let (out, t, _) = trace("two_opt", &[], &py("two_optimizers.py", &[]));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let t = t.expect("a trace");
+    let layers = layer_names(&t);
+    for want in ["optimizer.step", "optimizer1.step", "Sequential", "Sequential#2", "Sequential#2.0", "BCEWithLogitsLoss"] {
+        assert!(layers.iter().any(|l| l == want), "layer {want} missing from {layers:?}");
+    }
+    assert_eq!(t.iterations.len(), 3);
+}
+
+#[test]
+fn inference_loops_use_the_iteration_marker_or_are_one_iteration() {
+    let (out, t, _) = trace("infer_marker", &["--iteration-marker", "Encoder"], &py("inference_loop.py", &[]));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let t = t.expect("a trace");
+    assert_eq!(t.iterations.len(), 5, "one per call of the marked module");
+    assert!(t.meta.warnings.is_empty(), "{:?}", t.meta.warnings);
+    assert!(layer_names(&t).iter().any(|l| l == "blocks.1.1"));
+
+    let (_, t, _) = trace("infer_plain", &[], &py("inference_loop.py", &[]));
+    let t = t.expect("a trace");
+    assert_eq!(t.iterations.len(), 1);
+    assert!(t.meta.warnings.iter().any(|w| w.contains("the whole run is one iteration")), "{:?}", t.meta.warnings);
+
+    let (_, t, _) = trace("infer_bad_marker", &["--iteration-marker", "NoSuchModule"], &py("inference_loop.py", &[]));
+    assert!(t.expect("a trace").meta.warnings.iter().any(|w| w.contains("`NoSuchModule`") && w.contains("never called")));
+}
+
+#[test]
+fn exit_codes_stdout_and_stderr_pass_through_and_the_trace_is_kept() {
+    let (out, t, _) = trace("exit3", &[], &py("exit3.py", &[]));
+    assert_eq!(out.status.code(), Some(3));
+    assert_eq!(text(&out.stdout), "to stdout\n");
+    assert!(text(&out.stderr).contains("to stderr"));
+    assert_eq!(t.expect("a trace").iterations.len(), 1);
+
+    let (out, t, _) = trace("raises", &[], &py("raises.py", &[]));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("ValueError: the program failed on purpose"));
+    assert!(t.expect("a trace").events.len() > 0);
+}
+
+#[test]
+fn torch_compile_allocations_belong_to_the_compiled_region() {
+    let (out, t, _) = trace("compiled", &[], &py("compiled.py", &[]));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let t = t.expect("a trace");
+    let stats = layer_stats(&t);
+    let compiled = stats.get("compiled(Sequential)").unwrap_or_else(|| panic!("no compiled region in {:?}", stats.keys().collect::<Vec<_>>()));
+    assert!(compiled.total_allocations > 0);
+    assert_eq!(t.iterations.len(), 2);
+}
+
+#[test]
+fn dataloader_workers_are_not_traced_and_do_not_break_capture() {
+    let (out, t, dir) = trace("workers", &[], &py("dataloader_workers.py", &[]));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(t.expect("a trace").iterations.len(), 4);
+    let files: Vec<_> = std::fs::read_dir(&dir).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert_eq!(files.len(), 1, "one trace for the one training process: {files:?}");
+}
+
+#[test]
+fn a_full_buffer_drops_and_counts_records_instead_of_growing() {
+    let (out, t, _) = trace("busy", &["--buffer-records", "1", "--drain-interval-ms", "5000"], &py("busy.py", &[]));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let t = t.expect("a trace");
+    assert!(t.dropped_events > 0);
+    assert!(t.meta.warnings.iter().any(|w| w.contains("dropped because the program recorded faster")), "{:?}", t.meta.warnings);
+}
+
+#[test]
+fn commands_that_trace_nothing_say_so() {
+    let dir = workdir("not_python");
+    let out = collector(&dir).args(["trace", "-q", "--", "sh", "-c", "exit 0"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "success of the command but nothing traced");
+    assert!(text(&out.stderr).contains("nothing was traced"));
+    let out = collector(&dir).args(["trace", "-q", "--", "sh", "-c", "exit 5"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(5));
+    let out = collector(&dir).args(["trace", "-q", "--", "no-such-program-xyz"]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("cannot run `no-such-program-xyz`: no such program"));
+    let out = collector(&dir).args(["trace", "-q", "--", &python(), "-I", "-c", "import torch"]).output().unwrap();
+    assert!(text(&out.stderr).contains("nothing was traced"), "-I ignores PYTHONPATH: {}", text(&out.stderr));
+}
+
+#[test]
+fn a_torch_the_capture_was_not_built_for_is_refused_before_the_program_runs() {
+    let dir = workdir("mismatch");
+    let pkg = collector::pyrun::package::materialize(&dir.join("pkg"), b"never loaded").unwrap();
+    std::fs::write(pkg.join("memory_tracer/_lib/TORCH_VERSION"), "2.10.0").unwrap();
+    let out = collector(&dir)
+        .env("MEMORY_TRACER_PYTHONPATH", &pkg)
+        .args(["trace", "-q", "--", &python(), "-c", "print('the program ran')"])
+        .output()
+        .unwrap();
+    let err = text(&out.stderr);
+    assert!(!text(&out.stdout).contains("the program ran"));
+    assert_eq!(out.status.code(), Some(97));
+    assert!(err.contains("built for torch 2.10.0") && err.contains("this Python has torch 2.11.0"), "{err}");
+}
+
+#[test]
+fn ctrl_c_stops_the_program_and_the_trace_is_written() {
+    use std::io::BufRead;
+    use std::os::unix::process::CommandExt;
+    let dir = workdir("ctrl_c");
+    let out = dir.join("out.mtrace.json");
+    let mut child = collector(&dir)
+        .args(["trace", "-q", "-o"])
+        .arg(&out)
+        .arg("--")
+        .args(py("long_loop.py", &[]))
+        .process_group(0)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut steps = 0;
+    while steps < 5 {
+        let line = lines.next().expect("the program stopped early").unwrap();
+        steps += usize::from(line.starts_with("step "));
+    }
+    // Ctrl-C in a terminal signals the whole foreground group.
+    // SAFETY: kill(2) on the group of our own child.
+    unsafe { libc::kill(-(child.id() as i32), libc::SIGINT) };
+    let status = child.wait().unwrap();
+    let stderr = std::io::read_to_string(child.stderr.take().unwrap()).unwrap();
+    assert_eq!(status.code(), Some(130), "{stderr}");
+    assert!(stderr.contains("KeyboardInterrupt") && stderr.contains("interrupted"), "{stderr}");
+    let t = load_trace(&out, &ImportOptions::default()).unwrap();
+    assert!(t.iterations.len() >= 5, "{} iterations", t.iterations.len());
+}
+
+#[test]
+fn progress_json_streams_memory_and_ends_with_the_answer() {
+    let (out, _, _) = trace("progress", &["--progress-json"], &py("two_optimizers.py", &[]));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let lines: Vec<serde_json::Value> =
+        text(&out.stdout).lines().filter(|l| l.starts_with('{')).map(|l| serde_json::from_str(l).unwrap()).collect();
+    let kinds: Vec<&str> = lines.iter().filter_map(|l| l.get("kind").or(l.get("type")).and_then(|k| k.as_str())).collect();
+    assert!(!lines.is_empty(), "{}", text(&out.stdout));
+    let last = lines.last().unwrap().to_string();
+    assert!(last.contains("peak_allocated_bytes"), "{last} ({kinds:?})");
+    assert!(lines.iter().any(|l| l.to_string().contains("\"points\"")), "live memory points");
+}
