@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# GPU checks of `collector trace -- python` (issue 14), on a machine with an NVIDIA GPU and
+# PyTorch 2.11 (torchvision, transformers) in TORCH_VENV (default /opt/torch/.venv):
+#   tests/gpu/python_run.sh COLLECTOR OUT_DIR [verify|overhead128|variants]...
+# verify: tests/gpu/python_verify.py (peaks vs torch counters, per-module peaks, overhead b32
+# with 200 flat steps); overhead128: the interleaved benchmark at batch 128; variants: b32
+# with --no-tensors and --memory-only. Results (JSON, logs) land in OUT_DIR; traces in /tmp.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+collector=$1
+out=$2
+shift 2
+venv=${TORCH_VENV:-/opt/torch/.venv}
+sp=$(echo "$venv"/lib/python3*/site-packages)
+export LD_LIBRARY_PATH="$sp/torch/lib:$sp/nvidia/cu13/lib:$sp/nvidia/cudnn/lib:$sp/nvidia/nccl/lib:$sp/nvidia/cusparselt/lib:$sp/nvidia/nvshmem/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+py="$venv/bin/python"
+mkdir -p "$out" /tmp/mt-gpu
+for what in "$@"; do
+  case $what in
+    verify)
+      "$py" "$here/python_verify.py" --collector "$collector" --python "$py" --out /tmp/mt-gpu/verify || echo "python_verify failed: $?"
+      cp /tmp/mt-gpu/verify/*.json /tmp/mt-gpu/verify/*.log "$out/" 2>/dev/null || true
+      rm -f "$out"/*.mtrace.json ;;
+    overhead128)
+      "$collector" trace -q -o /tmp/mt-gpu/oh128.mtrace.json -- "$py" "$here/python_programs.py" overhead --batch 128 --steps 20 --warmup 3 \
+        | grep '^RESULT' > "$out/overhead_b128.json" || echo "overhead128 failed" ;;
+    variants)
+      for v in --no-tensors --memory-only; do
+        "$collector" trace -q $v -o /tmp/mt-gpu/oh$v.mtrace.json -- "$py" "$here/python_programs.py" overhead --batch 32 --steps 20 --warmup 3 \
+          | grep '^RESULT' > "$out/overhead_b32$v.json" || echo "variant $v failed"
+      done ;;
+    *) echo "unknown step $what"; exit 2 ;;
+  esac
+done
