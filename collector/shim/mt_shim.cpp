@@ -68,6 +68,10 @@ struct Global {
   // a full buffer always drains and recording resumes.
   std::atomic<uint64_t> live_chunks{0}, max_chunks{0}, buffer_dropped{0}, recording_threads{0};
   std::atomic<uint32_t> next_op{1};
+  // Drained chunks kept for reuse: a fresh 900 KB chunk is an mmap, page faults and, when
+  // freed, a TLB shootdown on every core.
+  std::mutex spare_mu;
+  std::vector<std::unique_ptr<Chunk>> spare;
   at::CallbackHandle callback = at::INVALID_CALLBACK_HANDLE;
   std::string last_error;
 };
@@ -97,7 +101,16 @@ struct ThreadState {
   }
 };
 
-thread_local ThreadState tls;
+// A pointer, not an object: a thread_local with a constructor costs a guard check on every
+// access, and callbacks read it several times per operator.
+thread_local ThreadState* tls_state = nullptr;
+
+inline ThreadState* tls_get() {
+  ThreadState* p = tls_state;
+  if (__builtin_expect(p == nullptr, 0)) p = tls_state = new ThreadState();  // one per thread, kept
+  return p;
+}
+#define tls (*tls_get())
 
 inline uint64_t now_ns() {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -168,7 +181,19 @@ inline MtRecord* slot() {
       return nullptr;
     }
     G.live_chunks.fetch_add(1, std::memory_order_relaxed);
-    auto fresh = std::make_unique<Chunk>();
+    std::unique_ptr<Chunk> fresh;
+    {
+      std::lock_guard<std::mutex> lock(G.spare_mu);
+      if (!G.spare.empty()) {
+        fresh = std::move(G.spare.back());
+        G.spare.pop_back();
+      }
+    }
+    if (fresh) {
+      fresh->count.store(0, std::memory_order_relaxed);
+    } else {
+      fresh = std::make_unique<Chunk>();
+    }
     c = fresh.get();
     std::lock_guard<std::mutex> lock(tls.buf->mu);
     tls.buf->chunks.push_back(std::move(fresh));
@@ -197,18 +222,24 @@ inline void fill_common(MtRecord* r, uint8_t kind, uint64_t thread) {
   r->b = 0;
 }
 
-void record_tensor(const at::Tensor& t, uint8_t kind) {
+// A tensor record follows its op's record on the same thread and shares its time; only the
+// fields `assemble` reads are filled (no clock read, no phase or scope lookups).
+void record_tensor(const at::Tensor& t, uint8_t kind, uint32_t thread, uint64_t ts) {
   if (!t.defined() || !t.has_storage()) return;
   const auto& storage = t.storage();
   MtRecord* r = slot();
   if (r == nullptr) return;
-  fill_common(r, kind, at::RecordFunction::currentThreadId());
+  std::memset(r, 0, sizeof(MtRecord));
+  r->ts_ns = ts;
+  r->kind = kind;
+  r->thread = thread;
   r->id = reinterpret_cast<uint64_t>(storage.data());
   r->value = static_cast<int64_t>(storage.nbytes());
   auto sizes = t.sizes();
   r->a = sizes.size();
-  r->device_type = static_cast<int8_t>(t.device().type());
-  r->device_index = static_cast<int8_t>(t.device().index());
+  const c10::Device device = t.device();
+  r->device_type = static_cast<int8_t>(device.type());
+  r->device_index = static_cast<int8_t>(device.index());
   publish();
   for (size_t i = 0; i < sizes.size(); i += 4) {
     MtRecord* d = slot();
@@ -226,11 +257,11 @@ void record_tensor(const at::Tensor& t, uint8_t kind) {
   }
 }
 
-void record_ivalue(const c10::IValue& v, uint8_t kind) {
+void record_ivalue(const c10::IValue& v, uint8_t kind, uint32_t thread, uint64_t ts) {
   if (v.isTensor()) {
-    record_tensor(v.toTensor(), kind);
+    record_tensor(v.toTensor(), kind, thread, ts);
   } else if (v.isTensorList()) {
-    for (const at::Tensor& t : v.toTensorList().vec()) record_tensor(t, kind);
+    for (const at::Tensor& t : v.toTensorList().vec()) record_tensor(t, kind, thread, ts);
   }
 }
 
@@ -285,7 +316,9 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
   publish();
   tls.ops.push_back({id, true});
   if (G.capture_tensors) {
-    for (const c10::IValue& v : fn.inputs()) record_ivalue(v, MT_TENSOR_IN);
+    const uint32_t thread = r->thread;
+    const uint64_t ts = r->ts_ns;
+    for (const c10::IValue& v : fn.inputs()) record_ivalue(v, MT_TENSOR_IN, thread, ts);
   }
   return nullptr;
 }
@@ -311,7 +344,9 @@ void on_exit(const at::RecordFunction& fn, at::ObserverContext*) {
   r->id = id;
   publish();
   if (G.capture_tensors) {
-    for (const c10::IValue& v : fn.outputs()) record_ivalue(v, MT_TENSOR_OUT);
+    const uint32_t thread = r->thread;
+    const uint64_t ts = r->ts_ns;
+    for (const c10::IValue& v : fn.outputs()) record_ivalue(v, MT_TENSOR_OUT, thread, ts);
   }
 }
 
@@ -656,8 +691,11 @@ size_t mt_drain(MtRecord* out, size_t cap) {
       // A full chunk that is completely read can go once the writer has linked the next
       // one (the last chunk is the writer's current one).
       if (buf->read_pos == kChunkRecords && buf->chunks.size() > 1) {
+        std::unique_ptr<Chunk> done = std::move(buf->chunks.front());
         buf->chunks.pop_front();
         G.live_chunks.fetch_sub(1, std::memory_order_relaxed);
+        std::lock_guard<std::mutex> spare_lock(G.spare_mu);
+        if (G.spare.size() < 64) G.spare.push_back(std::move(done));
         buf->read_pos = 0;
       } else {
         break;

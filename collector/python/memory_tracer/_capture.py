@@ -41,7 +41,10 @@ class Capture:
         self.finished = False
         self.phase = PHASE_OTHER
         self.depth = 0
-        self.names = weakref.WeakKeyDictionary()  # module -> (path, interned id)
+        # id(module) -> (path, interned id, weakref to the module): a plain dict lookup per
+        # module call (a WeakKeyDictionary costs a weakref per lookup); the weakref tells a
+        # reused id from the module it was given for.
+        self.names = {}
         self.main_root = None
         self.root_names = set()
         self.optimizers = weakref.WeakKeyDictionary()  # optimizer -> (name, scope id, steps)
@@ -133,8 +136,9 @@ class Capture:
                 full = prefix or cls
             if inner is not None and sub is module:
                 full = f"compiled({full})"
-            self.names[sub] = (full, self.intern(full))
-        return self.names.get(module)
+            self.names[id(sub)] = (full, self.intern(full), weakref.ref(sub))
+        return self.names[id(module)]
+
 
     def is_marker(self, module, path):
         m = self.marker
@@ -153,8 +157,8 @@ class Capture:
         def pre(module, args):
             if not cap.enabled or compiling():
                 return None
-            entry = cap.names.get(module)
-            if entry is None:
+            entry = cap.names.get(id(module))
+            if entry is None or entry[2]() is not module:
                 entry = cap.name_root(module)
             if cap.depth == 0:
                 if cap.phase == PHASE_OTHER:
@@ -170,8 +174,8 @@ class Capture:
         def post(module, args, output):
             if not cap.enabled or compiling():
                 return None
-            entry = cap.names.get(module)
-            if entry is None:
+            entry = cap.names.get(id(module))
+            if entry is None or entry[2]() is not module:
                 return None
             lib.mt_scope_exit(entry[1])
             cap.depth = max(0, cap.depth - 1)
