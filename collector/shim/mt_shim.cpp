@@ -9,6 +9,7 @@
 
 #include "mt_shim.h"
 
+#include <ATen/SequenceNumber.h>
 #include <ATen/record_function.h>
 #include <c10/core/Allocator.h>
 #include <c10/core/CachingDeviceAllocator.h>
@@ -60,6 +61,12 @@ struct Global {
   std::atomic<bool> torchscript{false};
   bool capture_tensors = true;
   bool capture_ops = true;
+  // Only autograd nodes (RecordScope::BACKWARD_FUNCTION) are recorded: forward allocations
+  // take their layer from the module scope, backward nodes from the scope whose sequence
+  // number range holds theirs (scope records carry at::sequence_number::peek()).
+  bool backward_only = false;
+  // Bumped by every phase change: a thread's "last backward node" is stale after one.
+  std::atomic<uint32_t> phase_epoch{1};
   uint64_t max_mem = UINT64_MAX, max_op = UINT64_MAX;
   std::atomic<uint64_t> mem_kept{0}, mem_dropped{0}, op_kept{0}, op_dropped{0};
   std::atomic<uint64_t> peak_allocated{0}, peak_reserved{0};
@@ -92,6 +99,10 @@ struct ThreadState {
   uint64_t generation = 0;
   std::vector<OpFrame> ops;
   std::vector<uint32_t> scopes;
+  // Backward-only capture: the node this thread finished last, for allocations between
+  // nodes (gradient accumulation in the engine), valid while `last_backward_epoch` is current.
+  uint32_t last_backward = 0;
+  uint32_t last_backward_epoch = 0;
   // name pointer -> (string id, interned copy) cache so interning an op name is a lookup.
   std::unordered_map<const void*, std::pair<uint32_t, const std::string*>> names;
   ThreadState() {
@@ -343,6 +354,10 @@ void on_exit(const at::RecordFunction& fn, at::ObserverContext*) {
   fill_common(r, MT_OP_EXIT, fn.threadId());
   r->id = id;
   publish();
+  if (G.backward_only) {
+    tls.last_backward = id;
+    tls.last_backward_epoch = G.phase_epoch.load(std::memory_order_relaxed);
+  }
   if (G.capture_tensors) {
     const uint32_t thread = r->thread;
     const uint64_t ts = r->ts_ns;
@@ -369,6 +384,12 @@ void record_memory(uint8_t kind, void* ptr, int64_t value, size_t total_allocate
   MtRecord* r = slot();
   if (r == nullptr) return;
   fill_common(r, kind, at::RecordFunction::currentThreadId());
+  if (r->op == 0 && g().backward_only) {
+    ThreadState& t = tls;
+    if (t.last_backward != 0 && t.last_backward_epoch == g().phase_epoch.load(std::memory_order_relaxed)) {
+      r->op = t.last_backward;
+    }
+  }
   r->id = reinterpret_cast<uint64_t>(ptr);
   r->value = value;
   r->a = total_allocated;
@@ -544,6 +565,8 @@ int mt_reset(uint64_t max_mem_records, uint64_t max_op_records, int capture_tens
   G.max_op = max_op_records;
   G.capture_tensors = capture_tensors != 0;
   G.capture_ops = capture_ops != 0;
+  G.backward_only = capture_ops == 2;
+  if (G.backward_only) G.capture_tensors = false;
   G.mem_kept = 0;
   G.mem_dropped = 0;
   G.op_kept = 0;
@@ -564,10 +587,12 @@ int mt_start(void) {
     c10::ThreadLocalDebugInfo::_push(c10::DebugInfoKind::PROFILER_STATE,
                                      std::make_shared<Reporter>());
     if (G.capture_ops && G.callback == at::INVALID_CALLBACK_HANDLE) {
-      G.callback = at::addGlobalCallback(at::RecordFunctionCallback(on_enter_guarded, on_exit_guarded)
-                                             .needsInputs(G.capture_tensors)
-                                             .needsOutputs(G.capture_tensors)
-                                             .needsIds(true));
+      auto cb = at::RecordFunctionCallback(on_enter_guarded, on_exit_guarded)
+                    .needsInputs(G.capture_tensors)
+                    .needsOutputs(G.capture_tensors)
+                    .needsIds(true);
+      if (G.backward_only) cb.scopes({at::RecordScope::BACKWARD_FUNCTION});
+      G.callback = at::addGlobalCallback(std::move(cb));
     }
     G.active.store(true);
     return 0;
@@ -596,7 +621,10 @@ int mt_stop(void) {
 
 int mt_is_active(void) { return g().active.load() ? 1 : 0; }
 
-void mt_set_phase(uint8_t phase) { g().phase.store(phase, std::memory_order_relaxed); }
+void mt_set_phase(uint8_t phase) {
+  g().phase.store(phase, std::memory_order_relaxed);
+  g().phase_epoch.fetch_add(1, std::memory_order_relaxed);
+}
 
 void mt_set_torchscript(int enabled) { g().torchscript.store(enabled != 0); }
 
@@ -635,9 +663,11 @@ void mt_scope_enter(uint32_t name) {
       }
       fill_common(r, MT_SCOPE_ENTER, at::RecordFunction::currentThreadId());
       r->name = name;
+      r->value = static_cast<int64_t>(at::sequence_number::peek());
       publish();
     }
     tls.scopes.push_back(name);
+    tls.last_backward = 0;
   } catch (...) {
   }
 }
@@ -650,6 +680,7 @@ void mt_scope_exit(uint32_t name) {
       if (r == nullptr) return;
       fill_common(r, MT_SCOPE_EXIT, at::RecordFunction::currentThreadId());
       r->name = name;
+      r->value = static_cast<int64_t>(at::sequence_number::peek());
       publish();
     }
   } catch (...) {

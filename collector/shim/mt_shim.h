@@ -18,8 +18,8 @@ enum {
   MT_TENSOR_IN = 5,   // follows its op: id=storage ptr, value=storage bytes, a=ndim, b=dims packed below
   MT_TENSOR_OUT = 6,  // follows MT_OP_EXIT: same fields as MT_TENSOR_IN
   MT_DIMS = 7,        // up to 4 dims of the preceding tensor in id, value, a, b
-  MT_SCOPE_ENTER = 8, // name=scope name
-  MT_SCOPE_EXIT = 9,  // name=scope name
+  MT_SCOPE_ENTER = 8, // name=scope name, value=at::sequence_number::peek() (autograd nodes made inside get numbers from here...)
+  MT_SCOPE_EXIT = 9,  // name=scope name, value=at::sequence_number::peek() (...to here, exclusive)
   MT_MARK = 10,       // name=mark name, value=user value (iteration index)
 };
 
@@ -52,7 +52,9 @@ typedef struct MtDeviceStats {
 } MtDeviceStats;
 
 // Clears all buffers and strings; mem and op records beyond the limits are dropped and counted.
-// capture_ops = 0 records memory only (no operator callback at all).
+// capture_ops = 0 records memory only (no operator callback at all), 1 every operator, 2 only
+// autograd nodes (RecordScope::BACKWARD_FUNCTION; no tensors), attributed through the
+// sequence numbers that scope records carry.
 int mt_reset(uint64_t max_mem_records, uint64_t max_op_records, int capture_tensors, int capture_ops);
 // Installs the callbacks on the calling thread (memory) and globally (operators).
 int mt_start(void);

@@ -351,6 +351,13 @@ struct TraceArgs {
     /// How often a traced program sends its records, in milliseconds.
     #[arg(long, default_value_t = 20, hide = true)]
     drain_interval_ms: u32,
+    /// Python programs: which operators to record. `backward` (default): autograd nodes only,
+    /// enough to give every allocation its module, phase and iteration at a fraction of the
+    /// cost; `all`: every operator with its tensors (needed by `collector analyze`); `none`:
+    /// allocations, module scopes and phases only. Built-in models record every operator
+    /// unless --memory-only.
+    #[arg(long, value_name = "MODE")]
+    ops: Option<String>,
     /// The program to trace and its arguments, after `--` (python, torchrun, accelerate, ...).
     #[arg(last = true, value_name = "COMMAND")]
     command: Vec<String>,
@@ -516,7 +523,7 @@ fn python_trace_command(a: TraceArgs) -> anyhow::Result<()> {
     let opts = PyOptions {
         max_events: a.run.max_events,
         capture_tensors: !a.run.no_tensors,
-        capture_ops: !a.run.memory_only,
+        ops: if a.run.memory_only { pyrun::OpsMode::None } else { a.ops.as_deref().unwrap_or("backward").parse().map_err(anyhow::Error::msg)? },
         iteration_marker: a.iteration_marker.clone(),
         buffer_records: a.buffer_records,
         drain_interval_ms: a.drain_interval_ms.max(1),

@@ -70,7 +70,9 @@ fn torchvision_resnet18_training_gets_module_paths_phases_and_iterations() {
     for want in ["ResNet", "conv1", "bn1", "layer1.0.conv1", "layer4.1.bn2", "layer2.0.downsample.0", "fc", "CrossEntropyLoss", "optimizer.step"] {
         assert!(layers.iter().any(|l| l == want), "layer {want} missing from {layers:?}");
     }
-    // Backward nodes belong to the module whose forward op they differentiate.
+    // By default only autograd nodes are recorded, and each belongs to the module whose forward
+    // made it (its sequence number falls in that module's range).
+    assert!(t.ops.iter().all(|o| t.str(o.name).ends_with("Backward0") || t.str(o.name).ends_with("Backward1") || t.str(o.name).contains("AccumulateGrad")), "only autograd nodes");
     let conv_bw: Vec<&str> = t.ops.iter().filter(|o| t.str(o.name) == "ConvolutionBackward0").map(|o| t.str(o.layer)).collect();
     assert_eq!(conv_bw.len(), 2 * 20, "20 convolutions per iteration");
     assert!(conv_bw.iter().all(|l| l.ends_with("conv1") || l.ends_with("conv2") || l.ends_with("downsample.0")), "{conv_bw:?}");
@@ -80,6 +82,27 @@ fn torchvision_resnet18_training_gets_module_paths_phases_and_iterations() {
     assert!(t.meta.warnings.is_empty(), "{:?}", t.meta.warnings);
     assert_eq!(t.meta.pytorch_version.as_deref().map(|v| &v[..6]), Some("2.11.0"));
     assert!(shared::analysis::summary(&t).peak_allocated_bytes > 10 << 20);
+}
+
+#[test]
+fn ops_all_records_every_operator_with_its_tensors_and_module() {
+    let (out, t, _) = trace("ops_all", &["--ops", "all"], &py("resnet18_train.py", &["--iters", "1"]));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let t = t.expect("a trace");
+    let convs: Vec<_> = t.ops.iter().filter(|o| t.str(o.name) == "aten::conv2d").collect();
+    assert_eq!(convs.len(), 20);
+    assert!(convs.iter().all(|o| o.phase == Phase::Forward && o.inputs.1 > o.inputs.0), "forward convolutions with their input tensors");
+    assert_eq!(t.str(convs[0].layer), "conv1");
+    let bw: Vec<&str> = t.ops.iter().filter(|o| t.str(o.name) == "ConvolutionBackward0").map(|o| t.str(o.layer)).collect();
+    assert_eq!(bw.len(), 20);
+    assert_eq!(bw.last().copied(), Some("conv1"), "the first convolution's gradient comes last");
+    let (out, t, _) = trace("ops_none", &["--ops", "none"], &py("resnet18_train.py", &["--iters", "1"]));
+    assert!(out.status.success());
+    let t = t.expect("a trace");
+    assert!(t.ops.is_empty());
+    assert!(layer_names(&t).iter().any(|l| l == "layer1.0.conv1"));
+    let (out, _, _) = trace("ops_bad", &["--ops", "some"], &py("resnet18_train.py", &[]));
+    assert!(text(&out.stderr).contains("invalid --ops `some`; expected all, backward or none"));
 }
 
 #[test]

@@ -4,7 +4,7 @@
 #   tests/gpu/python_run.sh COLLECTOR OUT_DIR [verify|overhead32|overhead128|variants]...
 # verify: tests/gpu/python_verify.py (peaks vs torch counters, per-module peaks, overhead b32
 # with 200 flat steps); overhead32: only that benchmark; overhead128: the interleaved benchmark at batch 128; variants: b32
-# with --no-tensors and --memory-only. Results (JSON, logs) land in OUT_DIR; traces in /tmp.
+# with --ops all and --ops none (the default is --ops backward). Results (JSON, logs) land in OUT_DIR; traces in /tmp.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 collector=$1
@@ -28,7 +28,7 @@ for what in "$@"; do
       "$collector" trace -q -o /tmp/mt-gpu/oh128.mtrace.json -- "$py" "$here/python_programs.py" overhead --batch 128 --steps 20 --warmup 3 \
         | grep '^RESULT' > "$out/overhead_b128.json" || echo "overhead128 failed" ;;
     variants)
-      for v in --no-tensors --memory-only; do
+      for v in --ops=all --ops=none; do
         "$collector" trace -q $v -o /tmp/mt-gpu/oh$v.mtrace.json -- "$py" "$here/python_programs.py" overhead --batch 32 --steps 20 --warmup 3 \
           | grep '^RESULT' > "$out/overhead_b32$v.json" || echo "variant $v failed"
       done ;;

@@ -108,6 +108,19 @@ def test_trace_module_names_a_scope_and_fragmentation_can_be_off():
     assert all(s.avg_fragmentation == 0.0 for s in stats.values())
 
 
+def test_ops_all_records_operators_and_invalid_ops_are_refused(tmp_path):
+    model = Net()
+    tracer = MemoryTracer(device="cpu", ops="all")
+    with tracer.trace(model):
+        model(torch.randn(4, 64)).sum().backward()
+    tracer.save(tmp_path / "all.mtrace.json")
+    t = json.loads((tmp_path / "all.mtrace.json").read_text())["trace"]
+    names = {t["strings"][o["name"]] for o in t["ops"]}
+    assert "aten::linear" in names and "AddmmBackward0" in names
+    with pytest.raises(ValueError, match="invalid ops"):
+        MemoryTracer(ops="some")
+
+
 def test_a_second_trace_replaces_the_first_and_errors_are_clear():
     tracer = MemoryTracer(device="cpu")
     with pytest.raises(RuntimeError, match="nothing traced yet"):

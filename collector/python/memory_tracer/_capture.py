@@ -290,7 +290,7 @@ class Capture:
         lib = self.lib
         o = self.options
         max_events = int(o.get("max_events", 5_000_000))
-        if lib.mt_reset(max_events, int(o.get("max_ops", max_events)), int(bool(o.get("capture_tensors", True))), int(bool(o.get("capture_ops", True)))) != 0:
+        if lib.mt_reset(max_events, int(o.get("max_ops", max_events)), int(bool(o.get("capture_tensors", True))), int(o.get("capture_ops", 1))) != 0:
             raise RuntimeError(f"memory-tracer: the capture cannot start: {_shim.last_error(lib)}")
         if lib.mt_stream_open(self.fd, int(o.get("interval_ms", 20)), int(o.get("buffer_records", 8_000_000))) != 0:
             raise RuntimeError(f"memory-tracer: the capture cannot stream: {_shim.last_error(lib)}")

@@ -132,7 +132,9 @@ pub fn assemble(c: &Captured, meta: TraceMeta) -> Trace {
     let iteration_end = c.strings.iter().position(|x| x == ITERATION_END).map(|i| i as u32 + 1);
 
     let mut target = Target::None;
-    let mut scope_stack: Vec<(u32, u64, u8)> = Vec::new();
+    let mut scope_stack: Vec<(u32, u64, u8, i64)> = Vec::new();
+    // Per forward thread: (first, end) autograd sequence numbers made inside a scope, its name.
+    let mut seq_scopes: HashMap<u64, Vec<(i64, i64, u32)>> = HashMap::new();
     let mut current_thread = u32::MAX;
     for &i in &order {
         let r = &c.records[i];
@@ -203,10 +205,14 @@ pub fn assemble(c: &Captured, meta: TraceMeta) -> Trace {
                     }
                 }
             }
-            ffi::MT_SCOPE_ENTER => scope_stack.push((r.name, rel(r.ts_ns), r.phase)),
+            ffi::MT_SCOPE_ENTER => scope_stack.push((r.name, rel(r.ts_ns), r.phase, r.value)),
             ffi::MT_SCOPE_EXIT => {
                 // Pop to the matching scope; scopes left open inside it end with it.
-                if let Some(pos) = scope_stack.iter().rposition(|(n, _, _)| *n == r.name) {
+                if let Some(pos) = scope_stack.iter().rposition(|(n, _, _, _)| *n == r.name) {
+                    let first = scope_stack[pos].3;
+                    if r.value > first {
+                        seq_scopes.entry(u64::from(r.thread)).or_default().push((first, r.value, r.name));
+                    }
                     close_open_scopes(&mut scope_stack, &mut scopes, &mut trace, &mut s, r.thread as u64, Some((pos, rel(r.ts_ns))));
                 }
             }
@@ -236,10 +242,18 @@ pub fn assemble(c: &Captured, meta: TraceMeta) -> Trace {
     op_index = ops.iter().enumerate().map(|(k, o)| (o.id, k)).collect();
     let mut layer: Vec<u32> = vec![0; ops.len()];
     let mut forward_by_seq: HashMap<(i64, u64), usize> = HashMap::new();
+    for list in seq_scopes.values_mut() {
+        // Outer scopes before the inner ones that start with them.
+        list.sort_unstable_by_key(|&(first, end, _)| (first, std::cmp::Reverse(end)));
+    }
     for k in 0..ops.len() {
         let o = &ops[k];
         let from_forward = if o.backward_node && o.seq_nr >= 0 {
-            forward_by_seq.get(&(o.seq_nr, o.fwd_thread)).map(|&f| layer[f]).filter(|&l| l != 0)
+            forward_by_seq
+                .get(&(o.seq_nr, o.fwd_thread))
+                .map(|&f| layer[f])
+                .filter(|&l| l != 0)
+                .or_else(|| scope_of_sequence(seq_scopes.get(&o.fwd_thread), o.seq_nr))
         } else {
             None
         };
@@ -444,10 +458,20 @@ pub fn assemble(c: &Captured, meta: TraceMeta) -> Trace {
     trace
 }
 
+/// The innermost scope whose sequence-number range holds `seq` (the module whose forward made
+/// the autograd node numbered `seq`). Scopes nest and are sorted by start, outer first among
+/// equal starts, so walking back from the last one that starts at or before `seq`, the first
+/// that also ends after it is the innermost.
+fn scope_of_sequence(sorted: Option<&Vec<(i64, i64, u32)>>, seq: i64) -> Option<u32> {
+    let list = sorted?;
+    let upto = list.partition_point(|&(first, _, _)| first <= seq);
+    list[..upto].iter().rev().find(|&&(_, end, _)| end > seq).map(|&(_, _, name)| name)
+}
+
 /// Closes scopes on `scope_stack`: all of them at their own start (`until` = None, for scopes
 /// never closed: they get zero length), or those from `pos` up at `ts`.
 fn close_open_scopes(
-    scope_stack: &mut Vec<(u32, u64, u8)>,
+    scope_stack: &mut Vec<(u32, u64, u8, i64)>,
     scopes: &mut Vec<LayerScope>,
     trace: &mut Trace,
     s: &mut impl FnMut(&mut Trace, u32) -> StrId,
@@ -456,7 +480,7 @@ fn close_open_scopes(
 ) {
     let (pos, end) = until.map_or((0, None), |(p, ts)| (p, Some(ts)));
     while scope_stack.len() > pos {
-        let Some((name, start, phase)) = scope_stack.pop() else { break };
+        let Some((name, start, phase, _)) = scope_stack.pop() else { break };
         let depth = scope_stack.len() as u16;
         scopes.push(LayerScope {
             name: s(trace, name),
@@ -570,5 +594,46 @@ mod tests {
         // Timestamps are relative to the start, totals are the allocator's.
         assert_eq!(t.events.ts_ns[0], 2);
         assert_eq!(t.events.totals_at(1).allocated_bytes, 768);
+    }
+
+    /// Backward-only capture: no forward op records; the node numbered 8 was made inside
+    /// scope `block.fc` (numbers 7..9) nested in `block` (numbers 7..12, the same start), so
+    /// it and what it allocates belong to `block.fc`; node 11 to `block`.
+    #[test]
+    fn backward_nodes_without_forward_ops_take_the_scope_of_their_sequence_number() {
+        let strings: Vec<String> = ["block", "block.fc", "MmBackward0", "AddBackward0"].map(String::from).to_vec();
+        let scope = |kind, ts, name, seq| {
+            let mut x = rec(kind, ts, 1);
+            (x.name, x.value) = (name, seq);
+            x
+        };
+        let node = |id: u64, ts, seq, name| {
+            let mut n = rec(ffi::MT_OP_ENTER, ts, 2);
+            (n.id, n.value, n.a, n.name, n.device_type, n.phase) = (id, seq, 1, name, ffi::RECORD_SCOPE_BACKWARD_FUNCTION, Phase::Backward as u8);
+            n
+        };
+        let exit = |id: u64, ts| {
+            let mut e = rec(ffi::MT_OP_EXIT, ts, 2);
+            e.id = id;
+            e
+        };
+        let mut grad = rec(ffi::MT_MEM, 24, 2);
+        (grad.id, grad.value, grad.a, grad.op, grad.device_type) = (0x200, 256, 256, 1, 0);
+        let r = vec![
+            scope(ffi::MT_SCOPE_ENTER, 10, 1, 7),
+            scope(ffi::MT_SCOPE_ENTER, 11, 2, 7),
+            scope(ffi::MT_SCOPE_EXIT, 12, 2, 9),
+            scope(ffi::MT_SCOPE_EXIT, 13, 1, 12),
+            node(1, 20, 8, 3),
+            exit(1, 23),
+            grad,
+            node(2, 30, 11, 4),
+            exit(2, 31),
+        ];
+        let captured = Captured { records: r, strings, start_ns: 10, ..Default::default() };
+        let t = assemble(&captured, TraceMeta::new(shared::model::SourceFormat::MemoryTracer));
+        let op_layers: Vec<(&str, &str)> = t.ops.iter().map(|o| (t.str(o.name), t.str(o.layer))).collect();
+        assert_eq!(op_layers, [("MmBackward0", "block.fc"), ("AddBackward0", "block")]);
+        assert_eq!(t.memory_event(0).layer_name, Some("block.fc"));
     }
 }

@@ -50,12 +50,37 @@ impl std::str::FromStr for DeviceFilter {
     }
 }
 
+/// Which operators a traced program records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpsMode {
+    /// Every operator, with its tensors when asked (full fidelity: op names per allocation,
+    /// activation liveness; costs about a microsecond per operator).
+    All,
+    /// Only autograd nodes: forward allocations take the module scope, backward ones the module
+    /// whose forward made the node (sequence numbers), at a fraction of the cost.
+    Backward,
+    /// No operator callback: memory, module scopes, phases and iterations only.
+    None,
+}
+
+impl std::str::FromStr for OpsMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "all" => Ok(Self::All),
+            "backward" => Ok(Self::Backward),
+            "none" => Ok(Self::None),
+            _ => Err(format!("invalid --ops `{s}`; expected all, backward or none")),
+        }
+    }
+}
+
 /// How to trace a program.
 #[derive(Clone, Debug)]
 pub struct PyOptions {
     pub max_events: u64,
     pub capture_tensors: bool,
-    pub capture_ops: bool,
+    pub ops: OpsMode,
     /// A module path or class name whose every call is one iteration (programs without an
     /// optimizer).
     pub iteration_marker: Option<String>,
@@ -76,7 +101,7 @@ impl Default for PyOptions {
         Self {
             max_events: 5_000_000,
             capture_tensors: true,
-            capture_ops: true,
+            ops: OpsMode::Backward,
             iteration_marker: None,
             buffer_records: 8_000_000,
             fragmentation: true,
@@ -92,8 +117,12 @@ impl PyOptions {
         json!({
             "max_events": self.max_events,
             "max_ops": self.max_events,
-            "capture_tensors": self.capture_tensors,
-            "capture_ops": self.capture_ops,
+            "capture_tensors": self.capture_tensors && self.ops == OpsMode::All,
+            "capture_ops": match self.ops {
+                OpsMode::None => 0,
+                OpsMode::All => 1,
+                OpsMode::Backward => 2,
+            },
             "iteration_marker": self.iteration_marker,
             "buffer_records": self.buffer_records,
             "interval_ms": self.drain_interval_ms,
