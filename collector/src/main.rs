@@ -358,6 +358,13 @@ struct TraceArgs {
     /// unless --memory-only.
     #[arg(long, value_name = "MODE")]
     ops: Option<String>,
+    /// Also store each trace in a running `collector serve` at this URL (http://HOST:PORT) and
+    /// print the viewer's link to it.
+    #[arg(long, value_name = "URL")]
+    serve: Option<String>,
+    /// The server's token for --serve.
+    #[arg(long, env = "MEMORY_TRACER_TOKEN", hide_env_values = true)]
+    serve_token: Option<String>,
     /// The program to trace and its arguments, after `--` (python, torchrun, accelerate, ...).
     #[arg(last = true, value_name = "COMMAND")]
     command: Vec<String>,
@@ -549,11 +556,12 @@ fn python_trace_command(a: TraceArgs) -> anyhow::Result<()> {
     })?;
     let code = outcome.exit_code();
     let mut notes: Vec<String> = outcome.processes.iter().flat_map(pyrun::notes_text).collect();
-    let traced: Vec<_> = outcome.processes.into_iter().filter(pyrun::has_capture).collect();
+    let mut traced: Vec<_> = outcome.processes.into_iter().filter(pyrun::has_capture).collect();
+    traced.sort_by_key(|p| (pyrun::rank(p).unwrap_or(u64::MAX), p.pid().unwrap_or(0)));
     let many = traced.len() > 1;
     let mut written = 0;
     for p in traced {
-        let rank = p.hello.as_ref().and_then(|h| h.get("env")?.get("RANK")?.as_str().map(str::to_owned));
+        let rank = pyrun::rank(&p);
         let pid = p.pid().unwrap_or(0);
         let out = if many {
             let name = output.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
@@ -579,6 +587,12 @@ fn python_trace_command(a: TraceArgs) -> anyhow::Result<()> {
         }
         eprintln!("collector: wrote {} ({}, {} events) to {}", shared::units::format_bytes(bytes), format.name(), trace.events.len(), out.display());
         written += 1;
+        if let Some(server) = &a.serve {
+            match pyrun::upload(server, a.serve_token.as_deref(), &out) {
+                Ok((_, url)) => eprintln!("collector: stored in {server}; open {url}"),
+                Err(e) => eprintln!("collector: {e:#} (the trace is still in {})", out.display()),
+            }
+        }
     }
     for n in &notes {
         eprintln!("collector: {n}");

@@ -8,6 +8,8 @@
 #![cfg(feature = "tracing")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod server;
+
 use collector::commands::load_trace;
 use shared::analysis::layer_stats;
 use shared::model::Phase;
@@ -181,6 +183,11 @@ fn dataloader_workers_are_not_traced_and_do_not_break_capture() {
     assert_eq!(t.expect("a trace").iterations.len(), 4);
     let files: Vec<_> = std::fs::read_dir(&dir).unwrap().flatten().map(|e| e.file_name()).collect();
     assert_eq!(files.len(), 1, "one trace for the one training process: {files:?}");
+    // Spawned workers are fresh interpreters that run the bootstrap again: still one trace.
+    let (out, t, dir) = trace("workers_spawn", &[], &py("dataloader_workers.py", &["spawn"]));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(t.expect("a trace").iterations.len(), 4);
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
 }
 
 #[test]
@@ -229,12 +236,18 @@ fn ctrl_c_stops_the_program_and_the_trace_is_written() {
     use std::os::unix::process::CommandExt;
     let dir = workdir("ctrl_c");
     let out = dir.join("out.mtrace.json");
-    let mut child = collector(&dir)
-        .args(["trace", "-q", "-o"])
-        .arg(&out)
-        .arg("--")
-        .args(py("long_loop.py", &[]))
-        .process_group(0)
+    let mut cmd = collector(&dir);
+    cmd.args(["trace", "-q", "-o"]).arg(&out).arg("--").args(py("long_loop.py", &[])).process_group(0);
+    // A shell that started this test in the background may have left SIGINT ignored, which
+    // the program would inherit (and rightly keep); a terminal's foreground job has it.
+    // SAFETY: signal(2) is async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            Ok(())
+        });
+    }
+    let mut child = cmd
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -267,4 +280,24 @@ fn progress_json_streams_memory_and_ends_with_the_answer() {
     let last = lines.last().unwrap().to_string();
     assert!(last.contains("peak_allocated_bytes"), "{last} ({kinds:?})");
     assert!(lines.iter().any(|l| l.to_string().contains("\"points\"")), "live memory points");
+}
+
+#[test]
+fn serve_stores_the_trace_in_a_running_server() {
+    let dir = workdir("serve");
+    let srv = server::Server::start(&dir.join("data"), &["--token", "s3cret"]);
+    let (out, t, _) = trace("serve_client", &["--serve", &srv.base, "--serve-token", "s3cret"], &py("exit3.py", &[]));
+    assert_eq!(out.status.code(), Some(3));
+    let err = text(&out.stderr);
+    let url = err.lines().find_map(|l| l.split("open ").nth(1)).unwrap_or_else(|| panic!("no viewer URL in {err}"));
+    let id = url.split("trace=").nth(1).and_then(|r| r.split('&').next()).unwrap();
+    let (status, stored) = srv.get_json(&format!("/api/trace/{id}"));
+    assert_eq!(status, 200);
+    let events = stored["trace"]["events"]["ts_ns"].as_array().map_or(0, Vec::len);
+    assert_eq!(events, t.expect("a trace").events.len());
+    for flags in [vec!["--serve", &srv.base, "--serve-token", "wrong"], vec!["--serve", &srv.base]] {
+        let (out, t, _) = trace("serve_refused", &flags, &py("exit3.py", &[]));
+        assert!(text(&out.stderr).contains("refused the trace (401)"), "{}", text(&out.stderr));
+        assert!(t.is_some(), "the local trace is kept");
+    }
 }

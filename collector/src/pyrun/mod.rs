@@ -380,6 +380,11 @@ pub fn ingest_fd(fd: i32) -> anyhow::Result<ProcessStream> {
     Ok(wire::read_stream(std::io::BufReader::with_capacity(1 << 20, stream), &mut |_| {}))
 }
 
+/// The process's rank under torchrun (its `RANK`), if it had one.
+pub fn rank(p: &ProcessStream) -> Option<u64> {
+    p.hello.as_ref()?.get("env")?.get("RANK")?.as_str()?.parse().ok()
+}
+
 /// Whether the stream carries anything to build a trace from.
 pub fn has_capture(p: &ProcessStream) -> bool {
     p.hello.is_some() && !p.records.is_empty()
@@ -538,4 +543,33 @@ pub fn build_trace(mut p: ProcessStream, opts: &PyOptions) -> Result<Trace, Stri
         trace.meta.warnings.push("the process did not report the CUDA allocator's own counters at its end".into());
     }
     Ok(trace)
+}
+
+/// Stores a written trace in a running `collector serve` (`POST /api/trace/upload`) and
+/// returns its id and the viewer's URL for it. `token`: the server's `--token`, if any.
+pub fn upload(server: &str, token: Option<&str>, file: &Path) -> anyhow::Result<(String, String)> {
+    let base = server.trim_end_matches('/');
+    if !(base.starts_with("http://") || base.starts_with("https://")) {
+        anyhow::bail!("--serve {server}: expected the server's URL, e.g. http://127.0.0.1:8000");
+    }
+    let name = file.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_else(|| "trace.mtrace.json".into());
+    let body = std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
+    let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
+    let mut req = agent.post(&format!("{base}/api/trace/upload")).query("filename", &name).header("Content-Type", "application/octet-stream");
+    if let Some(t) = token {
+        req = req.header("Authorization", &format!("Bearer {t}"));
+    }
+    let mut resp = req.send(&body[..]).with_context(|| format!("cannot reach {base}"))?;
+    let status = resp.status().as_u16();
+    let answer: Value = resp.body_mut().read_json().unwrap_or(Value::Null);
+    if status != 200 {
+        let detail = answer.get("detail").and_then(Value::as_str).unwrap_or("no detail");
+        anyhow::bail!("{base} refused the trace ({status}): {detail}");
+    }
+    let id = answer.get("trace_id").and_then(Value::as_str).context("the server's answer has no trace_id")?.to_owned();
+    let url = match token {
+        Some(t) => format!("{base}/?trace={id}&token={t}"),
+        None => format!("{base}/?trace={id}"),
+    };
+    Ok((id, url))
 }
