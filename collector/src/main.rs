@@ -549,11 +549,31 @@ fn python_trace_command(a: TraceArgs) -> anyhow::Result<()> {
         emit(&ChildLine::Started { iterations: 0 });
     }
     let started = std::time::Instant::now();
+    let live = match &a.serve {
+        Some(server) => {
+            let what = output.file_stem().map_or_else(|| "program".into(), |s| s.to_string_lossy().trim_end_matches(".mtrace").to_owned());
+            match pyrun::LiveClient::start(server, a.serve_token.as_deref(), &what) {
+                Ok(c) => {
+                    eprintln!("collector: follow it live at {}", c.viewer_link());
+                    Some(c)
+                }
+                Err(e) => {
+                    eprintln!("collector: {e:#}; tracing without the server");
+                    None
+                }
+            }
+        }
+        None => None,
+    };
     let outcome = pyrun::run(&a.command, &opts, &mut |points| {
         if a.progress_json {
             emit(&ChildLine::Memory { points: points.to_vec() });
         }
+        if let Some(c) = &live {
+            c.send(points);
+        }
     })?;
+    let mut live = live;
     let code = outcome.exit_code();
     let mut notes: Vec<String> = outcome.processes.iter().flat_map(pyrun::notes_text).collect();
     let mut traced: Vec<_> = outcome.processes.into_iter().filter(pyrun::has_capture).collect();
@@ -588,8 +608,12 @@ fn python_trace_command(a: TraceArgs) -> anyhow::Result<()> {
         eprintln!("collector: wrote {} ({}, {} events) to {}", shared::units::format_bytes(bytes), format.name(), trace.events.len(), out.display());
         written += 1;
         if let Some(server) = &a.serve {
-            match pyrun::upload(server, a.serve_token.as_deref(), &out) {
-                Ok((_, url)) => eprintln!("collector: stored in {server}; open {url}"),
+            let stored = match live.take() {
+                Some(c) => c.finish(Some(&out), ""),
+                None => pyrun::upload(server, a.serve_token.as_deref(), &out, None).map(|(_, link)| link),
+            };
+            match stored {
+                Ok(link) => eprintln!("collector: stored in {server}; open {link}"),
                 Err(e) => eprintln!("collector: {e:#} (the trace is still in {})", out.display()),
             }
         }
@@ -603,6 +627,9 @@ fn python_trace_command(a: TraceArgs) -> anyhow::Result<()> {
             emit(&ChildLine::Error { class: "invalid".into(), detail: notes.first().cloned().unwrap_or_else(|| why.into()) });
         }
         eprintln!("collector: nothing was traced: {why}");
+        if let Some(c) = live.take() {
+            let _ = c.finish(None, &format!("nothing was traced: {why}"));
+        }
         std::process::exit(if code == 0 { 1 } else { code });
     }
     if outcome.interrupted {

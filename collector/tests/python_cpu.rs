@@ -289,12 +289,22 @@ fn serve_stores_the_trace_in_a_running_server() {
     let (out, t, _) = trace("serve_client", &["--serve", &srv.base, "--serve-token", "s3cret"], &py("exit3.py", &[]));
     assert_eq!(out.status.code(), Some(3));
     let err = text(&out.stderr);
-    let url = err.lines().find_map(|l| l.split("open ").nth(1)).unwrap_or_else(|| panic!("no viewer URL in {err}"));
-    let id = url.split("trace=").nth(1).and_then(|r| r.split('&').next()).unwrap();
+    let link = |marker: &str| {
+        let line = err.lines().find(|l| l.contains(marker)).unwrap_or_else(|| panic!("no `{marker}` link in {err}"));
+        line.split(marker).nth(1).and_then(|r| r.split('&').next()).unwrap().to_owned()
+    };
+    let (followed, id) = (link("?follow="), link("?trace="));
+    assert_eq!(followed, id, "the live trace is the stored one");
     let (status, stored) = srv.get_json(&format!("/api/trace/{id}"));
     assert_eq!(status, 200);
     let events = stored["trace"]["events"]["ts_ns"].as_array().map_or(0, Vec::len);
     assert_eq!(events, t.expect("a trace").events.len());
+    // Followers saw the run's memory while it ran, then its end.
+    let (status, sse) = srv.get(&format!("/api/trace/{id}/events"));
+    assert_eq!(status, 200);
+    assert!(sse.contains("event: memory") && sse.contains("event: done"), "{sse}");
+    let (_, jobs) = srv.get_json("/api/jobs");
+    assert!(jobs.to_string().contains(&format!("\"trace_id\":\"{id}\"")) && jobs.to_string().contains("\"state\":\"done\""), "{jobs}");
     for flags in [vec!["--serve", &srv.base, "--serve-token", "wrong"], vec!["--serve", &srv.base]] {
         let (out, t, _) = trace("serve_refused", &flags, &py("exit3.py", &[]));
         assert!(text(&out.stderr).contains("refused the trace (401)"), "{}", text(&out.stderr));

@@ -550,3 +550,43 @@ torch.jit.script(Net()).save(sys.argv[1])\n";
     assert_eq!(s.get_json("/api/health").1["status"], "healthy");
     assert_eq!(s.get_json("/api/trace/list").1["count"], 1);
 }
+
+/// A trace recorded elsewhere (`collector trace --serve`): announced, followed while its
+/// recorder posts progress, ended by the upload of its trace or by an error line.
+#[test]
+fn live_traces_from_elsewhere_are_followed_and_completed_by_their_upload() {
+    let s = Server::start(&scratch("live_external"), &[]);
+    let (code, e) = s.post_json("/api/trace/live", &json!({"model_name": ""}));
+    assert_eq!(code, 422);
+    assert!(detail(&e).contains("model_name"));
+    let (code, e) = s.post_json("/api/trace/live/trace_1", &json!({"kind": "memory", "points": [[1, 2, 3]]}));
+    assert_eq!((code, detail(&e)), (404, "Trace trace_1 not found"));
+
+    let (code, a) = s.post_json("/api/trace/live", &json!({"model_name": "train.py", "device": "cuda:0"}));
+    assert_eq!(code, 202, "{a}");
+    let id = a["trace_id"].as_str().unwrap().to_owned();
+    let (code, _) = s.post_json(&format!("/api/trace/live/{id}"), &json!({"kind": "memory", "points": [[1000, 512, 2048], [2000, 1024, 2048]]}));
+    assert_eq!(code, 200);
+    let too_many: Vec<[u64; 3]> = vec![[1, 1, 1]; 1025];
+    let (code, e) = s.post_json(&format!("/api/trace/live/{id}"), &json!({"kind": "memory", "points": too_many}));
+    assert_eq!(code, 422);
+    assert!(detail(&e).contains("points"));
+    let (code, e) = s.post_bytes(&format!("/api/trace/upload?filename=x.pickle&trace_id=trace_404"), &std::fs::read(data("mlp_adam_3steps.pickle")).unwrap());
+    assert_eq!((code, detail(&e)), (404, "Trace trace_404 not found"));
+    let (code, stored) = s.post_bytes(&format!("/api/trace/upload?filename=run.pickle&trace_id={id}"), &std::fs::read(data("mlp_adam_3steps.pickle")).unwrap());
+    assert_eq!(code, 200, "{stored}");
+    assert_eq!(stored["trace_id"], id.as_str());
+    let events = read_events(&s, &id);
+    let kinds: Vec<&str> = events.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(kinds, ["status", "memory", "done"]);
+    assert_eq!(events[1].1["points"][1], json!([2000, 1024, 2048]));
+    let (code, _) = s.post_json(&format!("/api/trace/live/{id}"), &json!({"kind": "memory", "points": []}));
+    assert_eq!(code, 404, "an ended live trace takes no more lines");
+
+    let (_, a) = s.post_json("/api/trace/live", &json!({"model_name": "crash.py"}));
+    let id = a["trace_id"].as_str().unwrap().to_owned();
+    let (code, a) = s.post_json(&format!("/api/trace/live/{id}"), &json!({"kind": "error", "class": "invalid", "detail": "nothing was traced"}));
+    assert_eq!((code, a["status"].as_str()), (200, Some("failed")));
+    let events = read_events(&s, &id);
+    assert_eq!(events.last().map(|(k, v)| (k.as_str(), v["detail"].clone())), Some(("failed", json!("nothing was traced"))));
+}

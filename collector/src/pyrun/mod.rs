@@ -221,7 +221,9 @@ struct Reader {
     handle: std::thread::JoinHandle<ProcessStream>,
 }
 
-fn spawn_reader(stream: UnixStream, live: Arc<Mutex<Vec<LivePoint>>>) -> anyhow::Result<Reader> {
+/// `live`: where to put memory totals as they arrive (the first process only, so a live
+/// view shows one process's curve).
+fn spawn_reader(stream: UnixStream, live: Option<Arc<Mutex<Vec<LivePoint>>>>) -> anyhow::Result<Reader> {
     stream.set_nonblocking(false)?;
     let read_side = stream.try_clone()?;
     let handle = std::thread::Builder::new().name("capture-reader".into()).spawn(move || {
@@ -238,7 +240,7 @@ fn spawn_reader(stream: UnixStream, live: Arc<Mutex<Vec<LivePoint>>>) -> anyhow:
                     points.push([r.ts_ns, cpu_total, 0]);
                 }
             }
-            if !points.is_empty() {
+            if let Some(live) = live.as_ref().filter(|_| !points.is_empty()) {
                 live.lock().unwrap_or_else(std::sync::PoisonError::into_inner).extend(points);
             }
         })
@@ -283,7 +285,7 @@ pub fn run(command: &[String], opts: &PyOptions, on_live: &mut dyn FnMut(&[LiveP
     let mut readers: Vec<Reader> = Vec::new();
     let accept = |readers: &mut Vec<Reader>| loop {
         match listener.accept() {
-            Ok((stream, _)) => match spawn_reader(stream, live.clone()) {
+            Ok((stream, _)) => match spawn_reader(stream, readers.is_empty().then(|| live.clone())) {
                 Ok(r) => readers.push(r),
                 Err(e) => eprintln!("collector: cannot read a process's capture: {e:#}"),
             },
@@ -545,31 +547,129 @@ pub fn build_trace(mut p: ProcessStream, opts: &PyOptions) -> Result<Trace, Stri
     Ok(trace)
 }
 
-/// Stores a written trace in a running `collector serve` (`POST /api/trace/upload`) and
-/// returns its id and the viewer's URL for it. `token`: the server's `--token`, if any.
-pub fn upload(server: &str, token: Option<&str>, file: &Path) -> anyhow::Result<(String, String)> {
+fn http_agent() -> ureq::Agent {
+    ureq::Agent::config_builder().http_status_as_error(false).timeout_global(Some(Duration::from_secs(60))).build().into()
+}
+
+fn server_base(server: &str) -> anyhow::Result<String> {
     let base = server.trim_end_matches('/');
     if !(base.starts_with("http://") || base.starts_with("https://")) {
         anyhow::bail!("--serve {server}: expected the server's URL, e.g. http://127.0.0.1:8000");
     }
+    Ok(base.to_owned())
+}
+
+fn answer(mut resp: ureq::http::Response<ureq::Body>, base: &str, what: &str) -> anyhow::Result<Value> {
+    let status = resp.status().as_u16();
+    let body: Value = resp.body_mut().read_json().unwrap_or(Value::Null);
+    if !(200..300).contains(&status) {
+        let detail = body.get("detail").and_then(Value::as_str).unwrap_or("no detail");
+        anyhow::bail!("{base} refused {what} ({status}): {detail}");
+    }
+    Ok(body)
+}
+
+fn with_token<B>(req: ureq::RequestBuilder<B>, token: Option<&str>) -> ureq::RequestBuilder<B> {
+    match token {
+        Some(t) => req.header("Authorization", &format!("Bearer {t}")),
+        None => req,
+    }
+}
+
+/// The viewer's link to trace `id` (`follow`: while it runs).
+fn viewer_link(base: &str, token: Option<&str>, param: &str, id: &str) -> String {
+    match token {
+        Some(t) => format!("{base}/?{param}={id}&token={t}"),
+        None => format!("{base}/?{param}={id}"),
+    }
+}
+
+/// Stores a written trace in a running `collector serve` (`POST /api/trace/upload`), as the
+/// end of live trace `live_id` when given; returns its id and the viewer's link to it.
+pub fn upload(server: &str, token: Option<&str>, file: &Path, live_id: Option<&str>) -> anyhow::Result<(String, String)> {
+    let base = server_base(server)?;
     let name = file.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_else(|| "trace.mtrace.json".into());
     let body = std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
-    let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
-    let mut req = agent.post(&format!("{base}/api/trace/upload")).query("filename", &name).header("Content-Type", "application/octet-stream");
-    if let Some(t) = token {
-        req = req.header("Authorization", &format!("Bearer {t}"));
+    let mut req = http_agent().post(&format!("{base}/api/trace/upload")).query("filename", &name).header("Content-Type", "application/octet-stream");
+    if let Some(id) = live_id {
+        req = req.query("trace_id", id);
     }
-    let mut resp = req.send(&body[..]).with_context(|| format!("cannot reach {base}"))?;
-    let status = resp.status().as_u16();
-    let answer: Value = resp.body_mut().read_json().unwrap_or(Value::Null);
-    if status != 200 {
-        let detail = answer.get("detail").and_then(Value::as_str).unwrap_or("no detail");
-        anyhow::bail!("{base} refused the trace ({status}): {detail}");
-    }
+    let resp = with_token(req, token).send(&body[..]).with_context(|| format!("cannot reach {base}"))?;
+    let answer = answer(resp, &base, "the trace")?;
     let id = answer.get("trace_id").and_then(Value::as_str).context("the server's answer has no trace_id")?.to_owned();
-    let url = match token {
-        Some(t) => format!("{base}/?trace={id}&token={t}"),
-        None => format!("{base}/?trace={id}"),
-    };
-    Ok((id, url))
+    let link = viewer_link(&base, token, "trace", &id);
+    Ok((id, link))
+}
+
+/// A run followed live in a `collector serve` (`collector trace --serve`): announced when
+/// the command starts, memory totals posted as they stream in (from a thread, so the
+/// collector's loop never waits on the network), ended by the uploaded trace.
+pub struct LiveClient {
+    base: String,
+    token: Option<String>,
+    id: String,
+    tx: Option<std::sync::mpsc::Sender<Vec<LivePoint>>>,
+    poster: Option<std::thread::JoinHandle<()>>,
+}
+
+impl LiveClient {
+    pub fn start(server: &str, token: Option<&str>, model: &str) -> anyhow::Result<Self> {
+        let base = server_base(server)?;
+        let agent = http_agent();
+        let resp = with_token(agent.post(&format!("{base}/api/trace/live")), token)
+            .send_json(json!({"model_name": model, "device": "live"}))
+            .with_context(|| format!("cannot reach {base}"))?;
+        let a = answer(resp, &base, "the live trace")?;
+        let id = a.get("trace_id").and_then(Value::as_str).context("the server's answer has no trace_id")?.to_owned();
+        let (tx, rx) = std::sync::mpsc::channel::<Vec<LivePoint>>();
+        let (url, tok) = (format!("{base}/api/trace/live/{id}"), token.map(str::to_owned));
+        let poster = std::thread::Builder::new().name("live-poster".into()).spawn(move || {
+            while let Ok(points) = rx.recv() {
+                let sent = points.chunks(1024).try_for_each(|chunk| {
+                    let r = with_token(agent.post(&url), tok.as_deref()).send_json(json!({"kind": "memory", "points": chunk}));
+                    match r {
+                        Ok(resp) if resp.status().is_success() => Ok(()),
+                        Ok(resp) => Err(format!("status {}", resp.status())),
+                        Err(e) => Err(e.to_string()),
+                    }
+                });
+                if let Err(e) = sent {
+                    eprintln!("collector: live updates to the server stopped ({e}); the trace is still uploaded at the end");
+                    while rx.recv().is_ok() {}
+                    return;
+                }
+            }
+        })?;
+        Ok(Self { base, token: token.map(str::to_owned), id, tx: Some(tx), poster: Some(poster) })
+    }
+
+    pub fn viewer_link(&self) -> String {
+        viewer_link(&self.base, self.token.as_deref(), "follow", &self.id)
+    }
+
+    /// Queues points for the server (never blocks).
+    pub fn send(&self, points: &[LivePoint]) {
+        if let Some(tx) = &self.tx {
+            let _ = tx.send(points.to_vec());
+        }
+    }
+
+    /// Ends the live trace with `file` (uploaded under its id) or, without one, with `error`.
+    pub fn finish(mut self, file: Option<&Path>, error: &str) -> anyhow::Result<String> {
+        drop(self.tx.take());
+        if let Some(p) = self.poster.take() {
+            let _ = p.join();
+        }
+        match file {
+            Some(f) => upload(&self.base, self.token.as_deref(), f, Some(&self.id)).map(|(_, link)| link),
+            None => {
+                let url = format!("{}/api/trace/live/{}", self.base, self.id);
+                let resp = with_token(http_agent().post(&url), self.token.as_deref())
+                    .send_json(json!({"kind": "error", "class": "invalid", "detail": error}))
+                    .with_context(|| format!("cannot reach {}", self.base))?;
+                answer(resp, &self.base, "the live trace's end")?;
+                anyhow::bail!("{error}")
+            }
+        }
+    }
 }

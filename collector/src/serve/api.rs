@@ -2,7 +2,7 @@
 //! (`docs.rs`) is derived from the `#[utoipa::path]` attributes here.
 
 use super::error::{ApiError, ApiJson, ErrorBody};
-use super::jobs::{JobSpec, LiveEvent};
+use super::jobs::{ChildLine, JobSpec, LiveEvent};
 use super::store::{Origin, StoreError, StoredTrace};
 use super::AppState;
 use axum::body::Body;
@@ -146,6 +146,71 @@ pub struct TraceRequest {
     /// Iterations (default 3; the first warms the caching allocator).
     pub iterations: Option<u32>,
 }
+
+/// `POST /api/trace/live`: announce a trace recorded elsewhere (`collector trace --serve`).
+#[derive(Clone, Debug, Deserialize, ToSchema)]
+pub struct LiveRequest {
+    /// What runs (a script's name), shown in the job list.
+    #[schema(example = "train.py")]
+    pub model_name: String,
+    /// Where it runs, shown in the job list. Default: `external`.
+    pub device: Option<String>,
+}
+
+/// `POST /api/trace/live`: registers a trace recorded outside the server; followers of
+/// `/api/trace/{id}/events` see what its recorder posts to `/api/trace/live/{id}`, and it ends
+/// when the recorder uploads the trace with `?trace_id={id}` (or posts an `error` line).
+#[utoipa::path(post, path = "/api/trace/live", tag = "tracing", request_body = LiveRequest,
+    responses((status = 202, body = JobAccepted), (status = 422, body = ErrorBody)))]
+pub async fn live_start(State(state): State<Arc<AppState>>, ApiJson(req): ApiJson<LiveRequest>) -> Result<(StatusCode, axum::Json<JobAccepted>), ApiError> {
+    let short = |v: &str| !v.is_empty() && v.len() <= 200 && !v.chars().any(char::is_control);
+    if !short(&req.model_name) {
+        return Err(field("model_name", "1 to 200 printable characters"));
+    }
+    let device = req.device.unwrap_or_else(|| "external".into());
+    if !short(&device) {
+        return Err(field("device", "1 to 200 printable characters"));
+    }
+    let id = state.store.new_id();
+    state.jobs.external(id.clone(), req.model_name, device);
+    Ok((
+        StatusCode::ACCEPTED,
+        axum::Json(JobAccepted {
+            events_url: format!("/api/trace/{id}/events"),
+            trace_url: format!("/api/trace/{id}"),
+            trace_id: id,
+            status: "running".into(),
+        }),
+    ))
+}
+
+/// `POST /api/trace/live/{trace_id}`: one progress line of a live trace, as
+/// `collector trace --progress-json` prints them (`{"kind": "memory", "points": [[ns,
+/// allocated, reserved], ...]}`, `started`, `iteration`, or `error` to end it).
+#[utoipa::path(post, path = "/api/trace/live/{trace_id}", tag = "tracing", params(("trace_id" = String, Path)),
+    responses((status = 200, body = LiveAccepted), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn live_event(State(state): State<Arc<AppState>>, Path(trace_id): Path<String>, ApiJson(line): ApiJson<ChildLine>) -> Result<axum::Json<LiveAccepted>, ApiError> {
+    let job = state.jobs.external_job(&trace_id).ok_or_else(|| ApiError::trace_not_found(&trace_id))?;
+    if let ChildLine::Memory { points } = &line {
+        if points.len() > MAX_LIVE_POINTS {
+            return Err(field("points", format!("at most {MAX_LIVE_POINTS} per line, got {}", points.len())));
+        }
+    }
+    let status = if matches!(line, ChildLine::Error { .. }) { "failed" } else { "running" };
+    state.jobs.external_line(job, line);
+    Ok(axum::Json(LiveAccepted { trace_id, status: status.into() }))
+}
+
+/// The answer to a live trace's progress line.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct LiveAccepted {
+    pub trace_id: String,
+    /// `running`, or `failed` after an `error` line.
+    pub status: String,
+}
+
+/// The most memory points one live line may carry.
+pub const MAX_LIVE_POINTS: usize = 1024;
 
 /// `?wait=false`: answer 202 at once and follow the job through its events.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
@@ -484,6 +549,8 @@ pub async fn get_trace(State(state): State<Arc<AppState>>, Path(trace_id): Path<
 pub struct UploadQuery {
     /// The file's name (for a raw body): kept for downloads and shown in lists.
     pub filename: Option<String>,
+    /// The id of a live trace (`POST /api/trace/live`) this upload completes.
+    pub trace_id: Option<String>,
 }
 
 /// Store a trace file of any format the collector reads (snapshot pickle, profiler trace,
@@ -497,7 +564,11 @@ pub struct UploadQuery {
 ))]
 pub async fn upload(State(state): State<Arc<AppState>>, Query(q): Query<UploadQuery>, req: Request) -> Result<axum::Json<TraceResponse>, ApiError> {
     let limit = state.config.max_upload_bytes;
-    let id = state.store.new_id();
+    let live = match &q.trace_id {
+        Some(t) => Some(state.jobs.external_job(t).ok_or_else(|| ApiError::trace_not_found(t))?),
+        None => None,
+    };
+    let id = live.as_ref().map_or_else(|| state.store.new_id(), |j| j.id().to_owned());
     let tmp = state.store.temp_path(&format!("{id}.upload"));
     let is_multipart = req.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|v| v.starts_with("multipart/form-data"));
     let mut name = q.filename;
@@ -528,7 +599,7 @@ pub async fn upload(State(state): State<Arc<AppState>>, Query(q): Query<UploadQu
         return Err(ApiError::unprocessable("the upload is empty: send a trace file as the body or as a form's file field"));
     }
     let st = state.clone();
-    blocking(move || {
+    let result = blocking(move || {
         let trace = match crate::commands::load_trace(&tmp, &st.import_options()) {
             Ok(t) => t,
             Err(e) => {
@@ -547,7 +618,15 @@ pub async fn upload(State(state): State<Arc<AppState>>, Query(q): Query<UploadQu
         let (stored, _) = st.store.insert(&id, Origin::Uploaded, name, &tmp, &ext, info).map_err(store_error)?;
         Ok(axum::Json(TraceResponse::from(&stored)))
     })
-    .await
+    .await;
+    if let Some(job) = live {
+        let end = match &result {
+            Ok(r) => Ok(r.0.clone()),
+            Err(e) => Err(ApiError::new(e.status, e.detail.clone())),
+        };
+        state.jobs.external_end(job, end);
+    }
+    result
 }
 
 fn multipart_error(e: &axum::extract::multipart::MultipartError, limit: u64) -> ApiError {

@@ -21,6 +21,8 @@ use utoipa::OpenApi;
         api::delete,
         api::get_trace,
         api::upload,
+        api::live_start,
+        api::live_event,
         api::events,
         api::jobs,
     ),

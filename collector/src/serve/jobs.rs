@@ -176,6 +176,10 @@ impl Job {
         let _ = self.tx.send(e);
     }
 
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
     /// What was published so far and a receiver for what comes next.
     pub fn follow(&self) -> (Vec<LiveEvent>, broadcast::Receiver<LiveEvent>) {
         let log = self.log.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -320,29 +324,89 @@ impl Jobs {
             let old = state.jobs.mean_ms.load(Ordering::Relaxed);
             state.jobs.mean_ms.store((old * 3 + ms) / 4, Ordering::Relaxed);
             state.jobs.running.fetch_sub(1, Ordering::SeqCst);
-            match result {
-                Ok(r) => {
-                    j.publish(LiveEvent::Done { trace: r.clone() });
-                    j.outcome.send_replace(Outcome::Done(r));
-                }
-                Err(e) => {
-                    j.publish(LiveEvent::Failed {
-                        status: e.status.as_u16(),
-                        detail: e.detail.clone(),
-                    });
-                    j.outcome.send_replace(Outcome::Failed(e.status, e.detail));
-                }
-            }
-            state.jobs.active.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&j.id);
-            let mut finished = state.jobs.finished.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            finished.push_back(j);
-            while finished.len() > FINISHED_KEPT {
-                finished.pop_front();
-            }
+            state.jobs.finish(j, result);
         });
         Ok(job)
     }
+
+    /// Publishes a job's end (its trace or its error) and moves it to the finished ones.
+    fn finish(&self, j: Arc<Job>, result: Result<TraceResponse, ApiError>) {
+        match result {
+            Ok(r) => {
+                j.publish(LiveEvent::Done { trace: r.clone() });
+                j.outcome.send_replace(Outcome::Done(r));
+            }
+            Err(e) => {
+                j.publish(LiveEvent::Failed {
+                    status: e.status.as_u16(),
+                    detail: e.detail.clone(),
+                });
+                j.outcome.send_replace(Outcome::Failed(e.status, e.detail));
+            }
+        }
+        self.active.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&j.id);
+        let mut finished = self.finished.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        finished.push_back(j);
+        while finished.len() > FINISHED_KEPT {
+            finished.pop_front();
+        }
+    }
+
+    /// Registers a trace recorded outside the server (`collector trace --serve`): followers
+    /// see the progress its recorder posts, and it ends when the recorder uploads the trace.
+    pub fn external(&self, id: String, model: String, device: String) -> Arc<Job> {
+        let (tx, _) = broadcast::channel(1024);
+        let job = Arc::new(Job {
+            id: id.clone(),
+            created: Instant::now(),
+            outcome: watch::Sender::new(Outcome::Pending),
+            log: Mutex::new((Vec::new(), JobStateName::Running, 0)),
+            tx,
+            spec: JobSpec {
+                model,
+                torchscript: None,
+                input_shape: None,
+                batch_size: None,
+                device,
+                mode: EXTERNAL_MODE.into(),
+                iterations: 0,
+                max_events: 0,
+                fragmentation: true,
+            },
+        });
+        job.publish(LiveEvent::Status {
+            state: JobStateName::Running,
+            device: job.spec.device.clone(),
+            model: job.spec.model.clone(),
+        });
+        self.active.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(id, job.clone());
+        job
+    }
+
+    /// The running external job `id`, if there is one.
+    pub fn external_job(&self, id: &str) -> Option<Arc<Job>> {
+        self.active.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(id).filter(|j| j.spec.mode == EXTERNAL_MODE).cloned()
+    }
+
+    /// One progress line of a running external job; an `error` line ends it (422).
+    pub fn external_line(&self, job: Arc<Job>, line: ChildLine) {
+        match line {
+            ChildLine::Started { iterations } => job.publish(LiveEvent::Started { iterations }),
+            ChildLine::Iteration { done, of, seconds } => job.publish(LiveEvent::Iteration { done, of, seconds }),
+            ChildLine::Memory { points } => job.publish(LiveEvent::Memory { points }),
+            ChildLine::Done { .. } => {}
+            ChildLine::Error { detail, .. } => self.finish(job, Err(ApiError::unprocessable(detail))),
+        }
+    }
+
+    /// Ends a running external job with the trace its recorder uploaded, or an error.
+    pub fn external_end(&self, job: Arc<Job>, result: Result<TraceResponse, ApiError>) {
+        self.finish(job, result);
+    }
 }
+
+/// `JobSpec::mode` of traces recorded outside the server.
+const EXTERNAL_MODE: &str = "external";
 
 /// Runs one job's child process and stores its trace.
 async fn run_child(state: &Arc<AppState>, exe: &std::path::Path, job: &Arc<Job>) -> Result<TraceResponse, ApiError> {

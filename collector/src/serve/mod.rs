@@ -274,6 +274,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/api/trace/list", get(api::list))
         .route("/api/trace/download/{file}", get(api::download))
         .route("/api/trace/upload", post(api::upload).layer(DefaultBodyLimit::disable()))
+        .route("/api/trace/live", post(api::live_start))
+        .route("/api/trace/live/{trace_id}", post(api::live_event))
         .route("/api/trace/{trace_id}", get(api::get_trace).delete(api::delete))
         .route("/api/trace/{trace_id}/events", get(api::events))
         .route("/api/jobs", get(api::jobs))
