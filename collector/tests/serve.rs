@@ -220,6 +220,8 @@ fn api_contract_on_cpu() {
         "/api/trace/list",
         "/api/trace/download/{file}",
         "/api/trace/upload",
+        "/api/trace/live",
+        "/api/trace/live/{trace_id}",
         "/api/trace/{trace_id}",
         "/api/trace/{trace_id}/events",
     ]
