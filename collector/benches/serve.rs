@@ -105,7 +105,7 @@ fn main() {
                 let (s, record) = (&s, &record);
                 sc.spawn(move || {
                     let t0 = Instant::now();
-                    let (code, r) = s.post_json("/api/trace/memory", &json!({"model_name": "mlp", "input_shape": [784], "batch_size": 16, "iterations": 2}));
+                    let (code, r) = s.post_json("/api/trace/memory", &json!({"model_name": "mlp", "input_shape": [16, 784], "batch_size": 16, "iterations": 2}));
                     let ok = code == 200 && r["trace_id"].is_string();
                     if !ok {
                         eprintln!("trace request failed: {code} {r}");

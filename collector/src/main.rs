@@ -170,6 +170,10 @@ struct ServeArgs {
     /// A trace running longer is stopped (422).
     #[arg(long, default_value_t = 600)]
     job_timeout_s: u64,
+    /// Once asked to stop (SIGTERM, Ctrl-C), how long answers in flight may take before the
+    /// server kills running traces and exits.
+    #[arg(long, default_value_t = 10)]
+    shutdown_grace_s: u64,
     /// Stored traces kept; adding one more evicts the oldest.
     #[arg(long, default_value_t = 1000)]
     max_traces: usize,
@@ -206,6 +210,7 @@ fn serve_command(a: ServeArgs) -> anyhow::Result<()> {
     config.jobs_per_device = a.jobs_per_device.max(1);
     config.max_queue = a.max_queue;
     config.job_timeout = std::time::Duration::from_secs(a.job_timeout_s.max(1));
+    config.shutdown_grace = std::time::Duration::from_secs(a.shutdown_grace_s);
     config.max_traces = a.max_traces.max(1);
     config.max_store_bytes = a.max_store_mb.saturating_mul(1 << 20);
     config.max_upload_bytes = a.max_upload_mb.saturating_mul(1 << 20);

@@ -61,8 +61,9 @@ pub const ZOO: [&str; 9] = crate::MODEL_ZOO;
 pub enum InputKind {
     /// Float images `N,C,H,W`.
     Image,
-    /// Token ids `N,S` in `0..vocab`.
-    Tokens { vocab: i64 },
+    /// Token ids `N,S` in `0..vocab`; with `embed_width`, also embeddings `N,S,embed_width`
+    /// (the transformer then skips its embedding layer).
+    Tokens { vocab: i64, embed_width: Option<i64> },
     /// Float features `N,F`.
     Features,
     /// TorchScript: float tensor of the given shape.
@@ -513,7 +514,8 @@ impl Transformer {
 
 impl Net for Transformer {
     fn forward(&self, xs: &Tensor, train: bool) -> Result<Tensor, tch::TchError> {
-        let mut x = self.embedding.forward(xs, train);
+        // Token ids go through the embedding; embeddings (batch, sequence, width) come in as is.
+        let mut x = if xs.dim() == 3 { xs.shallow_clone() } else { self.embedding.forward(xs, train) };
         {
             let _g = capture::scope(self.layers.0);
             for l in &self.layers.1 {
@@ -717,14 +719,14 @@ pub fn build(spec: &ModelSpec, vs: &nn::VarStore) -> Result<Model, ModelError> {
         "vgg16" => image(Box::new(Vgg::new(&root, classes))),
         "transformer" => Model {
             name: spec.name.clone(),
-            input: InputKind::Tokens { vocab },
+            input: InputKind::Tokens { vocab, embed_width: Some(width) },
             target: Target::Classes(classes),
             default_shape: vec![8, 512],
             net: Box::new(Transformer::new(&root, layers, width, heads, vocab, classes)),
         },
         "gpt" => Model {
             name: spec.name.clone(),
-            input: InputKind::Tokens { vocab },
+            input: InputKind::Tokens { vocab, embed_width: None },
             target: Target::NextToken(vocab),
             default_shape: vec![8, 1024],
             net: Box::new(Gpt::new(&root, layers, width, heads, vocab, 1024)),
@@ -795,8 +797,18 @@ impl Model {
                     return Err(self.shape_error(&shape, "height and width must be at least 32"));
                 }
             }
-            InputKind::Tokens { .. } => {
-                expect(2, "batch,sequence_length, e.g. 8,512")?;
+            InputKind::Tokens { embed_width: Some(w), .. } if shape.len() == 3 => {
+                if shape[2] != w {
+                    return Err(self.shape_error(&shape, &format!("embeddings must be {w} wide (the model's width)")));
+                }
+            }
+            InputKind::Tokens { embed_width, .. } => {
+                let what = if embed_width.is_some() {
+                    "batch,sequence_length of token ids, e.g. 8,512, or batch,sequence,width of embeddings, e.g. 4,128,512"
+                } else {
+                    "batch,sequence_length, e.g. 8,512"
+                };
+                expect(2, what)?;
                 if self.name == "gpt" && shape[1] > 1024 {
                     return Err(self.shape_error(&shape, "gpt takes at most 1024 positions"));
                 }
@@ -823,7 +835,8 @@ impl Model {
     /// A random input batch of `shape` on `device`.
     pub fn input(&self, shape: &[i64], device: Device) -> Tensor {
         match self.input {
-            InputKind::Tokens { vocab } => Tensor::randint(vocab, shape, (Kind::Int64, device)),
+            InputKind::Tokens { embed_width: Some(_), .. } if shape.len() == 3 => Tensor::randn(shape, (Kind::Float, device)),
+            InputKind::Tokens { vocab, .. } => Tensor::randint(vocab, shape, (Kind::Int64, device)),
             _ => Tensor::randn(shape, (Kind::Float, device)),
         }
     }

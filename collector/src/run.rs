@@ -440,7 +440,16 @@ impl Workload {
                 let _g = capture::scope(capture::intern("model.load"));
                 models::load_torchscript(path, &vs)?
             }
-            None => models::build(&opts.model, &vs)?,
+            None => {
+                // Transformer embeddings (batch, sequence, width) give the width.
+                let mut spec = opts.model.clone();
+                if let Some([_, _, w]) = opts.input_shape.as_deref() {
+                    if spec.name == "transformer" && spec.width.is_none() {
+                        spec.width = Some(*w);
+                    }
+                }
+                models::build(&spec, &vs)?
+            }
         };
         let input_shape = model.resolve_shape(opts.input_shape.as_deref(), opts.batch_size)?;
         let optimizer = if opts.mode == Mode::Train {

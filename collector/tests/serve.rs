@@ -26,7 +26,7 @@ fn detail(v: &Value) -> &str {
 
 /// A small CPU training run: MLP, batch 16, 2 iterations.
 fn mlp() -> Value {
-    json!({"model_name": "mlp", "input_shape": [784], "batch_size": 16, "iterations": 2})
+    json!({"model_name": "mlp", "input_shape": [16, 784], "batch_size": 16, "iterations": 2})
 }
 
 #[test]
@@ -100,13 +100,14 @@ fn api_contract_on_cpu() {
 
     // 422 names the field and why.
     for (body, field) in [
-        (json!({"input_shape": [784]}), "model_name"),
+        (json!({"input_shape": [16, 784]}), "model_name"),
+        (json!({"model_name": "mlp", "input_shape": [784]}), "input_shape"),
         (json!({"model_name": "mlp", "batch_size": "x"}), "batch_size"),
         (json!({"model_name": "mlp", "batch_size": 0}), "batch_size"),
         (json!({"model_name": "mlp", "max_events": 0}), "max_events"),
         (json!({"model_name": "mlp", "max_events": 50_000_000}), "max_events"),
-        (json!({"model_name": "resnet18", "input_shape": [3, 100000, 100000], "batch_size": 64}), "input_shape"),
-        (json!({"model_name": "resnet18", "input_shape": [3, -1, 8]}), "input_shape"),
+        (json!({"model_name": "resnet18", "input_shape": [1, 3, 100000, 100000], "batch_size": 64}), "input_shape"),
+        (json!({"model_name": "resnet18", "input_shape": [1, 3, -1, 8]}), "input_shape"),
         (json!({"model_name": "nope"}), "model_name"),
         (json!({"model_name": "mlp", "iterations": 0}), "iterations"),
         (json!({"model_name": "mlp", "mode": "fly"}), "mode"),
@@ -116,9 +117,15 @@ fn api_contract_on_cpu() {
         assert_eq!(code, 422, "{body}: {e}");
         assert!(detail(&e).contains(field), "{body}: {e}");
     }
-    let (code, e) = s.post_json("/api/trace/memory", &json!({"model_name": "resnet18", "input_shape": [3, 8, 8]}));
+    let (code, e) = s.post_json("/api/trace/memory", &json!({"model_name": "resnet18", "input_shape": [2, 3, 8, 8]}));
     assert_eq!(code, 422, "a shape the model refuses: {e}");
     assert!(detail(&e).contains("at least 32"), "{e}");
+    // The guide's way: the full shape, batch first, `batch_size` replacing the first dimension
+    // (a mismatch is no error).
+    let (code, r) = s.post_json("/api/trace/memory", &json!({"model_name": "mlp", "input_shape": [4, 784], "batch_size": 2, "iterations": 1}));
+    assert_eq!(code, 200, "{r}");
+    let stored = s.get_json(&format!("/api/trace/{}", r["trace_id"].as_str().unwrap())).1;
+    assert_eq!(stored["trace"]["meta"]["input_shape"], json!([2, 784]));
     // CUDA asked for where there is none.
     if h["cuda_device_count"] == 0 {
         let (code, e) = s.post_json("/api/trace/memory", &json!({"model_name": "mlp", "device": "cuda"}));
@@ -274,7 +281,7 @@ fn read_events(s: &Server, id: &str) -> Vec<(String, Value)> {
 fn live_events_follow_a_running_trace() {
     let dir = scratch("serve-live");
     let s = Server::start(&dir, &[]);
-    let (code, a) = s.post_json("/api/trace/memory?wait=false", &json!({"model_name": "resnet18", "input_shape": [3, 64, 64], "batch_size": 2, "iterations": 3}));
+    let (code, a) = s.post_json("/api/trace/memory?wait=false", &json!({"model_name": "resnet18", "input_shape": [2, 3, 64, 64], "batch_size": 2, "iterations": 3}));
     assert_eq!(code, 202, "{a}");
     let id = a["trace_id"].as_str().unwrap().to_owned();
     assert_eq!(a["events_url"], format!("/api/trace/{id}/events"));
@@ -489,7 +496,7 @@ fn python_requests_client_flow() {
 import sys, requests
 base, token = sys.argv[1], sys.argv[2]
 h = {"Authorization": f"Bearer {token}"}
-r = requests.post(f"{base}/api/trace/memory", json={"model_name": "mlp", "input_shape": [784], "batch_size": 8, "max_events": 10000, "enable_fragmentation": True, "iterations": 1}, headers=h)
+r = requests.post(f"{base}/api/trace/memory", json={"model_name": "mlp", "input_shape": [8, 784], "batch_size": 8, "max_events": 10000, "enable_fragmentation": True, "iterations": 1}, headers=h)
 r.raise_for_status()
 t = r.json()
 tid = t["trace_id"]
@@ -533,19 +540,19 @@ torch.jit.script(Net()).save(sys.argv[1])\n";
     let names: Vec<&str> = h["models"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
     assert!(names.contains(&"resnet18") && names.contains(&"net") && names.contains(&"broken"), "{names:?}");
 
-    let (code, r) = s.post_json("/api/trace/memory", &json!({"model_name": "net", "input_shape": [3, 16, 16], "batch_size": 2, "iterations": 2}));
+    let (code, r) = s.post_json("/api/trace/memory", &json!({"model_name": "net", "input_shape": [2, 3, 16, 16], "batch_size": 2, "iterations": 2}));
     assert_eq!(code, 200, "{r}");
     let layers = r["layer_stats"].as_object().unwrap();
     assert!(layers.contains_key("features.0") && layers.contains_key("head"), "{:?}", layers.keys());
 
-    let (code, e) = s.post_json("/api/trace/memory", &json!({"model_name": "broken", "input_shape": [3, 16, 16]}));
+    let (code, e) = s.post_json("/api/trace/memory", &json!({"model_name": "broken", "input_shape": [2, 3, 16, 16]}));
     assert_eq!(code, 422, "{e}");
     assert!(detail(&e).contains("TorchScript"), "{e}");
     let (code, e) = s.post_json("/api/trace/memory", &json!({"model_name": "net"}));
     assert_eq!(code, 422);
     assert!(detail(&e).contains("input_shape"), "{e}");
     for name in ["../models/net", "/etc/passwd", ".hidden", "net.pt"] {
-        let (code, e) = s.post_json("/api/trace/memory", &json!({"model_name": name, "input_shape": [3, 16, 16]}));
+        let (code, e) = s.post_json("/api/trace/memory", &json!({"model_name": name, "input_shape": [2, 3, 16, 16]}));
         assert_eq!(code, 422, "{name}: {e}");
         assert!(detail(&e).contains("unknown model"), "{name}: {e}");
     }
@@ -591,4 +598,49 @@ fn live_traces_from_elsewhere_are_followed_and_completed_by_their_upload() {
     assert_eq!((code, a["status"].as_str()), (200, Some("failed")));
     let events = read_events(&s, &id);
     assert_eq!(events.last().map(|(k, v)| (k.as_str(), v["detail"].clone())), Some(("failed", json!("nothing was traced"))));
+}
+
+/// SIGTERM, as systemd, Docker and Kubernetes stop a service: an answer in flight finishes,
+/// a trace still running after the grace period is killed and reaped, `tmp/` is left empty,
+/// and the server exits 0.
+#[test]
+fn sigterm_stops_the_server_gracefully() {
+    use std::time::{Duration, Instant};
+    let dir = scratch("sigterm_answer");
+    let s = Server::start(&dir, &["--shutdown-grace-s", "60"]);
+    let (base, agent) = (s.url("/api/trace/memory"), s.agent.clone());
+    let request = std::thread::spawn(move || {
+        let r = agent.post(&base).send_json(json!({"model_name": "mlp", "input_shape": [16, 784], "iterations": 1})).unwrap();
+        server::text(r)
+    });
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while s.children().is_empty() {
+        assert!(Instant::now() < deadline, "no trace process started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let status = s.terminate(Duration::from_secs(60));
+    let (code, body) = request.join().unwrap();
+    assert_eq!(code, 200, "the answer in flight finished: {body}");
+    assert_eq!(status.code(), Some(0));
+
+    let dir = scratch("sigterm_kill");
+    let s = Server::start(&dir, &["--shutdown-grace-s", "1"]);
+    let (code, a) = s.post_json("/api/trace/memory?wait=false", &json!({"model_name": "resnet18", "input_shape": [8, 3, 224, 224], "iterations": 100}));
+    assert_eq!(code, 202, "{a}");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let children = loop {
+        let c = s.children();
+        if !c.is_empty() {
+            break c;
+        }
+        assert!(Instant::now() < deadline, "no trace process started");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let tmp = s.data_dir.join("tmp");
+    let status = s.terminate(Duration::from_secs(30));
+    assert_eq!(status.code(), Some(0));
+    for pid in children {
+        assert!(!Path::new(&format!("/proc/{pid}")).exists(), "trace process {pid} outlived the server");
+    }
+    assert_eq!(std::fs::read_dir(&tmp).unwrap().count(), 0, "temporary files left in {}", tmp.display());
 }

@@ -383,7 +383,7 @@ pub fn ServerPanel() -> impl IntoView {
                 <label>"Model " <select id="srv-model">{move || server.health.get().map(|h| {
                     h.models.into_iter().map(|m| view! { <option value=m.clone()>{m.clone()}</option> }).collect_view()
                 })}</select></label>
-                <label>"Input shape " <input id="srv-shape" type="text" placeholder="model default" size="10" title="One sample, without the batch: 3,224,224 (images), 128 (tokens), 784 (mlp)" /></label>
+                <label>"Input shape " <input id="srv-shape" type="text" placeholder="model default" size="10" title="The full input shape, batch first: 8,3,224,224 (images), 8,512 (token ids), 4,128,512 (transformer embeddings), 64,784 (mlp); a batch size replaces the first dimension" /></label>
                 <label>"Batch " <input id="srv-batch" type="text" placeholder="default" size="5" /></label>
                 <label>"Iterations " <input id="srv-iterations" type="text" placeholder="3" size="4" /></label>
                 <label>"Max events " <input id="srv-max-events" type="text" value="1000000" size="8" title="Allocations and frees kept (the API's default is 10000)" /></label>

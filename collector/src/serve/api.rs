@@ -126,11 +126,12 @@ pub struct TraceRequest {
     /// transformer, gpt, mlp) or a TorchScript model of the server's `--models-dir`.
     #[schema(example = "resnet18")]
     pub model_name: String,
-    /// One sample's shape, without the batch: `[3, 224, 224]` (images), `[128]` (tokens of
-    /// transformer/gpt), `[784]` (mlp features). Default: the model's.
-    #[schema(example = json!([3, 224, 224]))]
+    /// The full input shape, batch first, as `collector trace --input-shape`: `[8, 3, 224,
+    /// 224]` (images), `[8, 512]` (token ids of transformer/gpt), `[4, 128, 512]` (transformer
+    /// embeddings: batch, sequence, width), `[64, 784]` (mlp features). Default: the model's.
+    #[schema(example = json!([8, 3, 224, 224]))]
     pub input_shape: Option<Vec<i64>>,
-    /// Default: the model's (8 for images).
+    /// Replaces the first dimension of `input_shape` (or of the model's default shape).
     #[schema(example = 8)]
     pub batch_size: Option<i64>,
     /// Allocations and frees to keep; later ones are counted in `dropped_events`.
@@ -248,7 +249,7 @@ impl TraceRequest {
             }
         };
         if torchscript.is_some() && self.input_shape.is_none() {
-            return Err(field("input_shape", format!("`{}` is a TorchScript model: give one sample's shape", self.model_name)));
+            return Err(field("input_shape", format!("`{}` is a TorchScript model: give its full input shape, batch first", self.model_name)));
         }
         if let Some(b) = self.batch_size {
             if !(1..=caps.max_batch_size).contains(&b) {
@@ -257,25 +258,26 @@ impl TraceRequest {
         }
         let mut shape = None;
         if let Some(s) = &self.input_shape {
-            if s.is_empty() || s.len() > 7 {
-                return Err(field("input_shape", format!("one sample's shape without the batch: 1 to 7 dimensions, got {}", s.len())));
+            if s.len() < 2 || s.len() > 8 {
+                return Err(field("input_shape", format!("the full input shape, batch first: 2 to 8 dimensions, got {}", s.len())));
             }
             if let Some(d) = s.iter().find(|&&d| d < 1) {
                 return Err(field("input_shape", format!("every dimension must be at least 1, got {d}")));
             }
-            let batch = self.batch_size.unwrap_or(1);
-            let elements = s.iter().try_fold(batch as u64, |acc, &d| acc.checked_mul(d as u64));
+            let mut full = s.clone();
+            if let Some(b) = self.batch_size {
+                full[0] = b;
+            }
+            let elements = full.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d as u64));
             match elements {
                 Some(n) if n <= caps.max_input_elements => {}
                 _ => {
                     return Err(field(
                         "input_shape",
-                        format!("batch_size × input_shape is over this server's cap of {} input elements", caps.max_input_elements),
+                        format!("the input ({full:?}) is over this server's cap of {} elements", caps.max_input_elements),
                     ))
                 }
             }
-            let mut full = vec![batch];
-            full.extend_from_slice(s);
             shape = Some(full);
         }
         if !(1..=caps.max_events).contains(&self.max_events) {

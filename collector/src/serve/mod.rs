@@ -62,6 +62,8 @@ pub struct ServeConfig {
     pub jobs_per_device: usize,
     pub max_queue: usize,
     pub job_timeout: std::time::Duration,
+    /// How long answers in flight may take once the server is asked to stop.
+    pub shutdown_grace: std::time::Duration,
     pub max_traces: usize,
     pub max_store_bytes: u64,
     pub max_upload_bytes: u64,
@@ -83,6 +85,7 @@ impl ServeConfig {
             jobs_per_device: 1,
             max_queue: 32,
             job_timeout: std::time::Duration::from_secs(600),
+            shutdown_grace: std::time::Duration::from_secs(10),
             max_traces: 1000,
             max_store_bytes: 20 << 30,
             max_upload_bytes: 2 << 30,
@@ -345,8 +348,26 @@ pub fn is_loopback(host: &str) -> bool {
     host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
-/// Binds `host:port` and serves until Ctrl-C. Refuses non-loopback binds without a token.
-/// `on_ready` gets the bound address (port 0 picks a free one).
+/// Resolves on SIGINT (Ctrl-C) or SIGTERM (systemd, Docker, Kubernetes).
+async fn stop_signal() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term => {}
+    }
+}
+
+/// Binds `host:port` and serves until SIGINT or SIGTERM, then stops gracefully: no new
+/// connections, answers in flight get `grace` to finish, trace children are killed and
+/// reaped, `tmp/` is emptied, and it returns Ok (exit 0). Refuses non-loopback binds without a
+/// token. `on_ready` gets the bound address (port 0 picks a free one).
 pub async fn serve(host: &str, port: u16, config: ServeConfig, on_ready: impl FnOnce(SocketAddr, &Arc<AppState>)) -> anyhow::Result<()> {
     use anyhow::Context;
     if !is_loopback(host) && config.token.is_none() {
@@ -356,12 +377,28 @@ pub async fn serve(host: &str, port: u16, config: ServeConfig, on_ready: impl Fn
     let listener = tokio::net::TcpListener::bind((host, port)).await.with_context(|| format!("cannot listen on {host}:{port}"))?;
     let addr = listener.local_addr()?;
     on_ready(addr, &state);
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(async {
-            let _ = tokio::signal::ctrl_c().await;
-        })
-        .await
-        .context("the server stopped")
+    let grace = state.config.shutdown_grace;
+    let (stopping_tx, mut stopping) = tokio::sync::watch::channel(false);
+    let server = axum::serve(listener, router(state.clone())).with_graceful_shutdown(async move {
+        stop_signal().await;
+        eprintln!("collector serve: stopping (answers in flight get {} s)", grace.as_secs());
+        let _ = stopping_tx.send(true);
+    });
+    let grace_over = async {
+        let _ = stopping.wait_for(|s| *s).await;
+        tokio::time::sleep(grace).await;
+    };
+    tokio::select! {
+        r = server => r.context("the server stopped")?,
+        () = grace_over => eprintln!("collector serve: grace period over; closing the connections left"),
+    }
+    let killed = state.jobs.kill_children(std::time::Duration::from_secs(5)).await;
+    if killed > 0 {
+        eprintln!("collector serve: stopped {killed} running trace(s)");
+    }
+    state.store.clear_tmp();
+    eprintln!("collector serve: stopped");
+    Ok(())
 }
 
 #[cfg(test)]

@@ -200,6 +200,13 @@ impl Store {
 
     /// A path in the store's temporary folder (same file system as the store: renames are
     /// atomic).
+    /// Removes everything in `tmp/` (files being written when the server stops).
+    pub fn clear_tmp(&self) {
+        for e in std::fs::read_dir(&self.tmp_dir).into_iter().flatten().flatten() {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+
     pub fn temp_path(&self, hint: &str) -> PathBuf {
         let n = self.tmp_counter.fetch_add(1, Ordering::Relaxed);
         self.tmp_dir.join(format!("{n}-{hint}"))

@@ -121,6 +121,36 @@ impl Server {
         self.child.id()
     }
 
+    /// Sends SIGTERM (what systemd, Docker and Kubernetes send) and waits for the exit.
+    pub fn terminate(mut self, timeout: Duration) -> std::process::ExitStatus {
+        // SAFETY: kill(2) on our own child.
+        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(std::time::Instant::now() < deadline, "the server did not stop within {timeout:?} of SIGTERM");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Process ids of the server's children (its trace processes).
+    pub fn children(&self) -> Vec<u32> {
+        let me = self.child.id().to_string();
+        std::fs::read_dir("/proc")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| {
+                let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+                // pid (comm) state ppid ...: the fields after the last ')'.
+                let ppid = stat.rsplit(')').next()?.split_whitespace().nth(1)?;
+                (ppid == me).then(|| e.file_name().to_str()?.parse().ok()).flatten()
+            })
+            .collect()
+    }
+
     /// Stops the server (SIGKILL: nothing gets to flush, as in a crash).
     pub fn kill(mut self) {
         let _ = self.child.kill();
