@@ -124,8 +124,10 @@ fn api_contract_on_cpu() {
     // (a mismatch is no error).
     let (code, r) = s.post_json("/api/trace/memory", &json!({"model_name": "mlp", "input_shape": [4, 784], "batch_size": 2, "iterations": 1}));
     assert_eq!(code, 200, "{r}");
-    let stored = s.get_json(&format!("/api/trace/{}", r["trace_id"].as_str().unwrap())).1;
+    let sid = r["trace_id"].as_str().unwrap();
+    let stored = s.get_json(&format!("/api/trace/{sid}")).1;
     assert_eq!(stored["trace"]["meta"]["input_shape"], json!([2, 784]));
+    assert_eq!(s.delete(&format!("/api/trace/{sid}")).0, 200);
     // CUDA asked for where there is none.
     if h["cuda_device_count"] == 0 {
         let (code, e) = s.post_json("/api/trace/memory", &json!({"model_name": "mlp", "device": "cuda"}));

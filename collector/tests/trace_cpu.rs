@@ -269,3 +269,27 @@ fn library_tracer_traces_a_closure_with_named_layers() {
     assert!(!tracer.trace_data().unwrap().events.is_empty());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The transformer takes token ids (batch, sequence) or embeddings (batch, sequence, width),
+/// the width then taken from the shape, as the API guide's `[4, 128, 512]` example sends.
+#[test]
+fn the_transformer_takes_token_ids_or_embeddings() {
+    let mut o = RunOptions::new("transformer");
+    o.device = DeviceChoice::Cpu;
+    o.iterations = 1;
+    o.model.layers = Some(1);
+    o.input_shape = Some(vec![2, 16, 64]);
+    let t = trace(&o).unwrap();
+    let ops: HashSet<&str> = t.ops.iter().map(|o| t.str(o.name)).collect();
+    assert!(!ops.contains("aten::embedding"), "embeddings skip the embedding layer");
+    assert_eq!(t.meta.input_shape, Some(vec![2, 16, 64]));
+
+    o.input_shape = Some(vec![2, 16]);
+    o.model.width = Some(64);
+    let t = trace(&o).unwrap();
+    assert!(t.ops.iter().any(|op| t.str(op.name) == "aten::embedding"), "token ids go through it");
+
+    o.input_shape = Some(vec![2, 16, 32]);
+    let e = trace(&o).unwrap_err().to_string();
+    assert!(e.contains("embeddings must be 64 wide"), "{e}");
+}

@@ -10,7 +10,9 @@ use shared::analysis::profile::GraphProfile;
 use shared::analysis::TimelinePoint;
 use shared::explore::{Band, Curve};
 use shared::model::{BlockState, SegmentInfo};
-use shared::units::{format_bytes, format_seconds};
+use plotters::coord::ranged1d::{DefaultFormatting, KeyPointHint, Ranged};
+use plotters::coord::types::RangedCoordf64;
+use shared::units::{byte_ticks, format_bytes, format_seconds};
 use shared::Phase;
 use web_sys::HtmlCanvasElement;
 
@@ -105,14 +107,6 @@ fn font(pal: &Palette, size: u32) -> TextStyle<'static> {
     ("sans-serif", size).into_font().color(&pal.text)
 }
 
-fn nice_max(v: f64) -> f64 {
-    if v <= 0.0 {
-        1.0
-    } else {
-        v * 1.05
-    }
-}
-
 /// Memory is a step function: each bucket rises to its maximum at its start and holds its last
 /// level until the next bucket.
 fn steps<'a>(points: &'a [TimelinePoint], end: f64, levels: impl Fn(&TimelinePoint) -> (u64, u64) + 'a) -> impl Iterator<Item = (f64, f64)> + 'a {
@@ -127,7 +121,44 @@ fn steps<'a>(points: &'a [TimelinePoint], end: f64, levels: impl Fn(&TimelinePoi
 /// layer bands along the top, and a marker at `selected`.
 #[allow(clippy::too_many_arguments)]
 /// A chart of f64 × f64 on a canvas (every chart here).
-type Chart<'a> = ChartContext<'a, CanvasBackend, Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>>;
+/// A chart of f64 × f64 whose y axis carries its own ticks: round values of one binary unit
+/// for bytes (`shared::units::byte_ticks`), fifths for ratios.
+type Chart<'a> = ChartContext<'a, CanvasBackend, Cartesian2d<RangedCoordf64, TickedAxis>>;
+
+/// A linear axis from `0` to `end` with the given ticks (plotters would pick decimal ones).
+#[derive(Clone)]
+struct TickedAxis {
+    linear: RangedCoordf64,
+    ticks: Vec<f64>,
+}
+
+impl TickedAxis {
+    fn new(end: f64, ticks: Vec<f64>) -> Self {
+        Self { linear: (0.0..end).into(), ticks }
+    }
+}
+
+impl Ranged for TickedAxis {
+    type FormatOption = DefaultFormatting;
+    type ValueType = f64;
+
+    fn map(&self, value: &f64, limit: (i32, i32)) -> i32 {
+        self.linear.map(value, limit)
+    }
+
+    fn key_points<H: KeyPointHint>(&self, hint: H) -> Vec<f64> {
+        // Grid lines at the ticks only (no light lines between them).
+        if hint.weight().allow_light_points() {
+            Vec::new()
+        } else {
+            self.ticks.clone()
+        }
+    }
+
+    fn range(&self) -> std::ops::Range<f64> {
+        self.linear.range()
+    }
+}
 
 /// Axes and grid in the theme's colours, with `x_labels`/`y_labels` ticks formatted by
 /// `x_fmt`/`y_fmt`, and an optional x axis description.
@@ -159,23 +190,26 @@ pub fn draw_timeline(
     selected: Option<f64>,
 ) -> Res<Mapping> {
     let root = area(canvas, pal)?;
-    let ymax = nice_max(
+    let yt = byte_ticks(
         points
             .iter()
             .map(|p| p.reserved_max_bytes.max(p.allocated_max_bytes))
             .chain(driver.iter().map(|d| d.1))
             .max()
-            .unwrap_or(0) as f64,
+            .unwrap_or(0) as f64
+            * 1.02,
+        6,
     );
+    let ymax = yt.end;
     let (t0, t1) = (window.0, window.1.max(window.0 + 1e-9));
     let mut chart = ChartBuilder::on(&root)
         .margin(8)
         .margin_top(34)
         .x_label_area_size(28)
         .y_label_area_size(78)
-        .build_cartesian_2d(t0..t1, 0f64..ymax)
+        .build_cartesian_2d(t0..t1, TickedAxis::new(ymax, yt.ticks.clone()))
         .map_err(err)?;
-    draw_mesh(&mut chart, pal, (8, 6), &|v| format_seconds(*v), &|v| format_bytes(*v as u64), None)?;
+    draw_mesh(&mut chart, pal, (8, 6), &|v| format_seconds(*v), &|v| yt.label(*v), None)?;
     let (xr, yr) = chart.plotting_area().get_pixel_range();
     let mapping = Mapping { px: (xr.start as f64, xr.end as f64), py: (yr.start as f64, yr.end as f64), x: (t0, t1) };
     let px_per_s = (xr.end - xr.start) as f64 / (t1 - t0);
@@ -237,14 +271,15 @@ pub fn draw_timeline(
 pub fn draw_live(canvas: &HtmlCanvasElement, pal: &Palette, points: &[[u64; 3]]) -> Res<()> {
     let root = area(canvas, pal)?;
     let t1 = points.last().map_or(1.0, |p| p[0] as f64 / 1e9).max(1e-3);
-    let ymax = nice_max(points.iter().map(|p| p[1].max(p[2])).max().unwrap_or(0) as f64);
+    let yt = byte_ticks(points.iter().map(|p| p[1].max(p[2])).max().unwrap_or(0) as f64 * 1.02, 5);
+    let ymax = yt.end;
     let mut chart = ChartBuilder::on(&root)
         .margin(8)
         .x_label_area_size(28)
         .y_label_area_size(78)
-        .build_cartesian_2d(0f64..t1, 0f64..ymax)
+        .build_cartesian_2d(0f64..t1, TickedAxis::new(ymax, yt.ticks.clone()))
         .map_err(err)?;
-    draw_mesh(&mut chart, pal, (8, 5), &|v| format_seconds(*v), &|v| format_bytes(*v as u64), None)?;
+    draw_mesh(&mut chart, pal, (8, 5), &|v| format_seconds(*v), &|v| yt.label(*v), None)?;
     let step = |i: usize| {
         points.iter().enumerate().flat_map(move |(k, p)| {
             let t = p[0] as f64 / 1e9;
@@ -266,7 +301,7 @@ pub fn draw_fragmentation(canvas: &HtmlCanvasElement, pal: &Palette, window: (f6
         .margin(8)
         .x_label_area_size(28)
         .y_label_area_size(78)
-        .build_cartesian_2d(t0..t1, 0f64..1.0)
+        .build_cartesian_2d(t0..t1, TickedAxis::new(1.0, vec![0.0, 0.2, 0.4, 0.6, 0.8, 1.0]))
         .map_err(err)?;
     draw_mesh(&mut chart, pal, (8, 5), &|v| format_seconds(*v), &|v| format!("{:.0} %", v * 100.0), None)?;
     let frag = |p: &TimelinePoint| {
@@ -291,22 +326,25 @@ pub fn draw_rank(canvas: &HtmlCanvasElement, pal: &Palette, profile: Option<&Gra
         .max()
         .unwrap_or(0)
         .max(1) as f64;
-    let ymax = nice_max(
+    let yt = byte_ticks(
         profile
             .map(|p| p.peak_bytes)
             .into_iter()
             .chain(curves.iter().flat_map(|c| c.points.iter().map(|p| p.peak_bytes)))
             .max()
-            .unwrap_or(0) as f64,
+            .unwrap_or(0) as f64
+            * 1.02,
+        6,
     );
+    let ymax = yt.end;
     let mut chart = ChartBuilder::on(&root)
         .margin(8)
         .margin_top(16)
         .x_label_area_size(28)
         .y_label_area_size(78)
-        .build_cartesian_2d(0f64..n, 0f64..ymax)
+        .build_cartesian_2d(0f64..n, TickedAxis::new(ymax, yt.ticks.clone()))
         .map_err(err)?;
-    draw_mesh(&mut chart, pal, (10, 6), &|v| format!("{v:.0}"), &|v| format_bytes(*v as u64), Some("rank (operator order in the iteration)"))?;
+    draw_mesh(&mut chart, pal, (10, 6), &|v| format!("{v:.0}"), &|v| yt.label(*v), Some("rank (operator order in the iteration)"))?;
     if let Some(p) = profile {
         let s = &p.sections;
         let end = p.nodes.len();

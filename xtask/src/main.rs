@@ -329,5 +329,15 @@ fn main_job(args: &[String]) -> Result<()> {
     run(Command::new("cargo").args(["build", "--release", "-p", "collector"]))?;
     let exe = Path::new("target/release/collector");
     eprintln!("xtask: starting collector serve; it traces {model} and prints the viewer's URL (Ctrl-C stops it)");
-    run(Command::new(exe).args(["serve", "--trace", &model, "--open"]).args(rest))
+    let mut server = Command::new(exe).args(["serve", "--trace", &model, "--open"]).args(rest).spawn().context("cannot start collector serve")?;
+    // Ctrl-C reaches the server too, which stops gracefully; xtask waits for it and exits
+    // quietly instead of dying first.
+    // SAFETY: ignoring SIGINT in this process only; the server was spawned before.
+    unsafe { libc::signal(libc::SIGINT, libc::SIG_IGN) };
+    let status = server.wait()?;
+    if !status.success() {
+        // The server said why on stderr; no second message, no backtrace.
+        std::process::exit(status.code().unwrap_or(1));
+    }
+    Ok(())
 }
