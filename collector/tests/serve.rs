@@ -630,8 +630,8 @@ fn sigterm_stops_the_server_gracefully() {
     let (code, a) = s.post_json("/api/trace/memory?wait=false", &json!({"model_name": "resnet18", "input_shape": [8, 3, 224, 224], "iterations": 100}));
     assert_eq!(code, 202, "{a}");
     let deadline = Instant::now() + Duration::from_secs(60);
-    let children = loop {
-        let c = s.children();
+    let children: Vec<(u32, u64)> = loop {
+        let c: Vec<(u32, u64)> = s.children().into_iter().filter_map(|pid| Some((pid, start_time(pid)?))).collect();
         if !c.is_empty() {
             break c;
         }
@@ -641,8 +641,15 @@ fn sigterm_stops_the_server_gracefully() {
     let tmp = s.data_dir.join("tmp");
     let status = s.terminate(Duration::from_secs(30));
     assert_eq!(status.code(), Some(0));
-    for pid in children {
-        assert!(!Path::new(&format!("/proc/{pid}")).exists(), "trace process {pid} outlived the server");
+    for (pid, started) in children {
+        // The same pid with the same start time is the same process (pids get reused).
+        assert_ne!(start_time(pid), Some(started), "trace process {pid} outlived the server");
     }
     assert_eq!(std::fs::read_dir(&tmp).unwrap().count(), 0, "temporary files left in {}", tmp.display());
+}
+
+/// A process's start time (clock ticks since boot, field 22 of /proc/PID/stat), if it exists.
+fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit(')').next()?.split_whitespace().nth(19)?.parse().ok()
 }
