@@ -240,7 +240,13 @@ pub fn parse(data: &[u8]) -> Result<Pickle, ImportError> {
             return Err(r.err(at, "truncated: the pickle ends before its STOP opcode"));
         };
         r.pos += 1;
+        // Values below the last MARK belong to it: no opcode but the mark's own may take them
+        // (as in CPython's unpickler, "unpickling stack underflow").
+        let floor = marks.last().copied().unwrap_or(0);
         let pop = |stack: &mut Vec<ValueId>, r: &Reader| {
+            if stack.len() <= floor {
+                return Err(r.err(at, format!("opcode 0x{op:02x} needs a value but the stack is empty above its last MARK")));
+            }
             stack
                 .pop()
                 .ok_or_else(|| r.err(at, format!("opcode 0x{op:02x} needs a value but the stack is empty")))
@@ -265,6 +271,10 @@ pub fn parse(data: &[u8]) -> Result<Pickle, ImportError> {
                 return Ok(Pickle { values, root, protocol });
             }
             b'(' => marks.push(stack.len()),
+            // POP of a MARK with nothing above it drops the mark (CPython's load_pop).
+            b'0' if marks.last() == Some(&stack.len()) && !marks.is_empty() => {
+                marks.pop();
+            }
             b'0' => {
                 pop(&mut stack, &r)?;
             }
@@ -394,7 +404,7 @@ pub fn parse(data: &[u8]) -> Result<Pickle, ImportError> {
             }
             0x85..=0x87 => {
                 let n = (op - 0x84) as usize;
-                if stack.len() < n {
+                if stack.len() < floor + n {
                     return Err(r.err(at, format!("TUPLE{n} needs {n} values on the stack")));
                 }
                 let items = stack.split_off(stack.len() - n);
