@@ -86,6 +86,8 @@ pub struct SummaryJson<'a> {
     /// Highest device memory in use as the driver saw it (all of the process, CUDA context
     /// and libraries included), when sampled.
     pub driver_used_peak_bytes: Option<u64>,
+    /// Every device's peaks (one per rank in a merged distributed trace).
+    pub devices: Vec<shared::analysis::DevicePeak>,
 }
 
 /// Prints the `print_summary` table (or one JSON object with `json`).
@@ -102,6 +104,7 @@ pub fn print_summary(trace: &Trace, top: usize, json: bool, mut out: impl Write)
             top_layers: tops,
             reported: &trace.meta.reported,
             driver_used_peak_bytes: trace.device_samples.iter().map(|d| d.used_bytes).max(),
+            devices: shared::analysis::device_peaks(trace),
         };
         serde_json::to_writer_pretty(&mut out, &j)?;
         writeln!(out)?;
@@ -161,6 +164,19 @@ pub fn print_summary(trace: &Trace, top: usize, json: bool, mut out: impl Write)
             format_bytes(used),
             trace.device_samples.len()
         )?;
+    }
+    if trace.devices.len() > 1 {
+        for d in shared::analysis::device_peaks(trace) {
+            writeln!(
+                out,
+                "  {:<18} peak {} allocated at {}, {} reserved ({} events)",
+                d.device,
+                format_bytes(d.peak_allocated_bytes),
+                at(d.peak_time_s),
+                format_bytes(d.peak_reserved_bytes),
+                d.events
+            )?;
+        }
     }
     if trace.meta.fragmentation_tracked {
         writeln!(out, "  avg fragmentation  {:.1} %", s.avg_fragmentation * 100.0)?;
@@ -248,4 +264,16 @@ impl ProgressBar {
             self.drawn = false;
         }
     }
+}
+
+/// The rank of a trace: what a traced process recorded (`env.RANK`), else `rank<N>` in its
+/// file name.
+pub fn rank_of(trace: &Trace, path: &Path) -> Option<u32> {
+    if let Some(&r) = trace.meta.reported.get("env.RANK") {
+        return u32::try_from(r).ok();
+    }
+    let name = path.file_name()?.to_string_lossy().to_ascii_lowercase();
+    let at = name.find("rank")? + 4;
+    let digits: String = name[at..].chars().skip_while(|c| *c == '_' || *c == '-').take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
 }

@@ -86,6 +86,26 @@ enum Command {
         #[arg(long, default_value_t = 4096)]
         max_decompressed_mib: u64,
     },
+    /// Merge one trace per rank of a distributed job (snapshots, profiler traces, Memory Tracer
+    /// traces; from one node or several) into one trace with a device per rank, clocks aligned.
+    Merge {
+        /// The traces, one per rank.
+        #[arg(required = true)]
+        inputs: Vec<PathBuf>,
+        /// Output file; written atomically.
+        #[arg(short, long)]
+        output: PathBuf,
+        /// The inputs' ranks, in order. Default: the rank a traced process recorded (RANK),
+        /// else `rank<N>` in the file name, else the input's position.
+        #[arg(long, value_delimiter = ',')]
+        ranks: Option<Vec<u32>>,
+        /// native, timeline, speedscope, chrome or csv. Default: from the output file name.
+        #[arg(long)]
+        format: Option<String>,
+        /// Largest decompressed size accepted from gzip input, in MiB.
+        #[arg(long, default_value_t = 4096)]
+        max_decompressed_mib: u64,
+    },
     /// The graph profile of a trace: operator ranks, node statistics, activation liveness and
     /// the memory breakdown per rank, as CSV and JSON, with memory-vs-rank charts (PNG, SVG).
     Analyze {
@@ -585,7 +605,10 @@ fn python_trace_command(a: TraceArgs) -> anyhow::Result<()> {
     traced.sort_by_key(|p| (pyrun::rank(p).unwrap_or(u64::MAX), p.pid().unwrap_or(0)));
     let many = traced.len() > 1;
     let mut written = 0;
-    for p in traced {
+    // What to report and store at the end: the one trace, or the ranks merged.
+    let mut finals: Vec<(shared::Trace, String, PathBuf)> = Vec::new();
+    let mut ranks: Vec<shared::merge::MergeInput> = Vec::new();
+    for (k, p) in traced.into_iter().enumerate() {
         let rank = pyrun::rank(&p);
         let pid = p.pid().unwrap_or(0);
         let out = if many {
@@ -605,17 +628,46 @@ fn python_trace_command(a: TraceArgs) -> anyhow::Result<()> {
             }
         };
         let bytes = write_export(&trace, format, &out)?;
-        if a.progress_json {
-            emit(&ChildLine::Done { info: collector::serve::api::trace_info(&trace, &program, started.elapsed().as_secs_f64() * 1e3) });
-        } else if !a.quiet {
-            print_summary(&trace, a.top, false, std::io::stderr().lock()).context("cannot print the summary")?;
-        }
         eprintln!("collector: wrote {} ({}, {} events) to {}", shared::units::format_bytes(bytes), format.name(), trace.events.len(), out.display());
         written += 1;
+        if many {
+            let rank = rank.and_then(|r| u32::try_from(r).ok()).unwrap_or(k as u32);
+            ranks.push(shared::merge::MergeInput { trace, rank, label: out.display().to_string() });
+        } else {
+            finals.push((trace, program, out));
+        }
+    }
+    if ranks.len() > 1 {
+        let program = ranks[0].trace.meta.model.clone().unwrap_or_else(|| "program".into());
+        match shared::merge::merge(std::mem::take(&mut ranks)) {
+            Ok(merged) => {
+                let bytes = write_export(&merged, format, &output)?;
+                eprintln!(
+                    "collector: wrote {} ({}, {} ranks merged, {} events) to {}",
+                    shared::units::format_bytes(bytes),
+                    format.name(),
+                    merged.devices.len(),
+                    merged.events.len(),
+                    output.display()
+                );
+                finals.push((merged, program, output.clone()));
+            }
+            Err(e) => notes.push(format!("the ranks' traces could not be merged: {e}")),
+        }
+    } else if let Some(only) = ranks.pop() {
+        let program = only.trace.meta.model.clone().unwrap_or_default();
+        finals.push((only.trace, program, PathBuf::from(only.label)));
+    }
+    for (trace, program, out) in &finals {
+        if a.progress_json {
+            emit(&ChildLine::Done { info: collector::serve::api::trace_info(trace, program, started.elapsed().as_secs_f64() * 1e3) });
+        } else if !a.quiet {
+            print_summary(trace, a.top, false, std::io::stderr().lock()).context("cannot print the summary")?;
+        }
         if let Some(server) = &a.serve {
             let stored = match live.take() {
-                Some(c) => c.finish(Some(&out), ""),
-                None => pyrun::upload(server, a.serve_token.as_deref(), &out, None).map(|(_, link)| link),
+                Some(c) => c.finish(Some(out), ""),
+                None => pyrun::upload(server, a.serve_token.as_deref(), out, None).map(|(_, link)| link),
             };
             match stored {
                 Ok(link) => eprintln!("collector: stored in {server}; open {link}"),
@@ -819,6 +871,31 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             }
         }
         Command::Serve(a) => serve_command(*a)?,
+        Command::Merge {
+            inputs,
+            output,
+            ranks,
+            format,
+            max_decompressed_mib,
+        } => {
+            let format = resolve_format(format.as_deref(), &output)?;
+            if let Some(r) = ranks.as_ref().filter(|r| r.len() != inputs.len()) {
+                anyhow::bail!("--ranks gives {} ranks for {} inputs; expected one per input", r.len(), inputs.len());
+            }
+            let mut merge_inputs = Vec::new();
+            for (k, path) in inputs.iter().enumerate() {
+                let trace = load_trace(path, &import_options(max_decompressed_mib))?;
+                let rank = match &ranks {
+                    Some(r) => r[k],
+                    None => collector::commands::rank_of(&trace, path).unwrap_or(k as u32),
+                };
+                merge_inputs.push(shared::merge::MergeInput { trace, rank, label: path.display().to_string() });
+            }
+            let merged = shared::merge::merge(merge_inputs)?;
+            let bytes = write_export(&merged, format, &output)?;
+            print_summary(&merged, 5, false, std::io::stderr().lock())?;
+            eprintln!("wrote {} ({}, {} ranks, {} events) to {}", shared::units::format_bytes(bytes), format.name(), inputs.len(), merged.events.len(), output.display());
+        }
         Command::Summary {
             input,
             json,

@@ -401,6 +401,7 @@ pub fn trace_model(opts: &RunOptions, progress: &mut dyn FnMut(Progress)) -> Res
         let d = trace.device_index(shared::model::Device {
             kind: "cuda".into(),
             index: i,
+            rank: None,
         });
         trace.device_samples = samples
             .iter()

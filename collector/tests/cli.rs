@@ -124,3 +124,37 @@ fn analyze_derives_ranks_from_a_profiler_trace_and_refuses_a_snapshot_clearly() 
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("mlp_adam_3steps.pickle") && stderr.contains("no operators"), "{stderr}");
 }
+
+/// `collector merge` of one snapshot per rank: the merged summary lists every rank's device
+/// with its own peak (PyTorch's counters from facts.json), ranks from the file names.
+#[test]
+fn merge_lists_each_rank_with_its_device_and_peak() {
+    let d = tmpdir("merge");
+    let (a, b) = (d.join("job_rank0.pickle"), d.join("job_rank1.pickle"));
+    std::fs::copy(data("resnet18_sgd_2steps.pickle"), &b).unwrap();
+    std::fs::copy(data("mlp_adam_3steps.pickle"), &a).unwrap();
+    let out_path = d.join("job.mtrace.json");
+    let out = collector(&["merge".as_ref(), b.as_os_str(), a.as_os_str(), "-o".as_ref(), out_path.as_os_str()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = collector(&["summary".as_ref(), out_path.as_os_str(), "--json".as_ref()]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let devices = v["devices"].as_array().unwrap();
+    let got: Vec<(String, u64, u64)> = devices
+        .iter()
+        .map(|x| (x["device"].as_str().unwrap().to_owned(), x["rank"].as_u64().unwrap(), x["peak_allocated_bytes"].as_u64().unwrap()))
+        .collect();
+    let facts: serde_json::Value = serde_json::from_slice(&std::fs::read(data("facts.json")).unwrap()).unwrap();
+    let peak = |s: &str| facts["samples"][s]["max_allocated"].as_u64().unwrap();
+    assert_eq!(
+        got,
+        [
+            ("cuda:0 (rank 0)".to_owned(), 0, peak("mlp_adam_3steps.pickle")),
+            ("cuda:0 (rank 1)".to_owned(), 1, peak("resnet18_sgd_2steps.pickle")),
+        ]
+    );
+    let out = collector(&["merge".as_ref(), a.as_os_str(), a.as_os_str(), "-o".as_ref(), out_path.as_os_str()]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("rank 0 is given twice"));
+    let out = collector(&["merge".as_ref(), a.as_os_str(), "--ranks".as_ref(), "0,1".as_ref(), "-o".as_ref(), out_path.as_os_str()]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--ranks gives 2 ranks for 1 inputs"));
+}

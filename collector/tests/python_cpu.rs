@@ -311,3 +311,24 @@ fn serve_stores_the_trace_in_a_running_server() {
         assert!(t.is_some(), "the local trace is kept");
     }
 }
+
+/// torchrun: every rank is traced into its own file and the ranks are merged into the
+/// output, one device per rank (rank 1 trains twice the batch, so it peaks higher).
+#[test]
+fn torchrun_ranks_are_traced_and_merged() {
+    let cmd = vec![python(), "-m".into(), "torch.distributed.run".into(), "--nproc-per-node".into(), "2".into(), program("ddp_train.py")];
+    let (out, t, dir) = trace("torchrun", &[], &cmd);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let merged = t.expect("the merged trace");
+    let peaks = shared::analysis::device_peaks(&merged);
+    let ranks: Vec<(Option<u32>, &str)> = peaks.iter().map(|p| (p.rank, p.device.as_str())).collect();
+    assert_eq!(ranks, [(Some(0), "cpu:0 (rank 0)"), (Some(1), "cpu:0 (rank 1)")]);
+    for (rank, p) in peaks.iter().enumerate() {
+        let own = load_trace(&dir.join(format!("out.rank{rank}.mtrace.json")), &ImportOptions::default()).unwrap();
+        assert_eq!(p.peak_allocated_bytes, shared::analysis::summary(&own).peak_allocated_bytes, "rank {rank}");
+        assert_eq!(own.meta.reported.get("env.RANK"), Some(&(rank as u64)));
+    }
+    assert!(peaks[1].peak_allocated_bytes > peaks[0].peak_allocated_bytes);
+    assert_eq!(merged.iterations.len(), 2);
+    assert!(layer_names(&merged).iter().any(|l| l == "module.0"), "DDP's module paths");
+}

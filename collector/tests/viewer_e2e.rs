@@ -320,7 +320,7 @@ fn the_served_viewer_follows_a_live_trace() {
     // Trace through the page's form.
     b.exec(
         "document.getElementById('srv-model').value = 'resnet18';
-         document.getElementById('srv-shape').value = '3,64,64';
+         document.getElementById('srv-shape').value = '2,3,64,64';
          document.getElementById('srv-batch').value = '2';
          document.getElementById('srv-iterations').value = '8';",
         json!([]),

@@ -10,6 +10,7 @@ pub mod explore;
 pub mod hash;
 pub mod export;
 pub mod import;
+pub mod merge;
 pub mod model;
 pub mod units;
 

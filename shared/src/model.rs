@@ -200,14 +200,22 @@ pub struct Device {
     /// `cuda`, `cpu`, or what the source says.
     pub kind: String,
     pub index: i32,
+    /// The process's rank in a distributed job (traces merged by `shared::merge`), so that
+    /// two ranks' `cuda:0` on different hosts stay two devices.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rank: Option<u32>,
 }
 
 impl std::fmt::Display for Device {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         if self.index < 0 {
-            write!(f, "{}", self.kind)
+            write!(f, "{}", self.kind)?;
         } else {
-            write!(f, "{}:{}", self.kind, self.index)
+            write!(f, "{}:{}", self.kind, self.index)?;
+        }
+        match self.rank {
+            Some(r) => write!(f, " (rank {r})"),
+            None => Ok(()),
         }
     }
 }

@@ -35,6 +35,7 @@ impl Builder {
         trace.device_index(Device {
             kind: "cpu".into(),
             index: 0,
+            rank: None,
         });
         Self {
             trace,

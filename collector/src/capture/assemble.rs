@@ -47,14 +47,17 @@ fn device_of(device_type: i8, index: i8) -> Device {
         1 => Device {
             kind: "cuda".into(),
             index: i32::from(index.max(0)),
+            rank: None,
         },
         0 => Device {
             kind: "cpu".into(),
             index: 0,
+            rank: None,
         },
         other => Device {
             kind: format!("device_type_{other}"),
             index: i32::from(index.max(0)),
+            rank: None,
         },
     }
 }

@@ -179,6 +179,7 @@ impl Session {
             Device {
                 kind: "cpu".into(),
                 index: 0,
+                rank: None,
             },
             Totals::default(),
         )];
@@ -188,6 +189,7 @@ impl Session {
                     Device {
                         kind: "cuda".into(),
                         index: i32::from(dev),
+                        rank: None,
                     },
                     Totals {
                         allocated_bytes: stats.allocated_current,

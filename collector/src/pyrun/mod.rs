@@ -489,14 +489,14 @@ pub fn build_trace(mut p: ProcessStream, opts: &PyOptions) -> Result<Trace, Stri
         num_ooms: stat("num_ooms"),
     });
     let base_totals = match cuda_index {
-        None => vec![(Device { kind: "cpu".into(), index: 0 }, Totals::default())],
+        None => vec![(Device { kind: "cpu".into(), index: 0, rank: None }, Totals::default())],
         Some(i) => {
             let base = hello.get("base_totals").and_then(Value::as_array).and_then(|b| {
                 b.iter().find(|d| d.get("device").and_then(Value::as_i64) == Some(i64::from(i)))
             });
             let g = |k: &str| base.and_then(|b| b.get(k)).and_then(Value::as_u64).unwrap_or(0);
             vec![(
-                Device { kind: "cuda".into(), index: i32::from(i) },
+                Device { kind: "cuda".into(), index: i32::from(i), rank: None },
                 Totals { allocated_bytes: g("allocated"), reserved_bytes: g("reserved") },
             )]
         }

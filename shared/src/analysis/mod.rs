@@ -447,6 +447,51 @@ pub fn allocated_peak(trace: &Trace) -> AllocatedPeak {
     best
 }
 
+/// One device's peaks (every device of a merged multi-rank trace has its own).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DevicePeak {
+    /// `cuda:0`, `cuda:0 (rank 1)`.
+    pub device: String,
+    pub rank: Option<u32>,
+    pub peak_allocated_bytes: u64,
+    pub peak_reserved_bytes: u64,
+    /// Seconds since trace start at which `peak_allocated_bytes` was first reached.
+    pub peak_time_s: f64,
+    pub events: usize,
+}
+
+/// The peaks of every device, in device order (memory from before the first event counts).
+pub fn device_peaks(trace: &Trace) -> Vec<DevicePeak> {
+    let mut out: Vec<DevicePeak> = trace
+        .devices
+        .iter()
+        .enumerate()
+        .map(|(k, d)| {
+            let base = trace.events.base_totals.get(k).copied().unwrap_or_default();
+            DevicePeak {
+                device: d.to_string(),
+                rank: d.rank,
+                peak_allocated_bytes: base.allocated_bytes,
+                peak_reserved_bytes: base.reserved_bytes,
+                peak_time_s: 0.0,
+                events: 0,
+            }
+        })
+        .collect();
+    let mut cur = trace.events.cursor();
+    for i in 0..trace.events.len() {
+        let t = cur.advance();
+        let Some(p) = out.get_mut(trace.events.device[i] as usize) else { continue };
+        p.events += 1;
+        if t.allocated_bytes > p.peak_allocated_bytes {
+            p.peak_allocated_bytes = t.allocated_bytes;
+            p.peak_time_s = trace.events.ts_ns[i] as f64 / 1e9;
+        }
+        p.peak_reserved_bytes = p.peak_reserved_bytes.max(t.reserved_bytes);
+    }
+    out
+}
+
 /// The device whose allocated bytes peak highest.
 pub fn peak_device(trace: &Trace) -> u8 {
     allocated_peak(trace).device
@@ -501,7 +546,7 @@ mod tests {
 
     fn small_trace() -> Trace {
         let mut t = Trace::new(TraceMeta::new(SourceFormat::MemoryTracer));
-        let d = t.device_index(Device { kind: "cuda".into(), index: 0 });
+        let d = t.device_index(Device { kind: "cuda".into(), index: 0, rank: None });
         let s = t.stream_index("default");
         let l1 = t.strings.intern("layer1");
         let l2 = t.strings.intern("layer2");

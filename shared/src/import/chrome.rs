@@ -380,6 +380,7 @@ pub fn import(data: &[u8]) -> Result<Trace, ImportError> {
                 let d = trace.device_index(Device {
                     kind: kind.into(),
                     index: if dtype == 0 { -1 } else { did as i32 },
+                    rank: None,
                 });
                 devices.insert((dtype, did), d);
                 d

@@ -442,6 +442,7 @@ pub fn import(data: &[u8]) -> Result<Trace, ImportError> {
             trace.device_index(Device {
                 kind: "cuda".into(),
                 index: d as i32,
+                rank: None,
             });
         }
     }
