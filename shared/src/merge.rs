@@ -99,11 +99,23 @@ pub fn merge(mut inputs: Vec<MergeInput>) -> Result<Trace, MergeError> {
     for input in &inputs {
         let t = &input.trace;
         let strings: Vec<StrId> = (0..t.strings.len()).map(|k| out.strings.intern(t.str(StrId(k as u32)))).collect();
+        // A rank's snapshot lists every device of its host; only those it used come along.
+        let used: Vec<bool> = (0..t.devices.len())
+            .map(|k| {
+                t.events.device.contains(&(k as u8))
+                    || t.events.base_totals.get(k).is_some_and(|b| *b != Totals::default())
+                    || t.initial_segments.iter().any(|s| s.device as usize == k)
+                    || t.device_samples.iter().any(|s| s.device as usize == k)
+            })
+            .collect();
         let devices: Vec<u8> = t
             .devices
             .iter()
             .enumerate()
             .map(|(k, d)| {
+                if !used[k] {
+                    return u8::MAX;
+                }
                 let nd = out.device_index(Device { kind: d.kind.clone(), index: d.index, rank: Some(input.rank) });
                 out.events.set_base_totals(nd as usize, t.events.base_totals.get(k).copied().unwrap_or_default());
                 nd

@@ -25,9 +25,13 @@ fn load(name: &str) -> Trace {
 const SAMPLES: [&str; 2] = ["resnet18_sgd_2steps.pickle", "mlp_adam_3steps.pickle"];
 
 fn inputs() -> Vec<MergeInput> {
+    // A rank's snapshot lists every device of its host, used or not (here rank 1 also lists
+    // cuda:1, which it never touched): only used devices come along.
+    let mut rank1 = load(SAMPLES[1]);
+    rank1.device_index(shared::model::Device { kind: "cuda".into(), index: 1, rank: None });
     // Given out of order: the merge sorts by rank.
     vec![
-        MergeInput { trace: load(SAMPLES[1]), rank: 1, label: SAMPLES[1].into() },
+        MergeInput { trace: rank1, rank: 1, label: SAMPLES[1].into() },
         MergeInput { trace: load(SAMPLES[0]), rank: 0, label: SAMPLES[0].into() },
     ]
 }

@@ -5,13 +5,14 @@
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 collector=$1
-out=$2
+final=$2
+out=/tmp/mt-ddp
 venv=${TORCH_VENV:-/opt/torch/.venv}
 sp=$(echo "$venv"/lib/python3*/site-packages)
 export LD_LIBRARY_PATH="$sp/torch/lib:$sp/nvidia/cu13/lib:$sp/nvidia/cudnn/lib:$sp/nvidia/nccl/lib:$sp/nvidia/cusparselt/lib:$sp/nvidia/nvshmem/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export NCCL_NVLS_ENABLE=0
-mkdir -p "$out"
-for mode in ddp fsdp2; do
+mkdir -p "$out" "$final"
+for mode in ${MODES:-ddp fsdp2}; do
   "$venv/bin/python" -m torch.distributed.run --nproc-per-node 2 "$here/ddp_snapshots.py" $mode "$out" > "$out/$mode.snapshots.log" 2>&1
   grep '^RESULT' "$out/$mode.snapshots.log" > "$out/$mode.facts.jsonl"
   for r in 0 1; do "$collector" summary "$out/${mode}_rank$r.pickle" --json > "$out/${mode}_rank$r.summary.json" 2>>"$out/$mode.import.log"; done
@@ -22,19 +23,30 @@ for mode in ddp fsdp2; do
   "$collector" summary "/tmp/$mode.traced.mtrace.json" --json > "$out/$mode.traced.summary.json"
   rm -f "$out"/${mode}_rank*.pickle
 done
-"$venv/bin/python" - "$out" <<'PY'
+"$venv/bin/python" - "$out" "${MODES:-ddp fsdp2}" <<'PY' | tee "$final/ddp_results.txt"
 import json, sys, os
 out = sys.argv[1]
-for mode in ("ddp", "fsdp2"):
-    facts = {json.loads(l[7:])["rank"]: json.loads(l[7:]) for l in open(os.path.join(out, f"{mode}.facts.jsonl"))}
-    traced_facts = {json.loads(l[7:])["rank"]: json.loads(l[7:]) for l in open(os.path.join(out, f"{mode}.traced.facts.jsonl"))}
+
+def results(path):
+    # Ranks print concurrently: one line may hold two RESULT objects.
+    text = open(path).read()
+    found = [json.loads(part.strip().splitlines()[0]) for part in text.split("RESULT ")[1:]]
+    return {r["rank"]: r for r in found}
+
+for mode in sys.argv[2].split():
+    facts = results(os.path.join(out, f"{mode}.facts.jsonl"))
+    traced_facts = results(os.path.join(out, f"{mode}.traced.facts.jsonl"))
     for r in (0, 1):
         s = json.load(open(os.path.join(out, f"{mode}_rank{r}.summary.json")))
         print(mode, "snapshot rank", r, "trace peak", s["peak_allocated_bytes"], "torch", facts[r]["max_memory_allocated"], "diff", s["peak_allocated_bytes"] - facts[r]["max_memory_allocated"])
     m = json.load(open(os.path.join(out, f"{mode}.merged.summary.json")))
     print(mode, "merged devices", [(d["device"], d["peak_allocated_bytes"]) for d in m["devices"]])
+    for r in (0, 1):
+        s = json.load(open(os.path.join(out, f"{mode}_rank{r}.summary.json")))
+        print(mode, "snapshot rank", r, "reserved", s["peak_reserved_bytes"], "torch", facts[r]["max_memory_reserved"], "warnings", s["warnings"][:2])
     t = json.load(open(os.path.join(out, f"{mode}.traced.summary.json")))
     for d in t["devices"]:
         r = d["rank"]
         print(mode, "traced", d["device"], "peak", d["peak_allocated_bytes"], "torch", traced_facts[r]["max_memory_allocated"], "diff", d["peak_allocated_bytes"] - traced_facts[r]["max_memory_allocated"])
 PY
+cat "$out"/*.import.log > "$final/ddp_import.log" 2>/dev/null
