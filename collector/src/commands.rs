@@ -88,6 +88,8 @@ pub struct SummaryJson<'a> {
     pub driver_used_peak_bytes: Option<u64>,
     /// Every device's peaks (one per rank in a merged distributed trace).
     pub devices: Vec<shared::analysis::DevicePeak>,
+    /// Growth across iterations and what never gets freed.
+    pub leaks: shared::analysis::leaks::LeakReport,
 }
 
 /// Prints the `print_summary` table (or one JSON object with `json`).
@@ -105,6 +107,7 @@ pub fn print_summary(trace: &Trace, top: usize, json: bool, mut out: impl Write)
             reported: &trace.meta.reported,
             driver_used_peak_bytes: trace.device_samples.iter().map(|d| d.used_bytes).max(),
             devices: shared::analysis::device_peaks(trace),
+            leaks: shared::analysis::leaks::leaks(trace, 5),
         };
         serde_json::to_writer_pretty(&mut out, &j)?;
         writeln!(out)?;
@@ -164,6 +167,15 @@ pub fn print_summary(trace: &Trace, top: usize, json: bool, mut out: impl Write)
             format_bytes(used),
             trace.device_samples.len()
         )?;
+    }
+    let leaks = shared::analysis::leaks::leaks(trace, 3);
+    if leaks.iterations >= 3 {
+        writeln!(out, "  leaks              {}", leaks.verdict)?;
+        if leaks.leaking {
+            if let Some(g) = leaks.survivors.first() {
+                writeln!(out, "                     most in {} ({} per iteration); see `collector leaks`", g.layer, format_bytes(g.bytes_per_iteration as u64))?;
+            }
+        }
     }
     if trace.devices.len() > 1 {
         for d in shared::analysis::device_peaks(trace) {
@@ -276,4 +288,30 @@ pub fn rank_of(trace: &Trace, path: &Path) -> Option<u32> {
     let at = name.find("rank")? + 4;
     let digits: String = name[at..].chars().skip_while(|c| *c == '_' || *c == '-').take_while(char::is_ascii_digit).collect();
     digits.parse().ok()
+}
+
+/// The leak report as text.
+pub fn print_leaks(r: &shared::analysis::leaks::LeakReport, mut out: impl Write) -> anyhow::Result<()> {
+    writeln!(out, "Leaks on {} ({} iterations from {}, {} as warm-up)", r.device, r.iterations, r.iterations_from, r.warmup)?;
+    writeln!(out, "  {}", r.verdict)?;
+    if !r.allocated_at_end_bytes.is_empty() {
+        let ends: Vec<String> = r.allocated_at_end_bytes.iter().map(|&b| format_bytes(b)).collect();
+        writeln!(out, "  allocated at iteration ends: {}", ends.join(", "))?;
+    }
+    if !r.survivors.is_empty() {
+        writeln!(out, "  never freed, born after warm-up (layer, frame: bytes in allocations over iterations):")?;
+        for g in &r.survivors {
+            writeln!(
+                out,
+                "    {}{}: {} in {} over {} iteration(s), {} per iteration",
+                g.layer,
+                g.frame.as_deref().map(|f| format!(" at {f}")).unwrap_or_default(),
+                format_bytes(g.bytes),
+                g.allocations,
+                g.iterations,
+                format_bytes(g.bytes_per_iteration as u64)
+            )?;
+        }
+    }
+    Ok(())
 }

@@ -86,6 +86,22 @@ enum Command {
         #[arg(long, default_value_t = 4096)]
         max_decompressed_mib: u64,
     },
+    /// Leaks across iterations: steady growth of allocated memory from one iteration's end to
+    /// the next after warm-up, and the allocations born after it that are never freed, by
+    /// layer and innermost frame.
+    Leaks {
+        /// Input trace file (any format).
+        input: PathBuf,
+        /// One JSON object.
+        #[arg(long)]
+        json: bool,
+        /// How many groups of never-freed allocations to list.
+        #[arg(long, default_value_t = 10)]
+        top: usize,
+        /// Largest decompressed size accepted from gzip input, in MiB.
+        #[arg(long, default_value_t = 4096)]
+        max_decompressed_mib: u64,
+    },
     /// Merge one trace per rank of a distributed job (snapshots, profiler traces, Memory Tracer
     /// traces; from one node or several) into one trace with a device per rank, clocks aligned.
     Merge {
@@ -871,6 +887,20 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             }
         }
         Command::Serve(a) => serve_command(*a)?,
+        Command::Leaks {
+            input,
+            json,
+            top,
+            max_decompressed_mib,
+        } => {
+            let trace = load_trace(&input, &import_options(max_decompressed_mib))?;
+            let r = shared::analysis::leaks::leaks(&trace, top);
+            if json {
+                println!("{}", serde_json::to_string_pretty(&r)?);
+            } else {
+                collector::commands::print_leaks(&r, std::io::stdout().lock())?;
+            }
+        }
         Command::Merge {
             inputs,
             output,

@@ -332,3 +332,24 @@ fn torchrun_ranks_are_traced_and_merged() {
     assert_eq!(merged.iterations.len(), 2);
     assert!(layer_names(&merged).iter().any(|l| l == "module.0"), "DDP's module paths");
 }
+
+/// A module that keeps a 128 KiB copy of its input every step: `collector leaks` finds the
+/// steady growth and names the module; a training loop without one finds none.
+#[test]
+fn leaks_are_found_and_named_and_clean_loops_are_clean() {
+    let (out, t, dir) = trace("leaky", &[], &py("leaky.py", &[]));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let t = t.expect("a trace");
+    let r = shared::analysis::leaks::leaks(&t, 5);
+    assert_eq!((r.iterations, r.warmup), (6, 1));
+    assert!(r.leaking, "{}", r.verdict);
+    assert_eq!(r.growth_per_iteration_bytes, 128 * 256 * 4, "{:?}", r.allocated_at_end_bytes);
+    let top = &r.survivors[0];
+    assert_eq!((top.layer.as_str(), top.iterations, top.bytes_per_iteration as u64), ("2", 5, 128 * 256 * 4), "{:?}", r.survivors);
+    let cli = collector(&dir).args(["leaks"]).arg(dir.join("out.mtrace.json")).output().unwrap();
+    assert!(text(&cli.stdout).contains("leak: allocated memory grows by 128.00 KiB per iteration"), "{}", text(&cli.stdout));
+
+    let (_, t, _) = trace("not_leaky", &[], &py("resnet18_train.py", &["--iters", "4"]));
+    let r = shared::analysis::leaks::leaks(&t.expect("a trace"), 5);
+    assert!(!r.leaking && r.verdict.starts_with("no steady growth"), "{}", r.verdict);
+}

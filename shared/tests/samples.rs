@@ -146,3 +146,18 @@ fn dftracer_spans_resolve_hashes_and_phases() {
     assert!(names.iter().any(|n| n.starts_with("POSIX:read [/tmp/dftrun/data/shard")), "{names:?}");
     assert_eq!(trace.events.len(), 0);
 }
+
+/// Leak detection on real snapshots: iterations come from the `Optimizer.step` annotations;
+/// 3 Adam steps hold allocated memory flat (no leak), 2 SGD steps are too few to tell.
+#[test]
+fn snapshots_leak_nothing_and_say_so() {
+    let t = shared::import(&data("mlp_adam_3steps.pickle"), &shared::ImportOptions::default()).unwrap();
+    let r = shared::analysis::leaks::leaks(&t, 5);
+    assert_eq!((r.iterations, r.iterations_from.as_str(), r.warmup), (3, "optimizer steps", 1));
+    assert!(!r.leaking);
+    assert_eq!(r.growth_per_iteration_bytes, 0);
+    assert!(r.verdict.starts_with("no steady growth"), "{}", r.verdict);
+    let t = shared::import(&data("resnet18_sgd_2steps.pickle"), &shared::ImportOptions::default()).unwrap();
+    let r = shared::analysis::leaks::leaks(&t, 5);
+    assert!(r.verdict.starts_with("not enough iterations to tell (2 found"), "{}", r.verdict);
+}

@@ -4,6 +4,7 @@
 //! batch-size sweep results.
 
 pub mod flame;
+pub mod leaks;
 pub mod profile;
 pub mod sweep;
 

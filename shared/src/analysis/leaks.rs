@@ -1,0 +1,191 @@
+//! Leak detection across iterations: does allocated memory grow from one iteration's end to
+//! the next once the first iteration has warmed the caches up, and which allocations, born
+//! after warm-up and never freed, make the growth (grouped by layer and innermost frame)?
+//!
+//! Iterations come from the trace's iteration marks (native capture: optimizer steps or
+//! `--iteration-marker`), else from `Optimizer.step` / `optimizer.step` scopes (snapshot
+//! annotations): each ends when a step ends.
+
+use crate::hash::FastMap;
+use crate::model::{EventType, Trace};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// What `leaks` found.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LeakReport {
+    /// Where the iterations came from (`iteration marks`, `optimizer steps`) or why there are
+    /// none.
+    pub iterations_from: String,
+    pub iterations: usize,
+    /// Leading iterations left out (the first one fills the allocator's cache and creates
+    /// gradients and optimizer state).
+    pub warmup: usize,
+    /// The device analysed (the peak's).
+    pub device: String,
+    /// Allocated bytes at the end of each iteration.
+    pub allocated_at_end_bytes: Vec<u64>,
+    /// Median growth from one iteration's end to the next, after warm-up.
+    pub growth_per_iteration_bytes: i64,
+    /// Iterations after warm-up whose growth is that median's (within 5 % or 4 KiB).
+    pub agreeing: usize,
+    /// Growths measured after warm-up.
+    pub compared: usize,
+    pub leaking: bool,
+    /// Allocations born after warm-up and alive at the trace's end, largest first.
+    pub survivors: Vec<LeakGroup>,
+    pub verdict: String,
+}
+
+/// Never-freed allocations of one layer and frame.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LeakGroup {
+    pub layer: String,
+    /// The innermost stack frame, when the trace has stacks.
+    pub frame: Option<String>,
+    pub bytes: u64,
+    pub allocations: usize,
+    /// Iterations (after warm-up) it grew in, and bytes per such iteration.
+    pub iterations: usize,
+    pub bytes_per_iteration: f64,
+}
+
+/// Iteration spans (start, end) in trace time and where they came from.
+pub fn iteration_spans(trace: &Trace) -> (Vec<(u64, u64)>, &'static str) {
+    if !trace.iterations.is_empty() {
+        let mut spans: Vec<(u64, u64)> = trace.iterations.iter().map(|i| (i.start_ns, i.end_ns)).collect();
+        spans.sort_unstable();
+        return (spans, "iteration marks");
+    }
+    let mut ends: Vec<u64> = trace
+        .scopes
+        .iter()
+        .filter(|s| {
+            let n = trace.str(s.name);
+            n.starts_with("Optimizer.step") || (n.starts_with("optimizer") && n.ends_with(".step") && s.depth == 0)
+        })
+        .map(|s| s.end_ns)
+        .collect();
+    ends.sort_unstable();
+    ends.dedup();
+    let mut start = trace.events.ts_ns.first().copied().unwrap_or(0);
+    let spans = ends
+        .into_iter()
+        .map(|e| {
+            let s = (start, e);
+            start = e;
+            s
+        })
+        .collect::<Vec<_>>();
+    let from = if spans.is_empty() { "none (no iteration marks or optimizer steps)" } else { "optimizer steps" };
+    (spans, from)
+}
+
+/// Finds steady growth across iterations and what causes it.
+pub fn leaks(trace: &Trace, top: usize) -> LeakReport {
+    let (spans, from) = iteration_spans(trace);
+    let device = super::peak_device(trace);
+    let device_name = trace.devices.get(device as usize).map(|d| d.to_string()).unwrap_or_default();
+    let n = spans.len();
+    let warmup = usize::from(n >= 3);
+    let ev = &trace.events;
+
+    // Allocated at each iteration's end, and the allocations never freed (with their birth).
+    let mut at_end = vec![0u64; n];
+    let mut allocated = ev.base_totals.get(device as usize).map_or(0, |t| t.allocated_bytes);
+    let mut live: FastMap<u64, usize> = FastMap::default();
+    let mut cur = ev.cursor();
+    let mut next_end = 0;
+    for i in 0..ev.len() {
+        let t = cur.advance();
+        if ev.device[i] != device {
+            continue;
+        }
+        while next_end < n && spans[next_end].1 < ev.ts_ns[i] {
+            at_end[next_end] = allocated;
+            next_end += 1;
+        }
+        allocated = t.allocated_bytes;
+        match ev.event_type(i) {
+            EventType::Alloc => {
+                live.insert(ev.address[i], i);
+            }
+            EventType::Free => {
+                live.remove(&ev.address[i]);
+            }
+            _ => {}
+        }
+    }
+    while next_end < n {
+        at_end[next_end] = allocated;
+        next_end += 1;
+    }
+
+    let growths: Vec<i64> = (warmup + 1..n).map(|k| at_end[k] as i64 - at_end[k - 1] as i64).collect();
+    let growth = {
+        let mut g = growths.clone();
+        g.sort_unstable();
+        g.get(g.len() / 2).copied().unwrap_or(0)
+    };
+    let close = |g: i64| (g - growth).unsigned_abs() <= (growth.unsigned_abs() / 20).max(4096);
+    let agreeing = growths.iter().filter(|&&g| close(g)).count();
+
+    // Survivors born after warm-up, by (layer, innermost frame).
+    let iteration_of = |ts: u64| spans.partition_point(|s| s.1 < ts);
+    let mut groups: BTreeMap<(String, Option<String>), (u64, usize, std::collections::BTreeSet<usize>)> = BTreeMap::new();
+    for &i in live.values() {
+        let k = iteration_of(ev.ts_ns[i]);
+        if k < warmup || k >= n {
+            continue;
+        }
+        let layer = trace.str(ev.layer[i]).to_owned();
+        let layer = if layer.is_empty() { "unattributed".to_owned() } else { layer };
+        let frame = trace.stacks.stack_of_event(i).and_then(|s| trace.stacks.stack(s).next()).map(|f| format!("{}:{} {}", trace.str(f.filename), f.line, trace.str(f.name)));
+        let g = groups.entry((layer, frame)).or_default();
+        g.0 += ev.size_bytes[i];
+        g.1 += 1;
+        g.2.insert(k);
+    }
+    let mut survivors: Vec<LeakGroup> = groups
+        .into_iter()
+        .map(|((layer, frame), (bytes, allocations, its))| LeakGroup {
+            layer,
+            frame,
+            bytes,
+            allocations,
+            iterations: its.len(),
+            bytes_per_iteration: bytes as f64 / its.len().max(1) as f64,
+        })
+        .collect();
+    // Groups that grew in most iterations first: a steady leak shows in every one.
+    survivors.sort_by(|a, b| b.iterations.cmp(&a.iterations).then(b.bytes.cmp(&a.bytes)));
+    survivors.truncate(top);
+
+    let compared = growths.len();
+    let leaking = growth > 0 && compared >= 2 && agreeing * 2 > compared;
+    let fmt = |b: i64| format!("{}{}", if b < 0 { "-" } else { "" }, crate::units::format_bytes(b.unsigned_abs()));
+    let verdict = if n < 3 {
+        format!("not enough iterations to tell ({n} found from {from}; leaks need 3 or more)")
+    } else if leaking {
+        format!(
+            "leak: allocated memory grows by {} per iteration ({agreeing} of {compared} iterations after warm-up agree)",
+            fmt(growth)
+        )
+    } else {
+        let spread = growths.iter().map(|g| g.unsigned_abs()).max().unwrap_or(0);
+        format!("no steady growth: allocated memory at iteration ends moves by at most {} after warm-up", crate::units::format_bytes(spread))
+    };
+    LeakReport {
+        iterations_from: from.to_owned(),
+        iterations: n,
+        warmup,
+        device: device_name,
+        allocated_at_end_bytes: at_end,
+        growth_per_iteration_bytes: growth,
+        agreeing,
+        compared,
+        leaking,
+        survivors,
+        verdict,
+    }
+}
