@@ -233,6 +233,7 @@ fn api_contract_on_cpu() {
         "/api/trace/live/{trace_id}",
         "/api/trace/{trace_id}",
         "/api/trace/{trace_id}/events",
+        "/api/trace/{trace_id}/leaks",
     ]
     .map(String::from)
     .into();
@@ -652,4 +653,17 @@ fn sigterm_stops_the_server_gracefully() {
 fn start_time(pid: u32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     stat.rsplit(')').next()?.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// `GET /api/trace/{id}/leaks` answers what `collector leaks --json` says.
+#[test]
+fn leaks_of_a_stored_trace() {
+    let s = Server::start(&scratch("leaks_api"), &[]);
+    let (code, stored) = s.post_bytes("/api/trace/upload?filename=mlp.pickle", &std::fs::read(data("mlp_adam_3steps.pickle")).unwrap());
+    assert_eq!(code, 200, "{stored}");
+    let (code, r) = s.get_json(&format!("/api/trace/{}/leaks", stored["trace_id"].as_str().unwrap()));
+    assert_eq!(code, 200, "{r}");
+    assert_eq!((r["iterations"].as_u64(), r["leaking"].as_bool()), (Some(3), Some(false)), "{r}");
+    assert!(r["verdict"].as_str().unwrap().starts_with("no steady growth"));
+    assert_eq!(s.get("/api/trace/trace_404/leaks").0, 404);
 }

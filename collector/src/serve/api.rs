@@ -210,6 +210,21 @@ pub struct LiveAccepted {
     pub status: String,
 }
 
+/// `GET /api/trace/{trace_id}/leaks`: growth of allocated memory across iterations after
+/// warm-up and the allocations never freed, by layer and frame (`collector leaks --json`).
+#[utoipa::path(get, path = "/api/trace/{trace_id}/leaks", tag = "traces", params(("trace_id" = String, Path)),
+    responses((status = 200, description = "The leak report, as `collector leaks --json`"), (status = 404, body = ErrorBody)))]
+pub async fn leaks(State(state): State<Arc<AppState>>, Path(trace_id): Path<String>) -> Result<axum::Json<shared::analysis::leaks::LeakReport>, ApiError> {
+    let stored = state.store.get(&trace_id).ok_or_else(|| ApiError::trace_not_found(&trace_id))?;
+    let st = state.clone();
+    let report = blocking(move || -> Result<_, ApiError> {
+        let trace = st.load(&stored)?;
+        Ok(shared::analysis::leaks::leaks(&trace, 20))
+    })
+    .await?;
+    Ok(axum::Json(report))
+}
+
 /// The most memory points one live line may carry.
 pub const MAX_LIVE_POINTS: usize = 1024;
 

@@ -24,6 +24,7 @@ use utoipa::OpenApi;
         api::live_start,
         api::live_event,
         api::events,
+        api::leaks,
         api::jobs,
     ),
     components(schemas(ErrorBody)),
