@@ -130,6 +130,10 @@ fn check_views(b: &Browser, path: &Path) {
     let s = summary(&trace);
     let text = b.exec("return document.querySelector('#summary').innerText", json!([]));
     assert!(text.as_str().unwrap().contains(&format_bytes(s.peak_allocated_bytes)), "{name}: summary lacks the peak: {text}");
+    // The leak verdict is the native one.
+    let leaks = shared::analysis::leaks::leaks(&trace, 8);
+    let shown = b.exec("return document.querySelector('#leaks').innerText", json!([]));
+    assert!(shown.as_str().unwrap().contains(&leaks.verdict), "{name}: leaks section says {shown}, expected {}", leaks.verdict);
     // The layer table has exactly the native rows, in the native order, with the native peaks.
     let want = native_layer_order(&trace);
     let names = column(b, "#layer-table", 0);

@@ -38,6 +38,10 @@ pub struct Overview {
     pub has_device_samples: bool,
     /// Rank curves to overlay (a sweep); empty for a trace.
     pub curves: Vec<Curve>,
+    /// Every device's peaks (one per rank of a merged distributed trace).
+    pub devices: Vec<analysis::DevicePeak>,
+    /// Growth across iterations and what is never freed.
+    pub leaks: analysis::leaks::LeakReport,
 }
 
 /// A labelled stretch of time, seconds since trace start.
@@ -379,6 +383,8 @@ fn overview_of(trace: &Trace, device: u8, file_name: &str, file_bytes: u64, prog
         has_segments: analysis::has_segments(trace),
         has_device_samples: !trace.device_samples.is_empty(),
         curves: Vec::new(),
+        devices: analysis::device_peaks(trace),
+        leaks: analysis::leaks::leaks(trace, 8),
     }
 }
 

@@ -159,6 +159,8 @@ fn SummarySection(overview: Arc<Overview>) -> impl IntoView {
         ("Duration", format_seconds(s.duration_s)),
     ];
     let warnings = overview.profile.as_ref().map(|p| p.warnings.clone()).unwrap_or_default();
+    let devices = (overview.devices.len() > 1).then(|| overview.devices.clone());
+    let leaks = overview.leaks.clone();
     view! {
         <section class="card" id="summary">
             <h2>{overview.file_name.clone()}</h2>
@@ -172,6 +174,45 @@ fn SummarySection(overview: Arc<Overview>) -> impl IntoView {
                 <p class="warning">{format!("{} events were dropped by the recorder: totals after them come from the allocator's own counters, but per-layer counts are incomplete.", s.dropped_events)}</p>
             })}
             {warnings.into_iter().map(|w| view! { <p class="warning">{w}</p> }).collect_view()}
+            {devices.map(|ds| view! {
+                <h3>"Devices"</h3>
+                <table id="devices" class="data">
+                    <thead><tr><th>"device"</th><th>"peak allocated"</th><th>"at"</th><th>"peak reserved"</th><th>"events"</th></tr></thead>
+                    <tbody>
+                        {ds.into_iter().map(|d| view! {
+                            <tr>
+                                <td>{d.device}</td>
+                                <td>{format_bytes(d.peak_allocated_bytes)}</td>
+                                <td>{format_seconds(d.peak_time_s)}</td>
+                                <td>{format_bytes(d.peak_reserved_bytes)}</td>
+                                <td>{d.events.to_string()}</td>
+                            </tr>
+                        }).collect_view()}
+                    </tbody>
+                </table>
+            })}
+            <div id="leaks">
+                <h3>"Leaks"</h3>
+                <p class=if leaks.leaking { "warning" } else { "sub" }>
+                    {format!("{} ({} iterations from {}, {} as warm-up)", leaks.verdict, leaks.iterations, leaks.iterations_from, leaks.warmup)}
+                </p>
+                {(leaks.leaking && !leaks.survivors.is_empty()).then(|| view! {
+                    <table class="data">
+                        <thead><tr><th>"never freed in"</th><th>"frame"</th><th>"bytes"</th><th>"per iteration"</th><th>"iterations"</th></tr></thead>
+                        <tbody>
+                            {leaks.survivors.clone().into_iter().map(|g| view! {
+                                <tr>
+                                    <td>{g.layer}</td>
+                                    <td>{g.frame.unwrap_or_default()}</td>
+                                    <td>{format_bytes(g.bytes)}</td>
+                                    <td>{format_bytes(g.bytes_per_iteration as u64)}</td>
+                                    <td>{g.iterations.to_string()}</td>
+                                </tr>
+                            }).collect_view()}
+                        </tbody>
+                    </table>
+                })}
+            </div>
         </section>
     }
 }
