@@ -89,19 +89,7 @@ enum Command {
     /// Leaks across iterations: steady growth of allocated memory from one iteration's end to
     /// the next after warm-up, and the allocations born after it that are never freed, by
     /// layer and innermost frame.
-    Leaks {
-        /// Input trace file (any format).
-        input: PathBuf,
-        /// One JSON object.
-        #[arg(long)]
-        json: bool,
-        /// How many groups of never-freed allocations to list.
-        #[arg(long, default_value_t = 10)]
-        top: usize,
-        /// Largest decompressed size accepted from gzip input, in MiB.
-        #[arg(long, default_value_t = 4096)]
-        max_decompressed_mib: u64,
-    },
+    Leaks(Report),
     /// Merge one trace per rank of a distributed job (snapshots, profiler traces, Memory Tracer
     /// traces; from one node or several) into one trace with a device per rank, clocks aligned.
     Merge {
@@ -160,19 +148,7 @@ enum Command {
     /// Serve the tracing API, the trace store and the viewer: open the printed URL.
     Serve(Box<ServeArgs>),
     /// Print peak memory, fragmentation and the top layers of a trace.
-    Summary {
-        /// Input trace file.
-        input: PathBuf,
-        /// Print one JSON object instead of a table.
-        #[arg(long)]
-        json: bool,
-        /// How many layers to list.
-        #[arg(long, default_value_t = 10)]
-        top: usize,
-        /// Largest decompressed size accepted from gzip input, in MiB.
-        #[arg(long, default_value_t = 4096)]
-        max_decompressed_mib: u64,
-    },
+    Summary(Report),
 }
 
 /// `collector serve` options.
@@ -290,6 +266,22 @@ fn serve_command(a: ServeArgs) -> anyhow::Result<()> {
             }
         }
     }))
+}
+
+/// A trace to read and how to print what is found (`summary`, `leaks`).
+#[derive(clap::Args)]
+struct Report {
+    /// Input trace file (any format).
+    input: PathBuf,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// How many rows (layers, groups of never-freed allocations) to list.
+    #[arg(long, default_value_t = 10)]
+    top: usize,
+    /// Largest decompressed size accepted from gzip input, in MiB.
+    #[arg(long, default_value_t = 4096)]
+    max_decompressed_mib: u64,
 }
 
 /// What to run: the model, its input and the loop (shared by `trace` and `sweep`).
@@ -887,12 +879,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             }
         }
         Command::Serve(a) => serve_command(*a)?,
-        Command::Leaks {
+        Command::Leaks(Report {
             input,
             json,
             top,
             max_decompressed_mib,
-        } => {
+        }) => {
             let trace = load_trace(&input, &import_options(max_decompressed_mib))?;
             let r = shared::analysis::leaks::leaks(&trace, top);
             if json {
@@ -926,12 +918,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             print_summary(&merged, 5, false, std::io::stderr().lock())?;
             eprintln!("wrote {} ({}, {} ranks, {} events) to {}", shared::units::format_bytes(bytes), format.name(), inputs.len(), merged.events.len(), output.display());
         }
-        Command::Summary {
+        Command::Summary(Report {
             input,
             json,
             top,
             max_decompressed_mib,
-        } => {
+        }) => {
             let trace = load_trace(&input, &import_options(max_decompressed_mib))?;
             print_summary(&trace, top, json, std::io::stdout().lock()).context("cannot print the summary")?;
         }

@@ -287,7 +287,14 @@ fn wheel(dev: bool) -> Result<PathBuf> {
     } else {
         run(Command::new("cargo").args(["build", "--release", "-p", "collector"]))?;
         run(Command::new("cargo").args(["build", "--release", "-p", "collector", "--no-default-features", "--target-dir", "target/lite"]))?;
-        (PathBuf::from("target/release/collector"), PathBuf::from("target/lite/release/collector"))
+        // Debug line tables are most of the binary; the wheel ships it stripped (when strip is there).
+        let stripped = PathBuf::from("target/lite/release/collector.stripped");
+        let lite = if run(Command::new("strip").arg("-o").arg(&stripped).arg("target/lite/release/collector")).is_ok() {
+            stripped
+        } else {
+            PathBuf::from("target/lite/release/collector")
+        };
+        (PathBuf::from("target/release/collector"), lite)
     };
     run(Command::new(&traced).args(["python-package", "--out"]).arg(pkg))?;
     let wheel = output(Command::new(torch_venv().join("bin/python")).args(["collector/python/build_wheel.py"]).arg(pkg).arg(&lite).args([
