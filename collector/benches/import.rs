@@ -1,4 +1,4 @@
-//! Import and analysis benchmarks on real samples (run with `cargo bench -p collector` or
+//! Import and analysis benchmarks on real samples (and leaks and merging at a million events) (run with `cargo bench -p collector` or
 //! `cargo xtask bench`). Prints throughput, bytes held per event and the process's peak memory.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests and benches fail loudly by design
@@ -106,6 +106,22 @@ fn main() {
         dt.as_secs_f64() * 1e3,
         dt2.as_secs_f64() * 1e3,
         back.events.len() as f64 / dt2.as_secs_f64()
+    );
+    // Leaks and merging at scale: the million events as 8 iterations, and as 4 ranks.
+    let mut iterated = big.clone();
+    let span = iterated.events.ts_ns.last().copied().unwrap_or(0) + 1;
+    iterated.iterations = (0..8u32).map(|k| shared::model::IterationSpan { index: k, start_ns: span * u64::from(k) / 8, end_ns: span * u64::from(k + 1) / 8 }).collect();
+    let (dt, r) = time(Duration::from_secs(1), || shared::analysis::leaks::leaks(&iterated, 10));
+    println!("leaks over {} events and {} iterations: {:.1} ms ({})", iterated.events.len(), r.iterations, dt.as_secs_f64() * 1e3, r.verdict);
+    let (dt, merged) = time(Duration::from_secs(1), || {
+        let inputs = (0..4u32).map(|rank| shared::merge::MergeInput { trace: big.clone(), rank, label: format!("rank{rank}") }).collect();
+        shared::merge::merge(inputs).expect("merges")
+    });
+    println!(
+        "merge of 4 ranks × {} events: {:.0} ms including 4 clones ({:.1} B/event held)",
+        big.events.len(),
+        dt.as_secs_f64() * 1e3,
+        merged.memory_footprint().total_bytes_per_event()
     );
     println!(
         "peak RSS: {:.1} MiB at start, {:.1} MiB before the 1M-event test, {:.1} MiB at end",

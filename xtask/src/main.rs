@@ -41,7 +41,8 @@ fn main() -> Result<()> {
         Some("check") => check(),
         Some("bench") => {
             build_viewer()?;
-            run(Command::new("cargo").args(["bench", "-p", "collector", "--bench", "import", "--bench", "profile", "--bench", "viewer", "--bench", "serve"]))
+            run(Command::new("cargo").args(["bench", "-p", "collector", "--bench", "import", "--bench", "profile", "--bench", "viewer", "--bench", "serve"]))?;
+            bench_capture()
         }
         Some("run") => main_job(&args[1..]),
         Some("wheel") => wheel(args.iter().any(|a| a == "--dev")).map(drop),
@@ -272,6 +273,15 @@ fn test() -> Result<()> {
     python_tests()?;
     eprintln!("xtask: all tests passed");
     Ok(())
+}
+
+/// The capture's cost inside a Python process (per operator, per module call), on the CPU.
+fn bench_capture() -> Result<()> {
+    run(Command::new("cargo").args(["build", "--release", "-p", "collector"]))?;
+    let pkg = Path::new("target/bench-pkg");
+    let _ = std::fs::remove_dir_all(pkg);
+    run(Command::new("target/release/collector").args(["python-package", "--out"]).arg(pkg))?;
+    run(Command::new(torch_venv().join("bin/python")).arg("tests/python/bench_capture.py").env("PYTHONPATH", std::fs::canonicalize(pkg)?))
 }
 
 /// Builds the `memory_tracer` wheel into `target/wheels/`: the package and capture library the

@@ -234,6 +234,8 @@ pub struct Jobs {
     mean_ms: AtomicU64,
     /// Process ids of running trace children (killed when the server stops).
     children: Mutex<std::collections::HashSet<u32>>,
+    /// Set when the server stops: no trace process starts after it.
+    stopping: std::sync::atomic::AtomicBool,
 }
 
 const FINISHED_KEPT: usize = 100;
@@ -252,12 +254,14 @@ impl Jobs {
             finished: Mutex::new(VecDeque::new()),
             mean_ms: AtomicU64::new(5_000),
             children: Mutex::new(std::collections::HashSet::new()),
+            stopping: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
     /// Stops every running trace child (SIGKILL; their jobs then fail and reap them) and waits
     /// up to `wait` for them to be gone. Returns how many were running.
     pub async fn kill_children(&self, wait: std::time::Duration) -> usize {
+        self.stopping.store(true, Ordering::SeqCst);
         let pids: Vec<u32> = self.children.lock().unwrap_or_else(std::sync::PoisonError::into_inner).iter().copied().collect();
         for &pid in &pids {
             // SAFETY: kill(2) on a child this server spawned and has not reaped yet (its pid
@@ -435,6 +439,9 @@ async fn run_child(state: &Arc<AppState>, exe: &std::path::Path, job: &Arc<Job>)
         model: job.spec.model.clone(),
     });
     let out = state.store.temp_path(&format!("{}.mtrace.json", job.id));
+    if state.jobs.stopping.load(Ordering::SeqCst) {
+        return Err(ApiError::unavailable("the server is stopping"));
+    }
     let mut child = tokio::process::Command::new(exe)
         .args(job.spec.args(&out))
         .stdin(std::process::Stdio::null())

@@ -349,6 +349,36 @@ pub fn is_loopback(host: &str) -> bool {
     host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
+/// Kills this process's children and waits for them (up to `wait` in all).
+fn reap_children(wait: std::time::Duration) {
+    let me = std::process::id().to_string();
+    let kids: Vec<i32> = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+            // pid (comm) state ppid ...: the fields after the last ')'.
+            let ppid = stat.rsplit(')').next()?.split_whitespace().nth(1)?;
+            (ppid == me).then(|| e.file_name().to_str()?.parse().ok()).flatten()
+        })
+        .collect();
+    let deadline = std::time::Instant::now() + wait;
+    for pid in kids {
+        // SAFETY: kill(2) and waitpid(2) on this process's own child.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        loop {
+            let mut status = 0;
+            // SAFETY: as above; WNOHANG never blocks.
+            let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+            if r != 0 || std::time::Instant::now() > deadline {
+                break; // reaped (r == pid), or already reaped elsewhere (r == -1)
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+}
+
 /// Resolves on SIGINT (Ctrl-C) or SIGTERM (systemd, Docker, Kubernetes).
 async fn stop_signal() {
     let term = async {
@@ -397,6 +427,9 @@ pub async fn serve(host: &str, port: u16, config: ServeConfig, on_ready: impl Fn
     if killed > 0 {
         eprintln!("collector serve: stopped {killed} running trace(s)");
     }
+    // Whatever is left (a child spawned as the stop began, one whose job was slow to reap
+    // it) is killed and reaped here, so none outlives the server, running or as a zombie.
+    reap_children(std::time::Duration::from_secs(5));
     state.store.clear_tmp();
     eprintln!("collector serve: stopped");
     Ok(())
