@@ -313,7 +313,7 @@ fn serve_stores_the_trace_in_a_running_server() {
 }
 
 /// torchrun: every rank is traced into its own file and the ranks are merged into the
-/// output, one device per rank (rank 1 trains twice the batch, so it peaks higher).
+/// output, one device per rank, each with its own trace's peak.
 #[test]
 fn torchrun_ranks_are_traced_and_merged() {
     let cmd = vec![python(), "-m".into(), "torch.distributed.run".into(), "--nproc-per-node".into(), "2".into(), program("ddp_train.py")];
@@ -328,7 +328,6 @@ fn torchrun_ranks_are_traced_and_merged() {
         assert_eq!(p.peak_allocated_bytes, shared::analysis::summary(&own).peak_allocated_bytes, "rank {rank}");
         assert_eq!(own.meta.reported.get("env.RANK"), Some(&(rank as u64)));
     }
-    assert!(peaks[1].peak_allocated_bytes > peaks[0].peak_allocated_bytes);
     assert_eq!(merged.iterations.len(), 2);
     assert!(layer_names(&merged).iter().any(|l| l == "module.0"), "DDP's module paths");
 }
