@@ -1,6 +1,7 @@
 //! Traces a model: builds it inside a capture session, runs the training or inference loop,
 //! and assembles the trace with the device facts and PyTorch's own counters.
 
+use crate::capture::live::{LiveDevice, LiveTotals};
 use crate::capture::{self, assemble, CaptureConfig, Session};
 use crate::device;
 use crate::models::{self, ModelError, ModelSpec};
@@ -182,68 +183,7 @@ pub enum Progress {
     Memory { points: Vec<LivePoint> },
 }
 
-/// One live sample: nanoseconds since the run started, allocated and reserved bytes.
-pub type LivePoint = [u64; 3];
-
-/// The most points one [`Progress::Memory`] carries.
-pub const LIVE_POINTS_PER_REPORT: usize = 2048;
-
-/// Running totals of the memory records drained so far, for [`Progress::Memory`]. Mirrors
-/// `assemble`: on CUDA the shim's totals; on the CPU a running sum of the blocks allocated
-/// since the start (frees of older blocks are left out, as the trace leaves them out).
-struct LiveTotals {
-    start_ns: u64,
-    cuda: Option<i8>,
-    seen: usize,
-    cpu_live: shared::hash::FastMap<u64, u64>,
-    cpu_allocated: u64,
-}
-
-impl LiveTotals {
-    fn points(&mut self, records: &[capture::ffi::MtRecord]) -> Vec<LivePoint> {
-        let mut out = Vec::new();
-        for r in &records[self.seen.min(records.len())..] {
-            if r.kind != capture::ffi::MT_MEM {
-                continue;
-            }
-            let ts = r.ts_ns.saturating_sub(self.start_ns);
-            match self.cuda {
-                Some(d) if r.device_type != 0 && r.device_index == d => out.push([ts, r.a, r.b]),
-                Some(_) => {}
-                None if r.device_type == 0 => {
-                    if r.value >= 0 {
-                        self.cpu_live.insert(r.id, r.value as u64);
-                        self.cpu_allocated += r.value as u64;
-                    } else if let Some(size) = self.cpu_live.remove(&r.id) {
-                        self.cpu_allocated = self.cpu_allocated.saturating_sub(size);
-                    } else {
-                        continue;
-                    }
-                    out.push([ts, self.cpu_allocated, 0]);
-                }
-                None => {}
-            }
-        }
-        self.seen = records.len();
-        decimate_live(out, LIVE_POINTS_PER_REPORT)
-    }
-}
-
-/// At most `max` points: each bucket keeps its point of highest allocated total, so peaks
-/// survive (the last point is always kept: it is where the totals stand now).
-fn decimate_live(points: Vec<LivePoint>, max: usize) -> Vec<LivePoint> {
-    if points.len() <= max || max < 2 {
-        return points;
-    }
-    let last = points[points.len() - 1];
-    let per = points.len().div_ceil(max - 1);
-    let mut out: Vec<LivePoint> = points[..points.len() - 1]
-        .chunks(per)
-        .filter_map(|c| c.iter().copied().max_by_key(|p| p[1]))
-        .collect();
-    out.push(last);
-    out
-}
+pub use crate::capture::live::{LivePoint, LIVE_POINTS_PER_REPORT};
 
 /// Checks the device is usable and turns it into a tch device.
 pub fn resolve_device(choice: DeviceChoice) -> Result<tch::Device, RunError> {
@@ -336,18 +276,17 @@ pub fn trace_model(opts: &RunOptions, progress: &mut dyn FnMut(Progress)) -> Res
     let mut input_shape = Vec::new();
     let mut iteration_s = Vec::new();
     let mut session = session;
-    let mut live = opts.live_memory.then(|| LiveTotals {
-        start_ns: session.start_ns(),
-        cuda: cuda.map(|i| i as i8),
-        seen: 0,
-        cpu_live: Default::default(),
-        cpu_allocated: 0,
+    let mut live = opts.live_memory.then(|| {
+        let device = cuda.map_or(LiveDevice::Cpu, |i| LiveDevice::Cuda(i as i8));
+        (LiveTotals::new(session.start_ns(), device), 0usize)
     });
     let outcome = catch_quietly(|| {
         let mut checkpoint = || {
-            let live = live.as_mut()?;
+            let (live, seen) = live.as_mut()?;
             session.drain();
-            let points = live.points(session.records());
+            let records = session.records();
+            let points = live.points(&records[(*seen).min(records.len())..]);
+            *seen = records.len();
             (!points.is_empty()).then_some(Progress::Memory { points })
         };
         run_loop(opts, device, &mut input_shape, &mut iteration_s, progress, &mut checkpoint)

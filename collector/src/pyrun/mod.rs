@@ -13,6 +13,7 @@ pub mod wire;
 
 use crate::capture::assemble::{self, Captured};
 use crate::capture::ffi::{self, MtCounters, MtDeviceStats};
+use crate::capture::live::{decimate, LiveDevice, LivePoint, LiveTotals, LIVE_POINTS_PER_REPORT};
 use anyhow::Context;
 use serde_json::{json, Value};
 use shared::model::{Device, SourceFormat, Totals, TraceMeta};
@@ -130,28 +131,12 @@ impl PyOptions {
     }
 }
 
-/// A memory total as it streams in: (ns since the process's capture began, allocated, reserved).
-pub type LivePoint = [u64; 3];
-
-/// The most points one live report carries.
-pub const LIVE_POINTS_PER_REPORT: usize = 2048;
-
 /// CLOCK_MONOTONIC, the clock the shim stamps records with (std::chrono::steady_clock).
 fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: clock_gettime writes one timespec.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     (ts.tv_sec as u64).saturating_mul(1_000_000_000).saturating_add(ts.tv_nsec as u64)
-}
-
-/// At most `max` points, keeping each bucket's highest allocated total (so the live peak is
-/// the true one).
-pub fn decimate(points: Vec<LivePoint>, max: usize) -> Vec<LivePoint> {
-    if points.len() <= max || max == 0 {
-        return points;
-    }
-    let per = points.len().div_ceil(max);
-    points.chunks(per).filter_map(|c| c.iter().max_by_key(|p| p[1]).copied()).collect()
 }
 
 /// What running a command produced.
@@ -221,26 +206,17 @@ struct Reader {
     handle: std::thread::JoinHandle<ProcessStream>,
 }
 
-/// `live`: where to put memory totals as they arrive (the first process only, so a live
-/// view shows one process's curve).
-fn spawn_reader(stream: UnixStream, live: Option<Arc<Mutex<Vec<LivePoint>>>>) -> anyhow::Result<Reader> {
+/// `live`: where to put memory totals as they arrive, timed from `t0` (the first process
+/// only, so a live view shows one process's curve).
+fn spawn_reader(stream: UnixStream, live: Option<Arc<Mutex<Vec<LivePoint>>>>, t0: u64) -> anyhow::Result<Reader> {
     stream.set_nonblocking(false)?;
     let read_side = stream.try_clone()?;
     let handle = std::thread::Builder::new().name("capture-reader".into()).spawn(move || {
-        let mut cpu_total = 0u64;
-        let mut saw_cuda = false;
+        let mut totals = LiveTotals::new(t0, LiveDevice::Auto);
         wire::read_stream(std::io::BufReader::with_capacity(1 << 20, read_side), &mut |recs| {
-            let mut points = Vec::new();
-            for r in recs.iter().filter(|r| r.kind == ffi::MT_MEM) {
-                if r.device_type == 1 {
-                    saw_cuda = true;
-                    points.push([r.ts_ns, r.a, r.b]);
-                } else if r.device_type == 0 && !saw_cuda {
-                    cpu_total = cpu_total.saturating_add_signed(r.value);
-                    points.push([r.ts_ns, cpu_total, 0]);
-                }
-            }
-            if let Some(live) = live.as_ref().filter(|_| !points.is_empty()) {
+            let Some(live) = live.as_ref() else { return };
+            let points = totals.points(recs);
+            if !points.is_empty() {
                 live.lock().unwrap_or_else(std::sync::PoisonError::into_inner).extend(points);
             }
         })
@@ -285,7 +261,7 @@ pub fn run(command: &[String], opts: &PyOptions, on_live: &mut dyn FnMut(&[LiveP
     let mut readers: Vec<Reader> = Vec::new();
     let accept = |readers: &mut Vec<Reader>| loop {
         match listener.accept() {
-            Ok((stream, _)) => match spawn_reader(stream, readers.is_empty().then(|| live.clone())) {
+            Ok((stream, _)) => match spawn_reader(stream, readers.is_empty().then(|| live.clone()), t0) {
                 Ok(r) => readers.push(r),
                 Err(e) => eprintln!("collector: cannot read a process's capture: {e:#}"),
             },
@@ -298,11 +274,8 @@ pub fn run(command: &[String], opts: &PyOptions, on_live: &mut dyn FnMut(&[LiveP
         }
     };
     let flush_live = |on_live: &mut dyn FnMut(&[LivePoint])| {
-        let mut points = std::mem::take(&mut *live.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+        let points = std::mem::take(&mut *live.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
         if !points.is_empty() {
-            for p in &mut points {
-                p[0] = p[0].saturating_sub(t0);
-            }
             on_live(&decimate(points, LIVE_POINTS_PER_REPORT));
         }
     };
