@@ -232,8 +232,6 @@ pub struct Jobs {
     finished: Mutex<VecDeque<Arc<Job>>>,
     /// Mean run time of the last jobs, ms (for Retry-After).
     mean_ms: AtomicU64,
-    /// Process ids of running trace children (killed when the server stops).
-    children: Mutex<std::collections::HashSet<u32>>,
     /// Set when the server stops: no trace process starts after it.
     stopping: std::sync::atomic::AtomicBool,
 }
@@ -253,26 +251,13 @@ impl Jobs {
             active: Mutex::new(HashMap::new()),
             finished: Mutex::new(VecDeque::new()),
             mean_ms: AtomicU64::new(5_000),
-            children: Mutex::new(std::collections::HashSet::new()),
             stopping: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
-    /// Stops every running trace child (SIGKILL; their jobs then fail and reap them) and waits
-    /// up to `wait` for them to be gone. Returns how many were running.
-    pub async fn kill_children(&self, wait: std::time::Duration) -> usize {
+    /// From now on no trace process starts (the server is stopping).
+    pub fn stop(&self) {
         self.stopping.store(true, Ordering::SeqCst);
-        let pids: Vec<u32> = self.children.lock().unwrap_or_else(std::sync::PoisonError::into_inner).iter().copied().collect();
-        for &pid in &pids {
-            // SAFETY: kill(2) on a child this server spawned and has not reaped yet (its pid
-            // leaves the set when its job reaps it).
-            unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
-        }
-        let deadline = Instant::now() + wait;
-        while !self.children.lock().unwrap_or_else(std::sync::PoisonError::into_inner).is_empty() && Instant::now() < deadline {
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
-        pids.len()
     }
 
     /// (running, queued).
@@ -450,21 +435,6 @@ async fn run_child(state: &Arc<AppState>, exe: &std::path::Path, job: &Arc<Job>)
         .kill_on_drop(true)
         .spawn()
         .map_err(|e| ApiError::internal("cannot start the tracing process", e))?;
-    // The pid leaves the set once this function returns, i.e. after the child was reaped
-    // (or, when the task is dropped, killed by kill_on_drop).
-    struct Tracked<'a>(&'a Jobs, Option<u32>);
-    impl Drop for Tracked<'_> {
-        fn drop(&mut self) {
-            if let Some(pid) = self.1 {
-                self.0.children.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&pid);
-            }
-        }
-    }
-    let pid = child.id();
-    if let Some(pid) = pid {
-        state.jobs.children.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(pid);
-    }
-    let _tracked = Tracked(&state.jobs, pid);
     let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
         return Err(ApiError::internal("cannot start the tracing process", "no pipes"));
     };

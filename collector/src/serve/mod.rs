@@ -349,10 +349,10 @@ pub fn is_loopback(host: &str) -> bool {
     host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
-/// Kills this process's children and waits for them (up to `wait` in all).
-fn reap_children(wait: std::time::Duration) {
-    let me = std::process::id().to_string();
-    let kids: Vec<i32> = std::fs::read_dir("/proc")
+/// The process ids of `parent`'s children (Linux: from /proc).
+pub fn child_pids(parent: u32) -> Vec<u32> {
+    let parent = parent.to_string();
+    std::fs::read_dir("/proc")
         .into_iter()
         .flatten()
         .flatten()
@@ -360,11 +360,18 @@ fn reap_children(wait: std::time::Duration) {
             let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
             // pid (comm) state ppid ...: the fields after the last ')'.
             let ppid = stat.rsplit(')').next()?.split_whitespace().nth(1)?;
-            (ppid == me).then(|| e.file_name().to_str()?.parse().ok()).flatten()
+            (ppid == parent).then(|| e.file_name().to_str()?.parse().ok()).flatten()
         })
-        .collect();
+        .collect()
+}
+
+/// Kills this process's children and waits for them (up to `wait` in all); returns how many
+/// there were.
+fn reap_children(wait: std::time::Duration) -> usize {
+    let kids = child_pids(std::process::id());
     let deadline = std::time::Instant::now() + wait;
-    for pid in kids {
+    for &pid in &kids {
+        let pid = pid as libc::pid_t;
         // SAFETY: kill(2) and waitpid(2) on this process's own child.
         unsafe { libc::kill(pid, libc::SIGKILL) };
         loop {
@@ -377,6 +384,7 @@ fn reap_children(wait: std::time::Duration) {
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
     }
+    kids.len()
 }
 
 /// Resolves on SIGINT (Ctrl-C) or SIGTERM (systemd, Docker, Kubernetes).
@@ -423,13 +431,13 @@ pub async fn serve(host: &str, port: u16, config: ServeConfig, on_ready: impl Fn
         r = server => r.context("the server stopped")?,
         () = grace_over => eprintln!("collector serve: grace period over; closing the connections left"),
     }
-    let killed = state.jobs.kill_children(std::time::Duration::from_secs(5)).await;
+    // No trace starts from here on; the ones running are killed and reaped, so none
+    // outlives the server, running or as a zombie.
+    state.jobs.stop();
+    let killed = reap_children(std::time::Duration::from_secs(5));
     if killed > 0 {
         eprintln!("collector serve: stopped {killed} running trace(s)");
     }
-    // Whatever is left (a child spawned as the stop began, one whose job was slow to reap
-    // it) is killed and reaped here, so none outlives the server, running or as a zombie.
-    reap_children(std::time::Duration::from_secs(5));
     state.store.clear_tmp();
     eprintln!("collector serve: stopped");
     Ok(())

@@ -137,18 +137,7 @@ impl Server {
 
     /// Process ids of the server's children (its trace processes).
     pub fn children(&self) -> Vec<u32> {
-        let me = self.child.id().to_string();
-        std::fs::read_dir("/proc")
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter_map(|e| {
-                let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
-                // pid (comm) state ppid ...: the fields after the last ')'.
-                let ppid = stat.rsplit(')').next()?.split_whitespace().nth(1)?;
-                (ppid == me).then(|| e.file_name().to_str()?.parse().ok()).flatten()
-            })
-            .collect()
+        collector::serve::child_pids(self.child.id())
     }
 
     /// Stops the server (SIGKILL: nothing gets to flush, as in a crash).
