@@ -42,24 +42,23 @@ import time
 GPT2_MAX_POSITIONS = 1024  # GPT2Config().n_positions
 
 
-def positive_int(text):
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {v}")
-    return v
+def int_at_least(minimum, words):
+    """An argparse type: a whole number of at least `minimum`."""
+
+    def parse(text):
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if v < minimum:
+            raise argparse.ArgumentTypeError(f"must be {words}, got {v}")
+        return v
+
+    return parse
 
 
-def non_negative_int(text):
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {v}")
-    return v
+positive_int = int_at_least(1, "at least 1")
+non_negative_int = int_at_least(0, "0 or more")
 
 
 def parse_args(argv=None):

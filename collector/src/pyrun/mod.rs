@@ -38,15 +38,12 @@ pub enum DeviceFilter {
 impl std::str::FromStr for DeviceFilter {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "cpu" => Ok(Self::Cpu),
-            "cuda" => Ok(Self::Cuda(None)),
-            _ => s
-                .strip_prefix("cuda:")
-                .and_then(|n| n.parse::<i8>().ok())
-                .filter(|n| *n >= 0)
-                .map(|n| Self::Cuda(Some(n)))
-                .ok_or_else(|| format!("invalid device `{s}`; expected cpu, cuda or cuda:N")),
+        if s == "cuda" {
+            return Ok(Self::Cuda(None)); // whichever CUDA device the program uses
+        }
+        match crate::serve::parse_device(s)?.strip_prefix("cuda:") {
+            None => Ok(Self::Cpu),
+            Some(n) => n.parse::<i8>().map(|n| Self::Cuda(Some(n))).map_err(|_| format!("device `{s}`: at most 127 CUDA devices")),
         }
     }
 }
@@ -387,10 +384,13 @@ pub fn notes_text(p: &ProcessStream) -> Vec<String> {
 
 /// A short name for the program of a stream: the script, `-m module`, or the executable.
 pub fn program_name(p: &ProcessStream) -> String {
-    let argv: Vec<&str> = p
-        .hello
-        .as_ref()
-        .and_then(|h| h.get("argv"))
+    p.hello.as_ref().map_or_else(|| "python".into(), program_of)
+}
+
+/// [`program_name`] from a capture header.
+fn program_of(hello: &Value) -> String {
+    let argv: Vec<&str> = hello
+        .get("argv")
         .and_then(Value::as_array)
         .map(|a| a.iter().filter_map(Value::as_str).collect())
         .unwrap_or_default();
@@ -476,7 +476,7 @@ pub fn build_trace(mut p: ProcessStream, opts: &PyOptions) -> Result<Trace, Stri
     };
 
     let mut meta = TraceMeta::new(SourceFormat::MemoryTracer);
-    meta.model = Some(program_name(&ProcessStream { hello: Some(hello.clone()), ..Default::default() }));
+    meta.model = Some(program_of(&hello));
     meta.pytorch_version = hello.get("torch_version").and_then(Value::as_str).map(str::to_owned);
     meta.start_unix_ns = hello.get("start_unix_ns").and_then(Value::as_u64);
     meta.fragmentation_tracked = opts.fragmentation;

@@ -65,49 +65,39 @@ fn parse_record(b: &[u8]) -> MtRecord {
 }
 
 /// Reads frames until the peer closes. `on_records` sees each batch as it arrives (live views).
+/// A stream cut mid-frame or a malformed frame ends the reading; what came before is kept
+/// and [`ProcessStream::error`] says where it stopped.
 pub fn read_stream(mut r: impl Read, on_records: &mut dyn FnMut(&[MtRecord])) -> ProcessStream {
     let mut s = ProcessStream::default();
+    if let Err(e) = read_frames(&mut r, &mut s, on_records) {
+        s.error = Some(e);
+    }
+    s
+}
+
+fn read_frames(r: &mut impl Read, s: &mut ProcessStream, on_records: &mut dyn FnMut(&[MtRecord])) -> Result<(), String> {
     let mut payload = Vec::new();
-    let mut frame = 0u64;
-    loop {
+    for frame in 0u64.. {
         let mut header = [0u8; 8];
-        match read_full(&mut r, &mut header) {
-            Ok(0) => return s,
-            Ok(8) => {}
-            Ok(n) => {
-                s.error = Some(format!("the stream ended inside the header of frame {frame} ({n} of 8 bytes)"));
-                return s;
-            }
-            Err(e) => {
-                s.error = Some(format!("reading frame {frame}: {e}"));
-                return s;
-            }
+        match read_full(r, &mut header).map_err(|e| format!("reading frame {frame}: {e}"))? {
+            0 => return Ok(()),
+            8 => {}
+            n => return Err(format!("the stream ended inside the header of frame {frame} ({n} of 8 bytes)")),
         }
         let kind = u32::from_le_bytes([header[0], header[1], header[2], header[3]]);
         let len = u32::from_le_bytes([header[4], header[5], header[6], header[7]]) as usize;
         if len > MAX_FRAME_BYTES {
-            s.error = Some(format!("frame {frame} (kind {kind}) claims {len} bytes; at most {MAX_FRAME_BYTES} expected"));
-            return s;
+            return Err(format!("frame {frame} (kind {kind}) claims {len} bytes; at most {MAX_FRAME_BYTES} expected"));
         }
         payload.resize(len, 0);
-        match read_full(&mut r, &mut payload) {
-            Ok(n) if n == len => {}
-            Ok(n) => {
-                s.error = Some(format!("the stream ended inside frame {frame} (kind {kind}): {n} of {len} bytes"));
-                return s;
-            }
-            Err(e) => {
-                s.error = Some(format!("reading frame {frame}: {e}"));
-                return s;
-            }
+        let n = read_full(r, &mut payload).map_err(|e| format!("reading frame {frame}: {e}"))?;
+        if n != len {
+            return Err(format!("the stream ended inside frame {frame} (kind {kind}): {n} of {len} bytes"));
         }
         s.bytes += 8 + len as u64;
-        if let Err(e) = take_frame(&mut s, kind, &payload, on_records) {
-            s.error = Some(format!("frame {frame} (kind {kind}, {len} bytes): {e}"));
-            return s;
-        }
-        frame += 1;
+        take_frame(s, kind, &payload, on_records).map_err(|e| format!("frame {frame} (kind {kind}, {len} bytes): {e}"))?;
     }
+    Ok(())
 }
 
 fn take_frame(s: &mut ProcessStream, kind: u32, payload: &[u8], on_records: &mut dyn FnMut(&[MtRecord])) -> Result<(), String> {
