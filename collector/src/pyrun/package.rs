@@ -75,18 +75,15 @@ pub fn write_to(dir: &Path, so: &[u8]) -> anyhow::Result<()> {
 /// Writes the package into `root/<content hash>/` unless it is already there (a folder is
 /// complete once renamed into place, so concurrent collectors never see half of one).
 pub fn materialize(root: &Path, so: &[u8]) -> anyhow::Result<PathBuf> {
-    let mut h = 0xcbf2_9ce4_8422_2325u64;
-    let mut feed = |b: &[u8]| {
-        for &x in b {
-            h = (h ^ u64::from(x)).wrapping_mul(0x100_0000_01b3);
-        }
-    };
+    use std::hash::Hasher;
+    let mut hasher = shared::hash::FxHasher::default();
     for (name, bytes) in FILES {
-        feed(name.as_bytes());
-        feed(bytes);
+        hasher.write(name.as_bytes());
+        hasher.write(bytes);
     }
-    feed(so);
-    feed(crate::TORCH_VERSION.as_bytes());
+    hasher.write(so);
+    hasher.write(crate::TORCH_VERSION.as_bytes());
+    let h = hasher.finish();
     let dir = root.join(format!("{h:016x}"));
     if dir.join("memory_tracer/_lib/libmt_shim.so").is_file() {
         return Ok(dir);
