@@ -1,13 +1,15 @@
 //! Joins the traces of one job's processes (torchrun ranks, one snapshot per rank) into one
 //! trace: each input's devices become their own devices tagged with its rank, strings,
 //! streams, stacks, tensors and threads are renumbered, and clocks are aligned on the inputs'
-//! wall-clock starts (`TraceMeta::start_unix_ns`) when every input has one.
+//! wall-clock starts (`TraceMeta::start_unix_ns`) when every input has one, else on each
+//! rank's first iteration. [`rank_trace`] takes one rank back out.
 //!
 //! Totals stay each device's own (every event carries its device's allocated and reserved
 //! bytes as its source reported them), so each rank's peak in the merged trace is its peak
 //! in its own trace, to the byte.
 
 use crate::model::{Device, EventRecord, Frame, IterationSpan, Mark, StrId, Trace, TraceMeta, Totals};
+use std::collections::BTreeMap;
 
 /// One process's trace and its rank.
 #[derive(Debug)]
@@ -16,6 +18,16 @@ pub struct MergeInput {
     pub rank: u32,
     /// What to call it in warnings (a file name).
     pub label: String,
+}
+
+/// How to merge.
+#[derive(Clone, Debug, Default)]
+pub struct MergeOptions {
+    /// Why a rank of the job has no trace (a rank that never connected), by rank.
+    pub missing_reasons: BTreeMap<u32, String>,
+    /// Merge inputs whose recorded times do not overlap (said in a warning) instead of
+    /// refusing them as traces of different runs.
+    pub allow_disjoint: bool,
 }
 
 /// Why traces cannot be merged.
@@ -27,19 +39,125 @@ pub enum MergeError {
     DuplicateRank(u32, String, String),
     #[error("the merged trace would have {0} devices; at most 256 fit")]
     TooManyDevices(usize),
+    #[error("{a} and {b} come from different jobs ({why}); expected the ranks of one job")]
+    DifferentJobs { a: String, b: String, why: String },
+    #[error("{label} is rank {rank} but its job has {world} ranks (WORLD_SIZE); expected ranks 0 to {last}", last = world - 1)]
+    RankOutOfRange { label: String, rank: u32, world: u64 },
+    #[error(
+        "{a} ({a_span}) and {b} ({b_span}) were recorded at different times, so they are not ranks of one run; \
+         pass --allow-disjoint to merge them anyway"
+    )]
+    Disjoint { a: String, a_span: String, b: String, b_span: String },
 }
 
 /// Times at or past this (1973 in Unix nanoseconds) are wall-clock times, not times since the
 /// trace's start.
 const WALL_CLOCK_NS: i128 = 100_000_000_000_000_000;
 
+/// Inputs whose recordings are further apart than this (and than the longest of them) are
+/// not ranks of one run.
+const DISJOINT_AFTER_NS: i128 = 60_000_000_000;
+
 /// Threads of different processes get distinct ids: the rank goes in the top bits.
 fn thread_of(rank: u32, thread: u64) -> u64 {
     (u64::from(rank) + 1) << 48 | (thread & ((1 << 48) - 1))
 }
 
+/// The rank a merged thread id belongs to.
+fn rank_of_thread(thread: u64) -> Option<u32> {
+    u32::try_from(thread >> 48).ok()?.checked_sub(1)
+}
+
+/// Where a trace's time 0 lies on the wall clock and where its first event lies on it:
+/// (start, start) for traces timed from their start (native capture), (0, first event) for
+/// traces timed on the wall clock already (snapshots).
+fn wall_origin(t: &Trace) -> Option<(i128, i128)> {
+    let start = i128::from(t.meta.start_unix_ns?);
+    let first = t.events.ts_ns.first().map_or(0, |&f| i128::from(f));
+    Some(if first >= WALL_CLOCK_NS { (0, first) } else { (start, start) })
+}
+
+/// Refuses inputs that cannot be ranks of one job: different job ids or world sizes, ranks
+/// past the world size.
+fn check_same_job(inputs: &[MergeInput]) -> Result<Option<u64>, MergeError> {
+    let world = |i: &MergeInput| i.trace.meta.reported.get("env.WORLD_SIZE").copied();
+    let mut job: Option<(&MergeInput, &str)> = None;
+    let mut size: Option<(&MergeInput, u64)> = None;
+    for i in inputs {
+        if let Some(j) = i.trace.meta.job.as_deref() {
+            match job {
+                Some((first, fj)) if fj != j => {
+                    return Err(MergeError::DifferentJobs { a: first.label.clone(), b: i.label.clone(), why: format!("job {fj} and job {j}") })
+                }
+                None => job = Some((i, j)),
+                _ => {}
+            }
+        }
+        if let Some(w) = world(i) {
+            match size {
+                Some((first, fw)) if fw != w => {
+                    return Err(MergeError::DifferentJobs { a: first.label.clone(), b: i.label.clone(), why: format!("world sizes {fw} and {w}") })
+                }
+                None => size = Some((i, w)),
+                _ => {}
+            }
+            if u64::from(i.rank) >= w {
+                return Err(MergeError::RankOutOfRange { label: i.label.clone(), rank: i.rank, world: w });
+            }
+        }
+    }
+    Ok(size.map(|(_, w)| w))
+}
+
+/// A span of wall-clock time, for messages.
+fn wall_span(from_ns: i128, to_ns: i128) -> String {
+    let secs = |ns: i128| ns.div_euclid(1_000_000_000);
+    let clock = |ns: i128| {
+        let s = secs(ns).rem_euclid(86_400);
+        format!("{:02}:{:02}:{:02} UTC", s / 3600, s / 60 % 60, s % 60)
+    };
+    let days = secs(to_ns).div_euclid(86_400) - secs(from_ns).div_euclid(86_400);
+    let later = if days > 0 { format!(" {days} day(s) later") } else { String::new() };
+    format!("{} to {}{later}", clock(from_ns), clock(to_ns))
+}
+
+/// Ranks of one run overlap in time (give or take their start-up); inputs far apart were
+/// recorded by different runs.
+fn check_overlap(inputs: &[MergeInput], opts: &MergeOptions, meta: &mut TraceMeta) -> Result<(), MergeError> {
+    // Each input's first and last moment on the wall clock.
+    let spans: Vec<(i128, i128)> = inputs
+        .iter()
+        .filter_map(|i| {
+            let (origin, _) = wall_origin(&i.trace)?;
+            Some((origin + i128::from(i.trace.start_ns()), origin + i128::from(i.trace.end_ns())))
+        })
+        .collect();
+    // Ranks start seconds apart (imports, rendezvous); a gap longer than a minute and than
+    // the longest rank's run is another run.
+    let longest = spans.iter().map(|s| s.1 - s.0).max().unwrap_or(0);
+    let tolerance = longest.max(DISJOINT_AFTER_NS);
+    for (a, sa) in spans.iter().enumerate() {
+        for (b, sb) in spans.iter().enumerate().skip(a + 1) {
+            if sb.0 - sa.1 > tolerance || sa.0 - sb.1 > tolerance {
+                let (la, lb) = (&inputs[a].label, &inputs[b].label);
+                let (spa, spb) = (wall_span(sa.0, sa.1), wall_span(sb.0, sb.1));
+                if !opts.allow_disjoint {
+                    return Err(MergeError::Disjoint { a: la.clone(), a_span: spa, b: lb.clone(), b_span: spb });
+                }
+                meta.warnings.push(format!("{la} ({spa}) and {lb} ({spb}) were recorded far apart in time; merged as asked"));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Merges `inputs` (in any order) into one trace, ranks ascending.
-pub fn merge(mut inputs: Vec<MergeInput>) -> Result<Trace, MergeError> {
+pub fn merge(inputs: Vec<MergeInput>) -> Result<Trace, MergeError> {
+    merge_with(inputs, &MergeOptions::default())
+}
+
+/// [`merge`] with options.
+pub fn merge_with(mut inputs: Vec<MergeInput>, opts: &MergeOptions) -> Result<Trace, MergeError> {
     if inputs.is_empty() {
         return Err(MergeError::Empty);
     }
@@ -53,6 +171,7 @@ pub fn merge(mut inputs: Vec<MergeInput>) -> Result<Trace, MergeError> {
     if devices > 256 {
         return Err(MergeError::TooManyDevices(devices));
     }
+    let world = check_same_job(&inputs)?;
 
     let first = &inputs[0].trace.meta;
     let mut meta = TraceMeta::new(first.source_format);
@@ -61,15 +180,17 @@ pub fn merge(mut inputs: Vec<MergeInput>) -> Result<Trace, MergeError> {
     meta.input_shape = first.input_shape.clone();
     meta.batch_size = first.batch_size;
     meta.fragmentation_tracked = inputs.iter().all(|i| i.trace.meta.fragmentation_tracked);
-    // Where each input's time 0 lies on the wall clock: its start for traces timed from their
-    // start (native capture), 0 for traces timed on the wall clock already (snapshots).
-    let origin = |t: &Trace| -> Option<(i128, i128)> {
-        let start = i128::from(t.meta.start_unix_ns?);
-        let first = t.events.ts_ns.first().map_or(0, |&f| i128::from(f));
-        Some(if first >= WALL_CLOCK_NS { (0, first) } else { (start, start) })
-    };
+    let origin = wall_origin;
+    meta.job = inputs.iter().find_map(|i| i.trace.meta.job.clone());
     let aligned = inputs.iter().all(|i| origin(&i.trace).is_some());
     let start = inputs.iter().filter_map(|i| origin(&i.trace)).map(|(_, s)| s).min().unwrap_or(0);
+    if aligned {
+        check_overlap(&inputs, opts, &mut meta)?;
+    }
+    // Without wall clocks, ranks line up on their first iteration when every rank has one.
+    let first_iteration: Vec<Option<u64>> =
+        inputs.iter().map(|i| crate::analysis::leaks::iteration_spans(&i.trace).0.first().map(|s| s.0)).collect();
+    let on_iterations = !aligned && first_iteration.iter().all(Option::is_some);
     meta.start_unix_ns = aligned.then_some(start.max(0) as u64);
     let names: Vec<String> = inputs.iter().map(|i| i.trace.meta.device_name.clone().unwrap_or_default()).collect();
     if names.windows(2).all(|w| w[0] == w[1]) {
@@ -78,10 +199,19 @@ pub fn merge(mut inputs: Vec<MergeInput>) -> Result<Trace, MergeError> {
     }
     if !aligned {
         let missing: Vec<&str> = inputs.iter().filter(|i| i.trace.meta.start_unix_ns.is_none()).map(|i| i.label.as_str()).collect();
-        meta.warnings.push(format!(
-            "clocks not aligned: {} record no wall-clock start, so every rank's time starts at 0",
-            missing.join(", ")
-        ));
+        meta.warnings.push(if on_iterations {
+            format!("clocks not aligned: {} record no wall-clock start, so the ranks are aligned on their first iteration", missing.join(", "))
+        } else {
+            format!("clocks not aligned: {} record no wall-clock start and not every rank has iterations, so every rank keeps its own clock", missing.join(", "))
+        });
+    }
+    if let Some(w) = world {
+        let given: Vec<u32> = inputs.iter().map(|i| i.rank).collect();
+        meta.missing_ranks = (0..w).filter_map(|r| u32::try_from(r).ok()).filter(|r| !given.contains(r)).collect();
+        for r in &meta.missing_ranks {
+            let why = opts.missing_reasons.get(r).map_or("no trace of it was given", String::as_str);
+            meta.warnings.push(format!("rank {r} of {w} is missing: {why}"));
+        }
     }
     let mut out = Trace::new(meta);
 
@@ -96,7 +226,7 @@ pub fn merge(mut inputs: Vec<MergeInput>) -> Result<Trace, MergeError> {
         shapes: u32,
     }
     let mut maps = Vec::with_capacity(inputs.len());
-    for input in &inputs {
+    for (k, input) in inputs.iter().enumerate() {
         let t = &input.trace;
         let strings: Vec<StrId> = (0..t.strings.len()).map(|k| out.strings.intern(t.str(StrId(k as u32)))).collect();
         // A rank's snapshot lists every device of its host; only those it used come along.
@@ -122,8 +252,9 @@ pub fn merge(mut inputs: Vec<MergeInput>) -> Result<Trace, MergeError> {
             })
             .collect();
         let streams: Vec<u16> = t.streams.iter().map(|&s| out.stream_index(t.str(s))).collect();
-        let shift_ns = match (aligned, origin(t)) {
-            (true, Some((o, _))) => o - start,
+        let shift_ns = match (aligned, origin(t), first_iteration[k]) {
+            (true, Some((o, _)), _) => o - start,
+            (false, _, Some(it)) if on_iterations => i128::from(first_iteration[0].unwrap_or(0)) - i128::from(it),
             _ => 0,
         };
         for (k, v) in &t.meta.reported {
@@ -221,7 +352,7 @@ pub fn merge(mut inputs: Vec<MergeInput>) -> Result<Trace, MergeError> {
             out.device_samples.push(d);
         }
         for mk in &t.marks {
-            out.marks.push(Mark { ts_ns: at(m, mk.ts_ns), name: s(m, mk.name), value: mk.value });
+            out.marks.push(Mark { ts_ns: at(m, mk.ts_ns), name: s(m, mk.name), value: mk.value, rank: Some(input.rank) });
         }
         if k == 0 {
             out.iterations = t.iterations.iter().map(|it| IterationSpan { index: it.index, start_ns: at(m, it.start_ns), end_ns: at(m, it.end_ns) }).collect();
@@ -233,4 +364,74 @@ pub fn merge(mut inputs: Vec<MergeInput>) -> Result<Trace, MergeError> {
     out.device_samples.sort_by_key(|x| x.ts_ns);
     out.finish();
     Ok(out)
+}
+
+/// The ranks of a merged trace, ascending (empty for a trace of one process).
+pub fn ranks(trace: &Trace) -> Vec<u32> {
+    let mut r: Vec<u32> = trace.devices.iter().filter_map(|d| d.rank).collect();
+    r.sort_unstable();
+    r.dedup();
+    r
+}
+
+/// One rank of a merged trace as a trace of its own: its devices, events (with their
+/// totals), stacks, operators, scopes, segments, samples and marks; the job's iterations.
+/// `None` when the trace has no such rank.
+pub fn rank_trace(trace: &Trace, rank: u32) -> Option<Trace> {
+    let keep: Vec<bool> = trace.devices.iter().map(|d| d.rank == Some(rank)).collect();
+    if !keep.contains(&true) {
+        return None;
+    }
+    let mut meta = trace.meta.clone();
+    let prefix = format!("rank{rank}.");
+    meta.reported = trace.meta.reported.iter().filter_map(|(k, v)| Some((k.strip_prefix(&prefix)?.to_owned(), *v))).collect();
+    let said = format!("rank {rank}: ");
+    meta.warnings = trace.meta.warnings.iter().filter_map(|w| w.strip_prefix(&said).map(str::to_owned)).collect();
+    meta.missing_ranks.clear();
+    let mut out = Trace::new(meta);
+    out.strings = trace.strings.clone();
+    out.streams = trace.streams.clone();
+    let devices: Vec<u8> = trace
+        .devices
+        .iter()
+        .enumerate()
+        .map(|(k, d)| {
+            if !keep[k] {
+                return u8::MAX;
+            }
+            let nd = out.device_index(d.clone());
+            out.events.set_base_totals(nd as usize, trace.events.base_totals.get(k).copied().unwrap_or_default());
+            nd
+        })
+        .collect();
+    let kept = |d: u8| devices.get(d as usize).copied().filter(|&n| n != u8::MAX);
+    out.stacks.frames = trace.stacks.frames.clone();
+    out.stacks.stacks = trace.stacks.stacks.clone();
+    out.stacks.frame_ids = trace.stacks.frame_ids.clone();
+    let mut cur = trace.events.cursor();
+    for i in 0..trace.events.len() {
+        let totals = cur.advance();
+        let rec = trace.events.record(i);
+        let Some(device) = kept(rec.device) else { continue };
+        if let Some(stack) = trace.stacks.stack_of_event(i) {
+            out.stacks.event_stacks.push((out.events.len() as u32, stack));
+        }
+        out.events.push(EventRecord { device, totals: Some(totals), ..rec });
+    }
+    let mine = |thread: u64| rank_of_thread(thread) == Some(rank);
+    out.shapes = trace.shapes.clone();
+    out.tensors = trace.tensors.clone();
+    out.ops = trace.ops.iter().filter(|o| mine(o.thread)).cloned().collect();
+    out.scopes = trace.scopes.iter().filter(|s| mine(s.thread)).cloned().collect();
+    out.initial_segments = trace
+        .initial_segments
+        .iter()
+        .filter_map(|s| Some(crate::model::SegmentInfo { device: kept(s.device)?, ..s.clone() }))
+        .collect();
+    out.device_samples =
+        trace.device_samples.iter().filter_map(|s| Some(crate::model::DeviceSample { device: kept(s.device)?, ..*s })).collect();
+    out.marks = trace.marks.iter().filter(|m| m.rank == Some(rank)).map(|m| Mark { rank: None, ..*m }).collect();
+    out.iterations = trace.iterations.clone();
+    out.finish();
+    Some(out)
 }

@@ -755,6 +755,13 @@ pub struct TraceMeta {
     /// fragmentation of 0, as the MemoryTracer API does.
     #[serde(default = "yes")]
     pub fragmentation_tracked: bool,
+    /// Which distributed job the process belonged to (torchrun's run id and rendezvous
+    /// address), so that `merge` refuses ranks of different jobs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<String>,
+    /// Ranks of the job that a merged trace lacks (their reasons are in `warnings`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub missing_ranks: Vec<u32>,
 }
 
 fn yes() -> bool {
@@ -776,6 +783,8 @@ impl TraceMeta {
             warnings: Vec::new(),
             reported: std::collections::BTreeMap::new(),
             fragmentation_tracked: true,
+            job: None,
+            missing_ranks: Vec::new(),
         }
     }
 }
@@ -818,6 +827,9 @@ pub struct Mark {
     pub name: StrId,
     /// The program's value for it (a counter unless it gave one).
     pub value: i64,
+    /// The rank that marked it, in a merged trace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rank: Option<u32>,
 }
 
 /// One iteration of the traced loop.

@@ -5,7 +5,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use shared::analysis::device_peaks;
-use shared::merge::{merge, MergeError, MergeInput};
+use shared::merge::{merge, merge_with, rank_trace, ranks, MergeError, MergeInput, MergeOptions};
+use shared::model::{Device, EventRecord, EventType, IterationSpan, Phase, SourceFormat, StrId, TraceMeta};
 use shared::{import, ImportOptions, Trace};
 use std::path::PathBuf;
 
@@ -24,6 +25,11 @@ fn load(name: &str) -> Trace {
 
 const SAMPLES: [&str; 2] = ["resnet18_sgd_2steps.pickle", "mlp_adam_3steps.pickle"];
 
+/// The two samples were recorded seconds apart by one script: merged here as two ranks.
+fn merged() -> Trace {
+    merge(inputs()).unwrap()
+}
+
 fn inputs() -> Vec<MergeInput> {
     // A rank's snapshot lists every device of its host, used or not (here rank 1 also lists
     // cuda:1, which it never touched): only used devices come along.
@@ -38,7 +44,7 @@ fn inputs() -> Vec<MergeInput> {
 
 #[test]
 fn each_rank_keeps_its_device_peak_events_and_layers() {
-    let merged = merge(inputs()).unwrap();
+    let merged = merged();
     let peaks = device_peaks(&merged);
     assert_eq!(peaks.len(), 2);
     for (rank, sample) in SAMPLES.iter().enumerate() {
@@ -67,7 +73,7 @@ fn each_rank_keeps_its_device_peak_events_and_layers() {
 
 #[test]
 fn a_merged_trace_survives_the_own_format() {
-    let merged = merge(inputs()).unwrap();
+    let merged = merged();
     let mut bytes = Vec::new();
     shared::export::native::write(&merged, &mut bytes).unwrap();
     let back = import(&bytes, &ImportOptions::default()).unwrap();
@@ -83,4 +89,100 @@ fn duplicate_ranks_and_nothing_are_refused() {
     assert!(matches!(e, MergeError::DuplicateRank(0, _, _)), "{e}");
     assert!(e.to_string().contains("rank 0 is given twice"));
     assert!(matches!(merge(Vec::new()), Err(MergeError::Empty)));
+}
+
+#[test]
+fn traces_of_different_runs_are_refused_unless_asked() {
+    // Rank 1 recorded ten minutes later (snapshot times are wall-clock times).
+    let later = || {
+        let mut i = inputs();
+        let t = &mut i[0].trace;
+        t.events.ts_ns.iter_mut().for_each(|t| *t += 600_000_000_000);
+        t.scopes.iter_mut().for_each(|s| (s.start_ns, s.end_ns) = (s.start_ns + 600_000_000_000, s.end_ns + 600_000_000_000));
+        assert!(t.ops.is_empty());
+        i
+    };
+    let e = merge(later()).unwrap_err();
+    assert!(matches!(e, MergeError::Disjoint { .. }), "{e}");
+    let text = e.to_string();
+    assert!(text.contains(SAMPLES[0]) && text.contains(SAMPLES[1]) && text.contains("--allow-disjoint") && text.contains("UTC"), "{text}");
+    let m = merge_with(later(), &MergeOptions { allow_disjoint: true, ..MergeOptions::default() }).unwrap();
+    assert!(m.meta.warnings.iter().any(|w| w.contains("were recorded far apart in time")), "{:?}", m.meta.warnings);
+}
+
+#[test]
+fn each_rank_comes_back_out_whole() {
+    let merged = merged();
+    assert_eq!(ranks(&merged), [0, 1]);
+    for (rank, sample) in SAMPLES.iter().enumerate() {
+        let own = load(sample);
+        let back = rank_trace(&merged, rank as u32).unwrap();
+        assert_eq!(back.events.len(), own.events.len());
+        let (a, b) = (shared::analysis::summary(&back), shared::analysis::summary(&own));
+        assert_eq!((a.peak_allocated_bytes, a.peak_reserved_bytes), (b.peak_allocated_bytes, b.peak_reserved_bytes), "{sample}");
+        assert_eq!(shared::analysis::layer_stats(&back), shared::analysis::layer_stats(&own), "{sample}");
+        assert_eq!(back.initial_segments.len(), own.initial_segments.len());
+        assert_eq!(back.meta.reported, own.meta.reported);
+    }
+    assert!(rank_trace(&merged, 7).is_none());
+    assert!(ranks(&load(SAMPLES[0])).is_empty());
+}
+
+/// A rank of a torchrun job: `job` and `WORLD_SIZE` as the capture records them, two
+/// allocations and an iteration `[it, it + 10 ms)` on its own clock.
+fn rank(rank: u32, job: &str, world: u64, it_ns: u64, wall: Option<u64>) -> MergeInput {
+    let mut meta = TraceMeta::new(SourceFormat::MemoryTracer);
+    meta.job = Some(job.into());
+    meta.start_unix_ns = wall;
+    meta.reported.insert("env.WORLD_SIZE".into(), world);
+    let mut t = Trace::new(meta);
+    let d = t.device_index(Device { kind: "cpu".into(), index: 0, rank: None });
+    for (k, ts) in [it_ns + 1_000, it_ns + 2_000].into_iter().enumerate() {
+        t.events.push(EventRecord {
+            ts_ns: ts,
+            event_type: EventType::Alloc,
+            phase: Phase::Forward,
+            size_bytes: 1024 << (k + rank as usize),
+            address: 4096 * (k as u64 + 1),
+            layer: StrId::NONE,
+            device: d,
+            stream: 0,
+            totals: None,
+        });
+    }
+    t.iterations.push(IterationSpan { index: 0, start_ns: it_ns, end_ns: it_ns + 10_000_000 });
+    t.finish();
+    MergeInput { trace: t, rank, label: format!("rank{rank}.mtrace.json") }
+}
+
+#[test]
+fn ranks_of_other_jobs_or_past_the_world_size_are_refused() {
+    let e = merge(vec![rank(0, "a@host:29500", 2, 0, Some(1)), rank(1, "b@host:29500", 2, 0, Some(1))]).unwrap_err();
+    assert!(e.to_string().contains("come from different jobs (job a@host:29500 and job b@host:29500)"), "{e}");
+    let e = merge(vec![rank(0, "a", 2, 0, Some(1)), rank(1, "a", 4, 0, Some(1))]).unwrap_err();
+    assert!(e.to_string().contains("world sizes 2 and 4"), "{e}");
+    let e = merge(vec![rank(0, "a", 2, 0, Some(1)), rank(2, "a", 2, 0, Some(1))]).unwrap_err();
+    assert!(e.to_string().contains("rank2.mtrace.json is rank 2 but its job has 2 ranks"), "{e}");
+}
+
+#[test]
+fn missing_ranks_are_named_with_their_reason() {
+    let opts = MergeOptions { missing_reasons: [(2, "it never connected".to_owned())].into(), ..MergeOptions::default() };
+    let m = merge_with(vec![rank(0, "a", 4, 0, Some(5)), rank(3, "a", 4, 0, Some(5))], &opts).unwrap();
+    assert_eq!(m.meta.missing_ranks, [1, 2]);
+    assert!(m.meta.warnings.contains(&"rank 1 of 4 is missing: no trace of it was given".to_owned()), "{:?}", m.meta.warnings);
+    assert!(m.meta.warnings.contains(&"rank 2 of 4 is missing: it never connected".to_owned()), "{:?}", m.meta.warnings);
+}
+
+#[test]
+fn clocks_align_on_the_wall_clock_else_on_the_first_iteration() {
+    // Wall clocks: rank 1 started 3 ms after rank 0 (same 1 ms offset to their iteration).
+    let m = merge(vec![rank(0, "a", 2, 1_000_000, Some(10_000_000)), rank(1, "a", 2, 1_000_000, Some(13_000_000))]).unwrap();
+    let first = |m: &Trace, d: usize| m.events.ts_ns[(0..m.events.len()).find(|&i| m.events.device[i] as usize == d).unwrap()];
+    assert_eq!(first(&m, 1) - first(&m, 0), 3_000_000);
+    assert!(m.meta.warnings.is_empty(), "{:?}", m.meta.warnings);
+    // No wall clocks: each rank's first iteration starts at rank 0's.
+    let m = merge(vec![rank(0, "a", 2, 1_000_000, None), rank(1, "a", 2, 7_000_000, None)]).unwrap();
+    assert_eq!(first(&m, 1), first(&m, 0));
+    assert!(m.meta.warnings[0].contains("aligned on their first iteration"), "{:?}", m.meta.warnings);
 }

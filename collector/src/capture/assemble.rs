@@ -237,7 +237,7 @@ pub fn assemble(c: &Captured, meta: TraceMeta) -> Trace {
     user_marks.sort_by_key(|m| m.0);
     for (ts_ns, name, value) in user_marks {
         let name = s(&mut trace, name);
-        trace.marks.push(shared::model::Mark { ts_ns, name, value });
+        trace.marks.push(shared::model::Mark { ts_ns, name, value, rank: None });
     }
 
     // Layers of ops, parents and forward ops first.
