@@ -1,4 +1,4 @@
-//! The `convert` and `summary` commands: read a trace file, import it, write or print.
+//! The `convert`, `summary`, `leaks` and `diff` commands: read a trace file, import it, write or print.
 
 use anyhow::{bail, Context};
 use shared::analysis::{layer_stats, summary, top_layers_by_peak, LayerMemoryStats, Summary};
@@ -312,6 +312,120 @@ pub fn print_leaks(r: &shared::analysis::leaks::LeakReport, mut out: impl Write)
                 format_bytes(g.bytes_per_iteration as u64)
             )?;
         }
+    }
+    Ok(())
+}
+
+/// Signed bytes: `+2.00 MiB`, `-512 B`, `0 B`.
+fn format_delta(bytes: i64) -> String {
+    let sign = match bytes.signum() {
+        1 => "+",
+        -1 => "-",
+        _ => "",
+    };
+    format!("{sign}{}", format_bytes(bytes.unsigned_abs()))
+}
+
+/// Where a side's peak falls: `0.309 s (iteration 1 at 69 %)`.
+fn peak_when(s: &shared::analysis::diff::SideFacts) -> String {
+    match &s.peak_in_iteration {
+        Some(p) => format!("{} (iteration {} at {:.0} %)", format_seconds(s.peak_time_s), p.iteration, p.fraction * 100.0),
+        None => format_seconds(s.peak_time_s),
+    }
+}
+
+/// The trace diff as text: both sides' peaks and the change, then the top layers by change,
+/// the classes, the operators on one side only and the notes.
+pub fn print_diff(d: &shared::analysis::diff::TraceDiff, (label_a, label_b): (&str, &str), top: usize, mut out: impl Write) -> anyhow::Result<()> {
+    writeln!(out, "Diff: A = {label_a}, B = {label_b}")?;
+    let row = |out: &mut dyn Write, what: &str, a: String, b: String, delta: String| writeln!(out, "  {what:<18} {a:<34} {b:<34} {delta}");
+    row(&mut out, "", "A".into(), "B".into(), "B - A".into())?;
+    let (a, b) = (&d.a, &d.b);
+    let device = |s: &shared::analysis::diff::SideFacts| format!("{} ({})", s.device.as_deref().unwrap_or("no device"), s.source_format);
+    row(&mut out, "device", device(a), device(b), String::new())?;
+    if a.model.is_some() || b.model.is_some() {
+        row(&mut out, "model", a.model.clone().unwrap_or_default(), b.model.clone().unwrap_or_default(), String::new())?;
+    }
+    row(&mut out, "peak allocated", format_bytes(a.peak_allocated_bytes), format_bytes(b.peak_allocated_bytes), format_delta(d.peak_allocated_delta_bytes))?;
+    row(&mut out, "peak reserved", format_bytes(a.peak_reserved_bytes), format_bytes(b.peak_reserved_bytes), format_delta(d.peak_reserved_delta_bytes))?;
+    row(&mut out, "peak at", peak_when(a), peak_when(b), String::new())?;
+    let its = |s: &shared::analysis::diff::SideFacts| format!("{} ({})", s.iterations, s.iterations_from);
+    row(&mut out, "iterations", its(a), its(b), String::new())?;
+    let frag = |s: &shared::analysis::diff::SideFacts| format!("{:.1} % (max {:.1} %)", s.avg_fragmentation * 100.0, s.max_fragmentation * 100.0);
+    row(&mut out, "fragmentation", frag(a), frag(b), String::new())?;
+    row(&mut out, "events, operators", format!("{}, {}", a.events, a.ops), format!("{}, {}", b.events, b.ops), String::new())?;
+    print_diff_layers(d, top, &mut out)?;
+    print_diff_classes(&d.classes, &mut out)?;
+    if let Some(ops) = &d.ops {
+        for (side, list) in [("A", &ops.only_in_a), ("B", &ops.only_in_b)] {
+            let names: Vec<String> = list.iter().take(top).map(|o| format!("{} x{}", o.name, o.count)).collect();
+            let more = if list.len() > top { format!(", and {} more", list.len() - top) } else { String::new() };
+            writeln!(out, "Operators only in {side} ({}): {}{more}", list.len(), if names.is_empty() { "none".to_owned() } else { names.join(", ") })?;
+        }
+    }
+    if !d.notes.is_empty() {
+        writeln!(out, "Notes:")?;
+        for n in &d.notes {
+            writeln!(out, "  - {n}")?;
+        }
+    }
+    Ok(())
+}
+
+fn print_diff_layers(d: &shared::analysis::diff::TraceDiff, top: usize, out: &mut dyn Write) -> anyhow::Result<()> {
+    use shared::analysis::diff::Presence;
+    if d.layers.is_empty() {
+        return Ok(());
+    }
+    writeln!(out, "Layers by change of peak (top {} of {}; peak = allocated total at the layer's events):", top.min(d.layers.len()), d.layers.len())?;
+    let width = d.layers.iter().take(top).map(|l| l.layer_name.chars().count()).max().unwrap_or(5).clamp(5, 60);
+    writeln!(out, "  {:<width$}  {:>12}  {:>12}  {:>13}  {:>10}  {:>10}", "layer", "peak A", "peak B", "change", "allocs A", "allocs B")?;
+    let side = |s: Option<shared::analysis::diff::LayerSide>, f: fn(shared::analysis::diff::LayerSide) -> String| s.map_or_else(|| "-".to_owned(), f);
+    for l in d.layers.iter().take(top) {
+        let flag = match l.presence {
+            Presence::Both => "",
+            Presence::OnlyA => "  only in A",
+            Presence::OnlyB => "  only in B",
+        };
+        writeln!(
+            out,
+            "  {:<width$}  {:>12}  {:>12}  {:>13}  {:>10}  {:>10}{flag}",
+            l.layer_name,
+            side(l.a, |x| format_bytes(x.peak_allocated_bytes)),
+            side(l.b, |x| format_bytes(x.peak_allocated_bytes)),
+            format_delta(l.peak_delta_bytes),
+            side(l.a, |x| x.allocations.to_string()),
+            side(l.b, |x| x.allocations.to_string()),
+        )?;
+    }
+    Ok(())
+}
+
+fn print_diff_classes(c: &shared::analysis::diff::ClassesDiff, out: &mut dyn Write) -> anyhow::Result<()> {
+    use shared::analysis::diff::ClassSide;
+    if c.rows.is_empty() {
+        writeln!(out, "Classes: not compared")?;
+        for (side, s) in [("A", &c.a), ("B", &c.b)] {
+            if let ClassSide::Unavailable { reason } = s {
+                writeln!(out, "  {side}: {reason}")?;
+            }
+        }
+        return Ok(());
+    }
+    let at = |s: &ClassSide| match s {
+        ClassSide::Available { rank, node_name, total_allocated_bytes, .. } => format!("{} at rank {rank} ({node_name})", format_bytes(*total_allocated_bytes)),
+        ClassSide::Unavailable { .. } => String::new(),
+    };
+    writeln!(out, "Classes at each side's peak rank (A: {}; B: {}):", at(&c.a), at(&c.b))?;
+    for r in &c.rows {
+        let name = match r.class {
+            shared::analysis::profile::TensorClass::Param => "weights",
+            shared::analysis::profile::TensorClass::Grad => "gradients",
+            shared::analysis::profile::TensorClass::OptState => "optimizer state",
+            shared::analysis::profile::TensorClass::Act => "activations",
+            shared::analysis::profile::TensorClass::Other => "other",
+        };
+        writeln!(out, "  {name:<18} {:>12}  {:>12}  {:>13}", format_bytes(r.a_bytes), format_bytes(r.b_bytes), format_delta(r.delta_bytes))?;
     }
     Ok(())
 }

@@ -158,3 +158,44 @@ fn merge_lists_each_rank_with_its_device_and_peak() {
     let out = collector(&["merge".as_ref(), a.as_os_str(), "--ranks".as_ref(), "0,1".as_ref(), "-o".as_ref(), out_path.as_os_str()]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("--ranks gives 2 ranks for 1 inputs"));
 }
+
+/// `collector diff` of two real snapshots: the table shows both peaks (PyTorch's counters from
+/// facts.json) and the change, layers on one side only and the notes; `--json` is the shared
+/// `TraceDiff`; a snapshot against its own-format copy changes nothing; bad files and devices
+/// fail naming what is wrong.
+#[test]
+fn diff_compares_two_traces_and_names_what_it_cannot() {
+    let (a, b) = (data("resnet18_sgd_2steps.pickle"), data("mlp_adam_3steps.pickle"));
+    let out = collector(&["diff".as_ref(), a.as_os_str(), b.as_os_str(), "--top".as_ref(), "3".as_ref()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("peak allocated     227.05 MiB                         105.27 MiB                         -121.78 MiB"), "{text}");
+    assert!(text.contains("Layers by change of peak (top 3 of 11;"), "{text}");
+    assert!(text.contains("resnet18_train (gen_samples.py:37)    195.90 MiB             -    -195.90 MiB         214           -  only in A"), "{text}");
+    assert!(text.contains("are these traces of the same model?"), "{text}");
+    assert!(text.contains("B is a PyTorch snapshot without operators"), "{text}");
+
+    let out = collector(&["diff".as_ref(), a.as_os_str(), b.as_os_str(), "--json".as_ref()]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["peak_allocated_delta_bytes"], 110388224i64 - 238078976i64);
+    assert_eq!((v["a"]["peak_allocated_bytes"].as_u64(), v["b"]["peak_allocated_bytes"].as_u64()), (Some(238078976), Some(110388224)));
+    assert_eq!(v["layers_match"], false);
+    assert_eq!(v["curves"]["alignment"], "iteration");
+
+    let dir = tmpdir("diff");
+    let native = dir.join("r18.mtrace.json");
+    assert!(collector(&["convert".as_ref(), a.as_os_str(), "-o".as_ref(), native.as_os_str()]).status.success());
+    let out = collector(&["diff".as_ref(), a.as_os_str(), native.as_os_str(), "--json".as_ref()]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((v["peak_allocated_delta_bytes"].as_i64(), v["layers_match"].as_bool()), (Some(0), Some(true)));
+
+    let out = collector(&["diff".as_ref(), a.as_os_str(), dir.join("missing.pickle").as_os_str()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("cannot open") && err.contains("missing.pickle"), "{err}");
+    let out = collector(&["diff".as_ref(), data("facts.json").as_os_str(), b.as_os_str()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("cannot import") && err.contains("facts.json") && err.contains("expected"), "{err}");
+    let out = collector(&["diff".as_ref(), a.as_os_str(), b.as_os_str(), "--device-b".as_ref(), "1".as_ref()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("device 1 of B does not exist: B has 1 device"), "{err}");
+}

@@ -234,6 +234,7 @@ fn api_contract_on_cpu() {
         "/api/trace/{trace_id}",
         "/api/trace/{trace_id}/events",
         "/api/trace/{trace_id}/leaks",
+        "/api/trace/diff",
     ]
     .map(String::from)
     .into();
@@ -668,4 +669,40 @@ fn leaks_of_a_stored_trace() {
     assert_eq!((r["iterations"].as_u64(), r["leaking"].as_bool()), (Some(3), Some(false)), "{r}");
     assert!(r["verdict"].as_str().unwrap().starts_with("no steady growth"));
     assert_eq!(s.get("/api/trace/trace_404/leaks").0, 404);
+}
+
+/// `POST /api/trace/diff` answers what `collector diff --json` says of the same files; an
+/// unknown id is a 404 naming it and its field, a device that does not exist a 422.
+#[test]
+fn diff_of_two_stored_traces() {
+    let s = Server::start(&scratch("diff_api"), &[]);
+    let upload = |name: &str| {
+        let (code, stored) = s.post_bytes(&format!("/api/trace/upload?filename={name}"), &std::fs::read(data(name)).unwrap());
+        assert_eq!(code, 200, "{stored}");
+        stored["trace_id"].as_str().unwrap().to_owned()
+    };
+    let (a, b) = (upload("resnet18_sgd_2steps.pickle"), upload("mlp_adam_3steps.pickle"));
+    let (code, d) = s.post_json("/api/trace/diff", &json!({"a": a, "b": b}));
+    assert_eq!(code, 200, "{d}");
+    assert_eq!(d["a"]["peak_allocated_bytes"].as_u64(), Some(facts("resnet18_sgd_2steps.pickle", "max_allocated")));
+    assert_eq!(d["b"]["peak_allocated_bytes"].as_u64(), Some(facts("mlp_adam_3steps.pickle", "max_allocated")));
+    assert_eq!(d["layers_match"], false);
+    let cli = std::process::Command::new(env!("CARGO_BIN_EXE_collector"))
+        .args(["diff".as_ref(), data("resnet18_sgd_2steps.pickle").as_os_str(), data("mlp_adam_3steps.pickle").as_os_str(), "--json".as_ref()])
+        .output()
+        .unwrap();
+    assert_eq!(d, serde_json::from_slice::<Value>(&cli.stdout).unwrap());
+
+    let (code, same) = s.post_json("/api/trace/diff", &json!({"a": b, "b": b, "device_a": 0}));
+    assert_eq!(code, 200, "{same}");
+    assert_eq!((same["peak_allocated_delta_bytes"].as_i64(), same["layers_match"].as_bool()), (Some(0), Some(true)));
+
+    let (code, e) = s.post_json("/api/trace/diff", &json!({"a": a, "b": "trace_404"}));
+    assert_eq!((code, detail(&e)), (404, "Trace trace_404 not found (field `b`)"));
+    let (code, e) = s.post_json("/api/trace/diff", &json!({"a": a, "b": b, "device_b": 1}));
+    assert_eq!((code, detail(&e)), (422, "field `device_b`: device 1 of B does not exist: B has 1 device, so the index must be below 1"));
+    let (code, e) = s.post_json("/api/trace/diff", &json!({"a": a, "b": b, "device_a": 300}));
+    assert!(code == 422 && detail(&e).contains("device_a"), "{code} {e}");
+    let (code, e) = s.post_json("/api/trace/diff", &json!({"a": a}));
+    assert!(code == 422 && detail(&e).contains("`b`"), "{code} {e}");
 }

@@ -3,6 +3,7 @@
 //! [`profile`] computes operator ranks, tensor classes and activation liveness; [`sweep`] holds
 //! batch-size sweep results.
 
+pub mod diff;
 pub mod flame;
 pub mod leaks;
 pub mod profile;
@@ -458,6 +459,10 @@ pub struct DevicePeak {
     pub peak_reserved_bytes: u64,
     /// Seconds since trace start at which `peak_allocated_bytes` was first reached.
     pub peak_time_s: f64,
+    /// The layer (module path) of the allocation that reached the peak; empty when the peak
+    /// is memory from before the trace or the allocation had no layer.
+    #[serde(default)]
+    pub peak_layer: String,
     pub events: usize,
 }
 
@@ -475,10 +480,12 @@ pub fn device_peaks(trace: &Trace) -> Vec<DevicePeak> {
                 peak_allocated_bytes: base.allocated_bytes,
                 peak_reserved_bytes: base.reserved_bytes,
                 peak_time_s: 0.0,
+                peak_layer: String::new(),
                 events: 0,
             }
         })
         .collect();
+    let mut at_peak: Vec<Option<usize>> = vec![None; out.len()];
     let mut cur = trace.events.cursor();
     for i in 0..trace.events.len() {
         let t = cur.advance();
@@ -487,8 +494,12 @@ pub fn device_peaks(trace: &Trace) -> Vec<DevicePeak> {
         if t.allocated_bytes > p.peak_allocated_bytes {
             p.peak_allocated_bytes = t.allocated_bytes;
             p.peak_time_s = trace.events.ts_ns[i] as f64 / 1e9;
+            at_peak[trace.events.device[i] as usize] = Some(i);
         }
         p.peak_reserved_bytes = p.peak_reserved_bytes.max(t.reserved_bytes);
+    }
+    for (p, at) in out.iter_mut().zip(at_peak) {
+        p.peak_layer = at.map(|i| trace.str(trace.events.layer[i]).to_owned()).unwrap_or_default();
     }
     out
 }
