@@ -90,6 +90,10 @@ enum Command {
     /// the next after warm-up, and the allocations born after it that are never freed, by
     /// layer and innermost frame.
     Leaks(Report),
+    /// Compare two traces of any formats (B against A): peaks and when they happen, layers by
+    /// change of peak, memory by tensor class, operators on one side only, and notes on what
+    /// cannot be compared.
+    Diff(DiffArgs),
     /// Merge one trace per rank of a distributed job (snapshots, profiler traces, Memory Tracer
     /// traces; from one node or several) into one trace with a device per rank, clocks aligned.
     Merge {
@@ -103,6 +107,10 @@ enum Command {
         /// else `rank<N>` in the file name, else the input's position.
         #[arg(long, value_delimiter = ',')]
         ranks: Option<Vec<u32>>,
+        /// Merge inputs recorded far apart in time (more than a minute and than the longest
+        /// input), which are otherwise refused as traces of different runs.
+        #[arg(long)]
+        allow_disjoint: bool,
         /// native, timeline, speedscope, chrome or csv. Default: from the output file name.
         #[arg(long)]
         format: Option<String>,
@@ -205,6 +213,10 @@ struct ServeArgs {
     /// (train mode needs a scripted module with parameters; give `input_shape`).
     #[arg(long, value_name = "DIR")]
     models_dir: Option<PathBuf>,
+    /// The Python with torch that runs distributed requests (`"world_size"`) under torchrun.
+    /// Default: $MEMORY_TRACER_PYTHON, else `python3`.
+    #[arg(long, value_name = "PATH")]
+    python: Option<PathBuf>,
     /// Trace this built-in model once the server is up and open it live in the viewer.
     #[arg(long, value_name = "MODEL")]
     trace: Option<String>,
@@ -229,6 +241,9 @@ fn serve_command(a: ServeArgs) -> anyhow::Result<()> {
     config.caps.max_events = a.max_events_cap.max(1);
     config.caps.max_input_elements = a.max_input_elements.max(1);
     config.models_dir = a.models_dir;
+    if let Some(p) = a.python {
+        config.python = p;
+    }
     let data_dir = config.data_dir.clone();
     let token = config.token.clone();
     let (host, port, open, trace) = (a.host, a.port, a.open, a.trace);
@@ -279,6 +294,31 @@ struct Report {
     /// How many rows (layers, groups of never-freed allocations) to list.
     #[arg(long, default_value_t = 10)]
     top: usize,
+    /// Largest decompressed size accepted from gzip input, in MiB.
+    #[arg(long, default_value_t = 4096)]
+    max_decompressed_mib: u64,
+}
+
+/// Two traces to compare (`diff`).
+#[derive(clap::Args)]
+struct DiffArgs {
+    /// Trace A (any format).
+    a: PathBuf,
+    /// Trace B (any format); changes are B - A.
+    b: PathBuf,
+    /// Print one JSON object instead of a table (every layer).
+    #[arg(long)]
+    json: bool,
+    /// How many layers and operators to list in the table.
+    #[arg(long, default_value_t = 10)]
+    top: usize,
+    /// Device of A to compare (index into its devices, e.g. a rank of a merged trace).
+    /// Default: the device with the highest allocated peak.
+    #[arg(long)]
+    device_a: Option<u8>,
+    /// Device of B to compare. Default: the device with the highest allocated peak.
+    #[arg(long)]
+    device_b: Option<u8>,
     /// Largest decompressed size accepted from gzip input, in MiB.
     #[arg(long, default_value_t = 4096)]
     max_decompressed_mib: u64,
@@ -538,7 +578,7 @@ fn trace_json_command(a: TraceArgs) -> anyhow::Result<()> {
         emit(&match p {
             Progress::Started { iterations } => ChildLine::Started { iterations },
             Progress::Iteration { done, of, seconds } => ChildLine::Iteration { done, of, seconds },
-            Progress::Memory { points } => ChildLine::Memory { points },
+            Progress::Memory { points } => ChildLine::Memory { points, rank: None },
         });
     });
     let trace = match trace {
@@ -598,12 +638,12 @@ fn python_trace_command(a: TraceArgs) -> anyhow::Result<()> {
         }
         None => None,
     };
-    let outcome = pyrun::run(&a.command, &opts, &mut |points| {
+    let outcome = pyrun::run(&a.command, &opts, &mut |rank, points| {
         if a.progress_json {
-            emit(&ChildLine::Memory { points: points.to_vec() });
+            emit(&ChildLine::Memory { points: points.to_vec(), rank });
         }
         if let Some(c) = &live {
-            c.send(points);
+            c.send(rank, points);
         }
     })?;
     let mut live = live;
@@ -611,11 +651,15 @@ fn python_trace_command(a: TraceArgs) -> anyhow::Result<()> {
     let mut notes: Vec<String> = outcome.processes.iter().flat_map(pyrun::notes_text).collect();
     let mut traced: Vec<_> = outcome.processes.into_iter().filter(pyrun::has_capture).collect();
     traced.sort_by_key(|p| (pyrun::rank(p).unwrap_or(u64::MAX), p.pid().unwrap_or(0)));
-    let many = traced.len() > 1;
+    // Ranks of a torchrun job are merged even when only one could be traced, so that the
+    // merged trace names the missing ones.
+    let world = traced.iter().find_map(pyrun::world_size);
+    let many = traced.len() > 1 || world.is_some();
     let mut written = 0;
     // What to report and store at the end: the one trace, or the ranks merged.
     let mut finals: Vec<(shared::Trace, String, PathBuf)> = Vec::new();
     let mut ranks: Vec<shared::merge::MergeInput> = Vec::new();
+    let mut missing = std::collections::BTreeMap::new();
     for (k, p) in traced.into_iter().enumerate() {
         let rank = pyrun::rank(&p);
         let pid = p.pid().unwrap_or(0);
@@ -628,10 +672,12 @@ fn python_trace_command(a: TraceArgs) -> anyhow::Result<()> {
             output.clone()
         };
         let program = pyrun::program_name(&p);
+        let rank = rank.and_then(|r| u32::try_from(r).ok()).unwrap_or(k as u32);
         let trace = match pyrun::build_trace(p, &opts) {
             Ok(t) => t,
             Err(e) => {
                 notes.push(format!("process {pid}: {e}"));
+                missing.insert(rank, format!("its trace could not be built: {e}"));
                 continue;
             }
         };
@@ -639,32 +685,38 @@ fn python_trace_command(a: TraceArgs) -> anyhow::Result<()> {
         eprintln!("collector: wrote {} ({}, {} events) to {}", shared::units::format_bytes(bytes), format.name(), trace.events.len(), out.display());
         written += 1;
         if many {
-            let rank = rank.and_then(|r| u32::try_from(r).ok()).unwrap_or(k as u32);
             ranks.push(shared::merge::MergeInput { trace, rank, label: out.display().to_string() });
         } else {
             finals.push((trace, program, out));
         }
     }
-    if ranks.len() > 1 {
+    if !ranks.is_empty() {
         let program = ranks[0].trace.meta.model.clone().unwrap_or_else(|| "program".into());
-        match shared::merge::merge(std::mem::take(&mut ranks)) {
+        for r in 0..world.unwrap_or(0) {
+            if !ranks.iter().any(|i| i.rank == r) {
+                missing.entry(r).or_insert_with(|| "its process streamed no trace (it did not start, did not import torch, or died before)".into());
+            }
+        }
+        let merge_opts = shared::merge::MergeOptions { missing_reasons: missing, ..Default::default() };
+        match shared::merge::merge_with(std::mem::take(&mut ranks), &merge_opts) {
             Ok(merged) => {
                 let bytes = write_export(&merged, format, &output)?;
                 eprintln!(
                     "collector: wrote {} ({}, {} ranks merged, {} events) to {}",
                     shared::units::format_bytes(bytes),
                     format.name(),
-                    merged.devices.len(),
+                    shared::merge::ranks(&merged).len(),
                     merged.events.len(),
                     output.display()
                 );
+                for r in &merged.meta.missing_ranks {
+                    let why = merge_opts.missing_reasons.get(r).map_or("no trace of it", String::as_str);
+                    notes.push(format!("rank {r} is missing from the merged trace: {why}"));
+                }
                 finals.push((merged, program, output.clone()));
             }
             Err(e) => notes.push(format!("the ranks' traces could not be merged: {e}")),
         }
-    } else if let Some(only) = ranks.pop() {
-        let program = only.trace.meta.model.clone().unwrap_or_default();
-        finals.push((only.trace, program, PathBuf::from(only.label)));
     }
     for (trace, program, out) in &finals {
         if a.progress_json {
@@ -893,10 +945,30 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 collector::commands::print_leaks(&r, std::io::stdout().lock())?;
             }
         }
+        Command::Diff(DiffArgs {
+            a,
+            b,
+            json,
+            top,
+            device_a,
+            device_b,
+            max_decompressed_mib,
+        }) => {
+            let options = import_options(max_decompressed_mib);
+            let (ta, tb) = (load_trace(&a, &options)?, load_trace(&b, &options)?);
+            let d = shared::analysis::diff::diff_devices(&ta, device_a, &tb, device_b)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&d)?);
+            } else {
+                let labels = (a.display().to_string(), b.display().to_string());
+                collector::commands::print_diff(&d, (&labels.0, &labels.1), top, std::io::stdout().lock())?;
+            }
+        }
         Command::Merge {
             inputs,
             output,
             ranks,
+            allow_disjoint,
             format,
             max_decompressed_mib,
         } => {
@@ -913,7 +985,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 };
                 merge_inputs.push(shared::merge::MergeInput { trace, rank, label: path.display().to_string() });
             }
-            let merged = shared::merge::merge(merge_inputs)?;
+            let opts = shared::merge::MergeOptions { allow_disjoint, ..Default::default() };
+            let merged = shared::merge::merge_with(merge_inputs, &opts)?;
             let bytes = write_export(&merged, format, &output)?;
             print_summary(&merged, 5, false, std::io::stderr().lock())?;
             eprintln!("wrote {} ({}, {} ranks, {} events) to {}", shared::units::format_bytes(bytes), format.name(), inputs.len(), merged.events.len(), output.display());

@@ -312,12 +312,24 @@ fn serve_stores_the_trace_in_a_running_server() {
     }
 }
 
+fn torchrun(args: &[&str]) -> Vec<String> {
+    let mut v = vec![python(), "-m".into(), "torch.distributed.run".into(), "--standalone".into(), "--nproc-per-node".into(), "2".into()];
+    v.extend(args.iter().map(|s| s.to_string()));
+    v
+}
+
+/// Where each iteration of `rank` ends in a merged trace (its optimizer steps), in ns.
+fn iteration_ends(merged: &Trace, rank: u32) -> Vec<u64> {
+    let own = shared::merge::rank_trace(merged, rank).expect("the rank");
+    shared::analysis::leaks::iteration_spans(&own).0.iter().map(|s| s.1).collect()
+}
+
 /// torchrun: every rank is traced into its own file and the ranks are merged into the
-/// output, one device per rank, each with its own trace's peak.
+/// output, one device per rank, each with its own trace's peak, on one clock: rank 1
+/// starts 1.5 s late, yet both ranks end each iteration together (the all-reduce).
 #[test]
-fn torchrun_ranks_are_traced_and_merged() {
-    let cmd = vec![python(), "-m".into(), "torch.distributed.run".into(), "--nproc-per-node".into(), "2".into(), program("ddp_train.py")];
-    let (out, t, dir) = trace("torchrun", &[], &cmd);
+fn torchrun_ranks_are_traced_merged_and_aligned() {
+    let (out, t, dir) = trace("torchrun", &[], &torchrun(&[&program("ddp_train.py")]));
     assert!(out.status.success(), "{}", text(&out.stderr));
     let merged = t.expect("the merged trace");
     let peaks = shared::analysis::device_peaks(&merged);
@@ -327,9 +339,101 @@ fn torchrun_ranks_are_traced_and_merged() {
         let own = load_trace(&dir.join(format!("out.rank{rank}.mtrace.json")), &ImportOptions::default()).unwrap();
         assert_eq!(p.peak_allocated_bytes, shared::analysis::summary(&own).peak_allocated_bytes, "rank {rank}");
         assert_eq!(own.meta.reported.get("env.RANK"), Some(&(rank as u64)));
+        assert!(own.meta.job.as_deref().is_some_and(|j| j.contains('@')), "{:?}", own.meta.job);
     }
     assert_eq!(merged.iterations.len(), 2);
     assert!(layer_names(&merged).iter().any(|l| l == "module.0"), "DDP's module paths");
+    let (e0, e1) = (iteration_ends(&merged, 0), iteration_ends(&merged, 1));
+    assert_eq!((e0.len(), e1.len()), (2, 2));
+    for (a, b) in e0.iter().zip(&e1) {
+        assert!(a.abs_diff(*b) < 500_000_000, "iteration ends {e0:?} and {e1:?} should line up");
+    }
+    assert!(merged.meta.missing_ranks.is_empty() && merged.meta.warnings.is_empty(), "{:?}", merged.meta.warnings);
+}
+
+/// The built-in models under torchrun (`python -m memory_tracer.zoo`), DDP and FSDP2 on gloo:
+/// each rank's peak is its own trace's, and FSDP2's sharded parameters, gradients and AdamW
+/// state leave every rank's peak below DDP's.
+#[test]
+fn zoo_models_run_with_ddp_and_fsdp2_and_fsdp2_peaks_lower() {
+    let mut peaks = Vec::new();
+    for strategy in ["ddp", "fsdp"] {
+        let cmd = torchrun(&["-m", "memory_tracer.zoo", "--model", "mlp", "--strategy", strategy, "--device", "cpu", "--iterations", "3", "--optimizer", "adamw"]);
+        let (out, t, dir) = trace(&format!("zoo_{strategy}"), &[], &cmd);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let merged = t.expect("the merged trace");
+        let p = shared::analysis::device_peaks(&merged);
+        assert_eq!(p.len(), 2, "{p:?}");
+        for (rank, d) in p.iter().enumerate() {
+            let own = load_trace(&dir.join(format!("out.rank{rank}.mtrace.json")), &ImportOptions::default()).unwrap();
+            assert_eq!(d.peak_allocated_bytes, shared::analysis::summary(&own).peak_allocated_bytes);
+            assert_eq!(own.iterations.len(), 3, "{strategy} rank {rank}");
+        }
+        peaks.push(p.iter().map(|d| d.peak_allocated_bytes).max().unwrap_or(0));
+    }
+    // MLP 784-1024-1024-1024-1000, AdamW: ~3.9 M parameters (15.6 MB) with gradients and two
+    // state tensors each; two ranks hold half of them each under FSDP2.
+    assert!(peaks[1] * 10 < peaks[0] * 8, "FSDP2 {} B should be well below DDP {} B", peaks[1], peaks[0]);
+}
+
+/// A rank that never starts: the other rank's trace is kept and the merged trace names the
+/// missing rank and why. A rank killed mid-run: its trace until then is kept and flagged.
+#[test]
+fn a_rank_that_dies_is_named_and_the_others_are_kept() {
+    let (out, t, dir) = trace("rank_never_starts", &[], &torchrun(&[&program("dying_rank.py"), "--when", "start"]));
+    assert_ne!(out.status.code(), Some(0), "torchrun reports the failed rank");
+    let merged = t.unwrap_or_else(|| panic!("a merged trace of rank 0: {}", text(&out.stderr)));
+    assert_eq!(shared::merge::ranks(&merged), [0]);
+    assert_eq!(merged.meta.missing_ranks, [1]);
+    assert!(merged.meta.warnings.iter().any(|w| w.starts_with("rank 1 of 2 is missing: its process streamed no trace")), "{:?}", merged.meta.warnings);
+    assert!(text(&out.stderr).contains("rank 1 is missing from the merged trace"), "{}", text(&out.stderr));
+    assert!(dir.join("out.rank0.mtrace.json").exists());
+
+    let (out, t, _) = trace("rank_killed", &[], &torchrun(&[&program("dying_rank.py"), "--when", "step"]));
+    assert_ne!(out.status.code(), Some(0));
+    let merged = t.unwrap_or_else(|| panic!("a merged trace: {}", text(&out.stderr)));
+    assert_eq!(shared::merge::ranks(&merged), [0, 1]);
+    assert!(
+        merged.meta.warnings.iter().any(|w| w.starts_with("rank 1: the process ended without closing its capture")),
+        "{:?}",
+        merged.meta.warnings
+    );
+    let rank1 = shared::merge::rank_trace(&merged, 1).unwrap();
+    // The job's iterations: rank 0 finished one, then waited for rank 1 in the next.
+    assert_eq!(shared::analysis::leaks::iteration_spans(&rank1).0.len(), 1);
+    assert!(rank1.events.len() > 0);
+}
+
+/// `collector serve` runs a built-in model under torchrun (`"world_size": 2`, FSDP2 on the
+/// CPU): the stored trace has both ranks, the job row says so, and followers get each rank's
+/// memory.
+#[test]
+fn serve_runs_distributed_jobs_and_streams_every_rank() {
+    let dir = workdir("serve_distributed");
+    let srv = server::Server::start(&dir.join("data"), &[]);
+    let body = serde_json::json!({"model_name": "mlp", "world_size": 2, "strategy": "fsdp", "iterations": 2, "device": "cpu", "optimizer": "adamw"});
+    let (status, done) = srv.post_json("/api/trace/memory", &body);
+    assert_eq!(status, 200, "{done}");
+    let id = done["trace_id"].as_str().unwrap().to_owned();
+    let (_, stored) = srv.get_json(&format!("/api/trace/{id}"));
+    let ranks: Vec<u64> = stored["trace"]["devices"].as_array().unwrap_or_else(|| panic!("{stored}")).iter().filter_map(|d| d["rank"].as_u64()).collect();
+    assert_eq!(ranks, [0, 1], "{}", stored["trace"]["devices"]);
+    let (_, jobs) = srv.get_json("/api/jobs");
+    let row = jobs["jobs"].as_array().unwrap_or_else(|| panic!("{jobs}")).iter().find(|r| r["trace_id"] == id.as_str()).unwrap().clone();
+    assert_eq!((row["world_size"].as_u64(), row["strategy"].as_str()), (Some(2), Some("fsdp")), "{row}");
+    let (_, sse) = srv.get(&format!("/api/trace/{id}/events"));
+    for rank in [0, 1] {
+        assert!(sse.contains(&format!("\"rank\":{rank}")), "memory of rank {rank} in {sse}");
+    }
+    for (bad, why) in [
+        (serde_json::json!({"model_name": "mlp", "world_size": 2, "strategy": "zero3", "device": "cpu"}), "expected `ddp` or `fsdp`"),
+        (serde_json::json!({"model_name": "mlp", "strategy": "ddp", "device": "cpu"}), "needs `world_size` of 2 or more"),
+        (serde_json::json!({"model_name": "mlp", "world_size": 99, "device": "cpu"}), "must be between 1 and 8"),
+    ] {
+        let (status, e) = srv.post_json("/api/trace/memory", &bad);
+        assert_eq!(status, 422, "{e}");
+        assert!(e.to_string().contains(why), "{e}");
+    }
 }
 
 /// A module that keeps a 128 KiB copy of its input every step: `collector leaks` finds the

@@ -59,6 +59,7 @@ class Capture:
         self.patches = []
         self.pid = os.getpid()
         self._ids = {}
+        self.sampler = None
         self.begin_id = self.intern(ITERATION_BEGIN)
         self.end_id = self.intern(ITERATION_END)
 
@@ -314,7 +315,7 @@ class Capture:
             "start_unix_ns": time.time_ns(),
             "base_totals": base,
             "options": o,
-            "env": {k: os.environ[k] for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT") if k in os.environ},
+            "env": {k: os.environ[k] for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID") if k in os.environ},
         })
         self.set_phase(PHASE_OTHER)
         hello["start_ns"] = lib.mt_now_ns()
@@ -323,6 +324,8 @@ class Capture:
             raise RuntimeError(f"memory-tracer: the capture cannot start: {_shim.last_error(lib)}")
         self.enabled = True
         self.install()
+        if self.options.get("device_sample_ms", 100) > 0:
+            self.sampler = DeviceSampler(lib, self.options.get("device_sample_ms", 100) / 1000.0)
 
     def pause(self):
         if self.enabled:
@@ -355,6 +358,8 @@ class Capture:
             end["notes"] = self.notes
             end["optimizers"] = sorted(e[0] for e in self.optimizers.values())
             end["cuda"] = _cuda_stats()
+            if self.sampler is not None:
+                end["device_samples"] = self.sampler.stop()
             self.send(_shim.FRAME_END, end)
         except Exception as e:  # never let the capture's end break the program's
             sys.stderr.write(f"memory-tracer: ending the capture failed: {e}\n")
@@ -368,6 +373,51 @@ class Capture:
         # The shim stopped itself in the child (pthread_atfork); keep Python quiet too.
         self.enabled = False
         self.finished = True
+
+
+class DeviceSampler:
+    """The driver's used and total memory (cudaMemGetInfo) of every CUDA device this process
+    holds memory on, every `interval` seconds, on the shim's clock: what the allocator never
+    sees (CUDA context, NCCL, cuBLAS workspaces) is the gap to PyTorch's reserved bytes.
+
+    Devices the process has not allocated on are skipped: asking them would create a CUDA
+    context there. At most `limit` samples are kept; past it every other one is dropped."""
+
+    def __init__(self, lib, interval, limit=100_000):
+        self.lib = lib
+        self.interval = interval
+        self.limit = limit
+        self.samples = []
+        self.every = 1
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self.run, name="memory-tracer-device-sampler", daemon=True)
+        self.thread.start()
+
+    def run(self):
+        import torch
+
+        n = 0
+        while not self.stopping.wait(self.interval):
+            try:
+                if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
+                    continue
+                for d in range(torch.cuda.device_count()):
+                    if torch.cuda.memory_reserved(d) == 0:
+                        continue
+                    free, total = torch.cuda.mem_get_info(d)
+                    n += 1
+                    if n % self.every == 0:
+                        self.samples.append((self.lib.mt_now_ns(), d, total - free, total))
+                if len(self.samples) >= self.limit:
+                    self.samples = self.samples[::2]
+                    self.every *= 2
+            except Exception:  # a device gone bad: stop sampling, keep the program running
+                return
+
+    def stop(self):
+        self.stopping.set()
+        self.thread.join(timeout=2 * self.interval + 1)
+        return list(self.samples)
 
 
 def _cuda_stats():

@@ -203,18 +203,30 @@ struct Reader {
     handle: std::thread::JoinHandle<ProcessStream>,
 }
 
-/// `live`: where to put memory totals as they arrive, timed from `t0` (the first process
-/// only, so a live view shows one process's curve).
-fn spawn_reader(stream: UnixStream, live: Option<Arc<Mutex<Vec<LivePoint>>>>, t0: u64) -> anyhow::Result<Reader> {
+/// Memory totals of the processes as they arrive, by rank (`None`: not a torchrun rank).
+type LiveBuffer = Arc<Mutex<Vec<(Option<u32>, Vec<LivePoint>)>>>;
+
+/// `live`: where to put memory totals as they arrive, timed from `t0`. Processes of a
+/// torchrun job each add their rank's points; of other commands only the first process
+/// (`first`), so a live view shows one curve per rank or the program's one.
+fn spawn_reader(stream: UnixStream, live: LiveBuffer, first: bool, t0: u64) -> anyhow::Result<Reader> {
     stream.set_nonblocking(false)?;
     let read_side = stream.try_clone()?;
     let handle = std::thread::Builder::new().name("capture-reader".into()).spawn(move || {
         let mut totals = LiveTotals::new(t0, LiveDevice::Auto);
-        wire::read_stream(std::io::BufReader::with_capacity(1 << 20, read_side), &mut |recs| {
-            let Some(live) = live.as_ref() else { return };
+        wire::read_stream(std::io::BufReader::with_capacity(1 << 20, read_side), &mut |hello, recs| {
+            let rank = hello.and_then(rank_of_hello);
+            if rank.is_none() && !first {
+                return;
+            }
             let points = totals.points(recs);
-            if !points.is_empty() {
-                live.lock().unwrap_or_else(std::sync::PoisonError::into_inner).extend(points);
+            if points.is_empty() {
+                return;
+            }
+            let mut live = live.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            match live.iter_mut().find(|(r, _)| *r == rank) {
+                Some((_, v)) => v.extend(points),
+                None => live.push((rank, points)),
             }
         })
     })?;
@@ -223,7 +235,7 @@ fn spawn_reader(stream: UnixStream, live: Option<Arc<Mutex<Vec<LivePoint>>>>, t0
 
 /// Runs `command` with the capture injected and collects every process's stream.
 /// `on_live` gets memory points while the command runs (for live views).
-pub fn run(command: &[String], opts: &PyOptions, on_live: &mut dyn FnMut(&[LivePoint])) -> anyhow::Result<Outcome> {
+pub fn run(command: &[String], opts: &PyOptions, on_live: &mut dyn FnMut(Option<u32>, &[LivePoint])) -> anyhow::Result<Outcome> {
     let Some(program) = command.first() else {
         anyhow::bail!("no command given after `--`; expected e.g. `collector trace -- python train.py`");
     };
@@ -254,11 +266,11 @@ pub fn run(command: &[String], opts: &PyOptions, on_live: &mut dyn FnMut(&[LiveP
     })?;
     catch_signals();
 
-    let live = Arc::new(Mutex::new(Vec::new()));
+    let live: LiveBuffer = Arc::new(Mutex::new(Vec::new()));
     let mut readers: Vec<Reader> = Vec::new();
     let accept = |readers: &mut Vec<Reader>| loop {
         match listener.accept() {
-            Ok((stream, _)) => match spawn_reader(stream, readers.is_empty().then(|| live.clone()), t0) {
+            Ok((stream, _)) => match spawn_reader(stream, live.clone(), readers.is_empty(), t0) {
                 Ok(r) => readers.push(r),
                 Err(e) => eprintln!("collector: cannot read a process's capture: {e:#}"),
             },
@@ -270,10 +282,10 @@ pub fn run(command: &[String], opts: &PyOptions, on_live: &mut dyn FnMut(&[LiveP
             }
         }
     };
-    let flush_live = |on_live: &mut dyn FnMut(&[LivePoint])| {
-        let points = std::mem::take(&mut *live.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
-        if !points.is_empty() {
-            on_live(&decimate(points, LIVE_POINTS_PER_REPORT));
+    let flush_live = |on_live: &mut dyn FnMut(Option<u32>, &[LivePoint])| {
+        let ranks = std::mem::take(&mut *live.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+        for (rank, points) in ranks {
+            on_live(rank, &decimate(points, LIVE_POINTS_PER_REPORT));
         }
     };
     let mut interrupted_at: Option<Instant> = None;
@@ -349,12 +361,45 @@ pub fn ingest_fd(fd: i32) -> anyhow::Result<ProcessStream> {
     }
     // SAFETY: the descriptor is an open socket handed to this process, owned from here on.
     let stream = unsafe { UnixStream::from_raw_fd(fd) };
-    Ok(wire::read_stream(std::io::BufReader::with_capacity(1 << 20, stream), &mut |_| {}))
+    Ok(wire::read_stream(std::io::BufReader::with_capacity(1 << 20, stream), &mut |_, _| {}))
 }
 
 /// The process's rank under torchrun (its `RANK`), if it had one.
 pub fn rank(p: &ProcessStream) -> Option<u64> {
-    p.hello.as_ref()?.get("env")?.get("RANK")?.as_str()?.parse().ok()
+    p.hello.as_ref().and_then(rank_of_hello).map(u64::from)
+}
+
+fn rank_of_hello(hello: &Value) -> Option<u32> {
+    hello.get("env")?.get("RANK")?.as_str()?.parse().ok()
+}
+
+/// The driver's samples of CUDA device `index` from the end frame (`[ts_ns, device, used,
+/// total]`, on the shim's clock), timed from the capture's start; they belong to the trace's
+/// one device.
+fn device_samples(end: Option<&Value>, index: i8, start_ns: u64) -> Vec<shared::model::DeviceSample> {
+    let rows = end.and_then(|e| e.get("device_samples")).and_then(Value::as_array);
+    rows.into_iter()
+        .flatten()
+        .filter_map(|r| {
+            let r = r.as_array()?;
+            let n = |k: usize| r.get(k).and_then(Value::as_u64);
+            (r.get(1)?.as_i64()? == i64::from(index)).then_some(())?;
+            Some(shared::model::DeviceSample { ts_ns: n(0)?.saturating_sub(start_ns), device: 0, used_bytes: n(2)?, total_bytes: n(3)? })
+        })
+        .collect()
+}
+
+/// The distributed job a process belongs to: torchrun's run id and rendezvous address, the
+/// same on every rank of every node of one job.
+fn job_of(env: &serde_json::Map<String, Value>) -> Option<String> {
+    env.get("RANK")?;
+    let get = |k: &str| env.get(k).and_then(Value::as_str).unwrap_or("");
+    Some(format!("{}@{}:{}", get("TORCHELASTIC_RUN_ID"), get("MASTER_ADDR"), get("MASTER_PORT")))
+}
+
+/// The job's world size, as the process's `WORLD_SIZE`.
+pub fn world_size(p: &ProcessStream) -> Option<u32> {
+    p.hello.as_ref()?.get("env")?.get("WORLD_SIZE")?.as_str()?.parse().ok()
 }
 
 /// Whether the stream carries anything to build a trace from.
@@ -501,6 +546,10 @@ pub fn build_trace(mut p: ProcessStream, opts: &PyOptions) -> Result<Trace, Stri
                 trace.meta.reported.insert(format!("env.{k}"), n);
             }
         }
+        trace.meta.job = job_of(env);
+    }
+    if let Some(i) = cuda_index {
+        trace.device_samples = device_samples(end.as_ref(), i, start_ns);
     }
     match &end {
         Some(e) => {
@@ -581,7 +630,7 @@ pub struct LiveClient {
     base: String,
     token: Option<String>,
     id: String,
-    tx: Option<std::sync::mpsc::Sender<Vec<LivePoint>>>,
+    tx: Option<std::sync::mpsc::Sender<(Option<u32>, Vec<LivePoint>)>>,
     poster: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -594,12 +643,13 @@ impl LiveClient {
             .with_context(|| format!("cannot reach {base}"))?;
         let a = answer(resp, &base, "the live trace")?;
         let id = a.get("trace_id").and_then(Value::as_str).context("the server's answer has no trace_id")?.to_owned();
-        let (tx, rx) = std::sync::mpsc::channel::<Vec<LivePoint>>();
+        let (tx, rx) = std::sync::mpsc::channel::<(Option<u32>, Vec<LivePoint>)>();
         let (url, tok) = (format!("{base}/api/trace/live/{id}"), token.map(str::to_owned));
         let poster = std::thread::Builder::new().name("live-poster".into()).spawn(move || {
-            while let Ok(points) = rx.recv() {
+            while let Ok((rank, points)) = rx.recv() {
                 let sent = points.chunks(1024).try_for_each(|chunk| {
-                    let r = with_token(agent.post(&url), tok.as_deref()).send_json(json!({"kind": "memory", "points": chunk}));
+                    let line = crate::serve::jobs::ChildLine::Memory { points: chunk.to_vec(), rank };
+                    let r = with_token(agent.post(&url), tok.as_deref()).send_json(&line);
                     match r {
                         Ok(resp) if resp.status().is_success() => Ok(()),
                         Ok(resp) => Err(format!("status {}", resp.status())),
@@ -621,9 +671,9 @@ impl LiveClient {
     }
 
     /// Queues points for the server (never blocks).
-    pub fn send(&self, points: &[LivePoint]) {
+    pub fn send(&self, rank: Option<u32>, points: &[LivePoint]) {
         if let Some(tx) = &self.tx {
-            let _ = tx.send(points.to_vec());
+            let _ = tx.send((rank, points.to_vec()));
         }
     }
 

@@ -18,6 +18,7 @@ pub const FILES: &[(&str, &[u8])] = py!(
     "memory_tracer/_auto.py",
     "memory_tracer/_capture.py",
     "memory_tracer/_shim.py",
+    "memory_tracer/zoo.py",
     "memory_tracer/_bootstrap/sitecustomize.py",
 );
 

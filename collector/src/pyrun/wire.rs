@@ -67,7 +67,8 @@ fn parse_record(b: &[u8]) -> MtRecord {
 /// Reads frames until the peer closes. `on_records` sees each batch as it arrives (live views).
 /// A stream cut mid-frame or a malformed frame ends the reading; what came before is kept
 /// and [`ProcessStream::error`] says where it stopped.
-pub fn read_stream(mut r: impl Read, on_records: &mut dyn FnMut(&[MtRecord])) -> ProcessStream {
+/// `on_records` gets each batch of records with the process's capture header (sent first).
+pub fn read_stream(mut r: impl Read, on_records: &mut dyn FnMut(Option<&Value>, &[MtRecord])) -> ProcessStream {
     let mut s = ProcessStream::default();
     if let Err(e) = read_frames(&mut r, &mut s, on_records) {
         s.error = Some(e);
@@ -75,7 +76,7 @@ pub fn read_stream(mut r: impl Read, on_records: &mut dyn FnMut(&[MtRecord])) ->
     s
 }
 
-fn read_frames(r: &mut impl Read, s: &mut ProcessStream, on_records: &mut dyn FnMut(&[MtRecord])) -> Result<(), String> {
+fn read_frames(r: &mut impl Read, s: &mut ProcessStream, on_records: &mut dyn FnMut(Option<&Value>, &[MtRecord])) -> Result<(), String> {
     let mut payload = Vec::new();
     for frame in 0u64.. {
         let mut header = [0u8; 8];
@@ -100,7 +101,7 @@ fn read_frames(r: &mut impl Read, s: &mut ProcessStream, on_records: &mut dyn Fn
     Ok(())
 }
 
-fn take_frame(s: &mut ProcessStream, kind: u32, payload: &[u8], on_records: &mut dyn FnMut(&[MtRecord])) -> Result<(), String> {
+fn take_frame(s: &mut ProcessStream, kind: u32, payload: &[u8], on_records: &mut dyn FnMut(Option<&Value>, &[MtRecord])) -> Result<(), String> {
     let json = |p: &[u8]| serde_json::from_slice::<Value>(p).map_err(|e| format!("expected a JSON object: {e}"));
     match kind {
         FRAME_HELLO => s.hello = Some(json(payload)?),
@@ -112,7 +113,7 @@ fn take_frame(s: &mut ProcessStream, kind: u32, payload: &[u8], on_records: &mut
             }
             let start = s.records.len();
             s.records.extend(payload.chunks_exact(RECORD_BYTES).map(parse_record));
-            on_records(&s.records[start..]);
+            on_records(s.hello.as_ref(), &s.records[start..]);
         }
         FRAME_STRINGS => {
             let mut p = payload;
@@ -186,7 +187,7 @@ mod tests {
         bytes.extend(frame(FRAME_RECORDS, &[record_bytes(&rec), record_bytes(&rec)].concat()));
         bytes.extend(frame(FRAME_END, br#"{"reason": "exit"}"#));
         let mut seen = 0;
-        let s = read_stream(&bytes[..], &mut |r| seen += r.len());
+        let s = read_stream(&bytes[..], &mut |_, r| seen += r.len());
         assert_eq!(s.error, None);
         assert_eq!((s.pid(), seen, s.strings.as_slice()), (Some(42), 2, ["fc1".to_string()].as_slice()));
         let r = s.records[1];
@@ -209,7 +210,7 @@ mod tests {
             ([good.clone(), frame(FRAME_STRINGS, &[1, 0, 0, 0, 9, 0, 0, 0, b'x'])].concat(), "past the frame's end"),
         ];
         for (bytes, want) in cases {
-            let s = read_stream(&bytes[..], &mut |_| {});
+            let s = read_stream(&bytes[..], &mut |_, _| {});
             let err = s.error.clone().unwrap_or_default();
             assert!(err.contains(want), "{err:?} should contain {want:?}");
             assert_eq!(s.pid(), Some(1), "the hello before the bad frame is kept");

@@ -2,7 +2,7 @@
 //! (`docs.rs`) is derived from the `#[utoipa::path]` attributes here.
 
 use super::error::{ApiError, ApiJson, ErrorBody};
-use super::jobs::{ChildLine, JobSpec, LiveEvent};
+use super::jobs::{ChildLine, Distributed, JobSpec, LiveEvent};
 use super::store::{Origin, StoreError, StoredTrace};
 use super::AppState;
 use axum::body::Body;
@@ -146,6 +146,17 @@ pub struct TraceRequest {
     pub mode: Option<String>,
     /// Iterations (default 3; the first warms the caching allocator).
     pub iterations: Option<u32>,
+    /// `sgd` (momentum 0.9, the default), `adam` or `adamw`.
+    #[schema(example = "adamw")]
+    pub optimizer: Option<String>,
+    /// Processes of a distributed job (2 or more; default 1): the built-in model runs under
+    /// torchrun, one rank per device (`cuda:0` to `cuda:N-1`, NCCL) or N ranks on the CPU
+    /// (gloo), each with the whole `input_shape`. The stored trace has every rank.
+    #[schema(example = 2)]
+    pub world_size: Option<u32>,
+    /// With `world_size`: `ddp` (DistributedDataParallel, the default) or `fsdp` (FSDP2).
+    #[schema(example = "fsdp")]
+    pub strategy: Option<String>,
 }
 
 /// `POST /api/trace/live`: announce a trace recorded elsewhere (`collector trace --serve`).
@@ -192,7 +203,7 @@ pub async fn live_start(State(state): State<Arc<AppState>>, ApiJson(req): ApiJso
     responses((status = 200, body = LiveAccepted), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn live_event(State(state): State<Arc<AppState>>, Path(trace_id): Path<String>, ApiJson(line): ApiJson<ChildLine>) -> Result<axum::Json<LiveAccepted>, ApiError> {
     let job = state.jobs.external_job(&trace_id).ok_or_else(|| ApiError::trace_not_found(&trace_id))?;
-    if let ChildLine::Memory { points } = &line {
+    if let ChildLine::Memory { points, .. } = &line {
         if points.len() > MAX_LIVE_POINTS {
             return Err(field("points", format!("at most {MAX_LIVE_POINTS} per line, got {}", points.len())));
         }
@@ -223,6 +234,41 @@ pub async fn leaks(State(state): State<Arc<AppState>>, Path(trace_id): Path<Stri
     })
     .await?;
     Ok(axum::Json(report))
+}
+
+/// The body of `POST /api/trace/diff`.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct DiffRequest {
+    /// Trace A's id.
+    pub a: String,
+    /// Trace B's id; changes are B − A.
+    pub b: String,
+    /// Device of A to compare: an index into its devices (a rank of a merged trace). Default:
+    /// the device with the highest allocated peak.
+    pub device_a: Option<u8>,
+    /// Device of B to compare. Default: the device with the highest allocated peak.
+    pub device_b: Option<u8>,
+}
+
+/// `POST /api/trace/diff`: two stored traces compared (`collector diff --json`): each side's
+/// peak and when, the change, layers by change, classes, operators on one side only, the
+/// Compare chart's two curves, and notes.
+#[utoipa::path(post, path = "/api/trace/diff", tag = "traces", request_body = DiffRequest,
+    responses((status = 200, description = "The diff, as `collector diff --json`"), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn trace_diff(State(state): State<Arc<AppState>>, ApiJson(req): ApiJson<DiffRequest>) -> Result<axum::Json<shared::analysis::diff::TraceDiff>, ApiError> {
+    let find = |id: &str, name: &str| state.store.get(id).ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, format!("Trace {id} not found (field `{name}`)")));
+    let (a, b) = (find(&req.a, "a")?, find(&req.b, "b")?);
+    let st = state.clone();
+    let diff = blocking(move || -> Result<_, ApiError> {
+        let ta = st.load(&a)?;
+        let tb = if req.b == req.a { None } else { Some(st.load(&b)?) };
+        shared::analysis::diff::diff_devices(&ta, req.device_a, tb.as_ref().unwrap_or(&ta), req.device_b).map_err(|e| {
+            let shared::analysis::diff::DiffError::NoSuchDevice { side, .. } = &e;
+            field(if *side == shared::analysis::diff::Side::A { "device_a" } else { "device_b" }, e)
+        })
+    })
+    .await?;
+    Ok(axum::Json(diff))
 }
 
 /// The most memory points one live line may carry.
@@ -311,6 +357,11 @@ impl TraceRequest {
             Some(d) => super::parse_device(d).map_err(|e| field("device", e))?,
         };
         state.check_device(&device)?;
+        let optimizer = self.optimizer.clone().unwrap_or_else(|| "sgd".into());
+        if !matches!(optimizer.as_str(), "sgd" | "adam" | "adamw") {
+            return Err(field("optimizer", format!("expected `sgd`, `adam` or `adamw`, got `{optimizer}`")));
+        }
+        let distributed = self.distributed(state, torchscript.is_some(), &device)?;
         Ok(JobSpec {
             model: self.model_name.clone(),
             torchscript,
@@ -321,7 +372,38 @@ impl TraceRequest {
             iterations,
             max_events: self.max_events,
             fragmentation: self.enable_fragmentation,
+            optimizer,
+            distributed,
         })
+    }
+
+    /// The torchrun job a request with `world_size` ≥ 2 asks for.
+    fn distributed(&self, state: &AppState, torchscript: bool, device: &str) -> Result<Option<Distributed>, ApiError> {
+        let world = self.world_size.unwrap_or(1);
+        let max = state.config.caps.max_world_size;
+        if world < 1 || world > max {
+            return Err(field("world_size", format!("must be between 1 and {max}, got {world}")));
+        }
+        if world == 1 {
+            return match &self.strategy {
+                Some(_) => Err(field("strategy", "needs `world_size` of 2 or more")),
+                None => Ok(None),
+            };
+        }
+        if torchscript {
+            return Err(field("world_size", format!("`{}` is a TorchScript model; distributed runs take built-in models", self.model_name)));
+        }
+        let strategy = self.strategy.clone().unwrap_or_else(|| "ddp".into());
+        if !matches!(strategy.as_str(), "ddp" | "fsdp") {
+            return Err(field("strategy", format!("expected `ddp` or `fsdp`, got `{strategy}`")));
+        }
+        if device.starts_with("cuda") && world > state.cuda_devices {
+            return Err(ApiError::unavailable(format!(
+                "world_size {world} on CUDA needs {world} devices (one per rank); this server has {}",
+                state.cuda_devices
+            )));
+        }
+        Ok(Some(Distributed { world_size: world, strategy, python: state.config.python.clone() }))
     }
 }
 

@@ -38,10 +38,54 @@ pub struct JobSpec {
     pub iterations: u32,
     pub max_events: u64,
     pub fragmentation: bool,
+    /// `sgd`, `adam` or `adamw`.
+    pub optimizer: String,
+    /// A torchrun job of several ranks instead of one process.
+    pub distributed: Option<Distributed>,
+}
+
+/// A built-in model run by `world_size` ranks under torchrun
+/// (`python -m memory_tracer.zoo`, traced by `collector trace -- ...`).
+#[derive(Clone, Debug)]
+pub struct Distributed {
+    pub world_size: u32,
+    /// `ddp` or `fsdp`.
+    pub strategy: String,
+    /// The Python with torch that runs torchrun.
+    pub python: std::path::PathBuf,
 }
 
 impl JobSpec {
     fn args(&self, output: &std::path::Path) -> Vec<String> {
+        match &self.distributed {
+            Some(d) => self.torchrun_args(d, output),
+            None => self.process_args(output),
+        }
+    }
+
+    /// `collector trace -- python -m torch.distributed.run ... -m memory_tracer.zoo ...`.
+    fn torchrun_args(&self, d: &Distributed, output: &std::path::Path) -> Vec<String> {
+        let mut a: Vec<String> = vec!["trace".into(), "--progress-json".into(), "--format".into(), "native".into(), "--output".into()];
+        a.push(output.display().to_string());
+        a.extend(["--max-events".into(), self.max_events.to_string()]);
+        if !self.fragmentation {
+            a.push("--no-fragmentation".into());
+        }
+        a.extend(["--".into(), d.python.display().to_string()]);
+        a.extend(["-m", "torch.distributed.run", "--standalone", "--nproc-per-node"].map(String::from));
+        a.push(d.world_size.to_string());
+        a.extend(["-m", "memory_tracer.zoo", "--model"].map(String::from));
+        a.push(self.model.clone());
+        let kind = if self.device.starts_with("cuda") { "cuda" } else { "cpu" };
+        for (flag, value) in [("--strategy", &d.strategy), ("--device", &kind.to_owned()), ("--mode", &self.mode), ("--optimizer", &self.optimizer)] {
+            a.extend([flag.to_owned(), value.clone()]);
+        }
+        a.extend(["--iterations".into(), self.iterations.to_string()]);
+        self.shape_args(&mut a);
+        a
+    }
+
+    fn process_args(&self, output: &std::path::Path) -> Vec<String> {
         let mut a: Vec<String> = match &self.torchscript {
             Some(p) => vec!["trace".into(), "--torchscript".into(), p.display().to_string()],
             None => vec!["trace".into(), "--model".into(), self.model.clone()],
@@ -53,6 +97,8 @@ impl JobSpec {
             self.mode.clone(),
             "--iterations".into(),
             self.iterations.to_string(),
+            "--optimizer".into(),
+            self.optimizer.clone(),
             "--max-events".into(),
             self.max_events.to_string(),
             "--format".into(),
@@ -61,6 +107,15 @@ impl JobSpec {
             output.display().to_string(),
             "--progress-json".into(),
         ]);
+        self.shape_args(&mut a);
+        if !self.fragmentation {
+            a.push("--no-fragmentation".into());
+        }
+        a
+    }
+
+    /// `--input-shape` and `--batch-size`, spelled alike by `collector trace` and the zoo.
+    fn shape_args(&self, a: &mut Vec<String>) {
         if let Some(s) = &self.input_shape {
             a.push("--input-shape".into());
             a.push(s.iter().map(i64::to_string).collect::<Vec<_>>().join(","));
@@ -69,10 +124,6 @@ impl JobSpec {
             a.push("--batch-size".into());
             a.push(b.to_string());
         }
-        if !self.fragmentation {
-            a.push("--no-fragmentation".into());
-        }
-        a
     }
 }
 
@@ -82,7 +133,12 @@ impl JobSpec {
 pub enum ChildLine {
     Started { iterations: u32 },
     Iteration { done: u32, of: u32, seconds: f64 },
-    Memory { points: Vec<[u64; 3]> },
+    /// `[ns since start, allocated, reserved]`; `rank`: whose, in a torchrun job.
+    Memory {
+        points: Vec<[u64; 3]>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        rank: Option<u32>,
+    },
     Done { info: TraceInfo },
     /// `class`: `no_cuda`, `invalid`, `out_of_memory`, `model` or `internal`.
     Error { class: String, detail: String },
@@ -95,7 +151,12 @@ pub enum LiveEvent {
     Status { state: JobStateName, device: String, model: String },
     Started { iterations: u32 },
     Iteration { done: u32, of: u32, seconds: f64 },
-    Memory { points: Vec<[u64; 3]> },
+    /// `rank`: whose, in a torchrun job (each rank's points come separately).
+    Memory {
+        points: Vec<[u64; 3]>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        rank: Option<u32>,
+    },
     Done { trace: TraceResponse },
     /// Named `failed`, not `error`: EventSource reserves `error` for its own connection errors.
     Failed { status: u16, detail: String },
@@ -140,6 +201,10 @@ pub struct JobRow {
     pub age_s: f64,
     /// Why it failed.
     pub error: Option<String>,
+    /// Ranks of a distributed job (1: one process).
+    pub world_size: u32,
+    /// `ddp` or `fsdp` for a distributed job.
+    pub strategy: Option<String>,
 }
 
 #[derive(Clone, Debug)]
@@ -212,6 +277,8 @@ impl Job {
             iterations: self.spec.iterations,
             age_s: self.created.elapsed().as_secs_f64(),
             error,
+            world_size: self.spec.distributed.as_ref().map_or(1, |d| d.world_size),
+            strategy: self.spec.distributed.as_ref().map(|d| d.strategy.clone()),
         }
     }
 }
@@ -380,6 +447,8 @@ impl Jobs {
                 iterations: 0,
                 max_events: 0,
                 fragmentation: true,
+                optimizer: String::new(),
+                distributed: None,
             },
         });
         job.publish(LiveEvent::Status {
@@ -401,7 +470,7 @@ impl Jobs {
         match line {
             ChildLine::Started { iterations } => job.publish(LiveEvent::Started { iterations }),
             ChildLine::Iteration { done, of, seconds } => job.publish(LiveEvent::Iteration { done, of, seconds }),
-            ChildLine::Memory { points } => job.publish(LiveEvent::Memory { points }),
+            ChildLine::Memory { points, rank } => job.publish(LiveEvent::Memory { points, rank }),
             ChildLine::Done { .. } => {}
             ChildLine::Error { detail, .. } => self.finish(job, Err(ApiError::unprocessable(detail))),
         }
@@ -462,7 +531,7 @@ async fn run_child(state: &Arc<AppState>, exe: &std::path::Path, job: &Arc<Job>)
             match serde_json::from_str::<ChildLine>(&line) {
                 Ok(ChildLine::Started { iterations }) => job.publish(LiveEvent::Started { iterations }),
                 Ok(ChildLine::Iteration { done, of, seconds }) => job.publish(LiveEvent::Iteration { done, of, seconds }),
-                Ok(ChildLine::Memory { points }) => job.publish(LiveEvent::Memory { points }),
+                Ok(ChildLine::Memory { points, rank }) => job.publish(LiveEvent::Memory { points, rank }),
                 Ok(ChildLine::Done { info: i }) => info = Some(i),
                 Ok(ChildLine::Error { class, detail }) => reported = Some((class, detail)),
                 Err(_) => {}

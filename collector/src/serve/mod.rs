@@ -36,6 +36,8 @@ pub struct Caps {
     pub max_batch_size: i64,
     pub max_input_elements: u64,
     pub max_iterations: u32,
+    /// Most processes of a distributed request (`world_size`).
+    pub max_world_size: u32,
 }
 
 impl Default for Caps {
@@ -45,6 +47,7 @@ impl Default for Caps {
             max_batch_size: 4096,
             max_input_elements: 1 << 28,
             max_iterations: 100,
+            max_world_size: 8,
         }
     }
 }
@@ -73,6 +76,8 @@ pub struct ServeConfig {
     pub models_dir: Option<PathBuf>,
     /// The binary that runs traces (default: this one).
     pub collector_exe: Option<PathBuf>,
+    /// The Python with torch that runs distributed requests under torchrun.
+    pub python: PathBuf,
 }
 
 impl ServeConfig {
@@ -93,6 +98,7 @@ impl ServeConfig {
             caps: Caps::default(),
             models_dir: None,
             collector_exe: None,
+            python: std::env::var_os("MEMORY_TRACER_PYTHON").map_or_else(|| PathBuf::from("python3"), PathBuf::from),
         }
     }
 }
@@ -278,6 +284,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/api/trace/download/{file}", get(api::download))
         .route("/api/trace/upload", post(api::upload).layer(DefaultBodyLimit::disable()))
         .route("/api/trace/live", post(api::live_start))
+        .route("/api/trace/diff", post(api::trace_diff))
         .route("/api/trace/live/{trace_id}", post(api::live_event))
         .route("/api/trace/{trace_id}", get(api::get_trace).delete(api::delete))
         .route("/api/trace/{trace_id}/events", get(api::events))

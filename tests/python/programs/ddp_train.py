@@ -1,4 +1,14 @@
-"""DistributedDataParallel training on the CPU (gloo), for `torchrun --nproc-per-node 2`."""
+"""DistributedDataParallel training on the CPU (gloo), for `torchrun --nproc-per-node 2`.
+
+Rank 1 starts 1.5 s after rank 0 (it sleeps before importing torch), so its clock starts
+later: a merge that did not align the ranks' clocks would put the two ranks' ends of every
+iteration (both wait on the same all-reduce) 1.5 s apart."""
+import os
+import time
+
+if os.environ.get("RANK") == "1":
+    time.sleep(1.5)
+
 import torch
 import torch.distributed as dist
 import torch.nn as nn

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Issue 19 on 2 GPUs: the built-in models under torchrun (python -m memory_tracer.zoo), DDP
+# and FSDP2 with AdamW over NCCL, traced by `collector trace -- torchrun`. Prints, per job and
+# rank, the merged trace's peak against the rank's own torch.cuda.max_memory_allocated(), the
+# reserved peaks, and the driver's used memory (the gap: CUDA context, NCCL, cuBLAS).
+#   tests/gpu/zoo_distributed.sh COLLECTOR OUT_DIR
+set -uo pipefail
+collector=$1
+final=$2
+out=/tmp/mt-zoo
+venv=${TORCH_VENV:-/opt/torch/.venv}
+sp=$(echo "$venv"/lib/python3*/site-packages)
+export LD_LIBRARY_PATH="$sp/torch/lib:$sp/nvidia/cu13/lib:$sp/nvidia/cudnn/lib:$sp/nvidia/nccl/lib:$sp/nvidia/cusparselt/lib:$sp/nvidia/nvshmem/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export NCCL_NVLS_ENABLE=0
+mkdir -p "$out" "$final"
+run() { # name, zoo args...
+  local name=$1; shift
+  "$collector" trace -q -o "$out/$name.mtrace.json" -- "$venv/bin/python" -m torch.distributed.run --standalone --nproc-per-node 2 \
+    -m memory_tracer.zoo --device cuda --iterations 3 --optimizer adamw "$@" > "$out/$name.log" 2>&1
+  echo "$name exit $?" >> "$final/zoo_exit.txt"
+  "$collector" summary "$out/$name.mtrace.json" --json > "$out/$name.summary.json" 2>>"$out/$name.log"
+  for r in 0 1; do "$collector" summary "$out/$name.rank$r.mtrace.json" --json > "$out/$name.rank$r.summary.json" 2>>"$out/$name.log"; done
+  cp "$out/$name.log" "$final/"
+}
+for strategy in ddp fsdp; do
+  run "resnet50_$strategy" --model resnet50 --strategy $strategy --batch-size 32
+  run "gpt_$strategy" --model gpt --strategy $strategy --batch-size 4
+done
+"$venv/bin/python" - "$out" <<'PY' | tee "$final/zoo_results.txt"
+import json, os, re, sys
+out = sys.argv[1]
+print("| job | rank | parameters | trace peak | torch max_memory_allocated | diff | trace reserved | torch max_memory_reserved | driver used peak |")
+print("|---|---|---|---|---|---|---|---|---|")
+for name in ("resnet50_ddp", "resnet50_fsdp", "gpt_ddp", "gpt_fsdp"):
+    try:
+        log = open(os.path.join(out, name + ".log")).read()
+        merged = json.load(open(os.path.join(out, name + ".summary.json")))
+    except Exception as e:
+        print(f"| {name} | failed: {e} |")
+        continue
+    facts = {int(m[0]): (int(m[1]), int(m[2]), int(m[3])) for m in re.findall(r"rank (\d+): \S+ \S+ parameters (\d+) B, peak allocated (\d+) B, peak reserved (\d+) B", log)}
+    for d in merged["devices"]:
+        r = d["rank"]
+        own = json.load(open(os.path.join(out, f"{name}.rank{r}.summary.json")))
+        p, a, res = facts.get(r, (0, 0, 0))
+        print(f"| {name} | {r} | {p:,} | {d['peak_allocated_bytes']:,} | {a:,} | {d['peak_allocated_bytes'] - a:+,} | {d['peak_reserved_bytes']:,} | {res:,} | {own.get('driver_used_peak_bytes') or 0:,} |")
+    print(f"| {name} | warnings | {merged.get('warnings', [])[:3]} |")
+PY
