@@ -90,6 +90,30 @@ pub struct SummaryJson<'a> {
     pub devices: Vec<shared::analysis::DevicePeak>,
     /// Growth across iterations and what never gets freed.
     pub leaks: shared::analysis::leaks::LeakReport,
+    /// Why the run ran out of memory, when it did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub oom: Option<shared::analysis::oom::OomReport>,
+}
+
+/// The out-of-memory explanation, first in `summary`.
+pub fn print_oom(o: &shared::analysis::oom::OomReport, mut out: impl Write) -> anyhow::Result<()> {
+    writeln!(out, "OUT OF MEMORY: {}", o.verdict)?;
+    if o.ooms > 1 {
+        writeln!(out, "  ({} out-of-memory events; the first is explained)", o.ooms)?;
+    }
+    for (title, groups) in [("by layer", &o.by_layer), ("by the phase that allocated it", &o.by_phase), ("by innermost frame", &o.by_frame)] {
+        if groups.is_empty() {
+            continue;
+        }
+        writeln!(out, "  live at the out-of-memory, {title}:")?;
+        for g in groups {
+            writeln!(out, "    {:>12}  {:>6} allocations  {}", format_bytes(g.bytes), g.allocations, g.name)?;
+        }
+    }
+    if o.unrecorded_bytes > 0 {
+        writeln!(out, "    {:>12}  allocated before recording began", format_bytes(o.unrecorded_bytes))?;
+    }
+    Ok(())
 }
 
 /// Prints the `print_summary` table (or one JSON object with `json`).
@@ -108,6 +132,7 @@ pub fn print_summary(trace: &Trace, top: usize, json: bool, mut out: impl Write)
             driver_used_peak_bytes: trace.device_samples.iter().map(|d| d.used_bytes).max(),
             devices: shared::analysis::device_peaks(trace),
             leaks: shared::analysis::leaks::leaks(trace, 5),
+            oom: shared::analysis::oom::oom(trace, 10),
         };
         serde_json::to_writer_pretty(&mut out, &j)?;
         writeln!(out)?;
@@ -122,6 +147,9 @@ pub fn print_summary(trace: &Trace, top: usize, json: bool, mut out: impl Write)
     writeln!(out, "Memory trace ({}, {device})", s.source_format)?;
     if let Some(m) = &trace.meta.model {
         writeln!(out, "  model              {m}")?;
+    }
+    if let Some(o) = shared::analysis::oom::oom(trace, top) {
+        print_oom(&o, &mut out)?;
     }
     let at = |t: f64| format_seconds(t);
     writeln!(

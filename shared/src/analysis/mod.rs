@@ -6,6 +6,7 @@
 pub mod diff;
 pub mod flame;
 pub mod leaks;
+pub mod oom;
 pub mod profile;
 pub mod sweep;
 

@@ -1,0 +1,158 @@
+//! Out-of-memory explanation: for a trace that records an out-of-memory (snapshots' `oom`
+//! actions, the native capture's failing allocation), the request that failed, what was live
+//! at that moment by layer, by the phase that allocated it and by innermost frame, and how
+//! much the allocator held but could not use: reserved minus allocated, and the largest free
+//! block of its segments, where the trace has segments.
+
+use super::{live_allocations_at, segments_at};
+use crate::model::{BlockState, EventType, Phase, Trace};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+
+/// What was live at the out-of-memory, one group.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OomGroup {
+    pub name: String,
+    pub bytes: u64,
+    pub allocations: u64,
+}
+
+/// Why the allocation failed.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct OomReport {
+    /// The device that ran out (`cuda:0`, `cuda:0 (rank 1)`).
+    pub device: String,
+    /// Seconds since the trace's start.
+    pub time_s: f64,
+    /// Out-of-memory events in the trace (the first is explained).
+    pub ooms: usize,
+    /// The request that failed, in bytes (0 when the source did not say).
+    pub requested_bytes: u64,
+    pub allocated_bytes: u64,
+    pub reserved_bytes: u64,
+    /// Reserved by the allocator but not allocated: cached blocks that did not fit.
+    pub unused_reserved_bytes: u64,
+    /// The largest free block of the allocator's segments at that moment, when the trace has
+    /// segments (snapshots): a request larger than it needs new memory from the device.
+    pub largest_free_block_bytes: Option<u64>,
+    /// The device's memory, when the trace knows it.
+    pub device_total_bytes: Option<u64>,
+    /// Live allocations recorded before the out-of-memory, by layer, largest first.
+    pub by_layer: Vec<OomGroup>,
+    /// The same by the phase that allocated them: forward (activations), backward (gradients),
+    /// optimizer (its state), other (weights, inputs, before the first step).
+    pub by_phase: Vec<OomGroup>,
+    /// The same by innermost stack frame, when the trace has stacks.
+    pub by_frame: Vec<OomGroup>,
+    /// Live bytes the trace cannot attribute (allocated before recording began).
+    pub unrecorded_bytes: u64,
+    /// The explanation in plain words.
+    pub verdict: String,
+}
+
+fn groups(map: HashMap<String, (u64, u64)>, top: usize) -> Vec<OomGroup> {
+    let mut v: Vec<OomGroup> = map.into_iter().map(|(name, (bytes, allocations))| OomGroup { name, bytes, allocations }).collect();
+    v.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.name.cmp(&b.name)));
+    v.truncate(top);
+    v
+}
+
+/// Explains the trace's first out-of-memory; `None` when it has none.
+pub fn oom(trace: &Trace, top: usize) -> Option<OomReport> {
+    let ev = &trace.events;
+    let ooms: Vec<usize> = (0..ev.len()).filter(|&i| ev.event_type(i) == EventType::Oom).collect();
+    let &at = ooms.first()?;
+    let device = ev.device[at];
+    let totals = ev.totals_at(at);
+    let start = trace.start_ns();
+    let (mut by_layer, mut by_phase, mut by_frame) = (HashMap::new(), HashMap::new(), HashMap::new());
+    let mut recorded = 0u64;
+    for i in live_allocations_at(trace, at).into_iter().filter(|&i| ev.device[i] == device) {
+        let bytes = ev.size_bytes[i];
+        recorded += bytes;
+        let layer = trace.opt_str(ev.layer[i]).filter(|l| !l.is_empty()).unwrap_or("unattributed");
+        let add = |m: &mut HashMap<String, (u64, u64)>, k: &str| {
+            let e = m.entry(k.to_owned()).or_insert((0, 0));
+            *e = (e.0 + bytes, e.1 + 1);
+        };
+        add(&mut by_layer, layer);
+        add(&mut by_phase, phase_name(ev.phase(i)));
+        if let Some(f) = trace.stacks.stack_of_event(i).and_then(|s| python_frame(trace, s)) {
+            add(&mut by_frame, &format!("{} ({}:{})", trace.str(f.name), trace.str(f.filename), f.line));
+        }
+    }
+    let largest_free = super::has_segments(trace).then(|| {
+        segments_at(trace, at, device)
+            .iter()
+            .flat_map(|s| s.blocks.iter())
+            .filter(|b| b.state == BlockState::Free)
+            .map(|b| b.size_bytes)
+            .max()
+            .unwrap_or(0)
+    });
+    let mut r = OomReport {
+        device: trace.devices.get(device as usize).map(ToString::to_string).unwrap_or_default(),
+        time_s: ev.ts_ns[at].saturating_sub(start) as f64 / 1e9,
+        ooms: ooms.len(),
+        requested_bytes: ev.size_bytes[at],
+        allocated_bytes: totals.allocated_bytes,
+        reserved_bytes: totals.reserved_bytes,
+        unused_reserved_bytes: totals.reserved_bytes.saturating_sub(totals.allocated_bytes),
+        largest_free_block_bytes: largest_free,
+        device_total_bytes: trace.meta.device_total_memory_bytes,
+        by_layer: groups(by_layer, top),
+        by_phase: groups(by_phase, top),
+        by_frame: groups(by_frame, top),
+        unrecorded_bytes: totals.allocated_bytes.saturating_sub(recorded),
+        verdict: String::new(),
+    };
+    r.verdict = verdict(&r);
+    Some(r)
+}
+
+/// The innermost Python frame of a stack (snapshots' stacks start with C++ frames), else its
+/// innermost frame.
+fn python_frame(trace: &Trace, stack: u32) -> Option<&crate::model::Frame> {
+    let mut frames = trace.stacks.stack(stack).peekable();
+    let first = *frames.peek()?;
+    Some(frames.find(|f| trace.str(f.filename).ends_with(".py")).unwrap_or(first))
+}
+
+fn phase_name(p: Phase) -> &'static str {
+    match p {
+        Phase::Forward => "forward (activations)",
+        Phase::Backward => "backward (gradients)",
+        Phase::Optimizer => "optimizer (state)",
+        Phase::Other => "other (weights, inputs)",
+    }
+}
+
+fn verdict(r: &OomReport) -> String {
+    use crate::units::format_bytes as b;
+    let mut s = format!(
+        "out of memory on {} at {:.3} s: a request of {} failed with {} allocated and {} reserved",
+        r.device,
+        r.time_s,
+        b(r.requested_bytes),
+        b(r.allocated_bytes),
+        b(r.reserved_bytes)
+    );
+    if let Some(total) = r.device_total_bytes {
+        s.push_str(&format!(" of the device's {}", b(total)));
+    }
+    if let Some(top) = r.by_layer.first() {
+        s.push_str(&format!("; the largest live layer is {} ({})", top.name, b(top.bytes)));
+    }
+    match r.largest_free_block_bytes {
+        Some(free) if r.unused_reserved_bytes >= r.requested_bytes && free < r.requested_bytes => s.push_str(&format!(
+            "; the allocator held {} unused but its largest free block was {}: fragmentation (try PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True)",
+            b(r.unused_reserved_bytes),
+            b(free)
+        )),
+        _ if r.unused_reserved_bytes > r.reserved_bytes / 5 => {
+            s.push_str(&format!("; {} reserved was not in use (fragmentation)", b(r.unused_reserved_bytes)))
+        }
+        _ => {}
+    }
+    s
+}

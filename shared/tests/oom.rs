@@ -1,0 +1,63 @@
+//! The out-of-memory explanation on real CUDA out-of-memories (an H100 under a 1 GiB
+//! per-process limit, `tests/gpu/oom_samples.py`): PyTorch's snapshot with its `oom` action
+//! and the same program traced by `collector trace`. Both must tell what PyTorch's own error
+//! message said: 2.00 GiB asked, 125.41 MiB allocated, 12.59 MiB reserved but unallocated.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use shared::analysis::oom::oom;
+use shared::{import, ImportOptions, Trace};
+use std::path::PathBuf;
+
+fn data(name: &str) -> Vec<u8> {
+    std::fs::read(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/data").join(name)).unwrap()
+}
+
+fn load(name: &str) -> Trace {
+    import(&data(name), &ImportOptions::default()).unwrap()
+}
+
+fn facts() -> serde_json::Value {
+    serde_json::from_slice(&data("oom_facts.json")).unwrap()
+}
+
+/// Adam's two state tensors per parameter of the MLP, each rounded up to 512 bytes.
+fn state_bytes() -> u64 {
+    let params: [u64; 6] = [512 * 2048, 2048, 2048 * 2048, 2048, 2048 * 10, 10];
+    params.iter().map(|n| 2 * (n * 4).div_ceil(512) * 512).sum()
+}
+
+#[test]
+fn both_real_out_of_memories_are_explained_as_pytorch_reported_them() {
+    let f = facts();
+    assert!(f["message"].as_str().unwrap().contains("Tried to allocate 2.00 GiB"));
+    for name in ["oom_mlp.pickle", "oom_program.mtrace.json"] {
+        let r = oom(&load(name), 10).unwrap_or_else(|| panic!("{name} has an out-of-memory"));
+        assert_eq!(r.ooms, 1, "{name}");
+        assert_eq!(r.requested_bytes, 2 << 30, "{name}");
+        // As PyTorch's message rounds them: 125.41 MiB allocated, 12.59 MiB reserved unused.
+        let mib = |b: u64| format!("{:.2} MiB", b as f64 / 1048576.0);
+        let message = f["message"].as_str().unwrap();
+        assert!(message.contains(&format!("{} is allocated by PyTorch", mib(r.allocated_bytes))), "{name}: {}", r.allocated_bytes);
+        assert!(message.contains(&format!("{} is reserved by PyTorch but unallocated", mib(r.unused_reserved_bytes))), "{name}");
+        assert_eq!((r.allocated_bytes, r.reserved_bytes), (131_499_520, f["reserved_at_oom"].as_u64().unwrap()), "{name}");
+        // Everything live is accounted for: the groups add up to what was allocated.
+        let sum: u64 = r.by_phase.iter().map(|g| g.bytes).sum::<u64>() + r.unrecorded_bytes;
+        assert_eq!(sum, r.allocated_bytes, "{name}");
+        assert_eq!(r.by_phase.iter().find(|g| g.name.starts_with("optimizer")).map(|g| (g.bytes, g.allocations)), Some((state_bytes(), 12)), "{name}");
+        assert!(r.verdict.starts_with("out of memory on cuda:0 at ") && r.verdict.contains("a request of 2.00 GiB failed"), "{}", r.verdict);
+    }
+    let snap = oom(&load("oom_mlp.pickle"), 10).unwrap();
+    assert!(snap.largest_free_block_bytes.is_some(), "snapshots have segments");
+    // Innermost Python frames (the C++ frames before them skipped): Adam's state and the
+    // Linear layers' outputs; the gradient made by the autograd engine has only C++ frames.
+    let frame = |part: &str| snap.by_frame.iter().filter(|g| g.name.contains(part)).map(|g| g.bytes).sum::<u64>();
+    assert_eq!(frame("optim/adam.py:"), state_bytes());
+    assert!(frame("modules/linear.py:") > 0 && frame("??") > 0, "{:?}", snap.by_frame);
+}
+
+#[test]
+fn traces_without_an_out_of_memory_have_no_explanation() {
+    assert!(oom(&load("resnet18_sgd_2steps.pickle"), 10).is_none());
+    assert!(oom(&Trace::new(shared::model::TraceMeta::new(shared::model::SourceFormat::MemoryTracer)), 10).is_none());
+}
