@@ -1,6 +1,8 @@
-"""The built-in models as a Python program, for distributed runs under torchrun.
+"""The built-in models as a Python program: distributed runs under torchrun, and the runs
+`collector advise --verify` changes (activation checkpointing, AMP).
 
     torchrun --nproc-per-node 2 -m memory_tracer.zoo --model resnet50 --strategy ddp
+    python -m memory_tracer.zoo --model resnet152 --batch-size 64 --checkpoint layer3,layer4 --amp
 
 `collector serve` runs it for trace requests with `"world_size": N` (through
 `collector trace -- python -m torch.distributed.run ...`), and anyone may run it under
@@ -9,8 +11,11 @@ torchvision's ResNets and VGG-16 at 3x224x224 with 1000 classes, a GPT-2-small-s
 (12 layers, width 768, 12 heads, vocabulary 50257, 1024 positions), a transformer encoder
 classifier (6 layers, width 512, 8 heads, vocabulary 32000) and an MLP (784 -> 3 x 1024).
 
-Strategies: `ddp` (DistributedDataParallel) and `fsdp` (FSDP2's `fully_shard` on every block,
-then the root). NCCL on CUDA (each rank on `cuda:LOCAL_RANK`), gloo on the CPU. Random weights
+Strategies (under torchrun): `ddp` (DistributedDataParallel) and `fsdp` (FSDP2's
+`fully_shard` on every block, then the root). NCCL on CUDA (each rank on `cuda:LOCAL_RANK`),
+gloo on the CPU. Without torchrun it runs as one process. `--checkpoint PATHS` wraps those
+modules (paths as `named_modules()` gives them, as traces name layers) in
+`torch.utils.checkpoint`; `--amp` runs forward and loss under bf16 autocast. Random weights
 and inputs; the numbers that matter are the memory's.
 """
 
@@ -166,6 +171,8 @@ def parse(argv):
     p.add_argument("--mode", default="train", choices=("train", "infer"))
     p.add_argument("--optimizer", default="sgd", choices=("sgd", "adam", "adamw"))
     p.add_argument("--lr", type=float, default=0.01)
+    p.add_argument("--checkpoint", default="", help="module paths to recompute in backward (torch.utils.checkpoint), comma-separated")
+    p.add_argument("--amp", action="store_true", help="bf16 autocast for forward and loss")
     a = p.parse_args(argv)
     a.shape = list(a.input_shape or DEFAULT_SHAPES.get(a.model, [8, 3, 224, 224]))
     if a.batch_size is not None:
@@ -178,10 +185,31 @@ def parse(argv):
     return a
 
 
+def checkpoint_modules(model, paths):
+    """Wraps the forward of each module named in `paths` in torch.utils.checkpoint; returns an
+    error message for a path the model lacks."""
+    import torch.utils.checkpoint as cp
+
+    modules = dict(model.named_modules())
+    for path in paths:
+        m = modules.get(path)
+        if m is None or path == "":
+            some = ", ".join(n for n in list(modules)[1:12])
+            return f"--checkpoint {path}: the model has no module of that path (it has {some}, ...)"
+        forward = m.forward
+
+        def wrapped(*args, _forward=forward, **kwargs):
+            if not torch.is_grad_enabled():
+                return _forward(*args, **kwargs)
+            return cp.checkpoint(_forward, *args, use_reentrant=False, **kwargs)
+
+        m.forward = wrapped
+    return None
+
+
 def main(argv=None):
     a = parse(sys.argv[1:] if argv is None else argv)
-    if "RANK" not in os.environ:
-        sys.exit("memory_tracer.zoo runs one rank of a distributed job: start it with torchrun (or python -m torch.distributed.run)")
+    distributed = "RANK" in os.environ
     local = int(os.environ.get("LOCAL_RANK", "0"))
     if a.device == "cuda":
         if not torch.cuda.is_available():
@@ -192,12 +220,20 @@ def main(argv=None):
         device = torch.device("cuda", local)
     else:
         device = torch.device("cpu")
-    dist.init_process_group("nccl" if device.type == "cuda" else "gloo", device_id=device if device.type == "cuda" else None)
-    torch.manual_seed(1234 + dist.get_rank())
+    rank = 0
+    if distributed:
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo", device_id=device if device.type == "cuda" else None)
+        rank = dist.get_rank()
+    torch.manual_seed(1234 + rank)
     model, blocks = build(a.model)
+    why = checkpoint_modules(model, [p for p in a.checkpoint.split(",") if p])
+    if why:
+        sys.exit(why)
     model.to(device)
     param_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
-    if a.strategy == "ddp":
+    if not distributed:
+        pass
+    elif a.strategy == "ddp":
         model = nn.parallel.DistributedDataParallel(model, device_ids=[local] if device.type == "cuda" else None)
     else:
         from torch.distributed.fsdp import fully_shard
@@ -209,18 +245,21 @@ def main(argv=None):
     opt = make[a.optimizer](model.parameters())
     for step in range(a.iterations):
         x, y = batch(a.model, a.shape, device)
-        if a.mode == "infer":
-            with torch.no_grad():
-                model(x)
-            continue
-        loss_of(a.model, model(x), y).backward()
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=a.amp):
+            if a.mode == "infer":
+                with torch.no_grad():
+                    model(x)
+                continue
+            loss = loss_of(a.model, model(x), y)
+        loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
     if device.type == "cuda":
         torch.cuda.synchronize()
         peak, reserved = torch.cuda.max_memory_allocated(device), torch.cuda.max_memory_reserved(device)
-        print(f"rank {dist.get_rank()}: {a.model} {a.strategy} parameters {param_bytes} B, peak allocated {peak} B, peak reserved {reserved} B", flush=True)
-    dist.destroy_process_group()
+        print(f"rank {rank}: {a.model} {a.strategy if distributed else 'single'} parameters {param_bytes} B, peak allocated {peak} B, peak reserved {reserved} B", flush=True)
+    if distributed:
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":
