@@ -202,3 +202,11 @@ fn stack_below_a_mark_is_an_error_not_a_panic() {
     let e = err(b"\x80\x02(0].");
     assert!(!e.contains("corrupt pickle"), "{e}");
 }
+
+#[test]
+fn bytes_after_the_stop_opcode_are_refused() {
+    let mut bytes = data("mlp_adam_3steps.pickle");
+    bytes.extend_from_slice(b"trailing");
+    let e = err(&bytes);
+    assert!(e.contains("8 bytes follow the STOP opcode"), "{e}");
+}

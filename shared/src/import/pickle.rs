@@ -268,6 +268,9 @@ pub fn parse(data: &[u8]) -> Result<Pickle, ImportError> {
             }
             b'.' => {
                 let root = pop(&mut stack, &r)?;
+                if r.pos < data.len() {
+                    return Err(r.err(at, format!("{} bytes follow the STOP opcode; expected the pickle to end there", data.len() - r.pos)));
+                }
                 return Ok(Pickle { values, root, protocol });
             }
             b'(' => marks.push(stack.len()),
