@@ -327,12 +327,13 @@ pub fn print_leaks(r: &shared::analysis::leaks::LeakReport, mut out: impl Write)
         writeln!(out, "  allocated at iteration ends: {}", ends.join(", "))?;
     }
     if !r.survivors.is_empty() {
-        writeln!(out, "  never freed, born after warm-up (layer, frame: bytes in allocations over iterations):")?;
+        writeln!(out, "  never freed, born after warm-up (layer, operator, frame: bytes in allocations over iterations):")?;
         for g in &r.survivors {
             writeln!(
                 out,
-                "    {}{}: {} in {} over {} iteration(s), {} per iteration",
+                "    {}{}{}: {} in {} over {} iteration(s), {} per iteration",
                 g.layer,
+                g.op.as_deref().map(|o| format!(" in {o}")).unwrap_or_default(),
                 g.frame.as_deref().map(|f| format!(" at {f}")).unwrap_or_default(),
                 format_bytes(g.bytes),
                 g.allocations,

@@ -88,8 +88,8 @@ enum Command {
     },
     /// Leaks across iterations: steady growth of allocated memory from one iteration's end to
     /// the next after warm-up, and the allocations born after it that are never freed, by
-    /// layer and innermost frame.
-    Leaks(Report),
+    /// layer, operator and innermost frame.
+    Leaks(LeaksArgs),
     /// Compare two traces of any formats (B against A): peaks and when they happen, layers by
     /// change of peak, memory by tensor class, operators on one side only, and notes on what
     /// cannot be compared.
@@ -297,6 +297,17 @@ struct Report {
     /// Largest decompressed size accepted from gzip input, in MiB.
     #[arg(long, default_value_t = 4096)]
     max_decompressed_mib: u64,
+}
+
+/// A trace to look for leaks in (`leaks`).
+#[derive(clap::Args)]
+struct LeaksArgs {
+    #[command(flatten)]
+    report: Report,
+    /// Iteration boundaries in seconds since the trace's start (each iteration ends at one),
+    /// instead of the trace's iteration marks, optimizer steps or repeating allocations.
+    #[arg(long, value_delimiter = ',', value_name = "SECONDS")]
+    iterations_at: Option<Vec<f64>>,
 }
 
 /// Two traces to compare (`diff`).
@@ -931,14 +942,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             }
         }
         Command::Serve(a) => serve_command(*a)?,
-        Command::Leaks(Report {
-            input,
-            json,
-            top,
-            max_decompressed_mib,
+        Command::Leaks(LeaksArgs {
+            report: Report { input, json, top, max_decompressed_mib },
+            iterations_at,
         }) => {
             let trace = load_trace(&input, &import_options(max_decompressed_mib))?;
-            let r = shared::analysis::leaks::leaks(&trace, top);
+            let opts = shared::analysis::leaks::LeakOptions { top, boundaries_s: iterations_at };
+            let r = shared::analysis::leaks::leaks_with(&trace, &opts);
             if json {
                 println!("{}", serde_json::to_string_pretty(&r)?);
             } else {

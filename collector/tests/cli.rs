@@ -199,3 +199,27 @@ fn diff_compares_two_traces_and_names_what_it_cannot() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("device 1 of B does not exist: B has 1 device"), "{err}");
 }
+
+/// `collector leaks --iterations-at` takes the user's boundaries over the trace's own, and
+/// `collector summary` opens with the out-of-memory explanation of a trace that ran out.
+#[test]
+fn leaks_take_given_boundaries_and_summary_explains_an_out_of_memory() {
+    let out = Command::new(exe())
+        .args(["leaks", "--json", "--iterations-at", "0.001,0.002,0.003"])
+        .arg(data("resnet18_sgd_2steps.pickle"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((r["iterations_from"].as_str(), r["iterations"].as_u64()), (Some("the boundaries given"), Some(3)), "{r}");
+
+    let out = Command::new(exe()).arg("summary").arg(data("oom_program.mtrace.json")).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    let at = |p: &str| lines.iter().position(|l| l.contains(p)).unwrap_or_else(|| panic!("no `{p}` in {text}"));
+    assert!(at("OUT OF MEMORY: ") < at("peak allocated"), "{text}");
+    assert!(text.contains("a request of 2.00 GiB failed with 125.41 MiB allocated and 138.00 MiB reserved"), "{text}");
+    let json = Command::new(exe()).args(["summary", "--json"]).arg(data("oom_program.mtrace.json")).output().unwrap();
+    let j: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(j["oom"]["requested_bytes"].as_u64(), Some(2 << 30), "{j}");
+}

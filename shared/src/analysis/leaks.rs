@@ -2,9 +2,11 @@
 //! the next once the first iteration has warmed the caches up, and which allocations, born
 //! after warm-up and never freed, make the growth (grouped by layer and innermost frame)?
 //!
-//! Iterations come from the trace's iteration marks (native capture: optimizer steps or
-//! `--iteration-marker`), else from `Optimizer.step` / `optimizer.step` scopes (snapshot
-//! annotations): each ends when a step ends.
+//! Iterations come from boundaries the user gives, else the trace's iteration marks (native
+//! capture: optimizer steps or `--iteration-marker`), else `Optimizer.step` /
+//! `optimizer.step` scopes (snapshot annotations; each ends when a step ends), else the
+//! repeating sequence of allocation sizes any training or inference loop produces (each
+//! iteration starts where the loop's first allocations recur).
 
 use crate::hash::FastMap;
 use crate::model::{EventType, Trace};
@@ -37,10 +39,13 @@ pub struct LeakReport {
     pub verdict: String,
 }
 
-/// Never-freed allocations of one layer and frame.
+/// Never-freed allocations of one layer, operator and frame.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct LeakGroup {
     pub layer: String,
+    /// The innermost operator running when it was allocated, when the trace has operators.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub op: Option<String>,
     /// The innermost stack frame, when the trace has stacks.
     pub frame: Option<String>,
     pub bytes: u64,
@@ -77,13 +82,85 @@ pub fn iteration_spans(trace: &Trace) -> (Vec<(u64, u64)>, &'static str) {
             s
         })
         .collect::<Vec<_>>();
-    let from = if spans.is_empty() { "none (no iteration marks or optimizer steps)" } else { "optimizer steps" };
+    if !spans.is_empty() {
+        return (spans, "optimizer steps");
+    }
+    let spans = repeating_spans(trace);
+    let from = if spans.is_empty() { "none (no iteration marks, optimizer steps or repeating allocations)" } else { "repeating allocation sizes" };
     (spans, from)
+}
+
+/// Allocation sizes in a row that identify where a loop's iteration starts.
+const PATTERN: usize = 12;
+
+/// Iterations of a loop found in its allocations: the run of `PATTERN` allocation sizes (on
+/// the busiest device) that recurs most often without overlapping itself, at least three
+/// times; each iteration starts at one occurrence and ends at the next (the last at the
+/// trace's end). Empty when no run recurs three times.
+pub fn repeating_spans(trace: &Trace) -> Vec<(u64, u64)> {
+    let ev = &trace.events;
+    let device = super::peak_device(trace);
+    let allocs: Vec<usize> = (0..ev.len()).filter(|&i| ev.device[i] == device && ev.event_type(i) == EventType::Alloc).collect();
+    if allocs.len() < PATTERN * 3 {
+        return Vec::new();
+    }
+    // Each window's hash (polynomial over the sizes), then its non-overlapping occurrences.
+    let mut occurrences: FastMap<u64, Vec<usize>> = FastMap::default();
+    for w in 0..=allocs.len() - PATTERN {
+        let h = allocs[w..w + PATTERN].iter().fold(0u64, |h, &i| h.wrapping_mul(0x100_0000_01b3).wrapping_add(ev.size_bytes[i]));
+        let at = occurrences.entry(h).or_default();
+        if at.last().is_none_or(|&last| w >= last + PATTERN) {
+            at.push(w);
+        }
+    }
+    // The most frequent window; the earliest first among equals (a loop's start).
+    let best = occurrences.into_values().filter(|v| v.len() >= 3).max_by(|a, b| a.len().cmp(&b.len()).then(b[0].cmp(&a[0])));
+    let Some(starts) = best else { return Vec::new() };
+    let ts: Vec<u64> = starts.iter().map(|&w| ev.ts_ns[allocs[w]]).collect();
+    let end = trace.end_ns();
+    ts.iter().enumerate().map(|(k, &s)| (s, ts.get(k + 1).copied().unwrap_or(end))).collect()
+}
+
+/// How to look for leaks.
+#[derive(Clone, Debug, Default)]
+pub struct LeakOptions {
+    /// Groups of never-freed allocations to list.
+    pub top: usize,
+    /// Iteration boundaries the user gives, in seconds since the trace's start (each
+    /// iteration ends at one; the first starts at the trace's start); they replace any the
+    /// trace has.
+    pub boundaries_s: Option<Vec<f64>>,
+}
+
+/// Spans ending at the user's boundaries (seconds since the trace's start), in order.
+fn user_spans(trace: &Trace, boundaries_s: &[f64]) -> Vec<(u64, u64)> {
+    let start = trace.start_ns();
+    let mut ends: Vec<u64> =
+        boundaries_s.iter().filter(|b| b.is_finite() && **b >= 0.0).map(|b| start.saturating_add((b * 1e9) as u64)).collect();
+    ends.sort_unstable();
+    ends.dedup();
+    let mut from = start;
+    ends.into_iter()
+        .map(|e| {
+            let s = (from, e);
+            from = e;
+            s
+        })
+        .collect()
 }
 
 /// Finds steady growth across iterations and what causes it.
 pub fn leaks(trace: &Trace, top: usize) -> LeakReport {
-    let (spans, from) = iteration_spans(trace);
+    leaks_with(trace, &LeakOptions { top, boundaries_s: None })
+}
+
+/// [`leaks`] with options.
+pub fn leaks_with(trace: &Trace, opts: &LeakOptions) -> LeakReport {
+    let top = opts.top;
+    let (spans, from) = match &opts.boundaries_s {
+        Some(b) => (user_spans(trace, b), "the boundaries given"),
+        None => iteration_spans(trace),
+    };
     let device = super::peak_device(trace);
     let device_name = trace.devices.get(device as usize).map(|d| d.to_string()).unwrap_or_default();
     let n = spans.len();
@@ -130,9 +207,11 @@ pub fn leaks(trace: &Trace, top: usize) -> LeakReport {
     let close = |g: i64| (g - growth).unsigned_abs() <= (growth.unsigned_abs() / 20).max(4096);
     let agreeing = growths.iter().filter(|&&g| close(g)).count();
 
-    // Survivors born after warm-up, by (layer, innermost frame).
+    // Survivors born after warm-up, by (layer, innermost operator, innermost frame).
     let iteration_of = |ts: u64| spans.partition_point(|s| s.1 < ts);
-    let mut groups: BTreeMap<(String, Option<String>), (u64, usize, std::collections::BTreeSet<usize>)> = BTreeMap::new();
+    let ops = super::flame::innermost_ops(trace);
+    type Key = (String, Option<String>, Option<String>);
+    let mut groups: BTreeMap<Key, (u64, usize, std::collections::BTreeSet<usize>)> = BTreeMap::new();
     for &i in live.values() {
         let k = iteration_of(ev.ts_ns[i]);
         if k < warmup || k >= n {
@@ -141,15 +220,17 @@ pub fn leaks(trace: &Trace, top: usize) -> LeakReport {
         let layer = trace.str(ev.layer[i]).to_owned();
         let layer = if layer.is_empty() { "unattributed".to_owned() } else { layer };
         let frame = trace.stacks.stack_of_event(i).and_then(|s| trace.stacks.stack(s).next()).map(|f| format!("{}:{} {}", trace.str(f.filename), f.line, trace.str(f.name)));
-        let g = groups.entry((layer, frame)).or_default();
+        let op = ops.get(i).and_then(|&o| trace.opt_str(o)).map(str::to_owned);
+        let g = groups.entry((layer, op, frame)).or_default();
         g.0 += ev.size_bytes[i];
         g.1 += 1;
         g.2.insert(k);
     }
     let mut survivors: Vec<LeakGroup> = groups
         .into_iter()
-        .map(|((layer, frame), (bytes, allocations, its))| LeakGroup {
+        .map(|((layer, op, frame), (bytes, allocations, its))| LeakGroup {
             layer,
+            op,
             frame,
             bytes,
             allocations,
