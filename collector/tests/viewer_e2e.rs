@@ -6,7 +6,8 @@
 //! folders and single files open from a static host. Screenshots of every view go to
 //! `target/e2e-screenshots/` to be looked at. Served by `collector serve` (with a token), the
 //! page traces a model through its form, draws it live from the server's events, then opens
-//! the stored trace.
+//! the stored trace. Two snapshots chosen together merge as ranks 0 and 1 (Ranks view, rank
+//! selector, the two most different ranks compared), and the Compare view compares two traces.
 #![cfg(feature = "tracing")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -363,4 +364,193 @@ fn the_served_viewer_follows_a_live_trace() {
     b.goto(&format!("{}/api/redoc", s.base));
     b.wait_for("return document.body.innerText.includes('Trace a model now')", 60, "ReDoc's reference");
     b.screenshot(&screenshots().join("serve-redoc.png"));
+}
+
+/// `torch.cuda.max_memory_allocated()` of a sample (tests/data/facts.json).
+fn max_allocated(sample_name: &str) -> u64 {
+    let facts: Value = serde_json::from_slice(&std::fs::read(repo().join("tests/data/facts.json")).unwrap()).unwrap();
+    facts["samples"][sample_name]["max_allocated"].as_u64().unwrap()
+}
+
+/// Non-background pixels of the top and bottom halves of `canvas#id`.
+fn painted_halves(b: &Browser, id: &str) -> (u64, u64) {
+    let v = b.exec(
+        "const c = document.getElementById(arguments[0]); const h = c.height / 2; const out = [];
+         for (const y of [0, h]) { const d = c.getContext('2d').getImageData(0, y, c.width, h).data; let n = 0;
+           for (let i = 0; i < d.length; i += 4) if (d[i] !== d[0] || d[i+1] !== d[1] || d[i+2] !== d[2]) n++; out.push(n); }
+         return out;",
+        json!([id]),
+    );
+    (v[0].as_u64().unwrap(), v[1].as_u64().unwrap())
+}
+
+fn select(b: &Browser, css: &str, value: &str) {
+    b.exec(
+        "const s = document.querySelector(arguments[0]); s.value = arguments[1]; s.dispatchEvent(new Event('change', {bubbles: true}));",
+        json!([css, value]),
+    );
+}
+
+/// The timeline's highest allocated level as drawn, once the whole trace is drawn.
+fn timeline_top(b: &Browser) -> u64 {
+    let v = b.wait_for("return document.getElementById('timeline-canvas')?.dataset.maxAllocated", 30, "the timeline");
+    v.as_str().unwrap().parse().unwrap()
+}
+
+#[test]
+fn rank_files_merge_and_two_traces_compare() {
+    let (resnet, mlp) = ("resnet18_sgd_2steps.pickle", "mlp_adam_3steps.pickle");
+    let (peak0, peak1) = (max_allocated(resnet), max_allocated(mlp));
+    assert_eq!((peak0, peak1), (238078976, 110388224));
+    // The samples as the files of two ranks, named as torchrun jobs name them.
+    let dir = tmpdir("ranks");
+    let (rank0, rank1) = (dir.join("rank0.pickle"), dir.join("rank1.pickle"));
+    std::fs::copy(sample(resnet), &rank0).unwrap();
+    std::fs::copy(sample(mlp), &rank1).unwrap();
+    let (_server, url) = static_server(&dist());
+    let b = Browser::start(1400, 1000);
+    b.goto(&format!("{url}/index.html"));
+    b.wait_for("return document.querySelector('#trace-file')", 30, "the page");
+    let shots = screenshots();
+
+    // Chosen together (given in reverse order: ranks come from the names): merged.
+    b.upload_many("#trace-file", &[&rank1, &rank0]);
+    let merged = "rank1.pickle + rank0.pickle";
+    wait_drawn(&b, merged);
+    let rows = b.exec(
+        "return [...document.querySelectorAll('#rank-peaks tbody tr')].map(r => [r.cells[0].textContent, r.cells[1].textContent, r.cells[2].dataset.bytes, r.cells[3].dataset.bytes, r.className])",
+        json!([]),
+    );
+    let facts: Value = serde_json::from_slice(&std::fs::read(repo().join("tests/data/facts.json")).unwrap()).unwrap();
+    let reserved = |s: &str| facts["samples"][s]["max_reserved"].as_u64().unwrap().to_string();
+    assert_eq!(
+        rows,
+        json!([
+            ["0", "cuda:0 (rank 0)", peak0.to_string(), reserved(resnet), "highest"],
+            ["1", "cuda:0 (rank 1)", peak1.to_string(), reserved(mlp), ""]
+        ]),
+        "the rank peak table"
+    );
+    let peak_text = b.exec("return document.querySelector('#rank-peaks tbody tr').cells[2].textContent", json!([]));
+    assert_eq!(peak_text, json!(format!("{} ★", format_bytes(peak0))));
+    // Two curves: one panel per rank, each drawn.
+    let (top, bottom) = painted_halves(&b, "ranks-canvas");
+    assert!(top > 2000 && bottom > 2000, "rank panels painted: {top}, {bottom}");
+    // The merged trace's timeline shows the device with the highest peak: rank 0's.
+    assert_eq!(timeline_top(&b), peak0);
+    b.exec("document.getElementById('ranks').scrollIntoView()", json!([]));
+    b.screenshot(&shots.join("ranks.png"));
+
+    // Rank 1 in every view: its own peak on the timeline and in the summary.
+    select(&b, "#rank-select", "1");
+    wait_drawn(&b, &format!("{merged} · rank 1"));
+    assert_eq!(timeline_top(&b), peak1);
+    let summary = b.exec("return document.querySelector('#summary').innerText", json!([]));
+    assert!(summary.as_str().unwrap().contains(&format_bytes(peak1)), "{summary}");
+    assert_eq!(b.exec("return document.getElementById('rank-select').value", json!([])), json!("1"));
+    b.exec("document.getElementById('timeline').scrollIntoView()", json!([]));
+    b.screenshot(&shots.join("ranks-rank1-timeline.png"));
+    // All ranks again.
+    select(&b, "#rank-select", "all");
+    wait_drawn(&b, merged);
+    assert_eq!(timeline_top(&b), peak0);
+
+    // The two most different ranks, compared.
+    // Clicked from script: the sticky header may cover the button where WebDriver would click.
+    b.exec("document.getElementById('rank-diff-button').click()", json!([]));
+    let delta = b.wait_for("return document.querySelector('#rank-diff-peaks .peak-allocated .delta')?.dataset.bytes", 60, "the ranks' diff");
+    assert_eq!(delta, json!((peak1 as i64 - peak0 as i64).to_string()));
+    assert!(painted(&b, "rank-diff-canvas") > 2000);
+    b.exec("document.getElementById('rank-diff-peaks').scrollIntoView()", json!([]));
+    b.screenshot(&shots.join("ranks-diff.png"));
+
+    // Compare: the open trace (A) with another file (B).
+    b.upload("#trace-file", &sample(resnet));
+    wait_drawn(&b, resnet);
+    assert_eq!(b.exec("return !!document.getElementById('ranks')", json!([])), json!(false), "a single trace has no Ranks view");
+    b.upload("#compare-file", &sample(mlp));
+    let delta = b.wait_for("return document.querySelector('#compare-peaks .peak-allocated .delta')?.dataset.bytes", 60, "the comparison");
+    assert_eq!(delta, json!((110388224i64 - 238078976i64).to_string()));
+    let cells = b.exec("return [...document.querySelectorAll('#compare-peaks .peak-allocated td')].map(c => c.textContent)", json!([]));
+    assert_eq!(
+        cells,
+        json!(["peak allocated", format_bytes(peak0), format_bytes(peak1), format!("−{} (−127690752 B)", format_bytes(peak0 - peak1))])
+    );
+    let notes = b.exec("return document.getElementById('compare-notes').innerText", json!([]));
+    assert!(notes.as_str().unwrap().contains("the layers do not match"), "{notes}");
+    assert!(painted(&b, "compare-canvas") > 2000);
+    let head = b.exec("return document.querySelector('#compare .card-head').innerText", json!([]));
+    assert!(head.as_str().unwrap().contains(resnet) && head.as_str().unwrap().contains(mlp), "{head}");
+    b.exec("document.getElementById('compare').scrollIntoView()", json!([]));
+    b.screenshot(&shots.join("compare.png"));
+
+    // Two files of the same rank: refused with why; the page keeps what it showed.
+    let (a, c) = (dir.join("a"), dir.join("c"));
+    for d in [&a, &c] {
+        std::fs::create_dir_all(d).unwrap();
+        std::fs::copy(sample(mlp), d.join("rank0.pickle")).unwrap();
+    }
+    b.upload_many("#trace-file", &[&a.join("rank0.pickle"), &c.join("rank0.pickle")]);
+    let msg = b.wait_for("return document.querySelector('#error-panel')?.innerText", 60, "the merge error");
+    let msg = msg.as_str().unwrap();
+    assert!(msg.contains("rank 0 is given twice") && msg.contains(&format!("Still showing {resnet}")), "{msg}");
+    assert_eq!(b.exec("return document.querySelector('#summary h2').textContent", json!([])), json!(resnet));
+    assert_eq!(b.exec("return !!document.getElementById('compare-peaks')", json!([])), json!(true), "the comparison stays");
+    b.exec("window.scrollTo(0, 0)", json!([]));
+    b.screenshot(&shots.join("ranks-merge-error.png"));
+
+    // Rank 1 recorded ten minutes after rank 0: refused as another run, merged when asked.
+    let mut later = shared::import(&std::fs::read(sample(mlp)).unwrap(), &shared::ImportOptions::default()).unwrap();
+    later.events.ts_ns.iter_mut().for_each(|t| *t += 600_000_000_000);
+    later.scopes.iter_mut().for_each(|s| (s.start_ns, s.end_ns) = (s.start_ns + 600_000_000_000, s.end_ns + 600_000_000_000));
+    let later_path = dir.join("later.rank1.mtrace.json");
+    let mut bytes = Vec::new();
+    shared::export::native::write(&later, &mut bytes).unwrap();
+    std::fs::write(&later_path, bytes).unwrap();
+    b.upload_many("#trace-file", &[&rank0, &later_path]);
+    b.wait_for("return (document.querySelector('#error-panel')?.innerText || '').includes('recorded at different times')", 60, "the disjoint refusal");
+    b.exec("document.getElementById('merge-anyway').click()", json!([]));
+    wait_drawn(&b, "rank0.pickle + later.rank1.mtrace.json");
+    let warnings = b.exec("return document.getElementById('rank-warnings').innerText", json!([]));
+    assert!(warnings.as_str().unwrap().contains("were recorded far apart in time; merged as asked"), "{warnings}");
+    let peaks = b.exec("return [...document.querySelectorAll('#rank-peaks tbody tr')].map(r => r.cells[2].dataset.bytes)", json!([]));
+    assert_eq!(peaks, json!([peak0.to_string(), peak1.to_string()]));
+}
+
+#[test]
+fn the_served_viewer_compares_two_stored_traces() {
+    let _ = dist();
+    let s = server::Server::start(&tmpdir("serve-compare"), &[]);
+    let (resnet, mlp) = ("resnet18_sgd_2steps.pickle", "mlp_adam_3steps.pickle");
+    let upload = |name: &str| {
+        let (code, v) = s.post_bytes(&format!("/api/trace/upload?filename={name}"), &std::fs::read(sample(name)).unwrap());
+        assert_eq!(code, 200, "{v}");
+        v["trace_id"].as_str().unwrap().to_owned()
+    };
+    let (a, b) = (upload(resnet), upload(mlp));
+    let browser = Browser::start(1400, 1000);
+    browser.goto(&format!("{}/", s.base));
+    browser.wait_for("return document.querySelectorAll('#srv-compare-a option').length === 2", 30, "two stored traces to compare");
+    browser.exec(
+        "document.getElementById('srv-compare-a').value = arguments[0]; document.getElementById('srv-compare-b').value = arguments[1];
+         document.getElementById('srv-compare').click();",
+        json!([a, b]),
+    );
+    let delta = browser.wait_for("return document.querySelector('#compare-peaks .peak-allocated .delta')?.dataset.bytes", 60, "the server's diff");
+    assert_eq!(delta, json!((max_allocated(mlp) as i64 - max_allocated(resnet) as i64).to_string()));
+    let head = browser.exec("return document.querySelector('#compare .card-head').innerText", json!([]));
+    assert!(head.as_str().unwrap().contains(&a) && head.as_str().unwrap().contains(&b), "{head}");
+    let notes = browser.exec("return document.getElementById('compare-notes').innerText", json!([]));
+    assert!(notes.as_str().unwrap().contains("the layers do not match"), "{notes}");
+    assert!(painted(&browser, "compare-canvas") > 2000);
+    // A trace that is not there: the server's reason, in the panel.
+    browser.exec(
+        "document.getElementById('srv-compare-b').insertAdjacentHTML('beforeend', '<option value=\"gone\">gone</option>');
+         document.getElementById('srv-compare-b').value = 'gone'; document.getElementById('srv-compare').click();",
+        json!([]),
+    );
+    let msg = browser.wait_for("return document.querySelector('#server .server-message')?.innerText", 30, "the server's refusal");
+    assert!(msg.as_str().unwrap().contains("Trace gone not found"), "{msg}");
+    browser.exec("document.getElementById('compare').scrollIntoView()", json!([]));
+    browser.screenshot(&screenshots().join("serve-compare.png"));
 }

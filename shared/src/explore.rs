@@ -4,11 +4,18 @@
 //! and asks it [`Request`]s as the user zooms, hovers and clicks; the answers are small and
 //! serialisable. Keeping this here, and not in the viewer, lets native tests check exactly what
 //! the page shows.
+//!
+//! Several files opened together are the ranks of one job ([`Session::open_ranks`]): they are
+//! merged into one trace ([`crate::merge`]), and the page may show any one rank in every view
+//! ([`Request::ShowRank`]) or compare two ranks ([`Request::DiffDevices`]). Any trace can be
+//! compared with another file ([`Session::compare_with`]).
 
+use crate::analysis::diff::{diff, diff_devices, TraceDiff};
 use crate::analysis::flame::{flame_graph, innermost_ops, FlameGraph};
 use crate::analysis::profile::{graph_profile, GraphProfile};
 use crate::analysis::sweep::{read_sweep, RankPoint, SWEEP_FORMAT};
 use crate::analysis::{self, FragmentationStats, LayerMemoryStats, Summary, TimelineOptions, TimelinePoint};
+use crate::merge::{merge_with, rank_trace, MergeError, MergeInput, MergeOptions};
 use crate::model::{EventType, Phase, SegmentInfo, StrId, Trace};
 use serde::{Deserialize, Serialize};
 
@@ -42,6 +49,57 @@ pub struct Overview {
     pub devices: Vec<analysis::DevicePeak>,
     /// Growth across iterations and what is never freed.
     pub leaks: analysis::leaks::LeakReport,
+    /// The ranks of a merged trace of two or more ranks (whichever rank is shown); `None`
+    /// otherwise.
+    #[serde(default)]
+    pub ranks: Option<RankSet>,
+}
+
+/// The ranks of a merged trace: what the Ranks view shows, the same whichever rank the other
+/// views show.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RankSet {
+    /// One row per device of a rank (usually one device per rank), in device order.
+    pub devices: Vec<RankDevice>,
+    /// Ranks of the job (`WORLD_SIZE`) that no file was given for.
+    pub missing_ranks: Vec<u32>,
+    /// The merged trace's warnings (missing ranks and why, how clocks were aligned).
+    pub warnings: Vec<String>,
+    /// The rank the other views show; `None`: every rank (the merged trace).
+    pub selected: Option<u32>,
+    /// Seconds from the merged trace's start to its last event: the curves' shared x axis.
+    pub duration_s: f64,
+    /// The device (index into the trace's devices) whose allocated peak is the highest.
+    pub highest_device: u8,
+    /// The two devices of different ranks whose allocated peaks differ most (the highest and
+    /// the lowest peak), lower rank first.
+    pub most_different: (u8, u8),
+}
+
+/// One device of a rank and its peaks.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RankDevice {
+    /// Index into the merged trace's devices.
+    pub device_index: u8,
+    pub rank: u32,
+    /// `cuda:0 (rank 1)`.
+    pub device: String,
+    pub peak_allocated_bytes: u64,
+    pub peak_reserved_bytes: u64,
+    /// Seconds since the merged trace's start at which the allocated peak is first reached.
+    pub peak_time_s: f64,
+    /// The layer of the allocation that reached the peak; empty when it has none.
+    pub peak_layer: String,
+    pub events: usize,
+}
+
+/// One rank device's allocated memory over the whole merged trace.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RankCurve {
+    pub device_index: u8,
+    pub rank: u32,
+    pub device: String,
+    pub points: Vec<TimelinePoint>,
 }
 
 /// A labelled stretch of time, seconds since trace start.
@@ -74,6 +132,14 @@ pub enum Request {
     Segments { t_s: f64 },
     /// The trace in another format, as text.
     Export { format: String },
+    /// One allocated-memory curve per rank's device over the whole merged trace, all on the
+    /// same time axis.
+    RankCurves { buckets: usize },
+    /// Show one rank in every view (its own trace, [`crate::merge::rank_trace`]), or every
+    /// rank again (`None`): answered with the new [`Overview`].
+    ShowRank { rank: Option<u32> },
+    /// Compare two devices of the whole trace (indices into its devices), e.g. two ranks.
+    DiffDevices { a: u8, b: u8 },
 }
 
 /// The answers, one per [`Request`] kind.
@@ -85,6 +151,9 @@ pub enum Response {
     Allocations { t_s: f64, allocations: Vec<Allocation> },
     Segments { t_s: f64, event_index: Option<usize>, segments: Vec<SegmentInfo> },
     Export { file_name: String, mime: String, text: String },
+    RankCurves { end_s: f64, curves: Vec<RankCurve> },
+    Overview(Box<Overview>),
+    Diff(Box<TraceDiff>),
     Error { message: String },
 }
 
@@ -118,10 +187,48 @@ pub struct Allocation {
 
 /// An imported trace with the analyses computed once.
 pub struct Session {
-    trace: Trace,
+    /// What was opened: one trace, or the ranks of a job merged into one.
+    whole: Trace,
+    /// The rank shown instead of the whole trace, as a trace of its own.
+    rank: Option<(u32, Trace)>,
+    /// The shown trace's peak device, and its innermost operator at each event.
     device: u8,
     ops_at_event: Vec<StrId>,
     file_name: String,
+    file_bytes: u64,
+    /// Exported files are named `<stem>.<extension>`.
+    export_stem: String,
+}
+
+/// Why files could not be opened as the ranks of one job.
+#[derive(Debug, thiserror::Error)]
+pub enum RanksError {
+    #[error("{file_name}: {message}")]
+    File { file_name: String, message: String },
+    /// The files were recorded far apart in time: merging them is possible when asked.
+    #[error(
+        "{a} ({a_span}) and {b} ({b_span}) were recorded at different times, so they are not ranks of one run; \
+         expected the files of one run (or merge them anyway)"
+    )]
+    Disjoint { a: String, a_span: String, b: String, b_span: String },
+    #[error(transparent)]
+    Merge(MergeError),
+}
+
+impl RanksError {
+    /// True when merging with `allow_disjoint` would succeed past this error.
+    pub fn can_merge_anyway(&self) -> bool {
+        matches!(self, RanksError::Disjoint { .. })
+    }
+}
+
+impl From<MergeError> for RanksError {
+    fn from(e: MergeError) -> Self {
+        match e {
+            MergeError::Disjoint { a, a_span, b, b_span } => RanksError::Disjoint { a, a_span, b, b_span },
+            other => RanksError::Merge(other),
+        }
+    }
 }
 
 /// What a file turned out to be.
@@ -151,24 +258,98 @@ impl Session {
         }
         progress("parsing");
         let trace = crate::import(bytes, &crate::ImportOptions::default()).map_err(|e| e.to_string())?;
-        // One pass finds the peak's device, for the overview and every later answer.
-        let device = analysis::peak_device(&trace);
-        let overview = overview_of(&trace, device, file_name, bytes.len() as u64, &mut progress);
-        let session = Session {
-            device,
-            ops_at_event: innermost_ops(&trace),
-            trace,
-            file_name: file_name.to_owned(),
-        };
-        Ok(Opened::Trace(Box::new(session), Box::new(overview)))
+        let stem = file_name.split('.').next().filter(|s| !s.is_empty()).unwrap_or("trace");
+        Ok(Self::start(trace, file_name, bytes.len() as u64, stem, &mut progress))
     }
 
+    /// Opens `files` (name, bytes), one trace per rank of a job, merged into one trace. Each
+    /// file's rank is the one its process recorded, else `rank<N>` in its name, else its
+    /// position ([`crate::rank_files`]), as `collector merge` does.
+    pub fn open_ranks(files: &[(String, Vec<u8>)], options: &MergeOptions, mut progress: impl FnMut(&str)) -> Result<Opened, RanksError> {
+        let n = files.len();
+        let mut traces = Vec::with_capacity(n);
+        for (k, (name, bytes)) in files.iter().enumerate() {
+            progress(&format!("parsing {name} ({} of {n})", k + 1));
+            let failed = |message: String| RanksError::File { file_name: name.clone(), message };
+            if looks_like_sweep(bytes) {
+                return Err(failed("a batch sweep holds curves, not the trace of a rank; expected one trace per rank".into()));
+            }
+            traces.push(crate::import(bytes, &crate::ImportOptions::default()).map_err(|e| failed(e.to_string()))?);
+        }
+        let ranks = crate::rank_files::assign_ranks(files.iter().map(|f| f.0.as_str()).zip(&traces));
+        let inputs = traces.into_iter().zip(ranks).zip(files).map(|((trace, rank), (name, _))| MergeInput { trace, rank, label: name.clone() });
+        progress(&format!("merging {n} ranks"));
+        let merged = merge_with(inputs.collect(), options)?;
+        let name = files.iter().map(|f| f.0.as_str()).collect::<Vec<_>>().join(" + ");
+        let bytes = files.iter().map(|f| f.1.len() as u64).sum();
+        Ok(Self::start(merged, &name, bytes, "merged", &mut progress))
+    }
+
+    fn start(whole: Trace, file_name: &str, file_bytes: u64, export_stem: &str, progress: &mut impl FnMut(&str)) -> Opened {
+        let mut session = Session {
+            whole,
+            rank: None,
+            device: 0,
+            ops_at_event: Vec::new(),
+            file_name: file_name.to_owned(),
+            file_bytes,
+            export_stem: export_stem.to_owned(),
+        };
+        let overview = session.overview(progress);
+        Opened::Trace(Box::new(session), Box::new(overview))
+    }
+
+    /// Shows `rank` (or the whole trace) from now on; the overview of what is shown.
+    fn show(&mut self, rank: Option<u32>, progress: &mut impl FnMut(&str)) -> Result<Overview, String> {
+        self.rank = match rank {
+            None => None,
+            Some(r) => {
+                let known = crate::merge::ranks(&self.whole);
+                let trace = rank_trace(&self.whole, r).ok_or_else(|| format!("this trace has no rank {r}: expected one of {known:?}"))?;
+                Some((r, trace))
+            }
+        };
+        Ok(self.overview(progress))
+    }
+
+    /// The overview of the trace shown; sets the device and operators later answers use.
+    fn overview(&mut self, progress: &mut impl FnMut(&str)) -> Overview {
+        let rank = self.rank.as_ref().map(|(r, _)| *r);
+        let trace = self.trace();
+        // One pass finds the peak's device, for the overview and every later answer.
+        let device = analysis::peak_device(trace);
+        let ops_at_event = innermost_ops(trace);
+        let mut overview = overview_of(trace, device, &self.name(), self.file_bytes, progress);
+        overview.ranks = rank_set(&self.whole, rank);
+        self.device = device;
+        self.ops_at_event = ops_at_event;
+        overview
+    }
+
+    /// The trace every view shows: the whole trace, or the rank picked.
     pub fn trace(&self) -> &Trace {
-        &self.trace
+        self.rank.as_ref().map_or(&self.whole, |(_, t)| t)
+    }
+
+    /// What the page calls the trace shown: the file name(s), and the rank picked.
+    pub fn name(&self) -> String {
+        match &self.rank {
+            Some((r, _)) => format!("{} · rank {r}", self.file_name),
+            None => self.file_name.clone(),
+        }
+    }
+
+    /// Compares the trace shown (A) with the trace in `bytes` (B), each on its peak device.
+    pub fn compare_with(&self, file_name: &str, bytes: &[u8]) -> Result<TraceDiff, String> {
+        if looks_like_sweep(bytes) {
+            return Err(format!("{file_name} is a batch sweep (curves only); expected a trace to compare with"));
+        }
+        let other = crate::import(bytes, &crate::ImportOptions::default()).map_err(|e| e.to_string())?;
+        Ok(diff(self.trace(), &other))
     }
 
     /// Answers one request.
-    pub fn answer(&self, request: &Request) -> Response {
+    pub fn answer(&mut self, request: &Request) -> Response {
         match request {
             Request::Timeline { start_s, end_s, buckets } => self.timeline(*start_s, *end_s, *buckets),
             Request::At { t_s } => Response::At(self.moment(*t_s)),
@@ -178,17 +359,45 @@ impl Session {
             Request::Segments { t_s } => {
                 let idx = self.event_at(*t_s);
                 let segments = match idx {
-                    Some(i) => analysis::segments_at(&self.trace, i, self.device),
-                    None => self.trace.initial_segments.iter().filter(|s| s.device == self.device).cloned().collect(),
+                    Some(i) => analysis::segments_at(self.trace(), i, self.device),
+                    None => self.trace().initial_segments.iter().filter(|s| s.device == self.device).cloned().collect(),
                 };
                 Response::Segments { t_s: *t_s, event_index: idx, segments }
             }
             Request::Export { format } => self.export(format),
+            Request::RankCurves { buckets } => self.rank_curves(*buckets),
+            Request::ShowRank { rank } => match self.show(*rank, &mut |_| {}) {
+                Ok(overview) => Response::Overview(Box::new(overview)),
+                Err(message) => Response::Error { message },
+            },
+            Request::DiffDevices { a, b } => match diff_devices(&self.whole, Some(*a), &self.whole, Some(*b)) {
+                Ok(d) => Response::Diff(Box::new(d)),
+                Err(e) => Response::Error { message: e.to_string() },
+            },
         }
     }
 
+    fn rank_curves(&self, buckets: usize) -> Response {
+        let whole = &self.whole;
+        let end_s = duration_s(whole);
+        let options = TimelineOptions::default().with_buckets(buckets.clamp(1, 20_000)).with_window(0.0, end_s);
+        let curves: Vec<RankCurve> = whole
+            .devices
+            .iter()
+            .enumerate()
+            .filter_map(|(k, d)| {
+                let points = analysis::timeline(whole, &TimelineOptions { device: Some(k as u8), ..options.clone() });
+                Some(RankCurve { device_index: k as u8, rank: d.rank?, device: d.to_string(), points })
+            })
+            .collect();
+        if curves.is_empty() {
+            return Response::Error { message: "this trace has no ranks: open one file per rank together to merge them".into() };
+        }
+        Response::RankCurves { end_s, curves }
+    }
+
     fn secs(&self, ts_ns: u64) -> f64 {
-        ts_ns.saturating_sub(self.trace.start_ns()) as f64 * 1e-9
+        ts_ns.saturating_sub(self.trace().start_ns()) as f64 * 1e-9
     }
 
     fn timeline(&self, start_s: f64, end_s: f64, buckets: usize) -> Response {
@@ -196,10 +405,10 @@ impl Session {
         let options = TimelineOptions { device: Some(self.device), ..TimelineOptions::default() }
             .with_buckets(buckets)
             .with_window(start_s, end_s);
-        let points = analysis::timeline(&self.trace, &options);
-        let start = self.trace.start_ns();
+        let points = analysis::timeline(self.trace(), &options);
+        let start = self.trace().start_ns();
         let driver = self
-            .trace
+            .trace()
             .device_samples
             .iter()
             .filter(|s| s.device == self.device)
@@ -211,35 +420,35 @@ impl Session {
 
     /// The last event at or before `t_s` (any device).
     fn event_at(&self, t_s: f64) -> Option<usize> {
-        let ts = self.trace.start_ns().saturating_add((t_s.max(0.0) * 1e9) as u64);
-        let n = self.trace.events.ts_ns.partition_point(|&t| t <= ts);
+        let ts = self.trace().start_ns().saturating_add((t_s.max(0.0) * 1e9) as u64);
+        let n = self.trace().events.ts_ns.partition_point(|&t| t <= ts);
         n.checked_sub(1)
     }
 
     fn moment(&self, t_s: f64) -> Moment {
-        let ev = &self.trace.events;
+        let ev = &self.trace().events;
         let idx = self.event_at(t_s);
         let totals = match idx {
             Some(i) => ev.totals_at(i),
             None => ev.base_totals.get(self.device as usize).copied().unwrap_or_default(),
         };
-        let ts = self.trace.start_ns().saturating_add((t_s.max(0.0) * 1e9) as u64);
+        let ts = self.trace().start_ns().saturating_add((t_s.max(0.0) * 1e9) as u64);
         // The innermost scope and op around the moment itself (not around the last event).
         let layer = self
-            .trace
+            .trace()
             .scopes
             .iter()
             .filter(|s| s.start_ns <= ts && ts < s.end_ns && !s.name.is_none())
             .max_by_key(|s| (s.depth, s.start_ns))
-            .map(|s| self.trace.str(s.name).to_owned())
-            .or_else(|| idx.and_then(|i| self.trace.opt_str(ev.layer[i])).map(str::to_owned));
+            .map(|s| self.trace().str(s.name).to_owned())
+            .or_else(|| idx.and_then(|i| self.trace().opt_str(ev.layer[i])).map(str::to_owned));
         let op = self
-            .trace
+            .trace()
             .ops
             .iter()
             .filter(|o| o.start_ns <= ts && ts < o.end_ns)
             .max_by_key(|o| o.start_ns)
-            .map(|o| self.trace.str(o.name).to_owned());
+            .map(|o| self.trace().str(o.name).to_owned());
         Moment {
             t_s,
             event_index: idx,
@@ -252,9 +461,9 @@ impl Session {
     }
 
     fn allocations(&self, t_s: f64, limit: usize) -> Vec<Allocation> {
-        let ev = &self.trace.events;
+        let ev = &self.trace().events;
         let Some(idx) = self.event_at(t_s) else { return Vec::new() };
-        let mut live = analysis::live_allocations_at(&self.trace, idx);
+        let mut live = analysis::live_allocations_at(self.trace(), idx);
         live.retain(|&i| ev.device[i] == self.device);
         live.sort_by_key(|&i| (std::cmp::Reverse(ev.size_bytes[i]), i));
         live.truncate(limit.min(1000));
@@ -278,17 +487,17 @@ impl Session {
                 size_bytes: ev.size_bytes[i],
                 alloc_s: self.secs(ev.ts_ns[i]),
                 free_s: freed.get(&i).copied(),
-                layer: self.trace.opt_str(ev.layer[i]).map(str::to_owned),
-                op: self.ops_at_event.get(i).and_then(|&o| self.trace.opt_str(o)).map(str::to_owned),
+                layer: self.trace().opt_str(ev.layer[i]).map(str::to_owned),
+                op: self.ops_at_event.get(i).and_then(|&o| self.trace().opt_str(o)).map(str::to_owned),
                 stack: self
-                    .trace
+                    .trace()
                     .stacks
                     .stack_of_event(i)
                     .map(|s| {
-                        self.trace
+                        self.trace()
                             .stacks
                             .stack(s)
-                            .map(|f| format!("{} {}:{}", self.trace.str(f.name), self.trace.str(f.filename), f.line))
+                            .map(|f| format!("{} {}:{}", self.trace().str(f.name), self.trace().str(f.filename), f.line))
                             .collect()
                     })
                     .unwrap_or_default(),
@@ -297,10 +506,13 @@ impl Session {
     }
 
     fn export(&self, format: &str) -> Response {
-        let stem = self.file_name.split('.').next().filter(|s| !s.is_empty()).unwrap_or("trace");
+        let stem = match &self.rank {
+            Some((r, _)) => format!("{}.rank{r}", self.export_stem),
+            None => self.export_stem.clone(),
+        };
         let (text, file_name, mime) = if format == "layers_csv" {
             let mut out = Vec::new();
-            let r = crate::export::csv::write_layer_stats(&self.trace, &mut out);
+            let r = crate::export::csv::write_layer_stats(self.trace(), &mut out);
             (r.map(|_| out), format!("{stem}.layers.csv"), "text/csv")
         } else {
             let Some(f) = crate::export::ExportFormat::from_name(format) else {
@@ -309,7 +521,7 @@ impl Session {
                 };
             };
             let mut out = Vec::new();
-            let r = crate::export::export(&self.trace, f, &mut out);
+            let r = crate::export::export(self.trace(), f, &mut out);
             let mime = if f == crate::export::ExportFormat::Csv { "text/csv" } else { "application/json" };
             (r.map(|_| out), format!("{stem}.{}", f.extension()), mime)
         };
@@ -371,7 +583,7 @@ fn overview_of(trace: &Trace, device: u8, file_name: &str, file_bytes: u64, prog
         file_name: file_name.to_owned(),
         file_bytes,
         device: trace.devices.get(device as usize).map(|d| d.to_string()).unwrap_or_else(|| "unknown".into()),
-        duration_s: ev.ts_ns.last().map_or(0.0, |&t| secs(t)),
+        duration_s: duration_s(trace),
         summary,
         layers,
         fragmentation,
@@ -385,7 +597,52 @@ fn overview_of(trace: &Trace, device: u8, file_name: &str, file_bytes: u64, prog
         curves: Vec::new(),
         devices: analysis::device_peaks(trace),
         leaks: analysis::leaks::leaks(trace, 8),
+        ranks: None,
     }
+}
+
+/// Seconds from the trace's start to its last event.
+fn duration_s(trace: &Trace) -> f64 {
+    trace.events.ts_ns.last().map_or(0.0, |&t| t.saturating_sub(trace.start_ns()) as f64 * 1e-9)
+}
+
+/// The ranks of `whole` when it has two or more, with `selected` the rank shown.
+fn rank_set(whole: &Trace, selected: Option<u32>) -> Option<RankSet> {
+    if crate::merge::ranks(whole).len() < 2 {
+        return None;
+    }
+    let devices: Vec<RankDevice> = analysis::device_peaks(whole)
+        .into_iter()
+        .enumerate()
+        .filter_map(|(k, p)| {
+            Some(RankDevice {
+                device_index: k as u8,
+                rank: p.rank?,
+                device: p.device,
+                peak_allocated_bytes: p.peak_allocated_bytes,
+                peak_reserved_bytes: p.peak_reserved_bytes,
+                peak_time_s: p.peak_time_s,
+                peak_layer: p.peak_layer,
+                events: p.events,
+            })
+        })
+        .collect();
+    // Ties go to the first device in order, so the answer does not depend on sort stability.
+    let highest = devices.iter().reduce(|best, d| if d.peak_allocated_bytes > best.peak_allocated_bytes { d } else { best })?;
+    let lowest = devices
+        .iter()
+        .filter(|d| d.rank != highest.rank)
+        .reduce(|best, d| if d.peak_allocated_bytes < best.peak_allocated_bytes { d } else { best })?;
+    let (a, b) = if (lowest.rank, lowest.device_index) < (highest.rank, highest.device_index) { (lowest, highest) } else { (highest, lowest) };
+    Some(RankSet {
+        highest_device: highest.device_index,
+        most_different: (a.device_index, b.device_index),
+        missing_ranks: whole.meta.missing_ranks.clone(),
+        warnings: whole.meta.warnings.clone(),
+        selected,
+        duration_s: duration_s(whole),
+        devices,
+    })
 }
 
 fn is_iteration_scope(trace: &Trace, name: StrId) -> bool {

@@ -12,6 +12,7 @@ pub mod export;
 pub mod import;
 pub mod merge;
 pub mod model;
+pub mod rank_files;
 pub mod units;
 
 pub use import::{import, ImportError, ImportOptions};

@@ -1,12 +1,14 @@
 //! What the viewer's worker answers (`shared::explore`) and the flame graph, on the real samples:
 //! the flame graph's weights add up to the peak, a zoomed timeline agrees with the full one,
-//! hovering and clicking give the allocator's own numbers.
+//! hovering and clicking give the allocator's own numbers; files of several ranks merge, each
+//! rank shows with its own peak (PyTorch's, from facts.json), and two traces compare.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
 use shared::analysis::flame::{flame_graph, FlameKind};
 use shared::analysis::{live_allocations_at, summary, timeline, TimelineOptions};
-use shared::explore::{Opened, Request, Response, Session};
+use shared::explore::{Opened, Overview, RanksError, Request, Response, Session};
+use shared::merge::MergeOptions;
 use shared::{import, ImportOptions};
 use std::path::PathBuf;
 
@@ -15,11 +17,36 @@ fn data(name: &str) -> Vec<u8> {
     std::fs::read(&p).unwrap_or_else(|e| panic!("reading {}: {e}", p.display()))
 }
 
-fn open(name: &str) -> (Session, shared::explore::Overview) {
+fn open(name: &str) -> (Session, Overview) {
     match Session::open(name, &data(name), |_| {}).unwrap() {
         Opened::Trace(s, o) => (*s, *o),
         Opened::Sweep(_) => panic!("{name} opened as a sweep"),
     }
+}
+
+fn fact(sample: &str, key: &str) -> u64 {
+    let facts: serde_json::Value = serde_json::from_slice(&data("facts.json")).unwrap();
+    facts["samples"][sample][key].as_u64().unwrap()
+}
+
+const RESNET: &str = "resnet18_sgd_2steps.pickle";
+const MLP: &str = "mlp_adam_3steps.pickle";
+
+/// The two samples as the files of rank 0 (resnet18) and rank 1 (mlp), given in reverse order:
+/// ranks come from the file names.
+fn rank_files() -> Vec<(String, Vec<u8>)> {
+    vec![("rank1.pickle".into(), data(MLP)), ("rank0.pickle".into(), data(RESNET))]
+}
+
+fn open_ranks(files: &[(String, Vec<u8>)], options: &MergeOptions) -> Result<(Session, Overview), RanksError> {
+    match Session::open_ranks(files, options, |_| {})? {
+        Opened::Trace(s, o) => Ok((*s, *o)),
+        Opened::Sweep(_) => panic!("ranks opened as a sweep"),
+    }
+}
+
+fn max_allocated(points: &[shared::analysis::TimelinePoint]) -> u64 {
+    points.iter().map(|p| p.allocated_max_bytes).max().unwrap_or(0)
 }
 
 #[test]
@@ -63,7 +90,7 @@ fn snapshot_flame_graph_has_python_frames() {
 
 #[test]
 fn zoomed_timeline_agrees_with_the_full_timeline() {
-    let (session, overview) = open("resnet18_sgd_2steps.pickle");
+    let (mut session, overview) = open("resnet18_sgd_2steps.pickle");
     let trace = session.trace();
     let full = timeline(trace, &TimelineOptions::default().with_buckets(100_000));
     // A window in the middle: its max equals the max of the full-resolution points inside it.
@@ -82,7 +109,7 @@ fn zoomed_timeline_agrees_with_the_full_timeline() {
 
 #[test]
 fn hover_and_click_report_the_allocator_state() {
-    let (session, overview) = open("resnet18_sgd_2steps.pickle");
+    let (mut session, overview) = open("resnet18_sgd_2steps.pickle");
     let s = &overview.summary;
     let Response::At(m) = session.answer(&Request::At { t_s: s.peak_time_s }) else { panic!() };
     assert_eq!(m.allocated_bytes, s.peak_allocated_bytes);
@@ -111,7 +138,7 @@ fn hover_and_click_report_the_allocator_state() {
 
 #[test]
 fn exports_and_bad_requests() {
-    let (session, _) = open("mlp_adam_3steps.pickle");
+    let (mut session, _) = open("mlp_adam_3steps.pickle");
     let Response::Export { text, file_name, .. } = session.answer(&Request::Export { format: "speedscope".into() }) else { panic!() };
     assert_eq!(file_name, "mlp_adam_3steps.speedscope.json");
     let v: serde_json::Value = serde_json::from_str(&text).unwrap();
@@ -131,4 +158,122 @@ fn profiler_trace_has_phase_bands_and_a_profile() {
     let (_, snap) = open("mlp_adam_3steps.pickle");
     assert!(snap.profile.is_none() && snap.profile_error.unwrap().contains("no operator events"));
     assert!(snap.has_segments);
+}
+
+#[test]
+fn rank_files_merge_and_every_rank_keeps_its_peak() {
+    let (session, overview) = open_ranks(&rank_files(), &MergeOptions::default()).unwrap();
+    assert_eq!(overview.file_name, "rank1.pickle + rank0.pickle");
+    assert_eq!(overview.summary.peak_allocated_bytes, fact(RESNET, "max_allocated"));
+    let ranks = overview.ranks.as_ref().expect("a merged trace of two ranks has a rank set");
+    assert_eq!(ranks.selected, None);
+    assert_eq!(ranks.devices.iter().map(|d| (d.rank, d.device.as_str())).collect::<Vec<_>>(), [(0, "cuda:0 (rank 0)"), (1, "cuda:0 (rank 1)")]);
+    for (d, sample) in ranks.devices.iter().zip([RESNET, MLP]) {
+        assert_eq!(d.peak_allocated_bytes, fact(sample, "max_allocated"), "{sample}");
+        assert_eq!(d.peak_reserved_bytes, fact(sample, "max_reserved"), "{sample}");
+        // The peak's time on the merged axis is the rank's own peak time, shifted by where
+        // the rank starts on it.
+        let own = shared::merge::rank_trace(session.trace(), d.rank).unwrap();
+        let shift_s = (own.start_ns() - session.trace().start_ns()) as f64 * 1e-9;
+        assert!((d.peak_time_s - (summary(&own).peak_time_s + shift_s)).abs() < 1e-6, "{sample}: {} vs {}", d.peak_time_s, summary(&own).peak_time_s + shift_s);
+        assert_eq!(d.events, own.events.len());
+    }
+    assert_eq!(ranks.highest_device, ranks.devices[0].device_index);
+    assert_eq!(ranks.most_different, (ranks.devices[0].device_index, ranks.devices[1].device_index));
+    assert!(ranks.missing_ranks.is_empty());
+    assert_eq!(ranks.duration_s, overview.duration_s);
+    // A single trace has no rank set.
+    assert!(open(MLP).1.ranks.is_none());
+}
+
+#[test]
+fn rank_curves_share_one_axis_and_reach_each_peak() {
+    let (mut session, overview) = open_ranks(&rank_files(), &MergeOptions::default()).unwrap();
+    let ranks = overview.ranks.unwrap();
+    let Response::RankCurves { end_s, curves } = session.answer(&Request::RankCurves { buckets: 400 }) else { panic!("no curves") };
+    assert_eq!(end_s, ranks.duration_s);
+    assert_eq!(curves.len(), 2);
+    for (c, d) in curves.iter().zip(&ranks.devices) {
+        assert_eq!((c.rank, c.device_index), (d.rank, d.device_index));
+        assert_eq!(max_allocated(&c.points), d.peak_allocated_bytes, "rank {}", c.rank);
+        assert!(c.points.len() <= 400 && c.points.iter().all(|p| p.t_s >= 0.0 && p.t_s <= end_s));
+    }
+    let (mut single, _) = open(MLP);
+    let Response::Error { message } = single.answer(&Request::RankCurves { buckets: 10 }) else { panic!() };
+    assert!(message.contains("no ranks"), "{message}");
+}
+
+#[test]
+fn picking_a_rank_shows_that_rank_everywhere_and_all_ranks_comes_back() {
+    let (mut session, _) = open_ranks(&rank_files(), &MergeOptions::default()).unwrap();
+    let Response::Overview(one) = session.answer(&Request::ShowRank { rank: Some(1) }) else { panic!("no overview") };
+    assert_eq!(one.file_name, "rank1.pickle + rank0.pickle · rank 1");
+    assert_eq!(one.summary.peak_allocated_bytes, fact(MLP, "max_allocated"));
+    assert_eq!(one.summary.peak_reserved_bytes, fact(MLP, "max_reserved"));
+    let own = import(&data(MLP), &ImportOptions::default()).unwrap();
+    assert_eq!(one.layers.len(), shared::analysis::layer_stats(&own).len());
+    // The rank set stays the whole job's, with the rank picked.
+    let ranks = one.ranks.as_ref().unwrap();
+    assert_eq!((ranks.selected, ranks.devices.len()), (Some(1), 2));
+    // Later answers are the rank's: its timeline, its hover, its exports.
+    let Response::Timeline { points, .. } = session.answer(&Request::Timeline { start_s: 0.0, end_s: one.duration_s, buckets: 500 }) else { panic!() };
+    assert_eq!(max_allocated(&points), fact(MLP, "max_allocated"));
+    let Response::At(m) = session.answer(&Request::At { t_s: one.summary.peak_time_s }) else { panic!() };
+    assert_eq!(m.allocated_bytes, fact(MLP, "max_allocated"));
+    let Response::Export { file_name, .. } = session.answer(&Request::Export { format: "csv".into() }) else { panic!() };
+    assert_eq!(file_name, "merged.rank1.csv");
+    let Response::Error { message } = session.answer(&Request::ShowRank { rank: Some(7) }) else { panic!() };
+    assert!(message.contains("no rank 7") && message.contains("[0, 1]"), "{message}");
+    // All ranks again.
+    let Response::Overview(all) = session.answer(&Request::ShowRank { rank: None }) else { panic!() };
+    assert_eq!(all.summary.peak_allocated_bytes, fact(RESNET, "max_allocated"));
+    assert_eq!((all.file_name.as_str(), all.ranks.unwrap().selected), ("rank1.pickle + rank0.pickle", None));
+}
+
+#[test]
+fn the_two_most_different_ranks_compare() {
+    let (mut session, overview) = open_ranks(&rank_files(), &MergeOptions::default()).unwrap();
+    let (a, b) = overview.ranks.unwrap().most_different;
+    let Response::Diff(d) = session.answer(&Request::DiffDevices { a, b }) else { panic!("no diff") };
+    assert_eq!(d.a.peak_allocated_bytes, fact(RESNET, "max_allocated"));
+    assert_eq!(d.b.peak_allocated_bytes, fact(MLP, "max_allocated"));
+    assert_eq!(d.peak_allocated_delta_bytes, fact(MLP, "max_allocated") as i64 - fact(RESNET, "max_allocated") as i64);
+    assert!(!d.layers_match);
+    let Response::Error { message } = session.answer(&Request::DiffDevices { a, b: 9 }) else { panic!() };
+    assert!(message.contains("device 9"), "{message}");
+}
+
+#[test]
+fn the_open_trace_compares_with_another_file() {
+    let (session, _) = open(RESNET);
+    let d = session.compare_with(MLP, &data(MLP)).unwrap();
+    assert_eq!((d.a.peak_allocated_bytes, d.b.peak_allocated_bytes), (fact(RESNET, "max_allocated"), fact(MLP, "max_allocated")));
+    assert_eq!(d.peak_allocated_delta_bytes, 110388224 - 238078976);
+    assert!(d.notes.iter().any(|n| n.starts_with("the layers do not match")), "{:?}", d.notes);
+    let e = session.compare_with("notes.txt", b"not a trace").unwrap_err();
+    assert!(e.contains("expected"), "{e}");
+}
+
+#[test]
+fn rank_files_that_are_not_one_run_are_refused_with_why() {
+    // The same rank twice.
+    let twice = vec![("rank0.pickle".to_owned(), data(MLP)), ("b/rank0.pickle".to_owned(), data(RESNET))];
+    let e = open_ranks(&twice, &MergeOptions::default()).err().unwrap();
+    assert!(e.to_string().contains("rank 0 is given twice") && !e.can_merge_anyway(), "{e}");
+    // A file that is no trace names itself.
+    let junk = vec![("rank0.pickle".to_owned(), data(MLP)), ("rank1.txt".to_owned(), b"hello".to_vec())];
+    let e = open_ranks(&junk, &MergeOptions::default()).err().unwrap();
+    assert!(matches!(&e, RanksError::File { file_name, .. } if file_name == "rank1.txt"), "{e}");
+    // Recorded ten minutes apart: refused, unless asked.
+    let mut later = import(&data(MLP), &ImportOptions::default()).unwrap();
+    later.events.ts_ns.iter_mut().for_each(|t| *t += 600_000_000_000);
+    later.scopes.iter_mut().for_each(|s| (s.start_ns, s.end_ns) = (s.start_ns + 600_000_000_000, s.end_ns + 600_000_000_000));
+    let mut bytes = Vec::new();
+    shared::export::native::write(&later, &mut bytes).unwrap();
+    let apart = vec![("rank0.pickle".to_owned(), data(RESNET)), ("rank1.mtrace.json".to_owned(), bytes)];
+    let e = open_ranks(&apart, &MergeOptions::default()).err().unwrap();
+    let text = e.to_string();
+    assert!(e.can_merge_anyway() && text.contains("recorded at different times") && !text.contains("--allow-disjoint"), "{text}");
+    let (_, o) = open_ranks(&apart, &MergeOptions { allow_disjoint: true, ..MergeOptions::default() }).unwrap();
+    assert!(o.ranks.unwrap().warnings.iter().any(|w| w.contains("far apart")));
 }

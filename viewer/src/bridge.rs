@@ -23,6 +23,9 @@ struct Bridge {
 
 thread_local! {
     static BRIDGE: RefCell<Option<Bridge>> = const { RefCell::new(None) };
+    /// The last files sent to be merged, to merge them anyway when they were refused as
+    /// recorded far apart.
+    static RANK_FILES: RefCell<Vec<web_sys::File>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Starts the worker (`worker_loader.js`, built by Trunk next to the page).
@@ -76,6 +79,47 @@ fn object(pairs: &[(&str, JsValue)]) -> JsValue {
 pub fn open_file(state: AppState, file: web_sys::File) {
     state.begin_loading(&file.name());
     send(object(&[("kind", "open_file".into()), ("file", file.into())]));
+}
+
+/// Opens the files dropped or chosen: one is a trace, several are the ranks of one job (merged
+/// into one trace by the worker).
+pub fn open_files(state: AppState, files: Vec<web_sys::File>) {
+    match files.as_slice() {
+        [] => {}
+        [one] => open_file(state, one.clone()),
+        _ => {
+            RANK_FILES.with(|r| *r.borrow_mut() = files.clone());
+            send_rank_files(state, files, false);
+        }
+    }
+}
+
+fn send_rank_files(state: AppState, files: Vec<web_sys::File>, allow_disjoint: bool) {
+    let names: Vec<String> = files.iter().map(|f| f.name()).collect();
+    state.begin_loading(&names.join(" + "));
+    let array = files.into_iter().collect::<js_sys::Array>();
+    send(object(&[("kind", "open_files".into()), ("files", array.into()), ("allow_disjoint", allow_disjoint.into())]));
+}
+
+/// Merges the last files again, although they were recorded far apart in time.
+pub fn merge_anyway(state: AppState) {
+    let files = RANK_FILES.with(|r| r.borrow().clone());
+    if !files.is_empty() {
+        send_rank_files(state, files, true);
+    }
+}
+
+/// Compares the open trace with `file` (the Compare view).
+pub fn compare_file(state: AppState, file: web_sys::File) {
+    state.error.set(None);
+    state.loading.set(Some((file.name(), "starting the comparison".into())));
+    send(object(&[("kind", "compare_file".into()), ("file", file.into())]));
+}
+
+/// The files of a file input or a drop.
+pub fn files_of(list: Option<web_sys::FileList>) -> Vec<web_sys::File> {
+    let Some(list) = list else { return Vec::new() };
+    (0..list.length()).filter_map(|i| list.get(i)).collect()
 }
 
 /// Opens a trace from a URL (`?trace=`, a report's own trace).
@@ -132,9 +176,15 @@ fn receive(state: AppState, msg: ToPage) {
             crate::perf::set_body("data-worker-memory", &worker_memory_bytes.to_string());
             state.finish_loading(*overview);
         }
-        ToPage::Failed { file_name, message } => {
+        ToPage::Failed { file_name, message, merge_anyway } => {
             state.loading.set(None);
+            state.merge_anyway.set(merge_anyway.then(|| file_name.clone()));
             state.error.set(Some((file_name, message)));
+        }
+        ToPage::Compared { a_name, b_name, diff, worker_memory_bytes } => {
+            state.worker_memory.set(worker_memory_bytes);
+            state.loading.set(None);
+            state.compare.set(Some(std::sync::Arc::new(crate::compare::Comparison { a: a_name, b: b_name, diff: *diff, of_open_trace: true })));
         }
         ToPage::Answer { id, response, worker_memory_bytes } => {
             state.worker_memory.set(worker_memory_bytes);

@@ -8,7 +8,8 @@ use plotters_canvas::CanvasBackend;
 use shared::analysis::flame::{FlameGraph, FlameKind};
 use shared::analysis::profile::GraphProfile;
 use shared::analysis::TimelinePoint;
-use shared::explore::{Band, Curve};
+use shared::analysis::diff::{Alignment, DiffCurves};
+use shared::explore::{Band, Curve, RankCurve};
 use shared::model::{BlockState, SegmentInfo};
 use plotters::coord::ranged1d::{DefaultFormatting, KeyPointHint, Ranged};
 use plotters::coord::types::RangedCoordf64;
@@ -117,10 +118,17 @@ fn steps<'a>(points: &'a [TimelinePoint], end: f64, levels: impl Fn(&TimelinePoi
     })
 }
 
-/// The memory timeline: allocated (max per bucket, filled), reserved, driver-used, phase and
-/// layer bands along the top, and a marker at `selected`.
-#[allow(clippy::too_many_arguments)]
-/// A chart of f64 × f64 on a canvas (every chart here).
+/// Like [`steps`], but each bucket's level holds flat until the next bucket (a vertical stroke
+/// up to its maximum, then its last level), so a rank that stops early or pauses does not
+/// draw a slope across the gap.
+fn held_steps(points: &[TimelinePoint], end: f64) -> impl Iterator<Item = (f64, f64)> + '_ {
+    points.iter().enumerate().flat_map(move |(i, p)| {
+        let next = points.get(i + 1).map_or(end, |n| n.t_s);
+        let (max, last) = (p.allocated_max_bytes as f64, p.allocated_last_bytes as f64);
+        [(p.t_s, max), (p.t_s, last), (next, last)]
+    })
+}
+
 /// A chart of f64 × f64 whose y axis carries its own ticks: round values of one binary unit
 /// for bytes (`shared::units::byte_ticks`), fifths for ratios.
 type Chart<'a> = ChartContext<'a, CanvasBackend, Cartesian2d<RangedCoordf64, TickedAxis>>;
@@ -179,6 +187,9 @@ fn draw_mesh(chart: &mut Chart<'_>, pal: &Palette, (x_labels, y_labels): (usize,
     mesh.draw().map_err(err)
 }
 
+/// The memory timeline: allocated (max per bucket, filled), reserved, driver-used, phase and
+/// layer bands along the top, and a marker at `selected`.
+#[allow(clippy::too_many_arguments)]
 pub fn draw_timeline(
     canvas: &HtmlCanvasElement,
     pal: &Palette,
@@ -265,7 +276,6 @@ pub fn draw_timeline(
     Ok(mapping)
 }
 
-/// Fragmentation, (reserved − allocated) / reserved after each bucket.
 /// A running trace's memory so far (`[ns, allocated, reserved]` points from
 /// `collector serve`'s live events), drawn as steps; reserved only where the device has it.
 pub fn draw_live(canvas: &HtmlCanvasElement, pal: &Palette, points: &[[u64; 3]]) -> Res<()> {
@@ -294,6 +304,7 @@ pub fn draw_live(canvas: &HtmlCanvasElement, pal: &Palette, points: &[[u64; 3]])
     root.present().map_err(err)
 }
 
+/// Fragmentation, (reserved − allocated) / reserved after each bucket.
 pub fn draw_fragmentation(canvas: &HtmlCanvasElement, pal: &Palette, window: (f64, f64), points: &[TimelinePoint]) -> Res<Mapping> {
     let root = area(canvas, pal)?;
     let (t0, t1) = (window.0, window.1.max(window.0 + 1e-9));
@@ -396,6 +407,90 @@ pub fn draw_rank(canvas: &HtmlCanvasElement, pal: &Palette, profile: Option<&Gra
     }
     root.present().map_err(err)?;
     Ok(Mapping { px: (xr.start as f64, xr.end as f64), py: (yr.start as f64, yr.end as f64), x: (0.0, n) })
+}
+
+/// The Ranks view's small multiples: one allocated-memory panel per rank's device, stacked,
+/// every panel on the same time axis (0 to `end_s`, the merged trace) and the same byte
+/// scale, so heights and moments compare at a glance. The panel of device `highest` (the
+/// highest peak) is drawn in the highlight colour, its peak marked. Returns each panel's
+/// mapping, top to bottom.
+pub fn draw_rank_curves(canvas: &HtmlCanvasElement, pal: &Palette, end_s: f64, curves: &[RankCurve], highest: u8) -> Res<Vec<Mapping>> {
+    let root = area(canvas, pal)?;
+    let top = curves.iter().flat_map(|c| c.points.iter().map(|p| p.allocated_max_bytes)).max().unwrap_or(0);
+    let yt = byte_ticks(top as f64 * 1.02, 3);
+    let t1 = end_s.max(1e-9);
+    let panels = root.split_evenly((curves.len().max(1), 1));
+    let mut mappings = Vec::with_capacity(curves.len());
+    for (c, panel) in curves.iter().zip(&panels) {
+        let marked = c.device_index == highest;
+        let colour = if marked { pal.highlight } else { pal.allocated };
+        let mut chart = ChartBuilder::on(panel)
+            .margin(6)
+            .margin_top(20)
+            .x_label_area_size(22)
+            .y_label_area_size(78)
+            .build_cartesian_2d(0.0..t1, TickedAxis::new(yt.end, yt.ticks.clone()))
+            .map_err(err)?;
+        draw_mesh(&mut chart, pal, (8, 3), &|v| format_seconds(*v), &|v| yt.label(*v), None)?;
+        let peak = c.points.iter().reduce(|best, p| if p.allocated_max_bytes > best.allocated_max_bytes { p } else { best });
+        if !c.points.is_empty() {
+            let series = held_steps(&c.points, t1);
+            chart.draw_series(AreaSeries::new(series, 0.0, colour.mix(0.25)).border_style(colour)).map_err(err)?;
+        }
+        let peak_bytes = peak.map_or(0, |p| p.allocated_max_bytes);
+        let mut label = format!("rank {} · {} · peak {}", c.rank, c.device, format_bytes(peak_bytes));
+        if marked {
+            label.push_str(" · highest peak");
+            if let Some(p) = peak {
+                chart.draw_series([Circle::new((p.t_s, p.allocated_max_bytes as f64), 5, pal.highlight.filled())]).map_err(err)?;
+            }
+        }
+        panel.draw(&Text::new(label, (84, 3), font(pal, 12).color(&colour))).map_err(err)?;
+        let (xr, yr) = chart.plotting_area().get_pixel_range();
+        mappings.push(Mapping { px: (xr.start as f64, xr.end as f64), py: (yr.start as f64, yr.end as f64), x: (0.0, t1) });
+    }
+    root.present().map_err(err)?;
+    Ok(mappings)
+}
+
+/// The Compare view's chart: A's and B's allocated memory (each bucket's maximum) on the
+/// diff's aligned x axis, labelled by how it was aligned.
+pub fn draw_diff_curves(canvas: &HtmlCanvasElement, pal: &Palette, curves: &DiffCurves, labels: (&str, &str)) -> Res<Mapping> {
+    let root = area(canvas, pal)?;
+    let xs = || curves.a.iter().chain(&curves.b).map(|p| p.x);
+    let x0 = xs().fold(f64::INFINITY, f64::min);
+    let x0 = if x0.is_finite() { x0 } else { 0.0 };
+    let x1 = xs().fold(x0, f64::max).max(x0 + 1e-9);
+    let top = curves.a.iter().chain(&curves.b).map(|p| p.allocated_max_bytes).max().unwrap_or(0);
+    let yt = byte_ticks(top as f64 * 1.02, 6);
+    let mut chart = ChartBuilder::on(&root)
+        .margin(8)
+        .margin_top(30)
+        .x_label_area_size(44)
+        .y_label_area_size(78)
+        .build_cartesian_2d(x0..x1, TickedAxis::new(yt.end, yt.ticks.clone()))
+        .map_err(err)?;
+    let (x_fmt, x_desc): (&dyn Fn(&f64) -> String, &str) = match curves.alignment {
+        Alignment::Iteration => (&|v| format!("{v:.1}"), "iteration (each iteration scaled to 1; below 0: before the first)"),
+        Alignment::Seconds => (&|v| format_seconds(*v), "seconds since each trace's start"),
+    };
+    draw_mesh(&mut chart, pal, (10, 6), x_fmt, &|v| yt.label(*v), Some(x_desc))?;
+    let sides = [(&curves.a, pal.allocated, labels.0, "A"), (&curves.b, pal.reserved, labels.1, "B")];
+    for (points, colour, _, _) in sides {
+        chart
+            .draw_series(LineSeries::new(points.iter().map(|p| (p.x, p.allocated_max_bytes as f64)), colour.stroke_width(2)))
+            .map_err(err)?;
+    }
+    let (xr, yr) = chart.plotting_area().get_pixel_range();
+    let mut x = xr.start + 8;
+    for (_, colour, name, side) in sides {
+        let text = format!("{side}: {name}");
+        root.draw(&Rectangle::new([(x, 10), (x + 12, 20)], colour.filled())).map_err(err)?;
+        root.draw(&Text::new(text.clone(), (x + 16, 8), font(pal, 12))).map_err(err)?;
+        x += 30 + 7 * text.chars().count() as i32;
+    }
+    root.present().map_err(err)?;
+    Ok(Mapping { px: (xr.start as f64, xr.end as f64), py: (yr.start as f64, yr.end as f64), x: (x0, x1) })
 }
 
 /// The allocator's segments, one row each in address order, blocks coloured by state. Returns

@@ -5,11 +5,17 @@
 //! The page never holds the trace: the worker does, and answers small questions ("the
 //! timeline between these times at this many pixels", "what is live here") as the user zooms,
 //! hovers and clicks ([`shared::explore`]).
+//!
+//! Several files dropped or chosen at once are the ranks of one job: the worker merges them,
+//! and the Ranks view ([`ranks`]) shows them side by side. "Compare with…" compares the open
+//! trace with another ([`compare`]).
 
 pub mod bridge;
 pub mod charts;
+pub mod compare;
 pub mod perf;
 pub mod protocol;
+mod ranks;
 pub mod server;
 pub mod tables;
 mod views;
@@ -30,6 +36,11 @@ pub struct AppState {
     pub worker_memory: RwSignal<u64>,
     pub dark: RwSignal<bool>,
     pub help: RwSignal<bool>,
+    /// The comparison the Compare view shows.
+    pub compare: RwSignal<Option<Arc<compare::Comparison>>>,
+    /// The name in the error panel of rank files refused as recorded far apart, which merge
+    /// when asked again.
+    pub merge_anyway: RwSignal<Option<String>>,
 }
 
 impl AppState {
@@ -46,18 +57,25 @@ impl AppState {
             worker_memory: RwSignal::new(0),
             dark: RwSignal::new(!prefers_light),
             help: RwSignal::new(false),
+            compare: RwSignal::new(None),
+            merge_anyway: RwSignal::new(None),
         }
     }
 
     pub fn begin_loading(&self, name: &str) {
         perf::begin_open();
         self.error.set(None);
+        self.merge_anyway.set(None);
         self.loading.set(Some((name.to_owned(), "starting".into())));
     }
 
     pub fn finish_loading(&self, overview: Overview) {
         perf::loaded(&overview);
         self.loading.set(None);
+        // A comparison with the trace that was open is no longer about what is shown.
+        if self.compare.with_untracked(|c| c.as_ref().is_some_and(|c| c.of_open_trace)) {
+            self.compare.set(None);
+        }
         self.overview.set(Some(Arc::new(overview)));
     }
 
@@ -183,12 +201,24 @@ pub fn App() -> impl IntoView {
             _ => {}
         }
     });
-    // Drop a file anywhere on the page.
+    // Drop a file anywhere on the page (several: the ranks of one job); on a "Compare with…"
+    // target, the file to compare with.
     let _dragover = window_event_listener(leptos::ev::dragover, |ev| ev.prevent_default());
     let _drop = window_event_listener(leptos::ev::drop, move |ev| {
         ev.prevent_default();
-        if let Some(file) = ev.data_transfer().and_then(|d| d.files()).and_then(|f| f.get(0)) {
-            bridge::open_file(state, file);
+        let files = bridge::files_of(ev.data_transfer().and_then(|d| d.files()));
+        let on_compare = ev
+            .target()
+            .and_then(|t| t.dyn_into::<web_sys::Element>().ok())
+            .and_then(|e| e.closest("[data-drop=compare]").ok().flatten())
+            .is_some();
+        match (on_compare, files.as_slice()) {
+            (true, [one]) => bridge::compare_file(state, one.clone()),
+            (true, [_, _, ..]) => state.error.set(Some((
+                "the comparison".into(),
+                "expected one trace to compare with; several files dropped together are the ranks of one job (drop them outside “Compare with…” to merge them)".into(),
+            ))),
+            _ => bridge::open_files(state, files),
         }
     });
     view! {
@@ -204,13 +234,17 @@ pub fn App() -> impl IntoView {
             {move || state.error.get().map(|(name, message)| view! {
                 <section class="error-panel" role="alert" id="error-panel">
                     <button class="close" title="Dismiss" on:click=move |_| state.error.set(None)>"×"</button>
-                    <h2>"Cannot open " {name}</h2>
+                    <h2>"Cannot open " {name.clone()}</h2>
                     <p>{message}</p>
+                    {(state.merge_anyway.get() == Some(name)).then(|| view! {
+                        <button id="merge-anyway" on:click=move |_| bridge::merge_anyway(state)>"Merge anyway"</button>
+                    })}
                     {move || state.overview.get().map(|o| view! {
                         <p class="hint">"Still showing " {o.file_name.clone()} "."</p>
                     })}
                 </section>
             })}
+            {move || state.compare.get().map(|c| view! { <compare::CompareSection comparison=c /> })}
             {move || match state.overview.get() {
                 None => view! { <views::Welcome /> }.into_any(),
                 Some(o) => view! { <views::Report overview=o /> }.into_any(),

@@ -45,6 +45,9 @@ pub fn loaded(o: &Overview) {
         if o.has_segments {
             m.expected.insert("segments");
         }
+        if o.ranks.is_some() {
+            m.expected.insert("ranks");
+        }
         if o.summary.total_events == 0 {
             m.expected.remove("timeline");
             m.expected.remove("fragmentation");

@@ -2,7 +2,8 @@
 //! `<meta name="memory-tracer-server">`), the page lists the server's stored traces, traces
 //! models on request, and follows a running trace live through its Server-Sent Events
 //! (`/api/trace/{id}/events`): memory totals drawn as they arrive, then the finished trace
-//! opened in every view.
+//! opened in every view. Two stored traces compare in the Compare view (`POST
+//! /api/trace/diff`).
 //!
 //! A server started with `--token` is reached through `/?token=T`; the token is kept for the
 //! tab (sessionStorage) and sent as a bearer header, or as `access_token` where headers cannot
@@ -156,6 +157,50 @@ impl ServerState {
                 self.jobs.set(j.jobs.into_iter().filter(|j| j.state == "queued" || j.state == "running").collect());
             }
         });
+    }
+}
+
+/// A stored trace as the lists name it: its id and model.
+fn trace_label(server: ServerState, id: &str) -> String {
+    server.traces.with_untracked(|ts| ts.iter().find(|t| t.trace_id == id).map_or_else(|| id.to_owned(), |t| format!("{id} ({})", t.model_name)))
+}
+
+/// Compares two stored traces (the server computes the diff) in the Compare view.
+fn compare_stored(state: AppState, server: ServerState, a: String, b: String) {
+    server.message.set(None);
+    leptos::task::spawn_local(async move {
+        let body = serde_json::json!({ "a": a, "b": b }).to_string();
+        let diff = call("POST", "api/trace/diff", Some(body))
+            .await
+            .and_then(|t| serde_json::from_str::<shared::analysis::diff::TraceDiff>(&t).map_err(|e| format!("the server's diff is unreadable: {e}")));
+        match diff {
+            Ok(diff) => {
+                let (a, b) = (trace_label(server, &a), trace_label(server, &b));
+                state.compare.set(Some(std::sync::Arc::new(crate::compare::Comparison { a, b, diff, of_open_trace: false })));
+            }
+            Err(e) => server.message.set(Some(format!("cannot compare {a} with {b}: {e}"))),
+        }
+    });
+}
+
+/// Two stored traces to compare.
+#[component]
+fn StoredCompare(traces: Vec<TraceRow>) -> impl IntoView {
+    let state = expect_context::<AppState>();
+    let server = expect_context::<ServerState>();
+    let options = move |pick: usize| {
+        traces
+            .iter()
+            .enumerate()
+            .map(|(k, t)| view! { <option value=t.trace_id.clone() selected=k == pick>{format!("{} ({})", t.trace_id, t.model_name)}</option> })
+            .collect_view()
+    };
+    view! {
+        <div class="trace-form" id="srv-compare-form">
+            <label>"Compare " <select id="srv-compare-a">{options(0)}</select></label>
+            <label>" with " <select id="srv-compare-b">{options(1)}</select></label>
+            <button id="srv-compare" on:click=move |_| compare_stored(state, server, select_value("srv-compare-a"), select_value("srv-compare-b"))>"Compare"</button>
+        </div>
     }
 }
 
@@ -422,6 +467,7 @@ pub fn ServerPanel() -> impl IntoView {
                 if traces.is_empty() {
                     return view! { <p class="hint">"None yet: trace a model above, or POST a file to /api/trace/upload."</p> }.into_any();
                 }
+                let traces_for_compare = traces.clone();
                 view! {
                     <table class="data" id="server-traces">
                         <thead><tr><th>"Trace"</th><th>"Model"</th><th>"Origin"</th><th>"Device"</th><th>"Peak allocated"</th><th>"Events"</th><th>"Size"</th><th></th></tr></thead>
@@ -445,6 +491,7 @@ pub fn ServerPanel() -> impl IntoView {
                             }).collect_view()}
                         </tbody>
                     </table>
+                    {(traces_for_compare.len() >= 2).then(|| view! { <StoredCompare traces=traces_for_compare /> })}
                 }.into_any()
             }}
         </section>

@@ -1,5 +1,5 @@
-//! The page's sections: header (open, export, theme, help), summary, memory timeline, flame
-//! graph, memory vs rank, tables, fragmentation and allocator segments.
+//! The page's sections: header (open, compare, export, theme, help), summary, ranks, memory
+//! timeline, flame graph, memory vs rank, tables, fragmentation and allocator segments.
 
 use crate::charts::{self, FlameBox, FlameMetric, Mapping};
 use crate::{bridge, fit_canvas, perf, AppState};
@@ -18,18 +18,26 @@ fn pct(v: f64) -> String {
     format!("{:.1} %", v * 100.0)
 }
 
-/// Title bar: open a file, exports, theme and help.
+/// The files chosen in a file input's change event; the input is emptied so that the same
+/// files can be chosen again.
+fn chosen_files(ev: &leptos::ev::Event) -> Vec<web_sys::File> {
+    let input: Option<web_sys::HtmlInputElement> = ev.target().and_then(|t| t.dyn_into().ok());
+    let files = bridge::files_of(input.as_ref().and_then(|i| i.files()));
+    if let Some(i) = input {
+        i.set_value("");
+    }
+    files
+}
+
+/// Title bar: open a file (several: the ranks of one job), compare with another, exports,
+/// theme and help.
 #[component]
 pub fn Header() -> impl IntoView {
     let state = state();
-    let on_change = move |ev: leptos::ev::Event| {
-        let input: Option<web_sys::HtmlInputElement> = ev.target().and_then(|t| t.dyn_into().ok());
-        if let Some(file) = input.as_ref().and_then(|i| i.files()).and_then(|f| f.get(0)) {
-            bridge::open_file(state, file);
-        }
-        // Let the same file be chosen again.
-        if let Some(i) = input {
-            i.set_value("");
+    let on_change = move |ev: leptos::ev::Event| bridge::open_files(state, chosen_files(&ev));
+    let on_compare = move |ev: leptos::ev::Event| {
+        if let Some(file) = chosen_files(&ev).into_iter().next() {
+            bridge::compare_file(state, file);
         }
     };
     let export = move |format: &'static str| {
@@ -43,8 +51,12 @@ pub fn Header() -> impl IntoView {
     view! {
         <header class="top">
             <h1>"Memory Tracer"</h1>
-            <label class="button primary" title="Open a trace (o)">
-                "Open trace…" <input type="file" id="trace-file" on:change=on_change />
+            <label class="button primary" title="Open a trace, or one file per rank of a job to merge them (o)">
+                "Open trace…" <input type="file" id="trace-file" multiple on:change=on_change />
+            </label>
+            <label class="button" class:hidden=move || !has_trace() data-drop="compare" id="compare-drop"
+                title="Compare the open trace with another: choose it, or drop it here">
+                "Compare with…" <input type="file" id="compare-file" on:change=on_compare />
             </label>
             <nav class="exports" class:hidden=move || !has_trace()>
                 "Export: "
@@ -73,6 +85,8 @@ pub fn Welcome() -> impl IntoView {
         <section class="welcome">
             <h2>"Where does your GPU memory go?"</h2>
             <p>"Drop a trace anywhere on this page, or press " <kbd>"o"</kbd> " to pick one. It is read here, in your browser; nothing is uploaded."</p>
+            <p>"Drop (or pick) one file per rank of a distributed job together to merge them: ranks come from "
+                <code>"RANK"</code> " recorded by the collector, else " <code>"rank<N>"</code> " in the file names, else their order."</p>
             <ul>
                 <li>"PyTorch memory snapshots (" <code>"torch.cuda.memory._dump_snapshot"</code> ", .pickle)"</li>
                 <li>"torch.profiler Chrome traces with memory events (.json, .json.gz)"</li>
@@ -88,7 +102,7 @@ pub fn Welcome() -> impl IntoView {
 pub fn Help() -> impl IntoView {
     let state = state();
     let keys = [
-        ("o", "open a trace"),
+        ("o", "open a trace (several files: the ranks of one job)"),
         ("1 … 7", "jump to summary, timeline, flame graph, rank, tables, fragmentation, segments"),
         ("+ / −  or wheel", "zoom the timeline (around the pointer with the wheel)"),
         ("← / →  or drag", "pan the timeline"),
@@ -120,6 +134,7 @@ pub fn Report(overview: Arc<Overview>) -> impl IntoView {
     let o = overview.clone();
     view! {
         <SummarySection overview=o.clone() />
+        {o.ranks.clone().map(|r| view! { <crate::ranks::RanksSection ranks=Arc::new(r) /> })}
         {has_events.then(|| view! {
             <TimelineSection overview=o.clone() />
             <FlameSection overview=o.clone() />
@@ -217,7 +232,7 @@ fn SummarySection(overview: Arc<Overview>) -> impl IntoView {
     }
 }
 
-fn png_button(canvas: NodeRef<Canvas>, name: &'static str) -> impl IntoView {
+pub(crate) fn png_button(canvas: NodeRef<Canvas>, name: &'static str) -> impl IntoView {
     view! {
         <button class="small" title="Save this chart as PNG" on:click=move |_| {
             if let Some(c) = canvas.get() {
@@ -296,6 +311,9 @@ fn TimelineSection(overview: Arc<Overview>) -> impl IntoView {
             match charts::draw_timeline(&c, &pal, (*a, *b), points, driver, &bands.0, &bands.1, sel) {
                 Ok(m) => {
                     mapping.set_value(Some(m));
+                    // The highest allocated level drawn, for tests and the benchmark to read.
+                    let top = points.iter().map(|p| p.allocated_max_bytes).max().unwrap_or(0);
+                    let _ = c.set_attribute("data-max-allocated", &top.to_string());
                     perf::drawn("timeline");
                     if let Some(t) = input_at.get_value() {
                         input_at.set_value(None);

@@ -1,9 +1,11 @@
 //! Components in a real browser (headless Chromium through wasm-bindgen-test): the worker's
 //! analysis code running as wasm on the real samples, and every chart drawing real pixels.
+//! Rank files merge, their curves share one axis, and two traces compare, as wasm.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use shared::explore::{Opened, Request, Response, Session};
+use shared::explore::{Opened, Overview, Request, Response, Session};
+use shared::merge::MergeOptions;
 use viewer::charts::{self, FlameMetric, Palette};
 use wasm_bindgen::JsCast;
 use wasm_bindgen_test::*;
@@ -12,6 +14,10 @@ wasm_bindgen_test_configure!(run_in_browser);
 
 const SNAPSHOT: &[u8] = include_bytes!("../../tests/data/mlp_adam_3steps.pickle");
 const PROFILER: &[u8] = include_bytes!("../../tests/data/convnet_profiler_trace.json");
+const RESNET: &[u8] = include_bytes!("../../tests/data/resnet18_sgd_2steps.pickle");
+/// `torch.cuda.max_memory_allocated()` of the samples (tests/data/facts.json).
+const RESNET_PEAK: u64 = 238078976;
+const MLP_PEAK: u64 = 110388224;
 
 fn canvas(w: u32, h: u32) -> web_sys::HtmlCanvasElement {
     let doc = web_sys::window().unwrap().document().unwrap();
@@ -31,7 +37,7 @@ fn open(name: &str, bytes: &[u8]) -> (Session, shared::explore::Overview) {
 
 #[wasm_bindgen_test]
 fn timeline_of_a_real_snapshot_draws_and_maps_pixels_to_time() {
-    let (session, o) = open("mlp.pickle", SNAPSHOT);
+    let (mut session, o) = open("mlp.pickle", SNAPSHOT);
     let c = canvas(900, 340);
     let Response::Timeline { points, driver, start_s, end_s } =
         session.answer(&Request::Timeline { start_s: 0.0, end_s: o.duration_s, buckets: 900 })
@@ -69,7 +75,7 @@ fn rank_chart_and_segments_draw() {
     let m = charts::draw_rank(&c, &Palette::DARK, o.profile.as_ref(), &o.curves).unwrap();
     assert_eq!(m.x.1 as usize, o.profile.as_ref().unwrap().nodes.len());
     assert!(charts::painted_pixels(&c) > 10_000);
-    let (session, snap) = open("mlp.pickle", SNAPSHOT);
+    let (mut session, snap) = open("mlp.pickle", SNAPSHOT);
     let Response::Segments { segments, .. } = session.answer(&Request::Segments { t_s: snap.summary.peak_time_s }) else { panic!() };
     let c = canvas(900, 200);
     assert_eq!(charts::draw_segments(&c, &Palette::DARK, &segments, 12).unwrap(), segments.len().saturating_sub(16));
@@ -83,4 +89,74 @@ fn table_selection_filters_and_sorts() {
     assert!(!rows.is_empty());
     assert!(rows.iter().all(|l| l.layer_name.to_lowercase().contains("conv")));
     assert!(rows.windows(2).all(|w| w[0].peak_allocated >= w[1].peak_allocated));
+}
+
+/// Pixels of exactly `colour` in rows `rows` of the canvas.
+fn pixels_in(canvas: &web_sys::HtmlCanvasElement, colour: plotters::style::RGBColor, rows: std::ops::Range<u32>) -> usize {
+    let ctx: web_sys::CanvasRenderingContext2d = canvas.get_context("2d").unwrap().unwrap().dyn_into().unwrap();
+    let height = rows.end.saturating_sub(rows.start) as f64;
+    let data = ctx.get_image_data(0.0, rows.start as f64, canvas.width() as f64, height).unwrap().data();
+    data.chunks_exact(4).filter(|p| (p[0], p[1], p[2]) == (colour.0, colour.1, colour.2)).count()
+}
+
+/// Pixels of exactly `colour` on the canvas.
+fn pixels_of(canvas: &web_sys::HtmlCanvasElement, colour: plotters::style::RGBColor) -> usize {
+    pixels_in(canvas, colour, 0..canvas.height())
+}
+
+fn open_ranks() -> (Session, Overview) {
+    let files = vec![("rank1.pickle".to_owned(), SNAPSHOT.to_vec()), ("rank0.pickle".to_owned(), RESNET.to_vec())];
+    match Session::open_ranks(&files, &MergeOptions::default(), |_| {}).unwrap() {
+        Opened::Trace(s, o) => (*s, *o),
+        Opened::Sweep(_) => panic!("not a trace"),
+    }
+}
+
+#[wasm_bindgen_test]
+fn rank_files_merge_and_their_panels_share_one_axis() {
+    let (mut session, o) = open_ranks();
+    let ranks = o.ranks.expect("two ranks");
+    let peaks: Vec<(u32, u64)> = ranks.devices.iter().map(|d| (d.rank, d.peak_allocated_bytes)).collect();
+    assert_eq!(peaks, [(0, RESNET_PEAK), (1, MLP_PEAK)]);
+    let Response::RankCurves { end_s, curves } = session.answer(&Request::RankCurves { buckets: 900 }) else { panic!("no curves") };
+    let c = canvas(900, 220);
+    let blank = charts::painted_pixels(&c);
+    let pal = Palette::DARK;
+    let panels = charts::draw_rank_curves(&c, &pal, end_s, &curves, ranks.highest_device).unwrap();
+    assert_eq!(panels.len(), 2);
+    // Same time range and same pixel columns: one shared axis; the panels stack.
+    assert_eq!(panels[0].x, (0.0, end_s));
+    assert_eq!((panels[0].x, panels[0].px), (panels[1].x, panels[1].px));
+    assert!(panels[0].py.1 <= panels[1].py.0, "{panels:?}");
+    assert!(charts::painted_pixels(&c) > blank + 10_000);
+    // Rank 0 has the highest peak: its panel (the top half) is drawn and marked in the
+    // highlight colour, rank 1's in the plain one.
+    let (top, bottom) = (0..c.height() / 2, c.height() / 2..c.height());
+    let counts = [
+        pixels_in(&c, pal.highlight, top.clone()),
+        pixels_in(&c, pal.allocated, top),
+        pixels_in(&c, pal.highlight, bottom.clone()),
+        pixels_in(&c, pal.allocated, bottom),
+    ];
+    assert!(counts[0] > 50 && counts[1] == 0 && counts[2] == 0 && counts[3] > 50, "highlight/allocated top, then bottom: {counts:?}");
+    // Picking rank 1 shows its own trace.
+    let Response::Overview(one) = session.answer(&Request::ShowRank { rank: Some(1) }) else { panic!("no overview") };
+    assert_eq!(one.summary.peak_allocated_bytes, MLP_PEAK);
+}
+
+#[wasm_bindgen_test]
+fn two_traces_compare_and_both_curves_draw() {
+    let (session, _) = open("resnet18.pickle", RESNET);
+    let d = session.compare_with("mlp.pickle", SNAPSHOT).unwrap();
+    assert_eq!(d.peak_allocated_delta_bytes, MLP_PEAK as i64 - RESNET_PEAK as i64);
+    assert_eq!(viewer::compare::signed_bytes(d.peak_allocated_delta_bytes), format!("−{}", shared::units::format_bytes(RESNET_PEAK - MLP_PEAK)));
+    assert_eq!(viewer::compare::signed_bytes(0), "0 B");
+    let c = canvas(900, 300);
+    let pal = Palette::LIGHT;
+    let m = charts::draw_diff_curves(&c, &pal, &d.curves, ("resnet18.pickle", "mlp.pickle")).unwrap();
+    let xs: Vec<f64> = d.curves.a.iter().chain(&d.curves.b).map(|p| p.x).collect();
+    assert_eq!(m.x.0, xs.iter().copied().fold(f64::INFINITY, f64::min));
+    assert_eq!(m.x.1, xs.iter().copied().fold(f64::NEG_INFINITY, f64::max));
+    // A's line and B's line (and their legend swatches) are both there.
+    assert!(pixels_of(&c, pal.allocated) > 300 && pixels_of(&c, pal.reserved) > 300);
 }

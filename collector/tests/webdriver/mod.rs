@@ -110,9 +110,15 @@ impl Browser {
 
     /// Types a file path into an `<input type=file>`: the browser "uploads" it.
     pub fn upload(&self, css: &str, file: &Path) {
+        self.upload_many(css, &[file]);
+    }
+
+    /// Chooses several files at once in an `<input type=file multiple>` (chromedriver takes
+    /// their paths one per line).
+    pub fn upload_many(&self, css: &str, files: &[&Path]) {
         let el = self.find(css).unwrap_or_else(|| panic!("no element {css}"));
-        let path = file.canonicalize().expect("file to upload");
-        let v = post(&self.agent, &self.url(&format!("/element/{el}/value")), &json!({"text": path.display().to_string()}));
+        let paths: Vec<String> = files.iter().map(|f| f.canonicalize().expect("file to upload").display().to_string()).collect();
+        let v = post(&self.agent, &self.url(&format!("/element/{el}/value")), &json!({"text": paths.join("\n")}));
         assert!(v["value"].is_null(), "upload failed: {v}");
     }
 

@@ -1,7 +1,10 @@
 //! The viewer's Web Worker: reads files (or URLs), imports and analyses them with `shared`, keeps
 //! the trace, and answers the page's requests, so the page never freezes on a large file.
+//! Several files at once are the ranks of one job and are merged; one more file can be
+//! compared with the open trace.
 
 use shared::explore::{Opened, Request, Response, Session};
+use shared::merge::MergeOptions;
 use std::cell::RefCell;
 use viewer::protocol::ToPage;
 use wasm_bindgen::prelude::*;
@@ -22,6 +25,10 @@ fn post(msg: &ToPage) {
     let _ = scope().post_message(&JsValue::from_str(&text));
 }
 
+fn failed(file_name: &str, message: String) {
+    post(&ToPage::Failed { file_name: file_name.to_owned(), message, merge_anyway: false });
+}
+
 /// The worker's wasm memory: it only grows, so this is also its peak.
 fn memory_bytes() -> u64 {
     #[cfg(target_arch = "wasm32")]
@@ -34,36 +41,96 @@ fn field(obj: &JsValue, name: &str) -> JsValue {
     js_sys::Reflect::get(obj, &JsValue::from_str(name)).unwrap_or(JsValue::UNDEFINED)
 }
 
-fn open(file_name: &str, bytes: &[u8]) {
-    let result = Session::open(file_name, bytes, |stage| post(&ToPage::Progress { stage: stage.to_owned() }));
-    match result {
-        Ok(Opened::Trace(session, overview)) => {
+fn progress(stage: &str) {
+    post(&ToPage::Progress { stage: stage.to_owned() });
+}
+
+/// Keeps what was opened and tells the page.
+fn opened(result: Opened) {
+    let overview = match result {
+        Opened::Trace(session, overview) => {
             SESSION.with(|s| *s.borrow_mut() = Some(*session));
-            post(&ToPage::Loaded { overview, worker_memory_bytes: memory_bytes() });
+            overview
         }
-        Ok(Opened::Sweep(overview)) => {
+        Opened::Sweep(overview) => {
             SESSION.with(|s| *s.borrow_mut() = None);
-            post(&ToPage::Loaded { overview, worker_memory_bytes: memory_bytes() });
+            overview
         }
-        Err(message) => post(&ToPage::Failed { file_name: file_name.to_owned(), message }),
+    };
+    post(&ToPage::Loaded { overview, worker_memory_bytes: memory_bytes() });
+}
+
+fn open(file_name: &str, bytes: &[u8]) {
+    match Session::open(file_name, bytes, progress) {
+        Ok(result) => opened(result),
+        Err(message) => failed(file_name, message),
     }
 }
 
+/// The bytes of a local file (the worker may read synchronously).
+fn read(file: &web_sys::File) -> Result<Vec<u8>, String> {
+    progress(&format!("reading {} ({:.1} MB)", file.name(), file.size() / 1e6));
+    web_sys::FileReaderSync::new()
+        .and_then(|r| r.read_as_array_buffer(file))
+        .map(|buf| js_sys::Uint8Array::new(&buf).to_vec())
+        .map_err(|_| "the browser could not read the file".to_owned())
+}
+
 fn open_file(file: web_sys::File) {
+    match read(&file) {
+        Ok(bytes) => open(&file.name(), &bytes),
+        Err(message) => failed(&file.name(), message),
+    }
+}
+
+/// Several files: the ranks of one job, merged into one trace.
+fn open_files(files: Vec<web_sys::File>, allow_disjoint: bool) {
+    let mut named = Vec::with_capacity(files.len());
+    for file in &files {
+        match read(file) {
+            Ok(bytes) => named.push((file.name(), bytes)),
+            Err(message) => return failed(&file.name(), message),
+        }
+    }
+    let options = MergeOptions { allow_disjoint, ..MergeOptions::default() };
+    match Session::open_ranks(&named, &options, progress) {
+        Ok(result) => opened(result),
+        Err(e) => {
+            let file_name = match &e {
+                shared::explore::RanksError::File { file_name, .. } => file_name.clone(),
+                _ => named.iter().map(|f| f.0.as_str()).collect::<Vec<_>>().join(" + "),
+            };
+            // A file's own error already names it in the panel's title.
+            let message = match &e {
+                shared::explore::RanksError::File { message, .. } => message.clone(),
+                _ => e.to_string(),
+            };
+            post(&ToPage::Failed { file_name, message, merge_anyway: e.can_merge_anyway() });
+        }
+    }
+}
+
+/// Compares the open trace with `file`.
+fn compare_file(file: web_sys::File) {
     let name = file.name();
-    post(&ToPage::Progress { stage: format!("reading {:.1} MB", file.size() / 1e6) });
-    let bytes = web_sys::FileReaderSync::new()
-        .and_then(|r| r.read_as_array_buffer(&file))
-        .map(|buf| js_sys::Uint8Array::new(&buf).to_vec());
-    match bytes {
-        Ok(bytes) => open(&name, &bytes),
-        Err(_) => post(&ToPage::Failed { file_name: name, message: "the browser could not read the file".into() }),
+    let bytes = match read(&file) {
+        Ok(b) => b,
+        Err(message) => return failed(&name, message),
+    };
+    progress("comparing");
+    let result = SESSION.with(|s| match s.borrow().as_ref() {
+        Some(session) => session.compare_with(&name, &bytes).map(|d| (session.name(), d)),
+        None => Err("no trace is open to compare with: open one first".into()),
+    });
+    match result {
+        Ok((a_name, diff)) => post(&ToPage::Compared { a_name, b_name: name, diff: Box::new(diff), worker_memory_bytes: memory_bytes() }),
+        Err(message) => failed(&name, message),
     }
 }
 
 async fn open_url(url: String) {
     let name = url.rsplit('/').next().unwrap_or(&url).split('?').next().unwrap_or("trace").to_owned();
-    post(&ToPage::Progress { stage: format!("downloading {url}") });
+    progress(&format!("downloading {url}"));
     let fetched = async {
         let resp: web_sys::Response = wasm_bindgen_futures::JsFuture::from(scope().fetch_with_str(&url))
             .await
@@ -79,13 +146,13 @@ async fn open_url(url: String) {
     .await;
     match fetched {
         Ok(bytes) => open(&name, &bytes),
-        Err(message) => post(&ToPage::Failed { file_name: name, message }),
+        Err(message) => failed(&name, message),
     }
 }
 
 fn answer(id: u32, body: &str) {
     let response = match serde_json::from_str::<Request>(body) {
-        Ok(req) => SESSION.with(|s| match s.borrow().as_ref() {
+        Ok(req) => SESSION.with(|s| match s.borrow_mut().as_mut() {
             Some(session) => session.answer(&req),
             None => Response::Error { message: "no trace is open".into() },
         }),
@@ -94,12 +161,22 @@ fn answer(id: u32, body: &str) {
     post(&ToPage::Answer { id, response: Box::new(response), worker_memory_bytes: memory_bytes() });
 }
 
+fn files_of(value: JsValue) -> Vec<web_sys::File> {
+    value.dyn_into::<js_sys::Array>().map(|a| a.iter().filter_map(|f| f.dyn_into().ok()).collect()).unwrap_or_default()
+}
+
 fn on_message(e: MessageEvent) {
     let data = e.data();
     match field(&data, "kind").as_string().as_deref() {
         Some("open_file") => {
             if let Ok(file) = field(&data, "file").dyn_into::<web_sys::File>() {
                 open_file(file);
+            }
+        }
+        Some("open_files") => open_files(files_of(field(&data, "files")), field(&data, "allow_disjoint").is_truthy()),
+        Some("compare_file") => {
+            if let Ok(file) = field(&data, "file").dyn_into::<web_sys::File>() {
+                compare_file(file);
             }
         }
         Some("open_bytes") => {
