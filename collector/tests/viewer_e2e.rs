@@ -554,3 +554,37 @@ fn the_served_viewer_compares_two_stored_traces() {
     browser.exec("document.getElementById('compare').scrollIntoView()", json!([]));
     browser.screenshot(&screenshots().join("serve-compare.png"));
 }
+
+/// A torchrun job from the page (2 ranks, FSDP2 on the CPU with gloo): the live view gets
+/// each rank's memory as its own line, and the finished trace opens with both ranks, whose
+/// peaks in the Ranks table are the stored trace's per-rank peaks.
+#[test]
+fn the_served_viewer_follows_every_rank_of_a_distributed_job() {
+    let _ = dist();
+    let s = server::Server::start(&tmpdir("serve-ranks"), &[]);
+    let b = Browser::start(1400, 1000);
+    b.goto(&s.base);
+    b.wait_for("return document.querySelector('#srv-trace') && document.querySelector('#server .hint')?.textContent.includes('default device')", 30, "the server panel");
+    b.exec(
+        "document.getElementById('srv-model').value = 'mlp';
+         document.getElementById('srv-iterations').value = '3';
+         document.getElementById('srv-device').value = 'cpu';
+         document.getElementById('srv-world').value = '2';
+         document.getElementById('srv-strategy').value = 'fsdp';",
+        json!([]),
+    );
+    b.click("#srv-trace");
+    b.wait_for("return document.body.dataset.liveRanks === '2'", 180, "memory of both ranks");
+    b.wait_for("return document.body.dataset.liveState === 'done'", 300, "the job to finish");
+    let (_, list) = s.get_json("/api/trace/list");
+    let id = list["traces"][0]["trace_id"].as_str().unwrap().to_owned();
+    wait_drawn(&b, &id);
+    let (_, stored) = s.get(&format!("/api/trace/{id}"));
+    let trace = shared::import(stored.as_bytes(), &shared::ImportOptions::default()).unwrap();
+    let expected: Vec<String> = shared::analysis::device_peaks(&trace).iter().map(|p| p.peak_allocated_bytes.to_string()).collect();
+    assert_eq!(expected.len(), 2);
+    b.wait_for("return document.querySelectorAll('#rank-peaks tbody tr').length === 2", 30, "the Ranks view");
+    let shown = b.exec("return [...document.querySelectorAll('#rank-peaks tbody tr')].map(r => r.cells[2].dataset.bytes)", json!([]));
+    assert_eq!(shown, json!(expected));
+    b.screenshot(&screenshots().join("serve-ranks.png"));
+}

@@ -304,6 +304,41 @@ pub fn draw_live(canvas: &HtmlCanvasElement, pal: &Palette, points: &[[u64; 3]])
     root.present().map_err(err)
 }
 
+/// The live chart of a torchrun job: each rank's allocated memory as its own line, on one
+/// time axis and byte scale.
+pub fn draw_live_ranks(canvas: &HtmlCanvasElement, pal: &Palette, ranks: &std::collections::BTreeMap<u32, Vec<[u64; 3]>>) -> Res<()> {
+    let root = area(canvas, pal)?;
+    let all = || ranks.values().flatten();
+    let t1 = all().map(|p| p[0] as f64 / 1e9).fold(1e-3, f64::max);
+    let yt = byte_ticks(all().map(|p| p[1]).max().unwrap_or(0) as f64 * 1.02, 5);
+    let mut chart = ChartBuilder::on(&root)
+        .margin(8)
+        .x_label_area_size(28)
+        .y_label_area_size(78)
+        .build_cartesian_2d(0f64..t1, TickedAxis::new(yt.end, yt.ticks.clone()))
+        .map_err(err)?;
+    draw_mesh(&mut chart, pal, (8, 5), &|v| format_seconds(*v), &|v| yt.label(*v), None)?;
+    let colors = [pal.allocated, pal.reserved, pal.forward, pal.backward, pal.optimizer, pal.driver, pal.highlight];
+    for (k, (rank, points)) in ranks.iter().enumerate() {
+        let color = colors[k % colors.len()];
+        let line = points.iter().map(|p| (p[0] as f64 / 1e9, p[1] as f64));
+        chart
+            .draw_series(LineSeries::new(line, color.stroke_width(2)))
+            .map_err(err)?
+            .label(format!("rank {rank}"))
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 14, y)], color.stroke_width(2)));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(pal.background.mix(0.8))
+        .border_style(pal.grid)
+        .label_font(("sans-serif", 12).into_font().color(&pal.text))
+        .draw()
+        .map_err(err)?;
+    root.present().map_err(err)
+}
+
 /// Fragmentation, (reserved − allocated) / reserved after each bucket.
 pub fn draw_fragmentation(canvas: &HtmlCanvasElement, pal: &Palette, window: (f64, f64), points: &[TimelinePoint]) -> Res<Mapping> {
     let root = area(canvas, pal)?;

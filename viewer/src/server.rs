@@ -122,8 +122,10 @@ pub struct Live {
     pub state: String,
     pub iterations_done: u32,
     pub iterations: u32,
-    /// `[ns since start, allocated, reserved]`.
+    /// `[ns since start, allocated, reserved]` of a program of one process.
     pub points: Vec<[u64; 3]>,
+    /// The same per rank, for a torchrun job (each rank's events carry its rank).
+    pub ranks: std::collections::BTreeMap<u32, Vec<[u64; 3]>>,
     pub batches: usize,
     pub error: Option<String>,
 }
@@ -272,15 +274,21 @@ pub fn follow(state: AppState, server: ServerState, id: &str) {
                 }
                 "memory" => {
                     let points: Vec<[u64; 3]> = serde_json::from_value(v["points"].clone()).unwrap_or_default();
-                    let mut batches = 0;
+                    let rank = v["rank"].as_u64().and_then(|r| u32::try_from(r).ok());
+                    let (mut batches, mut ranks) = (0, 0);
                     server.live.update(|l| {
                         if let Some(l) = l {
-                            l.points.extend(points);
+                            match rank {
+                                Some(r) => l.ranks.entry(r).or_default().extend(points),
+                                None => l.points.extend(points),
+                            }
                             l.batches += 1;
                             batches = l.batches;
+                            ranks = l.ranks.len();
                         }
                     });
                     perf::set_body("data-live-batches", &batches.to_string());
+                    perf::set_body("data-live-ranks", &ranks.to_string());
                 }
                 "done" => {
                     source.close();
@@ -357,6 +365,10 @@ fn form_request() -> Result<serde_json::Value, String> {
     let device = select_value("srv-device");
     if !device.is_empty() {
         req["device"] = device.into();
+    }
+    if let Some(w) = number("srv-world", "world size")?.filter(|&w| w > 1) {
+        req["world_size"] = w.into();
+        req["strategy"] = select_value("srv-strategy").into();
     }
     Ok(req)
 }
@@ -441,6 +453,8 @@ pub fn ServerPanel() -> impl IntoView {
                         view! { <option value=d.clone()>{d.clone()}</option> }
                     }).collect_view())}
                 </select></label>
+                <label title="Processes of a torchrun job: a rank per GPU (or on the CPU with gloo), each with the whole input">"Ranks " <input id="srv-world" type="text" placeholder="1" size="3" /></label>
+                <label>"Strategy " <select id="srv-strategy"><option value="ddp">"DDP"</option><option value="fsdp">"FSDP2"</option></select></label>
                 <button type="submit" id="srv-trace">"Trace"</button>
             </form>
             {move || server.message.get().map(|m| view! { <p class="server-message" role="alert">{m}</p> })}
@@ -510,8 +524,13 @@ fn LiveView() -> impl IntoView {
         server.live.with(|l| {
             if let Some(l) = l {
                 crate::fit_canvas(&c, 220);
-                if crate::charts::draw_live(&c, &pal, &l.points).is_ok() && !l.points.is_empty() {
-                    perf::set_body("data-live-drawn", &l.points.len().to_string());
+                let drawn = if l.ranks.is_empty() {
+                    crate::charts::draw_live(&c, &pal, &l.points).is_ok().then_some(l.points.len())
+                } else {
+                    crate::charts::draw_live_ranks(&c, &pal, &l.ranks).is_ok().then(|| l.ranks.values().map(Vec::len).sum())
+                };
+                if let Some(n) = drawn.filter(|&n| n > 0) {
+                    perf::set_body("data-live-drawn", &n.to_string());
                 }
             }
         });
@@ -520,6 +539,8 @@ fn LiveView() -> impl IntoView {
         server.live.get().map(|l| {
             let peak = l.points.iter().map(|p| p[1]).max().unwrap_or(0);
             let now = l.points.last().copied().unwrap_or([0; 3]);
+            let rank_peaks: Vec<String> =
+                l.ranks.iter().map(|(r, p)| format!("rank {r} peak {}", format_bytes(p.iter().map(|p| p[1]).max().unwrap_or(0)))).collect();
             let finished = l.state == "done" || l.state == "failed";
             view! {
                 <div class="live" id="live">
@@ -532,6 +553,7 @@ fn LiveView() -> impl IntoView {
                             " · allocated {} (peak {}) at {} · {} updates",
                             format_bytes(now[1]), format_bytes(peak), format_seconds(now[0] as f64 / 1e9), l.batches
                         ))}
+                        {(!rank_peaks.is_empty()).then(|| format!(" · {} ranks: {} · {} updates", rank_peaks.len(), rank_peaks.join(", "), l.batches))}
                     </p>
                     {l.error.clone().map(|e| view! { <p class="server-message" role="alert">{e}</p> })}
                     // Drawn while it runs; the finished trace opens in the views below.
