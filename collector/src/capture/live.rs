@@ -40,7 +40,12 @@ impl LiveTotals {
     /// The points of `records` (new ones only), decimated to [`LIVE_POINTS_PER_REPORT`].
     pub fn points(&mut self, records: &[MtRecord]) -> Vec<LivePoint> {
         let mut out = Vec::new();
-        for r in records.iter().filter(|r| r.kind == ffi::MT_MEM) {
+        // In time order, as `assemble` sorts them: a batch holds each thread's records in a
+        // run, and a running sum taken thread by thread would add up frees and allocations
+        // of different moments (gloo's threads made peaks 3 MiB too high).
+        let mut mem: Vec<&MtRecord> = records.iter().filter(|r| r.kind == ffi::MT_MEM).collect();
+        mem.sort_by_key(|r| r.ts_ns);
+        for r in mem {
             if self.device == LiveDevice::Auto && r.device_type == 1 {
                 self.device = LiveDevice::Cuda(r.device_index);
                 out.clear();
@@ -102,5 +107,15 @@ mod tests {
         let d = decimate(big, 100);
         assert!(d.len() <= 100 && d.last() == Some(&[9999, 9999 % 97, 0]));
         assert_eq!(d.iter().map(|p| p[1]).max(), Some(96));
+    }
+
+    /// Two threads' runs in one batch: the totals follow time, not the batch's order.
+    #[test]
+    fn a_batch_is_summed_in_time_order() {
+        let mut cpu = LiveTotals::new(0, LiveDevice::Cpu);
+        // Thread B allocates 50 at t=2 and 70 at t=4; thread A allocates 100 at t=1 and frees
+        // it at t=3. In time: 100, 150, 50, 120; in the batch's order it would reach 220.
+        let p = cpu.points(&[mem(2, 2, 50, 0, 0), mem(4, 3, 70, 0, 0), mem(1, 1, 100, 0, 0), mem(3, 1, -100, 0, 0)]);
+        assert_eq!(p, [[1, 100, 0], [2, 150, 0], [3, 50, 0], [4, 120, 0]]);
     }
 }
