@@ -94,6 +94,10 @@ enum Command {
     /// change of peak, memory by tensor class, operators on one side only, and notes on what
     /// cannot be compared.
     Diff(DiffArgs),
+    /// What to change so the run needs less memory: checkpointing (which layers), AMP, a smaller
+    /// batch, set_to_none gradients, the optimizer's state, expandable_segments; each with its
+    /// predicted peak (a replay of the trace) and extra time per iteration.
+    Advise(AdviseArgs),
     /// Merge one trace per rank of a distributed job (snapshots, profiler traces, Memory Tracer
     /// traces; from one node or several) into one trace with a device per rank, clocks aligned.
     Merge {
@@ -333,6 +337,30 @@ struct DiffArgs {
     /// Largest decompressed size accepted from gzip input, in MiB.
     #[arg(long, default_value_t = 4096)]
     max_decompressed_mib: u64,
+}
+
+/// A trace to advise on (`advise`).
+#[derive(clap::Args)]
+struct AdviseArgs {
+    /// Input trace file (any format; checkpointing, AMP and batch advice need operators).
+    input: PathBuf,
+    /// The memory the run must fit in: 6GiB, 512MiB, 1.5GB or bytes. Default: no budget, the
+    /// best few changes.
+    #[arg(long, value_parser = parse_budget)]
+    budget: Option<u64>,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// How many suggestions and checkpoint candidates to list.
+    #[arg(long, default_value_t = 10)]
+    top: usize,
+    /// Largest decompressed size accepted from gzip input, in MiB.
+    #[arg(long, default_value_t = 4096)]
+    max_decompressed_mib: u64,
+}
+
+fn parse_budget(text: &str) -> Result<u64, String> {
+    shared::units::parse_size(text).map_err(|e| e.to_string())
 }
 
 /// What to run: the model, its input and the loop (shared by `trace` and `sweep`).
@@ -974,6 +1002,16 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 collector::commands::print_diff(&d, (&labels.0, &labels.1), top, std::io::stdout().lock())?;
             }
         }
+        Command::Advise(AdviseArgs { input, budget, json, top, max_decompressed_mib }) => {
+            let trace = load_trace(&input, &import_options(max_decompressed_mib))?;
+            let opts = shared::analysis::advice::AdviceOptions { budget_bytes: budget, top, ..Default::default() };
+            let r = shared::analysis::advice::advise(&trace, &opts);
+            if json {
+                println!("{}", serde_json::to_string_pretty(&r)?);
+            } else {
+                collector::commands::print_advice(&r, std::io::stdout().lock())?;
+            }
+        }
         Command::Merge {
             inputs,
             output,
@@ -991,7 +1029,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 let trace = load_trace(path, &import_options(max_decompressed_mib))?;
                 let rank = match &ranks {
                     Some(r) => r[k],
-                    None => collector::commands::rank_of(&trace, path).unwrap_or(k as u32),
+                    None => shared::rank_files::rank_of(&trace, &path.to_string_lossy()).unwrap_or(k as u32),
                 };
                 merge_inputs.push(shared::merge::MergeInput { trace, rank, label: path.display().to_string() });
             }

@@ -223,3 +223,90 @@ fn leaks_take_given_boundaries_and_summary_explains_an_out_of_memory() {
     let j: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
     assert_eq!(j["oom"]["requested_bytes"].as_u64(), Some(2 << 30), "{j}");
 }
+
+/// `collector advise` on a real CPU trace of resnet18 (batch 2, 3 iterations): with a budget
+/// between the lowest peak checkpointing reaches and the measured peak (so above the weights),
+/// the checkpoint suggestion names module paths the trace ran, with a predicted peak under the
+/// budget and a recomputation cost below an iteration; a budget below the weights says it
+/// cannot be met and why; the table shows the suggestions; a bad budget fails saying what a
+/// size looks like.
+#[cfg(feature = "tracing")]
+#[test]
+fn advise_names_real_layers_to_checkpoint_under_a_budget() {
+    let dir = tmpdir("advise");
+    let path = dir.join("r18.mtrace.json");
+    let out = Command::new(exe())
+        .args(["trace", "--model", "resnet18", "--device", "cpu", "--batch-size", "2", "--iterations", "3", "-q", "-o"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let advise = |extra: &[&str]| -> serde_json::Value {
+        let out = Command::new(exe()).arg("advise").arg(&path).arg("--json").args(extra).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let checkpoints = |r: &serde_json::Value| -> Vec<serde_json::Value> {
+        r["suggestions"].as_array().unwrap().iter().filter(|s| s["kind"] == "checkpoint").cloned().collect()
+    };
+    // Module paths the trace ran forwards of.
+    let trace: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    let strings = trace["trace"]["strings"].as_array().unwrap();
+    let modules: std::collections::BTreeSet<&str> = trace["trace"]["scopes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["phase"] == "forward")
+        .filter_map(|s| strings.get(s["name"].as_u64()? as usize)?.as_str())
+        .collect();
+
+    let free = advise(&[]);
+    let b = &free["baseline"];
+    let (peak, weights) = (b["peak_allocated_bytes"].as_u64().unwrap(), b["weights_bytes"].as_u64().unwrap());
+    assert_eq!(b["batch_size"], 2);
+    assert!(weights > 40 << 20 && weights < peak, "resnet18 has 11.7 M parameters: {b}");
+    let lowest = checkpoints(&free).iter().map(|s| s["predicted_peak_bytes"].as_u64().unwrap()).min().expect("a checkpoint suggestion");
+    assert!(lowest < peak, "checkpointing lowers the peak: {lowest} vs {peak}");
+    let budget = (lowest + peak) / 2;
+    assert!(budget > weights);
+
+    let r = advise(&["--budget", &budget.to_string()]);
+    assert_eq!((r["budget_bytes"].as_u64(), r["budget_met"].as_bool()), (Some(budget), Some(true)), "{r}");
+    let ck = checkpoints(&r);
+    assert_eq!(ck.len(), 1, "{r}");
+    let s = &ck[0];
+    assert_eq!(s["meets_budget"], true);
+    assert!(s["predicted_peak_bytes"].as_u64().unwrap() <= budget, "{s}");
+    let layers: Vec<&str> = s["layers"].as_array().unwrap().iter().map(|l| l.as_str().unwrap()).collect();
+    assert!(!layers.is_empty() && layers.iter().all(|l| modules.contains(l)), "layers {layers:?} not among the trace's modules");
+    let extra = s["extra_time_per_iteration_s"].as_f64().unwrap();
+    assert!(extra > 0.0 && extra < b["iteration_time_s"].as_f64().unwrap(), "{s}");
+
+    let r = advise(&["--budget", &(weights / 2).to_string()]);
+    assert_eq!(r["budget_met"], false);
+    let notes: Vec<&str> = r["notes"].as_array().unwrap().iter().map(|n| n.as_str().unwrap()).collect();
+    assert!(notes[0].contains("it is below the weights, gradients and optimizer state"), "{notes:?}");
+
+    let out = Command::new(exe()).arg("advise").arg(&path).args(["--budget", &format!("{}MiB", budget >> 20)]).output().unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("suggestion") && text.contains("predicted peak") && text.contains("vs measured") && text.contains("extra time/iter"), "{text}");
+    assert!(text.contains(&format!("checkpoint {}", layers[0])) && text.contains("Checkpoint candidates"), "{text}");
+
+    let out = Command::new(exe()).arg("advise").arg(&path).args(["--budget", "6 parsecs"]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("expected a size such as 6GiB, 512MiB, 1.5GB or 1073741824 (bytes), got `6 parsecs`"), "{err}");
+}
+
+/// `collector advise` on a snapshot (no operators): fragmentation at the peak from PyTorch's
+/// own counters, the optimizer's state from the allocation stacks, and which advice needs
+/// operator data.
+#[test]
+fn advise_on_a_snapshot_says_what_needs_operators() {
+    let out = collector(&["advise".as_ref(), data("resnet18_sgd_2steps.pickle").as_os_str()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("measured peak      227.05 MiB (238078976 bytes)"), "{text}");
+    assert!(text.contains("20.95 MiB (8.4 % of reserved) is held by the allocator but unused"), "{text}");
+    assert!(text.contains("checkpoint: needs operator data") && text.contains("amp: needs operator data"), "{text}");
+    assert!(text.contains("optimizer with less state"), "{text}");
+}

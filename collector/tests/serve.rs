@@ -234,6 +234,7 @@ fn api_contract_on_cpu() {
         "/api/trace/{trace_id}",
         "/api/trace/{trace_id}/events",
         "/api/trace/{trace_id}/leaks",
+        "/api/trace/{trace_id}/advice",
         "/api/trace/diff",
     ]
     .map(String::from)
@@ -705,4 +706,33 @@ fn diff_of_two_stored_traces() {
     assert!(code == 422 && detail(&e).contains("device_a"), "{code} {e}");
     let (code, e) = s.post_json("/api/trace/diff", &json!({"a": a}));
     assert!(code == 422 && detail(&e).contains("`b`"), "{code} {e}");
+}
+
+/// `GET /api/trace/{id}/advice` answers what `collector advise --json` says of the same file,
+/// with a budget as bytes or a size; an unknown id is a 404, a budget that is not a size a 422
+/// saying what one looks like.
+#[test]
+fn advice_of_a_stored_trace() {
+    let s = Server::start(&scratch("advice_api"), &[]);
+    let (code, stored) = s.post_bytes("/api/trace/upload?filename=r18.pickle", &std::fs::read(data("resnet18_sgd_2steps.pickle")).unwrap());
+    assert_eq!(code, 200, "{stored}");
+    let id = stored["trace_id"].as_str().unwrap();
+    let (code, r) = s.get_json(&format!("/api/trace/{id}/advice?budget=200MiB"));
+    assert_eq!(code, 200, "{r}");
+    assert_eq!(r["baseline"]["peak_allocated_bytes"].as_u64(), Some(facts("resnet18_sgd_2steps.pickle", "max_allocated")));
+    assert_eq!(r["budget_bytes"].as_u64(), Some(200 << 20));
+    let cli = std::process::Command::new(env!("CARGO_BIN_EXE_collector"))
+        .arg("advise")
+        .arg(data("resnet18_sgd_2steps.pickle"))
+        .args(["--json", "--budget", "209715200"])
+        .output()
+        .unwrap();
+    assert_eq!(r, serde_json::from_slice::<Value>(&cli.stdout).unwrap());
+    let (code, e) = s.get_json("/api/trace/trace_404/advice");
+    assert_eq!((code, detail(&e)), (404, "Trace trace_404 not found"));
+    let (code, e) = s.get_json(&format!("/api/trace/{id}/advice?budget=12parsecs"));
+    assert_eq!(code, 422, "{e}");
+    assert_eq!(detail(&e), "query parameter `budget`: expected a size such as 6GiB, 512MiB, 1.5GB or 1073741824 (bytes), got `12parsecs`: unknown unit (B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)");
+    let (code, e) = s.get_json(&format!("/api/trace/{id}/advice?top=-1"));
+    assert!(code == 422 && detail(&e).starts_with("invalid query"), "{code} {e}");
 }

@@ -76,6 +76,45 @@ pub fn format_seconds(s: f64) -> String {
     }
 }
 
+/// A size that [`parse_size`] could not read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("expected a size such as 6GiB, 512MiB, 1.5GB or 1073741824 (bytes), got `{input}`: {why}")]
+pub struct ParseSizeError {
+    pub input: String,
+    pub why: &'static str,
+}
+
+/// `6GiB`, `512 MiB`, `1.5GB`, `2g`, `1073741824` → bytes. Binary units (KiB, MiB, GiB, TiB,
+/// and K, M, G, T as `ls -h` writes them) are powers of 1024; KB, MB, GB, TB are powers of
+/// 1000; case does not matter; fractions are rounded to the nearest byte.
+pub fn parse_size(text: &str) -> Result<u64, ParseSizeError> {
+    let err = |why| ParseSizeError { input: text.to_owned(), why };
+    let t = text.trim();
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let (number, unit) = (&t[..split], t[split..].trim());
+    if number.is_empty() {
+        return Err(err(if t.starts_with('-') { "sizes cannot be negative" } else { "no number" }));
+    }
+    let value: f64 = number.parse().map_err(|_| err("not a number"))?;
+    let scale: f64 = match unit.to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "k" | "kib" => 1024.0,
+        "m" | "mib" => 1024f64.powi(2),
+        "g" | "gib" => 1024f64.powi(3),
+        "t" | "tib" => 1024f64.powi(4),
+        "kb" => 1e3,
+        "mb" => 1e6,
+        "gb" => 1e9,
+        "tb" => 1e12,
+        _ => return Err(err("unknown unit (B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)")),
+    };
+    let bytes = (value * scale).round();
+    if !bytes.is_finite() || bytes >= u64::MAX as f64 {
+        return Err(err("too large"));
+    }
+    Ok(bytes as u64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

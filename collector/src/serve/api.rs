@@ -868,3 +868,39 @@ pub async fn health(State(state): State<Arc<AppState>>) -> axum::Json<HealthResp
         models: state.model_names(),
     })
 }
+
+/// The query of `GET /api/trace/{trace_id}/advice`.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+pub struct AdviceQuery {
+    /// The memory the run must fit in: bytes, or a size such as `6GiB`, `512MiB`, `1.5GB`.
+    /// Without it: the best few changes.
+    pub budget: Option<String>,
+    /// How many suggestions and checkpoint candidates to list (default 10).
+    pub top: Option<usize>,
+}
+
+/// `GET /api/trace/{trace_id}/advice?budget=6GiB`: what to change so the run needs less memory
+/// (checkpointing which layers, AMP, a smaller batch, set_to_none, optimizer state,
+/// expandable_segments), each with its predicted peak and extra time (`collector advise --json`).
+#[utoipa::path(get, path = "/api/trace/{trace_id}/advice", tag = "traces", params(("trace_id" = String, Path), AdviceQuery),
+    responses((status = 200, description = "The advice, as `collector advise --json`"), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn advice(
+    State(state): State<Arc<AppState>>,
+    Path(trace_id): Path<String>,
+    query: Result<Query<AdviceQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<axum::Json<shared::analysis::advice::AdviceReport>, ApiError> {
+    let Query(q) = query.map_err(|e| ApiError::unprocessable(format!("invalid query: {}", e.body_text())))?;
+    let stored = state.store.get(&trace_id).ok_or_else(|| ApiError::trace_not_found(&trace_id))?;
+    let budget = match q.budget.as_deref() {
+        Some(text) => Some(shared::units::parse_size(text).map_err(|e| ApiError::unprocessable(format!("query parameter `budget`: {e}")))?),
+        None => None,
+    };
+    let opts = shared::analysis::advice::AdviceOptions { budget_bytes: budget, top: q.top.unwrap_or(10), ..Default::default() };
+    let st = state.clone();
+    let report = blocking(move || -> Result<_, ApiError> {
+        let trace = st.load(&stored)?;
+        Ok(shared::analysis::advice::advise(&trace, &opts))
+    })
+    .await?;
+    Ok(axum::Json(report))
+}

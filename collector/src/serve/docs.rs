@@ -25,6 +25,7 @@ use utoipa::OpenApi;
         api::live_event,
         api::events,
         api::leaks,
+        api::advice,
         api::trace_diff,
         api::jobs,
     ),

@@ -289,6 +289,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/api/trace/{trace_id}", get(api::get_trace).delete(api::delete))
         .route("/api/trace/{trace_id}/events", get(api::events))
         .route("/api/trace/{trace_id}/leaks", get(api::leaks))
+        .route("/api/trace/{trace_id}/advice", get(api::advice))
         .route("/api/jobs", get(api::jobs))
         .layer(DefaultBodyLimit::max(JSON_BODY_LIMIT))
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), require_token));

@@ -3,6 +3,7 @@
 //! [`profile`] computes operator ranks, tensor classes and activation liveness; [`sweep`] holds
 //! batch-size sweep results.
 
+pub mod advice;
 pub mod diff;
 pub mod flame;
 pub mod leaks;
@@ -487,6 +488,7 @@ pub fn device_peaks(trace: &Trace) -> Vec<DevicePeak> {
         })
         .collect();
     let mut at_peak: Vec<Option<usize>> = vec![None; out.len()];
+    let start = trace.start_ns();
     let mut cur = trace.events.cursor();
     for i in 0..trace.events.len() {
         let t = cur.advance();
@@ -494,7 +496,7 @@ pub fn device_peaks(trace: &Trace) -> Vec<DevicePeak> {
         p.events += 1;
         if t.allocated_bytes > p.peak_allocated_bytes {
             p.peak_allocated_bytes = t.allocated_bytes;
-            p.peak_time_s = trace.events.ts_ns[i] as f64 / 1e9;
+            p.peak_time_s = trace.events.ts_ns[i].saturating_sub(start) as f64 / 1e9;
             at_peak[trace.events.device[i] as usize] = Some(i);
         }
         p.peak_reserved_bytes = p.peak_reserved_bytes.max(t.reserved_bytes);
