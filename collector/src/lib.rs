@@ -10,6 +10,7 @@ pub mod plots;
 pub mod pyrun;
 pub mod report;
 pub mod serve;
+pub mod verify;
 
 /// The built-in models (`collector trace --model`, `POST /api/trace/memory`'s `model_name`).
 pub const MODEL_ZOO: [&str; 9] = ["resnet18", "resnet34", "resnet50", "resnet101", "resnet152", "vgg16", "transformer", "gpt", "mlp"];

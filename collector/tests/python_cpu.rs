@@ -456,3 +456,34 @@ fn leaks_are_found_and_named_and_clean_loops_are_clean() {
     let r = shared::analysis::leaks::leaks(&t.expect("a trace"), 5);
     assert!(!r.leaking && r.verdict.starts_with("no steady growth"), "{}", r.verdict);
 }
+
+/// `collector advise --verify`: the built-in ResNet-18 (batch 1, the CPU) traced as it is,
+/// advised, and traced again with the top checkpointing suggestion, AMP and both: every run
+/// measured, checkpointing lowers the peak, and every prediction is within 10 % of the run.
+#[test]
+fn advise_verify_runs_the_suggestions_and_compares_predictions_with_runs() {
+    let dir = workdir("advise_verify");
+    let out = collector(&dir)
+        .args(["advise", "--verify", "--json", "--model", "resnet18", "--batch-size", "1", "--device", "cpu", "--iterations", "3", "--out-dir"])
+        .arg(dir.join("runs"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = v["rows"].as_array().unwrap();
+    let names: Vec<&str> = rows.iter().map(|r| r["configuration"].as_str().unwrap()).collect();
+    assert_eq!(names.len(), 4, "{names:?}");
+    assert!(names[0] == "baseline" && names[1].starts_with("checkpoint ") && names[2] == "amp" && names[3].ends_with(" + amp"), "{names:?}");
+    let peak = |k: usize| rows[k]["peak_allocated_bytes"].as_u64().unwrap_or_else(|| panic!("run {k} failed: {}", rows[k]["error"]));
+    assert!(peak(1) < peak(0), "checkpointing lowers the peak: {} vs {}", peak(1), peak(0));
+    for (k, r) in rows.iter().enumerate() {
+        let e = r["error_pct"].as_f64().unwrap();
+        assert!(e.abs() < 10.0, "{}: measured {} predicted {} ({e:+.1} %)", names[k], peak(k), r["predicted_peak_bytes"]);
+        assert!(dir.join("runs").join(r["trace"].as_str().unwrap()).exists() || std::path::Path::new(r["trace"].as_str().unwrap()).exists());
+    }
+    assert!(dir.join("runs/verify.json").exists());
+    // A program that does not take the flags: its runs fail and say so; the baseline stands.
+    let out = collector(&dir).args(["advise", "--verify", "--out-dir"]).arg(dir.join("bad")).arg("--").args(py("resnet18_train.py", &["--iters", "2"])).output().unwrap();
+    let table = text(&out.stdout);
+    assert!(out.status.success() && table.contains("| baseline |") && table.contains("failed"), "{table}\n{}", text(&out.stderr));
+}
