@@ -1,6 +1,7 @@
 //! `collector advise --verify -- COMMAND`: the advice checked by running it. The program is
-//! traced as it is (`--ops all`, for activation liveness), advised, then traced again with
-//! each top suggestion applied through its flags (`--checkpoint LAYERS`, `--amp`, both), and
+//! traced as it is (`--ops all`, for activation liveness), advised, then traced again (the
+//! same capture, so iteration times compare) with each top suggestion applied through its
+//! flags (`--checkpoint LAYERS`, `--amp`, both), and
 //! every run's measured peak is set against the peak the advice predicted for it — the
 //! baseline / checkpointing / AMP / both table of the memory-profiling exercise.
 //!
@@ -28,8 +29,13 @@ pub struct VerifyRow {
     pub iteration_s: Option<f64>,
     /// What the advice predicted for this configuration (the baseline: its own peak).
     pub predicted_peak_bytes: Option<u64>,
+    /// The extra time per iteration the advice predicted (checkpointing's recomputation).
+    pub predicted_extra_s: Option<f64>,
     /// (measured − predicted) / measured, percent.
     pub error_pct: Option<f64>,
+    /// `torch.cuda.max_memory_allocated()` as the program's process reported it (CUDA runs):
+    /// the measured peak's check.
+    pub pytorch_max_allocated_bytes: Option<u64>,
     /// Why the run has no numbers.
     pub error: Option<String>,
     /// The run's trace.
@@ -70,7 +76,8 @@ fn traced(command: &[String], flags: &[String], ops: &str, out: &Path) -> Result
     crate::commands::load_trace(out, &shared::ImportOptions::default()).map_err(|e| format!("{e:#}"))
 }
 
-fn row(configuration: String, flags: Vec<String>, predicted: Option<u64>, result: Result<Trace, String>, trace: PathBuf) -> VerifyRow {
+fn row(configuration: String, flags: Vec<String>, predicted: (Option<u64>, Option<f64>), result: Result<Trace, String>, trace: PathBuf) -> VerifyRow {
+    let (predicted, predicted_extra_s) = predicted;
     match result {
         Ok(t) => {
             let peak = shared::analysis::summary(&t).peak_allocated_bytes;
@@ -80,12 +87,25 @@ fn row(configuration: String, flags: Vec<String>, predicted: Option<u64>, result
                 peak_allocated_bytes: Some(peak),
                 iteration_s: iteration_seconds(&t),
                 predicted_peak_bytes: predicted,
+                predicted_extra_s,
                 error_pct: predicted.filter(|_| peak > 0).map(|p| (peak as f64 - p as f64) / peak as f64 * 100.0),
+                pytorch_max_allocated_bytes: t.meta.reported.get("cuda.max_memory_allocated").copied(),
                 error: None,
                 trace,
             }
         }
-        Err(e) => VerifyRow { configuration, flags, peak_allocated_bytes: None, iteration_s: None, predicted_peak_bytes: predicted, error_pct: None, error: Some(e), trace },
+        Err(e) => VerifyRow {
+            configuration,
+            flags,
+            peak_allocated_bytes: None,
+            iteration_s: None,
+            predicted_peak_bytes: predicted,
+            predicted_extra_s,
+            error_pct: None,
+            pytorch_max_allocated_bytes: None,
+            error: Some(e),
+            trace,
+        },
     }
 }
 
@@ -96,25 +116,28 @@ pub fn verify(command: &[String], opts: &AdviceOptions, dir: &Path) -> anyhow::R
     eprintln!("collector: tracing the baseline: {}", command.join(" "));
     let base = traced(command, &[], "all", &base_path).map_err(|e| anyhow::anyhow!("the baseline run: {e}"))?;
     let report = advice::advise(&base, opts);
-    let mut rows = vec![row("baseline".into(), Vec::new(), Some(report.baseline.peak_allocated_bytes), Ok(base), base_path)];
+    let mut rows = vec![row("baseline".into(), Vec::new(), (Some(report.baseline.peak_allocated_bytes), Some(0.0)), Ok(base), base_path)];
 
     let checkpoint = report.suggestions.iter().find(|s| s.kind == SuggestionKind::Checkpoint && !s.layers.is_empty());
     let amp = report.suggestions.iter().find(|s| s.kind == SuggestionKind::Amp);
-    let mut configs: Vec<(String, Vec<String>, Option<u64>)> = Vec::new();
+    let mut configs: Vec<(String, Vec<String>, (Option<u64>, Option<f64>))> = Vec::new();
     if let Some(c) = checkpoint {
-        configs.push((format!("checkpoint {}", c.layers.join(",")), vec!["--checkpoint".into(), c.layers.join(",")], Some(c.predicted_peak_bytes)));
+        let flags = vec!["--checkpoint".into(), c.layers.join(",")];
+        configs.push((format!("checkpoint {}", c.layers.join(",")), flags, (Some(c.predicted_peak_bytes), c.extra_time_per_iteration_s)));
     }
     if let Some(a) = amp {
-        configs.push(("amp".into(), vec!["--amp".into()], Some(a.predicted_peak_bytes)));
+        configs.push(("amp".into(), vec!["--amp".into()], (Some(a.predicted_peak_bytes), a.extra_time_per_iteration_s)));
     }
     if let (Some(c), Some(_)) = (checkpoint, amp) {
         let both = advice::predict_peak(&base_trace(&rows)?, &c.layers, true);
-        configs.push((format!("checkpoint {} + amp", c.layers.join(",")), vec!["--checkpoint".into(), c.layers.join(","), "--amp".into()], both));
+        let flags = vec!["--checkpoint".into(), c.layers.join(","), "--amp".into()];
+        configs.push((format!("checkpoint {} + amp", c.layers.join(",")), flags, (both, None)));
     }
     for (k, (name, flags, predicted)) in configs.into_iter().enumerate() {
         let path = dir.join(format!("run{}.mtrace.json", k + 1));
         eprintln!("collector: tracing {name}");
-        let result = traced(command, &flags, "backward", &path);
+        // The same capture as the baseline's, so that iteration times compare.
+        let result = traced(command, &flags, "all", &path);
         rows.push(row(name, flags, predicted, result, path));
     }
     Ok(Verification { command: command.to_vec(), advice: report, rows })
@@ -125,18 +148,25 @@ fn base_trace(rows: &[VerifyRow]) -> anyhow::Result<Trace> {
     crate::commands::load_trace(&rows[0].trace, &shared::ImportOptions::default())
 }
 
-/// The table: configuration | peak allocated | iteration time | predicted peak | error.
+/// The table: configuration | peak allocated | iteration time | predicted peak | error, and
+/// the predicted extra time where the advice made one.
 pub fn print(v: &Verification, mut out: impl std::io::Write) -> std::io::Result<()> {
     use shared::units::format_bytes;
     writeln!(out, "Verified advice for: {}", v.command.join(" "))?;
-    writeln!(out, "| configuration | peak allocated | iteration time | predicted peak | error |")?;
-    writeln!(out, "|---|---|---|---|---|")?;
+    writeln!(out, "| configuration | peak allocated | iteration time | predicted peak | error | predicted extra time |")?;
+    writeln!(out, "|---|---|---|---|---|---|")?;
     for r in &v.rows {
         let peak = r.peak_allocated_bytes.map_or_else(|| "failed".into(), format_bytes);
         let it = r.iteration_s.map_or_else(|| "-".into(), |s| format!("{:.1} ms", s * 1e3));
         let pred = r.predicted_peak_bytes.map_or_else(|| "-".into(), format_bytes);
         let err = r.error_pct.map_or_else(|| "-".into(), |e| format!("{e:+.1} %"));
-        writeln!(out, "| {} | {peak} | {it} | {pred} | {err} |", r.configuration)?;
+        let extra = r.predicted_extra_s.map_or_else(|| "-".into(), |s| format!("+{:.1} ms", s * 1e3));
+        writeln!(out, "| {} | {peak} | {it} | {pred} | {err} | {extra} |", r.configuration)?;
+    }
+    let checked: Vec<&VerifyRow> = v.rows.iter().filter(|r| r.pytorch_max_allocated_bytes.is_some()).collect();
+    if !checked.is_empty() {
+        let exact = checked.iter().filter(|r| r.pytorch_max_allocated_bytes == r.peak_allocated_bytes).count();
+        writeln!(out, "measured peaks equal torch.cuda.max_memory_allocated() in {exact} of {} runs", checked.len())?;
     }
     for r in v.rows.iter().filter(|r| r.error.is_some()) {
         writeln!(out, "{}: {}", r.configuration, r.error.as_deref().unwrap_or(""))?;
