@@ -588,3 +588,39 @@ fn the_served_viewer_follows_every_rank_of_a_distributed_job() {
     assert_eq!(shown, json!(expected));
     b.screenshot(&screenshots().join("serve-ranks.png"));
 }
+
+/// A trace that ran out of memory opens with the explanation above everything else; a trace
+/// with operators gets the advice, each suggestion with the predicted peak `collector advise`
+/// computes, and a budget below its weights says it cannot be met.
+#[test]
+fn out_of_memory_first_and_advice_with_predictions() {
+    let (_server, url) = static_server(&dist());
+    let b = Browser::start(1400, 1000);
+    b.goto(&format!("{url}/index.html"));
+    b.wait_for("return document.querySelector('#trace-file')", 30, "the page");
+    b.upload("#trace-file", &sample("oom_program.mtrace.json"));
+    wait_drawn(&b, "oom_program.mtrace.json");
+    let order = b.exec("return [...document.querySelectorAll('section.card')].map(s => s.id).slice(0, 2)", json!([]));
+    assert_eq!(order[0], json!("oom"), "{order}");
+    let verdict = b.exec("return document.getElementById('oom-verdict').textContent", json!([]));
+    assert!(verdict.as_str().unwrap().contains("a request of 2.00 GiB failed with 125.41 MiB allocated and 138.00 MiB reserved"), "{verdict}");
+    b.screenshot(&screenshots().join("oom.png"));
+
+    let dir = tmpdir("advice");
+    let path = native_trace(&dir);
+    b.upload("#trace-file", &path);
+    wait_drawn(&b, "mlp.mtrace.json");
+    assert_eq!(b.exec("return document.getElementById('oom')", json!([])), Value::Null, "no out-of-memory section");
+    b.wait_for("return document.querySelectorAll('#advice-table tbody tr').length > 0", 60, "the advice");
+    let trace = shared::import(&std::fs::read(&path).unwrap(), &shared::ImportOptions::default()).unwrap();
+    let native = shared::analysis::advice::advise(&trace, &shared::analysis::advice::AdviceOptions { top: 10, ..Default::default() });
+    let expected: Vec<String> = native.suggestions.iter().map(|s| s.predicted_peak_bytes.to_string()).collect();
+    assert!(!expected.is_empty());
+    let shown = b.exec("return [...document.querySelectorAll('#advice-table tbody tr')].map(r => r.cells[2].dataset.bytes)", json!([]));
+    assert_eq!(shown, json!(expected));
+    b.exec("const i = document.getElementById('advice-budget'); i.value = '1KiB'; i.dispatchEvent(new Event('input'));", json!([]));
+    b.click("#advice-button");
+    b.wait_for("return document.querySelector('#advice .sub')?.textContent.includes('budget 1.00 KiB cannot be met')", 60, "the budget's answer");
+    b.exec("document.getElementById('advice').scrollIntoView()", json!([]));
+    b.screenshot(&screenshots().join("advice.png"));
+}

@@ -49,6 +49,9 @@ pub struct Overview {
     pub devices: Vec<analysis::DevicePeak>,
     /// Growth across iterations and what is never freed.
     pub leaks: analysis::leaks::LeakReport,
+    /// Why the run ran out of memory, when it did (shown first).
+    #[serde(default)]
+    pub oom: Option<analysis::oom::OomReport>,
     /// The ranks of a merged trace of two or more ranks (whichever rank is shown); `None`
     /// otherwise.
     #[serde(default)]
@@ -140,6 +143,8 @@ pub enum Request {
     ShowRank { rank: Option<u32> },
     /// Compare two devices of the whole trace (indices into its devices), e.g. two ranks.
     DiffDevices { a: u8, b: u8 },
+    /// What to change so the shown trace needs less memory, under a budget when given.
+    Advice { budget_bytes: Option<u64> },
 }
 
 /// The answers, one per [`Request`] kind.
@@ -154,6 +159,7 @@ pub enum Response {
     RankCurves { end_s: f64, curves: Vec<RankCurve> },
     Overview(Box<Overview>),
     Diff(Box<TraceDiff>),
+    Advice(Box<analysis::advice::AdviceReport>),
     Error { message: String },
 }
 
@@ -374,6 +380,10 @@ impl Session {
                 Ok(d) => Response::Diff(Box::new(d)),
                 Err(e) => Response::Error { message: e.to_string() },
             },
+            Request::Advice { budget_bytes } => {
+                let opts = analysis::advice::AdviceOptions { budget_bytes: *budget_bytes, top: 10, ..Default::default() };
+                Response::Advice(Box::new(analysis::advice::advise(self.trace(), &opts)))
+            }
         }
     }
 
@@ -597,6 +607,7 @@ fn overview_of(trace: &Trace, device: u8, file_name: &str, file_bytes: u64, prog
         curves: Vec::new(),
         devices: analysis::device_peaks(trace),
         leaks: analysis::leaks::leaks(trace, 8),
+        oom: analysis::oom::oom(trace, 8),
         ranks: None,
     }
 }

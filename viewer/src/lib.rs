@@ -10,6 +10,7 @@
 //! and the Ranks view ([`ranks`]) shows them side by side. "Compare with…" compares the open
 //! trace with another ([`compare`]).
 
+mod answers;
 pub mod bridge;
 pub mod charts;
 pub mod compare;

@@ -133,6 +133,7 @@ pub fn Report(overview: Arc<Overview>) -> impl IntoView {
     let has_segments = overview.has_segments;
     let o = overview.clone();
     view! {
+        {o.oom.clone().map(|r| view! { <crate::answers::OomSection oom=Arc::new(r) /> })}
         <SummarySection overview=o.clone() />
         {o.ranks.clone().map(|r| view! { <crate::ranks::RanksSection ranks=Arc::new(r) /> })}
         {has_events.then(|| view! {
@@ -148,6 +149,7 @@ pub fn Report(overview: Arc<Overview>) -> impl IntoView {
             }}
         </section>
         <crate::tables::Tables overview=o.clone() />
+        {has_events.then(|| view! { <crate::answers::AdviceSection /> })}
         {has_events.then(|| view! { <FragmentationSection overview=o.clone() /> })}
         {has_segments.then(|| view! { <SegmentsSection overview=o.clone() /> })}
     }
