@@ -215,11 +215,12 @@ fn SummarySection(overview: Arc<Overview>) -> impl IntoView {
                 </p>
                 {(leaks.leaking && !leaks.survivors.is_empty()).then(|| view! {
                     <table class="data">
-                        <thead><tr><th>"never freed in"</th><th>"frame"</th><th>"bytes"</th><th>"per iteration"</th><th>"iterations"</th></tr></thead>
+                        <thead><tr><th>"never freed in"</th><th>"operator"</th><th>"frame"</th><th>"bytes"</th><th>"per iteration"</th><th>"iterations"</th></tr></thead>
                         <tbody>
                             {leaks.survivors.clone().into_iter().map(|g| view! {
                                 <tr>
                                     <td>{g.layer}</td>
+                                    <td>{g.op.unwrap_or_default()}</td>
                                     <td>{g.frame.unwrap_or_default()}</td>
                                     <td>{format_bytes(g.bytes)}</td>
                                     <td>{format_bytes(g.bytes_per_iteration as u64)}</td>
