@@ -704,6 +704,29 @@ fn trace_json_command(a: TraceArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// What to name a command's trace: its script (`train.py` → `train`, also under torchrun), else
+/// its `-m` module (`memory_tracer.zoo` → `memory_tracer_zoo`), else its program.
+fn program_stem(command: &[String]) -> String {
+    let stem = |s: &str| std::path::Path::new(s).file_stem().map_or_else(|| s.to_owned(), |f| f.to_string_lossy().into_owned());
+    if let Some(script) = command.iter().skip(1).find(|s| s.ends_with(".py")) {
+        return stem(script);
+    }
+    let launchers = ["torch.distributed.run", "torch.distributed.launch"];
+    let module = command.windows(2).filter(|w| w[0] == "-m" && !launchers.contains(&w[1].as_str())).map(|w| w[1].replace('.', "_")).next();
+    module.unwrap_or_else(|| command.first().map_or_else(|| "program".into(), |p| stem(p)))
+}
+
+/// `run.mtrace.json` → (`run`, `mtrace.json`); `run.json` → (`run`, `json`): where a rank's tag
+/// goes in a file name.
+fn split_extension(name: &str) -> (&str, &str) {
+    for ext in [".mtrace.json.gz", ".mtrace.json", ".speedscope.json", ".timeline.json", ".chrome.json"] {
+        if let Some(stem) = name.strip_suffix(ext) {
+            return (stem, &ext[1..]);
+        }
+    }
+    name.rsplit_once('.').unwrap_or((name, "mtrace.json"))
+}
+
 /// `collector trace -- COMMAND`: runs the program with the capture injected, writes one trace
 /// per traced process, and exits with the program's exit code.
 fn python_trace_command(a: TraceArgs) -> anyhow::Result<()> {
@@ -720,12 +743,16 @@ fn python_trace_command(a: TraceArgs) -> anyhow::Result<()> {
         device: a.run.device.as_deref().map(str::parse).transpose().map_err(anyhow::Error::msg)?,
         ..PyOptions::default()
     };
-    let output = a.output.clone().unwrap_or_else(|| {
-        let stem = a.command.iter().skip(1).find(|s| !s.starts_with('-')).or(a.command.first()).map_or("program".into(), |s| {
-            std::path::Path::new(s).file_stem().map_or_else(|| s.clone(), |f| f.to_string_lossy().into_owned())
-        });
-        PathBuf::from(format!("{stem}.mtrace.json"))
-    });
+    let default_name = || PathBuf::from(format!("{}.mtrace.json", program_stem(&a.command)));
+    // `-o run/` (or an existing folder): the traces go in it, named after the program.
+    let output = match a.output.clone() {
+        Some(o) if o.is_dir() || o.as_os_str().to_string_lossy().ends_with('/') => {
+            std::fs::create_dir_all(&o).with_context(|| format!("cannot create the folder {}", o.display()))?;
+            o.join(default_name())
+        }
+        Some(o) => o,
+        None => default_name(),
+    };
     let format = resolve_format(a.format.as_deref(), &output)?;
     if a.progress_json {
         emit(&ChildLine::Started { iterations: 0 });
@@ -775,7 +802,7 @@ fn python_trace_command(a: TraceArgs) -> anyhow::Result<()> {
         let out = if many {
             let name = output.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
             let tag = rank.map_or_else(|| format!("pid{pid}"), |r| format!("rank{r}"));
-            let (stem, ext) = name.split_once('.').unwrap_or((name.as_str(), "mtrace.json"));
+            let (stem, ext) = split_extension(&name);
             output.with_file_name(format!("{stem}.{tag}.{ext}"))
         } else {
             output.clone()

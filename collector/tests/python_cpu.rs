@@ -329,7 +329,18 @@ fn iteration_ends(merged: &Trace, rank: u32) -> Vec<u64> {
 /// starts 1.5 s late, yet both ranks end each iteration together (the all-reduce).
 #[test]
 fn torchrun_ranks_are_traced_merged_and_aligned() {
-    let (out, t, dir) = trace("torchrun", &[], &torchrun(&[&program("ddp_train.py")]));
+    // `-o run/`: the folder gets the merged trace and one file per rank, named after the script.
+    let dir = workdir("torchrun");
+    let out = collector(&dir).args(["trace", "-q", "-o", "run/", "--"]).args(torchrun(&[&program("ddp_train.py")])).output().unwrap();
+    let names: std::collections::BTreeSet<String> =
+        std::fs::read_dir(dir.join("run")).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    let expected: std::collections::BTreeSet<String> =
+        ["ddp_train.mtrace.json", "ddp_train.rank0.mtrace.json", "ddp_train.rank1.mtrace.json"].map(String::from).into();
+    assert_eq!(names, expected);
+    for (from, to) in [("ddp_train.mtrace.json", "out.mtrace.json"), ("ddp_train.rank0.mtrace.json", "out.rank0.mtrace.json"), ("ddp_train.rank1.mtrace.json", "out.rank1.mtrace.json")] {
+        std::fs::rename(dir.join("run").join(from), dir.join(to)).unwrap();
+    }
+    let t = Some(load_trace(&dir.join("out.mtrace.json"), &ImportOptions::default()).unwrap());
     assert!(out.status.success(), "{}", text(&out.stderr));
     let merged = t.expect("the merged trace");
     let peaks = shared::analysis::device_peaks(&merged);
