@@ -1,4 +1,5 @@
-//! Import and analysis benchmarks on real samples (and leaks and merging at a million events) (run with `cargo bench -p collector` or
+//! Import and analysis benchmarks on real samples (and leaks, merging, one rank out, diff and
+//! advice at a million events) (run with `cargo bench -p collector` or
 //! `cargo xtask bench`). Prints throughput, bytes held per event and the process's peak memory.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests and benches fail loudly by design
@@ -123,6 +124,18 @@ fn main() {
         dt.as_secs_f64() * 1e3,
         merged.memory_footprint().total_bytes_per_event()
     );
+    let (dt, spans) = time(Duration::from_secs(1), || shared::analysis::leaks::repeating_spans(&big));
+    println!("iterations from repeating allocation sizes over {} events: {:.1} ms ({} found)", big.events.len(), dt.as_secs_f64() * 1e3, spans.len());
+    let (dt, one) = time(Duration::from_secs(1), || shared::merge::rank_trace(&merged, 2).expect("rank 2"));
+    println!("one rank out of the 4-rank merge: {:.0} ms ({} events)", dt.as_secs_f64() * 1e3, one.events.len());
+    let (dt, d) = time(Duration::from_secs(1), || shared::analysis::diff::diff(&big, &iterated));
+    println!("diff of two {}-event traces: {:.0} ms ({} layers, {} + {} curve points)", big.events.len(), dt.as_secs_f64() * 1e3, d.layers.len(), d.curves.a.len(), d.curves.b.len());
+    let (dt, a) = time(Duration::from_secs(1), || shared::analysis::advice::advise(&iterated, &shared::analysis::advice::AdviceOptions::default()));
+    println!("advice on {} events (a snapshot: no operators): {:.0} ms ({} suggestions)", iterated.events.len(), dt.as_secs_f64() * 1e3, a.suggestions.len());
+    let oom_raw = std::fs::read(dir.join("oom_mlp.pickle")).expect("sample exists");
+    let oom_trace = import(&oom_raw, &ImportOptions::default()).expect("imports");
+    let (dt, o) = time(Duration::from_secs(1), || shared::analysis::oom::oom(&oom_trace, 10));
+    println!("out-of-memory explanation of oom_mlp.pickle: {:.2} ms ({} B asked)", dt.as_secs_f64() * 1e3, o.map_or(0, |o| o.requested_bytes));
     println!(
         "peak RSS: {:.1} MiB at start, {:.1} MiB before the 1M-event test, {:.1} MiB at end",
         rss_start as f64 / (1 << 20) as f64,
