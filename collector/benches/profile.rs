@@ -1,6 +1,6 @@
 //! Graph-profile benchmark (`cargo bench -p collector --bench profile`, or `cargo xtask bench`):
 //! traces a ResNet-50 training run on the CPU, or reads the trace named by
-//! `MEMORY_TRACER_BENCH_TRACE`, then times `graph_profile` and `collector analyze` (CSV, JSON
+//! `MEMORY_TRACER_BENCH_TRACE`, then times `graph_profile`, `advise` and `collector analyze` (CSV, JSON
 //! and charts) and prints the process's peak memory.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // benches fail loudly by design
@@ -45,6 +45,14 @@ fn main() {
         profile.nodes.len(),
         profile.activations.len(),
         per.as_nanos() as f64 / trace.ops.len().max(1) as f64
+    );
+    let start = Instant::now();
+    let advice = shared::analysis::advice::advise(&trace, &shared::analysis::advice::AdviceOptions { budget_bytes: Some(1), ..Default::default() });
+    println!(
+        "advise (budget out of reach: every checkpoint candidate replayed): {:.1} ms, {} suggestions, {} candidates",
+        start.elapsed().as_secs_f64() * 1e3,
+        advice.suggestions.len(),
+        advice.checkpoint_candidates.len()
     );
     let dir = std::env::temp_dir().join(format!("mt-bench-profile-{}", std::process::id()));
     let start = Instant::now();
