@@ -159,6 +159,10 @@ enum Command {
     },
     /// Serve the tracing API, the trace store and the viewer: open the printed URL.
     Serve(Box<ServeArgs>),
+    /// Import (or export) one file for `collector serve` under a memory limit and print the
+    /// answer as one JSON line: what the server runs for each upload and export.
+    #[command(hide = true)]
+    ServeWorker(ServeWorkerArgs),
     /// Print peak memory, fragmentation and the top layers of a trace.
     Summary(Report),
 }
@@ -179,9 +183,18 @@ struct ServeArgs {
     /// is one, else the CPU].
     #[arg(long)]
     device: Option<String>,
-    /// Bearer token every API route requires (required for non-loopback hosts).
+    /// A file holding the bearer token every API route then requires (required for
+    /// non-loopback hosts); the token is never printed. Or set MEMORY_TRACER_TOKEN. Used
+    /// instead of --token and MEMORY_TRACER_TOKEN when given.
+    #[arg(long, value_name = "FILE")]
+    token_file: Option<PathBuf>,
+    /// The token itself (visible to other users in the process list: prefer --token-file or
+    /// MEMORY_TRACER_TOKEN).
     #[arg(long, env = "MEMORY_TRACER_TOKEN", hide_env_values = true)]
     token: Option<String>,
+    /// Print the viewer's URL with the token in it (`?token=`) at start.
+    #[arg(long)]
+    show_token: bool,
     /// Allow cross-origin requests from this origin (repeat, or `*`); off by default.
     #[arg(long = "cors-origin")]
     cors_origins: Vec<String>,
@@ -213,6 +226,35 @@ struct ServeArgs {
     /// Largest input (batch × sample elements) a request may ask for (422 beyond).
     #[arg(long, default_value_t = 1 << 28)]
     max_input_elements: u64,
+    /// Connections open at once; more are answered 503 and closed.
+    #[arg(long, default_value_t = 256)]
+    max_connections: usize,
+    /// Seconds a client may take to send a request's headers (and an idle keep-alive
+    /// connection stays open).
+    #[arg(long, default_value_t = 15)]
+    header_timeout_s: u64,
+    /// Seconds a request body may go without a byte.
+    #[arg(long, default_value_t = 30)]
+    body_timeout_s: u64,
+    /// Uploads read and exports written at once (each in a child process); more wait.
+    #[arg(long, default_value_t = 2)]
+    max_imports: usize,
+    /// Uploads and exports that may wait for one of --max-imports; more get 429.
+    #[arg(long, default_value_t = 32)]
+    import_queue: usize,
+    /// Memory one upload's import (or one export) may use, MiB; past it the file is refused
+    /// (422) and the server is untouched.
+    #[arg(long, default_value_t = 4096)]
+    import_memory_mb: u64,
+    /// Seconds one import or export may take (422 beyond).
+    #[arg(long, default_value_t = 300)]
+    import_timeout_s: u64,
+    /// Memory a CPU trace process may use, MiB (its address space is capped at this plus what
+    /// libtorch maps unused: 4 GiB + 128 MiB per core; 0: no cap) [default: half the
+    /// machine's memory]. CUDA trace processes are not capped (CUDA reserves far more address
+    /// space than it uses).
+    #[arg(long)]
+    trace_memory_mb: Option<u64>,
     /// TorchScript models requests may name: `DIR/<name>.pt` is `"model_name": "<name>"`
     /// (train mode needs a scripted module with parameters; give `input_shape`).
     #[arg(long, value_name = "DIR")]
@@ -233,7 +275,27 @@ fn serve_command(a: ServeArgs) -> anyhow::Result<()> {
     use collector::serve::{self, api, ServeConfig};
     let mut config = ServeConfig::new(a.data_dir.unwrap_or_else(serve::default_data_dir));
     config.device = a.device;
-    config.token = a.token.filter(|t| !t.is_empty());
+    config.token = match &a.token_file {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).with_context(|| format!("cannot read the token file {}", path.display()))?;
+            let token = text.trim().to_owned();
+            anyhow::ensure!(!token.is_empty(), "the token file {} is empty", path.display());
+            Some(token)
+        }
+        None => a.token.filter(|t| !t.is_empty()),
+    };
+    config.max_connections = a.max_connections.max(1);
+    config.header_timeout = std::time::Duration::from_secs(a.header_timeout_s.max(1));
+    config.body_timeout = std::time::Duration::from_secs(a.body_timeout_s.max(1));
+    config.isolation = serve::isolate::IsolationLimits {
+        memory_budget_bytes: a.import_memory_mb.max(1).saturating_mul(1 << 20),
+        timeout: std::time::Duration::from_secs(a.import_timeout_s.max(1)),
+        max_running: a.max_imports.max(1),
+        max_waiting: a.import_queue,
+    };
+    if let Some(mb) = a.trace_memory_mb {
+        config.trace_address_space_bytes = (mb > 0).then(|| mb.saturating_mul(1 << 20).saturating_add(serve::libtorch_mappings_bytes()));
+    }
     config.cors_origins = a.cors_origins;
     config.jobs_per_device = a.jobs_per_device.max(1);
     config.max_queue = a.max_queue;
@@ -250,7 +312,7 @@ fn serve_command(a: ServeArgs) -> anyhow::Result<()> {
     }
     let data_dir = config.data_dir.clone();
     let token = config.token.clone();
-    let (host, port, open, trace) = (a.host, a.port, a.open, a.trace);
+    let (host, port, open, trace, show_token) = (a.host, a.port, a.open, a.trace, a.show_token);
     if let Some(m) = &trace {
         anyhow::ensure!(collector::MODEL_ZOO.contains(&m.as_str()), "--trace {m}: unknown model; built-in models: {}", collector::MODEL_ZOO.join(", "));
     }
@@ -258,7 +320,7 @@ fn serve_command(a: ServeArgs) -> anyhow::Result<()> {
     runtime.block_on(serve::serve(&host, port, config, move |addr, state| {
         let shown = if addr.ip().is_unspecified() { format!("127.0.0.1:{}", addr.port()) } else { addr.to_string() };
         let base = format!("http://{shown}/");
-        let mut query = token.map(|t| format!("token={t}")).into_iter().collect::<Vec<_>>();
+        let mut query = Vec::new();
         if let Some(model) = trace {
             let req: api::TraceRequest = match serde_json::from_value(serde_json::json!({"model_name": model, "max_events": 5_000_000})) {
                 Ok(r) => r,
@@ -272,9 +334,22 @@ fn serve_command(a: ServeArgs) -> anyhow::Result<()> {
                 Err(e) => eprintln!("cannot trace {model}: {}", e.detail),
             }
         }
-        let url = if query.is_empty() { base.clone() } else { format!("{base}?{}", query.join("&")) };
+        // The token goes only where it was asked for: the browser --open starts, and the
+        // printed URL with --show-token.
+        let url_with = |token: Option<&str>| {
+            let q: Vec<String> = token.map(|t| format!("token={}", encode_query(t))).into_iter().chain(query.iter().cloned()).collect();
+            if q.is_empty() {
+                base.clone()
+            } else {
+                format!("{base}?{}", q.join("&"))
+            }
+        };
+        let url = url_with(token.as_deref());
         eprintln!("Memory Tracer is serving {} on {addr}", data_dir.display());
-        eprintln!("  viewer:   {url}");
+        match &token {
+            Some(_) if !show_token => eprintln!("  viewer:   {} (add token=<your token> to the query; --show-token prints it)", url_with(None)),
+            _ => eprintln!("  viewer:   {url}"),
+        }
         eprintln!("  API docs: {base}api/docs (ReDoc: {base}api/redoc)");
         eprintln!("  stop with Ctrl-C");
         if open {
@@ -285,6 +360,53 @@ fn serve_command(a: ServeArgs) -> anyhow::Result<()> {
             }
         }
     }))
+}
+
+/// A query parameter's value, percent-encoded.
+fn encode_query(v: &str) -> String {
+    v.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// `collector serve-worker`: one import or export for `collector serve`.
+#[derive(clap::Args)]
+struct ServeWorkerArgs {
+    #[command(subcommand)]
+    task: ServeWorkerTask,
+    /// Memory the worker may map beyond what it has at start.
+    #[arg(long, global = true, default_value_t = 4 << 30)]
+    memory_budget_bytes: u64,
+    /// CPU seconds the worker may use.
+    #[arg(long, global = true, default_value_t = 300)]
+    cpu_seconds: u64,
+    /// Largest decompressed size accepted from gzip input.
+    #[arg(long, global = true, default_value_t = 4 << 30)]
+    max_decompressed_bytes: u64,
+}
+
+#[derive(Subcommand)]
+enum ServeWorkerTask {
+    /// Import FILE and print its summary.
+    Import {
+        file: PathBuf,
+        /// The model name of a trace that names none.
+        #[arg(long, default_value = "uploaded trace")]
+        model_name: String,
+        /// The file as errors name it.
+        #[arg(long, default_value = "the file")]
+        what: String,
+    },
+    /// Import FILE and write it as FORMAT to OUT.
+    Export {
+        file: PathBuf,
+        out: PathBuf,
+        #[arg(long)]
+        format: String,
+    },
 }
 
 /// A trace to read and how to print what is found (`summary`, `leaks`).
@@ -1067,6 +1189,15 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             }
         }
         Command::Serve(a) => serve_command(*a)?,
+        Command::ServeWorker(a) => {
+            use collector::serve::isolate::{run_worker, WorkerTask};
+            let task = match a.task {
+                ServeWorkerTask::Import { file, model_name, what } => WorkerTask::Import { file, what, model_name },
+                ServeWorkerTask::Export { file, out, format } => WorkerTask::Export { file, format, out },
+            };
+            let code = run_worker(task, a.memory_budget_bytes, a.cpu_seconds, a.max_decompressed_bytes);
+            std::process::exit(code);
+        }
         Command::Leaks(LeaksArgs {
             report: Report { input, json, top, max_decompressed_mib },
             iterations_at,

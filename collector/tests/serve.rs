@@ -736,3 +736,269 @@ fn advice_of_a_stored_trace() {
     let (code, e) = s.get_json(&format!("/api/trace/{id}/advice?top=-1"));
     assert!(code == 422 && detail(&e).starts_with("invalid query"), "{code} {e}");
 }
+
+/// Writes `files` (name → Python expression of the bytes) with Python's gzip and pickle.
+fn python_files(dir: &Path, files: &[(&str, &str)]) {
+    let mut script = String::from("import gzip, pickle, sys\n");
+    for (name, expr) in files {
+        script.push_str(&format!("open({:?}, 'wb').write({expr})\n", dir.join(name).display().to_string()));
+    }
+    let python = std::env::var("MEMORY_TRACER_PYTHON").unwrap_or_else(|_| "python3".into());
+    let out = std::process::Command::new(python).args(["-c", &script]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn hostile_uploads_cost_a_bounded_child_not_the_server() {
+    let dir = scratch("serve-hostile");
+    let files = scratch("serve-hostile-files");
+    python_files(
+        &files,
+        &[
+            // 512 MiB of one JSON string behind 0.5 MB of gzip: a parser must hold the string.
+            ("string-bomb.json.gz", "gzip.compress(b'{\"traceEvents\": [{\"name\": \"' + b'A' * (512 << 20), 9)"),
+            // 10^9 blocks from 200 KB: one segment referenced 10^4 times, its block 10^5 times.
+            (
+                "shared-refs.pickle",
+                "pickle.dumps({'segments': [{'device': 0, 'address': 0, 'total_size': 512, 'allocated_size': 512, 'active_size': 512, 'requested_size': 512, 'stream': 0, 'segment_type': 'small', 'blocks': [{'size': 512, 'requested_size': 512, 'address': 0, 'state': 'active_allocated', 'frames': []}] * 100000}] * 10000, 'device_traces': [[]]}, protocol=2)",
+            ),
+            ("deep.json", "b'{\"traceEvents\": ' + b'[' * 1000000"),
+            ("deep.pickle", "b'\\x80\\x02' + b']' * 1000000 + b'.'"),
+            ("mark-pop.pickle", "b'\\x80\\x02(0.'"),
+        ],
+    );
+    let s = Server::start(&dir, &["--import-memory-mb", "64"]);
+    let (_, hwm_before) = s.memory_kib();
+    for name in ["string-bomb.json.gz", "shared-refs.pickle", "deep.json", "deep.pickle", "mark-pop.pickle"] {
+        let bytes = std::fs::read(files.join(name)).unwrap();
+        let started = std::time::Instant::now();
+        let (code, e) = s.post_bytes(&format!("/api/trace/upload?filename={name}"), &bytes);
+        let took = started.elapsed();
+        let (rss, hwm) = s.memory_kib();
+        eprintln!("{name} ({} bytes): {code} in {took:?}; server RSS {} MiB, peak {} MiB: {}", bytes.len(), rss >> 10, hwm >> 10, detail(&e));
+        assert_eq!(code, 422, "{name}: {e}");
+        assert!(took < std::time::Duration::from_secs(60), "{name} took {took:?}");
+        assert_eq!(s.get_json("/api/health").0, 200, "the server is unwell after {name}");
+    }
+    let (_, hwm_after) = s.memory_kib();
+    assert!(hwm_after < hwm_before + (64 << 10), "the server's peak RSS grew from {hwm_before} KiB to {hwm_after} KiB");
+    let (code, e) = s.post_bytes("/api/trace/upload?filename=string-bomb.json.gz", &std::fs::read(files.join("string-bomb.json.gz")).unwrap());
+    assert_eq!(code, 422);
+    assert!(detail(&e).contains("--import-memory-mb"), "the memory limit is named: {e}");
+    assert_eq!(s.get_json("/api/trace/list").1["count"], 0, "a hostile upload was stored");
+    assert_eq!(std::fs::read_dir(dir.join("tmp")).unwrap().count(), 0, "a hostile upload left files behind");
+    // A good file still imports, and exports run in the same kind of child.
+    let snap = std::fs::read(data("resnet18_sgd_2steps.pickle")).unwrap();
+    let (code, u) = s.post_bytes("/api/trace/upload?filename=resnet18_sgd_2steps.pickle", &snap);
+    assert_eq!(code, 200, "{u}");
+    let (code, e) = s.post_json("/api/trace/export", &json!({"trace_id": u["trace_id"], "format": "chrome"}));
+    assert_eq!(code, 200, "{e}");
+}
+
+#[test]
+fn imports_and_exports_run_a_bounded_number_at_once() {
+    let s = Server::start(&scratch("serve-import-slots"), &["--max-imports", "1", "--import-queue", "0"]);
+    let snap = std::fs::read(data("resnet18_sgd_2steps.pickle")).unwrap();
+    let codes: Vec<(u16, Option<String>)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..4)
+            .map(|_| {
+                scope.spawn(|| {
+                    let r = s.agent.post(s.url("/api/trace/upload?filename=r.pickle")).header("Content-Type", "application/octet-stream").send(&snap[..]).unwrap();
+                    let retry = r.headers().get("retry-after").and_then(|v| v.to_str().ok()).map(str::to_owned);
+                    (r.status().as_u16(), retry)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert!(codes.iter().all(|(c, _)| *c == 200 || *c == 429), "{codes:?}");
+    assert!(codes.iter().any(|(c, _)| *c == 200), "{codes:?}");
+    assert!(codes.iter().any(|(c, r)| *c == 429 && r.is_some()), "no upload was turned away with Retry-After: {codes:?}");
+}
+
+#[test]
+fn pages_of_other_sites_cannot_reach_a_loopback_server() {
+    let s = Server::start(&scratch("serve-browsers"), &[]);
+    let port = s.addr().rsplit(':').next().unwrap().to_owned();
+    // DNS rebinding: a page whose name now resolves to 127.0.0.1.
+    for host in ["evil.example", &format!("evil.example:{port}"), "localhost.evil.example", "127.0.0.1.nip.io"] {
+        let (code, body) = s.raw(format!("GET /api/trace/list HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes());
+        assert_eq!(code, 403, "{host}: {body}");
+        assert!(body.contains("Host") && body.contains("DNS rebinding"), "{body}");
+    }
+    for host in [format!("127.0.0.1:{port}"), format!("localhost:{port}"), format!("[::1]:{port}"), "localhost".to_owned()] {
+        let (code, body) = s.raw(format!("GET /api/trace/list HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes());
+        assert_eq!(code, 200, "{host}: {body}");
+    }
+    // CSRF: forms (text/plain, multipart) need no preflight, so the server refuses them.
+    let snap = std::fs::read(data("resnet18_sgd_2steps.pickle")).unwrap();
+    let form = |origin: &str| {
+        let boundary = "mt-csrf";
+        let mut body = format!("--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"r.pickle\"\r\n\r\n").into_bytes();
+        body.extend_from_slice(&snap);
+        body.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
+        let mut req = format!(
+            "POST /api/trace/upload HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{origin}Content-Type: multipart/form-data; boundary={boundary}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            body.len()
+        )
+        .into_bytes();
+        req.extend_from_slice(&body);
+        req
+    };
+    let text_plain = |origin: &str, path: &str| {
+        let body = r#"{"model_name": "mlp", "input_shape": [2, 784], "iterations": 1}"#;
+        format!("POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{origin}Content-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len()).into_bytes()
+    };
+    for origin in ["Origin: http://evil.example\r\n", "Origin: null\r\n", "Sec-Fetch-Site: cross-site\r\n", &format!("Origin: http://localhost:{port}\r\n")] {
+        for (what, req) in [("multipart upload", form(origin)), ("text/plain upload", text_plain(origin, "/api/trace/upload")), ("text/plain trace", text_plain(origin, "/api/trace/memory"))] {
+            let (code, body) = s.raw(&req);
+            assert_eq!(code, 403, "{what} with {origin:?}: {body}");
+            assert!(body.contains("cross-origin POST refused"), "{body}");
+        }
+        let (code, body) = s.raw(format!("DELETE /api/trace/trace_1 HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{origin}Connection: close\r\n\r\n").as_bytes());
+        assert_eq!(code, 403, "DELETE with {origin:?}: {body}");
+    }
+    assert_eq!(s.get_json("/api/trace/list").1["count"], 0, "a cross-origin upload was stored");
+    // The server's own page (same origin), and clients that send no Origin, keep working.
+    let (code, body) = s.raw(&form(&format!("Origin: http://127.0.0.1:{port}\r\nSec-Fetch-Site: same-origin\r\n")));
+    assert_eq!(code, 200, "{body}");
+    let (code, body) = s.raw(&form(""));
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(s.get_json("/api/trace/list").1["count"], 2);
+    // --cors-origin lets that origin in.
+    let s = Server::start(&scratch("serve-browsers-cors"), &["--cors-origin", "http://viewer.example"]);
+    let body = r#"{"model_name": "script.py"}"#;
+    let allowed = format!("POST /api/trace/live HTTP/1.1\r\nHost: {}\r\nOrigin: http://viewer.example\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", s.addr(), body.len());
+    assert_eq!(s.raw(allowed.as_bytes()).0, 202);
+    let refused = allowed.replace("viewer.example", "evil.example");
+    assert_eq!(s.raw(refused.as_bytes()).0, 403);
+}
+
+#[test]
+fn slow_clients_and_connection_floods_are_cut_off() {
+    use std::io::{Read, Write};
+    let s = Server::start(&scratch("serve-slow"), &["--header-timeout-s", "2", "--body-timeout-s", "2", "--max-connections", "8"]);
+    // Slowloris: headers dripped a line a second are cut off at the header timeout.
+    let mut c = std::net::TcpStream::connect(s.addr()).unwrap();
+    c.set_read_timeout(Some(std::time::Duration::from_millis(200))).unwrap();
+    let started = std::time::Instant::now();
+    c.write_all(b"GET /api/health HTTP/1.1\r\nHost: 127.0.0.1\r\n").unwrap();
+    let closed = loop {
+        assert!(started.elapsed() < std::time::Duration::from_secs(20), "a slowloris client is still connected after 20 s");
+        if c.write_all(b"X-Slow: 1\r\n").is_err() {
+            break started.elapsed();
+        }
+        let mut buf = [0u8; 256];
+        match c.read(&mut buf) {
+            Ok(0) => break started.elapsed(),
+            Ok(_) => panic!("the server answered a request whose headers never ended"),
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+            Err(_) => break started.elapsed(), // reset: closed
+        }
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    };
+    eprintln!("slowloris cut off after {closed:?}");
+    assert!(closed < std::time::Duration::from_secs(6), "{closed:?}");
+    // A body that stops arriving: 408, nothing stored.
+    let mut c = std::net::TcpStream::connect(s.addr()).unwrap();
+    c.set_read_timeout(Some(std::time::Duration::from_secs(20))).unwrap();
+    let started = std::time::Instant::now();
+    c.write_all(b"POST /api/trace/upload HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100000\r\n\r\n0123456789").unwrap();
+    let mut answer = Vec::new();
+    let _ = c.read_to_end(&mut answer);
+    let answer = String::from_utf8_lossy(&answer);
+    eprintln!("stalled body answered after {:?}", started.elapsed());
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(6));
+    assert_eq!(std::fs::read_dir(s.data_dir.join("tmp")).unwrap().count(), 0, "a stalled upload left files behind");
+    // Idle connections are closed at the header timeout.
+    let mut idle = std::net::TcpStream::connect(s.addr()).unwrap();
+    idle.set_read_timeout(Some(std::time::Duration::from_secs(20))).unwrap();
+    let started = std::time::Instant::now();
+    assert!(matches!(idle.read(&mut [0u8; 16]), Ok(0) | Err(_)));
+    assert!(started.elapsed() < std::time::Duration::from_secs(6), "an idle connection stayed {:?}", started.elapsed());
+    drop(s);
+    // More connections than --max-connections: the next one gets 503 with Retry-After (a
+    // header timeout long enough that the idle ones stay open under load).
+    let s = Server::start(&scratch("serve-flood"), &["--header-timeout-s", "60", "--max-connections", "8"]);
+    let idle: Vec<_> = (0..8).map(|_| std::net::TcpStream::connect(s.addr()).unwrap()).collect();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let r = s.raw(b"GET /api/health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+    assert_eq!(r.0, 503, "{r:?}");
+    assert!(r.1.contains("--max-connections"), "{r:?}");
+    // Once they close, the server answers again.
+    drop(idle);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert_eq!(s.get_json("/api/health").0, 200);
+}
+
+#[test]
+fn huge_inputs_are_refused_with_default_shapes_too() {
+    let s = Server::start(&scratch("serve-default-shape"), &[]);
+    let started = std::time::Instant::now();
+    for (model, batch) in [("resnet50", 4096), ("vgg16", 2000), ("gpt", 4096 * 64)] {
+        let (code, e) = s.post_json("/api/trace/memory", &json!({"model_name": model, "batch_size": batch}));
+        assert_eq!(code, 422, "{model}: {e}");
+        assert!(detail(&e).contains("batch_size"), "{e}");
+    }
+    let (code, e) = s.post_json("/api/trace/memory", &json!({"model_name": "resnet50", "batch_size": 4096}));
+    assert!(code == 422 && detail(&e).contains("268435456 elements"), "{e}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(5), "refusals must not run the model");
+    assert_eq!(s.get_json("/api/jobs").1["jobs"], json!([]), "a refused request made a job");
+}
+
+#[test]
+fn cpu_trace_processes_run_under_a_memory_limit() {
+    // 1 MiB beyond libtorch's mappings: an input of 3 GB cannot be allocated, and the job says so.
+    let s = Server::start(&scratch("serve-trace-limit"), &["--trace-memory-mb", "1", "--max-input-elements", "1000000000"]);
+    let (code, e) = s.post_json("/api/trace/memory", &json!({"model_name": "mlp", "input_shape": [1000000, 784], "iterations": 1}));
+    assert_eq!(code, 422, "{e}");
+    eprintln!("{}", detail(&e));
+    assert_eq!(s.get_json("/api/health").0, 200);
+    let (code, r) = s.post_json("/api/trace/memory", &json!({"model_name": "mlp", "input_shape": [2, 784], "iterations": 1}));
+    assert_eq!(code, 200, "a small trace fits: {r}");
+}
+
+/// What the server printed at start, once it has printed the viewer's URL.
+fn startup_lines(s: &Server) -> String {
+    for _ in 0..200 {
+        let log = s.log.lock().unwrap().join("\n");
+        if log.contains("viewer:") {
+            return log;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    panic!("the server printed no viewer URL: {:?}", s.log.lock().unwrap());
+}
+
+#[test]
+fn tokens_from_a_file_or_the_environment_are_never_shown() {
+    let token = "file-token-0123456789abcdef";
+    let dir = scratch("serve-token-file");
+    let file = dir.join("token");
+    std::fs::write(&file, format!("{token}\n")).unwrap();
+    let file_arg = file.display().to_string();
+    let exe = env!("CARGO_BIN_EXE_collector");
+    for (args, env) in [(vec!["--token-file", file_arg.as_str()], vec![]), (vec![], vec![("MEMORY_TRACER_TOKEN", token)])] {
+        let s = Server::start_env(exe, &dir.join("data"), &args, &env);
+        assert_eq!(s.token.as_deref(), Some(token));
+        let cmdline = std::fs::read(format!("/proc/{}/cmdline", s.pid())).unwrap();
+        assert!(!String::from_utf8_lossy(&cmdline).contains(token), "the token is in the process's arguments");
+        assert_eq!(s.get_json("/api/health").0, 200, "the right token");
+        let anonymous = server::agent();
+        for wrong in ["", "x", &token[..token.len() - 1], &format!("{token}x"), &"f".repeat(token.len()), &"y".repeat(10_000)] {
+            let r = anonymous.get(s.url("/api/health")).header("Authorization", format!("Bearer {wrong}")).call().unwrap();
+            assert_eq!(r.status().as_u16(), 401, "a wrong token of {} bytes", wrong.len());
+        }
+        let log = startup_lines(&s);
+        assert!(!log.contains(token), "the startup lines show the token: {log}");
+    }
+    // --show-token asks for the URL with it.
+    let s = Server::start_env(exe, &dir.join("data"), &["--token-file", &file_arg, "--show-token"], &[]);
+    let log = startup_lines(&s);
+    assert!(log.contains(&format!("?token={token}")), "{log}");
+    // A token is still required off loopback, and an empty token file is refused.
+    std::fs::write(&file, "\n").unwrap();
+    let out = std::process::Command::new(exe).args(["serve", "--port", "0", "--token-file", &file_arg, "--data-dir"]).arg(dir.join("data")).output().unwrap();
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("empty"), "{}", String::from_utf8_lossy(&out.stderr));
+}

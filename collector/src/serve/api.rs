@@ -227,8 +227,11 @@ pub struct LiveAccepted {
     responses((status = 200, description = "The leak report, as `collector leaks --json`"), (status = 404, body = ErrorBody)))]
 pub async fn leaks(State(state): State<Arc<AppState>>, Path(trace_id): Path<String>) -> Result<axum::Json<shared::analysis::leaks::LeakReport>, ApiError> {
     let stored = state.store.get(&trace_id).ok_or_else(|| ApiError::trace_not_found(&trace_id))?;
+    // Stored traces load in-process (they passed the limited import), a bounded number at once.
+    let slot = state.isolation.slot().await?;
     let st = state.clone();
     let report = blocking(move || -> Result<_, ApiError> {
+        let _slot = slot;
         let trace = st.load(&stored)?;
         Ok(shared::analysis::leaks::leaks(&trace, 20))
     })
@@ -258,8 +261,10 @@ pub struct DiffRequest {
 pub async fn trace_diff(State(state): State<Arc<AppState>>, ApiJson(req): ApiJson<DiffRequest>) -> Result<axum::Json<shared::analysis::diff::TraceDiff>, ApiError> {
     let find = |id: &str, name: &str| state.store.get(id).ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, format!("Trace {id} not found (field `{name}`)")));
     let (a, b) = (find(&req.a, "a")?, find(&req.b, "b")?);
+    let slot = state.isolation.slot().await?;
     let st = state.clone();
     let diff = blocking(move || -> Result<_, ApiError> {
+        let _slot = slot;
         let ta = st.load(&a)?;
         let tb = if req.b == req.a { None } else { Some(st.load(&b)?) };
         shared::analysis::diff::diff_devices(&ta, req.device_a, tb.as_ref().unwrap_or(&ta), req.device_b).map_err(|e| {
@@ -318,6 +323,18 @@ impl TraceRequest {
             }
         }
         let mut shape = None;
+        if let (None, Some(b), Some(default)) = (&self.input_shape, self.batch_size, default_shape(&self.model_name)) {
+            // The model's own shape with the batch replaced: capped like a given shape.
+            let elements = default.iter().skip(1).try_fold(b as u64, |acc, &d| acc.checked_mul(d as u64));
+            if elements.is_none_or(|n| n > caps.max_input_elements) {
+                let mut full = default.to_vec();
+                full[0] = b;
+                return Err(field(
+                    "batch_size",
+                    format!("`{}`'s input at this batch size ({full:?}) is over this server's cap of {} elements", self.model_name, caps.max_input_elements),
+                ));
+            }
+        }
         if let Some(s) = &self.input_shape {
             if s.len() < 2 || s.len() > 8 {
                 return Err(field("input_shape", format!("the full input shape, batch first: 2 to 8 dimensions, got {}", s.len())));
@@ -407,6 +424,18 @@ impl TraceRequest {
     }
 }
 
+/// The input shape a built-in model runs with when a request gives none (`models::build`'s
+/// `default_shape`; the tests below check they agree).
+pub fn default_shape(model: &str) -> Option<&'static [i64]> {
+    Some(match model {
+        "resnet18" | "resnet34" | "resnet50" | "resnet101" | "resnet152" | "vgg16" => &[8, 3, 224, 224],
+        "transformer" => &[8, 512],
+        "gpt" => &[8, 1024],
+        "mlp" => &[64, 784],
+        _ => return None,
+    })
+}
+
 /// Trace a model now, and store the trace.
 ///
 /// Waits for the trace unless `?wait=false` (then answers 202 with the trace id; follow
@@ -467,7 +496,8 @@ fn store_error(e: StoreError) -> ApiError {
     match e {
         StoreError::NotFound(id) => ApiError::trace_not_found(&id),
         StoreError::TooLarge { .. } => ApiError::too_large(e.to_string()),
-        StoreError::Io { .. } => ApiError::internal("the trace store", e),
+        StoreError::Exists(_) => ApiError::new(StatusCode::CONFLICT, e.to_string()),
+        StoreError::Io { .. } | StoreError::Locked { .. } => ApiError::internal("the trace store", e),
     }
 }
 
@@ -477,6 +507,7 @@ fn store_error(e: StoreError) -> ApiError {
     (status = 401, body = ErrorBody),
     (status = 404, description = "Unknown trace", body = ErrorBody),
     (status = 422, description = "Unknown format", body = ErrorBody),
+    (status = 429, description = "Too many imports and exports at once; see Retry-After", body = ErrorBody),
 ))]
 pub async fn trace_export(State(state): State<Arc<AppState>>, ApiJson(req): ApiJson<ExportRequest>) -> Result<axum::Json<ExportResponse>, ApiError> {
     use shared::export::ExportFormat;
@@ -486,29 +517,27 @@ pub async fn trace_export(State(state): State<Arc<AppState>>, ApiJson(req): ApiJ
     })?;
     let stored = state.store.get(&req.trace_id).ok_or_else(|| ApiError::trace_not_found(&req.trace_id))?;
     let name = format.name();
-    let st = state.clone();
-    let export = blocking(move || -> Result<_, ApiError> {
-        if let Some(e) = st.store.existing_export(&stored.trace_id, name) {
-            return Ok(e);
+    let existing = state.store.existing_export(&stored.trace_id, name);
+    let export = match existing {
+        Some(e) => e,
+        None => {
+            // Written by a child process with a memory limit, as uploads are read.
+            let slot = state.isolation.slot().await?;
+            let file = super::store::Store::export_name(&stored.trace_id, export_suffix(format));
+            let tmp = state.store.temp_path(&file);
+            // Removed if this request is dropped (its client went away) before the export is stored.
+            let _tmp_guard = state.store.temp_guard(&tmp);
+            let written = state.isolation.export(&slot, &state.store.trace_path(&stored), name, &tmp, state.config.max_decompressed_bytes).await;
+            drop(slot);
+            if let Err(e) = written {
+                let _ = tokio::fs::remove_file(&tmp).await;
+                // Deleted while the worker read it: that is why it failed.
+                return Err(if state.store.get(&stored.trace_id).is_none() { ApiError::trace_not_found(&stored.trace_id) } else { e });
+            }
+            let st = state.clone();
+            blocking(move || st.store.add_export(&stored.trace_id, name, file, &tmp).map_err(store_error)).await?
         }
-        let trace = st.load(&stored)?;
-        let file = super::store::Store::export_name(&stored.trace_id, export_suffix(format));
-        let tmp = st.store.temp_path(&file);
-        let written = (|| -> anyhow::Result<()> {
-            let f = std::fs::File::create(&tmp)?;
-            let mut w = std::io::BufWriter::new(f);
-            shared::export::export(&trace, format, &mut w)?;
-            std::io::Write::flush(&mut w)?;
-            w.into_inner().map_err(|e| e.into_error())?.sync_all()?;
-            Ok(())
-        })();
-        if let Err(e) = written {
-            let _ = std::fs::remove_file(&tmp);
-            return Err(ApiError::internal("cannot write the export", e));
-        }
-        st.store.add_export(&stored.trace_id, name, file, &tmp).map_err(store_error)
-    })
-    .await?;
+    };
     Ok(axum::Json(ExportResponse {
         trace_id: req.trace_id,
         format: name.to_owned(),
@@ -533,8 +562,10 @@ pub async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, ApiError>
     tokio::task::spawn_blocking(f).await.map_err(|e| ApiError::internal("a worker thread failed", e))?
 }
 
-async fn file_response(path: std::path::PathBuf, content_type: &'static str, download_name: &str) -> Result<Response, ApiError> {
-    let file = tokio::fs::File::open(&path).await.map_err(|e| ApiError::internal("cannot open a stored file", e))?;
+/// Streams a file the store opened (under its lock: a delete after this still lets it be read
+/// whole).
+async fn file_response(file: std::fs::File, content_type: &'static str, download_name: &str) -> Result<Response, ApiError> {
+    let file = tokio::fs::File::from_std(file);
     let len = file.metadata().await.map_err(|e| ApiError::internal("cannot read a stored file", e))?.len();
     let body = Body::from_stream(tokio_util::io::ReaderStream::with_capacity(file, 256 * 1024));
     let mut r = Response::new(body);
@@ -554,9 +585,17 @@ async fn file_response(path: std::path::PathBuf, content_type: &'static str, dow
     (status = 404, description = "No such export", body = ErrorBody),
 ))]
 pub async fn download(State(state): State<Arc<AppState>>, Path(file): Path<String>) -> Result<Response, ApiError> {
-    let path = state.store.download_path(&file).ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, format!("File {file} not found")))?;
+    let st = state.clone();
+    let name = file.clone();
+    let opened = blocking(move || {
+        st.store.open_export(&name).map_err(|e| match e {
+            StoreError::NotFound(_) => ApiError::new(StatusCode::NOT_FOUND, format!("File {name} not found")),
+            e => store_error(e),
+        })
+    })
+    .await?;
     let ct = if file.ends_with(".csv") { "text/csv; charset=utf-8" } else { "application/json" };
-    file_response(path, ct, &file).await
+    file_response(opened, ct, &file).await
 }
 
 /// `GET /api/trace/list`.
@@ -638,9 +677,10 @@ pub async fn delete(State(state): State<Arc<AppState>>, Path(trace_id): Path<Str
     (status = 404, body = ErrorBody),
 ))]
 pub async fn get_trace(State(state): State<Arc<AppState>>, Path(trace_id): Path<String>) -> Result<Response, ApiError> {
-    let t = state.store.get(&trace_id).ok_or_else(|| ApiError::trace_not_found(&trace_id))?;
+    let st = state.clone();
+    let (t, opened) = blocking(move || st.store.open_trace(&trace_id).map_err(store_error)).await?;
     let name = crate::report::safe_name(std::path::Path::new(t.original_name.as_deref().unwrap_or(&t.file)));
-    file_response(state.store.trace_path(&t), "application/octet-stream", &name).await
+    file_response(opened, "application/octet-stream", &name).await
 }
 
 /// Where to stream an upload: a multipart form's file field or the raw body.
@@ -658,8 +698,11 @@ pub struct UploadQuery {
 #[utoipa::path(post, path = "/api/trace/upload", tag = "traces", params(UploadQuery), request_body(content = Vec<u8>, content_type = "application/octet-stream"), responses(
     (status = 200, body = TraceResponse),
     (status = 401, body = ErrorBody),
+    (status = 403, description = "Sent by another site's page (Origin) or to a non-loopback Host without a token", body = ErrorBody),
+    (status = 408, description = "The body stopped arriving (--body-timeout-s)", body = ErrorBody),
     (status = 413, description = "Over --max-upload-mb", body = ErrorBody),
-    (status = 422, description = "Not a trace the collector reads", body = ErrorBody),
+    (status = 422, description = "Not a trace the collector reads, or it needs more than --import-memory-mb to read", body = ErrorBody),
+    (status = 429, description = "Too many imports and exports at once; see Retry-After", body = ErrorBody),
 ))]
 pub async fn upload(State(state): State<Arc<AppState>>, Query(q): Query<UploadQuery>, req: Request) -> Result<axum::Json<TraceResponse>, ApiError> {
     let limit = state.config.max_upload_bytes;
@@ -669,6 +712,8 @@ pub async fn upload(State(state): State<Arc<AppState>>, Query(q): Query<UploadQu
     };
     let id = live.as_ref().map_or_else(|| state.store.new_id(), |j| j.id().to_owned());
     let tmp = state.store.temp_path(&format!("{id}.upload"));
+    // A request dropped mid-way (the client gone) leaves no temporary file behind.
+    let _tmp_guard = state.store.temp_guard(&tmp);
     let is_multipart = req.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|v| v.starts_with("multipart/form-data"));
     let mut name = q.filename;
     let written = if is_multipart {
@@ -683,7 +728,7 @@ pub async fn upload(State(state): State<Arc<AppState>>, Query(q): Query<UploadQu
         }
         found.unwrap_or_else(|| Err(field("file", "the form has no file field")))
     } else {
-        let stream = req.into_body().into_data_stream().map(|c| c.map_err(|e| ApiError::unprocessable(format!("cannot read the body: {e}"))));
+        let stream = req.into_body().into_data_stream().map(|c| c.map_err(|e| ApiError::body(&e)));
         write_stream(&tmp, stream, limit).await
     };
     let size = match written {
@@ -697,27 +742,34 @@ pub async fn upload(State(state): State<Arc<AppState>>, Query(q): Query<UploadQu
         let _ = tokio::fs::remove_file(&tmp).await;
         return Err(ApiError::unprocessable("the upload is empty: send a trace file as the body or as a form's file field"));
     }
-    let st = state.clone();
-    let result = blocking(move || {
-        let trace = match crate::commands::load_trace(&tmp, &st.import_options()) {
-            Ok(t) => t,
-            Err(e) => {
-                let _ = std::fs::remove_file(&tmp);
-                let what = name.as_deref().unwrap_or("the upload");
-                return Err(ApiError::unprocessable(format!(
-                    "{what} is not a trace the collector reads (a PyTorch memory snapshot pickle, a torch.profiler Chrome trace, a DFTracer .pfw or a Memory Tracer trace; gzip or not): {:#}",
-                    e.root_cause()
-                )));
-            }
-        };
+    // The file is read in a child process with a memory limit (`isolate`): a hostile file
+    // costs that child, never the server.
+    let imported = async {
+        let slot = state.isolation.slot().await?;
         let fallback = name.clone().unwrap_or_else(|| "uploaded trace".into());
-        let info = trace_info(&trace, &fallback, 0.0);
-        drop(trace);
-        let ext = name.as_deref().map(upload_ext).unwrap_or_default();
-        let (stored, _) = st.store.insert(&id, Origin::Uploaded, name, &tmp, &ext, info).map_err(store_error)?;
-        Ok(axum::Json(TraceResponse::from(&stored)))
-    })
+        let what = name.as_deref().unwrap_or("the upload");
+        state.isolation.import(&slot, &tmp, what, &fallback, state.config.max_decompressed_bytes).await
+    }
     .await;
+    let result = match imported {
+        Ok(info) => {
+            let st = state.clone();
+            let tmp = tmp.clone();
+            blocking(move || {
+                let ext = name.as_deref().map(upload_ext).unwrap_or_default();
+                let (stored, evicted) = st.store.insert(&id, Origin::Uploaded, name, &tmp, &ext, info).map_err(store_error)?;
+                for e in &evicted {
+                    st.jobs.forget(e);
+                }
+                Ok(axum::Json(TraceResponse::from(&stored)))
+            })
+            .await
+        }
+        Err(e) => Err(e),
+    };
+    if result.is_err() {
+        let _ = tokio::fs::remove_file(&tmp).await;
+    }
     if let Some(job) = live {
         let end = match &result {
             Ok(r) => Ok(r.0.clone()),
@@ -731,6 +783,8 @@ pub async fn upload(State(state): State<Arc<AppState>>, Query(q): Query<UploadQu
 fn multipart_error(e: &axum::extract::multipart::MultipartError, limit: u64) -> ApiError {
     if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
         ApiError::too_large(format!("the upload is larger than this server's limit of {limit} bytes (--max-upload-mb)"))
+    } else if ApiError::body(e).status == StatusCode::REQUEST_TIMEOUT {
+        ApiError::body_timeout()
     } else {
         ApiError::unprocessable(format!("invalid multipart body: {}", e.body_text()))
     }
@@ -896,11 +950,28 @@ pub async fn advice(
         None => None,
     };
     let opts = shared::analysis::advice::AdviceOptions { budget_bytes: budget, top: q.top.unwrap_or(10), ..Default::default() };
+    let slot = state.isolation.slot().await?;
     let st = state.clone();
     let report = blocking(move || -> Result<_, ApiError> {
+        let _slot = slot;
         let trace = st.load(&stored)?;
         Ok(shared::analysis::advice::advise(&trace, &opts))
     })
     .await?;
     Ok(axum::Json(report))
+}
+
+#[cfg(all(test, feature = "tracing"))]
+mod tests {
+    use super::default_shape;
+
+    #[test]
+    fn default_shapes_are_the_models() {
+        for name in ["resnet18", "transformer", "mlp"] {
+            let vs = tch::nn::VarStore::new(tch::Device::Cpu);
+            let spec = crate::models::ModelSpec { name: name.into(), layers: None, width: None, heads: None, vocab: None, classes: None };
+            let model = crate::models::build(&spec, &vs).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(default_shape(name), Some(model.default_shape.as_slice()), "{name}");
+        }
+    }
 }

@@ -43,6 +43,23 @@ impl ApiError {
         Self::new(StatusCode::PAYLOAD_TOO_LARGE, detail)
     }
 
+    /// A request body that stopped arriving for `--body-timeout-s`.
+    pub fn body_timeout() -> Self {
+        Self::new(StatusCode::REQUEST_TIMEOUT, "the request body stopped arriving (no byte within --body-timeout-s); nothing was stored")
+    }
+
+    /// What reading a request body failed with: 408 when it timed out, else 422.
+    pub fn body(e: &(dyn std::error::Error + 'static)) -> Self {
+        let mut cause = Some(e);
+        while let Some(c) = cause {
+            if c.is::<tower_http::timeout::TimeoutError>() {
+                return Self::body_timeout();
+            }
+            cause = c.source();
+        }
+        Self::unprocessable(format!("cannot read the body: {e}"))
+    }
+
     pub fn unauthorized() -> Self {
         Self::new(
             StatusCode::UNAUTHORIZED,

@@ -399,7 +399,13 @@ impl Jobs {
             let old = state.jobs.mean_ms.load(Ordering::Relaxed);
             state.jobs.mean_ms.store((old * 3 + ms) / 4, Ordering::Relaxed);
             state.jobs.running.fetch_sub(1, Ordering::SeqCst);
+            let (stored, id) = (result.is_ok(), j.id.clone());
             state.jobs.finish(j, result);
+            // A delete or eviction between the trace's insert and `finish` found no finished
+            // job to forget: its followers would be told of a trace that is gone.
+            if stored && state.store.get(&id).is_none() {
+                state.jobs.forget(&id);
+            }
         });
         Ok(job)
     }
@@ -496,14 +502,12 @@ async fn run_child(state: &Arc<AppState>, exe: &std::path::Path, job: &Arc<Job>)
     if state.jobs.stopping.load(Ordering::SeqCst) {
         return Err(ApiError::unavailable("the server is stopping"));
     }
-    let mut child = tokio::process::Command::new(exe)
-        .args(job.spec.args(&out))
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|e| ApiError::internal("cannot start the tracing process", e))?;
+    let mut cmd = tokio::process::Command::new(exe);
+    cmd.args(job.spec.args(&out)).stdin(std::process::Stdio::null()).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).kill_on_drop(true);
+    if let (false, Some(bytes)) = (job.spec.device.starts_with("cuda"), state.config.trace_address_space_bytes) {
+        super::isolate::limit_address_space(&mut cmd, bytes);
+    }
+    let mut child = cmd.spawn().map_err(|e| ApiError::internal("cannot start the tracing process", e))?;
     let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
         return Err(ApiError::internal("cannot start the tracing process", "no pipes"));
     };

@@ -2,12 +2,13 @@
 //! store, live streams of running traces, and the viewer, in one process.
 //!
 //! [`router`] builds the whole app from an [`AppState`]; [`serve`] binds it. Handlers never
-//! block the runtime: file I/O and imports run in `spawn_blocking`, tracing in child
-//! processes (`jobs`).
+//! block the runtime: file I/O runs in `spawn_blocking`, imports of uploads and exports in
+//! limited child processes (`isolate`), tracing in child processes (`jobs`).
 
 pub mod api;
 mod docs;
 pub mod error;
+pub mod isolate;
 pub mod jobs;
 pub mod store;
 
@@ -78,6 +79,33 @@ pub struct ServeConfig {
     pub collector_exe: Option<PathBuf>,
     /// The Python with torch that runs distributed requests under torchrun.
     pub python: PathBuf,
+    /// How long a client may take to send a request's headers (also how long an idle
+    /// keep-alive connection stays open). Default is 15 s.
+    pub header_timeout: std::time::Duration,
+    /// How long a request body may go without sending a byte. Default is 30 s.
+    pub body_timeout: std::time::Duration,
+    /// Connections open at once; more are answered 503 and closed. Default is 256.
+    pub max_connections: usize,
+    /// Limits of the child processes that import uploads and write exports.
+    pub isolation: isolate::IsolationLimits,
+    /// Address-space limit (RLIMIT_AS) of CPU trace processes; `None`: no limit. Default is
+    /// half the machine's memory plus [`libtorch_mappings_bytes`].
+    pub trace_address_space_bytes: Option<u64>,
+}
+
+/// Address space a libtorch process maps without using it, what a CPU trace process's limit
+/// adds to its memory budget: 4 GiB of libraries (about 2.9 GiB measured with torch 2.11), and
+/// per core a thread's stack and malloc arena (64 MiB each, reserved, mostly untouched).
+pub fn libtorch_mappings_bytes() -> u64 {
+    let cores = std::thread::available_parallelism().map_or(8, |n| n.get() as u64);
+    (4 << 30) + cores * (128 << 20)
+}
+
+/// The machine's memory (MemTotal), when /proc says.
+pub fn physical_memory_bytes() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kib: u64 = info.lines().find_map(|l| l.strip_prefix("MemTotal:"))?.split_whitespace().next()?.parse().ok()?;
+    Some(kib << 10)
 }
 
 impl ServeConfig {
@@ -99,6 +127,11 @@ impl ServeConfig {
             models_dir: None,
             collector_exe: None,
             python: std::env::var_os("MEMORY_TRACER_PYTHON").map_or_else(|| PathBuf::from("python3"), PathBuf::from),
+            header_timeout: std::time::Duration::from_secs(15),
+            body_timeout: std::time::Duration::from_secs(30),
+            max_connections: 256,
+            isolation: isolate::IsolationLimits::default(),
+            trace_address_space_bytes: physical_memory_bytes().map(|m| m / 2 + libtorch_mappings_bytes()),
         }
     }
 }
@@ -149,6 +182,11 @@ pub struct AppState {
     /// The default device.
     pub device: String,
     pub cuda_devices: u32,
+    /// The children that import uploads and write exports, and the slots they run in.
+    pub isolation: isolate::Isolation,
+    /// SHA-256 of the token: requests' tokens are hashed and compared with it in constant
+    /// time, so neither the bytes nor the length leak through timing.
+    token_digest: Option<[u8; 32]>,
 }
 
 impl AppState {
@@ -169,21 +207,22 @@ impl AppState {
             },
         )
         .with_context(|| format!("cannot open the trace store in {}", config.data_dir.display()))?;
-        let exe = if TRACING_BUILT {
-            Some(match &config.collector_exe {
-                Some(p) => p.clone(),
-                None => std::env::current_exe().context("cannot find this collector's binary to run traces with")?,
-            })
-        } else {
-            None
+        let collector = match &config.collector_exe {
+            Some(p) => p.clone(),
+            None => std::env::current_exe().context("cannot find this collector's binary to run traces and imports with")?,
         };
+        let exe = TRACING_BUILT.then(|| collector.clone());
         let jobs = jobs::Jobs::new(exe, config.jobs_per_device, config.max_queue, config.job_timeout);
+        let isolation = isolate::Isolation::new(collector, config.isolation.clone());
+        let token_digest = config.token.as_deref().map(|t| sha256(t.as_bytes()));
         let state = Arc::new(Self {
             config,
             store,
             jobs,
             device,
             cuda_devices,
+            isolation,
+            token_digest,
         });
         if let Err(e) = state.check_device(&state.device) {
             anyhow::bail!("--device {}: {}", state.device, e.detail);
@@ -242,16 +281,23 @@ impl AppState {
     }
 }
 
-/// Constant-time comparison (the token is a secret).
-fn same_secret(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+fn sha256(bytes: &[u8]) -> [u8; 32] {
+    use sha2::Digest;
+    sha2::Sha256::digest(bytes).into()
+}
+
+/// Whether `given` is the token whose digest is `expected`: both are 32-byte digests, compared
+/// with no early exit, so the time says nothing of the token's bytes or length.
+fn token_matches(given: &str, expected: &[u8; 32]) -> bool {
+    let given = sha256(given.as_bytes());
+    given.iter().zip(expected).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// Requires the token on every API route when the server has one: `Authorization: Bearer`,
 /// or `?access_token=` for clients that cannot set headers (EventSource, the viewer's fetch
 /// of a trace URL).
 async fn require_token(State(state): State<Arc<AppState>>, req: axum::extract::Request, next: axum::middleware::Next) -> Response {
-    let Some(token) = state.config.token.as_deref() else {
+    let Some(token) = state.token_digest.as_ref() else {
         return next.run(req).await;
     };
     let from_header = req
@@ -265,13 +311,87 @@ async fn require_token(State(state): State<Arc<AppState>>, req: axum::extract::R
         access_token: Option<String>,
     }
     let from_query = axum::extract::Query::<TokenQuery>::try_from_uri(req.uri()).ok().and_then(|q| q.0.access_token);
-    let ok = from_header.is_some_and(|t| same_secret(t.as_bytes(), token.as_bytes()))
-        || from_query.is_some_and(|t| same_secret(t.as_bytes(), token.as_bytes()));
+    let ok = from_header.is_some_and(|t| token_matches(t, token)) || from_query.is_some_and(|t| token_matches(&t, token));
     if ok {
         next.run(req).await
     } else {
         ApiError::unauthorized().into_response()
     }
+}
+
+/// Whether a `Host` header names this machine's loopback: `localhost`, `127.x.x.x` or `[::1]`,
+/// with or without a port.
+pub fn is_loopback_authority(authority: &str) -> bool {
+    let host = match authority.strip_prefix('[') {
+        Some(rest) => match rest.split_once(']') {
+            Some((ip, port)) if port.is_empty() || port.strip_prefix(':').is_some_and(|p| p.bytes().all(|b| b.is_ascii_digit())) => ip,
+            _ => return false,
+        },
+        None => match authority.rsplit_once(':') {
+            Some((h, port)) if port.bytes().all(|b| b.is_ascii_digit()) => h,
+            Some(_) => return false,
+            None => authority,
+        },
+    };
+    host.eq_ignore_ascii_case("localhost") || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+/// Why a state-changing request (POST, PUT, PATCH, DELETE) comes from another site, if it
+/// does: an `Origin` that is neither this server (its `Host`) nor a `--cors-origin`, or, without
+/// `Origin`, a browser's `Sec-Fetch-Site` of another site. Clients that send neither (curl,
+/// scripts) are no browser a page could drive.
+fn cross_site(headers: &axum::http::HeaderMap, cors_origins: &[String]) -> Option<String> {
+    let allowed = |origin: &str| cors_origins.iter().any(|o| o == "*" || o.eq_ignore_ascii_case(origin));
+    if let Some(origin) = headers.get(header::ORIGIN) {
+        let origin = origin.to_str().unwrap_or("");
+        let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("");
+        let authority = origin.split_once("://").map_or("", |(_, a)| a);
+        if (!host.is_empty() && authority.eq_ignore_ascii_case(host)) || allowed(origin) {
+            return None;
+        }
+        return Some(format!("Origin `{origin}`"));
+    }
+    match headers.get("sec-fetch-site").and_then(|v| v.to_str().ok()) {
+        Some(site @ ("cross-site" | "same-site")) if !cors_origins.iter().any(|o| o == "*") => Some(format!("Sec-Fetch-Site `{site}`")),
+        _ => None,
+    }
+}
+
+/// Refuses what a web page on another site could make a browser send: without a token, any
+/// `Host` but loopback's (a DNS-rebinding page reaches 127.0.0.1 under its own name), and
+/// always, state-changing requests from other origins (CSRF through forms, which need no CORS
+/// preflight).
+async fn guard_browsers(State(state): State<Arc<AppState>>, req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    if state.config.token.is_none() {
+        if let Some(host) = req.headers().get(header::HOST) {
+            let host = host.to_str().unwrap_or("");
+            if !is_loopback_authority(host) {
+                return ApiError::new(
+                    StatusCode::FORBIDDEN,
+                    format!(
+                        "this server has no token, so it answers only requests addressed to localhost, 127.0.0.1 or [::1]; got Host `{}` (a page that renamed this machine, DNS rebinding, is refused): use a loopback address, or start the server with --token-file",
+                        host.chars().take(100).collect::<String>()
+                    ),
+                )
+                .into_response();
+            }
+        }
+    }
+    let changes = !matches!(*req.method(), axum::http::Method::GET | axum::http::Method::HEAD | axum::http::Method::OPTIONS);
+    if changes {
+        if let Some(what) = cross_site(req.headers(), &state.config.cors_origins) {
+            return ApiError::new(
+                StatusCode::FORBIDDEN,
+                format!(
+                    "cross-origin {} refused ({}): only this server's own page, clients without an Origin (curl, scripts) and --cors-origin origins may change its data",
+                    req.method(),
+                    what.chars().take(200).collect::<String>()
+                ),
+            )
+            .into_response();
+        }
+    }
+    next.run(req).await
 }
 
 /// The whole app: API (behind the token), docs, and the viewer at `/`.
@@ -304,6 +424,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .merge(public)
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "Not Found") })
         .method_not_allowed_fallback(|| async { ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed") })
+        .layer(axum::middleware::from_fn_with_state(state.clone(), guard_browsers))
+        .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(state.config.body_timeout))
         .with_state(state.clone());
     if !state.config.cors_origins.is_empty() {
         use tower_http::cors::{AllowOrigin, Any, CorsLayer};
@@ -411,33 +533,98 @@ async fn stop_signal() {
     }
 }
 
+/// Answers a connection past `--max-connections`: 503 with Retry-After, then closed.
+async fn refuse_connection(mut stream: tokio::net::TcpStream, max: usize) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let body = format!("{{\"detail\":\"this server has {max} connections open, its limit (--max-connections); retry shortly\"}}");
+    let answer = format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 1\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(2), async {
+        stream.write_all(answer.as_bytes()).await?;
+        stream.shutdown().await?;
+        // Read what the client sent, so closing does not reset the connection before it has
+        // read the answer.
+        let mut sink = [0u8; 4096];
+        let mut left = 64 * 1024usize;
+        while left > 0 {
+            let n = stream.read(&mut sink).await?;
+            if n == 0 {
+                break;
+            }
+            left = left.saturating_sub(n);
+        }
+        std::io::Result::Ok(())
+    })
+    .await;
+}
+
 /// Binds `host:port` and serves until SIGINT or SIGTERM, then stops gracefully: no new
 /// connections, answers in flight get `grace` to finish, trace children are killed and
 /// reaped, `tmp/` is emptied, and it returns Ok (exit 0). Refuses non-loopback binds without a
 /// token. `on_ready` gets the bound address (port 0 picks a free one).
+///
+/// Connections are served by hyper directly (not `axum::serve`) for what axum does not
+/// expose: a header read timeout (slowloris) and a cap on open connections.
 pub async fn serve(host: &str, port: u16, config: ServeConfig, on_ready: impl FnOnce(SocketAddr, &Arc<AppState>)) -> anyhow::Result<()> {
     use anyhow::Context;
     if !is_loopback(host) && config.token.is_none() {
-        anyhow::bail!("binding {host} exposes the server to the network: pass --token T (or set MEMORY_TRACER_TOKEN) so every API call needs `Authorization: Bearer T`");
+        anyhow::bail!("binding {host} exposes the server to the network: give a token (--token-file FILE, or MEMORY_TRACER_TOKEN) so every API call needs `Authorization: Bearer <token>`");
     }
     let state = AppState::new(config)?;
     let listener = tokio::net::TcpListener::bind((host, port)).await.with_context(|| format!("cannot listen on {host}:{port}"))?;
     let addr = listener.local_addr()?;
     on_ready(addr, &state);
     let grace = state.config.shutdown_grace;
-    let (stopping_tx, mut stopping) = tokio::sync::watch::channel(false);
-    let server = axum::serve(listener, router(state.clone())).with_graceful_shutdown(async move {
-        stop_signal().await;
-        eprintln!("collector serve: stopping (answers in flight get {} s)", grace.as_secs());
-        let _ = stopping_tx.send(true);
-    });
-    let grace_over = async {
-        let _ = stopping.wait_for(|s| *s).await;
-        tokio::time::sleep(grace).await;
+    let max_connections = state.config.max_connections.max(1);
+    let connections = Arc::new(tokio::sync::Semaphore::new(max_connections));
+    let (stopping_tx, stopping_rx) = tokio::sync::watch::channel(false);
+    let app = router(state.clone());
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(state.config.header_timeout);
+    let accept = async {
+        loop {
+            let stream = match listener.accept().await {
+                Ok((s, _)) => s,
+                Err(e) => {
+                    // Out of descriptors and the like: wait instead of spinning.
+                    eprintln!("collector serve: cannot accept a connection: {e}");
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                    continue;
+                }
+            };
+            let _ = stream.set_nodelay(true);
+            let Ok(permit) = connections.clone().try_acquire_owned() else {
+                tokio::spawn(refuse_connection(stream, max_connections));
+                continue;
+            };
+            let service = hyper_util::service::TowerToHyperService::new(app.clone());
+            let conn = http.serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+            let mut stopping = stopping_rx.clone();
+            tokio::spawn(async move {
+                let mut conn = std::pin::pin!(conn);
+                tokio::select! {
+                    _ = conn.as_mut() => {}
+                    () = async { let _ = stopping.wait_for(|s| *s).await; } => {
+                        conn.as_mut().graceful_shutdown();
+                        let _ = conn.await;
+                    }
+                }
+                drop(permit);
+            });
+        }
     };
     tokio::select! {
-        r = server => r.context("the server stopped")?,
-        () = grace_over => eprintln!("collector serve: grace period over; closing the connections left"),
+        () = accept => {}
+        () = stop_signal() => {}
+    }
+    drop(listener); // no new connections from here on
+    eprintln!("collector serve: stopping (answers in flight get {} s)", grace.as_secs());
+    let _ = stopping_tx.send(true);
+    let all_closed = connections.acquire_many(max_connections as u32);
+    if tokio::time::timeout(grace, all_closed).await.is_err() {
+        eprintln!("collector serve: grace period over; closing the connections left");
     }
     // No trace starts from here on; the ones running are killed and reaped, so none
     // outlives the server, running or as a zombie.
@@ -465,9 +652,19 @@ mod tests {
 
     #[test]
     fn tokens_compare_whole() {
-        assert!(same_secret(b"abc", b"abc"));
-        assert!(!same_secret(b"abc", b"abd"));
-        assert!(!same_secret(b"abc", b"ab"));
+        let abc = sha256(b"abc");
+        assert!(token_matches("abc", &abc));
+        assert!(!token_matches("abd", &abc) && !token_matches("ab", &abc) && !token_matches("abcd", &abc) && !token_matches("", &abc));
+    }
+
+    #[test]
+    fn loopback_authorities() {
+        for ok in ["localhost", "localhost:8000", "127.0.0.1", "127.0.0.1:80", "[::1]", "[::1]:8000", "LOCALHOST:1", "127.1.2.3:9"] {
+            assert!(is_loopback_authority(ok), "{ok}");
+        }
+        for bad in ["evil.example", "evil.example:8000", "localhost.evil.example", "127.0.0.1.nip.io", "[::2]:80", "0.0.0.0:80", "", "::1"] {
+            assert!(!is_loopback_authority(bad), "{bad}");
+        }
     }
 
     #[test]

@@ -1,20 +1,28 @@
-//! The persistent trace store of `collector serve`: one folder, written atomically, read
-//! back on start.
+//! The persistent trace store of `collector serve`: one folder, written atomically and
+//! durably, read back on start.
 //!
 //! ```text
+//! DATA_DIR/lock                          held (flock) while a server uses the folder
 //! DATA_DIR/traces/trace_<ms><ext>        the trace as traced (native JSON) or uploaded (as sent)
 //! DATA_DIR/traces/trace_<ms>.meta.json   its StoredTrace: summary, origin, exports
 //! DATA_DIR/exports/trace_<ms>.<format>   exports made through the API
 //! DATA_DIR/tmp/                          files being written; emptied on start
+//! DATA_DIR/quarantine/                   files found unreadable on start, moved aside
 //! ```
 //!
-//! Every file is written in `tmp/` and renamed into place, and the sidecar is written last:
-//! a crash leaves either a whole trace or none (a trace file without its sidecar is removed
-//! on start). Limits: at most `max_traces` traces and `max_bytes` bytes (traces and exports);
-//! adding a trace over either limit first evicts the oldest traces, with their exports.
+//! The commit protocol, which `tests/store_crash.rs` kills the server in the middle of:
+//! every file is written in `tmp/` and fsynced. An insert then renames the sidecar into
+//! place and the trace file after it; the trace file's rename is the commit, and the folder
+//! is fsynced before the answer. A delete (or an eviction) removes the trace file first,
+//! then its exports and sidecar. So a crash leaves a sidecar without its trace file (an
+//! insert or delete that never answered, removed on start) but never a trace file without
+//! its sidecar: one found on start is not the store's doing and goes to `quarantine/`, as
+//! do sidecars that cannot be read and traces whose size is not their sidecar's. Limits: at
+//! most `max_traces` traces and `max_bytes` bytes (traces and exports); a new trace is
+//! committed first, then the oldest traces are evicted, with their exports, until both hold.
 
 use super::api::TraceInfo;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -68,6 +76,11 @@ pub enum StoreError {
     NotFound(String),
     #[error("the trace is {size} bytes, more than the store's limit of {max} bytes (--max-store-mb)")]
     TooLarge { size: u64, max: u64 },
+    /// A second insert of the same id (two uploads completing one live trace).
+    #[error("Trace {0} is already stored")]
+    Exists(String),
+    #[error("another `collector serve`{holder} is using this data directory; stop it or pass another --data-dir: {path} is locked")]
+    Locked { holder: String, path: PathBuf },
     #[error("{context}: {source}")]
     Io { context: String, source: std::io::Error },
 }
@@ -76,6 +89,9 @@ fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> StoreError {
     let context = context.into();
     move |source| StoreError::Io { context, source }
 }
+
+/// The suffix of sidecars; no trace file name ends with it.
+const SIDECAR_SUFFIX: &str = ".meta.json";
 
 #[derive(Debug, Default)]
 struct Index {
@@ -93,9 +109,17 @@ pub struct Store {
     traces_dir: PathBuf,
     exports_dir: PathBuf,
     tmp_dir: PathBuf,
+    quarantine_dir: PathBuf,
     limits: StoreLimits,
     index: Mutex<Index>,
     tmp_counter: AtomicU64,
+    /// `<pid>.<ms at open>`, the start of this process's temporary names: a child of an
+    /// earlier server that was killed (an export worker, a trace) may still write its file in
+    /// `tmp/`, and never under a name this server hands out.
+    session: String,
+    /// The open lock file, locked (flock) for the store's life: one server per folder. The
+    /// kernel releases it when the process ends, however it ends.
+    _lock: std::fs::File,
 }
 
 /// `trace_<ms>` → ms.
@@ -105,6 +129,13 @@ pub fn id_millis(id: &str) -> Option<u64> {
         return None;
     }
     digits.parse().ok()
+}
+
+/// The id milliseconds a file name in the store starts with (`trace_<ms>.…`).
+fn leading_millis(name: &str) -> Option<u64> {
+    let rest = name.strip_prefix("trace_")?;
+    let end = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+    id_millis(&name[..6 + end])
 }
 
 fn now_ms() -> u64 {
@@ -120,69 +151,199 @@ pub(crate) fn is_plain_name(name: &str) -> bool {
         && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
 }
 
+/// The trace file of `id` with extension `ext` (`.pickle`, `.json.gz`, ... from the client):
+/// an extension that is not plain, or that would make the name a sidecar's (`.meta.json`, in
+/// any case), becomes `.upload`. Ids are `trace_<digits>` and extensions start with a dot, so
+/// no trace file can be another trace's file or sidecar either.
+fn trace_file_name(id: &str, ext: &str) -> String {
+    let plain = ext.strip_prefix('.').is_some_and(|e| is_plain_name(e) && !e.contains(".."));
+    let ext = if ext.is_empty() || (plain && !ext.to_ascii_lowercase().ends_with(SIDECAR_SUFFIX)) { ext } else { ".upload" };
+    format!("{id}{ext}")
+}
+
+/// Whether `file` may be trace `id`'s file: `<id>` or `<id>.<plain>`, not a sidecar.
+fn is_trace_file_of(id: &str, file: &str) -> bool {
+    let plain = is_plain_name(file) && !file.to_ascii_lowercase().ends_with(SIDECAR_SUFFIX);
+    plain && file.strip_prefix(id).is_some_and(|ext| ext.is_empty() || ext.starts_with('.'))
+}
+
+fn sidecar_name(id: &str) -> String {
+    format!("{id}{SIDECAR_SUFFIX}")
+}
+
+/// Flushes a folder's entries (renames, unlinks) to the disk.
+fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::File::open(dir)?.sync_all()
+}
+
+/// Flushes a file written elsewhere (a trace child does not sync its output); its size.
+fn sync_file(path: &Path) -> std::io::Result<u64> {
+    let f = std::fs::File::open(path)?;
+    f.sync_all()?;
+    Ok(f.metadata()?.len())
+}
+
+fn remove_if_there(path: &Path) -> std::io::Result<()> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
+}
+
+/// Removes a temporary file when dropped, wherever the code holding it stops: a request
+/// handler is dropped when its client goes away mid-upload, and its file must not stay in
+/// `tmp/` until the next start. Removing a file that was moved into the store does nothing.
+#[derive(Debug)]
+pub struct TempGuard(PathBuf);
+
+impl Drop for TempGuard {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
 impl Store {
-    /// Opens (creating) the store in `root` and reads back what it holds.
+    /// Opens (creating) the store in `root`, locks it, and reads back what it holds.
     pub fn open(root: &Path, limits: StoreLimits) -> Result<Self, StoreError> {
+        std::fs::create_dir_all(root).map_err(io(format!("cannot create {}", root.display())))?;
+        let lock = Self::lock(root)?;
         let store = Self {
             traces_dir: root.join("traces"),
             exports_dir: root.join("exports"),
             tmp_dir: root.join("tmp"),
+            quarantine_dir: root.join("quarantine"),
             limits,
             index: Mutex::new(Index::default()),
             tmp_counter: AtomicU64::new(0),
+            session: format!("{}.{}", std::process::id(), now_ms()),
+            _lock: lock,
         };
-        for d in [&store.traces_dir, &store.exports_dir, &store.tmp_dir] {
+        for d in [&store.traces_dir, &store.exports_dir, &store.tmp_dir, &store.quarantine_dir] {
             std::fs::create_dir_all(d).map_err(io(format!("cannot create {}", d.display())))?;
         }
-        // Half-written files of a previous run.
-        for e in std::fs::read_dir(&store.tmp_dir).map_err(io(format!("cannot read {}", store.tmp_dir.display())))?.flatten() {
-            let _ = std::fs::remove_file(e.path());
+        sync_dir(root).map_err(io(format!("cannot sync {}", root.display())))?;
+        // Half-written files of a previous run (aborted uploads, exports, traces).
+        store.clear_tmp();
+        let index = store.recover()?;
+        *store.index() = index;
+        Ok(store)
+    }
+
+    /// Takes `root/lock` (flock, not blocking) and writes this process's id in it.
+    fn lock(root: &Path) -> Result<std::fs::File, StoreError> {
+        let path = root.join("lock");
+        let mut f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(io(format!("cannot open {}", path.display())))?;
+        match f.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                let pid = std::fs::read_to_string(&path).unwrap_or_default();
+                let pid = pid.trim();
+                let holder = if !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()) { format!(" (pid {pid})") } else { String::new() };
+                return Err(StoreError::Locked { holder, path });
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(io(format!("cannot lock {}", path.display()))(e)),
         }
+        // Only a hint for the message above; the lock is what counts.
+        let _ = f.set_len(0).and_then(|()| writeln!(f, "{}", std::process::id()));
+        Ok(f)
+    }
+
+    /// Reads the sidecars back; removes what unfinished operations left and moves what cannot
+    /// be read to `quarantine/`.
+    fn recover(&self) -> Result<Index, StoreError> {
         let mut index = Index::default();
-        let mut referenced = std::collections::HashSet::new();
-        let entries = std::fs::read_dir(&store.traces_dir).map_err(io(format!("cannot read {}", store.traces_dir.display())))?;
+        let mut referenced = HashSet::new();
+        let entries = std::fs::read_dir(&self.traces_dir).map_err(io(format!("cannot read {}", self.traces_dir.display())))?;
         let mut names: Vec<String> = entries.flatten().filter_map(|e| e.file_name().into_string().ok()).collect();
         names.sort();
         for name in &names {
-            let Some(id) = name.strip_suffix(".meta.json") else { continue };
-            let Some(ms) = id_millis(id) else { continue };
-            let path = store.traces_dir.join(name);
-            let parsed = std::fs::read(&path).ok().and_then(|b| serde_json::from_slice::<StoredTrace>(&b).ok());
-            let Some(mut t) = parsed.filter(|t| t.trace_id == id && is_plain_name(&t.file)) else {
-                eprintln!("collector serve: ignoring unreadable {}", path.display());
-                continue;
-            };
-            let Ok(meta) = std::fs::metadata(store.traces_dir.join(&t.file)) else {
-                eprintln!("collector serve: {} has no trace file; dropping it", path.display());
-                let _ = std::fs::remove_file(&path);
-                continue;
-            };
-            t.file_size_bytes = meta.len();
-            t.exports.retain(|_, e| is_plain_name(&e.file) && std::fs::metadata(store.exports_dir.join(&e.file)).map(|m| e.file_size_bytes = m.len()).is_ok());
-            referenced.insert(t.file.clone());
+            // Ids of files not read back still count: a new id never takes an old file's name.
+            if let Some(ms) = leading_millis(name) {
+                index.last_ms = index.last_ms.max(ms);
+            }
+            let Some(id) = name.strip_suffix(SIDECAR_SUFFIX) else { continue };
             referenced.insert(name.clone());
+            let path = self.traces_dir.join(name);
+            let Some(ms) = id_millis(id) else {
+                self.quarantine(&path, "not a sidecar of this store (its name is not trace_<ms>.meta.json)");
+                continue;
+            };
+            let parsed = std::fs::read(&path).map_err(|e| e.to_string()).and_then(|b| serde_json::from_slice::<StoredTrace>(&b).map_err(|e| e.to_string()));
+            let mut t = match parsed {
+                Ok(t) => t,
+                Err(e) => {
+                    self.quarantine(&path, &format!("unreadable sidecar ({e})"));
+                    continue;
+                }
+            };
+            if t.trace_id != id || !is_trace_file_of(id, &t.file) {
+                self.quarantine(&path, &format!("the sidecar names trace {} in file {:?}", t.trace_id, t.file));
+                continue;
+            }
+            let trace_path = self.traces_dir.join(&t.file);
+            let size = match std::fs::metadata(&trace_path) {
+                Ok(m) => m.len(),
+                Err(_) => {
+                    // An insert that never committed, or a delete that never finished.
+                    eprintln!("collector serve: removing {}: its trace file is not there (an insert or delete the server did not finish)", path.display());
+                    let _ = std::fs::remove_file(&path);
+                    continue;
+                }
+            };
+            referenced.insert(t.file.clone());
+            if size != t.file_size_bytes {
+                let why = format!("the trace file is {size} bytes, its sidecar says {}", t.file_size_bytes);
+                self.quarantine(&trace_path, &why);
+                self.quarantine(&path, &why);
+                continue;
+            }
+            let prefix = format!("{id}.");
+            t.exports.retain(|_, e| {
+                is_plain_name(&e.file) && e.file.starts_with(&prefix) && std::fs::metadata(self.exports_dir.join(&e.file)).is_ok_and(|m| m.len() == e.file_size_bytes)
+            });
             index.bytes += t.file_size_bytes;
             for e in t.exports.values() {
                 index.bytes += e.file_size_bytes;
                 index.exports.insert(e.file.clone(), ms);
             }
-            index.last_ms = index.last_ms.max(ms);
             index.traces.insert(ms, t);
         }
-        // Trace files whose sidecar never got written (a crash between the two renames).
+        // A trace file without a sidecar: no crash of this store leaves one.
         for name in names.iter().filter(|n| !referenced.contains(*n)) {
-            let _ = std::fs::remove_file(store.traces_dir.join(name));
+            self.quarantine(&self.traces_dir.join(name), "a trace file without its sidecar");
         }
-        if let Ok(entries) = std::fs::read_dir(&store.exports_dir) {
-            for e in entries.flatten() {
-                let keep = e.file_name().to_str().is_some_and(|n| index.exports.contains_key(n));
-                if !keep {
-                    let _ = std::fs::remove_file(e.path());
-                }
+        // Exports are made again on request: one no sidecar names (a crash between the
+        // export's rename and its sidecar's) is removed.
+        for e in std::fs::read_dir(&self.exports_dir).into_iter().flatten().flatten() {
+            if !e.file_name().to_str().is_some_and(|n| index.exports.contains_key(n)) {
+                let _ = std::fs::remove_file(e.path());
             }
         }
-        *store.index.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = index;
-        Ok(store)
+        for d in [&self.traces_dir, &self.exports_dir, &self.quarantine_dir] {
+            sync_dir(d).map_err(io(format!("cannot sync {}", d.display())))?;
+        }
+        Ok(index)
+    }
+
+    /// Moves a file of `traces/` to `quarantine/` (never over another) and says so.
+    fn quarantine(&self, path: &Path, why: &str) {
+        let name = path.file_name().map_or_else(|| "unnamed".into(), |n| n.to_string_lossy().into_owned());
+        let mut dest = self.quarantine_dir.join(&name);
+        let mut n = 1;
+        while dest.symlink_metadata().is_ok() {
+            dest = self.quarantine_dir.join(format!("{name}.{n}"));
+            n += 1;
+        }
+        match std::fs::rename(path, &dest) {
+            Ok(()) => eprintln!("collector serve: quarantined {} ({why}): moved to {}", path.display(), dest.display()),
+            Err(e) => eprintln!("collector serve: cannot quarantine {} ({why}; {e}); it stays where it is", path.display()),
+        }
     }
 
     fn index(&self) -> std::sync::MutexGuard<'_, Index> {
@@ -198,18 +359,28 @@ impl Store {
         format!("trace_{ms}")
     }
 
-    /// A path in the store's temporary folder (same file system as the store: renames are
-    /// atomic).
     /// Removes everything in `tmp/` (files being written when the server stops).
     pub fn clear_tmp(&self) {
         for e in std::fs::read_dir(&self.tmp_dir).into_iter().flatten().flatten() {
-            let _ = std::fs::remove_file(e.path());
+            let path = e.path();
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                let _ = std::fs::remove_dir_all(&path);
+            } else {
+                let _ = std::fs::remove_file(&path);
+            }
         }
     }
 
+    /// A path in the store's temporary folder (same file system as the store: renames are
+    /// atomic). The caller removes it, or holds a [`Store::temp_guard`] that does.
     pub fn temp_path(&self, hint: &str) -> PathBuf {
         let n = self.tmp_counter.fetch_add(1, Ordering::Relaxed);
-        self.tmp_dir.join(format!("{n}-{hint}"))
+        self.tmp_dir.join(format!("{}-{n}-{hint}", self.session))
+    }
+
+    /// Removes the temporary file `path` when dropped (see [`TempGuard`]).
+    pub fn temp_guard(&self, path: &Path) -> TempGuard {
+        TempGuard(path.to_owned())
     }
 
     /// How many traces and bytes the store holds.
@@ -223,20 +394,24 @@ impl Store {
     }
 
     /// Moves `tmp` (written by the caller in [`Store::temp_path`]) into the store as trace
-    /// `id`, evicting the oldest traces first where the limits call for it. Returns the stored
-    /// trace and the evicted ids.
+    /// `id`, durably, then evicts the oldest traces where the limits call for it. Returns the
+    /// stored trace and the evicted ids.
     pub fn insert(&self, id: &str, origin: Origin, original_name: Option<String>, tmp: &Path, ext: &str, info: TraceInfo) -> Result<(StoredTrace, Vec<String>), StoreError> {
-        let ms = id_millis(id).ok_or_else(|| StoreError::NotFound(id.to_owned()))?;
-        let size = std::fs::metadata(tmp).map_err(io("cannot read the new trace"))?.len();
-        if size > self.limits.max_bytes {
+        let refuse = |e: StoreError| {
             let _ = std::fs::remove_file(tmp);
-            return Err(StoreError::TooLarge {
-                size,
-                max: self.limits.max_bytes,
-            });
+            Err(e)
+        };
+        let Some(ms) = id_millis(id) else { return refuse(StoreError::NotFound(id.to_owned())) };
+        // Its bytes reach the disk before its name does; outside the lock: a large trace
+        // takes a while.
+        let size = match sync_file(tmp) {
+            Ok(s) => s,
+            Err(e) => return refuse(io("cannot read the new trace")(e)),
+        };
+        if size > self.limits.max_bytes {
+            return refuse(StoreError::TooLarge { size, max: self.limits.max_bytes });
         }
-        let file = format!("{id}{ext}");
-        debug_assert!(is_plain_name(&file));
+        let file = trace_file_name(id, ext);
         let stored = StoredTrace {
             trace_id: id.to_owned(),
             created_unix_ms: now_ms(),
@@ -248,41 +423,58 @@ impl Store {
             info,
         };
         let mut index = self.index();
-        let mut evicted = Vec::new();
-        while !index.traces.is_empty() && (index.traces.len() + 1 > self.limits.max_traces || index.bytes + size > self.limits.max_bytes) {
-            let Some((_, old)) = index.traces.pop_first() else { break };
-            self.remove_files(&mut index, &old);
-            eprintln!("collector serve: evicted {} (store limits: {} traces, {} bytes)", old.trace_id, self.limits.max_traces, self.limits.max_bytes);
-            evicted.push(old.trace_id);
-        }
         let dest = self.traces_dir.join(&file);
-        if let Err(e) = std::fs::rename(tmp, &dest) {
-            let _ = std::fs::remove_file(tmp);
-            return Err(io(format!("cannot move the trace into {}", dest.display()))(e));
+        let sidecar = self.traces_dir.join(sidecar_name(id));
+        if index.traces.contains_key(&ms) || dest.symlink_metadata().is_ok() || sidecar.symlink_metadata().is_ok() {
+            return refuse(StoreError::Exists(id.to_owned()));
         }
+        // The sidecar first, then the trace file: that rename commits the trace.
         if let Err(e) = self.write_sidecar(&stored) {
+            return refuse(e);
+        }
+        if let Err(e) = std::fs::rename(tmp, &dest).and_then(|()| sync_dir(&self.traces_dir)) {
             let _ = std::fs::remove_file(&dest);
-            return Err(e);
+            let _ = std::fs::remove_file(&sidecar);
+            return refuse(io(format!("cannot move the trace into {}", dest.display()))(e));
         }
         index.bytes += size;
         index.traces.insert(ms, stored.clone());
+        let evicted = self.evict(&mut index, ms);
         Ok((stored, evicted))
+    }
+
+    /// Evicts the oldest traces but `keep` until the limits hold; their ids.
+    fn evict(&self, index: &mut Index, keep: u64) -> Vec<String> {
+        let mut evicted = Vec::new();
+        while index.traces.len() > self.limits.max_traces || index.bytes > self.limits.max_bytes {
+            let Some(ms) = index.traces.keys().copied().find(|&k| k != keep) else { break };
+            let Some(old) = index.traces.remove(&ms) else { break };
+            if let Err(e) = self.remove_files(index, &old) {
+                eprintln!("collector serve: cannot evict {}: {e}", old.trace_id);
+                index.traces.insert(ms, old);
+                break;
+            }
+            eprintln!("collector serve: evicted {} (store limits: {} traces, {} bytes)", old.trace_id, self.limits.max_traces, self.limits.max_bytes);
+            evicted.push(old.trace_id);
+        }
+        evicted
     }
 
     fn write_sidecar(&self, t: &StoredTrace) -> Result<(), StoreError> {
         let bytes = serde_json::to_vec_pretty(t).map_err(|e| io("cannot encode the sidecar")(std::io::Error::other(e)))?;
-        let dest = self.traces_dir.join(format!("{}.meta.json", t.trace_id));
+        let dest = self.traces_dir.join(sidecar_name(&t.trace_id));
         self.write_atomic(&dest, &bytes)
     }
 
-    /// Writes `bytes` to `dest` through a synced temporary file and a rename.
+    /// Writes `bytes` to `dest` through a synced temporary file, a rename and a synced folder.
     fn write_atomic(&self, dest: &Path, bytes: &[u8]) -> Result<(), StoreError> {
         let tmp = self.temp_path("sidecar");
         let written = (|| {
             let mut f = std::fs::File::create(&tmp)?;
             f.write_all(bytes)?;
             f.sync_all()?;
-            std::fs::rename(&tmp, dest)
+            std::fs::rename(&tmp, dest)?;
+            sync_dir(dest.parent().unwrap_or(Path::new(".")))
         })();
         if let Err(e) = written {
             let _ = std::fs::remove_file(&tmp);
@@ -291,15 +483,23 @@ impl Store {
         Ok(())
     }
 
-    fn remove_files(&self, index: &mut Index, t: &StoredTrace) {
-        let _ = std::fs::remove_file(self.traces_dir.join(format!("{}.meta.json", t.trace_id)));
-        let _ = std::fs::remove_file(self.traces_dir.join(&t.file));
+    /// Removes a trace's files, the trace file first (that uncommits it), and takes it out of
+    /// the byte count and the exports. `t` is no longer in `index.traces`. Nothing changes
+    /// when the trace file cannot be removed.
+    fn remove_files(&self, index: &mut Index, t: &StoredTrace) -> Result<(), StoreError> {
+        let trace = self.traces_dir.join(&t.file);
+        remove_if_there(&trace).and_then(|()| sync_dir(&self.traces_dir)).map_err(io(format!("cannot remove {}", trace.display())))?;
         index.bytes = index.bytes.saturating_sub(t.file_size_bytes);
         for e in t.exports.values() {
             let _ = std::fs::remove_file(self.exports_dir.join(&e.file));
             index.exports.remove(&e.file);
             index.bytes = index.bytes.saturating_sub(e.file_size_bytes);
         }
+        let _ = std::fs::remove_file(self.traces_dir.join(sidecar_name(&t.trace_id)));
+        // What is left of it after a crash from here on is removed on start.
+        let _ = sync_dir(&self.exports_dir);
+        let _ = sync_dir(&self.traces_dir);
+        Ok(())
     }
 
     pub fn get(&self, id: &str) -> Option<StoredTrace> {
@@ -317,11 +517,26 @@ impl Store {
         self.traces_dir.join(&t.file)
     }
 
-    /// Deletes a trace and its exports; returns how many traces remain.
+    /// A stored trace and its file, opened under the store's lock: a delete or eviction that
+    /// comes after still lets the open file be read whole (Unix keeps an unlinked file's
+    /// bytes while it is open); one that came before makes it `NotFound`.
+    pub fn open_trace(&self, id: &str) -> Result<(StoredTrace, std::fs::File), StoreError> {
+        let index = self.index();
+        let t = id_millis(id).and_then(|ms| index.traces.get(&ms)).ok_or_else(|| StoreError::NotFound(id.to_owned()))?;
+        let path = self.traces_dir.join(&t.file);
+        let f = std::fs::File::open(&path).map_err(io(format!("cannot open {}", path.display())))?;
+        Ok((t.clone(), f))
+    }
+
+    /// Deletes a trace and its exports, durably; returns how many traces remain.
     pub fn delete(&self, id: &str) -> Result<usize, StoreError> {
         let mut index = self.index();
-        let t = id_millis(id).and_then(|ms| index.traces.remove(&ms)).ok_or_else(|| StoreError::NotFound(id.to_owned()))?;
-        self.remove_files(&mut index, &t);
+        let ms = id_millis(id).filter(|ms| index.traces.contains_key(ms)).ok_or_else(|| StoreError::NotFound(id.to_owned()))?;
+        let Some(t) = index.traces.remove(&ms) else { return Err(StoreError::NotFound(id.to_owned())) };
+        if let Err(e) = self.remove_files(&mut index, &t) {
+            index.traces.insert(ms, t);
+            return Err(e);
+        }
         Ok(index.traces.len())
     }
 
@@ -335,25 +550,28 @@ impl Store {
         self.get(id)?.exports.get(format).cloned()
     }
 
-    /// Moves `tmp` into the exports as trace `id`'s `format` export named `file`.
+    /// Moves `tmp` into the exports as trace `id`'s `format` export named `file`, durably.
     pub fn add_export(&self, id: &str, format: &str, file: String, tmp: &Path) -> Result<ExportFile, StoreError> {
-        let size = std::fs::metadata(tmp).map_err(io("cannot read the new export"))?.len();
+        let size = match sync_file(tmp) {
+            Ok(s) => s,
+            Err(e) => {
+                let _ = std::fs::remove_file(tmp);
+                return Err(io("cannot read the new export")(e));
+            }
+        };
         let mut index = self.index();
-        let ms = id_millis(id).filter(|ms| index.traces.contains_key(ms));
+        let ms = id_millis(id).filter(|ms| index.traces.contains_key(ms) && is_plain_name(&file) && file.starts_with(&format!("{id}.")));
         let Some(ms) = ms else {
-            // Deleted while the export was being written.
+            // Deleted (or evicted) while the export was being written.
             let _ = std::fs::remove_file(tmp);
             return Err(StoreError::NotFound(id.to_owned()));
         };
         let dest = self.exports_dir.join(&file);
-        if let Err(e) = std::fs::rename(tmp, &dest) {
+        if let Err(e) = std::fs::rename(tmp, &dest).and_then(|()| sync_dir(&self.exports_dir)) {
             let _ = std::fs::remove_file(tmp);
             return Err(io(format!("cannot move the export into {}", dest.display()))(e));
         }
-        let export = ExportFile {
-            file: file.clone(),
-            file_size_bytes: size,
-        };
+        let export = ExportFile { file: file.clone(), file_size_bytes: size };
         let Some(t) = index.traces.get_mut(&ms) else {
             return Err(StoreError::NotFound(id.to_owned()));
         };
@@ -361,18 +579,21 @@ impl Store {
         let updated = t.clone();
         index.bytes = index.bytes + size - old.map_or(0, |o| o.file_size_bytes);
         index.exports.insert(file, ms);
-        // Under the lock: sidecars of one trace are written in the order of their changes.
+        // Under the lock: sidecars of one trace are written in the order of their changes. If
+        // this fails, the sidecar on disk does not name the export and a restart removes it.
         self.write_sidecar(&updated)?;
         Ok(export)
     }
 
-    /// The path of a download, only for export files the store made: any other name
-    /// (traversal, another folder, a sidecar) is `None`.
-    pub fn download_path(&self, file: &str) -> Option<PathBuf> {
-        if !is_plain_name(file) || !self.index().exports.contains_key(file) {
-            return None;
+    /// An export file the store made, opened under its lock (see [`Store::open_trace`]): any
+    /// other name (traversal, another folder, a sidecar) is `NotFound`.
+    pub fn open_export(&self, file: &str) -> Result<std::fs::File, StoreError> {
+        let index = self.index();
+        if !is_plain_name(file) || !index.exports.contains_key(file) {
+            return Err(StoreError::NotFound(file.to_owned()));
         }
-        Some(self.exports_dir.join(file))
+        let path = self.exports_dir.join(file);
+        std::fs::File::open(&path).map_err(io(format!("cannot open {}", path.display())))
     }
 }
 
@@ -393,6 +614,23 @@ mod tests {
         assert_eq!(id_millis("trace_123"), Some(123));
         for bad in ["trace_", "trace_12a", "trace_-1", "x_1", "trace_1.json"] {
             assert_eq!(id_millis(bad), None, "{bad}");
+        }
+        assert_eq!(leading_millis("trace_123.meta.json"), Some(123));
+        assert_eq!(leading_millis("trace_.pickle"), None);
+    }
+
+    #[test]
+    fn trace_files_never_alias_a_sidecar() {
+        assert_eq!(trace_file_name("trace_1", ".pickle"), "trace_1.pickle");
+        assert_eq!(trace_file_name("trace_1", ".json.gz"), "trace_1.json.gz");
+        assert_eq!(trace_file_name("trace_1", ""), "trace_1");
+        for bad in [".meta.json", ".META.JSON", ".x.meta.json", "..", ".", "./x", "x", "/../a", ".a..b"] {
+            let name = trace_file_name("trace_1", bad);
+            assert_eq!(name, "trace_1.upload", "{bad:?}");
+        }
+        assert!(is_trace_file_of("trace_1", "trace_1.pickle") && is_trace_file_of("trace_1", "trace_1"));
+        for bad in ["trace_1.meta.json", "trace_12.pickle", "trace_2.pickle", "../trace_1", "trace_1/x"] {
+            assert!(!is_trace_file_of("trace_1", bad), "{bad}");
         }
     }
 }

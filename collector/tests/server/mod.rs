@@ -15,6 +15,8 @@ pub struct Server {
     pub agent: ureq::Agent,
     pub token: Option<String>,
     pub data_dir: PathBuf,
+    /// Every line the server wrote to stderr so far.
+    pub log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 impl Server {
@@ -24,7 +26,19 @@ impl Server {
     }
 
     pub fn start_with(exe: &str, data_dir: &Path, args: &[&str]) -> Server {
-        let mut child = Command::new(exe)
+        Self::start_env(exe, data_dir, args, &[])
+    }
+
+    /// As [`Server::start_with`], with these environment variables set (and
+    /// `MEMORY_TRACER_TOKEN` removed unless given). The token is `--token`'s, else the
+    /// environment's, else `--token-file`'s.
+    pub fn start_env(exe: &str, data_dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Server {
+        let mut cmd = Command::new(exe);
+        cmd.env_remove("MEMORY_TRACER_TOKEN");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd
             .args(["serve", "--port", "0", "--device", "cpu", "--data-dir"])
             .arg(data_dir)
             .args(args)
@@ -34,9 +48,12 @@ impl Server {
             .expect("cannot start collector serve");
         let stderr = child.stderr.take().expect("stderr");
         let (tx, rx) = std::sync::mpsc::channel();
+        let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let kept = log.clone();
         std::thread::spawn(move || {
             let mut sent = false;
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                kept.lock().unwrap().push(line.clone());
                 if !sent {
                     if let Some(addr) = line.strip_prefix("Memory Tracer is serving ").and_then(|l| l.rsplit(" on ").next()) {
                         let _ = tx.send(Ok(addr.to_owned()));
@@ -60,14 +77,38 @@ impl Server {
                 panic!("collector serve did not start within 60 s");
             }
         };
-        let token = args.iter().position(|a| *a == "--token").map(|i| args[i + 1].to_owned());
+        let arg = |name: &str| args.iter().position(|a| *a == name).map(|i| args[i + 1].to_owned());
+        let token = arg("--token")
+            .or_else(|| env.iter().find(|(k, _)| *k == "MEMORY_TRACER_TOKEN").map(|(_, v)| (*v).to_owned()))
+            .or_else(|| arg("--token-file").map(|f| std::fs::read_to_string(f).unwrap().trim().to_owned()));
         Server {
             child,
             base: format!("http://{addr}"),
             agent: agent(),
             token,
             data_dir: data_dir.to_owned(),
+            log,
         }
+    }
+
+    /// The server's address, `127.0.0.1:PORT`.
+    pub fn addr(&self) -> &str {
+        self.base.trim_start_matches("http://")
+    }
+
+    /// Sends `request` as it is over a new connection; the status and body of the answer
+    /// (status 0 when the server closed the connection without one).
+    pub fn raw(&self, request: &[u8]) -> (u16, String) {
+        use std::io::{Read, Write};
+        let mut c = std::net::TcpStream::connect(self.addr()).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        c.write_all(request).unwrap();
+        let mut answer = Vec::new();
+        let _ = c.read_to_end(&mut answer);
+        let text = String::from_utf8_lossy(&answer).into_owned();
+        let status = text.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+        let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b).to_owned();
+        (status, body)
     }
 
     pub fn url(&self, path: &str) -> String {
