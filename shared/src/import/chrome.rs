@@ -12,20 +12,10 @@ use crate::model::{
     Device, EventRecord, EventType, LayerScope, OperatorEvent, Phase, SourceFormat, StrId, TensorRef, Totals, Trace,
     TraceMeta,
 };
+use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use std::collections::HashMap;
-
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum ChromeFile {
-    Object {
-        #[serde(rename = "traceEvents")]
-        trace_events: Vec<RawEvent>,
-        #[serde(rename = "deviceProperties", default)]
-        device_properties: Vec<DeviceProperties>,
-    },
-    Array(Vec<RawEvent>),
-}
+use std::io::Read;
 
 #[derive(Deserialize)]
 struct DeviceProperties {
@@ -44,7 +34,7 @@ struct RawEvent {
     #[serde(default)]
     name: Option<String>,
     #[serde(default)]
-    tid: Option<serde_json::Value>,
+    tid: Option<Tid>,
     #[serde(default)]
     ts: Option<f64>,
     #[serde(default)]
@@ -77,16 +67,77 @@ struct RawArgs {
     input_type: Option<serde_json::Value>,
 }
 
-fn thread_key(v: &Option<serde_json::Value>) -> u64 {
-    match v {
-        Some(serde_json::Value::Number(n)) => n.as_u64().or_else(|| n.as_i64().map(|i| i as u64)).unwrap_or(0),
-        Some(serde_json::Value::String(s)) => {
-            // Named lanes ("Spans"): hash to a stable id.
-            s.bytes().fold(0xcbf29ce484222325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100000001b3))
+/// A thread id as the importer keys it: an integer as is (negative ones as their two's
+/// complement), a named lane ("Spans") hashed to a stable id, anything else 0. Read without
+/// building a `serde_json::Value`, so an odd `tid` costs nothing to skip.
+struct Tid(u64);
+
+impl<'de> Deserialize<'de> for Tid {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Tid;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a thread id")
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<Tid, E> {
+                Ok(Tid(v))
+            }
+            fn visit_i64<E>(self, v: i64) -> Result<Tid, E> {
+                Ok(Tid(v as u64))
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Tid, E> {
+                Ok(Tid(0))
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Tid, E> {
+                Ok(Tid(0))
+            }
+            fn visit_str<E>(self, s: &str) -> Result<Tid, E> {
+                Ok(Tid(s.bytes().fold(0xcbf29ce484222325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100000001b3))))
+            }
+            fn visit_unit<E>(self) -> Result<Tid, E> {
+                Ok(Tid(0))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Tid, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Tid(0))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Tid, A::Error> {
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(Tid(0))
+            }
         }
-        _ => 0,
+        d.deserialize_any(V)
     }
 }
+
+fn thread_key(v: &Option<Tid>) -> u64 {
+    v.as_ref().map_or(0, |t| t.0)
+}
+
+/// A `[memory]` event, kept (the rest of its event is dropped as it is read).
+struct MemRec {
+    ts_ns: u64,
+    tid: u64,
+    args: Option<MemArgs>,
+}
+
+struct MemArgs {
+    total_reserved: Option<i64>,
+    total_allocated: Option<i64>,
+    bytes: Option<i64>,
+    device_id: Option<i64>,
+    device_type: Option<i64>,
+    addr: Option<i64>,
+}
+
+/// Most devices a trace may name (device indices are stored in a byte).
+const MAX_DEVICES: usize = 256;
+
+/// Longest module path made by joining nested `nn.Module` names. Real paths are a few hundred
+/// bytes; past this a module's events keep its parent's path, so that deep nesting costs
+/// neither quadratic time nor quadratic memory.
+const MAX_MODULE_PATH_BYTES: usize = 1024;
 
 fn ts_ns(us: f64) -> u64 {
     if us.is_finite() && us > 0.0 {
@@ -123,39 +174,23 @@ enum SliceKind {
     Module,
 }
 
-/// Imports a Chrome trace.
-pub fn import(data: &[u8]) -> Result<Trace, ImportError> {
-    let file: ChromeFile = serde_json::from_slice(data).map_err(|e| {
-        if e.is_data() {
-            // Typed parsing failed on a valid JSON document: say what shape was expected.
-            ImportError::Chrome {
-                path: format!("line {} column {}", e.line(), e.column()),
-                reason: format!("expected a torch.profiler trace ({{\"traceEvents\": [...]}}): {e}"),
-            }
-        } else {
-            ImportError::json(&e)
-        }
-    })?;
-    let (events, props) = match file {
-        ChromeFile::Object {
-            trace_events,
-            device_properties,
-        } => (trace_events, device_properties),
-        ChromeFile::Array(a) => (a, Vec::new()),
-    };
-    let mut meta = TraceMeta::new(SourceFormat::ChromeTrace);
-    if let Some(p) = props.first() {
-        meta.device_name = p.name.clone();
-        meta.device_total_memory_bytes = p.total_global_mem;
-    }
-    let mut trace = Trace::new(meta);
+/// What reading the events builds, one event at a time: no event is kept whole, so a trace
+/// costs what its slices and memory events cost, not what its JSON would as values.
+struct Reading {
+    trace: Trace,
+    slices: HashMap<u64, Vec<Slice>>,
+    memory: Vec<MemRec>,
+    shapes: HashMap<Vec<i64>, u32>,
+    has_modules: bool,
+    /// Events read so far (error paths name the event).
+    events_read: usize,
+    device: Option<DeviceProperties>,
+    /// The importer's own error, which stopped the parse.
+    failed: Option<ImportError>,
+}
 
-    // Slices per thread.
-    let mut slices: HashMap<u64, Vec<Slice>> = HashMap::new();
-    let mut memory: Vec<(u64, u64, &RawEvent)> = Vec::new(); // (ts, tid, event)
-    let mut shapes: HashMap<Vec<i64>, u32> = HashMap::new();
-    let mut has_modules = false;
-    for (i, e) in events.iter().enumerate() {
+impl Reading {
+    fn event(&mut self, i: usize, e: RawEvent) -> Result<(), ImportError> {
         let ph = e.ph.as_deref().unwrap_or("");
         let name = e.name.as_deref().unwrap_or("");
         let cat = e.cat.as_deref().unwrap_or("");
@@ -167,28 +202,36 @@ pub fn import(data: &[u8]) -> Result<Trace, ImportError> {
                     reason: "a [memory] event has no timestamp".into(),
                 });
             };
-            memory.push((ts_ns(ts), tid, e));
-            continue;
+            let args = e.args.map(|a| MemArgs {
+                total_reserved: a.total_reserved,
+                total_allocated: a.total_allocated,
+                bytes: a.bytes,
+                device_id: a.device_id,
+                device_type: a.device_type,
+                addr: a.addr,
+            });
+            self.memory.push(MemRec { ts_ns: ts_ns(ts), tid, args });
+            return Ok(());
         }
         if ph != "X" {
-            continue;
+            return Ok(());
         }
-        let (Some(ts), Some(dur)) = (e.ts, e.dur) else { continue };
+        let (Some(ts), Some(dur)) = (e.ts, e.dur) else { return Ok(()) };
         let start_ns = ts_ns(ts);
         let end_ns = start_ns.saturating_add(ts_ns(dur.max(0.0)));
         let kind = match cat {
             "cpu_op" => SliceKind::Op,
             "user_annotation" => SliceKind::Annotation,
             "python_function" if name.starts_with("nn.Module: ") => {
-                has_modules = true;
+                self.has_modules = true;
                 SliceKind::Module
             }
-            _ => continue,
+            _ => return Ok(()),
         };
-        let name_id = trace.strings.intern(name.strip_prefix("nn.Module: ").unwrap_or(name));
+        let name_id = self.trace.strings.intern(name.strip_prefix("nn.Module: ").unwrap_or(name));
         let op = if kind == SliceKind::Op {
             let args = e.args.as_ref();
-            let t0 = trace.tensors.len() as u32;
+            let t0 = self.trace.tensors.len() as u32;
             if let Some(serde_json::Value::Array(dims)) = args.and_then(|a| a.input_dims.as_ref()) {
                 let types = match args.and_then(|a| a.input_type.as_ref()) {
                     Some(serde_json::Value::Array(t)) => t.as_slice(),
@@ -203,20 +246,20 @@ pub fn import(data: &[u8]) -> Result<Trace, ImportError> {
                         continue; // scalars, lists and unknown types are not tensors we can size
                     }
                     let numel = shape.iter().try_fold(1u64, |acc, &x| acc.checked_mul(x.max(0) as u64)).unwrap_or(0);
-                    let next = trace.shapes.len() as u32;
-                    let sid = *shapes.entry(shape.clone()).or_insert_with(|| {
-                        trace.shapes.push(shape);
+                    let next = self.trace.shapes.len() as u32;
+                    let sid = *self.shapes.entry(shape.clone()).or_insert_with(|| {
+                        self.trace.shapes.push(shape);
                         next
                     });
-                    trace.tensors.push(TensorRef {
+                    self.trace.tensors.push(TensorRef {
                         storage_id: 0,
                         size_bytes: numel.saturating_mul(elem),
                         shape: sid,
                     });
                 }
             }
-            let t1 = trace.tensors.len() as u32;
-            trace.ops.push(OperatorEvent {
+            let t1 = self.trace.tensors.len() as u32;
+            self.trace.ops.push(OperatorEvent {
                 name: name_id,
                 phase: Phase::Other,
                 seq_nr: args.and_then(|a| a.sequence_number).unwrap_or(-1),
@@ -228,17 +271,170 @@ pub fn import(data: &[u8]) -> Result<Trace, ImportError> {
                 inputs: (t0, t1),
                 outputs: (t1, t1),
             });
-            Some(trace.ops.len() - 1)
+            Some(self.trace.ops.len() - 1)
         } else {
             None
         };
-        slices.entry(tid).or_default().push(Slice {
+        self.slices.entry(tid).or_default().push(Slice {
             start_ns,
             end_ns,
             name: name_id,
             kind,
             op,
         });
+        Ok(())
+    }
+}
+
+/// The list of events, handed to [`Reading::event`] as each is parsed.
+struct Events<'r>(&'r mut Reading);
+
+impl<'de> DeserializeSeed<'de> for Events<'_> {
+    type Value = ();
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_seq(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Events<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a list of trace events")
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while let Some(e) = seq.next_element::<RawEvent>()? {
+            let i = self.0.events_read;
+            self.0.events_read += 1;
+            if let Err(err) = self.0.event(i, e) {
+                self.0.failed = Some(err);
+                return Err(serde::de::Error::custom("stopped by the importer"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `deviceProperties`: the first device is kept, the rest skipped.
+struct FirstDevice<'r>(&'r mut Reading);
+
+impl<'de> DeserializeSeed<'de> for FirstDevice<'_> {
+    type Value = ();
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_seq(self)
+    }
+}
+
+impl<'de> Visitor<'de> for FirstDevice<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a list of device properties")
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        if let Some(first) = seq.next_element::<DeviceProperties>()? {
+            self.0.device.get_or_insert(first);
+        }
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(())
+    }
+}
+
+/// The whole file: `{"traceEvents": [...], "deviceProperties": [...], ...}` or a bare list of
+/// events, parsed as it streams by (an untagged enum would buffer the whole document first).
+struct File<'r>(&'r mut Reading);
+
+impl<'de> DeserializeSeed<'de> for File<'_> {
+    type Value = ();
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for File<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("an object with \"traceEvents\" or a list of events")
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<(), A::Error> {
+        Events(self.0).visit_seq(seq)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        use serde::de::Error;
+        let (mut events, mut devices) = (false, false);
+        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            match key.as_ref() {
+                "traceEvents" if events => return Err(A::Error::duplicate_field("traceEvents")),
+                "traceEvents" => {
+                    events = true;
+                    map.next_value_seed(Events(&mut *self.0))?;
+                }
+                "deviceProperties" if devices => return Err(A::Error::duplicate_field("deviceProperties")),
+                "deviceProperties" => {
+                    devices = true;
+                    map.next_value_seed(FirstDevice(&mut *self.0))?;
+                }
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        if !events {
+            return Err(A::Error::missing_field("traceEvents"));
+        }
+        Ok(())
+    }
+}
+
+/// Imports a Chrome trace.
+pub fn import(data: &[u8]) -> Result<Trace, ImportError> {
+    read(serde_json::Deserializer::from_slice(data))
+}
+
+/// Imports a Chrome trace from a reader, parsing as the bytes arrive: the document is never
+/// held whole (gzip input streams through here). I/O errors come back as
+/// [`ImportError::Read`].
+pub fn import_reader(reader: impl Read) -> Result<Trace, ImportError> {
+    read(serde_json::Deserializer::from_reader(std::io::BufReader::with_capacity(64 << 10, reader)))
+}
+
+fn read<'de, R: serde_json::de::Read<'de>>(mut de: serde_json::Deserializer<R>) -> Result<Trace, ImportError> {
+    let mut r = Reading {
+        trace: Trace::new(TraceMeta::new(SourceFormat::ChromeTrace)),
+        slices: HashMap::new(),
+        memory: Vec::new(),
+        shapes: HashMap::new(),
+        has_modules: false,
+        events_read: 0,
+        device: None,
+        failed: None,
+    };
+    let parsed = File(&mut r).deserialize(&mut de).and_then(|()| de.end());
+    if let Some(e) = r.failed.take() {
+        return Err(e);
+    }
+    parsed.map_err(|e| {
+        if e.is_io() {
+            ImportError::Read { reason: e.to_string() }
+        } else if e.is_data() {
+            // Typed parsing failed on a valid JSON document: say what shape was expected.
+            ImportError::Chrome {
+                path: format!("line {} column {}", e.line(), e.column()),
+                reason: format!("expected a torch.profiler trace ({{\"traceEvents\": [...]}}): {e}"),
+            }
+        } else {
+            ImportError::json(&e)
+        }
+    })?;
+    let Reading {
+        mut trace,
+        mut slices,
+        mut memory,
+        has_modules,
+        device,
+        ..
+    } = r;
+    if let Some(p) = device {
+        trace.meta.device_name = p.name;
+        trace.meta.device_total_memory_bytes = p.total_global_mem;
     }
 
     // Phase of each slice: inside an autograd node = backward, inside Optimizer.step = optimizer,
@@ -260,85 +456,79 @@ pub fn import(data: &[u8]) -> Result<Trace, ImportError> {
             None
         }
     };
-    memory.sort_by_key(|&(ts, _, _)| ts);
+    memory.sort_by_key(|m| m.ts_ns);
     // Memory events grouped by thread, keeping their global order index.
     let mut mem_by_tid: HashMap<u64, Vec<usize>> = HashMap::new();
-    for (k, &(_, tid, _)) in memory.iter().enumerate() {
-        mem_by_tid.entry(tid).or_default().push(k);
+    for (k, rec) in memory.iter().enumerate() {
+        mem_by_tid.entry(rec.tid).or_default().push(k);
     }
     let mut mem_ctx: Vec<(Phase, StrId)> = vec![(Phase::Other, StrId::NONE); memory.len()];
     for tid in &tids {
         let list = &slices[tid];
         let mem = mem_by_tid.get(tid).map(Vec::as_slice).unwrap_or(&[]);
-        let mut stack: Vec<usize> = Vec::new();
-        let mut m = 0;
-        let context = |stack: &[usize], trace: &Trace| -> (Phase, StrId) {
-            let mut phase = Phase::Forward;
-            for &s in stack {
-                if let Some(p) = phase_of_name(trace, list[s].name) {
-                    phase = p;
-                }
-            }
-            let module = stack.iter().rev().find(|&&s| list[s].kind == SliceKind::Module).map(|&s| list[s].name);
-            let module_path = match module {
-                Some(_) => {
-                    let path: Vec<&str> = stack
-                        .iter()
-                        .filter(|&&s| list[s].kind == SliceKind::Module)
-                        .map(|&s| trace.str(list[s].name))
-                        .collect();
-                    Some(path.join("."))
-                }
-                None => None,
-            };
-            let outer = stack.first().map(|&s| list[s].name).unwrap_or(StrId::NONE);
-            let layer = match module_path {
-                Some(p) => trace.strings.lookup(&p).unwrap_or(StrId::NONE),
-                None => outer,
-            };
-            (phase, layer)
-        };
-        // Module paths must be interned before lookups; do it in a first pass.
+        // Module path of the stack as each slice is pushed (`StrId::NONE`: no module), built
+        // from its parent's path so that deep nesting costs one join per slice. Interned in
+        // this first pass, in slice order, so the string table reads as it always has.
+        let mut module_path: Vec<StrId> = Vec::new();
         if has_modules {
+            module_path.reserve_exact(list.len());
             let mut st: Vec<usize> = Vec::new();
-            let mut paths = Vec::new();
             for (i, s) in list.iter().enumerate() {
                 while st.last().is_some_and(|&t| list[t].end_ns <= s.start_ns) {
                     st.pop();
                 }
+                let parent = st.last().map_or(StrId::NONE, |&t| module_path[t]);
+                let path = if s.kind != SliceKind::Module {
+                    parent
+                } else if parent == StrId::NONE {
+                    s.name
+                } else {
+                    let (head, name) = (trace.str(parent), trace.str(s.name));
+                    if head.len() + 1 + name.len() > MAX_MODULE_PATH_BYTES {
+                        parent
+                    } else {
+                        let joined = format!("{head}.{name}");
+                        trace.strings.intern(&joined)
+                    }
+                };
+                module_path.push(path);
                 st.push(i);
-                let path: Vec<&str> = st
-                    .iter()
-                    .filter(|&&t| list[t].kind == SliceKind::Module)
-                    .map(|&t| trace.str(list[t].name))
-                    .collect();
-                if !path.is_empty() {
-                    paths.push(path.join("."));
-                }
-            }
-            for p in paths {
-                trace.strings.intern(&p);
             }
         }
+        // The open slices, each with the context it gives what runs inside it: the phase of
+        // its innermost autograd/optimizer ancestor (else forward) and its layer (the module
+        // path, else the outermost slice's name).
+        struct Open {
+            slice: usize,
+            phase: Phase,
+            layer: StrId,
+        }
+        let mut stack: Vec<Open> = Vec::new();
+        let mut m = 0;
         // One pass over the slices and a final step (`None`) that drains the memory events
         // after the last slice starts.
         for (i, s) in list.iter().map(Some).chain(std::iter::once(None)).enumerate() {
             // Memory events before this slice starts see the current stack.
-            while m < mem.len() && s.is_none_or(|s| memory[mem[m]].0 < s.start_ns) {
-                let ts = memory[mem[m]].0;
-                while stack.last().is_some_and(|&t| list[t].end_ns < ts) {
+            while m < mem.len() && s.is_none_or(|s| memory[mem[m]].ts_ns < s.start_ns) {
+                let ts = memory[mem[m]].ts_ns;
+                while stack.last().is_some_and(|t| list[t.slice].end_ns < ts) {
                     stack.pop();
                 }
-                let (phase, layer) = context(&stack, &trace);
-                mem_ctx[mem[m]] = (if stack.is_empty() { Phase::Other } else { phase }, layer);
+                mem_ctx[mem[m]] = stack.last().map_or((Phase::Other, StrId::NONE), |t| (t.phase, t.layer));
                 m += 1;
             }
             let Some(s) = s else { break };
-            while stack.last().is_some_and(|&t| list[t].end_ns <= s.start_ns) {
+            while stack.last().is_some_and(|t| list[t.slice].end_ns <= s.start_ns) {
                 stack.pop();
             }
-            stack.push(i);
-            let (phase, layer) = context(&stack, &trace);
+            let phase = phase_of_name(&trace, s.name).unwrap_or(stack.last().map_or(Phase::Forward, |t| t.phase));
+            let path = module_path.get(i).copied().unwrap_or(StrId::NONE);
+            let layer = if path != StrId::NONE {
+                path
+            } else {
+                stack.first().map_or(s.name, |t| list[t.slice].name)
+            };
+            stack.push(Open { slice: i, phase, layer });
             if let Some(op) = s.op {
                 trace.ops[op].phase = phase;
                 trace.ops[op].layer = layer;
@@ -349,7 +539,7 @@ pub fn import(data: &[u8]) -> Result<Trace, ImportError> {
                     start_ns: s.start_ns,
                     end_ns: s.end_ns,
                     depth: (stack.len() - 1).min(u16::MAX as usize) as u16,
-                    phase: phase_of_name(&trace, s.name).unwrap_or(phase),
+                    phase,
                     thread: *tid,
                 });
             }
@@ -358,8 +548,9 @@ pub fn import(data: &[u8]) -> Result<Trace, ImportError> {
     // Memory events on threads without slices keep (Other, none).
 
     let mut devices: HashMap<(i64, i64), u8> = HashMap::new();
-    for (k, &(ts, _, e)) in memory.iter().enumerate() {
-        let a = e.args.as_ref().ok_or_else(|| ImportError::Chrome {
+    for (k, rec) in memory.iter().enumerate() {
+        let ts = rec.ts_ns;
+        let a = rec.args.as_ref().ok_or_else(|| ImportError::Chrome {
             path: "traceEvents[[memory]].args".into(),
             reason: "a [memory] event has no args".into(),
         })?;
@@ -372,6 +563,12 @@ pub fn import(data: &[u8]) -> Result<Trace, ImportError> {
         let dev = match devices.get(&(dtype, did)) {
             Some(&d) => d,
             None => {
+                if trace.devices.len() >= MAX_DEVICES {
+                    return Err(ImportError::Chrome {
+                        path: format!("[memory] event at ts {}µs: args.Device Id", ts as f64 / 1000.0),
+                        reason: format!("more than {MAX_DEVICES} distinct devices (Device Type, Device Id)"),
+                    });
+                }
                 let kind = match dtype {
                     0 => "cpu",
                     1 => "cuda",

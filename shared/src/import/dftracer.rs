@@ -12,6 +12,7 @@ use super::ImportError;
 use crate::model::{LayerScope, OperatorEvent, Phase, SourceFormat, StrId, Trace, TraceMeta};
 use serde::Deserialize;
 use std::collections::HashMap;
+use std::io::BufRead;
 
 /// True if `body` holds one JSON object per line (the `.pfw` layout) rather than one JSON
 /// document: its first non-empty line is a complete object, not followed by a comma, and a
@@ -67,12 +68,32 @@ fn phase_of(cat: &str, name: &str) -> Phase {
     }
 }
 
+/// Longest file name appended to a span's label (`cat:name [file]`). Real paths are under
+/// PATH_MAX (4096); a longer one is cut, so that one long hashed name referenced by every
+/// span costs neither a copy per span nor quadratic time.
+const MAX_FILE_LABEL_BYTES: usize = 4096;
+
 /// Imports a DFTracer trace.
 pub fn import(data: &[u8]) -> Result<Trace, ImportError> {
+    import_reader(data)
+}
+
+/// Imports a DFTracer trace from a reader, one line at a time (gzip input streams through
+/// here). I/O errors come back as [`ImportError::Read`].
+pub fn import_reader(mut reader: impl BufRead) -> Result<Trace, ImportError> {
     let mut trace = Trace::new(TraceMeta::new(SourceFormat::Dftracer));
     let mut hashes: HashMap<String, String> = HashMap::new();
     let mut spans: Vec<(u64, u64, String, String, u64, Option<String>)> = Vec::new(); // start, end, cat, name, tid, fhash
-    for (i, raw) in data.split(|&b| b == b'\n').enumerate() {
+    let mut raw = Vec::new();
+    for i in 0.. {
+        raw.clear();
+        if reader
+            .read_until(b'\n', &mut raw)
+            .map_err(|e| ImportError::Read { reason: e.to_string() })?
+            == 0
+        {
+            break;
+        }
         let line_no = i + 1;
         let l = raw.trim_ascii();
         let l = l.strip_suffix(b",").unwrap_or(l);
@@ -135,7 +156,12 @@ pub fn import(data: &[u8]) -> Result<Trace, ImportError> {
         }
         let mut label = if cat.is_empty() { name.clone() } else { format!("{cat}:{name}") };
         if let Some(file) = fhash.as_ref().and_then(|h| hashes.get(h)) {
-            label.push_str(&format!(" [{file}]"));
+            let mut cut = file.len().min(MAX_FILE_LABEL_BYTES);
+            while !file.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            let more = if cut < file.len() { "…" } else { "" };
+            label.push_str(&format!(" [{}{more}]", &file[..cut]));
         }
         let id = trace.strings.intern(&label);
         let phase = phase_of(&cat, &name);

@@ -3,7 +3,10 @@
 //! Supported: Memory Tracer's own format ([`native`]), PyTorch memory snapshot pickles
 //! ([`snapshot`]), torch.profiler Chrome traces ([`chrome`]) and DFTracer `.pfw` ([`dftracer`]),
 //! each optionally gzip-compressed. Decompression is bounded by
-//! [`ImportOptions::max_decompressed_bytes`].
+//! [`ImportOptions::max_decompressed_bytes`], and gzip-compressed Chrome traces and DFTracer
+//! files stream from the decompressor into their importer, so that a gzip bomb costs what the
+//! importer keeps, not what it decompresses to. Snapshots (the pickle VM reads a slice) and
+//! Memory Tracer files are decompressed whole, within the bound.
 
 pub mod chrome;
 pub mod dftracer;
@@ -12,7 +15,7 @@ pub mod pickle;
 pub mod snapshot;
 
 use crate::model::{SourceFormat, Trace};
-use std::io::Read;
+use std::io::{BufReader, Read};
 
 /// What went wrong while importing, and where.
 #[derive(Debug, thiserror::Error)]
@@ -171,13 +174,105 @@ pub fn detect(data: &[u8]) -> Result<Format, ImportError> {
     }
 }
 
+/// Decompressed bytes read before the format is chosen: detection sees at least this much.
+const GZIP_HEAD_BYTES: usize = 1 << 20;
+
+/// A gzip decoder that refuses to produce more than `limit_bytes` and remembers why it
+/// stopped, so that an importer's read error can be reported as what it was.
+struct BoundedGunzip<'a> {
+    inner: flate2::read::MultiGzDecoder<&'a [u8]>,
+    read_bytes: u64,
+    limit_bytes: u64,
+    failure: Option<ImportError>,
+}
+
+impl Read for BoundedGunzip<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.failure.is_some() {
+            return Err(std::io::Error::other("the gzip stream already failed"));
+        }
+        let room = self.limit_bytes.saturating_add(1).saturating_sub(self.read_bytes);
+        let want = buf.len().min(usize::try_from(room).unwrap_or(usize::MAX));
+        match self.inner.read(&mut buf[..want]) {
+            Ok(n) => {
+                self.read_bytes += n as u64;
+                if self.read_bytes > self.limit_bytes {
+                    self.failure = Some(ImportError::TooLarge {
+                        limit_bytes: self.limit_bytes,
+                    });
+                    return Err(std::io::Error::other("decompressed size limit reached"));
+                }
+                Ok(n)
+            }
+            Err(e) => {
+                self.failure = Some(ImportError::Gzip {
+                    decompressed_bytes: self.read_bytes,
+                    reason: e.to_string(),
+                });
+                Err(e)
+            }
+        }
+    }
+}
+
 /// Imports a trace of any supported format, gzip-compressed or not.
 pub fn import(data: &[u8], options: &ImportOptions) -> Result<Trace, ImportError> {
     if is_gzip(data) {
-        let raw = gunzip_bounded(data, options.max_decompressed_bytes)?;
-        return import_plain(&raw);
+        return import_gzip(data, options.max_decompressed_bytes);
     }
     import_plain(data)
+}
+
+/// Gzip input: the first [`GZIP_HEAD_BYTES`] decide the format; a stream that ends within
+/// them is imported as plain bytes, a longer Chrome trace or DFTracer file streams into its
+/// importer, anything else is decompressed whole (within the bound) first.
+fn import_gzip(data: &[u8], limit_bytes: u64) -> Result<Trace, ImportError> {
+    let mut gz = BoundedGunzip {
+        inner: flate2::read::MultiGzDecoder::new(data),
+        read_bytes: 0,
+        limit_bytes,
+        failure: None,
+    };
+    let mut head = Vec::new();
+    loop {
+        head.clear();
+        let head_result = (&mut gz).take(GZIP_HEAD_BYTES as u64 + 1).read_to_end(&mut head);
+        if let Some(e) = gz.failure.take() {
+            return Err(e);
+        }
+        head_result.map_err(|e| ImportError::Read { reason: e.to_string() })?;
+        // Leading whitespace says nothing about the format: drop it rather than keep it.
+        if head.len() <= GZIP_HEAD_BYTES || !skip_ws(&head).is_empty() {
+            break;
+        }
+    }
+    if head.len() <= GZIP_HEAD_BYTES {
+        return import_plain(&head);
+    }
+    let streamed = match detect(&head) {
+        Ok(Format::ChromeTrace) | Err(ImportError::UnknownFormat { .. }) if skip_ws(&head).first() == Some(&b'{') => {
+            // `"traceEvents"` may lie past the head; the Chrome importer says if it is missing.
+            Some(chrome::import_reader(head.as_slice().chain(&mut gz)))
+        }
+        Ok(Format::ChromeTrace) => Some(chrome::import_reader(head.as_slice().chain(&mut gz))),
+        Ok(Format::Dftracer) => Some(dftracer::import_reader(BufReader::with_capacity(64 << 10, head.as_slice().chain(&mut gz)))),
+        Ok(Format::MemoryTracer | Format::PytorchSnapshot) => None,
+        Err(e) => return Err(e),
+    };
+    if let Some(result) = streamed {
+        // A failure of the stream outranks the parse error it caused.
+        return match gz.failure.take() {
+            Some(e) => Err(e),
+            None => result,
+        };
+    }
+    let mut raw = head;
+    let rest = gz.read_to_end(&mut raw);
+    if let Some(e) = gz.failure.take() {
+        return Err(e);
+    }
+    rest.map_err(|e| ImportError::Read { reason: e.to_string() })?;
+    import_plain(&raw)
 }
 
 /// Reads `reader` to the end (at most `max_decompressed_bytes`) and imports it.

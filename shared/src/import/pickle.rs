@@ -10,12 +10,13 @@ use super::ImportError;
 /// Index of a value in [`Pickle::values`].
 pub type ValueId = u32;
 
-/// The pickle memo. Pickler writes keys 0, 1, 2, ... so they live in a vector; keys far
-/// beyond it (legal, but never written by Python) go to a map, so a hostile key cannot make
-/// the vector huge.
+/// The pickle memo. Pickler writes keys 0, 1, 2, ... so they live in a vector; other keys
+/// (legal, but never written by Python) go to a map. The vector only grows by appending, so
+/// its length is bounded by the number of PUTs, each of which costs at least two input bytes:
+/// a hostile key cannot make it large.
 #[derive(Default)]
 struct Memo {
-    dense: Vec<Option<ValueId>>,
+    dense: Vec<ValueId>,
     sparse: crate::hash::FastMap<u32, ValueId>,
     /// Distinct keys defined (MEMOIZE uses it as its key).
     count: u32,
@@ -25,10 +26,10 @@ impl Memo {
     fn insert(&mut self, key: u32, id: ValueId) {
         let k = key as usize;
         let fresh = if k < self.dense.len() {
-            self.dense[k].replace(id).is_none()
-        } else if k <= self.dense.len() + 4096 {
-            self.dense.resize(k + 1, None);
-            self.dense[k] = Some(id);
+            self.dense[k] = id;
+            false
+        } else if k == self.dense.len() && !self.sparse.contains_key(&key) {
+            self.dense.push(id);
             true
         } else {
             self.sparse.insert(key, id).is_none()
@@ -40,7 +41,7 @@ impl Memo {
 
     fn get(&self, key: u32) -> Option<ValueId> {
         match self.dense.get(key as usize) {
-            Some(v) => *v,
+            Some(v) => Some(*v),
             None => self.sparse.get(&key).copied(),
         }
     }
@@ -216,6 +217,16 @@ fn long_from_le(bytes: &[u8], at: usize) -> Result<i64, ImportError> {
     Ok(i64::from_le_bytes(a))
 }
 
+/// The top of the stack if it lies above the last MARK (`floor`): values below a MARK belong
+/// to it, as in CPython's unpickler.
+fn top_above(stack: &[ValueId], floor: usize) -> Option<ValueId> {
+    if stack.len() > floor {
+        stack.last().copied()
+    } else {
+        None
+    }
+}
+
 /// Parses a pickle into plain values.
 pub fn parse(data: &[u8]) -> Result<Pickle, ImportError> {
     let mut r = Reader { data, pos: 0 };
@@ -227,8 +238,19 @@ pub fn parse(data: &[u8]) -> Result<Pickle, ImportError> {
     let mut memo = Memo::default();
     let mut protocol = 0u8;
 
+    // Every value costs at least one opcode byte, so the arena never holds more than one value
+    // per input byte; its growth is capped at that budget so that doubling cannot overshoot it
+    // (a value is 32 bytes: the arena costs at most 32 bytes per input byte).
+    let value_budget = data.len();
     macro_rules! push {
         ($v:expr) => {{
+            if values.len() == values.capacity() {
+                let room = value_budget.saturating_sub(values.len());
+                if room == 0 {
+                    return Err(r.err(r.pos, format!("more than {value_budget} values in a pickle of {value_budget} bytes")));
+                }
+                values.reserve_exact(values.capacity().max(64).min(room));
+            }
             values.push($v);
             stack.push((values.len() - 1) as ValueId);
         }};
@@ -286,7 +308,7 @@ pub fn parse(data: &[u8]) -> Result<Pickle, ImportError> {
                 stack.truncate(m);
             }
             b'2' => {
-                let top = *stack.last().ok_or_else(|| r.err(at, "DUP on an empty stack"))?;
+                let top = top_above(&stack, floor).ok_or_else(|| r.err(at, "DUP on an empty stack"))?;
                 stack.push(top);
             }
             b'N' => push!(Value::None),
@@ -415,7 +437,7 @@ pub fn parse(data: &[u8]) -> Result<Pickle, ImportError> {
             }
             b'a' => {
                 let v = pop(&mut stack, &r)?;
-                let target = *stack.last().ok_or_else(|| r.err(at, "APPEND without a list"))?;
+                let target = top_above(&stack, floor).ok_or_else(|| r.err(at, "APPEND without a list"))?;
                 match &mut values[target as usize] {
                     Value::List(l) => l.push(v),
                     other => return Err(r.err(at, format!("APPEND to a {}, expected a list", other.type_name()))),
@@ -424,7 +446,7 @@ pub fn parse(data: &[u8]) -> Result<Pickle, ImportError> {
             b'e' | 0x90 => {
                 let m = pop_mark(&mut marks, &r)?;
                 let items = stack.split_off(m);
-                let target = *stack.last().ok_or_else(|| r.err(at, "APPENDS without a list"))?;
+                let target = top_above(&stack, marks.last().copied().unwrap_or(0)).ok_or_else(|| r.err(at, "APPENDS without a list"))?;
                 match &mut values[target as usize] {
                     Value::List(l) | Value::Set(l) => l.extend(items),
                     other => return Err(r.err(at, format!("APPENDS to a {}, expected a list", other.type_name()))),
@@ -433,7 +455,7 @@ pub fn parse(data: &[u8]) -> Result<Pickle, ImportError> {
             b's' => {
                 let v = pop(&mut stack, &r)?;
                 let k = pop(&mut stack, &r)?;
-                let target = *stack.last().ok_or_else(|| r.err(at, "SETITEM without a dict"))?;
+                let target = top_above(&stack, floor).ok_or_else(|| r.err(at, "SETITEM without a dict"))?;
                 match &mut values[target as usize] {
                     Value::Dict(d) => d.push((k, v)),
                     other => return Err(r.err(at, format!("SETITEM on a {}, expected a dict", other.type_name()))),
@@ -445,7 +467,7 @@ pub fn parse(data: &[u8]) -> Result<Pickle, ImportError> {
                 if !items.len().is_multiple_of(2) {
                     return Err(r.err(at, "SETITEMS needs an even number of items"));
                 }
-                let target = *stack.last().ok_or_else(|| r.err(at, "SETITEMS without a dict"))?;
+                let target = top_above(&stack, marks.last().copied().unwrap_or(0)).ok_or_else(|| r.err(at, "SETITEMS without a dict"))?;
                 match &mut values[target as usize] {
                     Value::Dict(d) => d.extend(items.chunks(2).map(|c| (c[0], c[1]))),
                     other => return Err(r.err(at, format!("SETITEMS on a {}, expected a dict", other.type_name()))),
@@ -461,7 +483,7 @@ pub fn parse(data: &[u8]) -> Result<Pickle, ImportError> {
                     b'r' => r.u32()?,
                     _ => memo.count,
                 };
-                let top = *stack.last().ok_or_else(|| r.err(at, "memoize on an empty stack"))?;
+                let top = top_above(&stack, floor).ok_or_else(|| r.err(at, "memoize on an empty stack"))?;
                 memo.insert(key, top);
             }
             b'g' | b'h' | b'j' => {

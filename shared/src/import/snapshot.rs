@@ -104,9 +104,53 @@ impl<'a> View<'a> {
     }
 }
 
-/// Converts a pickle value to JSON for display (allocator settings).
-fn to_json(p: &Pickle, id: ValueId, depth: usize) -> serde_json::Value {
+/// Most JSON nodes made from the allocator settings (a dozen in real snapshots): shared
+/// references could otherwise make a few bytes of pickle expand exponentially.
+const SETTINGS_NODE_BUDGET: usize = 4096;
+
+/// What walking the snapshot may cost: one unit per segment, block, trace entry and
+/// annotation and one per item of their dicts. Without shared references each unit has bytes
+/// of its own (a dict is at least one opcode, an item at least two), so a budget of the input's
+/// length never refuses a real snapshot; with them (`[L]*N`, a list referenced N times through
+/// the memo) a few bytes would expand to N copies of L, and are counted as such.
+struct WalkBudget {
+    left: usize,
+    input_bytes: usize,
+}
+
+impl WalkBudget {
+    fn charge(&mut self, v: &View, id: ValueId, path: &(impl Loc + ?Sized)) -> Result<(), ImportError> {
+        let items = match v.p.get(id) {
+            Value::Dict(d) => d.len(),
+            _ => 0,
+        };
+        match self.left.checked_sub(1 + items) {
+            Some(left) => {
+                self.left = left;
+                Ok(())
+            }
+            None => Err(v.err(
+                path,
+                format!(
+                    "the snapshot's shared references expand to more segments, blocks and entries than a pickle of {} bytes can hold; expected each to be its own object",
+                    self.input_bytes
+                ),
+            )),
+        }
+    }
+}
+
+/// Most devices a snapshot may name (device indices are stored in a byte).
+const MAX_DEVICES: usize = 256;
+
+/// Converts a pickle value to JSON for display (allocator settings); past `depth` 16 or the
+/// node budget, values become `null`.
+fn to_json(p: &Pickle, id: ValueId, depth: usize, budget: &mut usize) -> serde_json::Value {
     use serde_json::Value as J;
+    if *budget == 0 {
+        return J::Null;
+    }
+    *budget -= 1;
     if depth > 16 {
         return J::Null;
     }
@@ -117,16 +161,28 @@ fn to_json(p: &Pickle, id: ValueId, depth: usize) -> serde_json::Value {
         Value::Float(f) => serde_json::Number::from_f64(*f).map(J::Number).unwrap_or(J::Null),
         Value::Str(s) => J::String(s.clone()),
         Value::Bytes(b) => J::String(format!("<{} bytes>", b.len())),
-        Value::List(l) | Value::Tuple(l) | Value::Set(l) => J::Array(l.iter().map(|&v| to_json(p, v, depth + 1)).collect()),
+        Value::List(l) | Value::Tuple(l) | Value::Set(l) => {
+            let mut items = Vec::new();
+            for &v in l {
+                if *budget == 0 {
+                    break;
+                }
+                items.push(to_json(p, v, depth + 1, budget));
+            }
+            J::Array(items)
+        },
         Value::Dict(d) => {
             let mut m = serde_json::Map::new();
             for &(k, v) in d {
+                if *budget == 0 {
+                    break;
+                }
                 let key = match p.get(k) {
                     Value::Str(s) => s.clone(),
                     Value::Int(i) => i.to_string(),
                     other => other.type_name().to_owned(),
                 };
-                m.insert(key, to_json(p, v, depth + 1));
+                m.insert(key, to_json(p, v, depth + 1, budget));
             }
             J::Object(m)
         }
@@ -207,6 +263,34 @@ fn parse_action(s: &str) -> Option<Action> {
         "oom" => Action::Oom,
         _ => return None,
     })
+}
+
+/// Stream ids as the trace's stream indices, looked up in a map (the model's own lookup is a
+/// linear search, quadratic over a file with a stream per entry).
+#[derive(Default)]
+struct Streams {
+    ids: HashMap<i64, u16>,
+}
+
+impl Streams {
+    fn index(&mut self, trace: &mut Trace, stream: i64) -> Result<u16, ImportError> {
+        if let Some(&i) = self.ids.get(&stream) {
+            return Ok(i);
+        }
+        if trace.streams.len() > u16::MAX as usize {
+            return Err(ImportError::Snapshot {
+                path: "device_traces".into(),
+                reason: format!("more than {} distinct streams", u16::MAX as usize + 1),
+            });
+        }
+        // Distinct ids have distinct names and only this map adds streams, so the stream is
+        // new: no search needed.
+        let name = trace.strings.intern(&stream_name(stream));
+        trace.streams.push(name);
+        let i = (trace.streams.len() - 1) as u16;
+        self.ids.insert(stream, i);
+        Ok(i)
+    }
 }
 
 fn stream_name(stream: i64) -> String {
@@ -326,7 +410,8 @@ pub fn import(data: &[u8]) -> Result<Trace, ImportError> {
     let settings = p.dict_get(root, "allocator_settings");
     let config = config_from_settings(&v, settings);
     let mut meta = TraceMeta::new(SourceFormat::PytorchSnapshot);
-    meta.allocator_settings = settings.map(|s| to_json(&p, s, 0));
+    let mut settings_budget = SETTINGS_NODE_BUDGET;
+    meta.allocator_settings = settings.map(|s| to_json(&p, s, 0, &mut settings_budget));
     let mut trace = Trace::new(meta);
 
     // Final state.
@@ -338,12 +423,21 @@ pub fn import(data: &[u8]) -> Result<Trace, ImportError> {
         pool: Pool,
         blocks: Vec<(u64, u64, bool)>, // address, size, allocated (active)
     }
+    let mut budget = WalkBudget {
+        left: data.len(),
+        input_bytes: data.len(),
+    };
     let mut finals = Vec::new();
     for (i, &s) in v.list(segments_id, "segments")?.iter().enumerate() {
         let path = format!("segments[{i}]");
+        budget.charge(&v, s, &path)?;
         let address = v.size(s, "address", &path)?;
         let size = v.size(s, "total_size", &path)?;
-        let device = v.size(s, "device", &path)? as usize;
+        let device = v.size(s, "device", &path)?;
+        if device >= MAX_DEVICES as u64 {
+            return Err(v.err(&format!("{path}.device"), format!("device index {device} is out of range (at most {})", MAX_DEVICES - 1)));
+        }
+        let device = device as usize;
         let stream = v.opt_int(s, "stream").unwrap_or(0);
         let pool = match v.opt_str(s, "segment_type") {
             Some("small") => Pool::Small,
@@ -354,6 +448,7 @@ pub fn import(data: &[u8]) -> Result<Trace, ImportError> {
         let blocks_id = v.field(s, "blocks", &path)?;
         for (j, &b) in v.list(blocks_id, &format!("{path}.blocks"))?.iter().enumerate() {
             let bpath = format!("{path}.blocks[{j}]");
+            budget.charge(&v, b, &bpath)?;
             let state = v.str(b, "state", &bpath)?;
             let address = v.opt_int(b, "address").map(|a| a as u64);
             let bsize = v.size(b, "size", &bpath)?;
@@ -374,9 +469,14 @@ pub fn import(data: &[u8]) -> Result<Trace, ImportError> {
     // Trace entries of every device, merged by time.
     let mut entries = Vec::new();
     let mut skipped: HashMap<String, usize> = HashMap::default();
-    for (dev, &t) in v.list(traces_id, "device_traces")?.iter().enumerate() {
+    let device_traces = v.list(traces_id, "device_traces")?;
+    if device_traces.len() > MAX_DEVICES {
+        return Err(v.err("device_traces", format!("{} devices; expected at most {MAX_DEVICES}", device_traces.len())));
+    }
+    for (dev, &t) in device_traces.iter().enumerate() {
         for (i, &e) in v.list(t, &format!("device_traces[{dev}]"))?.iter().enumerate() {
             let path = || format!("device_traces[{dev}][{i}]");
+            budget.charge(&v, e, &path)?;
             if !matches!(p.get(e), Value::Dict(_)) {
                 return Err(v.err(&path, format!("expected a dict, found {}", p.get(e).type_name())));
             }
@@ -474,6 +574,7 @@ pub fn import(data: &[u8]) -> Result<Trace, ImportError> {
             _ => {}
         }
     }
+    let mut streams = Streams::default();
     let mut initial: Vec<SegmentInfo> = Vec::new();
     for f in &finals {
         if seg_seen.contains(&(f.device, f.address)) {
@@ -489,7 +590,7 @@ pub fn import(data: &[u8]) -> Result<Trace, ImportError> {
                 state: BlockState::Allocated,
             })
             .collect();
-        let stream = trace.stream_index(&stream_name(f.stream));
+        let stream = streams.index(&mut trace, f.stream)?;
         initial.push(SegmentInfo {
             address: f.address,
             size_bytes: f.size,
@@ -500,7 +601,7 @@ pub fn import(data: &[u8]) -> Result<Trace, ImportError> {
         });
     }
     for &(device, addr, size, stream) in &pre_segments {
-        let stream = trace.stream_index(&stream_name(stream));
+        let stream = streams.index(&mut trace, stream)?;
         initial.push(SegmentInfo {
             address: addr,
             size_bytes: size,
@@ -511,13 +612,22 @@ pub fn import(data: &[u8]) -> Result<Trace, ImportError> {
         });
     }
     // Blocks freed before being allocated were alive at the start; place them in their segment.
+    // Segments sorted by (device, address) so that each block finds its segment in O(log n):
+    // the one starting nearest below it (segments do not overlap; of equal starts the first
+    // wins, as a linear search would).
+    let mut by_start: Vec<usize> = (0..initial.len()).collect();
+    by_start.sort_by_key(|&k| (initial[k].device, initial[k].address));
+    by_start.dedup_by_key(|k| (initial[*k].device, initial[*k].address));
     let mut loose_allocated: HashMap<(usize, u64), u64> = HashMap::default();
     for &(device, addr, requested) in &pre_blocks {
         let size = config.round_size(requested);
-        let seg = initial
-            .iter_mut()
-            .find(|s| s.device as usize == device && s.address <= addr && addr < s.address.saturating_add(s.size_bytes));
-        match seg {
+        let key = (device as u8, addr);
+        let after = by_start.partition_point(|&k| (initial[k].device, initial[k].address) <= key);
+        let seg = after
+            .checked_sub(1)
+            .map(|i| by_start[i])
+            .filter(|&k| initial[k].device == key.0 && addr < initial[k].address.saturating_add(initial[k].size_bytes));
+        match seg.map(|k| &mut initial[k]) {
             Some(seg) => seg.blocks.push(BlockInfo {
                 address: addr,
                 size_bytes: size,
@@ -564,7 +674,7 @@ pub fn import(data: &[u8]) -> Result<Trace, ImportError> {
 
     // External annotations (e.g. `Optimizer.step#SGD.step`) become scopes.
     if let Some(ann) = p.dict_get(root, "external_annotations") {
-        import_annotations(&v, &mut trace, ann)?;
+        import_annotations(&v, &mut trace, ann, &mut budget)?;
     }
     let optimizer_spans: Vec<(u64, u64, StrId)> = trace
         .scopes
@@ -573,6 +683,11 @@ pub fn import(data: &[u8]) -> Result<Trace, ImportError> {
         .map(|s| (s.start_ns, s.end_ns, s.name))
         .collect();
 
+    // The first final segment at each (device, address), as a linear search would find it.
+    let mut final_pool: HashMap<(usize, u64), Pool> = HashMap::default();
+    for f in &finals {
+        final_pool.entry((f.device, f.address)).or_insert(f.pool);
+    }
     let mut interner = StackInterner {
         frame_cache: HashMap::default(),
         stack_cache: HashMap::default(),
@@ -609,12 +724,8 @@ pub fn import(data: &[u8]) -> Result<Trace, ImportError> {
                 (EventType::FreeCompleted, size)
             }
             Action::SegmentAlloc | Action::SegmentMap => {
-                let stream = trace.stream_index(&stream_name(e.stream));
-                let pool = finals
-                    .iter()
-                    .find(|f| f.device == dev && f.address == e.addr)
-                    .map(|f| f.pool)
-                    .unwrap_or_else(|| pool_for_segment(e.size));
+                let stream = streams.index(&mut trace, e.stream)?;
+                let pool = final_pool.get(&(dev, e.addr)).copied().unwrap_or_else(|| pool_for_segment(e.size));
                 states[dev].segment_alloc(e.addr, e.size, dev as u8, stream, pool);
                 let et = if e.action == Action::SegmentAlloc { EventType::SegmentAlloc } else { EventType::SegmentMap };
                 (et, e.size)
@@ -645,7 +756,7 @@ pub fn import(data: &[u8]) -> Result<Trace, ImportError> {
                 layer = name;
             }
         }
-        let stream = trace.stream_index(&stream_name(e.stream));
+        let stream = streams.index(&mut trace, e.stream)?;
         let index = trace.events.len() as u32;
         let rec = EventRecord {
             ts_ns,
@@ -688,10 +799,11 @@ fn address_from_previous(blocks: &[(u64, u64, bool)], seg: ValueId, v: &View) ->
     }
 }
 
-fn import_annotations(v: &View, trace: &mut Trace, ann: ValueId) -> Result<(), ImportError> {
+fn import_annotations(v: &View, trace: &mut Trace, ann: ValueId, budget: &mut WalkBudget) -> Result<(), ImportError> {
     let mut open: HashMap<String, Vec<u64>> = HashMap::default();
     for (i, &a) in v.list(ann, "external_annotations")?.iter().enumerate() {
         let path = format!("external_annotations[{i}]");
+        budget.charge(v, a, &path)?;
         let (Some(stage), Some(name)) = (v.opt_str(a, "stage"), v.opt_str(a, "name")) else {
             continue;
         };

@@ -1,0 +1,12 @@
+//! Fuzzes the torch.profiler Chrome-trace importer.
+#![no_main]
+
+#[path = "budget.rs"]
+mod budget;
+
+#[global_allocator]
+static ALLOC: budget::Counting = budget::Counting;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    budget::within_budget(data, shared::import::chrome::import);
+});
