@@ -1,5 +1,5 @@
 //! Builds the C++ shim (`shim/mt_shim.cpp`) against the libtorch that `torch-sys` found, when
-//! the `tracing` feature is on (see `../shared/NOTES-toolchain.md` for why each flag is here),
+//! the `tracing` feature is on (each flag says why it is there where it is set),
 //! and embeds the viewer that Trunk built into `dist/` (`viewer_assets.rs`).
 
 use std::path::{Path, PathBuf};
@@ -65,6 +65,7 @@ fn main() {
         .include(&include)
         .include(include.join("torch/csrc/api/include"))
         .flag("-std=c++17")
+        // The PyPI wheel's libtorch is built with the C++11 ABI (torch._C._GLIBCXX_USE_CXX11_ABI).
         .flag("-D_GLIBCXX_USE_CXX11_ABI=1")
         // Required: without NDEBUG, at::RecordFunction's layout differs from libtorch's.
         .define("NDEBUG", None)

@@ -13,7 +13,8 @@ extern "C" {
 enum {
   MT_MEM = 1,         // id=ptr, value=signed size (negative: free), a=total allocated, b=total reserved
   MT_OOM = 2,         // value=requested size, a=total allocated, b=total reserved
-  MT_OP_ENTER = 3,    // id=op id, value=seq nr, a=forward thread id, b=parent op id, name=op name, aux=record scope
+  MT_OP_ENTER = 3,    // id=op id, value=seq nr, a=forward thread id, b=parent op id, name=op name,
+                      // op=the innermost layer scope, device_type=the RecordFunction scope
   MT_OP_EXIT = 4,     // id=op id
   MT_TENSOR_IN = 5,   // follows its op: id=storage ptr, value=storage bytes, a=ndim, b=dims packed below
   MT_TENSOR_OUT = 6,  // follows MT_OP_EXIT: same fields as MT_TENSOR_IN

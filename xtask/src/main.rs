@@ -138,7 +138,8 @@ fn install_tools() -> Result<()> {
 
     install_torch_venv()?;
 
-    // wasm-bindgen-cli at the Cargo.lock version (no --locked: see NOTES)
+    // wasm-bindgen-cli at the Cargo.lock version (no --locked: with it, a dependency its lock
+    // file names is missing from the registry and the install fails)
     let wb = output(Command::new("wasm-bindgen").arg("--version")).unwrap_or_default();
     if wb != format!("wasm-bindgen {WASM_BINDGEN_VERSION}") {
         run(Command::new("cargo").args(["install", "wasm-bindgen-cli", "--version", WASM_BINDGEN_VERSION]))?;
