@@ -36,10 +36,11 @@ fn main() -> Result<()> {
     match args.first().map(String::as_str) {
         Some("test") => {
             install_tools()?;
+            install_fuzz_tools()?;
             check()?;
             test()
         }
-        Some("install-tools") => install_tools(),
+        Some("install-tools") => install_tools().and_then(|()| install_fuzz_tools()),
         Some("check") => check(),
         Some("bench") => {
             build_viewer()?;
@@ -170,7 +171,13 @@ fn install_tools() -> Result<()> {
             install()?;
         }
     }
-    // The importers' fuzzing: a nightly toolchain and cargo-fuzz (`cargo xtask fuzz`)
+    eprintln!("xtask: tools ready (torch {TORCH_VERSION} venv at {})", torch_venv().display());
+    Ok(())
+}
+
+/// What the tests need besides: a nightly toolchain and cargo-fuzz, for the importers'
+/// fuzzing (`cargo xtask fuzz`); the main job (`cargo xtask run`) does not wait for them.
+fn install_fuzz_tools() -> Result<()> {
     if output(Command::new("cargo").args(["+nightly", "--version"])).is_none() {
         run(Command::new("rustup").args(["toolchain", "install", "nightly", "--profile", "minimal"]))?;
     }
@@ -178,7 +185,6 @@ fn install_tools() -> Result<()> {
     if fuzz != format!("cargo-fuzz {CARGO_FUZZ_VERSION}") {
         run(Command::new("cargo").args(["install", "--locked", "cargo-fuzz", "--version", CARGO_FUZZ_VERSION]))?;
     }
-    eprintln!("xtask: tools ready (torch {TORCH_VERSION} venv at {})", torch_venv().display());
     Ok(())
 }
 
