@@ -116,10 +116,15 @@ pub fn verify(command: &[String], opts: &AdviceOptions, dir: &Path) -> anyhow::R
     eprintln!("collector: tracing the baseline: {}", command.join(" "));
     let base = traced(command, &[], "all", &base_path).map_err(|e| anyhow::anyhow!("the baseline run: {e}"))?;
     let report = advice::advise(&base, opts);
-    let mut rows = vec![row("baseline".into(), Vec::new(), (Some(report.baseline.peak_allocated_bytes), Some(0.0)), Ok(base), base_path)];
-
     let checkpoint = report.suggestions.iter().find(|s| s.kind == SuggestionKind::Checkpoint && !s.layers.is_empty());
     let amp = report.suggestions.iter().find(|s| s.kind == SuggestionKind::Amp);
+    // Both at once, predicted on the baseline before it becomes the first row.
+    let both = match (checkpoint, amp) {
+        (Some(c), Some(_)) => Some((c, advice::predict_peak(&base, &c.layers, true))),
+        _ => None,
+    };
+    let mut rows = vec![row("baseline".into(), Vec::new(), (Some(report.baseline.peak_allocated_bytes), Some(0.0)), Ok(base), base_path)];
+
     let mut configs: Vec<(String, Vec<String>, (Option<u64>, Option<f64>))> = Vec::new();
     if let Some(c) = checkpoint {
         let flags = vec!["--checkpoint".into(), c.layers.join(",")];
@@ -128,8 +133,7 @@ pub fn verify(command: &[String], opts: &AdviceOptions, dir: &Path) -> anyhow::R
     if let Some(a) = amp {
         configs.push(("amp".into(), vec!["--amp".into()], (Some(a.predicted_peak_bytes), a.extra_time_per_iteration_s)));
     }
-    if let (Some(c), Some(_)) = (checkpoint, amp) {
-        let both = advice::predict_peak(&base_trace(&rows)?, &c.layers, true);
+    if let Some((c, both)) = both {
         let flags = vec!["--checkpoint".into(), c.layers.join(","), "--amp".into()];
         configs.push((format!("checkpoint {} + amp", c.layers.join(",")), flags, (both, None)));
     }
@@ -141,11 +145,6 @@ pub fn verify(command: &[String], opts: &AdviceOptions, dir: &Path) -> anyhow::R
         rows.push(row(name, flags, predicted, result, path));
     }
     Ok(Verification { command: command.to_vec(), advice: report, rows })
-}
-
-/// The baseline trace again (rows hold paths, not traces).
-fn base_trace(rows: &[VerifyRow]) -> anyhow::Result<Trace> {
-    crate::commands::load_trace(&rows[0].trace, &shared::ImportOptions::default())
 }
 
 /// The table: configuration | peak allocated | iteration time | predicted peak | error, and
