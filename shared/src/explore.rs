@@ -268,6 +268,23 @@ impl Session {
         Ok(Self::start(trace, file_name, bytes.len() as u64, stem, &mut progress))
     }
 
+    /// Like [`Session::open`], with the file read from `reader` as it is imported, so that it
+    /// is never held whole; `file_bytes` is its size.
+    pub fn open_reader(file_name: &str, file_bytes: u64, mut reader: impl std::io::Read, mut progress: impl FnMut(&str)) -> Result<Opened, String> {
+        use std::io::Read as _;
+        let mut head = Vec::new();
+        (&mut reader).take(512).read_to_end(&mut head).map_err(|e| format!("reading {file_name} failed: {e}"))?;
+        if looks_like_sweep(&head) {
+            // A sweep file is a small JSON document: read it whole.
+            reader.read_to_end(&mut head).map_err(|e| format!("reading {file_name} failed: {e}"))?;
+            return Self::open(file_name, &head, progress);
+        }
+        progress("parsing");
+        let trace = crate::import::import_reader(head.as_slice().chain(reader), &crate::ImportOptions::default()).map_err(|e| e.to_string())?;
+        let stem = file_name.split('.').next().filter(|s| !s.is_empty()).unwrap_or("trace");
+        Ok(Self::start(trace, file_name, file_bytes, stem, &mut progress))
+    }
+
     /// Opens `files` (name, bytes), one trace per rank of a job, merged into one trace. Each
     /// file's rank is the one its process recorded, else `rank<N>` in its name, else its
     /// position ([`crate::rank_files`]), as `collector merge` does.

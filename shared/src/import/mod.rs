@@ -3,10 +3,10 @@
 //! Supported: Memory Tracer's own format ([`native`]), PyTorch memory snapshot pickles
 //! ([`snapshot`]), torch.profiler Chrome traces ([`chrome`]) and DFTracer `.pfw` ([`dftracer`]),
 //! each optionally gzip-compressed. Decompression is bounded by
-//! [`ImportOptions::max_decompressed_bytes`], and gzip-compressed Chrome traces and DFTracer
-//! files stream from the decompressor into their importer, so that a gzip bomb costs what the
-//! importer keeps, not what it decompresses to. Snapshots (the pickle VM reads a slice) and
-//! Memory Tracer files are decompressed whole, within the bound.
+//! [`ImportOptions::max_decompressed_bytes`]. Every format streams into its importer from the
+//! decompressor or from [`import_reader`]'s reader, so that neither a file nor its
+//! decompressed bytes are ever held whole: a gzip bomb costs what the importer keeps, not what
+//! it decompresses to.
 
 pub mod chrome;
 pub mod dftracer;
@@ -174,19 +174,20 @@ pub fn detect(data: &[u8]) -> Result<Format, ImportError> {
     }
 }
 
-/// Decompressed bytes read before the format is chosen: detection sees at least this much.
-const GZIP_HEAD_BYTES: usize = 1 << 20;
+/// Bytes read before the format is chosen: detection sees at least this much. Shorter inputs
+/// are imported from memory.
+const HEAD_BYTES: usize = 1 << 20;
 
 /// A gzip decoder that refuses to produce more than `limit_bytes` and remembers why it
 /// stopped, so that an importer's read error can be reported as what it was.
-struct BoundedGunzip<'a> {
-    inner: flate2::read::MultiGzDecoder<&'a [u8]>,
+struct BoundedGunzip<R: Read> {
+    inner: flate2::read::MultiGzDecoder<R>,
     read_bytes: u64,
     limit_bytes: u64,
     failure: Option<ImportError>,
 }
 
-impl Read for BoundedGunzip<'_> {
+impl<R: Read> Read for BoundedGunzip<R> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         if self.failure.is_some() {
             return Err(std::io::Error::other("the gzip stream already failed"));
@@ -223,71 +224,75 @@ pub fn import(data: &[u8], options: &ImportOptions) -> Result<Trace, ImportError
     import_plain(data)
 }
 
-/// Gzip input: the first [`GZIP_HEAD_BYTES`] decide the format; a stream that ends within
-/// them is imported as plain bytes, a longer Chrome trace or DFTracer file streams into its
-/// importer, anything else is decompressed whole (within the bound) first.
-fn import_gzip(data: &[u8], limit_bytes: u64) -> Result<Trace, ImportError> {
+/// Imports a trace of any supported format, gzip-compressed or not, read from `reader`: the
+/// input is never held whole (see [`import_streamed`]).
+pub fn import_reader(mut reader: impl Read, options: &ImportOptions) -> Result<Trace, ImportError> {
+    let mut magic = Vec::with_capacity(2);
+    (&mut reader)
+        .take(2)
+        .read_to_end(&mut magic)
+        .map_err(|e| ImportError::Read { reason: e.to_string() })?;
+    let reader = magic.as_slice().chain(reader);
+    if is_gzip(&magic) {
+        return import_gzip(reader, options.max_decompressed_bytes);
+    }
+    let (head, more) = read_head(reader)?;
+    match more {
+        Some(rest) => import_streamed(&head, rest),
+        None => import_plain(&head),
+    }
+}
+
+/// Reads the first [`HEAD_BYTES`] of `reader` that are not all whitespace (leading whitespace
+/// says nothing about the format): the head, and the rest of the input if there is more.
+fn read_head<R: Read>(mut reader: R) -> Result<(Vec<u8>, Option<R>), ImportError> {
+    let mut head = Vec::new();
+    loop {
+        head.clear();
+        (&mut reader)
+            .take(HEAD_BYTES as u64 + 1)
+            .read_to_end(&mut head)
+            .map_err(|e| ImportError::Read { reason: e.to_string() })?;
+        if head.len() <= HEAD_BYTES {
+            return Ok((head, None));
+        }
+        if !skip_ws(&head).is_empty() {
+            return Ok((head, Some(reader)));
+        }
+    }
+}
+
+/// Gzip input, decompressed as it is imported and bounded by `limit_bytes`.
+fn import_gzip(compressed: impl Read, limit_bytes: u64) -> Result<Trace, ImportError> {
     let mut gz = BoundedGunzip {
-        inner: flate2::read::MultiGzDecoder::new(data),
+        inner: flate2::read::MultiGzDecoder::new(compressed),
         read_bytes: 0,
         limit_bytes,
         failure: None,
     };
-    let mut head = Vec::new();
-    loop {
-        head.clear();
-        let head_result = (&mut gz).take(GZIP_HEAD_BYTES as u64 + 1).read_to_end(&mut head);
-        if let Some(e) = gz.failure.take() {
-            return Err(e);
-        }
-        head_result.map_err(|e| ImportError::Read { reason: e.to_string() })?;
-        // Leading whitespace says nothing about the format: drop it rather than keep it.
-        if head.len() <= GZIP_HEAD_BYTES || !skip_ws(&head).is_empty() {
-            break;
-        }
+    let result = read_head(&mut gz).and_then(|(head, more)| match more {
+        Some(rest) => import_streamed(&head, rest),
+        None => import_plain(&head),
+    });
+    // A failure of the stream outranks the parse error it caused.
+    match gz.failure.take() {
+        Some(e) => Err(e),
+        None => result,
     }
-    if head.len() <= GZIP_HEAD_BYTES {
-        return import_plain(&head);
-    }
-    let streamed = match detect(&head) {
-        Ok(Format::ChromeTrace) | Err(ImportError::UnknownFormat { .. }) if skip_ws(&head).first() == Some(&b'{') => {
-            // `"traceEvents"` may lie past the head; the Chrome importer says if it is missing.
-            Some(chrome::import_reader(head.as_slice().chain(&mut gz)))
-        }
-        Ok(Format::ChromeTrace) => Some(chrome::import_reader(head.as_slice().chain(&mut gz))),
-        Ok(Format::Dftracer) => Some(dftracer::import_reader(BufReader::with_capacity(64 << 10, head.as_slice().chain(&mut gz)))),
-        Ok(Format::MemoryTracer | Format::PytorchSnapshot) => None,
-        Err(e) => return Err(e),
-    };
-    if let Some(result) = streamed {
-        // A failure of the stream outranks the parse error it caused.
-        return match gz.failure.take() {
-            Some(e) => Err(e),
-            None => result,
-        };
-    }
-    let mut raw = head;
-    let rest = gz.read_to_end(&mut raw);
-    if let Some(e) = gz.failure.take() {
-        return Err(e);
-    }
-    rest.map_err(|e| ImportError::Read { reason: e.to_string() })?;
-    import_plain(&raw)
 }
 
-/// Reads `reader` to the end (at most `max_decompressed_bytes`) and imports it.
-pub fn import_reader(reader: impl Read, options: &ImportOptions) -> Result<Trace, ImportError> {
-    let mut data = Vec::new();
-    reader
-        .take(options.max_decompressed_bytes.saturating_add(1))
-        .read_to_end(&mut data)
-        .map_err(|e| ImportError::Read { reason: e.to_string() })?;
-    if data.len() as u64 > options.max_decompressed_bytes {
-        return Err(ImportError::TooLarge {
-            limit_bytes: options.max_decompressed_bytes,
-        });
+/// A long input: `head` decides the format, then `head` and `rest` stream into its importer.
+fn import_streamed(head: &[u8], rest: impl Read) -> Result<Trace, ImportError> {
+    let input = head.chain(rest);
+    match detect(head) {
+        // `"traceEvents"` may lie past the head; the Chrome importer says if it is missing.
+        Ok(Format::ChromeTrace) => chrome::import_reader(input),
+        Err(ImportError::UnknownFormat { .. }) if skip_ws(head).first() == Some(&b'{') => chrome::import_reader(input),
+        Ok(Format::Dftracer) => dftracer::import_reader(BufReader::with_capacity(64 << 10, input)),
+        Ok(Format::PytorchSnapshot) => snapshot::import_reader(input),
+        Ok(Format::MemoryTracer) => native::import_reader(BufReader::with_capacity(64 << 10, input)),
+        Err(e) => Err(e),
     }
-    import(&data, options)
 }
 
 fn import_plain(data: &[u8]) -> Result<Trace, ImportError> {

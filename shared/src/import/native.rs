@@ -7,44 +7,96 @@
 
 use super::ImportError;
 use crate::model::{EventType, Phase, StrId, Trace};
-use serde::Deserialize;
 
 /// Value of the `format` field.
 pub const FORMAT_TAG: &str = "memory-tracer";
 /// The version this build writes and the newest it reads.
 pub const FORMAT_VERSION: u32 = 1;
 
-#[derive(Deserialize)]
-struct Header {
-    format: String,
-    version: u32,
+/// The file's top-level object, read in one pass: `format` and `version` (written first) are
+/// checked before `trace` is parsed, so that a newer file is refused by version and not by the
+/// first field this build does not know.
+struct FileVisitor<'a> {
+    refused: &'a mut Option<ImportError>,
 }
 
-#[derive(Deserialize)]
-struct File {
-    trace: Trace,
+impl<'de> serde::de::Visitor<'de> for FileVisitor<'_> {
+    type Value = Trace;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a Memory Tracer trace: an object with format, version and trace")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Trace, A::Error> {
+        use serde::de::Error;
+        let (mut format, mut version, mut trace) = (None::<String>, None::<u32>, None::<Trace>);
+        let check = |format: &Option<String>, version: Option<u32>| -> Option<ImportError> {
+            if let Some(format) = format.as_deref().filter(|f| *f != FORMAT_TAG) {
+                return Some(bad("format", format!("expected \"{FORMAT_TAG}\", found \"{format}\"")));
+            }
+            match version {
+                Some(v) if v > FORMAT_VERSION || v == 0 => Some(ImportError::UnsupportedVersion {
+                    found: v,
+                    supported: FORMAT_VERSION,
+                }),
+                _ => None,
+            }
+        };
+        while let Some(key) = map.next_key::<std::borrow::Cow<str>>()? {
+            match key.as_ref() {
+                "format" => format = Some(map.next_value()?),
+                "version" => version = Some(map.next_value()?),
+                "trace" => {
+                    if let Some(e) = check(&format, version) {
+                        *self.refused = Some(e);
+                        return Err(A::Error::custom("refused"));
+                    }
+                    trace = Some(map.next_value()?);
+                }
+                _ => {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                }
+            }
+        }
+        if let Some(e) = check(&format, version) {
+            *self.refused = Some(e);
+            return Err(A::Error::custom("refused"));
+        }
+        if format.is_none() {
+            return Err(A::Error::missing_field("format"));
+        }
+        if version.is_none() {
+            return Err(A::Error::missing_field("version"));
+        }
+        trace.ok_or_else(|| A::Error::missing_field("trace"))
+    }
 }
 
 /// Imports a trace written by [`crate::export::native`].
 pub fn import(data: &[u8]) -> Result<Trace, ImportError> {
-    let header: Header = serde_json::from_slice(data).map_err(|e| ImportError::json(&e))?;
-    if header.format != FORMAT_TAG {
-        return Err(ImportError::Native {
-            path: "format".into(),
-            reason: format!("expected \"{FORMAT_TAG}\", found \"{}\"", header.format),
-        });
-    }
-    if header.version > FORMAT_VERSION || header.version == 0 {
-        return Err(ImportError::UnsupportedVersion {
-            found: header.version,
-            supported: FORMAT_VERSION,
-        });
-    }
-    let file: File = serde_json::from_slice(data).map_err(|e| ImportError::Native {
-        path: format!("line {} column {}", e.line(), e.column()),
-        reason: e.to_string(),
-    })?;
-    let mut trace = file.trace;
+    import_from(&mut serde_json::Deserializer::from_slice(data))
+}
+
+/// Imports a trace written by [`crate::export::native`], read from `reader` in one pass.
+pub fn import_reader(reader: impl std::io::Read) -> Result<Trace, ImportError> {
+    import_from(&mut serde_json::Deserializer::from_reader(reader))
+}
+
+fn import_from<'de, R: serde_json::de::Read<'de>>(de: &mut serde_json::Deserializer<R>) -> Result<Trace, ImportError> {
+    use serde::Deserializer as _;
+    let mut refused = None;
+    let parsed = de.deserialize_map(FileVisitor { refused: &mut refused }).and_then(|t| de.end().map(|()| t));
+    let mut trace = match parsed {
+        Ok(t) => t,
+        Err(_) if refused.is_some() => return Err(refused.take().unwrap_or(ImportError::Empty)),
+        Err(e) if e.is_syntax() || e.is_eof() => return Err(ImportError::json(&e)),
+        Err(e) => {
+            return Err(ImportError::Native {
+                path: format!("line {} column {}", e.line(), e.column()),
+                reason: e.to_string(),
+            })
+        }
+    };
     validate(&trace)?;
     trace.events.rebuild_index();
     Ok(trace)

@@ -1,14 +1,30 @@
-//! A safe subset of Python's pickle virtual machine: protocols 0 to 5, plain data only.
+//! A safe subset of Python's pickle virtual machine: protocols 0 to 5, plain data only, read
+//! from a stream.
 //!
 //! Memory snapshots are dicts, lists, tuples, strings and numbers; anything that would run
-//! Python code (GLOBAL, REDUCE, ...) is refused. Values live in an arena and memo references
-//! share the arena slot instead of copying, so a pickle that references one big value many times
-//! costs no more memory than its own size.
+//! Python code (GLOBAL, REDUCE, ...) is refused. Values live in an arena ([`Arena`]) and memo
+//! references share the arena slot instead of copying, so a pickle that references one big
+//! value many times costs no more memory than its own size.
+//!
+//! The input is read through a small window ([`Input`]), never held whole. A [`Hook`] sees every
+//! item as it is appended to a list and may *consume* it ([`Arena::consume`]): replace it by an
+//! opaque id of its own (a compact record kept by the hook) and give the item's slot, and the
+//! slots of what only it held, back to the arena for reuse. That is how the snapshot importer
+//! holds one compact record per trace entry instead of a dozen values.
 
 use super::ImportError;
+use std::io::Read;
 
-/// Index of a value in [`Pickle::values`].
+/// Index of a value in the arena, or an opaque id (high bit set) that a [`Hook`] returned.
 pub type ValueId = u32;
+
+/// Ids with this bit set are a hook's own (see [`Hook`]); the arena never hands them out.
+pub const OPAQUE: ValueId = 1 << 31;
+
+/// True if `id` is a hook's opaque id rather than an arena slot.
+pub fn is_opaque(id: ValueId) -> bool {
+    id & OPAQUE != 0
+}
 
 /// The pickle memo. Pickler writes keys 0, 1, 2, ... so they live in a vector; other keys
 /// (legal, but never written by Python) go to a map. The vector only grows by appending, so
@@ -76,19 +92,142 @@ impl Value {
             Value::Set(_) => "set",
         }
     }
+
+    /// The values this one holds directly.
+    fn for_each_child(&self, mut f: impl FnMut(ValueId)) {
+        match self {
+            Value::List(l) | Value::Tuple(l) | Value::Set(l) => l.iter().copied().for_each(f),
+            Value::Dict(d) => d.iter().for_each(|&(k, v)| {
+                f(k);
+                f(v)
+            }),
+            _ => {}
+        }
+    }
 }
 
-/// A parsed pickle: the arena and the root value.
-#[derive(Debug)]
-pub struct Pickle {
-    pub values: Vec<Value>,
-    pub root: ValueId,
-    pub protocol: u8,
+/// [`Arena::memo_key_of`] of a slot that no memo key names alone.
+const NO_KEY: u32 = u32::MAX;
+
+/// What a hook's opaque id reads as through [`Arena::get`].
+static OPAQUE_VALUE: Value = Value::None;
+
+/// Set on a slot that a memo key names.
+const MEMOIZED: u8 = 1;
+/// Set on a slot that more than one place may hold (fetched from the memo, duplicated, or
+/// memoized under two keys): it is never consumed or freed.
+const SHARED: u8 = 2;
+/// Set on a slot given back to the arena, until it is reused.
+const FREED: u8 = 4;
+
+/// The values of a pickle, with the memo; slots given back by [`Arena::consume`] are reused.
+#[derive(Default)]
+pub struct Arena {
+    values: Vec<Value>,
+    flags: Vec<u8>,
+    free: Vec<ValueId>,
+    memo: Memo,
+    /// The memo key of each slot's container ([`NO_KEY`] if none), so that consuming it can
+    /// point the key at the consumer's opaque id.
+    memo_key_of: Vec<u32>,
+    /// [`Arena::release`]'s work list, kept to save an allocation per release.
+    work: Vec<ValueId>,
+    /// Values created: never more than the input's bytes (each costs an opcode byte).
+    created: u64,
 }
 
-impl Pickle {
+impl Arena {
+    /// The value `id`; a hook's opaque id reads as `None`.
     pub fn get(&self, id: ValueId) -> &Value {
-        &self.values[id as usize]
+        self.values.get(id as usize).unwrap_or(&OPAQUE_VALUE)
+    }
+
+    fn get_mut(&mut self, id: ValueId) -> Option<&mut Value> {
+        self.values.get_mut(id as usize)
+    }
+
+    /// True if `id` may be held in more than one place (so [`Arena::consume`] leaves it).
+    pub fn is_shared(&self, id: ValueId) -> bool {
+        self.flags.get(id as usize).is_some_and(|f| f & SHARED != 0)
+    }
+
+    /// True if `id` is held only by its container: no memo key names it and nothing copied it,
+    /// so it goes away with that container. Frame caches keyed by slot must skip such values,
+    /// whose slots are reused.
+    pub fn is_owned(&self, id: ValueId) -> bool {
+        self.flags.get(id as usize).is_some_and(|&f| f == 0)
+    }
+
+    fn mark(&mut self, id: ValueId, flag: u8) {
+        if let Some(f) = self.flags.get_mut(id as usize) {
+            *f |= flag;
+        }
+    }
+
+    fn alloc(&mut self, v: Value, size_hint: Option<u64>) -> Result<ValueId, String> {
+        self.created += 1;
+        if let Some(id) = self.free.pop() {
+            self.values[id as usize] = v;
+            self.flags[id as usize] = 0;
+            self.memo_key_of[id as usize] = NO_KEY;
+            return Ok(id);
+        }
+        if self.values.len() >= (OPAQUE - 1) as usize {
+            return Err(format!("more than {} values", OPAQUE - 1));
+        }
+        if self.values.len() == self.values.capacity() {
+            // Growth capped at the input's length when it is known: every live value cost at
+            // least one input byte, so doubling must not reserve past that.
+            let room = match size_hint {
+                Some(total) => usize::try_from(total).unwrap_or(usize::MAX).saturating_sub(self.values.len()).max(1),
+                None => usize::MAX,
+            };
+            let grow = self.values.capacity().max(64).min(room);
+            self.values.reserve_exact(grow);
+            self.flags.reserve_exact(grow);
+            self.memo_key_of.reserve_exact(grow);
+        }
+        self.values.push(v);
+        self.flags.push(0);
+        self.memo_key_of.push(NO_KEY);
+        Ok((self.values.len() - 1) as ValueId)
+    }
+
+    /// Replaces the value `id` by the hook's `opaque` id wherever the memo names it, and gives
+    /// its slot back along with the slots of everything only it held. Returns false (and
+    /// changes nothing) if `id` may be held elsewhere: the caller keeps it as a value.
+    pub fn consume(&mut self, id: ValueId, opaque: ValueId) -> bool {
+        debug_assert!(is_opaque(opaque));
+        if is_opaque(id) || id as usize >= self.values.len() || self.is_shared(id) {
+            return false;
+        }
+        let key = std::mem::replace(&mut self.memo_key_of[id as usize], NO_KEY);
+        if key != NO_KEY {
+            self.memo.insert(key, opaque);
+        }
+        self.flags[id as usize] = 0;
+        self.release(id);
+        true
+    }
+
+    /// Frees `id` and, depth first without recursion, every value only it held.
+    fn release(&mut self, id: ValueId) {
+        let mut work = std::mem::take(&mut self.work);
+        work.push(id);
+        self.flags[id as usize] = FREED;
+        while let Some(id) = work.pop() {
+            let v = std::mem::replace(&mut self.values[id as usize], Value::None);
+            self.flags[id as usize] = FREED;
+            self.free.push(id);
+            v.for_each_child(|c| {
+                if !is_opaque(c) && self.is_owned(c) {
+                    // Marked now so that a value held twice by `v` is not freed twice.
+                    self.flags[c as usize] = FREED;
+                    work.push(c)
+                }
+            });
+        }
+        self.work = work;
     }
 
     /// Looks up several keys of the dict `id` in one pass over its items (a later duplicate
@@ -120,12 +259,83 @@ impl Pickle {
     }
 }
 
-struct Reader<'a> {
-    data: &'a [u8],
-    pos: usize,
+/// A parsed pickle: the arena and the root value.
+pub struct Pickle {
+    pub arena: Arena,
+    pub root: ValueId,
+    pub protocol: u8,
+    /// Bytes the pickle took, up to and including STOP.
+    pub input_bytes: u64,
 }
 
-impl<'a> Reader<'a> {
+impl std::fmt::Debug for Pickle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pickle")
+            .field("root", &self.root)
+            .field("protocol", &self.protocol)
+            .field("values", &self.arena.values.len())
+            .field("input_bytes", &self.input_bytes)
+            .finish()
+    }
+}
+
+impl Pickle {
+    pub fn get(&self, id: ValueId) -> &Value {
+        self.arena.get(id)
+    }
+
+    pub fn dict_pick<const N: usize>(&self, id: ValueId, keys: [&str; N]) -> [Option<ValueId>; N] {
+        self.arena.dict_pick(id, keys)
+    }
+
+    pub fn dict_get(&self, id: ValueId, key: &str) -> Option<ValueId> {
+        self.arena.dict_get(id, key)
+    }
+}
+
+/// Sees every item appended to a list while the pickle is read.
+pub trait Hook {
+    /// `item` is about to be appended to the list `list`; returns what to append instead: the
+    /// item itself, or an opaque id (with [`OPAQUE`] set) after [`Arena::consume`] took it.
+    fn append(&mut self, arena: &mut Arena, list: ValueId, item: ValueId) -> Result<ValueId, ImportError>;
+}
+
+/// Keeps every value.
+pub struct KeepAll;
+
+impl Hook for KeepAll {
+    fn append(&mut self, _: &mut Arena, _: ValueId, item: ValueId) -> Result<ValueId, ImportError> {
+        Ok(item)
+    }
+}
+
+/// The input, read through a window that grows only to the longest argument.
+struct Input<R> {
+    src: R,
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+    /// Offset in the input of `buf[start]`.
+    offset: u64,
+    eof: bool,
+}
+
+impl<R: Read> Input<R> {
+    fn new(src: R) -> Self {
+        Input {
+            src,
+            buf: vec![0; 64 << 10],
+            start: 0,
+            end: 0,
+            offset: 0,
+            eof: false,
+        }
+    }
+
+    fn pos(&self) -> usize {
+        usize::try_from(self.offset).unwrap_or(usize::MAX)
+    }
+
     fn err(&self, at: usize, reason: impl Into<String>) -> ImportError {
         ImportError::Pickle {
             offset: at,
@@ -133,38 +343,79 @@ impl<'a> Reader<'a> {
         }
     }
 
-    fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8], ImportError> {
-        let end = self.pos.checked_add(n).filter(|&e| e <= self.data.len());
-        match end {
-            Some(end) => {
-                let s = &self.data[self.pos..end];
-                self.pos = end;
-                Ok(s)
+    /// Reads until at least `n` bytes are buffered or the input ends; returns what is buffered.
+    fn fill(&mut self, n: usize) -> Result<usize, ImportError> {
+        while self.end - self.start < n && !self.eof {
+            if self.start > 0 {
+                self.buf.copy_within(self.start..self.end, 0);
+                self.end -= self.start;
+                self.start = 0;
             }
-            None => Err(self.err(
-                self.pos,
-                format!(
-                    "truncated: {what} needs {n} bytes but only {} remain",
-                    self.data.len() - self.pos
-                ),
-            )),
+            if self.end == self.buf.len() {
+                // Grows with the data that arrives, never to a length the input only claims.
+                let len = self.buf.len().saturating_mul(2);
+                self.buf.resize(len, 0);
+            }
+            match self.src.read(&mut self.buf[self.end..]) {
+                Ok(0) => self.eof = true,
+                Ok(k) => self.end += k,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(ImportError::Read { reason: e.to_string() }),
+            }
         }
+        Ok(self.end - self.start)
     }
 
+    #[inline]
+    fn advance(&mut self, n: usize) {
+        self.start += n;
+        self.offset += n as u64;
+    }
+
+    #[inline]
+    fn opcode(&mut self) -> Result<Option<u8>, ImportError> {
+        if self.start == self.end && self.fill(1)? == 0 {
+            return Ok(None);
+        }
+        let b = self.buf[self.start];
+        self.advance(1);
+        Ok(Some(b))
+    }
+
+    #[inline]
+    fn take(&mut self, n: usize, what: &str) -> Result<&[u8], ImportError> {
+        if self.end - self.start >= n {
+            let s = self.start;
+            self.advance(n);
+            return Ok(&self.buf[s..s + n]);
+        }
+        let have = self.fill(n)?;
+        if have < n {
+            return Err(self.err(self.pos(), format!("truncated: {what} needs {n} bytes but only {have} remain")));
+        }
+        let s = self.start;
+        self.advance(n);
+        Ok(&self.buf[s..s + n])
+    }
+
+    #[inline]
     fn u8(&mut self) -> Result<u8, ImportError> {
         Ok(self.take(1, "an opcode argument")?[0])
     }
 
+    #[inline]
     fn u16(&mut self) -> Result<u16, ImportError> {
         let b = self.take(2, "a 2-byte argument")?;
         Ok(u16::from_le_bytes([b[0], b[1]]))
     }
 
+    #[inline]
     fn u32(&mut self) -> Result<u32, ImportError> {
         let b = self.take(4, "a 4-byte argument")?;
         Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
     }
 
+    #[inline]
     fn u64(&mut self) -> Result<u64, ImportError> {
         let b = self.take(8, "an 8-byte argument")?;
         let mut a = [0u8; 8];
@@ -172,26 +423,69 @@ impl<'a> Reader<'a> {
         Ok(u64::from_le_bytes(a))
     }
 
-    fn line(&mut self) -> Result<&'a str, ImportError> {
-        let start = self.pos;
-        let rest = &self.data[self.pos..];
-        let nl = rest
-            .iter()
-            .position(|&b| b == b'\n')
-            .ok_or_else(|| self.err(start, "truncated: a text argument has no terminating newline"))?;
-        self.pos += nl + 1;
-        std::str::from_utf8(&rest[..nl]).map_err(|_| self.err(start, "text argument is not UTF-8"))
+    /// A length argument as a `usize`; its bytes are checked when they are read.
+    fn len(&mut self, n: u64) -> Result<usize, ImportError> {
+        usize::try_from(n).map_err(|_| self.err(self.pos(), format!("truncated: a length of {n} bytes exceeds what this machine can address")))
     }
 
-    fn len_arg(&mut self, n: u64) -> Result<usize, ImportError> {
-        let remaining = (self.data.len() - self.pos) as u64;
-        if n > remaining {
-            return Err(self.err(
-                self.pos,
-                format!("truncated: a length of {n} bytes exceeds the {remaining} bytes that remain"),
-            ));
+    fn line(&mut self) -> Result<&str, ImportError> {
+        let at = self.pos();
+        let mut searched = 0;
+        let nl = loop {
+            if let Some(i) = self.buf[self.start + searched..self.end].iter().position(|&b| b == b'\n') {
+                break searched + i;
+            }
+            searched = self.end - self.start;
+            if self.fill(searched + 1)? == searched {
+                return Err(self.err(at, "truncated: a text argument has no terminating newline"));
+            }
+        };
+        let s = self.start;
+        self.advance(nl + 1);
+        std::str::from_utf8(&self.buf[s..s + nl]).map_err(|_| self.err(at, "text argument is not UTF-8"))
+    }
+
+    /// Bytes left after the current position (read to the end, not kept).
+    fn remaining(&mut self) -> Result<u64, ImportError> {
+        let mut n = (self.end - self.start) as u64;
+        self.start = self.end;
+        let mut scratch = [0u8; 8192];
+        loop {
+            match self.src.read(&mut scratch) {
+                Ok(0) => return Ok(n),
+                Ok(k) => n += k as u64,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(ImportError::Read { reason: e.to_string() }),
+            }
         }
-        Ok(n as usize)
+    }
+}
+
+impl Arena {
+    /// Records that memo `key` names `id`.
+    fn memoize(&mut self, key: u32, id: ValueId) {
+        if let Some(old) = self.memo.get(key) {
+            if !is_opaque(old) && self.memo_key_of[old as usize] == key {
+                // The key moves away from a value that may still be consumed: keep that value.
+                self.memo_key_of[old as usize] = NO_KEY;
+                self.mark(old, SHARED);
+            }
+        }
+        if !is_opaque(id) {
+            let flags = self.flags[id as usize];
+            if flags & MEMOIZED != 0 {
+                self.mark(id, SHARED);
+            } else {
+                self.mark(id, MEMOIZED);
+                if key != NO_KEY && matches!(self.values[id as usize], Value::List(_) | Value::Tuple(_) | Value::Dict(_) | Value::Set(_)) {
+                    self.memo_key_of[id as usize] = key;
+                } else {
+                    // Only containers can be consumed; a memoized scalar stays.
+                    self.mark(id, SHARED);
+                }
+            }
+        }
+        self.memo.insert(key, id);
     }
 }
 
@@ -227,73 +521,74 @@ fn top_above(stack: &[ValueId], floor: usize) -> Option<ValueId> {
     }
 }
 
-/// Parses a pickle into plain values.
+fn perr(at: usize, reason: impl Into<String>) -> ImportError {
+    ImportError::Pickle {
+        offset: at,
+        reason: reason.into(),
+    }
+}
+
+/// Parses a whole pickle held in memory into plain values.
 pub fn parse(data: &[u8]) -> Result<Pickle, ImportError> {
-    let mut r = Reader { data, pos: 0 };
-    // Snapshots hold a value per 13–30 bytes: one slot per 12 bytes covers them without
-    // regrowing (a regrowth copies the arena, costs page faults, and in wasm keeps both).
-    let mut values: Vec<Value> = Vec::with_capacity(data.len() / 12);
+    parse_stream(data, Some(data.len() as u64), &mut KeepAll)
+}
+
+/// Parses a pickle read from `src`, passing every list item through `hook`. `size_hint` is the
+/// input's length when known: it caps the arena's growth (see [`Arena`]).
+pub fn parse_stream(src: impl Read, size_hint: Option<u64>, hook: &mut impl Hook) -> Result<Pickle, ImportError> {
+    let mut r = Input::new(src);
+    let mut a = Arena::default();
     let mut stack: Vec<ValueId> = Vec::new();
     let mut marks: Vec<usize> = Vec::new();
-    let mut memo = Memo::default();
     let mut protocol = 0u8;
 
-    // Every value costs at least one opcode byte, so the arena never holds more than one value
-    // per input byte; its growth is capped at that budget so that doubling cannot overshoot it
-    // (a value is 32 bytes: the arena costs at most 32 bytes per input byte).
-    let value_budget = data.len();
     macro_rules! push {
         ($v:expr) => {{
-            if values.len() == values.capacity() {
-                let room = value_budget.saturating_sub(values.len());
-                if room == 0 {
-                    return Err(r.err(r.pos, format!("more than {value_budget} values in a pickle of {value_budget} bytes")));
-                }
-                values.reserve_exact(values.capacity().max(64).min(room));
-            }
-            values.push($v);
-            stack.push((values.len() - 1) as ValueId);
+            let v = $v;
+            let id = a.alloc(v, size_hint).map_err(|e| r.err(r.pos(), e))?;
+            stack.push(id);
         }};
     }
 
     loop {
-        let at = r.pos;
-        let Some(&op) = data.get(r.pos) else {
-            return Err(r.err(at, "truncated: the pickle ends before its STOP opcode"));
+        let at = r.pos();
+        let Some(op) = r.opcode()? else {
+            return Err(perr(at, "truncated: the pickle ends before its STOP opcode"));
         };
-        r.pos += 1;
         // Values below the last MARK belong to it: no opcode but the mark's own may take them
         // (as in CPython's unpickler, "unpickling stack underflow").
         let floor = marks.last().copied().unwrap_or(0);
-        let pop = |stack: &mut Vec<ValueId>, r: &Reader| {
+        let pop = |stack: &mut Vec<ValueId>| {
             if stack.len() <= floor {
-                return Err(r.err(at, format!("opcode 0x{op:02x} needs a value but the stack is empty above its last MARK")));
+                return Err(perr(at, format!("opcode 0x{op:02x} needs a value but the stack is empty above its last MARK")));
             }
             stack
                 .pop()
-                .ok_or_else(|| r.err(at, format!("opcode 0x{op:02x} needs a value but the stack is empty")))
+                .ok_or_else(|| perr(at, format!("opcode 0x{op:02x} needs a value but the stack is empty")))
         };
-        let pop_mark = |marks: &mut Vec<usize>, r: &Reader| {
+        let pop_mark = |marks: &mut Vec<usize>| {
             marks
                 .pop()
-                .ok_or_else(|| r.err(at, format!("opcode 0x{op:02x} needs a MARK but there is none")))
+                .ok_or_else(|| perr(at, format!("opcode 0x{op:02x} needs a MARK but there is none")))
         };
         match op {
             0x80 => {
                 protocol = r.u8()?;
                 if protocol > 5 {
-                    return Err(r.err(at, format!("unsupported pickle protocol {protocol}; expected 0 to 5")));
+                    return Err(perr(at, format!("unsupported pickle protocol {protocol}; expected 0 to 5")));
                 }
             }
             0x95 => {
                 r.u64()?;
             }
             b'.' => {
-                let root = pop(&mut stack, &r)?;
-                if r.pos < data.len() {
-                    return Err(r.err(at, format!("{} bytes follow the STOP opcode; expected the pickle to end there", data.len() - r.pos)));
+                let root = pop(&mut stack)?;
+                let input_bytes = r.offset;
+                let rest = r.remaining()?;
+                if rest > 0 {
+                    return Err(perr(at, format!("{rest} bytes follow the STOP opcode; expected the pickle to end there")));
                 }
-                return Ok(Pickle { values, root, protocol });
+                return Ok(Pickle { arena: a, root, protocol, input_bytes });
             }
             b'(' => marks.push(stack.len()),
             // POP of a MARK with nothing above it drops the mark (CPython's load_pop).
@@ -301,14 +596,15 @@ pub fn parse(data: &[u8]) -> Result<Pickle, ImportError> {
                 marks.pop();
             }
             b'0' => {
-                pop(&mut stack, &r)?;
+                pop(&mut stack)?;
             }
             b'1' => {
-                let m = pop_mark(&mut marks, &r)?;
+                let m = pop_mark(&mut marks)?;
                 stack.truncate(m);
             }
             b'2' => {
-                let top = top_above(&stack, floor).ok_or_else(|| r.err(at, "DUP on an empty stack"))?;
+                let top = top_above(&stack, floor).ok_or_else(|| perr(at, "DUP on an empty stack"))?;
+                a.mark(top, SHARED);
                 stack.push(top);
             }
             b'N' => push!(Value::None),
@@ -319,7 +615,7 @@ pub fn parse(data: &[u8]) -> Result<Pickle, ImportError> {
                 let v = match s {
                     "01" => Value::Bool(true),
                     "00" => Value::Bool(false),
-                    _ => Value::Int(s.parse().map_err(|_| r.err(at, format!("INT argument {s:?} is not an integer")))?),
+                    _ => Value::Int(s.parse().map_err(|_| perr(at, format!("INT argument {s:?} is not an integer")))?),
                 };
                 push!(v)
             }
@@ -340,7 +636,7 @@ pub fn parse(data: &[u8]) -> Result<Pickle, ImportError> {
                 let s = s.strip_suffix('L').unwrap_or(s);
                 let v = s
                     .parse::<i64>()
-                    .map_err(|_| r.err(at, format!("LONG argument {s:?} is not a 64-bit integer")))?;
+                    .map_err(|_| perr(at, format!("LONG argument {s:?} is not a 64-bit integer")))?;
                 push!(Value::Int(v))
             }
             0x8a => {
@@ -350,7 +646,7 @@ pub fn parse(data: &[u8]) -> Result<Pickle, ImportError> {
             }
             0x8b => {
                 let n = r.u32()? as u64;
-                let n = r.len_arg(n)?;
+                let n = r.len(n)?;
                 let b = r.take(n, "LONG4 bytes")?;
                 push!(Value::Int(long_from_le(b, at)?))
             }
@@ -358,33 +654,35 @@ pub fn parse(data: &[u8]) -> Result<Pickle, ImportError> {
                 let s = r.line()?;
                 let v = s
                     .parse::<f64>()
-                    .map_err(|_| r.err(at, format!("FLOAT argument {s:?} is not a number")))?;
+                    .map_err(|_| perr(at, format!("FLOAT argument {s:?} is not a number")))?;
                 push!(Value::Float(v))
             }
             b'G' => {
                 let b = r.take(8, "BINFLOAT")?;
-                let mut a = [0u8; 8];
-                a.copy_from_slice(b);
-                push!(Value::Float(f64::from_be_bytes(a)))
+                let mut x = [0u8; 8];
+                x.copy_from_slice(b);
+                push!(Value::Float(f64::from_be_bytes(x)))
             }
             b'S' => {
                 let s = r.line()?;
                 let s = s
                     .strip_prefix(['\'', '"'])
                     .and_then(|s| s.strip_suffix(['\'', '"']))
-                    .ok_or_else(|| r.err(at, "STRING argument is not quoted"))?;
-                push!(Value::Str(s.to_owned()))
+                    .ok_or_else(|| perr(at, "STRING argument is not quoted"))?
+                    .to_owned();
+                push!(Value::Str(s))
             }
             b'T' | b'U' => {
                 let n = if op == b'T' { r.u32()? as u64 } else { r.u8()? as u64 };
-                let n = r.len_arg(n)?;
+                let n = r.len(n)?;
                 let b = r.take(n, "a string")?;
                 // Protocol 2 byte strings are Latin-1 in Python 3.
-                push!(Value::Str(b.iter().map(|&c| c as char).collect()))
+                let s: String = b.iter().map(|&c| c as char).collect();
+                push!(Value::Str(s))
             }
             b'V' => {
-                let s = r.line()?;
-                push!(Value::Str(s.to_owned()))
+                let s = r.line()?.to_owned();
+                push!(Value::Str(s))
             }
             b'X' | 0x8c | 0x8d => {
                 let n = match op {
@@ -392,10 +690,13 @@ pub fn parse(data: &[u8]) -> Result<Pickle, ImportError> {
                     0x8c => r.u8()? as u64,
                     _ => r.u64()?,
                 };
-                let n = r.len_arg(n)?;
+                let n = r.len(n)?;
                 let b = r.take(n, "a unicode string")?;
-                let s = std::str::from_utf8(b).map_err(|e| r.err(at, format!("string is not UTF-8: {e}")))?;
-                push!(Value::Str(s.to_owned()))
+                let s = match std::str::from_utf8(b) {
+                    Ok(s) => s.to_owned(),
+                    Err(e) => return Err(perr(at, format!("string is not UTF-8: {e}"))),
+                };
+                push!(Value::Str(s))
             }
             b'B' | b'C' | 0x8e | 0x96 => {
                 let n = match op {
@@ -403,16 +704,16 @@ pub fn parse(data: &[u8]) -> Result<Pickle, ImportError> {
                     b'C' => r.u8()? as u64,
                     _ => r.u64()?,
                 };
-                let n = r.len_arg(n)?;
-                let b = r.take(n, "bytes")?;
-                push!(Value::Bytes(b.to_vec()))
+                let n = r.len(n)?;
+                let b = r.take(n, "bytes")?.to_vec();
+                push!(Value::Bytes(b))
             }
             b']' => push!(Value::List(Vec::new())),
             b')' => push!(Value::Tuple(Vec::new())),
             b'}' => push!(Value::Dict(Vec::new())),
             0x8f => push!(Value::Set(Vec::new())),
             b'l' | b't' | 0x91 | b'd' => {
-                let m = pop_mark(&mut marks, &r)?;
+                let m = pop_mark(&mut marks)?;
                 let items: Vec<ValueId> = stack.split_off(m);
                 let v = match op {
                     b'l' => Value::List(items),
@@ -420,7 +721,7 @@ pub fn parse(data: &[u8]) -> Result<Pickle, ImportError> {
                     0x91 => Value::Set(items),
                     _ => {
                         if !items.len().is_multiple_of(2) {
-                            return Err(r.err(at, "DICT needs an even number of items"));
+                            return Err(perr(at, "DICT needs an even number of items"));
                         }
                         Value::Dict(items.chunks(2).map(|c| (c[0], c[1])).collect())
                     }
@@ -430,79 +731,93 @@ pub fn parse(data: &[u8]) -> Result<Pickle, ImportError> {
             0x85..=0x87 => {
                 let n = (op - 0x84) as usize;
                 if stack.len() < floor + n {
-                    return Err(r.err(at, format!("TUPLE{n} needs {n} values on the stack")));
+                    return Err(perr(at, format!("TUPLE{n} needs {n} values on the stack")));
                 }
                 let items = stack.split_off(stack.len() - n);
                 push!(Value::Tuple(items))
             }
             b'a' => {
-                let v = pop(&mut stack, &r)?;
-                let target = top_above(&stack, floor).ok_or_else(|| r.err(at, "APPEND without a list"))?;
-                match &mut values[target as usize] {
-                    Value::List(l) => l.push(v),
-                    other => return Err(r.err(at, format!("APPEND to a {}, expected a list", other.type_name()))),
+                let v = pop(&mut stack)?;
+                let target = top_above(&stack, floor).ok_or_else(|| perr(at, "APPEND without a list"))?;
+                match a.get(target) {
+                    Value::List(_) => {}
+                    other => return Err(perr(at, format!("APPEND to a {}, expected a list", other.type_name()))),
+                }
+                let v = hook.append(&mut a, target, v)?;
+                if let Some(Value::List(l)) = a.get_mut(target) {
+                    l.push(v);
                 }
             }
             b'e' | 0x90 => {
-                let m = pop_mark(&mut marks, &r)?;
-                let items = stack.split_off(m);
-                let target = top_above(&stack, marks.last().copied().unwrap_or(0)).ok_or_else(|| r.err(at, "APPENDS without a list"))?;
-                match &mut values[target as usize] {
-                    Value::List(l) | Value::Set(l) => l.extend(items),
-                    other => return Err(r.err(at, format!("APPENDS to a {}, expected a list", other.type_name()))),
+                let m = pop_mark(&mut marks)?;
+                let mut items = stack.split_off(m);
+                let target = top_above(&stack, marks.last().copied().unwrap_or(0)).ok_or_else(|| perr(at, "APPENDS without a list"))?;
+                match a.get(target) {
+                    Value::List(_) => {
+                        for item in &mut items {
+                            *item = hook.append(&mut a, target, *item)?;
+                        }
+                    }
+                    Value::Set(_) => {}
+                    other => return Err(perr(at, format!("APPENDS to a {}, expected a list", other.type_name()))),
+                }
+                if let Some(Value::List(l) | Value::Set(l)) = a.get_mut(target) {
+                    l.extend(items);
                 }
             }
             b's' => {
-                let v = pop(&mut stack, &r)?;
-                let k = pop(&mut stack, &r)?;
-                let target = top_above(&stack, floor).ok_or_else(|| r.err(at, "SETITEM without a dict"))?;
-                match &mut values[target as usize] {
-                    Value::Dict(d) => d.push((k, v)),
-                    other => return Err(r.err(at, format!("SETITEM on a {}, expected a dict", other.type_name()))),
+                let v = pop(&mut stack)?;
+                let k = pop(&mut stack)?;
+                let target = top_above(&stack, floor).ok_or_else(|| perr(at, "SETITEM without a dict"))?;
+                match a.get_mut(target) {
+                    Some(Value::Dict(d)) => d.push((k, v)),
+                    _ => return Err(perr(at, format!("SETITEM on a {}, expected a dict", a.get(target).type_name()))),
                 }
             }
             b'u' => {
-                let m = pop_mark(&mut marks, &r)?;
+                let m = pop_mark(&mut marks)?;
                 let items = stack.split_off(m);
                 if !items.len().is_multiple_of(2) {
-                    return Err(r.err(at, "SETITEMS needs an even number of items"));
+                    return Err(perr(at, "SETITEMS needs an even number of items"));
                 }
-                let target = top_above(&stack, marks.last().copied().unwrap_or(0)).ok_or_else(|| r.err(at, "SETITEMS without a dict"))?;
-                match &mut values[target as usize] {
-                    Value::Dict(d) => d.extend(items.chunks(2).map(|c| (c[0], c[1]))),
-                    other => return Err(r.err(at, format!("SETITEMS on a {}, expected a dict", other.type_name()))),
+                let target = top_above(&stack, marks.last().copied().unwrap_or(0)).ok_or_else(|| perr(at, "SETITEMS without a dict"))?;
+                match a.get_mut(target) {
+                    Some(Value::Dict(d)) => d.extend(items.chunks(2).map(|c| (c[0], c[1]))),
+                    _ => return Err(perr(at, format!("SETITEMS on a {}, expected a dict", a.get(target).type_name()))),
                 }
             }
             b'p' | b'q' | b'r' | 0x94 => {
                 let key = match op {
                     b'p' => {
                         let s = r.line()?;
-                        s.parse::<u32>().map_err(|_| r.err(at, format!("PUT index {s:?} is not a number")))?
+                        s.parse::<u32>().map_err(|_| perr(at, format!("PUT index {s:?} is not a number")))?
                     }
                     b'q' => r.u8()? as u32,
                     b'r' => r.u32()?,
-                    _ => memo.count,
+                    _ => a.memo.count,
                 };
-                let top = top_above(&stack, floor).ok_or_else(|| r.err(at, "memoize on an empty stack"))?;
-                memo.insert(key, top);
+                let top = top_above(&stack, floor).ok_or_else(|| perr(at, "memoize on an empty stack"))?;
+                a.memoize(key, top);
             }
             b'g' | b'h' | b'j' => {
                 let key = match op {
                     b'g' => {
                         let s = r.line()?;
-                        s.parse::<u32>().map_err(|_| r.err(at, format!("GET index {s:?} is not a number")))?
+                        s.parse::<u32>().map_err(|_| perr(at, format!("GET index {s:?} is not a number")))?
                     }
                     b'h' => r.u8()? as u32,
                     _ => r.u32()?,
                 };
-                let id = memo
+                let id = a
+                    .memo
                     .get(key)
-                    .ok_or_else(|| r.err(at, format!("memo entry {key} is used before it is defined")))?;
+                    .ok_or_else(|| perr(at, format!("memo entry {key} is used before it is defined")))?;
+                a.mark(id, SHARED);
                 stack.push(id);
             }
             b'c' | 0x93 | b'i' => {
                 let what = if op == b'c' || op == b'i' {
-                    let module = r.line()?;
+                    let module = r.line()?.to_owned();
                     let name = r.line()?;
                     format!("{module}.{name}")
                 } else {
@@ -520,7 +835,7 @@ pub fn parse(data: &[u8]) -> Result<Pickle, ImportError> {
                 ));
             }
             _ => {
-                return Err(r.err(at, format!("unknown pickle opcode 0x{op:02x}")));
+                return Err(perr(at, format!("unknown pickle opcode 0x{op:02x}")));
             }
         }
     }
@@ -554,6 +869,6 @@ mod tests {
         let e = parse(b"\x80\x04\x95").unwrap_err().to_string();
         assert!(e.contains("truncated"), "{e}");
         let e = parse(b"\x80\x04X\xff\xff\xff\x7f").unwrap_err().to_string();
-        assert!(e.contains("exceeds"), "{e}");
+        assert!(e.contains("truncated") && e.contains("2147483647 bytes"), "{e}");
     }
 }

@@ -124,18 +124,22 @@ impl WalkBudget {
             Value::Dict(d) => d.len(),
             _ => 0,
         };
+        self.charge_items(items, path)
+    }
+
+    fn charge_items(&mut self, items: usize, path: &(impl Loc + ?Sized)) -> Result<(), ImportError> {
         match self.left.checked_sub(1 + items) {
             Some(left) => {
                 self.left = left;
                 Ok(())
             }
-            None => Err(v.err(
-                path,
-                format!(
+            None => Err(ImportError::Snapshot {
+                path: path.loc(),
+                reason: format!(
                     "the snapshot's shared references expand to more segments, blocks and entries than a pickle of {} bytes can hold; expected each to be its own object",
                     self.input_bytes
                 ),
-            )),
+            }),
         }
     }
 }
@@ -222,16 +226,30 @@ fn config_from_settings(v: &View, settings: Option<ValueId>) -> AllocatorConfig 
 }
 
 /// One trace entry, decoded.
+#[derive(Clone)]
 struct Entry {
-    device: usize,
-    /// Position in its device's trace (for error paths; entries are then sorted by time).
-    index: usize,
+    device: u8,
+    /// Position in its device's trace (for error paths; entries are then sorted by time);
+    /// [`UNPLACED`] while a compacted entry has not been found in `device_traces` yet.
+    index: u32,
     action: Action,
     addr: u64,
     size: u64,
     stream: i64,
     time_us: i64,
-    frames: Option<ValueId>,
+    frames: Option<Frames>,
+    /// Items of the entry's dict, for the [`WalkBudget`].
+    items: u32,
+}
+
+/// [`Entry::index`] of an entry the walk has not placed.
+const UNPLACED: u32 = u32::MAX;
+
+/// An entry's stack: still a pickle value, or already a [`LocalFrames`] stack.
+#[derive(Clone, Copy)]
+enum Frames {
+    Value(ValueId),
+    Local(u32),
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -309,34 +327,235 @@ fn pool_for_segment(size: u64) -> Pool {
     }
 }
 
-/// Interns frames and stacks, caching by pickle value id (snapshots share frame objects).
-struct StackInterner {
+/// A frame as the snapshot wrote it, before it enters the trace's tables.
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct LocalFrame {
+    name: Box<str>,
+    filename: Box<str>,
+    line: u32,
+}
+
+/// Frames and stacks interned while the pickle streams, so that an entry keeps a stack id and
+/// not its frame list. They enter the trace's tables later, in time order (see
+/// [`StackInterner`]), so that the trace's ids are what a walk of the whole pickle gives.
+#[derive(Default)]
+struct LocalFrames {
+    frames: Vec<LocalFrame>,
+    frame_index: HashMap<LocalFrame, u32>,
+    stacks: Vec<Box<[u32]>>,
+    stack_index: HashMap<Box<[u32]>, u32>,
+    /// Frame dicts already converted, by slot; only slots that are never reused (memoized or
+    /// shared ones) are cached.
     frame_cache: HashMap<ValueId, u32>,
-    stack_cache: HashMap<ValueId, (u32, Phase, StrId)>,
+}
+
+impl LocalFrames {
+    /// The frame dict `f`, or `None` if it lacks a string `name` or `filename`.
+    fn frame(&mut self, a: &pickle::Arena, f: ValueId) -> Option<u32> {
+        if let Some(&id) = self.frame_cache.get(&f) {
+            return Some(id);
+        }
+        let [name, filename, line] = a.dict_pick(f, ["name", "filename", "line"]);
+        let (Value::Str(name), Value::Str(filename)) = (a.get(name?), a.get(filename?)) else {
+            return None;
+        };
+        let line = match line.map(|l| a.get(l)) {
+            Some(Value::Int(i)) => (*i).clamp(0, u32::MAX as i64) as u32,
+            _ => 0,
+        };
+        let frame = LocalFrame {
+            name: name.as_str().into(),
+            filename: filename.as_str().into(),
+            line,
+        };
+        let id = match self.frame_index.get(&frame) {
+            Some(&id) => id,
+            None => {
+                let id = self.frames.len() as u32;
+                self.frames.push(frame.clone());
+                self.frame_index.insert(frame, id);
+                id
+            }
+        };
+        if !a.is_owned(f) {
+            self.frame_cache.insert(f, id);
+        }
+        Some(id)
+    }
+
+    fn stack(&mut self, ids: Vec<u32>) -> u32 {
+        let ids = ids.into_boxed_slice();
+        if let Some(&id) = self.stack_index.get(&ids) {
+            return id;
+        }
+        let id = self.stacks.len() as u32;
+        self.stacks.push(ids.clone());
+        self.stack_index.insert(ids, id);
+        id
+    }
+}
+
+/// Opaque ids of [`LocalFrames`] stacks carry this bit besides [`pickle::OPAQUE`]; entries do not.
+const STACK_TAG: ValueId = 1 << 30;
+
+/// The pickle hook of the snapshot importer: every trace entry appended to a list becomes a
+/// compact [`Entry`] and its values are given back to the arena, so that a snapshot's memory
+/// while it streams is its entries' compact records, its distinct frames and stacks, and the
+/// final segment state. Entries that a walk of the pickle would refuse are left as values, and
+/// the walk reports them with their path.
+#[derive(Default)]
+struct Compactor {
+    entries: Vec<Entry>,
+    local: LocalFrames,
+    /// Stacks of frame lists that several entries hold, by slot.
+    shared_lists: HashMap<ValueId, u32>,
+}
+
+impl Compactor {
+    /// The index in [`Compactor::entries`] of an opaque entry id.
+    fn entry_index(id: ValueId) -> Option<usize> {
+        (pickle::is_opaque(id) && id & STACK_TAG == 0).then_some((id & !pickle::OPAQUE) as usize)
+    }
+
+    fn local_stack(id: ValueId) -> Option<u32> {
+        (pickle::is_opaque(id) && id & STACK_TAG != 0).then_some(id & !(pickle::OPAQUE | STACK_TAG))
+    }
+
+    /// The stack of a frame list: `None` if it is not one the walk would accept.
+    fn frames(&mut self, a: &pickle::Arena, list: ValueId) -> Option<u32> {
+        if let Some(&sid) = self.shared_lists.get(&list) {
+            return Some(sid);
+        }
+        let (Value::List(frames) | Value::Tuple(frames)) = a.get(list) else {
+            return None;
+        };
+        let ids = frames.iter().map(|&f| self.local.frame(a, f)).collect::<Option<Vec<u32>>>()?;
+        let sid = self.local.stack(ids);
+        // A shared slot is never given back, so its stack can be remembered by slot.
+        if a.is_shared(list) {
+            self.shared_lists.insert(list, sid);
+        }
+        Some(sid)
+    }
+
+    fn compact(&mut self, a: &mut pickle::Arena, item: ValueId) -> Option<ValueId> {
+        // A shared entry stays a value: the walk charges each of its appearances.
+        if a.is_shared(item) {
+            return None;
+        }
+        let Value::Dict(d) = a.get(item) else { return None };
+        let items = u32::try_from(d.len()).ok()?;
+        let [action_v, addr_v, size_v, stream_v, time_v, frames_v] = a.dict_pick(item, ["action", "addr", "size", "stream", "time_us", "frames"]);
+        let Value::Str(action) = a.get(action_v?) else { return None };
+        let action = parse_action(action)?;
+        let int = |x: Option<ValueId>| match x.map(|x| a.get(x)) {
+            Some(Value::Int(i)) => Some(*i),
+            _ => None,
+        };
+        let size = match size_v.map(|x| a.get(x)) {
+            Some(Value::Int(i)) if *i >= 0 => *i as u64,
+            Some(Value::Bool(b)) => u64::from(*b),
+            _ if action == Action::Snapshot => 0,
+            _ => return None,
+        };
+        let (addr, stream, time_us) = (int(addr_v).unwrap_or(0) as u64, int(stream_v).unwrap_or(0), int(time_v).unwrap_or(0));
+        // The frame list: given back with the entry unless other entries share it.
+        let mut frames_list = None;
+        let frames = match frames_v {
+            None => None,
+            Some(f) if pickle::is_opaque(f) => Some(Self::local_stack(f)?),
+            Some(f) if matches!(a.get(f), Value::List(l) if l.is_empty()) => None,
+            Some(f) => {
+                let sid = self.frames(a, f)?;
+                frames_list = Some((f, sid));
+                Some(sid)
+            }
+        };
+        if self.entries.len() >= STACK_TAG as usize || self.local.stacks.len() >= STACK_TAG as usize {
+            return None;
+        }
+        if let Some((f, sid)) = frames_list {
+            a.consume(f, pickle::OPAQUE | STACK_TAG | sid);
+        }
+        let opaque = pickle::OPAQUE | self.entries.len() as ValueId;
+        self.entries.push(Entry {
+            device: 0,
+            index: UNPLACED,
+            action,
+            addr,
+            size,
+            stream,
+            time_us,
+            frames: frames.map(Frames::Local),
+            items,
+        });
+        a.consume(item, opaque);
+        Some(opaque)
+    }
+}
+
+impl pickle::Hook for Compactor {
+    fn append(&mut self, a: &mut pickle::Arena, _list: ValueId, item: ValueId) -> Result<ValueId, ImportError> {
+        if pickle::is_opaque(item) {
+            return Ok(item);
+        }
+        Ok(self.compact(a, item).unwrap_or(item))
+    }
+}
+
+/// Interns the entries' stacks into the trace's tables, in the order the entries are walked.
+#[derive(Default)]
+struct StackInterner {
+    frames: HashMap<u32, u32>,
+    stacks: HashMap<u32, (u32, Phase, StrId)>,
+    /// Frame lists that were left as values, by slot.
+    values: HashMap<ValueId, u32>,
 }
 
 impl StackInterner {
-    fn stack(&mut self, v: &View, trace: &mut Trace, frames: ValueId, path: &dyn Fn() -> String) -> Result<(u32, Phase, StrId), ImportError> {
-        if let Some(&s) = self.stack_cache.get(&frames) {
+    fn stack(&mut self, v: &View, local: &mut LocalFrames, trace: &mut Trace, frames: Frames, path: &dyn Fn() -> String) -> Result<(u32, Phase, StrId), ImportError> {
+        let sid = match frames {
+            Frames::Local(sid) => sid,
+            Frames::Value(list) => match self.values.get(&list) {
+                Some(&sid) => sid,
+                None => {
+                    let items = v.list(list, &path)?;
+                    let mut ids = Vec::with_capacity(items.len());
+                    for (i, &f) in items.iter().enumerate() {
+                        let id = match local.frame(&v.p.arena, f) {
+                            Some(id) => id,
+                            None => {
+                                // Not a frame: say what is wrong, as the walk of a frame does.
+                                let fpath = || format!("{}[{i}]", path());
+                                v.str(f, "name", &fpath)?;
+                                v.str(f, "filename", &fpath)?;
+                                return Err(v.err(&fpath, "expected a frame"));
+                            }
+                        };
+                        ids.push(id);
+                    }
+                    let sid = local.stack(ids);
+                    self.values.insert(list, sid);
+                    sid
+                }
+            },
+        };
+        if let Some(&s) = self.stacks.get(&sid) {
             return Ok(s);
         }
-        let list = v.list(frames, &path)?;
-        let mut ids = Vec::with_capacity(list.len());
-        for (i, &f) in list.iter().enumerate() {
-            let id = match self.frame_cache.get(&f) {
+        let mut ids = Vec::with_capacity(local.stacks[sid as usize].len());
+        for &lf in local.stacks[sid as usize].iter() {
+            let id = match self.frames.get(&lf) {
                 Some(&id) => id,
                 None => {
-                    let fpath = || format!("{}[{i}]", path());
-                    let name = v.str(f, "name", &fpath)?;
-                    let filename = v.str(f, "filename", &fpath)?;
-                    let line = v.opt_int(f, "line").unwrap_or(0).clamp(0, u32::MAX as i64) as u32;
+                    let f = &local.frames[lf as usize];
                     let frame = Frame {
-                        name: trace.strings.intern(name),
-                        filename: trace.strings.intern(filename),
-                        line,
+                        name: trace.strings.intern(&f.name),
+                        filename: trace.strings.intern(&f.filename),
+                        line: f.line,
                     };
                     let id = trace.stacks.intern_frame(frame);
-                    self.frame_cache.insert(f, id);
+                    self.frames.insert(lf, id);
                     id
                 }
             };
@@ -344,7 +563,7 @@ impl StackInterner {
         }
         let (phase, layer) = classify_stack(trace, &ids);
         let stack = trace.stacks.intern_stack(ids);
-        self.stack_cache.insert(frames, (stack, phase, layer));
+        self.stacks.insert(sid, (stack, phase, layer));
         Ok((stack, phase, layer))
     }
 }
@@ -385,7 +604,18 @@ fn classify_stack(trace: &mut Trace, frame_ids: &[u32]) -> (Phase, StrId) {
 
 /// Imports a snapshot pickle.
 pub fn import(data: &[u8]) -> Result<Trace, ImportError> {
-    let p = pickle::parse(data)?;
+    import_stream(data, Some(data.len() as u64))
+}
+
+/// Imports a snapshot pickle read from `src`, which is never held whole.
+pub fn import_reader(src: impl std::io::Read) -> Result<Trace, ImportError> {
+    import_stream(src, None)
+}
+
+fn import_stream(src: impl std::io::Read, size_hint: Option<u64>) -> Result<Trace, ImportError> {
+    let mut compactor = Compactor::default();
+    let p = pickle::parse_stream(src, size_hint, &mut compactor)?;
+    let input_bytes = usize::try_from(p.input_bytes).unwrap_or(usize::MAX);
     let v = View { p: &p };
     let root = p.root;
     let Value::Dict(items) = p.get(root) else {
@@ -424,8 +654,8 @@ pub fn import(data: &[u8]) -> Result<Trace, ImportError> {
         blocks: Vec<(u64, u64, bool)>, // address, size, allocated (active)
     }
     let mut budget = WalkBudget {
-        left: data.len(),
-        input_bytes: data.len(),
+        left: input_bytes,
+        input_bytes,
     };
     let mut finals = Vec::new();
     for (i, &s) in v.list(segments_id, "segments")?.iter().enumerate() {
@@ -467,7 +697,10 @@ pub fn import(data: &[u8]) -> Result<Trace, ImportError> {
     }
 
     // Trace entries of every device, merged by time.
-    let mut entries = Vec::new();
+    // Compacted entries are placed where the walk finds them: the first time in place, again
+    // as a copy; any the walk never finds are dropped.
+    let mut entries = std::mem::take(&mut compactor.entries);
+    let compacted = entries.len();
     let mut skipped: HashMap<String, usize> = HashMap::default();
     let device_traces = v.list(traces_id, "device_traces")?;
     if device_traces.len() > MAX_DEVICES {
@@ -476,6 +709,22 @@ pub fn import(data: &[u8]) -> Result<Trace, ImportError> {
     for (dev, &t) in device_traces.iter().enumerate() {
         for (i, &e) in v.list(t, &format!("device_traces[{dev}]"))?.iter().enumerate() {
             let path = || format!("device_traces[{dev}][{i}]");
+            let index = u32::try_from(i).ok().filter(|&i| i != UNPLACED).ok_or_else(|| v.err(&path, "more entries than a trace can hold"))?;
+            if let Some(k) = Compactor::entry_index(e).filter(|&k| k < compacted) {
+                budget.charge_items(entries[k].items as usize, &path)?;
+                if entries[k].index == UNPLACED {
+                    entries[k].device = dev as u8;
+                    entries[k].index = index;
+                } else {
+                    let copy = Entry {
+                        device: dev as u8,
+                        index,
+                        ..entries[k].clone()
+                    };
+                    entries.push(copy);
+                }
+                continue;
+            }
             budget.charge(&v, e, &path)?;
             if !matches!(p.get(e), Value::Dict(_)) {
                 return Err(v.err(&path, format!("expected a dict, found {}", p.get(e).type_name())));
@@ -505,14 +754,19 @@ pub fn import(data: &[u8]) -> Result<Trace, ImportError> {
                 None => return Err(v.err(&path, "expected key 'size', which is missing")),
             };
             entries.push(Entry {
-                device: dev,
-                index: i,
+                device: dev as u8,
+                index,
                 action,
                 addr: int(addr_v).unwrap_or(0) as u64,
                 size,
                 stream: int(stream_v).unwrap_or(0),
                 time_us: int(time_v).unwrap_or(0),
-                frames,
+                frames: match frames {
+                    Some(f) if pickle::is_opaque(f) => Compactor::local_stack(f).map(Frames::Local),
+                    Some(f) if matches!(p.get(f), Value::List(l) if l.is_empty()) => None,
+                    f => f.map(Frames::Value),
+                },
+                items: 0, // charged above
             });
         }
     }
@@ -524,12 +778,14 @@ pub fn import(data: &[u8]) -> Result<Trace, ImportError> {
             .warnings
             .push(format!("skipped {n} trace entries with unknown action '{action}'"));
     }
-    entries.sort_by_key(|e| e.time_us); // stable: keeps each device's order for equal times
+    entries.retain(|e| e.index != UNPLACED);
+    // Each device's order for equal times, as a stable sort of the walk's order would keep it.
+    entries.sort_unstable_by_key(|e| (e.time_us, e.device, e.index));
 
     let max_device = finals
         .iter()
         .map(|f| f.device)
-        .chain(entries.iter().map(|e| e.device))
+        .chain(entries.iter().map(|e| e.device as usize))
         .max();
     if let Some(max_device) = max_device {
         if max_device > 255 {
@@ -556,19 +812,19 @@ pub fn import(data: &[u8]) -> Result<Trace, ImportError> {
     for e in &entries {
         match e.action {
             Action::SegmentAlloc | Action::SegmentMap => {
-                seg_seen.insert((e.device, e.addr));
+                seg_seen.insert((e.device as usize, e.addr));
             }
             Action::SegmentFree | Action::SegmentUnmap
-                if seg_seen.insert((e.device, e.addr)) => {
-                    pre_segments.push((e.device, e.addr, e.size, e.stream));
+                if seg_seen.insert((e.device as usize, e.addr)) => {
+                    pre_segments.push((e.device as usize, e.addr, e.size, e.stream));
                 }
             Action::Alloc => {
-                block_first.entry((e.device, e.addr)).or_insert(Action::Alloc);
+                block_first.entry((e.device as usize, e.addr)).or_insert(Action::Alloc);
             }
             Action::FreeRequested | Action::FreeCompleted | Action::Free => {
-                if let std::collections::hash_map::Entry::Vacant(slot) = block_first.entry((e.device, e.addr)) {
+                if let std::collections::hash_map::Entry::Vacant(slot) = block_first.entry((e.device as usize, e.addr)) {
                     slot.insert(e.action);
-                    pre_blocks.push((e.device, e.addr, e.size));
+                    pre_blocks.push((e.device as usize, e.addr, e.size));
                 }
             }
             _ => {}
@@ -688,15 +944,12 @@ pub fn import(data: &[u8]) -> Result<Trace, ImportError> {
     for f in &finals {
         final_pool.entry((f.device, f.address)).or_insert(f.pool);
     }
-    let mut interner = StackInterner {
-        frame_cache: HashMap::default(),
-        stack_cache: HashMap::default(),
-    };
+    let mut interner = StackInterner::default();
     let mut estimated = 0usize;
     let mut pending_free: HashMap<(usize, u64), u64> = HashMap::default();
     let mut span_cursor = 0;
     for e in &entries {
-        let dev = e.device;
+        let dev = e.device as usize;
         let state = &mut states[dev];
         let (event_type, size) = match e.action {
             Action::Alloc => (EventType::Alloc, state.alloc(e.addr, e.size)),
@@ -740,11 +993,11 @@ pub fn import(data: &[u8]) -> Result<Trace, ImportError> {
         };
         let ts_ns = (e.time_us.max(0) as u64).saturating_mul(1000);
         let (stack, mut phase, mut layer) = match e.frames {
-            Some(f) if !matches!(p.get(f), Value::List(l) if l.is_empty()) => {
-                let (s, ph, l) = interner.stack(&v, &mut trace, f, &|| format!("device_traces[{dev}][{}].frames", e.index))?;
+            Some(f) => {
+                let (s, ph, l) = interner.stack(&v, &mut compactor.local, &mut trace, f, &|| format!("device_traces[{dev}][{}].frames", e.index))?;
                 (Some(s), ph, l)
             }
-            _ => (None, Phase::Other, StrId::NONE),
+            None => (None, Phase::Other, StrId::NONE),
         };
         // Entries come in time order, so one cursor walks the (sorted) optimizer spans.
         while span_cursor < optimizer_spans.len() && optimizer_spans[span_cursor].1 < ts_ns {

@@ -76,10 +76,56 @@ fn read(file: &web_sys::File) -> Result<Vec<u8>, String> {
         .map_err(|_| "the browser could not read the file".to_owned())
 }
 
+/// A local file read in slices ([`web_sys::Blob::slice`]) as the importer asks for bytes, so
+/// that the worker never holds the whole file.
+struct FileSlices {
+    file: web_sys::File,
+    reader: web_sys::FileReaderSync,
+    offset: f64,
+    chunk: Vec<u8>,
+    at: usize,
+    last_progress: f64,
+}
+
+/// Bytes read from the file at once.
+const SLICE_BYTES: f64 = (4 << 20) as f64;
+
+impl std::io::Read for FileSlices {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.at == self.chunk.len() {
+            let size = self.file.size();
+            if self.offset >= size {
+                return Ok(0);
+            }
+            let end = (self.offset + SLICE_BYTES).min(size);
+            let slice = self.file.slice_with_f64_and_f64(self.offset, end).map_err(|_| std::io::Error::other("the browser could not slice the file"))?;
+            let buf = self.reader.read_as_array_buffer(&slice).map_err(|_| std::io::Error::other("the browser could not read the file"))?;
+            self.chunk = js_sys::Uint8Array::new(&buf).to_vec();
+            self.at = 0;
+            self.offset = end;
+            if size > 0.0 && (end - self.last_progress >= size / 20.0 || end == size) {
+                self.last_progress = end;
+                progress(&format!("parsing {} ({:.0} % of {:.1} MB)", self.file.name(), end / size * 100.0, size / 1e6));
+            }
+        }
+        let n = buf.len().min(self.chunk.len() - self.at);
+        buf[..n].copy_from_slice(&self.chunk[self.at..self.at + n]);
+        self.at += n;
+        Ok(n)
+    }
+}
+
 fn open_file(file: web_sys::File) {
-    match read(&file) {
-        Ok(bytes) => open(&file.name(), &bytes),
-        Err(message) => failed(&file.name(), message),
+    let name = file.name();
+    let reader = match web_sys::FileReaderSync::new() {
+        Ok(r) => r,
+        Err(_) => return failed(&name, "the browser could not read the file".into()),
+    };
+    let size = file.size();
+    let slices = FileSlices { file, reader, offset: 0.0, chunk: Vec::new(), at: 0, last_progress: 0.0 };
+    match Session::open_reader(&name, size as u64, slices, progress) {
+        Ok(result) => opened(result),
+        Err(message) => failed(&name, message),
     }
 }
 

@@ -1,0 +1,207 @@
+//! The importers read streams: a snapshot imported from memory, from a reader that hands out
+//! a few bytes at a time, and from gzip must be the same trace, and so must the same snapshot
+//! pickled differently (no memo at all; entries shared through the memo), since the streaming
+//! snapshot importer compacts entries as they arrive and gives their values back.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
+
+use shared::export::{export, ExportFormat};
+use shared::import::pickle::{self, Pickle, Value, ValueId};
+use shared::{import, import::import_reader, ImportOptions};
+use std::io::{Read, Write};
+use std::path::PathBuf;
+
+const PICKLES: [&str; 6] = [
+    "mlp_adam_3steps.pickle",
+    "mlp_adam_3steps.protocol2.pickle",
+    "mlp_adam_3steps.protocol3.pickle",
+    "mlp_adam_3steps.protocol5.pickle",
+    "resnet18_sgd_2steps.pickle",
+    "oom_mlp.pickle",
+];
+
+fn data(name: &str) -> Vec<u8> {
+    std::fs::read(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/data").join(name)).unwrap()
+}
+
+fn native(trace: &shared::model::Trace) -> String {
+    let mut out = Vec::new();
+    export(trace, ExportFormat::Native, &mut out).unwrap();
+    String::from_utf8(out).unwrap()
+}
+
+/// Hands out at most `step` bytes per read, so that every argument straddles reads.
+struct Trickle<'a> {
+    data: &'a [u8],
+    step: usize,
+}
+
+impl Read for Trickle<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.step.min(buf.len()).min(self.data.len());
+        buf[..n].copy_from_slice(&self.data[..n]);
+        self.data = &self.data[n..];
+        Ok(n)
+    }
+}
+
+fn gzip(raw: &[u8]) -> Vec<u8> {
+    let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    enc.write_all(raw).unwrap();
+    enc.finish().unwrap()
+}
+
+/// Pads `raw` past the importers' 1 MiB head, so that the streamed path runs and not the
+/// in-memory one: a snapshot is a pickle, so padding goes in as an extra key of its dict.
+fn long(raw: &[u8]) -> Vec<u8> {
+    let p = pickle::parse(raw).unwrap();
+    let mut w = Writer::default();
+    w.out.extend_from_slice(b"\x80\x02");
+    w.value(&p, p.root, Some(2 << 20));
+    w.out.push(b'.');
+    w.out
+}
+
+#[test]
+fn a_snapshot_streamed_in_pieces_or_gzipped_is_the_same_trace() {
+    for name in PICKLES {
+        let raw = data(name);
+        let expected = native(&import(&raw, &ImportOptions::default()).unwrap());
+        let padded = long(&raw);
+        assert!(padded.len() > 2 << 20);
+        for step in [3, 4096] {
+            let t = import_reader(Trickle { data: &padded, step }, &ImportOptions::default()).unwrap_or_else(|e| panic!("{name} in {step}-byte reads: {e}"));
+            assert_eq!(native(&t), expected, "{name} in {step}-byte reads");
+        }
+        let t = import_reader(gzip(&padded).as_slice(), &ImportOptions::default()).unwrap();
+        assert_eq!(native(&t), expected, "{name} gzipped, streamed");
+        let t = import(&gzip(&raw), &ImportOptions::default()).unwrap();
+        assert_eq!(native(&t), expected, "{name} gzipped, in memory");
+    }
+}
+
+#[test]
+fn a_snapshot_pickled_without_a_memo_or_with_shared_entries_is_the_same_trace() {
+    for name in ["mlp_adam_3steps.pickle", "resnet18_sgd_2steps.pickle"] {
+        let raw = data(name);
+        let expected = native(&import(&raw, &ImportOptions::default()).unwrap());
+        let p = pickle::parse(&raw).unwrap();
+
+        // Python's pickler in fast mode: no memo, every frame written out again.
+        let mut w = Writer::default();
+        w.out.extend_from_slice(b"\x80\x02");
+        w.value(&p, p.root, None);
+        w.out.push(b'.');
+        assert_eq!(native(&import(&w.out, &ImportOptions::default()).unwrap()), expected, "{name} without a memo");
+
+        // Every entry twice: once written out, once as a copy; and once written out, once
+        // fetched from the memo. Both are the same snapshot.
+        let twice = |shared: bool| {
+            let mut w = Writer { twice: Some(shared), ..Writer::default() };
+            w.out.extend_from_slice(b"\x80\x02");
+            w.value(&p, p.root, None);
+            w.out.push(b'.');
+            native(&import(&w.out, &ImportOptions::default()).unwrap_or_else(|e| panic!("{name}, entries twice (shared: {shared}): {e}")))
+        };
+        let copies = twice(false);
+        assert_ne!(copies, expected);
+        assert_eq!(twice(true), copies, "{name}: entries shared through the memo");
+    }
+}
+
+/// A pickle writer for plain values (protocol 2 opcodes), without a memo unless `twice` asks
+/// for entries to be shared through it.
+#[derive(Default)]
+struct Writer {
+    out: Vec<u8>,
+    /// Write each entry of `device_traces` twice: `Some(true)` the second time as a memo GET.
+    twice: Option<bool>,
+    next_memo: u32,
+}
+
+impl Writer {
+    fn str(&mut self, s: &str) {
+        self.out.push(b'X');
+        self.out.extend_from_slice(&(s.len() as u32).to_le_bytes());
+        self.out.extend_from_slice(s.as_bytes());
+    }
+
+    fn value(&mut self, p: &Pickle, id: ValueId, pad: Option<usize>) {
+        match p.get(id) {
+            Value::None => self.out.push(b'N'),
+            Value::Bool(b) => self.out.push(if *b { 0x88 } else { 0x89 }),
+            Value::Int(i) => {
+                self.out.extend_from_slice(&[0x8a, 8]);
+                self.out.extend_from_slice(&i.to_le_bytes());
+            }
+            Value::Float(f) => {
+                self.out.push(b'G');
+                self.out.extend_from_slice(&f.to_be_bytes());
+            }
+            Value::Str(s) => self.str(s),
+            Value::Bytes(b) => {
+                self.out.push(b'B');
+                self.out.extend_from_slice(&(b.len() as u32).to_le_bytes());
+                self.out.extend_from_slice(b);
+            }
+            Value::List(items) | Value::Set(items) => {
+                self.out.push(b']');
+                for chunk in items.chunks(1000) {
+                    if let [one] = chunk {
+                        self.value(p, *one, None);
+                        self.out.push(b'a');
+                        continue;
+                    }
+                    self.out.push(b'(');
+                    for &item in chunk {
+                        self.value(p, item, None);
+                    }
+                    self.out.push(b'e');
+                }
+            }
+            Value::Tuple(items) => {
+                self.out.push(b'(');
+                for &item in items {
+                    self.value(p, item, None);
+                }
+                self.out.push(b't');
+            }
+            Value::Dict(items) => {
+                self.out.extend_from_slice(b"}(");
+                for &(k, v) in items {
+                    self.value(p, k, None);
+                    let is_traces = matches!(p.get(k), Value::Str(s) if s == "device_traces");
+                    match (self.twice, p.get(v)) {
+                        (Some(shared), Value::List(devices)) if is_traces => {
+                            self.out.push(b']');
+                            for &dev in devices {
+                                let Value::List(entries) = p.get(dev) else { panic!("a device trace is a list") };
+                                self.out.extend_from_slice(b"](");
+                                for &e in entries {
+                                    self.value(p, e, None);
+                                    if shared {
+                                        let key = self.next_memo;
+                                        self.next_memo += 1;
+                                        self.out.push(b'r');
+                                        self.out.extend_from_slice(&key.to_le_bytes());
+                                        self.out.push(b'j');
+                                        self.out.extend_from_slice(&key.to_le_bytes());
+                                    } else {
+                                        self.value(p, e, None);
+                                    }
+                                }
+                                self.out.extend_from_slice(b"ea");
+                            }
+                        }
+                        _ => self.value(p, v, None),
+                    }
+                }
+                if let Some(n) = pad {
+                    self.str("padding");
+                    self.str(&" ".repeat(n));
+                }
+                self.out.push(b'u');
+            }
+        }
+    }
+}

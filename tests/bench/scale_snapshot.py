@@ -1,0 +1,41 @@
+"""Writes a large memory snapshot by repeating a real one's trace, for scale benchmarks.
+
+    python3 tests/bench/scale_snapshot.py tests/data/resnet18_sgd_2steps.pickle 300 big.pickle
+
+The device trace is repeated COPIES times, each copy shifted in time past the previous one;
+entries of a copy share their frame objects with the original, as the entries of one real
+recording do, so the pickle's memo references look like a long real run's. The final
+`segments` state is kept as recorded. Real recordings of at least 1 GB come from
+tests/gpu/big_snapshots.py on a GPU machine; this makes the sizes in between, here.
+"""
+
+import copy
+import pickle
+import sys
+
+
+def main() -> None:
+    src, copies, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    with open(src, "rb") as f:
+        snap = pickle.load(f)
+    traces = []
+    for trace in snap["device_traces"]:
+        if not trace:
+            traces.append(trace)
+            continue
+        span = trace[-1]["time_us"] - trace[0]["time_us"] + 1
+        longer = []
+        for c in range(copies):
+            for e in trace:
+                e = copy.copy(e)  # a new entry dict; its frames stay shared
+                e["time_us"] = e["time_us"] + c * span
+                longer.append(e)
+        traces.append(longer)
+    snap["device_traces"] = traces
+    with open(out, "wb") as f:
+        pickle.dump(snap, f, protocol=4)
+    print(f"{out}: {sum(len(t) for t in traces)} entries")
+
+
+if __name__ == "__main__":
+    main()
