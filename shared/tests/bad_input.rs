@@ -107,7 +107,10 @@ fn own_format_from_the_future_and_corrupt_references() {
 fn absurd_sizes_are_refused() {
     // A BINUNICODE claiming 2 GiB in a 20-byte file.
     let e = err(b"\x80\x04X\x00\x00\x00\x80abc");
-    assert!(e.contains("truncated") && e.contains("needs 2147483648 bytes but only 3 remain"), "{e}");
+    assert!(e.contains("2147483648 bytes") && e.contains("at most 64 MiB"), "{e}");
+    // One claiming 64 KiB: read as far as the input goes, then refused as truncated.
+    let e = err(b"\x80\x04X\x00\x00\x01\x00abc");
+    assert!(e.contains("truncated") && e.contains("needs 65536 bytes but only 3 remain"), "{e}");
     // A negative segment size in a snapshot.
     // {'segments': [{'address': 0, 'total_size': -5, 'device': 0, 'blocks': []}], 'device_traces': []}
     let p = b"\x80\x04\x95]\x00\x00\x00\x00\x00\x00\x00}\x94(\x8c\x08segments\x94]\x94}\x94(\x8c\x07address\x94K\x00\x8c\ntotal_size\x94J\xfb\xff\xff\xff\x8c\x06device\x94K\x00\x8c\x06blocks\x94]\x94ua\x8c\rdevice_traces\x94]\x94u.";

@@ -309,6 +309,10 @@ impl Hook for KeepAll {
     }
 }
 
+/// Longest string, bytes or integer argument read: the window holds one whole, and no plain
+/// data a snapshot holds comes near it.
+const MAX_ARGUMENT_BYTES: usize = 64 << 20;
+
 /// The input, read through a window that grows only to the longest argument.
 struct Input<R> {
     src: R,
@@ -425,7 +429,13 @@ impl<R: Read> Input<R> {
 
     /// A length argument as a `usize`; its bytes are checked when they are read.
     fn len(&mut self, n: u64) -> Result<usize, ImportError> {
-        usize::try_from(n).map_err(|_| self.err(self.pos(), format!("truncated: a length of {n} bytes exceeds what this machine can address")))
+        if n > MAX_ARGUMENT_BYTES as u64 {
+            return Err(self.err(
+                self.pos(),
+                format!("a string or number of {n} bytes; expected at most {} MiB (the window holds one argument whole)", MAX_ARGUMENT_BYTES >> 20),
+            ));
+        }
+        Ok(n as usize)
     }
 
     fn line(&mut self) -> Result<&str, ImportError> {
@@ -869,6 +879,6 @@ mod tests {
         let e = parse(b"\x80\x04\x95").unwrap_err().to_string();
         assert!(e.contains("truncated"), "{e}");
         let e = parse(b"\x80\x04X\xff\xff\xff\x7f").unwrap_err().to_string();
-        assert!(e.contains("truncated") && e.contains("2147483647 bytes"), "{e}");
+        assert!(e.contains("2147483647 bytes") && e.contains("at most 64 MiB"), "{e}");
     }
 }
