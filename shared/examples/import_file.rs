@@ -27,14 +27,16 @@ fn main() {
         let trace = shared::import::import_reader(std::io::BufReader::new(file), &shared::ImportOptions::default())
             .unwrap_or_else(|e| panic!("{path}: {e}"));
         let secs = start.elapsed().as_secs_f64();
+        let import_peak = peak_rss_bytes();
         let summary = shared::analysis::summary(&trace);
         println!(
-            "{path}: {:.1} MB, {} events in {secs:.2} s ({:.0} MB/s), peak allocated {} B, trace {:.1} MiB, process peak RSS {:.1} MiB (at start {:.1} MiB)",
+            "{path}: {:.1} MB, {} events in {secs:.2} s ({:.0} MB/s), peak allocated {} B, trace {:.1} MiB, peak RSS {:.1} MiB after import, {:.1} MiB after summary (at start {:.1} MiB)",
             size as f64 / 1e6,
             trace.events.len(),
             size as f64 / 1e6 / secs,
             summary.peak_allocated_bytes,
             trace.memory_footprint().total() as f64 / (1 << 20) as f64,
+            import_peak as f64 / (1 << 20) as f64,
             peak_rss_bytes() as f64 / (1 << 20) as f64,
             before as f64 / (1 << 20) as f64,
         );

@@ -94,6 +94,14 @@ fn a_snapshot_pickled_without_a_memo_or_with_shared_entries_is_the_same_trace() 
         w.out.push(b'.');
         assert_eq!(native(&import(&w.out, &ImportOptions::default()).unwrap()), expected, "{name} without a memo");
 
+        // Python's pickler on objects that share nothing: every dict, list and string
+        // memoized (so the memo names each frame and each "N/A"), none fetched again.
+        let mut w = Writer { memo_all: true, ..Writer::default() };
+        w.out.extend_from_slice(b"\x80\x02");
+        w.value(&p, p.root, None);
+        w.out.push(b'.');
+        assert_eq!(native(&import(&w.out, &ImportOptions::default()).unwrap()), expected, "{name} with every object memoized");
+
         // Every entry twice: once written out, once as a copy; and once written out, once
         // fetched from the memo. Both are the same snapshot.
         let twice = |shared: bool| {
@@ -116,6 +124,8 @@ struct Writer {
     out: Vec<u8>,
     /// Write each entry of `device_traces` twice: `Some(true)` the second time as a memo GET.
     twice: Option<bool>,
+    /// Memoize every string, list and dict, as Python's pickler does.
+    memo_all: bool,
     next_memo: u32,
 }
 
@@ -124,6 +134,15 @@ impl Writer {
         self.out.push(b'X');
         self.out.extend_from_slice(&(s.len() as u32).to_le_bytes());
         self.out.extend_from_slice(s.as_bytes());
+        self.memoize();
+    }
+
+    fn memoize(&mut self) {
+        if self.memo_all {
+            self.out.push(b'r');
+            self.out.extend_from_slice(&self.next_memo.to_le_bytes());
+            self.next_memo += 1;
+        }
     }
 
     fn value(&mut self, p: &Pickle, id: ValueId, pad: Option<usize>) {
@@ -146,6 +165,7 @@ impl Writer {
             }
             Value::List(items) | Value::Set(items) => {
                 self.out.push(b']');
+                self.memoize();
                 for chunk in items.chunks(1000) {
                     if let [one] = chunk {
                         self.value(p, *one, None);
@@ -167,7 +187,9 @@ impl Writer {
                 self.out.push(b't');
             }
             Value::Dict(items) => {
-                self.out.extend_from_slice(b"}(");
+                self.out.push(b'}');
+                self.memoize();
+                self.out.push(b'(');
                 for &(k, v) in items {
                     self.value(p, k, None);
                     let is_traces = matches!(p.get(k), Value::Str(s) if s == "device_traces");

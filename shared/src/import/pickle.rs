@@ -132,6 +132,8 @@ pub struct Arena {
     memo_key_of: Vec<u32>,
     /// [`Arena::release`]'s work list, kept to save an allocation per release.
     work: Vec<ValueId>,
+    /// The first memoized string of each text (see [`Arena::memoize`]).
+    strings: crate::hash::FastMap<Box<str>, ValueId>,
     /// Values created: never more than the input's bytes (each costs an opcode byte).
     created: u64,
 }
@@ -472,8 +474,12 @@ impl<R: Read> Input<R> {
 }
 
 impl Arena {
-    /// Records that memo `key` names `id`.
-    fn memoize(&mut self, key: u32, id: ValueId) {
+    /// Records that memo `key` names `id`, and returns the value the stack should hold: a
+    /// fresh string equal to one memoized before becomes that one (Python memoizes every
+    /// string object, and snapshots hold a new `"N/A"` object per entry; without this each
+    /// would outlive its entry, since the memo might name it again).
+    fn memoize(&mut self, key: u32, id: ValueId) -> ValueId {
+        let id = self.canonical_str(id);
         if let Some(old) = self.memo.get(key) {
             if !is_opaque(old) && self.memo_key_of[old as usize] == key {
                 // The key moves away from a value that may still be consumed: keep that value.
@@ -496,6 +502,29 @@ impl Arena {
             }
         }
         self.memo.insert(key, id);
+        id
+    }
+
+    /// `id` if it is not a fresh string; else the first memoized string equal to it (`id`'s
+    /// slot given back), or `id` itself, remembered as the first.
+    fn canonical_str(&mut self, id: ValueId) -> ValueId {
+        if is_opaque(id) || self.flags[id as usize] != 0 {
+            return id;
+        }
+        let Value::Str(text) = &self.values[id as usize] else { return id };
+        match self.strings.get(text.as_str()) {
+            Some(&first) => {
+                self.release(id);
+                self.mark(first, SHARED);
+                first
+            }
+            None => {
+                self.strings.insert(text.as_str().into(), id);
+                // Never given back: later equal strings become it.
+                self.mark(id, SHARED);
+                id
+            }
+        }
     }
 }
 
@@ -807,7 +836,10 @@ pub fn parse_stream(src: impl Read, size_hint: Option<u64>, hook: &mut impl Hook
                     _ => a.memo.count,
                 };
                 let top = top_above(&stack, floor).ok_or_else(|| perr(at, "memoize on an empty stack"))?;
-                a.memoize(key, top);
+                let kept = a.memoize(key, top);
+                if let Some(last) = stack.last_mut() {
+                    *last = kept;
+                }
             }
             b'g' | b'h' | b'j' => {
                 let key = match op {

@@ -352,6 +352,9 @@ struct LocalFrames {
 impl LocalFrames {
     /// The frame dict `f`, or `None` if it lacks a string `name` or `filename`.
     fn frame(&mut self, a: &pickle::Arena, f: ValueId) -> Option<u32> {
+        if pickle::is_opaque(f) {
+            return (f & TAGS == FRAME_TAG).then_some(f & !(pickle::OPAQUE | TAGS));
+        }
         if let Some(&id) = self.frame_cache.get(&f) {
             return Some(id);
         }
@@ -397,6 +400,10 @@ impl LocalFrames {
 
 /// Opaque ids of [`LocalFrames`] stacks carry this bit besides [`pickle::OPAQUE`]; entries do not.
 const STACK_TAG: ValueId = 1 << 30;
+/// Opaque ids of [`LocalFrames`] frames carry this bit besides [`pickle::OPAQUE`].
+const FRAME_TAG: ValueId = 1 << 29;
+/// The tag bits of an opaque id; what remains is the index.
+const TAGS: ValueId = STACK_TAG | FRAME_TAG;
 
 /// The pickle hook of the snapshot importer: every trace entry appended to a list becomes a
 /// compact [`Entry`] and its values are given back to the arena, so that a snapshot's memory
@@ -414,11 +421,11 @@ struct Compactor {
 impl Compactor {
     /// The index in [`Compactor::entries`] of an opaque entry id.
     fn entry_index(id: ValueId) -> Option<usize> {
-        (pickle::is_opaque(id) && id & STACK_TAG == 0).then_some((id & !pickle::OPAQUE) as usize)
+        (pickle::is_opaque(id) && id & TAGS == 0).then_some((id & !pickle::OPAQUE) as usize)
     }
 
     fn local_stack(id: ValueId) -> Option<u32> {
-        (pickle::is_opaque(id) && id & STACK_TAG != 0).then_some(id & !(pickle::OPAQUE | STACK_TAG))
+        (pickle::is_opaque(id) && id & TAGS == STACK_TAG).then_some(id & !(pickle::OPAQUE | TAGS))
     }
 
     /// The stack of a frame list: `None` if it is not one the walk would accept.
@@ -471,10 +478,22 @@ impl Compactor {
                 Some(sid)
             }
         };
-        if self.entries.len() >= STACK_TAG as usize || self.local.stacks.len() >= STACK_TAG as usize {
+        if self.entries.len() >= FRAME_TAG as usize || self.local.stacks.len() >= FRAME_TAG as usize || self.local.frames.len() >= FRAME_TAG as usize {
             return None;
         }
         if let Some((f, sid)) = frames_list {
+            // The list and the frames only it holds go (Python memoizes every frame dict, so
+            // the memo names them: a later reference gets the frame's opaque id).
+            if !a.is_shared(f) {
+                if let Value::List(items) | Value::Tuple(items) = a.get(f) {
+                    let frames: Vec<(ValueId, u32)> = items.iter().copied().zip(self.local.stacks[sid as usize].iter().copied()).collect();
+                    for (frame, lid) in frames {
+                        if !pickle::is_opaque(frame) && !a.is_shared(frame) && a.consume(frame, pickle::OPAQUE | FRAME_TAG | lid) {
+                            self.local.frame_cache.remove(&frame);
+                        }
+                    }
+                }
+            }
             a.consume(f, pickle::OPAQUE | STACK_TAG | sid);
         }
         let opaque = pickle::OPAQUE | self.entries.len() as ValueId;
