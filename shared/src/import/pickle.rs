@@ -6,11 +6,13 @@
 //! references share the arena slot instead of copying, so a pickle that references one big
 //! value many times costs no more memory than its own size.
 //!
-//! The input is read through a small window ([`Input`]), never held whole. A [`Hook`] sees every
-//! item as it is appended to a list and may *consume* it ([`Arena::consume`]): replace it by an
-//! opaque id of its own (a compact record kept by the hook) and give the item's slot, and the
-//! slots of what only it held, back to the arena for reuse. That is how the snapshot importer
-//! holds one compact record per trace entry instead of a dozen values.
+//! The input is read through a small window ([`Input`]), never held whole. Slots count their
+//! holders, so that a value nothing holds or names is given back and its slot reused. A
+//! [`Hook`] sees every item as it is appended to a list and may keep a compact record of it
+//! instead: it points the item's memo key at an opaque id of its own
+//! ([`Arena::forget_memo`]) and gives the item up ([`Arena::drop_ref`]), and the item and what
+//! only it held go. That is how the snapshot importer holds one compact record per trace entry
+//! instead of a dozen values.
 
 use super::ImportError;
 use std::io::Read;
@@ -20,6 +22,7 @@ pub type ValueId = u32;
 
 /// Ids with this bit set are a hook's own (see [`Hook`]); the arena never hands them out.
 pub const OPAQUE: ValueId = 1 << 31;
+const FIRST_OPAQUE: ValueId = OPAQUE;
 
 /// True if `id` is a hook's opaque id rather than an arena slot.
 pub fn is_opaque(id: ValueId) -> bool {
@@ -112,30 +115,30 @@ const NO_KEY: u32 = u32::MAX;
 /// What a hook's opaque id reads as through [`Arena::get`].
 static OPAQUE_VALUE: Value = Value::None;
 
-/// Set on a slot that a memo key names.
+/// Set on a slot that a memo key names (the key is in [`Arena::memo_key_of`] for containers).
 const MEMOIZED: u8 = 1;
-/// Set on a slot that more than one place may hold (fetched from the memo, duplicated, or
-/// memoized under two keys): it is never consumed or freed.
-const SHARED: u8 = 2;
+/// Set on a slot that is never given back: a memoized string or scalar, a value that two memo
+/// keys named, the first memoized string of its text.
+const PINNED: u8 = 2;
 /// Set on a slot given back to the arena, until it is reused.
 const FREED: u8 = 4;
 
-/// The values of a pickle, with the memo; slots given back by [`Arena::consume`] are reused.
+/// The values of a pickle, with the memo. Every slot counts its holders (the stack, containers);
+/// a slot that no holder and no memo key names any more is given back and reused.
 #[derive(Default)]
 pub struct Arena {
     values: Vec<Value>,
     flags: Vec<u8>,
+    refs: Vec<u32>,
     free: Vec<ValueId>,
     memo: Memo,
-    /// The memo key of each slot's container ([`NO_KEY`] if none), so that consuming it can
-    /// point the key at the consumer's opaque id.
+    /// The memo key of each slot's container ([`NO_KEY`] if none), so that [`Arena::forget_memo`]
+    /// can point the key at a hook's opaque id.
     memo_key_of: Vec<u32>,
     /// [`Arena::release`]'s work list, kept to save an allocation per release.
     work: Vec<ValueId>,
     /// The first memoized string of each text (see [`Arena::memoize`]).
     strings: crate::hash::FastMap<Box<str>, ValueId>,
-    /// Values created: never more than the input's bytes (each costs an opcode byte).
-    created: u64,
 }
 
 impl Arena {
@@ -148,34 +151,40 @@ impl Arena {
         self.values.get_mut(id as usize)
     }
 
-    /// True if `id` may be held in more than one place (so [`Arena::consume`] leaves it).
-    pub fn is_shared(&self, id: ValueId) -> bool {
-        self.flags.get(id as usize).is_some_and(|f| f & SHARED != 0)
+    /// How many holders (the stack, containers) `id` has; 0 for an opaque id.
+    pub fn refs(&self, id: ValueId) -> u32 {
+        self.refs.get(id as usize).copied().unwrap_or(0)
     }
 
-    /// True if `id` is held only by its container: no memo key names it and nothing copied it,
-    /// so it goes away with that container. Frame caches keyed by slot must skip such values,
-    /// whose slots are reused.
-    pub fn is_owned(&self, id: ValueId) -> bool {
-        self.flags.get(id as usize).is_some_and(|&f| f == 0)
+    /// True if `id` stays in its slot until the parse ends (a memo key names it, or it is
+    /// pinned): a cache keyed by slot may remember it until [`Arena::forget_memo`].
+    pub fn is_named(&self, id: ValueId) -> bool {
+        self.flags.get(id as usize).is_some_and(|&f| f & (MEMOIZED | PINNED) != 0)
     }
 
-    fn mark(&mut self, id: ValueId, flag: u8) {
+    fn add_ref(&mut self, id: ValueId) {
+        if let Some(r) = self.refs.get_mut(id as usize) {
+            *r = r.saturating_add(1);
+        }
+    }
+
+    /// Keeps `id` in its slot until the parse ends.
+    pub fn pin(&mut self, id: ValueId) {
         if let Some(f) = self.flags.get_mut(id as usize) {
-            *f |= flag;
+            *f |= PINNED;
         }
     }
 
     fn alloc(&mut self, v: Value, size_hint: Option<u64>) -> Result<ValueId, String> {
-        self.created += 1;
         if let Some(id) = self.free.pop() {
             self.values[id as usize] = v;
             self.flags[id as usize] = 0;
+            self.refs[id as usize] = 1;
             self.memo_key_of[id as usize] = NO_KEY;
             return Ok(id);
         }
-        if self.values.len() >= (OPAQUE - 1) as usize {
-            return Err(format!("more than {} values", OPAQUE - 1));
+        if self.values.len() >= FIRST_OPAQUE as usize {
+            return Err(format!("more than {FIRST_OPAQUE} values"));
         }
         if self.values.len() == self.values.capacity() {
             // Growth capped at the input's length when it is known: every live value cost at
@@ -187,43 +196,56 @@ impl Arena {
             let grow = self.values.capacity().max(64).min(room);
             self.values.reserve_exact(grow);
             self.flags.reserve_exact(grow);
+            self.refs.reserve_exact(grow);
             self.memo_key_of.reserve_exact(grow);
         }
         self.values.push(v);
         self.flags.push(0);
+        self.refs.push(1);
         self.memo_key_of.push(NO_KEY);
         Ok((self.values.len() - 1) as ValueId)
     }
 
-    /// Replaces the value `id` by the hook's `opaque` id wherever the memo names it, and gives
-    /// its slot back along with the slots of everything only it held. Returns false (and
-    /// changes nothing) if `id` may be held elsewhere: the caller keeps it as a value.
-    pub fn consume(&mut self, id: ValueId, opaque: ValueId) -> bool {
+    /// Points the memo key that names the container `id` at the hook's `opaque` id instead, so
+    /// that a later reference gets the hook's record; true if no memo key names `id` now (it
+    /// goes once nothing holds it). False for a pinned value, which stays.
+    pub fn forget_memo(&mut self, id: ValueId, opaque: ValueId) -> bool {
         debug_assert!(is_opaque(opaque));
-        if is_opaque(id) || id as usize >= self.values.len() || self.is_shared(id) {
+        let Some(&flags) = self.flags.get(id as usize) else { return false };
+        if flags & PINNED != 0 {
             return false;
         }
         let key = std::mem::replace(&mut self.memo_key_of[id as usize], NO_KEY);
         if key != NO_KEY {
             self.memo.insert(key, opaque);
         }
-        self.flags[id as usize] = 0;
-        self.release(id);
+        self.flags[id as usize] &= !MEMOIZED;
         true
     }
 
-    /// Frees `id` and, depth first without recursion, every value only it held.
+    /// The holder that took `id` from the stack gives it up (a hook that kept a record of it
+    /// instead); the slot goes if nothing else holds or names it.
+    pub fn drop_ref(&mut self, id: ValueId) {
+        let Some(r) = self.refs.get_mut(id as usize) else { return };
+        *r = r.saturating_sub(1);
+        if *r == 0 && self.flags[id as usize] & (MEMOIZED | PINNED | FREED) == 0 {
+            self.release(id);
+        }
+    }
+
+    /// Frees `id` (held and named by nothing) and, depth first without recursion, every value
+    /// that only it held.
     fn release(&mut self, id: ValueId) {
         let mut work = std::mem::take(&mut self.work);
         work.push(id);
         self.flags[id as usize] = FREED;
         while let Some(id) = work.pop() {
             let v = std::mem::replace(&mut self.values[id as usize], Value::None);
-            self.flags[id as usize] = FREED;
             self.free.push(id);
             v.for_each_child(|c| {
-                if !is_opaque(c) && self.is_owned(c) {
-                    // Marked now so that a value held twice by `v` is not freed twice.
+                let Some(r) = self.refs.get_mut(c as usize) else { return };
+                *r = r.saturating_sub(1);
+                if *r == 0 && self.flags[c as usize] & (MEMOIZED | PINNED | FREED) == 0 {
                     self.flags[c as usize] = FREED;
                     work.push(c)
                 }
@@ -298,7 +320,8 @@ impl Pickle {
 /// Sees every item appended to a list while the pickle is read.
 pub trait Hook {
     /// `item` is about to be appended to the list `list`; returns what to append instead: the
-    /// item itself, or an opaque id (with [`OPAQUE`] set) after [`Arena::consume`] took it.
+    /// item itself, or an opaque id (with [`OPAQUE`] set) after [`Arena::drop_ref`] gave the
+    /// item's reference up (and [`Arena::forget_memo`] pointed its memo key at the opaque id).
     fn append(&mut self, arena: &mut Arena, list: ValueId, item: ValueId) -> Result<ValueId, ImportError>;
 }
 
@@ -482,23 +505,21 @@ impl Arena {
         let id = self.canonical_str(id);
         if let Some(old) = self.memo.get(key) {
             if !is_opaque(old) && self.memo_key_of[old as usize] == key {
-                // The key moves away from a value that may still be consumed: keep that value.
+                // The key moves away from a container that a hook might still forget: keep it.
                 self.memo_key_of[old as usize] = NO_KEY;
-                self.mark(old, SHARED);
+                self.pin(old);
             }
         }
         if !is_opaque(id) {
             let flags = self.flags[id as usize];
-            if flags & MEMOIZED != 0 {
-                self.mark(id, SHARED);
+            if flags & MEMOIZED != 0 || key == NO_KEY {
+                self.pin(id);
+            } else if matches!(self.values[id as usize], Value::List(_) | Value::Tuple(_) | Value::Dict(_) | Value::Set(_)) {
+                self.flags[id as usize] |= MEMOIZED;
+                self.memo_key_of[id as usize] = key;
             } else {
-                self.mark(id, MEMOIZED);
-                if key != NO_KEY && matches!(self.values[id as usize], Value::List(_) | Value::Tuple(_) | Value::Dict(_) | Value::Set(_)) {
-                    self.memo_key_of[id as usize] = key;
-                } else {
-                    // Only containers can be consumed; a memoized scalar stays.
-                    self.mark(id, SHARED);
-                }
+                // Only containers are forgotten; a memoized scalar or string stays.
+                self.pin(id);
             }
         }
         self.memo.insert(key, id);
@@ -508,20 +529,20 @@ impl Arena {
     /// `id` if it is not a fresh string; else the first memoized string equal to it (`id`'s
     /// slot given back), or `id` itself, remembered as the first.
     fn canonical_str(&mut self, id: ValueId) -> ValueId {
-        if is_opaque(id) || self.flags[id as usize] != 0 {
+        if is_opaque(id) || self.flags[id as usize] != 0 || self.refs[id as usize] != 1 {
             return id;
         }
         let Value::Str(text) = &self.values[id as usize] else { return id };
         match self.strings.get(text.as_str()) {
             Some(&first) => {
                 self.release(id);
-                self.mark(first, SHARED);
+                self.add_ref(first);
                 first
             }
             None => {
                 self.strings.insert(text.as_str().into(), id);
                 // Never given back: later equal strings become it.
-                self.mark(id, SHARED);
+                self.pin(id);
                 id
             }
         }
@@ -643,7 +664,7 @@ pub fn parse_stream(src: impl Read, size_hint: Option<u64>, hook: &mut impl Hook
             }
             b'2' => {
                 let top = top_above(&stack, floor).ok_or_else(|| perr(at, "DUP on an empty stack"))?;
-                a.mark(top, SHARED);
+                a.add_ref(top);
                 stack.push(top);
             }
             b'N' => push!(Value::None),
@@ -854,7 +875,7 @@ pub fn parse_stream(src: impl Read, size_hint: Option<u64>, hook: &mut impl Hook
                     .memo
                     .get(key)
                     .ok_or_else(|| perr(at, format!("memo entry {key} is used before it is defined")))?;
-                a.mark(id, SHARED);
+                a.add_ref(id);
                 stack.push(id);
             }
             b'c' | 0x93 | b'i' => {

@@ -380,7 +380,7 @@ impl LocalFrames {
                 id
             }
         };
-        if !a.is_owned(f) {
+        if a.is_named(f) {
             self.frame_cache.insert(f, id);
         }
         Some(id)
@@ -414,8 +414,8 @@ const TAGS: ValueId = STACK_TAG | FRAME_TAG;
 struct Compactor {
     entries: Vec<Entry>,
     local: LocalFrames,
-    /// Stacks of frame lists that several entries hold, by slot.
-    shared_lists: HashMap<ValueId, u32>,
+    /// Entries held in several places, by slot, while a holder remains.
+    shared_entries: HashMap<ValueId, u32>,
 }
 
 impl Compactor {
@@ -430,25 +430,21 @@ impl Compactor {
 
     /// The stack of a frame list: `None` if it is not one the walk would accept.
     fn frames(&mut self, a: &pickle::Arena, list: ValueId) -> Option<u32> {
-        if let Some(&sid) = self.shared_lists.get(&list) {
-            return Some(sid);
-        }
         let (Value::List(frames) | Value::Tuple(frames)) = a.get(list) else {
             return None;
         };
         let ids = frames.iter().map(|&f| self.local.frame(a, f)).collect::<Option<Vec<u32>>>()?;
-        let sid = self.local.stack(ids);
-        // A shared slot is never given back, so its stack can be remembered by slot.
-        if a.is_shared(list) {
-            self.shared_lists.insert(list, sid);
-        }
-        Some(sid)
+        Some(self.local.stack(ids))
     }
 
     fn compact(&mut self, a: &mut pickle::Arena, item: ValueId) -> Option<ValueId> {
-        // A shared entry stays a value: the walk charges each of its appearances.
-        if a.is_shared(item) {
-            return None;
+        // An entry held in several places (fetched from the memo) is read once.
+        if let Some(&k) = self.shared_entries.get(&item) {
+            if self.entries.len() >= FRAME_TAG as usize {
+                return None;
+            }
+            let copy = Entry { index: UNPLACED, ..self.entries[k as usize].clone() };
+            return Some(self.push(a, item, copy));
         }
         let Value::Dict(d) = a.get(item) else { return None };
         let items = u32::try_from(d.len()).ok()?;
@@ -466,7 +462,6 @@ impl Compactor {
             _ => return None,
         };
         let (addr, stream, time_us) = (int(addr_v).unwrap_or(0) as u64, int(stream_v).unwrap_or(0), int(time_v).unwrap_or(0));
-        // The frame list: given back with the entry unless other entries share it.
         let mut frames_list = None;
         let frames = match frames_v {
             None => None,
@@ -482,22 +477,19 @@ impl Compactor {
             return None;
         }
         if let Some((f, sid)) = frames_list {
-            // The list and the frames only it holds go (Python memoizes every frame dict, so
-            // the memo names them: a later reference gets the frame's opaque id).
-            if !a.is_shared(f) {
-                if let Value::List(items) | Value::Tuple(items) = a.get(f) {
-                    let frames: Vec<(ValueId, u32)> = items.iter().copied().zip(self.local.stacks[sid as usize].iter().copied()).collect();
-                    for (frame, lid) in frames {
-                        if !pickle::is_opaque(frame) && !a.is_shared(frame) && a.consume(frame, pickle::OPAQUE | FRAME_TAG | lid) {
-                            self.local.frame_cache.remove(&frame);
-                        }
+            // Later references to the list or its frames (Python memoizes every dict and
+            // list) get the opaque stack and frames; the values go with their last holder.
+            if let Value::List(items) | Value::Tuple(items) = a.get(f) {
+                let frames: Vec<(ValueId, u32)> = items.iter().copied().zip(self.local.stacks[sid as usize].iter().copied()).collect();
+                for (frame, lid) in frames {
+                    if !pickle::is_opaque(frame) && a.forget_memo(frame, pickle::OPAQUE | FRAME_TAG | lid) {
+                        self.local.frame_cache.remove(&frame);
                     }
                 }
             }
-            a.consume(f, pickle::OPAQUE | STACK_TAG | sid);
+            a.forget_memo(f, pickle::OPAQUE | STACK_TAG | sid);
         }
-        let opaque = pickle::OPAQUE | self.entries.len() as ValueId;
-        self.entries.push(Entry {
+        let entry = Entry {
             device: 0,
             index: UNPLACED,
             action,
@@ -507,9 +499,23 @@ impl Compactor {
             time_us,
             frames: frames.map(Frames::Local),
             items,
-        });
-        a.consume(item, opaque);
-        Some(opaque)
+        };
+        Some(self.push(a, item, entry))
+    }
+
+    /// Keeps `entry`, the record of `item`, and gives `item` up.
+    fn push(&mut self, a: &mut pickle::Arena, item: ValueId, entry: Entry) -> ValueId {
+        let k = self.entries.len() as u32;
+        let opaque = pickle::OPAQUE | k;
+        self.entries.push(entry);
+        if a.refs(item) > 1 && !self.shared_entries.contains_key(&item) {
+            // Held elsewhere too: kept in its slot for good, so that the slot stays its key.
+            a.pin(item);
+            self.shared_entries.insert(item, k);
+        }
+        a.forget_memo(item, opaque);
+        a.drop_ref(item);
+        opaque
     }
 }
 
