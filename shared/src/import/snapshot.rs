@@ -973,7 +973,16 @@ fn import_stream(src: impl std::io::Read, size_hint: Option<u64>) -> Result<Trac
     let mut estimated = 0usize;
     let mut pending_free: HashMap<(usize, u64), u64> = HashMap::default();
     let mut span_cursor = 0;
-    for e in &entries {
+    // Entries are taken from the back in time order, and their vector shrinks as the trace's
+    // columns grow, so that the two are not both held whole.
+    entries.reverse();
+    let mut taken = 0usize;
+    while let Some(e) = entries.pop() {
+        taken += 1;
+        if taken.is_multiple_of(1 << 18) && entries.capacity() > entries.len() + entries.len() / 4 {
+            entries.shrink_to_fit();
+        }
+        let e = &e;
         let dev = e.device as usize;
         let state = &mut states[dev];
         let (event_type, size) = match e.action {
