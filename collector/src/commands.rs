@@ -31,6 +31,7 @@ pub fn resolve_format(format: Option<&str>, out: &Path) -> anyhow::Result<Export
         (".perfetto.json", ExportFormat::Chrome),
         (".timeline.json", ExportFormat::Timeline),
         (".csv", ExportFormat::Csv),
+        (".pfw.gz", ExportFormat::Dftracer),
     ];
     match by_suffix.iter().find(|(s, _)| name.ends_with(s)) {
         Some(&(_, f)) => Ok(f),

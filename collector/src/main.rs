@@ -79,7 +79,7 @@ enum Command {
         /// Output file; written atomically.
         #[arg(short, long)]
         output: PathBuf,
-        /// native, timeline, speedscope, chrome or csv. Default: from the output file name.
+        /// native, timeline, speedscope, chrome, csv or dftracer (.pfw.gz). Default: from the output file name.
         #[arg(long)]
         format: Option<String>,
         /// Largest decompressed size accepted from gzip input, in MiB.
@@ -115,7 +115,7 @@ enum Command {
         /// input), which are otherwise refused as traces of different runs.
         #[arg(long)]
         allow_disjoint: bool,
-        /// native, timeline, speedscope, chrome or csv. Default: from the output file name.
+        /// native, timeline, speedscope, chrome, csv or dftracer (.pfw.gz). Default: from the output file name.
         #[arg(long)]
         format: Option<String>,
         /// Largest decompressed size accepted from gzip input, in MiB.
@@ -631,7 +631,7 @@ struct TraceArgs {
     /// Output file; written atomically. Default: <model>.mtrace.json.
     #[arg(short, long)]
     output: Option<PathBuf>,
-    /// native, timeline, speedscope, chrome or csv. Default: from the output file name.
+    /// native, timeline, speedscope, chrome, csv or dftracer (.pfw.gz). Default: from the output file name.
     #[arg(long)]
     format: Option<String>,
     /// How many layers the summary lists.

@@ -91,6 +91,11 @@ fn api_contract_on_cpu() {
         assert_eq!(body.len() as u64, e["file_size_bytes"].as_u64().unwrap(), "{format}");
         assert!(body.contains(check), "{format} export lacks {check}");
     }
+    // DFTracer is gzip: announced with its suffix and size.
+    let (code, e) = s.post_json("/api/trace/export", &json!({"trace_id": id, "format": "dftracer"}));
+    assert_eq!(code, 200, "dftracer: {e}");
+    assert!(e["download_url"].as_str().unwrap().ends_with(".pfw.gz"), "{e}");
+    assert!(e["file_size_bytes"].as_u64().unwrap() > 100, "{e}");
     let (code, e) = s.post_json("/api/trace/export", &json!({"trace_id": id, "format": "pdf"}));
     assert_eq!(code, 422);
     assert!(detail(&e).contains("format") && detail(&e).contains("speedscope"), "{e}");

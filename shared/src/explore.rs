@@ -547,6 +547,12 @@ impl Session {
                     message: format!("unknown export format {format:?}: expected speedscope, timeline, chrome, csv, native or layers_csv"),
                 };
             };
+            if f == crate::export::ExportFormat::Dftracer {
+                // Answers carry text; a gzip file is not.
+                return Response::Error {
+                    message: "DFTracer .pfw.gz is binary: export it with `collector convert TRACE -o run.pfw.gz` or the server's /api/trace/export".into(),
+                };
+            }
             let mut out = Vec::new();
             let r = crate::export::export(self.trace(), f, &mut out);
             let mime = if f == crate::export::ExportFormat::Csv { "text/csv" } else { "application/json" };

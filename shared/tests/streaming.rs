@@ -227,3 +227,66 @@ impl Writer {
         }
     }
 }
+
+/// What a DFTracer export keeps of a trace, with names instead of ids: every memory event with
+/// its totals, every scope and every operator.
+fn dftracer_view(t: &shared::model::Trace) -> (shared::analysis::Summary, Vec<String>, Vec<String>, Vec<String>) {
+    let ev = &t.events;
+    let mut cursor = ev.cursor();
+    let events = (0..ev.len())
+        .map(|i| {
+            let totals = cursor.advance();
+            let r = ev.record(i);
+            let stream = t.streams.get(r.stream as usize).map(|s| t.str(*s).to_owned()).unwrap_or_default();
+            format!(
+                "{} {:?} {:?} {} {} {} {} {stream} {} {}",
+                r.ts_ns, r.event_type, r.phase, r.size_bytes, r.address, t.str(r.layer), t.devices[r.device as usize], totals.allocated_bytes, totals.reserved_bytes
+            )
+        })
+        .collect();
+    let scopes = t.scopes.iter().map(|s| format!("{} {} {} {} {:?} {}", t.str(s.name), s.start_ns, s.end_ns, s.depth, s.phase, s.thread)).collect();
+    let ops = t
+        .ops
+        .iter()
+        .map(|o| format!("{} {:?} {} {} {} {} {} {}", t.str(o.name), o.phase, o.seq_nr, o.start_ns, o.end_ns, o.thread, o.fwd_thread, t.str(o.layer)))
+        .collect();
+    (shared::analysis::summary(t), events, scopes, ops)
+}
+
+#[test]
+fn a_dftracer_export_reads_back_as_the_same_events_scopes_and_operators() {
+    for name in ["resnet18_sgd_2steps.pickle", "convnet_profiler_trace.json", "oom_program.mtrace.json"] {
+        let trace = import(&data(name), &ImportOptions::default()).unwrap();
+        let mut out = Vec::new();
+        export(&trace, ExportFormat::Dftracer, &mut out).unwrap();
+        let back = import(&out, &ImportOptions::default()).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let (a, b) = (dftracer_view(&trace), dftracer_view(&back));
+        assert!(!a.1.is_empty(), "{name} has memory events");
+        assert_eq!(a.1, b.1, "{name}: memory events");
+        assert_eq!(a.2, b.2, "{name}: scopes");
+        assert_eq!(a.3, b.3, "{name}: operators");
+        assert_eq!(format!("{:?}", a.0), format!("{:?}", b.0), "{name}: summary");
+        assert_eq!(back.meta.model, trace.meta.model);
+        // One JSON event per line inside gzip members that each decompress on their own.
+        let mut text = String::new();
+        flate2::read::MultiGzDecoder::new(out.as_slice()).read_to_string(&mut text).unwrap();
+        assert!(text.lines().all(|l| serde_json::from_str::<serde_json::Value>(l).is_ok()), "{name}: a line is not one JSON event");
+        assert_eq!(text.lines().count(), 1 + trace.devices.len() + trace.events.len() + trace.scopes.len() + trace.ops.len());
+    }
+    // In several gzip members: each inflates alone and ends at a line's end.
+    let trace = import(&data("resnet18_sgd_2steps.pickle"), &ImportOptions::default()).unwrap();
+    let mut out = Vec::new();
+    shared::export::dftracer::write_chunked(&trace, &mut out, 64 << 10).unwrap();
+    let mut members = 0;
+    let mut rest = out.as_slice();
+    while !rest.is_empty() {
+        let mut dec = flate2::bufread::GzDecoder::new(rest);
+        let mut chunk = Vec::new();
+        dec.read_to_end(&mut chunk).unwrap();
+        assert!(chunk.len() < (64 << 10) + 4096 && chunk.ends_with(b"\n"), "{} bytes", chunk.len());
+        rest = dec.into_inner();
+        members += 1;
+    }
+    assert!(members >= 4, "{members} gzip members");
+    assert_eq!(dftracer_view(&import(&out, &ImportOptions::default()).unwrap()).1, dftracer_view(&trace).1);
+}

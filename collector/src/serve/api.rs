@@ -478,7 +478,7 @@ pub fn start_job(state: &Arc<AppState>, req: TraceRequest) -> Result<String, Api
 #[derive(Debug, Deserialize, ToSchema)]
 pub struct ExportRequest {
     pub trace_id: String,
-    /// `speedscope`, `timeline`, `chrome` (Perfetto), `csv` or `native`.
+    /// `speedscope`, `timeline`, `chrome` (Perfetto), `csv`, `native` or `dftracer` (`.pfw.gz`).
     #[schema(example = "speedscope")]
     pub format: String,
 }
@@ -501,7 +501,7 @@ fn store_error(e: StoreError) -> ApiError {
     }
 }
 
-/// Export a stored trace (speedscope, timeline, Chrome/Perfetto, CSV, native).
+/// Export a stored trace (speedscope, timeline, Chrome/Perfetto, CSV, native, DFTracer).
 #[utoipa::path(post, path = "/api/trace/export", tag = "traces", request_body = ExportRequest, responses(
     (status = 200, body = ExportResponse),
     (status = 401, body = ErrorBody),
@@ -554,6 +554,7 @@ fn export_suffix(f: shared::export::ExportFormat) -> &'static str {
         F::Speedscope => "speedscope.json",
         F::Chrome => "chrome.json",
         F::Csv => "csv",
+        F::Dftracer => "pfw.gz",
     }
 }
 
@@ -594,7 +595,13 @@ pub async fn download(State(state): State<Arc<AppState>>, Path(file): Path<Strin
         })
     })
     .await?;
-    let ct = if file.ends_with(".csv") { "text/csv; charset=utf-8" } else { "application/json" };
+    let ct = if file.ends_with(".csv") {
+        "text/csv; charset=utf-8"
+    } else if file.ends_with(".gz") {
+        "application/gzip"
+    } else {
+        "application/json"
+    };
     file_response(opened, ct, &file).await
 }
 

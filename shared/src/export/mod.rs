@@ -5,10 +5,13 @@
 //! - [`speedscope`]: speedscope JSON (layer/op spans over time, live bytes by stack at the peak).
 //! - [`chrome`]: Chrome trace JSON for Perfetto (memory counters, layer and op slices).
 //! - [`csv`]: layer statistics as CSV.
+//! - [`dftracer`]: DFTracer `.pfw.gz` (JSON lines in independent gzip chunks; memory events,
+//!   layer scopes and operators; [`crate::import::dftracer`] reads it back).
 //! - [`profile`]: the graph profile (node, activation and breakdown tables) as CSV.
 
 pub mod chrome;
 pub mod csv;
+pub mod dftracer;
 pub mod profile;
 pub mod native;
 pub mod speedscope;
@@ -34,15 +37,17 @@ pub enum ExportFormat {
     Speedscope,
     Chrome,
     Csv,
+    Dftracer,
 }
 
 impl ExportFormat {
-    pub const ALL: [ExportFormat; 5] = [
+    pub const ALL: [ExportFormat; 6] = [
         ExportFormat::Native,
         ExportFormat::Timeline,
         ExportFormat::Speedscope,
         ExportFormat::Chrome,
         ExportFormat::Csv,
+        ExportFormat::Dftracer,
     ];
 
     pub fn name(self) -> &'static str {
@@ -52,6 +57,7 @@ impl ExportFormat {
             ExportFormat::Speedscope => "speedscope",
             ExportFormat::Chrome => "chrome",
             ExportFormat::Csv => "csv",
+            ExportFormat::Dftracer => "dftracer",
         }
     }
 
@@ -63,6 +69,7 @@ impl ExportFormat {
             ExportFormat::Speedscope => "speedscope.json",
             ExportFormat::Chrome => "chrome.json",
             ExportFormat::Csv => "csv",
+            ExportFormat::Dftracer => "pfw.gz",
         }
     }
 
@@ -79,5 +86,6 @@ pub fn export(trace: &Trace, format: ExportFormat, out: impl Write) -> Result<()
         ExportFormat::Speedscope => speedscope::write(trace, out),
         ExportFormat::Chrome => chrome::write(trace, out),
         ExportFormat::Csv => csv::write_layer_stats(trace, out),
+        ExportFormat::Dftracer => dftracer::write(trace, out),
     }
 }

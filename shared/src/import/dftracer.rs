@@ -9,7 +9,7 @@
 //! layer times but no memory events.
 
 use super::ImportError;
-use crate::model::{LayerScope, OperatorEvent, Phase, SourceFormat, StrId, Trace, TraceMeta};
+use crate::model::{EventRecord, LayerScope, OperatorEvent, Phase, SourceFormat, StrId, Totals, Trace, TraceMeta};
 use serde::Deserialize;
 use std::collections::HashMap;
 use std::io::BufRead;
@@ -85,6 +85,7 @@ pub fn import_reader(mut reader: impl BufRead) -> Result<Trace, ImportError> {
     let mut hashes: HashMap<String, String> = HashMap::new();
     let mut spans: Vec<(u64, u64, String, String, u64, Option<String>)> = Vec::new(); // start, end, cat, name, tid, fhash
     let mut raw = Vec::new();
+    let mut own = OwnEvents::default();
     for i in 0.. {
         raw.clear();
         if reader
@@ -111,6 +112,10 @@ pub fn import_reader(mut reader: impl BufRead) -> Result<Trace, ImportError> {
         };
         let name = ev.name.clone().unwrap_or_default();
         let args = ev.args.as_ref();
+        if matches!(ev.cat.as_deref(), Some("mt_memory" | "mt_layer" | "mt_op")) {
+            own.line(&mut trace, &ev, &ph, line_no)?;
+            continue;
+        }
         // DFTracer 2 writes `ph` as a number: 1 = complete ("X"), 4 = metadata ("M").
         match ph.as_str() {
             "M" | "4" => {
@@ -137,7 +142,7 @@ pub fn import_reader(mut reader: impl BufRead) -> Result<Trace, ImportError> {
             _ => {}
         }
     }
-    if spans.is_empty() && hashes.is_empty() {
+    if spans.is_empty() && hashes.is_empty() && !own.seen {
         return Err(ImportError::Dftracer {
             line: 1,
             reason: "no DFTracer events (metadata or complete events) found".into(),
@@ -191,4 +196,114 @@ pub fn import_reader(mut reader: impl BufRead) -> Result<Trace, ImportError> {
     trace.ops.sort_by_key(|o| (o.start_ns, std::cmp::Reverse(o.end_ns)));
     trace.finish();
     Ok(trace)
+}
+
+/// Reads the events Memory Tracer's own DFTracer export writes ([`crate::export::dftracer`]):
+/// devices and metadata, memory events, layer scopes and operators, with exact times.
+#[derive(Default)]
+struct OwnEvents {
+    seen: bool,
+    streams: HashMap<String, u16>,
+}
+
+fn phase_named(name: Option<&str>) -> Phase {
+    match name {
+        Some("forward") => Phase::Forward,
+        Some("backward") => Phase::Backward,
+        Some("optimizer") => Phase::Optimizer,
+        _ => Phase::Other,
+    }
+}
+
+impl OwnEvents {
+    fn line(&mut self, trace: &mut Trace, ev: &Line, ph: &str, line: usize) -> Result<(), ImportError> {
+        self.seen = true;
+        let bad = |reason: String| ImportError::Dftracer { line, reason };
+        let empty = serde_json::Map::new();
+        let args = ev.args.as_ref().unwrap_or(&empty);
+        let num = |key: &str| args.get(key).and_then(|v| v.as_u64());
+        let text = |key: &str| args.get(key).and_then(|v| v.as_str());
+        let name = ev.name.as_deref().unwrap_or_default();
+        match (ev.cat.as_deref(), ph) {
+            (Some("mt_memory"), "M" | "4") if name == "mt_meta" => {
+                let meta = args.get("value").cloned().ok_or_else(|| bad("mt_meta has no \"value\"".into()))?;
+                trace.meta = serde_json::from_value(meta).map_err(|e| bad(format!("mt_meta: expected the trace's metadata: {e}")))?;
+            }
+            (Some("mt_memory"), "M" | "4") if name == "mt_device" => {
+                let kind = text("kind").ok_or_else(|| bad("mt_device has no \"kind\"".into()))?;
+                let index = args.get("index").and_then(|v| v.as_i64()).unwrap_or(-1).clamp(i32::MIN as i64, i32::MAX as i64) as i32;
+                let rank = num("rank").and_then(|r| u32::try_from(r).ok());
+                if trace.devices.len() >= 256 {
+                    return Err(bad("more than 256 devices".into()));
+                }
+                let d = trace.device_index(crate::model::Device { kind: kind.to_owned(), index, rank });
+                trace.events.set_base_totals(
+                    d as usize,
+                    Totals { allocated_bytes: num("allocated").unwrap_or(0), reserved_bytes: num("reserved").unwrap_or(0) },
+                );
+            }
+            (Some("mt_memory"), "X" | "1") => {
+                let event_type = crate::export::dftracer::event_type(name).ok_or_else(|| bad(format!("unknown memory event '{name}'")))?;
+                let device = ev.tid.as_ref().and_then(|t| t.as_u64()).filter(|&d| (d as usize) < trace.devices.len());
+                let device = device.ok_or_else(|| bad("a memory event's tid names no device of an earlier mt_device line".into()))? as u8;
+                let stream = match text("stream") {
+                    Some(s) => match self.streams.get(s) {
+                        Some(&i) => i,
+                        None => {
+                            if trace.streams.len() > u16::MAX as usize {
+                                return Err(bad("more than 65536 streams".into()));
+                            }
+                            let i = trace.stream_index(s);
+                            self.streams.insert(s.to_owned(), i);
+                            i
+                        }
+                    },
+                    None => 0,
+                };
+                let layer = text("layer").map_or(StrId::NONE, |l| trace.strings.intern(l));
+                let totals = match (num("allocated"), num("reserved")) {
+                    (Some(a), Some(r)) => Some(Totals { allocated_bytes: a, reserved_bytes: r }),
+                    _ => None,
+                };
+                trace.events.push(EventRecord {
+                    ts_ns: num("ts_ns").unwrap_or_else(|| (ev.ts.unwrap_or(0.0).max(0.0) * 1000.0) as u64),
+                    event_type,
+                    phase: phase_named(text("phase")),
+                    size_bytes: num("size").unwrap_or(0),
+                    address: num("addr").unwrap_or(0),
+                    layer,
+                    device,
+                    stream,
+                    totals,
+                });
+            }
+            (Some("mt_layer" | "mt_op"), "X" | "1") => {
+                let start = num("ts_ns").unwrap_or_else(|| (ev.ts.unwrap_or(0.0).max(0.0) * 1000.0) as u64);
+                let end = num("end_ns").unwrap_or_else(|| start.saturating_add((ev.dur.unwrap_or(0.0).max(0.0) * 1000.0) as u64));
+                let thread = ev.tid.as_ref().and_then(|t| t.as_u64()).unwrap_or(0);
+                let id = trace.strings.intern(name);
+                let phase = phase_named(text("phase"));
+                if ev.cat.as_deref() == Some("mt_layer") {
+                    let depth = num("depth").unwrap_or(0).min(u16::MAX as u64) as u16;
+                    trace.scopes.push(LayerScope { name: id, start_ns: start, end_ns: end.max(start), depth, phase, thread });
+                } else {
+                    let layer = text("layer").map_or(StrId::NONE, |l| trace.strings.intern(l));
+                    trace.ops.push(OperatorEvent {
+                        name: id,
+                        phase,
+                        seq_nr: args.get("seq_nr").and_then(|v| v.as_i64()).unwrap_or(-1),
+                        start_ns: start,
+                        end_ns: end.max(start),
+                        thread,
+                        fwd_thread: num("fwd_thread").unwrap_or(0),
+                        layer,
+                        inputs: (0, 0),
+                        outputs: (0, 0),
+                    });
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
 }
