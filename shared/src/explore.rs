@@ -14,6 +14,7 @@ use crate::analysis::diff::{diff, diff_devices, TraceDiff};
 use crate::analysis::flame::{flame_graph, innermost_ops, FlameGraph};
 use crate::analysis::profile::{graph_profile, GraphProfile};
 use crate::analysis::sweep::{read_sweep, RankPoint, SWEEP_FORMAT};
+use crate::analysis::timeline_index::TimelineIndex;
 use crate::analysis::{self, FragmentationStats, LayerMemoryStats, Summary, TimelineOptions, TimelinePoint};
 use crate::merge::{merge_with, rank_trace, MergeError, MergeInput, MergeOptions};
 use crate::model::{EventType, Phase, SegmentInfo, StrId, Trace};
@@ -204,6 +205,9 @@ pub struct Session {
     file_bytes: u64,
     /// Exported files are named `<stem>.<extension>`.
     export_stem: String,
+    /// The shown trace's timeline at every resolution, so that a window of any width costs
+    /// what it draws.
+    index: Option<TimelineIndex>,
 }
 
 /// Why files could not be opened as the ranks of one job.
@@ -317,6 +321,7 @@ impl Session {
             file_name: file_name.to_owned(),
             file_bytes,
             export_stem: export_stem.to_owned(),
+            index: None,
         };
         let overview = session.overview(progress);
         Opened::Trace(Box::new(session), Box::new(overview))
@@ -346,6 +351,7 @@ impl Session {
         overview.ranks = rank_set(&self.whole, rank);
         self.device = device;
         self.ops_at_event = ops_at_event;
+        self.index = Some(TimelineIndex::new(self.trace()));
         overview
     }
 
@@ -432,7 +438,10 @@ impl Session {
         let options = TimelineOptions { device: Some(self.device), ..TimelineOptions::default() }
             .with_buckets(buckets)
             .with_window(start_s, end_s);
-        let points = analysis::timeline(self.trace(), &options);
+        let points = match &self.index {
+            Some(index) => index.timeline(self.trace(), &options),
+            None => analysis::timeline(self.trace(), &options),
+        };
         let start = self.trace().start_ns();
         let driver = self
             .trace()

@@ -440,6 +440,18 @@ impl EventStore {
         self.cursor_from(i / CHECKPOINT_EVERY * CHECKPOINT_EVERY)
     }
 
+    /// A cursor at event `start` whose devices' totals before it are `running` (as recorded by
+    /// an earlier walk).
+    pub(crate) fn cursor_with(&self, start: usize, running: Vec<Totals>) -> TotalsCursor<'_> {
+        let ov = self.overrides.partition_point(|o| (o.index as usize) < start);
+        TotalsCursor {
+            store: self,
+            next: start,
+            running,
+            ov,
+        }
+    }
+
     fn cursor_from(&self, start: usize) -> TotalsCursor<'_> {
         let d = self.device_count();
         let block = start / CHECKPOINT_EVERY;

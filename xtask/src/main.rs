@@ -7,7 +7,8 @@
 //! - `cargo xtask check`: the architecture checks (shared's dependencies, wasm32 build, the
 //!   viewer built by Trunk offline, tidy).
 //! - `cargo xtask bench`: import/export benchmarks on the real samples, the graph-profile
-//!   benchmark on a traced ResNet-50, and the viewer in headless Chromium.
+//!   benchmark on a traced ResNet-50, the viewer in headless Chromium, and the timeline at
+//!   4 million events (full scan against the multi-resolution index).
 //! - `cargo xtask run`: the main job.
 //! - `cargo xtask wheel [--dev]`: the `memory_tracer` Python wheel (pip install it).
 //! - `cargo xtask fuzz [--seconds N] [--runs N] [TARGET...]`: coverage-guided fuzzing of the
@@ -45,6 +46,7 @@ fn main() -> Result<()> {
         Some("bench") => {
             build_viewer()?;
             run(Command::new("cargo").args(["bench", "-p", "collector", "--bench", "import", "--bench", "profile", "--bench", "viewer", "--bench", "serve"]))?;
+            run(Command::new("cargo").args(["bench", "-p", "memory-tracer-shared", "--bench", "timeline"]))?;
             bench_capture()
         }
         Some("run") => main_job(&args[1..]),

@@ -10,6 +10,7 @@ pub mod leaks;
 pub mod oom;
 pub mod profile;
 pub mod sweep;
+pub mod timeline_index;
 
 use crate::allocator::{AllocatorConfig, AllocatorState};
 use crate::model::{EventType, SegmentInfo, Totals, Trace};
