@@ -19,7 +19,9 @@ fn embed_viewer() {
         .filter_map(|e| Some((e.file_name().into_string().ok()?, e.path().canonicalize().ok()?)))
         .collect();
     entries.sort();
-    let mut code = String::from("/// The viewer's files (name, bytes), from Trunk's `dist/` at build time.\npub static VIEWER_ASSETS: &[(&str, &[u8])] = &[\n");
+    let mut code = String::from(
+        "/// The viewer's files (name, bytes), from Trunk's `dist/` at build time.\npub static VIEWER_ASSETS: &[(&str, &[u8])] = &[\n",
+    );
     for (name, path) in &entries {
         code.push_str(&format!("    ({name:?}, include_bytes!({:?})),\n", path.display().to_string()));
     }

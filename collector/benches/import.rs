@@ -44,10 +44,7 @@ fn replicate(base: &Trace, copies: usize) -> Trace {
     for c in 0..copies as u64 {
         for i in 0..ev.len() {
             let rec = ev.record(i);
-            t.events.push(EventRecord {
-                ts_ns: rec.ts_ns + c * span,
-                ..rec
-            });
+            t.events.push(EventRecord { ts_ns: rec.ts_ns + c * span, ..rec });
         }
     }
     t.finish();
@@ -111,9 +108,17 @@ fn main() {
     // Leaks and merging at scale: the million events as 8 iterations, and as 4 ranks.
     let mut iterated = big.clone();
     let span = iterated.events.ts_ns.last().copied().unwrap_or(0) + 1;
-    iterated.iterations = (0..8u32).map(|k| shared::model::IterationSpan { index: k, start_ns: span * u64::from(k) / 8, end_ns: span * u64::from(k + 1) / 8 }).collect();
+    iterated.iterations = (0..8u32)
+        .map(|k| shared::model::IterationSpan { index: k, start_ns: span * u64::from(k) / 8, end_ns: span * u64::from(k + 1) / 8 })
+        .collect();
     let (dt, r) = time(Duration::from_secs(1), || shared::analysis::leaks::leaks(&iterated, 10));
-    println!("leaks over {} events and {} iterations: {:.1} ms ({})", iterated.events.len(), r.iterations, dt.as_secs_f64() * 1e3, r.verdict);
+    println!(
+        "leaks over {} events and {} iterations: {:.1} ms ({})",
+        iterated.events.len(),
+        r.iterations,
+        dt.as_secs_f64() * 1e3,
+        r.verdict
+    );
     let (dt, merged) = time(Duration::from_secs(1), || {
         let inputs = (0..4u32).map(|rank| shared::merge::MergeInput { trace: big.clone(), rank, label: format!("rank{rank}") }).collect();
         shared::merge::merge(inputs).expect("merges")
@@ -125,17 +130,39 @@ fn main() {
         merged.memory_footprint().total_bytes_per_event()
     );
     let (dt, spans) = time(Duration::from_secs(1), || shared::analysis::leaks::repeating_spans(&big));
-    println!("iterations from repeating allocation sizes over {} events: {:.1} ms ({} found)", big.events.len(), dt.as_secs_f64() * 1e3, spans.len());
+    println!(
+        "iterations from repeating allocation sizes over {} events: {:.1} ms ({} found)",
+        big.events.len(),
+        dt.as_secs_f64() * 1e3,
+        spans.len()
+    );
     let (dt, one) = time(Duration::from_secs(1), || shared::merge::rank_trace(&merged, 2).expect("rank 2"));
     println!("one rank out of the 4-rank merge: {:.0} ms ({} events)", dt.as_secs_f64() * 1e3, one.events.len());
     let (dt, d) = time(Duration::from_secs(1), || shared::analysis::diff::diff(&big, &iterated));
-    println!("diff of two {}-event traces: {:.0} ms ({} layers, {} + {} curve points)", big.events.len(), dt.as_secs_f64() * 1e3, d.layers.len(), d.curves.a.len(), d.curves.b.len());
-    let (dt, a) = time(Duration::from_secs(1), || shared::analysis::advice::advise(&iterated, &shared::analysis::advice::AdviceOptions::default()));
-    println!("advice on {} events (a snapshot: no operators): {:.0} ms ({} suggestions)", iterated.events.len(), dt.as_secs_f64() * 1e3, a.suggestions.len());
+    println!(
+        "diff of two {}-event traces: {:.0} ms ({} layers, {} + {} curve points)",
+        big.events.len(),
+        dt.as_secs_f64() * 1e3,
+        d.layers.len(),
+        d.curves.a.len(),
+        d.curves.b.len()
+    );
+    let (dt, a) =
+        time(Duration::from_secs(1), || shared::analysis::advice::advise(&iterated, &shared::analysis::advice::AdviceOptions::default()));
+    println!(
+        "advice on {} events (a snapshot: no operators): {:.0} ms ({} suggestions)",
+        iterated.events.len(),
+        dt.as_secs_f64() * 1e3,
+        a.suggestions.len()
+    );
     let oom_raw = std::fs::read(dir.join("oom_mlp.pickle")).expect("sample exists");
     let oom_trace = import(&oom_raw, &ImportOptions::default()).expect("imports");
     let (dt, o) = time(Duration::from_secs(1), || shared::analysis::oom::oom(&oom_trace, 10));
-    println!("out-of-memory explanation of oom_mlp.pickle: {:.2} ms ({} B asked)", dt.as_secs_f64() * 1e3, o.map_or(0, |o| o.requested_bytes));
+    println!(
+        "out-of-memory explanation of oom_mlp.pickle: {:.2} ms ({} B asked)",
+        dt.as_secs_f64() * 1e3,
+        o.map_or(0, |o| o.requested_bytes)
+    );
     println!(
         "peak RSS: {:.1} MiB at start, {:.1} MiB before the 1M-event test, {:.1} MiB at end",
         rss_start as f64 / (1 << 20) as f64,

@@ -10,11 +10,7 @@ use std::time::{Duration, Instant};
 
 fn peak_rss_bytes() -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let kb: u64 = status
-        .lines()
-        .find(|l| l.starts_with("VmHWM:"))
-        .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-        .unwrap_or(0);
+    let kb: u64 = status.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| l.split_whitespace().nth(1)?.parse().ok()).unwrap_or(0);
     kb * 1024
 }
 
@@ -23,12 +19,7 @@ fn main() {
         Some(path) => collector::commands::load_trace(path.as_ref(), &shared::ImportOptions::default()).unwrap(),
         None => trace_resnet50(),
     };
-    println!(
-        "trace: {} ops, {} tensor refs, {} memory events",
-        trace.ops.len(),
-        trace.tensors.len(),
-        trace.events.len()
-    );
+    println!("trace: {} ops, {} tensor refs, {} memory events", trace.ops.len(), trace.tensors.len(), trace.events.len());
     let rss_before = peak_rss_bytes();
     let mut runs = 0u32;
     let start = Instant::now();
@@ -47,7 +38,8 @@ fn main() {
         per.as_nanos() as f64 / trace.ops.len().max(1) as f64
     );
     let start = Instant::now();
-    let advice = shared::analysis::advice::advise(&trace, &shared::analysis::advice::AdviceOptions { budget_bytes: Some(1), ..Default::default() });
+    let advice =
+        shared::analysis::advice::advise(&trace, &shared::analysis::advice::AdviceOptions { budget_bytes: Some(1), ..Default::default() });
     println!(
         "advise (budget out of reach: every checkpoint candidate replayed): {:.1} ms, {} suggestions, {} candidates",
         start.elapsed().as_secs_f64() * 1e3,
@@ -59,7 +51,11 @@ fn main() {
     let a = collector::analyze::analyze(&trace, &dir, "bench").unwrap();
     println!("analyze (profile, 5 files, 2 charts as PNG and SVG): {:.1} ms, {} files", start.elapsed().as_secs_f64() * 1e3, a.files.len());
     let _ = std::fs::remove_dir_all(&dir);
-    println!("peak RSS: {:.1} MiB (after loading the trace: {:.1} MiB)", peak_rss_bytes() as f64 / 1048576.0, rss_before as f64 / 1048576.0);
+    println!(
+        "peak RSS: {:.1} MiB (after loading the trace: {:.1} MiB)",
+        peak_rss_bytes() as f64 / 1048576.0,
+        rss_before as f64 / 1048576.0
+    );
 }
 
 #[cfg(feature = "tracing")]

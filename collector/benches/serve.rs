@@ -45,7 +45,8 @@ fn main() {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let s = server::Server::start(&dir, &["--jobs-per-device", &jobs, "--max-queue", "64"]);
-    let snapshot = std::fs::read(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data/resnet18_sgd_2steps.pickle")).unwrap();
+    let snapshot =
+        std::fs::read(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data/resnet18_sgd_2steps.pickle")).unwrap();
     let (code, up) = s.post_bytes("/api/trace/upload?filename=resnet18.pickle", &snapshot);
     assert_eq!(code, 200, "{up}");
     let (code, e) = s.post_json("/api/trace/export", &json!({"trace_id": up["trace_id"], "format": "speedscope"}));
@@ -80,7 +81,10 @@ fn main() {
             sc.spawn(move || {
                 let agent = server::agent();
                 let mut i = r;
-                while !writers_done.load(Ordering::Relaxed) && reads.fetch_add(1, Ordering::Relaxed) < max_reads && started.elapsed() < time_limit {
+                while !writers_done.load(Ordering::Relaxed)
+                    && reads.fetch_add(1, Ordering::Relaxed) < max_reads
+                    && started.elapsed() < time_limit
+                {
                     let (route, path): (&'static str, &str) = match i % 3 {
                         0 => ("GET /api/trace/list", "/api/trace/list"),
                         1 => ("GET /api/trace/download", download.as_str()),
@@ -105,7 +109,10 @@ fn main() {
                 let (s, record) = (&s, &record);
                 sc.spawn(move || {
                     let t0 = Instant::now();
-                    let (code, r) = s.post_json("/api/trace/memory", &json!({"model_name": "mlp", "input_shape": [16, 784], "batch_size": 16, "iterations": 2}));
+                    let (code, r) = s.post_json(
+                        "/api/trace/memory",
+                        &json!({"model_name": "mlp", "input_shape": [16, 784], "batch_size": 16, "iterations": 2}),
+                    );
                     let ok = code == 200 && r["trace_id"].is_string();
                     if !ok {
                         eprintln!("trace request failed: {code} {r}");
@@ -127,7 +134,10 @@ fn main() {
 
     let samples = samples.into_inner().unwrap();
     let mut out = serde_json::Map::new();
-    println!("collector serve under load: {traces} trace requests (mlp, CPU, {jobs} job(s) at a time) + {readers} readers, {:.1} s", trace_wall);
+    println!(
+        "collector serve under load: {traces} trace requests (mlp, CPU, {jobs} job(s) at a time) + {readers} readers, {:.1} s",
+        trace_wall
+    );
     println!("{:<26} {:>8} {:>10} {:>9} {:>9} {:>9} {:>7}", "route", "requests", "req/s", "p50 ms", "p99 ms", "max ms", "errors");
     let mut total_errors = 0;
     for (route, mut s) in samples {
@@ -136,10 +146,18 @@ fn main() {
         let rate = s.ms.len() as f64 / trace_wall;
         println!("{route:<26} {:>8} {rate:>10.1} {p50:>9.2} {p99:>9.2} {max:>9.2} {:>7}", s.ms.len(), s.errors);
         total_errors += s.errors;
-        out.insert(route.into(), json!({"requests": s.ms.len(), "per_s": rate, "p50_ms": p50, "p99_ms": p99, "max_ms": max, "errors": s.errors}));
+        out.insert(
+            route.into(),
+            json!({"requests": s.ms.len(), "per_s": rate, "p50_ms": p50, "p99_ms": p99, "max_ms": max, "errors": s.errors}),
+        );
     }
     println!("traces stored: {stored} (expected {}); errors: {total_errors}", traces + 1);
-    println!("server memory: {:.1} MiB idle, {:.1} MiB highest sampled, {:.1} MiB VmHWM", rss_idle as f64 / 1024.0, rss_peak.load(Ordering::Relaxed) as f64 / 1024.0, hwm as f64 / 1024.0);
+    println!(
+        "server memory: {:.1} MiB idle, {:.1} MiB highest sampled, {:.1} MiB VmHWM",
+        rss_idle as f64 / 1024.0,
+        rss_peak.load(Ordering::Relaxed) as f64 / 1024.0,
+        hwm as f64 / 1024.0
+    );
     out.insert("traces".into(), json!(traces));
     out.insert("readers".into(), json!(readers));
     out.insert("jobs_per_device".into(), json!(jobs));

@@ -48,7 +48,10 @@ fn main() {
         };
         let load_ms: f64 = b.exec("return document.body.dataset.loadMs", json!([])).as_str().unwrap().parse().unwrap();
         let memory: u64 = b.exec("return document.body.dataset.workerMemory", json!([])).as_str().unwrap().parse().unwrap();
-        let events = b.exec("return [...document.querySelectorAll('#summary dt')].find(d => d.textContent === 'Events')?.nextSibling?.textContent", json!([]));
+        let events = b.exec(
+            "return [...document.querySelectorAll('#summary dt')].find(d => d.textContent === 'Events')?.nextSibling?.textContent",
+            json!([]),
+        );
         // Zoom in around the middle, then pan, waiting for each frame.
         b.exec("document.getElementById('timeline').scrollIntoView(); window.__mtFrames = []", json!([]));
         for i in 0..30 {

@@ -88,7 +88,15 @@ pub fn print_profile(p: &GraphProfile, mut out: impl Write) -> std::io::Result<(
         fmt(s.optimizer_end_rank)
     )?;
     if let Some(n) = p.nodes.get(p.peak_rank) {
-        writeln!(out, "peak {} at rank {} ({} in {}, {})", format_bytes(p.peak_bytes), p.peak_rank, n.node_name, n.layer, n.gtype.as_str())?;
+        writeln!(
+            out,
+            "peak {} at rank {} ({} in {}, {})",
+            format_bytes(p.peak_bytes),
+            p.peak_rank,
+            n.node_name,
+            n.layer,
+            n.gtype.as_str()
+        )?;
     }
     if let Some(b) = p.breakdown.get(p.peak_rank) {
         writeln!(
@@ -210,10 +218,6 @@ pub fn write_sweep(report: &SweepReport, dir: &Path) -> anyhow::Result<Vec<PathB
 
 /// Latency is in seconds, not bytes, so it gets its own small chart.
 fn latency_chart(report: &SweepReport, title: &str, failed: &[(f64, String)], stem: &Path) -> anyhow::Result<Vec<PathBuf>> {
-    let pts: Vec<(f64, f64)> = report
-        .runs
-        .iter()
-        .filter_map(|r| Some((r.batch_size as f64, r.median_iteration_s? * 1e3)))
-        .collect();
+    let pts: Vec<(f64, f64)> = report.runs.iter().filter_map(|r| Some((r.batch_size as f64, r.median_iteration_s? * 1e3))).collect();
     plots::seconds_chart(title, "batch size", "median iteration time (ms)", &pts, failed, stem)
 }

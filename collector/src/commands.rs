@@ -11,16 +11,14 @@ use std::path::Path;
 /// Reads and imports a trace file of any supported format.
 pub fn load_trace(path: &Path, options: &ImportOptions) -> anyhow::Result<Trace> {
     let file = std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
-    shared::import::import_reader(std::io::BufReader::new(file), options)
-        .with_context(|| format!("cannot import {}", path.display()))
+    shared::import::import_reader(std::io::BufReader::new(file), options).with_context(|| format!("cannot import {}", path.display()))
 }
 
 /// Picks the export format from `--format` or, failing that, from the output file name.
 pub fn resolve_format(format: Option<&str>, out: &Path) -> anyhow::Result<ExportFormat> {
     let names: Vec<&str> = ExportFormat::ALL.iter().map(|f| f.name()).collect();
     if let Some(f) = format {
-        return ExportFormat::from_name(f)
-            .with_context(|| format!("unknown format '{f}'; expected one of: {}", names.join(", ")));
+        return ExportFormat::from_name(f).with_context(|| format!("unknown format '{f}'; expected one of: {}", names.join(", ")));
     }
     let name = out.file_name().and_then(|n| n.to_str()).unwrap_or("").to_ascii_lowercase();
     let by_suffix = [
@@ -35,11 +33,7 @@ pub fn resolve_format(format: Option<&str>, out: &Path) -> anyhow::Result<Export
     ];
     match by_suffix.iter().find(|(s, _)| name.ends_with(s)) {
         Some(&(_, f)) => Ok(f),
-        None => bail!(
-            "cannot tell the output format from '{}'; pass --format with one of: {}",
-            out.display(),
-            names.join(", ")
-        ),
+        None => bail!("cannot tell the output format from '{}'; pass --format with one of: {}", out.display(), names.join(", ")),
     }
 }
 
@@ -52,11 +46,7 @@ pub fn write_export(trace: &Trace, format: ExportFormat, out: &Path) -> anyhow::
 /// never leaves a half-written file or destroys an existing one. Returns the file's size.
 pub fn write_atomic(out: &Path, write: impl FnOnce(&mut dyn Write) -> anyhow::Result<()>) -> anyhow::Result<u64> {
     let dir = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let tmp = dir.join(format!(
-        ".{}.tmp-{}",
-        out.file_name().and_then(|n| n.to_str()).unwrap_or("export"),
-        std::process::id()
-    ));
+    let tmp = dir.join(format!(".{}.tmp-{}", out.file_name().and_then(|n| n.to_str()).unwrap_or("export"), std::process::id()));
     let result = (|| -> anyhow::Result<u64> {
         let file = std::fs::File::create(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
         let mut w = std::io::BufWriter::new(file);
@@ -102,7 +92,8 @@ pub fn print_oom(o: &shared::analysis::oom::OomReport, mut out: impl Write) -> a
     if o.ooms > 1 {
         writeln!(out, "  ({} out-of-memory events; the first is explained)", o.ooms)?;
     }
-    for (title, groups) in [("by layer", &o.by_layer), ("by the phase that allocated it", &o.by_phase), ("by innermost frame", &o.by_frame)] {
+    for (title, groups) in [("by layer", &o.by_layer), ("by the phase that allocated it", &o.by_phase), ("by innermost frame", &o.by_frame)]
+    {
         if groups.is_empty() {
             continue;
         }
@@ -139,12 +130,7 @@ pub fn print_summary(trace: &Trace, top: usize, json: bool, mut out: impl Write)
         writeln!(out)?;
         return Ok(());
     }
-    let device = trace
-        .meta
-        .device_name
-        .clone()
-        .or(s.peak_device.clone())
-        .unwrap_or_else(|| "unknown device".into());
+    let device = trace.meta.device_name.clone().or(s.peak_device.clone()).unwrap_or_else(|| "unknown device".into());
     writeln!(out, "Memory trace ({}, {device})", s.source_format)?;
     if let Some(m) = &trace.meta.model {
         writeln!(out, "  model              {m}")?;
@@ -202,7 +188,12 @@ pub fn print_summary(trace: &Trace, top: usize, json: bool, mut out: impl Write)
         writeln!(out, "  leaks              {}", leaks.verdict)?;
         if leaks.leaking {
             if let Some(g) = leaks.survivors.first() {
-                writeln!(out, "                     most in {} ({} per iteration); see `collector leaks`", g.layer, format_bytes(g.bytes_per_iteration as u64))?;
+                writeln!(
+                    out,
+                    "                     most in {} ({} per iteration); see `collector leaks`",
+                    g.layer,
+                    format_bytes(g.bytes_per_iteration as u64)
+                )?;
             }
         }
     }
@@ -236,7 +227,10 @@ pub fn print_summary(trace: &Trace, top: usize, json: bool, mut out: impl Write)
         at(s.duration_s)
     )?;
     if s.total_events == 0 {
-        writeln!(out, "  note: this trace has no memory events (only spans); the layer times below are real, the memory columns are empty")?;
+        writeln!(
+            out,
+            "  note: this trace has no memory events (only spans); the layer times below are real, the memory columns are empty"
+        )?;
     }
     for w in &trace.meta.warnings {
         writeln!(out, "  note: {w}")?;
@@ -354,7 +348,12 @@ fn peak_when(s: &shared::analysis::diff::SideFacts) -> String {
 
 /// The trace diff as text: both sides' peaks and the change, then the top layers by change,
 /// the classes, the operators on one side only and the notes.
-pub fn print_diff(d: &shared::analysis::diff::TraceDiff, (label_a, label_b): (&str, &str), top: usize, mut out: impl Write) -> anyhow::Result<()> {
+pub fn print_diff(
+    d: &shared::analysis::diff::TraceDiff,
+    (label_a, label_b): (&str, &str),
+    top: usize,
+    mut out: impl Write,
+) -> anyhow::Result<()> {
     writeln!(out, "Diff: A = {label_a}, B = {label_b}")?;
     let row = |out: &mut dyn Write, what: &str, a: String, b: String, delta: String| writeln!(out, "  {what:<18} {a:<34} {b:<34} {delta}");
     row(&mut out, "", "A".into(), "B".into(), "B - A".into())?;
@@ -364,12 +363,25 @@ pub fn print_diff(d: &shared::analysis::diff::TraceDiff, (label_a, label_b): (&s
     if a.model.is_some() || b.model.is_some() {
         row(&mut out, "model", a.model.clone().unwrap_or_default(), b.model.clone().unwrap_or_default(), String::new())?;
     }
-    row(&mut out, "peak allocated", format_bytes(a.peak_allocated_bytes), format_bytes(b.peak_allocated_bytes), format_delta(d.peak_allocated_delta_bytes))?;
-    row(&mut out, "peak reserved", format_bytes(a.peak_reserved_bytes), format_bytes(b.peak_reserved_bytes), format_delta(d.peak_reserved_delta_bytes))?;
+    row(
+        &mut out,
+        "peak allocated",
+        format_bytes(a.peak_allocated_bytes),
+        format_bytes(b.peak_allocated_bytes),
+        format_delta(d.peak_allocated_delta_bytes),
+    )?;
+    row(
+        &mut out,
+        "peak reserved",
+        format_bytes(a.peak_reserved_bytes),
+        format_bytes(b.peak_reserved_bytes),
+        format_delta(d.peak_reserved_delta_bytes),
+    )?;
     row(&mut out, "peak at", peak_when(a), peak_when(b), String::new())?;
     let its = |s: &shared::analysis::diff::SideFacts| format!("{} ({})", s.iterations, s.iterations_from);
     row(&mut out, "iterations", its(a), its(b), String::new())?;
-    let frag = |s: &shared::analysis::diff::SideFacts| format!("{:.1} % (max {:.1} %)", s.avg_fragmentation * 100.0, s.max_fragmentation * 100.0);
+    let frag =
+        |s: &shared::analysis::diff::SideFacts| format!("{:.1} % (max {:.1} %)", s.avg_fragmentation * 100.0, s.max_fragmentation * 100.0);
     row(&mut out, "fragmentation", frag(a), frag(b), String::new())?;
     row(&mut out, "events, operators", format!("{}, {}", a.events, a.ops), format!("{}, {}", b.events, b.ops), String::new())?;
     print_diff_layers(d, top, &mut out)?;
@@ -378,7 +390,12 @@ pub fn print_diff(d: &shared::analysis::diff::TraceDiff, (label_a, label_b): (&s
         for (side, list) in [("A", &ops.only_in_a), ("B", &ops.only_in_b)] {
             let names: Vec<String> = list.iter().take(top).map(|o| format!("{} x{}", o.name, o.count)).collect();
             let more = if list.len() > top { format!(", and {} more", list.len() - top) } else { String::new() };
-            writeln!(out, "Operators only in {side} ({}): {}{more}", list.len(), if names.is_empty() { "none".to_owned() } else { names.join(", ") })?;
+            writeln!(
+                out,
+                "Operators only in {side} ({}): {}{more}",
+                list.len(),
+                if names.is_empty() { "none".to_owned() } else { names.join(", ") }
+            )?;
         }
     }
     if !d.notes.is_empty() {
@@ -395,10 +412,17 @@ fn print_diff_layers(d: &shared::analysis::diff::TraceDiff, top: usize, out: &mu
     if d.layers.is_empty() {
         return Ok(());
     }
-    writeln!(out, "Layers by change of peak (top {} of {}; peak = allocated total at the layer's events):", top.min(d.layers.len()), d.layers.len())?;
+    writeln!(
+        out,
+        "Layers by change of peak (top {} of {}; peak = allocated total at the layer's events):",
+        top.min(d.layers.len()),
+        d.layers.len()
+    )?;
     let width = d.layers.iter().take(top).map(|l| l.layer_name.chars().count()).max().unwrap_or(5).clamp(5, 60);
     writeln!(out, "  {:<width$}  {:>12}  {:>12}  {:>13}  {:>10}  {:>10}", "layer", "peak A", "peak B", "change", "allocs A", "allocs B")?;
-    let side = |s: Option<shared::analysis::diff::LayerSide>, f: fn(shared::analysis::diff::LayerSide) -> String| s.map_or_else(|| "-".to_owned(), f);
+    let side = |s: Option<shared::analysis::diff::LayerSide>, f: fn(shared::analysis::diff::LayerSide) -> String| {
+        s.map_or_else(|| "-".to_owned(), f)
+    };
     for l in d.layers.iter().take(top) {
         let flag = match l.presence {
             Presence::Both => "",
@@ -431,7 +455,9 @@ fn print_diff_classes(c: &shared::analysis::diff::ClassesDiff, out: &mut dyn Wri
         return Ok(());
     }
     let at = |s: &ClassSide| match s {
-        ClassSide::Available { rank, node_name, total_allocated_bytes, .. } => format!("{} at rank {rank} ({node_name})", format_bytes(*total_allocated_bytes)),
+        ClassSide::Available { rank, node_name, total_allocated_bytes, .. } => {
+            format!("{} at rank {rank} ({node_name})", format_bytes(*total_allocated_bytes))
+        }
         ClassSide::Unavailable { .. } => String::new(),
     };
     writeln!(out, "Classes at each side's peak rank (A: {}; B: {}):", at(&c.a), at(&c.b))?;
@@ -443,7 +469,13 @@ fn print_diff_classes(c: &shared::analysis::diff::ClassesDiff, out: &mut dyn Wri
             shared::analysis::profile::TensorClass::Act => "activations",
             shared::analysis::profile::TensorClass::Other => "other",
         };
-        writeln!(out, "  {name:<18} {:>12}  {:>12}  {:>13}", format_bytes(r.a_bytes), format_bytes(r.b_bytes), format_delta(r.delta_bytes))?;
+        writeln!(
+            out,
+            "  {name:<18} {:>12}  {:>12}  {:>13}",
+            format_bytes(r.a_bytes),
+            format_bytes(r.b_bytes),
+            format_delta(r.delta_bytes)
+        )?;
     }
     Ok(())
 }
@@ -454,7 +486,11 @@ fn print_diff_classes(c: &shared::analysis::diff::ClassesDiff, out: &mut dyn Wri
 pub fn print_advice(r: &shared::analysis::advice::AdviceReport, mut out: impl Write) -> anyhow::Result<()> {
     use shared::analysis::advice::SuggestionKind as K;
     let b = &r.baseline;
-    let at = if b.peak_layer.is_empty() { format!("in the {} phase", b.peak_phase.as_str()) } else { format!("in {} ({})", b.peak_layer, b.peak_phase.as_str()) };
+    let at = if b.peak_layer.is_empty() {
+        format!("in the {} phase", b.peak_phase.as_str())
+    } else {
+        format!("in {} ({})", b.peak_layer, b.peak_phase.as_str())
+    };
     writeln!(out, "Advice for {} ({})", b.device, b.source_format)?;
     writeln!(out, "  measured peak      {} ({} bytes) {at}", format_bytes(b.peak_allocated_bytes), b.peak_allocated_bytes)?;
     if let Some(t) = b.iteration_time_s {
@@ -525,7 +561,10 @@ pub fn print_advice(r: &shared::analysis::advice::AdviceReport, mut out: impl Wr
     }
     if !r.checkpoint_candidates.is_empty() {
         writeln!(out)?;
-        writeln!(out, "Checkpoint candidates (activations a checkpoint drops: at the peak / per iteration; forward time = recompute cost):")?;
+        writeln!(
+            out,
+            "Checkpoint candidates (activations a checkpoint drops: at the peak / per iteration; forward time = recompute cost):"
+        )?;
         let w = r.checkpoint_candidates.iter().map(|c| c.layer.chars().count()).max().unwrap_or(0);
         for c in &r.checkpoint_candidates {
             writeln!(

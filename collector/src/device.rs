@@ -37,11 +37,7 @@ pub fn facts(ordinal: i32) -> Option<DeviceFacts> {
         let name = result::device::get_name(dev).ok()?;
         // SAFETY: `dev` is a valid device handle from the driver.
         let total = unsafe { result::device::total_mem(dev) }.ok()?;
-        Some(DeviceFacts {
-            ordinal,
-            name,
-            total_bytes: total as u64,
-        })
+        Some(DeviceFacts { ordinal, name, total_bytes: total as u64 })
     })
 }
 
@@ -95,11 +91,7 @@ impl UsedMemorySampler {
                 let mut samples = Vec::new();
                 loop {
                     if let Some((free, total)) = soft(|| result::mem_get_info().ok()) {
-                        samples.push(UsedSample {
-                            ts_ns: clock(),
-                            used_bytes: (total - free) as u64,
-                            total_bytes: total as u64,
-                        });
+                        samples.push(UsedSample { ts_ns: clock(), used_bytes: (total - free) as u64, total_bytes: total as u64 });
                     }
                     if flag.load(Ordering::Relaxed) {
                         break;
@@ -115,10 +107,7 @@ impl UsedMemorySampler {
             let _ = handle.join();
             return None;
         }
-        Some(Self {
-            stop,
-            handle: Some(handle),
-        })
+        Some(Self { stop, handle: Some(handle) })
     }
 
     /// Stops the thread and returns the samples.

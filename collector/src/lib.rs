@@ -19,12 +19,12 @@ pub const MODEL_ZOO: [&str; 9] = ["resnet18", "resnet34", "resnet50", "resnet101
 pub const TORCH_VERSION: &str = "2.11.0";
 
 #[cfg(feature = "tracing")]
-pub mod models;
-#[cfg(feature = "tracing")]
 pub mod device;
+#[cfg(feature = "tracing")]
+pub mod models;
 #[cfg(feature = "tracing")]
 pub mod run;
 #[cfg(feature = "tracing")]
-pub mod tracer;
-#[cfg(feature = "tracing")]
 pub mod sweep;
+#[cfg(feature = "tracing")]
+pub mod tracer;

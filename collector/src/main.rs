@@ -314,7 +314,11 @@ fn serve_command(a: ServeArgs) -> anyhow::Result<()> {
     let token = config.token.clone();
     let (host, port, open, trace, show_token) = (a.host, a.port, a.open, a.trace, a.show_token);
     if let Some(m) = &trace {
-        anyhow::ensure!(collector::MODEL_ZOO.contains(&m.as_str()), "--trace {m}: unknown model; built-in models: {}", collector::MODEL_ZOO.join(", "));
+        anyhow::ensure!(
+            collector::MODEL_ZOO.contains(&m.as_str()),
+            "--trace {m}: unknown model; built-in models: {}",
+            collector::MODEL_ZOO.join(", ")
+        );
     }
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;
     runtime.block_on(serve::serve(&host, port, config, move |addr, state| {
@@ -347,14 +351,21 @@ fn serve_command(a: ServeArgs) -> anyhow::Result<()> {
         let url = url_with(token.as_deref());
         eprintln!("Memory Tracer is serving {} on {addr}", data_dir.display());
         match &token {
-            Some(_) if !show_token => eprintln!("  viewer:   {} (add token=<your token> to the query; --show-token prints it)", url_with(None)),
+            Some(_) if !show_token => {
+                eprintln!("  viewer:   {} (add token=<your token> to the query; --show-token prints it)", url_with(None))
+            }
             _ => eprintln!("  viewer:   {url}"),
         }
         eprintln!("  API docs: {base}api/docs (ReDoc: {base}api/redoc)");
         eprintln!("  stop with Ctrl-C");
         if open {
             let opener = if cfg!(target_os = "macos") { "open" } else { "xdg-open" };
-            let opened = std::process::Command::new(opener).arg(&url).stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).spawn().is_ok();
+            let opened = std::process::Command::new(opener)
+                .arg(&url)
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .is_ok();
             if !opened {
                 eprintln!("  (cannot open a browser here: open the viewer's URL yourself)");
             }
@@ -523,7 +534,11 @@ fn advise_command(a: AdviseArgs) -> anyhow::Result<()> {
     }
     let command = match &a.model {
         Some(m) => {
-            anyhow::ensure!(collector::MODEL_ZOO.contains(&m.as_str()), "--model {m}: unknown model; built-in models: {}", collector::MODEL_ZOO.join(", "));
+            anyhow::ensure!(
+                collector::MODEL_ZOO.contains(&m.as_str()),
+                "--model {m}: unknown model; built-in models: {}",
+                collector::MODEL_ZOO.join(", ")
+            );
             anyhow::ensure!(a.command.is_empty(), "give --model or a command after `--`, not both");
             let python = std::env::var("MEMORY_TRACER_PYTHON").unwrap_or_else(|_| "python3".into());
             let mut c: Vec<String> = [python.as_str(), "-m", "memory_tracer.zoo", "--model", m, "--iterations"].map(String::from).to_vec();
@@ -538,7 +553,10 @@ fn advise_command(a: AdviseArgs) -> anyhow::Result<()> {
         }
         None => a.command.clone(),
     };
-    anyhow::ensure!(!command.is_empty(), "--verify needs a program after `--` (one that takes --checkpoint LAYERS and --amp) or --model NAME");
+    anyhow::ensure!(
+        !command.is_empty(),
+        "--verify needs a program after `--` (one that takes --checkpoint LAYERS and --amp) or --model NAME"
+    );
     let v = collector::verify::verify(&command, &opts, &a.out_dir)?;
     std::fs::write(a.out_dir.join("verify.json"), serde_json::to_vec_pretty(&v)?).context("cannot write verify.json")?;
     if a.json {
@@ -776,7 +794,9 @@ fn error_class(e: &collector::run::RunError) -> &'static str {
     use collector::run::RunError;
     match e {
         RunError::NoCuda(_) => "no_cuda",
-        RunError::Invalid(_) | RunError::Model(ModelError::Unknown(_) | ModelError::BadShape { .. } | ModelError::BadOption { .. }) => "invalid",
+        RunError::Invalid(_) | RunError::Model(ModelError::Unknown(_) | ModelError::BadShape { .. } | ModelError::BadOption { .. }) => {
+            "invalid"
+        }
         RunError::Model(ModelError::TorchScript { .. }) => "model",
         RunError::Torch(m) if m.to_ascii_lowercase().contains("out of memory") => "out_of_memory",
         RunError::Torch(_) => "model",
@@ -820,9 +840,7 @@ fn trace_json_command(a: TraceArgs) -> anyhow::Result<()> {
     if let Err(e) = write_export(&trace, format, &output) {
         return fail("internal", format!("{e:#}"));
     }
-    emit(&ChildLine::Done {
-        info: collector::serve::api::trace_info(&trace, &opts.model.name, ms),
-    });
+    emit(&ChildLine::Done { info: collector::serve::api::trace_info(&trace, &opts.model.name, ms) });
     Ok(())
 }
 
@@ -857,7 +875,11 @@ fn python_trace_command(a: TraceArgs) -> anyhow::Result<()> {
     let opts = PyOptions {
         max_events: a.run.max_events,
         capture_tensors: !a.run.no_tensors,
-        ops: if a.run.memory_only { pyrun::OpsMode::None } else { a.ops.as_deref().unwrap_or("backward").parse().map_err(anyhow::Error::msg)? },
+        ops: if a.run.memory_only {
+            pyrun::OpsMode::None
+        } else {
+            a.ops.as_deref().unwrap_or("backward").parse().map_err(anyhow::Error::msg)?
+        },
         iteration_marker: a.iteration_marker.clone(),
         buffer_records: a.buffer_records,
         drain_interval_ms: a.drain_interval_ms.max(1),
@@ -940,7 +962,13 @@ fn python_trace_command(a: TraceArgs) -> anyhow::Result<()> {
             }
         };
         let bytes = write_export(&trace, format, &out)?;
-        eprintln!("collector: wrote {} ({}, {} events) to {}", shared::units::format_bytes(bytes), format.name(), trace.events.len(), out.display());
+        eprintln!(
+            "collector: wrote {} ({}, {} events) to {}",
+            shared::units::format_bytes(bytes),
+            format.name(),
+            trace.events.len(),
+            out.display()
+        );
         written += 1;
         if many {
             ranks.push(shared::merge::MergeInput { trace, rank, label: out.display().to_string() });
@@ -952,7 +980,9 @@ fn python_trace_command(a: TraceArgs) -> anyhow::Result<()> {
         let program = ranks[0].trace.meta.model.clone().unwrap_or_else(|| "program".into());
         for r in 0..world.unwrap_or(0) {
             if !ranks.iter().any(|i| i.rank == r) {
-                missing.entry(r).or_insert_with(|| "its process streamed no trace (it did not start, did not import torch, or died before)".into());
+                missing
+                    .entry(r)
+                    .or_insert_with(|| "its process streamed no trace (it did not start, did not import torch, or died before)".into());
             }
         }
         let merge_opts = shared::merge::MergeOptions { missing_reasons: missing, ..Default::default() };
@@ -1032,7 +1062,11 @@ fn trace_command(a: TraceArgs) -> anyhow::Result<()> {
     }
     let opts = run_options(a.run)?;
     let output = a.output.unwrap_or_else(|| {
-        let stem = opts.torchscript.as_ref().and_then(|p| p.file_stem()).map_or_else(|| opts.model.name.clone(), |s| s.to_string_lossy().into_owned());
+        let stem = opts
+            .torchscript
+            .as_ref()
+            .and_then(|p| p.file_stem())
+            .map_or_else(|| opts.model.name.clone(), |s| s.to_string_lossy().into_owned());
         PathBuf::from(format!("{stem}.mtrace.json"))
     });
     let format = resolve_format(a.format.as_deref(), &output)?;
@@ -1096,28 +1130,16 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Trace(a) => trace_command(*a)?,
         Command::PythonPackage { out } => {
-            let so = collector::pyrun::package::SHIM_SO.context("this collector was built without libtorch and carries no capture library")?;
+            let so =
+                collector::pyrun::package::SHIM_SO.context("this collector was built without libtorch and carries no capture library")?;
             collector::pyrun::package::write_to(&out, so)?;
             eprintln!("wrote the memory_tracer package to {}", out.display());
         }
-        Command::Ingest {
-            fd,
-            output,
-            stats_json,
-            device,
-            no_fragmentation,
-        } => ingest_command(fd, &output, stats_json, device.as_deref(), no_fragmentation)?,
+        Command::Ingest { fd, output, stats_json, device, no_fragmentation } => {
+            ingest_command(fd, &output, stats_json, device.as_deref(), no_fragmentation)?
+        }
         #[cfg(feature = "tracing")]
-        Command::Overhead {
-            model,
-            input_shape,
-            batch_size,
-            steps,
-            warmup,
-            device,
-            no_tensors,
-            memory_only,
-        } => {
+        Command::Overhead { model, input_shape, batch_size, steps, warmup, device, no_tensors, memory_only } => {
             use collector::run;
             let mut opts = run::RunOptions::new(&model);
             opts.input_shape = input_shape;
@@ -1128,12 +1150,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let report = run::overhead_benchmark(&opts, steps, warmup)?;
             println!("{}", serde_json::to_string_pretty(&report)?);
         }
-        Command::Convert {
-            input,
-            output,
-            format,
-            max_decompressed_mib,
-        } => {
+        Command::Convert { input, output, format, max_decompressed_mib } => {
             let format = resolve_format(format.as_deref(), &output)?;
             let trace = load_trace(&input, &import_options(max_decompressed_mib))?;
             let bytes = write_export(&trace, format, &output)?;
@@ -1145,19 +1162,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 output.display()
             );
         }
-        Command::Analyze {
-            input,
-            output,
-            prefix,
-            max_decompressed_mib,
-        } => {
+        Command::Analyze { input, output, prefix, max_decompressed_mib } => {
             let mut trace = load_trace(&input, &import_options(max_decompressed_mib))?;
             if trace.meta.model.is_none() {
                 // Chart titles name the model; a profiler trace does not, so use the file name.
                 trace.meta.model = input.file_name().map(|n| n.to_string_lossy().into_owned());
             }
-            let analysis = collector::analyze::analyze(&trace, &output, &prefix)
-                .with_context(|| format!("cannot analyze {}", input.display()))?;
+            let analysis =
+                collector::analyze::analyze(&trace, &output, &prefix).with_context(|| format!("cannot analyze {}", input.display()))?;
             collector::analyze::print_profile(&analysis.profile, std::io::stdout().lock())?;
             for f in &analysis.files {
                 eprintln!("wrote {}", f.display());
@@ -1165,12 +1177,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         #[cfg(feature = "tracing")]
         Command::Sweep(a) => sweep_command(*a)?,
-        Command::Report {
-            input,
-            output,
-            single_file,
-            max_decompressed_mib,
-        } => {
+        Command::Report { input, output, single_file, max_decompressed_mib } => {
             // Import first: a file the viewer cannot open makes no report.
             let trace = load_trace(&input, &import_options(max_decompressed_mib))?;
             let bytes = std::fs::read(&input).with_context(|| format!("cannot read {}", input.display()))?;
@@ -1198,10 +1205,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let code = run_worker(task, a.memory_budget_bytes, a.cpu_seconds, a.max_decompressed_bytes);
             std::process::exit(code);
         }
-        Command::Leaks(LeaksArgs {
-            report: Report { input, json, top, max_decompressed_mib },
-            iterations_at,
-        }) => {
+        Command::Leaks(LeaksArgs { report: Report { input, json, top, max_decompressed_mib }, iterations_at }) => {
             let trace = load_trace(&input, &import_options(max_decompressed_mib))?;
             let opts = shared::analysis::leaks::LeakOptions { top, boundaries_s: iterations_at };
             let r = shared::analysis::leaks::leaks_with(&trace, &opts);
@@ -1211,15 +1215,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 collector::commands::print_leaks(&r, std::io::stdout().lock())?;
             }
         }
-        Command::Diff(DiffArgs {
-            a,
-            b,
-            json,
-            top,
-            device_a,
-            device_b,
-            max_decompressed_mib,
-        }) => {
+        Command::Diff(DiffArgs { a, b, json, top, device_a, device_b, max_decompressed_mib }) => {
             let options = import_options(max_decompressed_mib);
             let (ta, tb) = (load_trace(&a, &options)?, load_trace(&b, &options)?);
             let d = shared::analysis::diff::diff_devices(&ta, device_a, &tb, device_b)?;
@@ -1231,14 +1227,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             }
         }
         Command::Advise(a) => advise_command(a)?,
-        Command::Merge {
-            inputs,
-            output,
-            ranks,
-            allow_disjoint,
-            format,
-            max_decompressed_mib,
-        } => {
+        Command::Merge { inputs, output, ranks, allow_disjoint, format, max_decompressed_mib } => {
             let format = resolve_format(format.as_deref(), &output)?;
             if let Some(r) = ranks.as_ref().filter(|r| r.len() != inputs.len()) {
                 anyhow::bail!("--ranks gives {} ranks for {} inputs; expected one per input", r.len(), inputs.len());
@@ -1256,14 +1245,16 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let merged = shared::merge::merge_with(merge_inputs, &opts)?;
             let bytes = write_export(&merged, format, &output)?;
             print_summary(&merged, 5, false, std::io::stderr().lock())?;
-            eprintln!("wrote {} ({}, {} ranks, {} events) to {}", shared::units::format_bytes(bytes), format.name(), inputs.len(), merged.events.len(), output.display());
+            eprintln!(
+                "wrote {} ({}, {} ranks, {} events) to {}",
+                shared::units::format_bytes(bytes),
+                format.name(),
+                inputs.len(),
+                merged.events.len(),
+                output.display()
+            );
         }
-        Command::Summary(Report {
-            input,
-            json,
-            top,
-            max_decompressed_mib,
-        }) => {
+        Command::Summary(Report { input, json, top, max_decompressed_mib }) => {
             let trace = load_trace(&input, &import_options(max_decompressed_mib))?;
             print_summary(&trace, top, json, std::io::stdout().lock()).context("cannot print the summary")?;
         }

@@ -26,14 +26,7 @@ pub struct ModelSpec {
 
 impl ModelSpec {
     pub fn named(name: &str) -> Self {
-        Self {
-            name: name.to_owned(),
-            layers: None,
-            width: None,
-            heads: None,
-            vocab: None,
-            classes: None,
-        }
+        Self { name: name.to_owned(), layers: None, width: None, heads: None, vocab: None, classes: None }
     }
 }
 
@@ -124,10 +117,7 @@ struct P<'a> {
 impl<'a> P<'a> {
     fn sub(&self, s: impl std::fmt::Display) -> P<'a> {
         let s = s.to_string();
-        P {
-            vs: &self.vs / s.as_str(),
-            name: if self.name.is_empty() { s } else { format!("{}.{s}", self.name) },
-        }
+        P { vs: &self.vs / s.as_str(), name: if self.name.is_empty() { s } else { format!("{}.{s}", self.name) } }
     }
     fn scope_name(&self) -> Name {
         capture::intern(&self.name)
@@ -151,42 +141,15 @@ impl<M: ModuleT> Scoped<M> {
 fn scoped<M>(p: &P, build: impl FnOnce(&nn::Path) -> M) -> Scoped<M> {
     let name = p.scope_name();
     let _g = capture::scope(name);
-    Scoped {
-        name,
-        inner: build(&p.vs),
-    }
+    Scoped { name, inner: build(&p.vs) }
 }
 
 fn conv(p: &P, i: i64, o: i64, k: i64, stride: i64, padding: i64) -> Scoped<nn::Conv2D> {
-    scoped(p, |vs| {
-        nn::conv2d(
-            vs,
-            i,
-            o,
-            k,
-            nn::ConvConfig {
-                stride,
-                padding,
-                bias: false,
-                ..Default::default()
-            },
-        )
-    })
+    scoped(p, |vs| nn::conv2d(vs, i, o, k, nn::ConvConfig { stride, padding, bias: false, ..Default::default() }))
 }
 
 fn conv_bias(p: &P, i: i64, o: i64, k: i64, padding: i64) -> Scoped<nn::Conv2D> {
-    scoped(p, |vs| {
-        nn::conv2d(
-            vs,
-            i,
-            o,
-            k,
-            nn::ConvConfig {
-                padding,
-                ..Default::default()
-            },
-        )
-    })
+    scoped(p, |vs| nn::conv2d(vs, i, o, k, nn::ConvConfig { padding, ..Default::default() }))
 }
 
 fn bn(p: &P, c: i64) -> Scoped<nn::BatchNorm> {
@@ -209,10 +172,7 @@ struct Func {
 
 impl Func {
     fn new(p: &P, f: fn(&Tensor, bool) -> Tensor) -> Self {
-        Self {
-            name: p.scope_name(),
-            f,
-        }
+        Self { name: p.scope_name(), f }
     }
     fn forward(&self, xs: &Tensor, train: bool) -> Tensor {
         let _g = capture::scope(self.name);
@@ -414,11 +374,7 @@ impl Vgg {
             Item::F(Func::new(&cp.sub(5), |x, train| x.dropout(0.5, train))),
             Item::Linear(linear(&cp.sub(6), 4096, classes)),
         ];
-        Self {
-            features: (fp.scope_name(), features),
-            avgpool,
-            classifier: (cp.scope_name(), classifier),
-        }
+        Self { features: (fp.scope_name(), features), avgpool, classifier: (cp.scope_name(), classifier) }
     }
 }
 
@@ -446,13 +402,7 @@ impl Attention {
     fn new(p: &P, qkv: &str, proj: &str, width: i64, heads: i64, causal: bool) -> Self {
         let name = p.scope_name();
         let _g = capture::scope(name);
-        Self {
-            name,
-            qkv: linear(&p.sub(qkv), width, 3 * width),
-            proj: linear(&p.sub(proj), width, width),
-            heads,
-            causal,
-        }
+        Self { name, qkv: linear(&p.sub(qkv), width, 3 * width), proj: linear(&p.sub(proj), width, width), heads, causal }
     }
 
     fn forward(&self, xs: &Tensor, train: bool) -> Tensor {
@@ -504,11 +454,7 @@ impl Transformer {
                 });
             }
         }
-        Self {
-            embedding,
-            layers: (lp.scope_name(), blocks),
-            head: linear(&root.sub("head"), width, classes),
-        }
+        Self { embedding, layers: (lp.scope_name(), blocks), head: linear(&root.sub("head"), width, classes) }
     }
 }
 
@@ -561,11 +507,7 @@ impl Gpt {
                 let mp = p.sub("mlp");
                 let mlp = {
                     let _g = capture::scope(mp.scope_name());
-                    (
-                        mp.scope_name(),
-                        linear(&mp.sub("c_fc"), width, 4 * width),
-                        linear(&mp.sub("c_proj"), 4 * width, width),
-                    )
+                    (mp.scope_name(), linear(&mp.sub("c_fc"), width, 4 * width), linear(&mp.sub("c_proj"), 4 * width, width))
                 };
                 blocks.push(GptBlock {
                     name,
@@ -582,15 +524,7 @@ impl Gpt {
             h: (hp.scope_name(), blocks),
             ln_f: layer_norm(&root.sub("ln_f"), width),
             lm_head: scoped(&root.sub("lm_head"), |vs| {
-                nn::linear(
-                    vs,
-                    width,
-                    vocab,
-                    nn::LinearConfig {
-                        bias: false,
-                        ..Default::default()
-                    },
-                )
+                nn::linear(vs, width, vocab, nn::LinearConfig { bias: false, ..Default::default() })
             }),
         }
     }
@@ -637,10 +571,7 @@ impl Mlp {
             ));
             cin = width;
         }
-        Self {
-            layers: hidden,
-            out: linear(&root.sub("out"), cin, classes),
-        }
+        Self { layers: hidden, out: linear(&root.sub("out"), cin, classes) }
     }
 }
 
@@ -669,15 +600,9 @@ impl Net for Script {
 
 /// Builds a zoo model with random weights in `vs`.
 pub fn build(spec: &ModelSpec, vs: &nn::VarStore) -> Result<Model, ModelError> {
-    let root = P {
-        vs: vs.root(),
-        name: String::new(),
-    };
+    let root = P { vs: vs.root(), name: String::new() };
     let classes = spec.classes.unwrap_or(1000);
-    let bad = |why: &str| ModelError::BadOption {
-        model: spec.name.clone(),
-        why: why.to_owned(),
-    };
+    let bad = |why: &str| ModelError::BadOption { model: spec.name.clone(), why: why.to_owned() };
     if classes < 1 {
         return Err(bad("--classes must be at least 1"));
     }
@@ -744,10 +669,8 @@ pub fn build(spec: &ModelSpec, vs: &nn::VarStore) -> Result<Model, ModelError> {
 
 /// Loads a TorchScript model; its parameters join `vs` so optimizers train them.
 pub fn load_torchscript(path: &std::path::Path, vs: &nn::VarStore) -> Result<Model, ModelError> {
-    let module = tch::TrainableCModule::load(path, vs.root()).map_err(|e| ModelError::TorchScript {
-        path: path.display().to_string(),
-        message: torch_message(&e.to_string()),
-    })?;
+    let module = tch::TrainableCModule::load(path, vs.root())
+        .map_err(|e| ModelError::TorchScript { path: path.display().to_string(), message: torch_message(&e.to_string()) })?;
     Ok(Model {
         name: path.file_stem().map_or_else(|| "torchscript".into(), |s| s.to_string_lossy().into_owned()),
         input: InputKind::Any,
@@ -825,11 +748,7 @@ impl Model {
     }
 
     fn shape_error(&self, shape: &[i64], why: &str) -> ModelError {
-        ModelError::BadShape {
-            model: self.name.clone(),
-            shape: shape.to_vec(),
-            why: why.to_owned(),
-        }
+        ModelError::BadShape { model: self.name.clone(), shape: shape.to_vec(), why: why.to_owned() }
     }
 
     /// A random input batch of `shape` on `device`.

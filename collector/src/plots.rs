@@ -101,7 +101,11 @@ fn legend<'a, DB: DrawingBackend + 'a>(chart: &mut Chart<'a, DB>) -> DrawResult<
 }
 
 /// Red crosses with a label at height `y` for x positions that have no value.
-fn cross_out<'a, 'l, DB: DrawingBackend + 'a>(chart: &mut Chart<'a, DB>, failed: impl Iterator<Item = (f64, &'l str)>, y: f64) -> DrawResult<DB> {
+fn cross_out<'a, 'l, DB: DrawingBackend + 'a>(
+    chart: &mut Chart<'a, DB>,
+    failed: impl Iterator<Item = (f64, &'l str)>,
+    y: f64,
+) -> DrawResult<DB> {
     for (x, label) in failed {
         chart.draw_series(std::iter::once(Cross::new((x, y), 8, RED.stroke_width(3))))?;
         chart.draw_series(std::iter::once(Text::new(label.to_owned(), (x, y * 0.96), ("sans-serif", 15).into_font().color(&RED))))?;
@@ -176,9 +180,10 @@ impl LineChart<'_> {
             .draw()?;
         for &(a, b, p) in &self.bands {
             let band = Rectangle::new([(a as f64 - 0.5, 0.0), (b as f64 + 0.5, top)], phase_color(p).filled());
-            chart.draw_series(std::iter::once(band))?.label(p.as_str()).legend(move |(x, y)| {
-                Rectangle::new([(x, y - 6), (x + 16, y + 6)], phase_color(p).filled())
-            });
+            chart
+                .draw_series(std::iter::once(band))?
+                .label(p.as_str())
+                .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 16, y + 6)], phase_color(p).filled()));
         }
         for (k, s) in self.series.iter().enumerate() {
             let color = PALETTE[k % PALETTE.len()];
@@ -245,7 +250,12 @@ pub fn breakdown(rows: &[BreakdownRow], gtypes: &[Phase], title: &str, stem: &Pa
     both(stem, |r| draw_breakdown(r, rows, gtypes, title), |r| draw_breakdown(r, rows, gtypes, title))
 }
 
-fn draw_breakdown<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, rows: &[BreakdownRow], gtypes: &[Phase], title: &str) -> DrawResult<DB> {
+fn draw_breakdown<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    rows: &[BreakdownRow],
+    gtypes: &[Phase],
+    title: &str,
+) -> DrawResult<DB> {
     root.fill(&WHITE)?;
     let max = rows.iter().map(|r| r.total_allocated).max().unwrap_or(1).max(1);
     let unit = byte_unit(max);
@@ -278,10 +288,8 @@ fn draw_breakdown<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, rows: &[Bre
     // Draw cumulative sums from the top part down so each area covers the ones below it.
     for k in (0..parts.len()).rev() {
         let color = parts[k].2;
-        let pts: Vec<(f64, f64)> = rows
-            .iter()
-            .map(|r| (r.rank as f64, parts[..=k].iter().map(|p| (p.1)(r)).sum::<u64>() as f64 / unit.div))
-            .collect();
+        let pts: Vec<(f64, f64)> =
+            rows.iter().map(|r| (r.rank as f64, parts[..=k].iter().map(|p| (p.1)(r)).sum::<u64>() as f64 / unit.div)).collect();
         chart
             .draw_series(AreaSeries::new(pts, 0.0, color.filled()).border_style(color))?
             .label(parts[k].0)
@@ -298,11 +306,25 @@ fn draw_breakdown<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, rows: &[Bre
 
 /// One line of plain numbers (not bytes) over batch sizes (a log2 axis), with failed points
 /// crossed out.
-pub fn seconds_chart(title: &str, x_label: &str, y_label: &str, pts: &[(f64, f64)], failed: &[(f64, String)], stem: &Path) -> anyhow::Result<Vec<PathBuf>> {
+pub fn seconds_chart(
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    pts: &[(f64, f64)],
+    failed: &[(f64, String)],
+    stem: &Path,
+) -> anyhow::Result<Vec<PathBuf>> {
     both(stem, |r| draw_plain(r, title, x_label, y_label, pts, failed), |r| draw_plain(r, title, x_label, y_label, pts, failed))
 }
 
-fn draw_plain<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, title: &str, x_label: &str, y_label: &str, pts: &[(f64, f64)], failed: &[(f64, String)]) -> DrawResult<DB> {
+fn draw_plain<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    pts: &[(f64, f64)],
+    failed: &[(f64, String)],
+) -> DrawResult<DB> {
     root.fill(&WHITE)?;
     let fx = |x: f64| x.max(1e-9).log2();
     let pts: Vec<(f64, f64)> = pts.iter().map(|&(x, y)| (fx(x), y)).collect();

@@ -17,11 +17,7 @@ pub fn viewer_assets() -> Result<&'static [(&'static str, &'static [u8])]> {
 }
 
 fn asset(predicate: impl Fn(&str) -> bool, what: &str) -> Result<&'static [u8]> {
-    viewer_assets()?
-        .iter()
-        .find(|(n, _)| predicate(n))
-        .map(|(_, b)| *b)
-        .with_context(|| format!("the embedded viewer has no {what}"))
+    viewer_assets()?.iter().find(|(n, _)| predicate(n)).map(|(_, b)| *b).with_context(|| format!("the embedded viewer has no {what}"))
 }
 
 /// A file name that is safe in a URL, a header and on any file system.

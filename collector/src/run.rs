@@ -175,12 +175,20 @@ fn torch_err(e: impl std::fmt::Display) -> RunError {
 /// Progress of a run, for progress bars and live streams.
 #[derive(Clone, Debug)]
 pub enum Progress {
-    Started { iterations: u32 },
-    Iteration { done: u32, of: u32, seconds: f64 },
+    Started {
+        iterations: u32,
+    },
+    Iteration {
+        done: u32,
+        of: u32,
+        seconds: f64,
+    },
     /// Totals after the allocations and frees recorded since the last report (only with
     /// [`RunOptions::live_memory`]): at most [`LIVE_POINTS_PER_REPORT`] points, decimated
     /// keeping each bucket's highest allocated total.
-    Memory { points: Vec<LivePoint> },
+    Memory {
+        points: Vec<LivePoint>,
+    },
 }
 
 pub use crate::capture::live::{LivePoint, LIVE_POINTS_PER_REPORT};
@@ -261,9 +269,7 @@ pub fn trace_model(opts: &RunOptions, progress: &mut dyn FnMut(Progress)) -> Res
             unsafe { capture::ffi::mt_now_ns() }
         })
     });
-    let start_unix_ns = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
+    let start_unix_ns = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
     let session = Session::start(CaptureConfig {
         max_events: opts.max_events,
         max_ops: opts.max_events,
@@ -337,11 +343,7 @@ pub fn trace_model(opts: &RunOptions, progress: &mut dyn FnMut(Progress)) -> Res
     let start_ns = captured.start_ns;
     let mut trace = assemble::assemble(&captured, meta);
     if let Some(i) = cuda {
-        let d = trace.device_index(shared::model::Device {
-            kind: "cuda".into(),
-            index: i,
-            rank: None,
-        });
+        let d = trace.device_index(shared::model::Device { kind: "cuda".into(), index: i, rank: None });
         trace.device_samples = samples
             .iter()
             .map(|s| DeviceSample {
@@ -395,11 +397,7 @@ impl Workload {
         let optimizer = if opts.mode == Mode::Train {
             let lr = opts.learning_rate;
             let built = match opts.optimizer {
-                OptimizerKind::Sgd => nn::Sgd {
-                    momentum: 0.9,
-                    ..Default::default()
-                }
-                .build(&vs, lr),
+                OptimizerKind::Sgd => nn::Sgd { momentum: 0.9, ..Default::default() }.build(&vs, lr),
                 OptimizerKind::Adam => nn::Adam::default().build(&vs, lr),
                 OptimizerKind::Adamw => nn::AdamW::default().build(&vs, lr),
             };
@@ -483,9 +481,7 @@ fn run_loop(
     input_shape.clone_from(&work.input_shape);
     let begin = capture::intern(assemble::ITERATION_BEGIN);
     let end = capture::intern(assemble::ITERATION_END);
-    progress(Progress::Started {
-        iterations: opts.iterations,
-    });
+    progress(Progress::Started { iterations: opts.iterations });
     for it in 0..opts.iterations {
         let t0 = Instant::now();
         capture::mark(begin, i64::from(it));
@@ -498,11 +494,7 @@ fn run_loop(
         capture::mark(end, i64::from(it));
         let seconds = t0.elapsed().as_secs_f64();
         iteration_s.push(seconds);
-        progress(Progress::Iteration {
-            done: it + 1,
-            of: opts.iterations,
-            seconds,
-        });
+        progress(Progress::Iteration { done: it + 1, of: opts.iterations, seconds });
     }
     Ok(work)
 }

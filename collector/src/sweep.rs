@@ -6,8 +6,8 @@ use crate::commands::write_export;
 use crate::models::ModelError;
 use crate::run::{trace_model, Progress, RunError, RunOptions};
 use shared::analysis::profile::graph_profile;
-use shared::analysis::{median_f64, summary};
 use shared::analysis::sweep::{RankPoint, SweepReport, SweepRun, SweepStatus, SWEEP_FORMAT, SWEEP_VERSION};
+use shared::analysis::{median_f64, summary};
 use shared::export::ExportFormat;
 use std::path::Path;
 
@@ -21,21 +21,26 @@ pub enum SweepProgress<'a> {
 /// True when a run's error is the allocator's out-of-memory (CUDA or CPU).
 pub fn is_out_of_memory(message: &str) -> bool {
     let m = message.to_ascii_lowercase();
-    m.contains("out of memory") || m.contains("not enough memory") || m.contains("can't allocate memory") || m.contains("cannot allocate memory")
+    m.contains("out of memory")
+        || m.contains("not enough memory")
+        || m.contains("can't allocate memory")
+        || m.contains("cannot allocate memory")
 }
 
 /// Runs `base` at each batch size, saves each trace into `dir` as
 /// `<model>_bs<N>.mtrace.json`, and returns the combined report. Errors that would fail every
 /// batch size (an unknown model, no CUDA, a bad option) end the sweep; a failure of one batch
 /// size (out of memory, a shape the model refuses) does not.
-pub fn sweep(base: &RunOptions, batch_sizes: &[u64], dir: &Path, progress: &mut dyn FnMut(SweepProgress<'_>)) -> anyhow::Result<SweepReport> {
+pub fn sweep(
+    base: &RunOptions,
+    batch_sizes: &[u64],
+    dir: &Path,
+    progress: &mut dyn FnMut(SweepProgress<'_>),
+) -> anyhow::Result<SweepReport> {
     std::fs::create_dir_all(dir).map_err(|e| anyhow::anyhow!("cannot create the output folder {}: {e}", dir.display()))?;
     let model = base.torchscript.as_ref().map_or_else(|| base.model.name.clone(), |p| p.display().to_string());
-    let stem = base
-        .torchscript
-        .as_ref()
-        .and_then(|p| p.file_stem())
-        .map_or_else(|| base.model.name.clone(), |s| s.to_string_lossy().into_owned());
+    let stem =
+        base.torchscript.as_ref().and_then(|p| p.file_stem()).map_or_else(|| base.model.name.clone(), |s| s.to_string_lossy().into_owned());
     let mut runs = Vec::new();
     for &b in batch_sizes {
         progress(SweepProgress::Start { batch_size: b });

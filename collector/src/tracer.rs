@@ -58,12 +58,7 @@ impl MemoryTracer {
         if max_events == 0 {
             return Err(TracerError::Device("max_events must be at least 1".into()));
         }
-        Ok(Self {
-            max_events,
-            device,
-            enable_fragmentation_tracking,
-            last: Mutex::new(None),
-        })
+        Ok(Self { max_events, device, enable_fragmentation_tracking, last: Mutex::new(None) })
     }
 
     /// Runs `f` on this thread while recording; the trace replaces the previous one.
@@ -134,10 +129,9 @@ impl MemoryTracer {
 
     fn export(&self, path: &Path, format: ExportFormat) -> Result<(), TracerError> {
         self.with(|t| -> Result<(), TracerError> {
-            crate::commands::write_export(t, format, path).map(drop).map_err(|e| TracerError::Write {
-                path: path.display().to_string(),
-                source: std::io::Error::other(format!("{e:#}")),
-            })
+            crate::commands::write_export(t, format, path)
+                .map(drop)
+                .map_err(|e| TracerError::Write { path: path.display().to_string(), source: std::io::Error::other(format!("{e:#}")) })
         })?
     }
 

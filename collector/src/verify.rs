@@ -76,7 +76,13 @@ fn traced(command: &[String], flags: &[String], ops: &str, out: &Path) -> Result
     crate::commands::load_trace(out, &shared::ImportOptions::default()).map_err(|e| format!("{e:#}"))
 }
 
-fn row(configuration: String, flags: Vec<String>, predicted: (Option<u64>, Option<f64>), result: Result<Trace, String>, trace: PathBuf) -> VerifyRow {
+fn row(
+    configuration: String,
+    flags: Vec<String>,
+    predicted: (Option<u64>, Option<f64>),
+    result: Result<Trace, String>,
+    trace: PathBuf,
+) -> VerifyRow {
     let (predicted, predicted_extra_s) = predicted;
     match result {
         Ok(t) => {
@@ -125,7 +131,9 @@ pub fn verify(command: &[String], opts: &AdviceOptions, dir: &Path) -> anyhow::R
     };
     let mut rows = vec![row("baseline".into(), Vec::new(), (Some(report.baseline.peak_allocated_bytes), Some(0.0)), Ok(base), base_path)];
 
-    let mut configs: Vec<(String, Vec<String>, (Option<u64>, Option<f64>))> = Vec::new();
+    // (label, flags, (predicted peak, predicted extra seconds per iteration))
+    type Config = (String, Vec<String>, (Option<u64>, Option<f64>));
+    let mut configs: Vec<Config> = Vec::new();
     if let Some(c) = checkpoint {
         let flags = vec!["--checkpoint".into(), c.layers.join(",")];
         configs.push((format!("checkpoint {}", c.layers.join(",")), flags, (Some(c.predicted_peak_bytes), c.extra_time_per_iteration_s)));

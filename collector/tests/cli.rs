@@ -105,12 +105,7 @@ fn bad_input_fails_clearly_and_keeps_existing_output() {
 #[test]
 fn analyze_derives_ranks_from_a_profiler_trace_and_refuses_a_snapshot_clearly() {
     let dir = tmpdir("analyze");
-    let out = collector(&[
-        "analyze".as_ref(),
-        data("convnet_profiler_trace.json").as_os_str(),
-        "-o".as_ref(),
-        dir.as_os_str(),
-    ]);
+    let out = collector(&["analyze".as_ref(), data("convnet_profiler_trace.json").as_os_str(), "-o".as_ref(), dir.as_os_str()]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("not derivable from this source: node_type"), "{stdout}");
@@ -169,9 +164,15 @@ fn diff_compares_two_traces_and_names_what_it_cannot() {
     let out = collector(&["diff".as_ref(), a.as_os_str(), b.as_os_str(), "--top".as_ref(), "3".as_ref()]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8(out.stdout).unwrap();
-    assert!(text.contains("peak allocated     227.05 MiB                         105.27 MiB                         -121.78 MiB"), "{text}");
+    assert!(
+        text.contains("peak allocated     227.05 MiB                         105.27 MiB                         -121.78 MiB"),
+        "{text}"
+    );
     assert!(text.contains("Layers by change of peak (top 3 of 11;"), "{text}");
-    assert!(text.contains("resnet18_train (gen_samples.py:37)    195.90 MiB             -    -195.90 MiB         214           -  only in A"), "{text}");
+    assert!(
+        text.contains("resnet18_train (gen_samples.py:37)    195.90 MiB             -    -195.90 MiB         214           -  only in A"),
+        "{text}"
+    );
     assert!(text.contains("are these traces of the same model?"), "{text}");
     assert!(text.contains("B is a PyTorch snapshot without operators"), "{text}");
 
@@ -289,12 +290,18 @@ fn advise_names_real_layers_to_checkpoint_under_a_budget() {
 
     let out = Command::new(exe()).arg("advise").arg(&path).args(["--budget", &format!("{}MiB", budget >> 20)]).output().unwrap();
     let text = String::from_utf8(out.stdout).unwrap();
-    assert!(text.contains("suggestion") && text.contains("predicted peak") && text.contains("vs measured") && text.contains("extra time/iter"), "{text}");
+    assert!(
+        text.contains("suggestion") && text.contains("predicted peak") && text.contains("vs measured") && text.contains("extra time/iter"),
+        "{text}"
+    );
     assert!(text.contains(&format!("checkpoint {}", layers[0])) && text.contains("Checkpoint candidates"), "{text}");
 
     let out = Command::new(exe()).arg("advise").arg(&path).args(["--budget", "6 parsecs"]).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success() && err.contains("expected a size such as 6GiB, 512MiB, 1.5GB or 1073741824 (bytes), got `6 parsecs`"), "{err}");
+    assert!(
+        !out.status.success() && err.contains("expected a size such as 6GiB, 512MiB, 1.5GB or 1073741824 (bytes), got `6 parsecs`"),
+        "{err}"
+    );
 }
 
 /// `collector advise` on a snapshot (no operators): fragmentation at the peak from PyTorch's

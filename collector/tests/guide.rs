@@ -28,7 +28,16 @@ fn the_python_client_example_works_unchanged() {
     let s = Server::start(&scratch("guide_python"), &[]);
     let python = std::env::var("MEMORY_TRACER_PYTHON").unwrap_or_else(|_| "python3".into());
     let out = run(Command::new(python).arg(guide("python_client.py")).env("BASE_URL", &s.base));
-    for line in ["Peak Memory: ", "Fragmentation: ", "Total Layers: ", "Active traces: ['trace_", "Exported to: /api/trace/download/", "File size: ", "deleted successfully", "GUIDE PYTHON EXAMPLE OK"] {
+    for line in [
+        "Peak Memory: ",
+        "Fragmentation: ",
+        "Total Layers: ",
+        "Active traces: ['trace_",
+        "Exported to: /api/trace/download/",
+        "File size: ",
+        "deleted successfully",
+        "GUIDE PYTHON EXAMPLE OK",
+    ] {
         assert!(out.contains(line), "{line:?} missing from:\n{out}");
     }
 }

@@ -51,8 +51,18 @@ fn mlp_activations_live_from_their_op_to_the_backward_ops_that_read_them() {
     // reads it as mat1 for the weight gradient) and log_softmax's output (NllLossBackward0
     // and LogSoftmaxBackward0 read it). The linear outputs are not saved.
     let cases = [
-        (rank(p, "aten::relu", "relu1"), rank(p, "aten::linear", "fc2"), rank(p, "AddmmBackward0", "fc2"), rank(p, "ReluBackward0", "relu1")),
-        (rank(p, "aten::relu", "relu2"), rank(p, "aten::linear", "out"), rank(p, "AddmmBackward0", "out"), rank(p, "ReluBackward0", "relu2")),
+        (
+            rank(p, "aten::relu", "relu1"),
+            rank(p, "aten::linear", "fc2"),
+            rank(p, "AddmmBackward0", "fc2"),
+            rank(p, "ReluBackward0", "relu1"),
+        ),
+        (
+            rank(p, "aten::relu", "relu2"),
+            rank(p, "aten::linear", "out"),
+            rank(p, "AddmmBackward0", "out"),
+            rank(p, "ReluBackward0", "relu2"),
+        ),
         (
             rank(p, "aten::log_softmax", "loss"),
             rank(p, "aten::nll_loss", "loss"),
@@ -102,13 +112,9 @@ fn analyze_writes_csvs_json_and_charts() {
     let dir = tmpdir("analyze");
     let (t, _) = mlp_profile();
     let a = collector::analyze::analyze(t, &dir, "run").unwrap();
-    for name in [
-        "run_node_stats.csv",
-        "run_warmup_node_stats.csv",
-        "run_activation_stats.csv",
-        "run_memory_breakdown.csv",
-        "run_profile.json",
-    ] {
+    for name in
+        ["run_node_stats.csv", "run_warmup_node_stats.csv", "run_activation_stats.csv", "run_memory_breakdown.csv", "run_profile.json"]
+    {
         assert!(a.files.contains(&dir.join(name)), "{name} missing from {:?}", a.files);
     }
     for chart in ["run_memory_vs_rank", "run_memory_breakdown"] {

@@ -69,12 +69,19 @@ fn torchvision_resnet18_training_gets_module_paths_phases_and_iterations() {
     let t = t.expect("a trace");
     assert_eq!(t.iterations.len(), 2, "one iteration per optimizer step");
     let layers = layer_names(&t);
-    for want in ["ResNet", "conv1", "bn1", "layer1.0.conv1", "layer4.1.bn2", "layer2.0.downsample.0", "fc", "CrossEntropyLoss", "optimizer.step"] {
+    for want in
+        ["ResNet", "conv1", "bn1", "layer1.0.conv1", "layer4.1.bn2", "layer2.0.downsample.0", "fc", "CrossEntropyLoss", "optimizer.step"]
+    {
         assert!(layers.iter().any(|l| l == want), "layer {want} missing from {layers:?}");
     }
     // By default only autograd nodes are recorded, and each belongs to the module whose forward
     // made it (its sequence number falls in that module's range).
-    assert!(t.ops.iter().all(|o| t.str(o.name).ends_with("Backward0") || t.str(o.name).ends_with("Backward1") || t.str(o.name).contains("AccumulateGrad")), "only autograd nodes");
+    assert!(
+        t.ops.iter().all(|o| t.str(o.name).ends_with("Backward0")
+            || t.str(o.name).ends_with("Backward1")
+            || t.str(o.name).contains("AccumulateGrad")),
+        "only autograd nodes"
+    );
     let conv_bw: Vec<&str> = t.ops.iter().filter(|o| t.str(o.name) == "ConvolutionBackward0").map(|o| t.str(o.layer)).collect();
     assert_eq!(conv_bw.len(), 2 * 20, "20 convolutions per iteration");
     assert!(conv_bw.iter().all(|l| l.ends_with("conv1") || l.ends_with("conv2") || l.ends_with("downsample.0")), "{conv_bw:?}");
@@ -162,7 +169,7 @@ fn exit_codes_stdout_and_stderr_pass_through_and_the_trace_is_kept() {
     let (out, t, _) = trace("raises", &[], &py("raises.py", &[]));
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out.stderr).contains("ValueError: the program failed on purpose"));
-    assert!(t.expect("a trace").events.len() > 0);
+    assert!(!t.expect("a trace").events.is_empty());
 }
 
 #[test]
@@ -171,7 +178,8 @@ fn torch_compile_allocations_belong_to_the_compiled_region() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     let t = t.expect("a trace");
     let stats = layer_stats(&t);
-    let compiled = stats.get("compiled(Sequential)").unwrap_or_else(|| panic!("no compiled region in {:?}", stats.keys().collect::<Vec<_>>()));
+    let compiled =
+        stats.get("compiled(Sequential)").unwrap_or_else(|| panic!("no compiled region in {:?}", stats.keys().collect::<Vec<_>>()));
     assert!(compiled.total_allocations > 0);
     assert_eq!(t.iterations.len(), 2);
 }
@@ -247,11 +255,7 @@ fn ctrl_c_stops_the_program_and_the_trace_is_written() {
             Ok(())
         });
     }
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
     let mut steps = 0;
     while steps < 5 {
@@ -337,12 +341,16 @@ fn torchrun_ranks_are_traced_merged_and_aligned() {
     let expected: std::collections::BTreeSet<String> =
         ["ddp_train.mtrace.json", "ddp_train.rank0.mtrace.json", "ddp_train.rank1.mtrace.json"].map(String::from).into();
     assert_eq!(names, expected);
-    for (from, to) in [("ddp_train.mtrace.json", "out.mtrace.json"), ("ddp_train.rank0.mtrace.json", "out.rank0.mtrace.json"), ("ddp_train.rank1.mtrace.json", "out.rank1.mtrace.json")] {
+    for (from, to) in [
+        ("ddp_train.mtrace.json", "out.mtrace.json"),
+        ("ddp_train.rank0.mtrace.json", "out.rank0.mtrace.json"),
+        ("ddp_train.rank1.mtrace.json", "out.rank1.mtrace.json"),
+    ] {
         std::fs::rename(dir.join("run").join(from), dir.join(to)).unwrap();
     }
-    let t = Some(load_trace(&dir.join("out.mtrace.json"), &ImportOptions::default()).unwrap());
+    let t = load_trace(&dir.join("out.mtrace.json"), &ImportOptions::default()).unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
-    let merged = t.expect("the merged trace");
+    let merged = t;
     let peaks = shared::analysis::device_peaks(&merged);
     let ranks: Vec<(Option<u32>, &str)> = peaks.iter().map(|p| (p.rank, p.device.as_str())).collect();
     assert_eq!(ranks, [(Some(0), "cpu:0 (rank 0)"), (Some(1), "cpu:0 (rank 1)")]);
@@ -369,7 +377,20 @@ fn torchrun_ranks_are_traced_merged_and_aligned() {
 fn zoo_models_run_with_ddp_and_fsdp2_and_fsdp2_peaks_lower() {
     let mut peaks = Vec::new();
     for strategy in ["ddp", "fsdp"] {
-        let cmd = torchrun(&["-m", "memory_tracer.zoo", "--model", "mlp", "--strategy", strategy, "--device", "cpu", "--iterations", "3", "--optimizer", "adamw"]);
+        let cmd = torchrun(&[
+            "-m",
+            "memory_tracer.zoo",
+            "--model",
+            "mlp",
+            "--strategy",
+            strategy,
+            "--device",
+            "cpu",
+            "--iterations",
+            "3",
+            "--optimizer",
+            "adamw",
+        ]);
         let (out, t, dir) = trace(&format!("zoo_{strategy}"), &[], &cmd);
         assert!(out.status.success(), "{}", text(&out.stderr));
         let merged = t.expect("the merged trace");
@@ -396,7 +417,11 @@ fn a_rank_that_dies_is_named_and_the_others_are_kept() {
     let merged = t.unwrap_or_else(|| panic!("a merged trace of rank 0: {}", text(&out.stderr)));
     assert_eq!(shared::merge::ranks(&merged), [0]);
     assert_eq!(merged.meta.missing_ranks, [1]);
-    assert!(merged.meta.warnings.iter().any(|w| w.starts_with("rank 1 of 2 is missing: its process streamed no trace")), "{:?}", merged.meta.warnings);
+    assert!(
+        merged.meta.warnings.iter().any(|w| w.starts_with("rank 1 of 2 is missing: its process streamed no trace")),
+        "{:?}",
+        merged.meta.warnings
+    );
     assert!(text(&out.stderr).contains("rank 1 is missing from the merged trace"), "{}", text(&out.stderr));
     assert!(dir.join("out.rank0.mtrace.json").exists());
 
@@ -412,7 +437,7 @@ fn a_rank_that_dies_is_named_and_the_others_are_kept() {
     let rank1 = shared::merge::rank_trace(&merged, 1).unwrap();
     // The job's iterations: rank 0 finished one, then waited for rank 1 in the next.
     assert_eq!(shared::analysis::leaks::iteration_spans(&rank1).0.len(), 1);
-    assert!(rank1.events.len() > 0);
+    assert!(!rank1.events.is_empty());
 }
 
 /// `collector serve` runs a built-in model under torchrun (`"world_size": 2`, FSDP2 on the
@@ -427,7 +452,8 @@ fn serve_runs_distributed_jobs_and_streams_every_rank() {
     assert_eq!(status, 200, "{done}");
     let id = done["trace_id"].as_str().unwrap().to_owned();
     let (_, stored) = srv.get_json(&format!("/api/trace/{id}"));
-    let ranks: Vec<u64> = stored["trace"]["devices"].as_array().unwrap_or_else(|| panic!("{stored}")).iter().filter_map(|d| d["rank"].as_u64()).collect();
+    let ranks: Vec<u64> =
+        stored["trace"]["devices"].as_array().unwrap_or_else(|| panic!("{stored}")).iter().filter_map(|d| d["rank"].as_u64()).collect();
     assert_eq!(ranks, [0, 1], "{}", stored["trace"]["devices"]);
     let (_, jobs) = srv.get_json("/api/jobs");
     let row = jobs["jobs"].as_array().unwrap_or_else(|| panic!("{jobs}")).iter().find(|r| r["trace_id"] == id.as_str()).unwrap().clone();
@@ -475,7 +501,20 @@ fn leaks_are_found_and_named_and_clean_loops_are_clean() {
 fn advise_verify_runs_the_suggestions_and_compares_predictions_with_runs() {
     let dir = workdir("advise_verify");
     let out = collector(&dir)
-        .args(["advise", "--verify", "--json", "--model", "resnet18", "--batch-size", "1", "--device", "cpu", "--iterations", "3", "--out-dir"])
+        .args([
+            "advise",
+            "--verify",
+            "--json",
+            "--model",
+            "resnet18",
+            "--batch-size",
+            "1",
+            "--device",
+            "cpu",
+            "--iterations",
+            "3",
+            "--out-dir",
+        ])
         .arg(dir.join("runs"))
         .output()
         .unwrap();
@@ -484,17 +523,28 @@ fn advise_verify_runs_the_suggestions_and_compares_predictions_with_runs() {
     let rows = v["rows"].as_array().unwrap();
     let names: Vec<&str> = rows.iter().map(|r| r["configuration"].as_str().unwrap()).collect();
     assert_eq!(names.len(), 4, "{names:?}");
-    assert!(names[0] == "baseline" && names[1].starts_with("checkpoint ") && names[2] == "amp" && names[3].ends_with(" + amp"), "{names:?}");
+    assert!(
+        names[0] == "baseline" && names[1].starts_with("checkpoint ") && names[2] == "amp" && names[3].ends_with(" + amp"),
+        "{names:?}"
+    );
     let peak = |k: usize| rows[k]["peak_allocated_bytes"].as_u64().unwrap_or_else(|| panic!("run {k} failed: {}", rows[k]["error"]));
     assert!(peak(1) < peak(0), "checkpointing lowers the peak: {} vs {}", peak(1), peak(0));
     for (k, r) in rows.iter().enumerate() {
         let e = r["error_pct"].as_f64().unwrap();
         assert!(e.abs() < 10.0, "{}: measured {} predicted {} ({e:+.1} %)", names[k], peak(k), r["predicted_peak_bytes"]);
-        assert!(dir.join("runs").join(r["trace"].as_str().unwrap()).exists() || std::path::Path::new(r["trace"].as_str().unwrap()).exists());
+        assert!(
+            dir.join("runs").join(r["trace"].as_str().unwrap()).exists() || std::path::Path::new(r["trace"].as_str().unwrap()).exists()
+        );
     }
     assert!(dir.join("runs/verify.json").exists());
     // A program that does not take the flags: its runs fail and say so; the baseline stands.
-    let out = collector(&dir).args(["advise", "--verify", "--out-dir"]).arg(dir.join("bad")).arg("--").args(py("resnet18_train.py", &["--iters", "2"])).output().unwrap();
+    let out = collector(&dir)
+        .args(["advise", "--verify", "--out-dir"])
+        .arg(dir.join("bad"))
+        .arg("--")
+        .args(py("resnet18_train.py", &["--iters", "2"]))
+        .output()
+        .unwrap();
     let table = text(&out.stdout);
     assert!(out.status.success() && table.contains("| baseline |") && table.contains("failed"), "{table}\n{}", text(&out.stderr));
 }

@@ -79,7 +79,9 @@ fn api_contract_on_cpu() {
     assert_eq!(list["count"], 1);
 
     // Exports, downloaded byte for byte as announced.
-    for (format, check) in [("speedscope", "speedscope"), ("timeline", "\"events\""), ("chrome", "traceEvents"), ("csv", "layer_name,peak_allocated")] {
+    for (format, check) in
+        [("speedscope", "speedscope"), ("timeline", "\"events\""), ("chrome", "traceEvents"), ("csv", "layer_name,peak_allocated")]
+    {
         let (code, e) = s.post_json("/api/trace/export", &json!({"trace_id": id, "format": format}));
         assert_eq!(code, 200, "{format}: {e}");
         assert_eq!(e["trace_id"], id.as_str());
@@ -127,7 +129,8 @@ fn api_contract_on_cpu() {
     assert!(detail(&e).contains("at least 32"), "{e}");
     // The guide's way: the full shape, batch first, `batch_size` replacing the first dimension
     // (a mismatch is no error).
-    let (code, r) = s.post_json("/api/trace/memory", &json!({"model_name": "mlp", "input_shape": [4, 784], "batch_size": 2, "iterations": 1}));
+    let (code, r) =
+        s.post_json("/api/trace/memory", &json!({"model_name": "mlp", "input_shape": [4, 784], "batch_size": 2, "iterations": 1}));
     assert_eq!(code, 200, "{r}");
     let sid = r["trace_id"].as_str().unwrap();
     let stored = s.get_json(&format!("/api/trace/{sid}")).1;
@@ -189,7 +192,12 @@ fn api_contract_on_cpu() {
     let mut form = format!("--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"convnet_profiler_trace.json\"\r\nContent-Type: application/json\r\n\r\n").into_bytes();
     form.extend_from_slice(&profiler);
     form.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
-    let r = s.agent.post(s.url("/api/trace/upload")).header("Content-Type", format!("multipart/form-data; boundary={boundary}")).send(&form[..]).unwrap();
+    let r = s
+        .agent
+        .post(s.url("/api/trace/upload"))
+        .header("Content-Type", format!("multipart/form-data; boundary={boundary}"))
+        .send(&form[..])
+        .unwrap();
     let (code, t) = server::text(r);
     assert_eq!(code, 200, "{t}");
     let p: Value = serde_json::from_str(&t).unwrap();
@@ -215,7 +223,11 @@ fn api_contract_on_cpu() {
     assert_eq!(code, 200);
     assert_eq!(d["message"], format!("Trace {id} deleted successfully"));
     assert_eq!(d["remaining_traces"], 2);
-    let left: Vec<String> = std::fs::read_dir(dir.join("traces")).unwrap().chain(std::fs::read_dir(dir.join("exports")).unwrap()).map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    let left: Vec<String> = std::fs::read_dir(dir.join("traces"))
+        .unwrap()
+        .chain(std::fs::read_dir(dir.join("exports")).unwrap())
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
     assert!(!left.iter().any(|f| f.contains(&id)), "files of a deleted trace remain: {left:?}");
     let (code, d) = s.delete(&format!("/api/trace/{id}"));
     assert_eq!(code, 404);
@@ -291,7 +303,10 @@ fn read_events(s: &Server, id: &str) -> Vec<(String, Value)> {
 fn live_events_follow_a_running_trace() {
     let dir = scratch("serve-live");
     let s = Server::start(&dir, &[]);
-    let (code, a) = s.post_json("/api/trace/memory?wait=false", &json!({"model_name": "resnet18", "input_shape": [2, 3, 64, 64], "batch_size": 2, "iterations": 3}));
+    let (code, a) = s.post_json(
+        "/api/trace/memory?wait=false",
+        &json!({"model_name": "resnet18", "input_shape": [2, 3, 64, 64], "batch_size": 2, "iterations": 3}),
+    );
     assert_eq!(code, 202, "{a}");
     let id = a["trace_id"].as_str().unwrap().to_owned();
     assert_eq!(a["events_url"], format!("/api/trace/{id}/events"));
@@ -308,7 +323,11 @@ fn live_events_follow_a_running_trace() {
     let last_iteration = names.iter().rposition(|n| *n == "iteration").unwrap();
     assert!(first_memory < last_iteration);
     assert!(names.iter().filter(|n| **n == "memory").count() >= 6, "{names:?}");
-    let points: Vec<[u64; 3]> = events.iter().filter(|(n, _)| n == "memory").flat_map(|(_, v)| serde_json::from_value::<Vec<[u64; 3]>>(v["points"].clone()).unwrap()).collect();
+    let points: Vec<[u64; 3]> = events
+        .iter()
+        .filter(|(n, _)| n == "memory")
+        .flat_map(|(_, v)| serde_json::from_value::<Vec<[u64; 3]>>(v["points"].clone()).unwrap())
+        .collect();
     assert!(points.windows(2).all(|w| w[0][0] <= w[1][0]), "live points go back in time");
     let done = &events[done_at].1["trace"];
     assert_eq!(done["trace_id"], id.as_str());
@@ -364,7 +383,12 @@ fn concurrent_requests_get_unique_ids_and_a_bounded_queue() {
                 accepted.push(serde_json::from_str::<Value>(&t).unwrap()["trace_id"].as_str().unwrap().to_owned());
             }
             429 => {
-                let retry: u64 = r.headers().get("retry-after").and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok()).expect("429 without Retry-After");
+                let retry: u64 = r
+                    .headers()
+                    .get("retry-after")
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.parse().ok())
+                    .expect("429 without Retry-After");
                 assert!(retry >= 1);
                 let (_, t) = server::text(r);
                 assert!(t.contains("queue is full"), "{t}");
@@ -407,7 +431,8 @@ fn the_store_survives_restarts_and_evicts_the_oldest() {
     let dir = scratch("serve-store");
     let snap = std::fs::read(data("mlp_adam_3steps.pickle")).unwrap();
     let s = Server::start(&dir, &["--max-traces", "3"]);
-    let ids: Vec<String> = (0..4).map(|_| s.post_bytes("/api/trace/upload?filename=mlp.pickle", &snap).1["trace_id"].as_str().unwrap().to_owned()).collect();
+    let ids: Vec<String> =
+        (0..4).map(|_| s.post_bytes("/api/trace/upload?filename=mlp.pickle", &snap).1["trace_id"].as_str().unwrap().to_owned()).collect();
     let (_, list) = s.get_json("/api/trace/list");
     assert_eq!(list["active_traces"], json!(ids[1..]), "the oldest is evicted first");
     assert!(!dir.join("traces").join(format!("{}.pickle", ids[0])).exists());
@@ -461,14 +486,18 @@ fn tokens_limits_and_cors() {
     let dir = scratch("serve-token");
     let s = Server::start(&dir, &["--token", "s3cret-token", "--max-upload-mb", "1"]);
     let anonymous = server::agent();
-    for path in ["/api/health", "/api/trace/list", "/api/jobs", "/api/trace/trace_1", "/api/trace/trace_1/events", "/api/trace/download/x.csv"] {
+    for path in
+        ["/api/health", "/api/trace/list", "/api/jobs", "/api/trace/trace_1", "/api/trace/trace_1/events", "/api/trace/download/x.csv"]
+    {
         let r = anonymous.get(s.url(path)).call().unwrap();
         assert_eq!(r.status().as_u16(), 401, "{path}");
         assert_eq!(r.headers().get("www-authenticate").and_then(|v| v.to_str().ok()), Some("Bearer"));
         let (_, t) = server::text(r);
         assert!(t.contains("\"detail\""), "{t}");
     }
-    for (method, path) in [("POST", "/api/trace/memory"), ("POST", "/api/trace/export"), ("POST", "/api/trace/upload"), ("DELETE", "/api/trace/trace_1")] {
+    for (method, path) in
+        [("POST", "/api/trace/memory"), ("POST", "/api/trace/export"), ("POST", "/api/trace/upload"), ("DELETE", "/api/trace/trace_1")]
+    {
         let r = match method {
             "POST" => anonymous.post(s.url(path)).send_json(mlp()).unwrap(),
             _ => anonymous.delete(s.url(path)).call().unwrap(),
@@ -524,8 +553,16 @@ assert requests.get(f"{base}/api/trace/list").status_code == 401
 print("python flow ok", tid)
 "#;
     let python = std::env::var("MEMORY_TRACER_PYTHON").unwrap_or_else(|_| "python3".into());
-    let out = std::process::Command::new(&python).args(["-c", script, &s.base, "py-token"]).output().unwrap_or_else(|e| panic!("cannot run {python}: {e}"));
-    assert!(out.status.success(), "python flow failed:\n{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let out = std::process::Command::new(&python)
+        .args(["-c", script, &s.base, "py-token"])
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {python}: {e}"));
+    assert!(
+        out.status.success(),
+        "python flow failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(String::from_utf8_lossy(&out.stdout).contains("python flow ok"));
 }
 
@@ -550,7 +587,8 @@ torch.jit.script(Net()).save(sys.argv[1])\n";
     let names: Vec<&str> = h["models"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
     assert!(names.contains(&"resnet18") && names.contains(&"net") && names.contains(&"broken"), "{names:?}");
 
-    let (code, r) = s.post_json("/api/trace/memory", &json!({"model_name": "net", "input_shape": [2, 3, 16, 16], "batch_size": 2, "iterations": 2}));
+    let (code, r) =
+        s.post_json("/api/trace/memory", &json!({"model_name": "net", "input_shape": [2, 3, 16, 16], "batch_size": 2, "iterations": 2}));
     assert_eq!(code, 200, "{r}");
     let layers = r["layer_stats"].as_object().unwrap();
     assert!(layers.contains_key("features.0") && layers.contains_key("head"), "{:?}", layers.keys());
@@ -584,7 +622,8 @@ fn live_traces_from_elsewhere_are_followed_and_completed_by_their_upload() {
     let (code, a) = s.post_json("/api/trace/live", &json!({"model_name": "train.py", "device": "cuda:0"}));
     assert_eq!(code, 202, "{a}");
     let id = a["trace_id"].as_str().unwrap().to_owned();
-    let (code, _) = s.post_json(&format!("/api/trace/live/{id}"), &json!({"kind": "memory", "points": [[1000, 512, 2048], [2000, 1024, 2048]]}));
+    let (code, _) =
+        s.post_json(&format!("/api/trace/live/{id}"), &json!({"kind": "memory", "points": [[1000, 512, 2048], [2000, 1024, 2048]]}));
     assert_eq!(code, 200);
     let too_many: Vec<[u64; 3]> = vec![[1, 1, 1]; 1025];
     let (code, e) = s.post_json(&format!("/api/trace/live/{id}"), &json!({"kind": "memory", "points": too_many}));
@@ -594,7 +633,10 @@ fn live_traces_from_elsewhere_are_followed_and_completed_by_their_upload() {
     // may meet a closed connection instead of the answer.
     let (code, e) = s.post_bytes("/api/trace/upload?filename=x.pickle&trace_id=trace_404", b"not read");
     assert_eq!((code, detail(&e)), (404, "Trace trace_404 not found"));
-    let (code, stored) = s.post_bytes(&format!("/api/trace/upload?filename=run.pickle&trace_id={id}"), &std::fs::read(data("mlp_adam_3steps.pickle")).unwrap());
+    let (code, stored) = s.post_bytes(
+        &format!("/api/trace/upload?filename=run.pickle&trace_id={id}"),
+        &std::fs::read(data("mlp_adam_3steps.pickle")).unwrap(),
+    );
     assert_eq!(code, 200, "{stored}");
     assert_eq!(stored["trace_id"], id.as_str());
     let events = read_events(&s, &id);
@@ -606,7 +648,8 @@ fn live_traces_from_elsewhere_are_followed_and_completed_by_their_upload() {
 
     let (_, a) = s.post_json("/api/trace/live", &json!({"model_name": "crash.py"}));
     let id = a["trace_id"].as_str().unwrap().to_owned();
-    let (code, a) = s.post_json(&format!("/api/trace/live/{id}"), &json!({"kind": "error", "class": "invalid", "detail": "nothing was traced"}));
+    let (code, a) =
+        s.post_json(&format!("/api/trace/live/{id}"), &json!({"kind": "error", "class": "invalid", "detail": "nothing was traced"}));
     assert_eq!((code, a["status"].as_str()), (200, Some("failed")));
     let events = read_events(&s, &id);
     assert_eq!(events.last().map(|(k, v)| (k.as_str(), v["detail"].clone())), Some(("failed", json!("nothing was traced"))));
@@ -637,7 +680,8 @@ fn sigterm_stops_the_server_gracefully() {
 
     let dir = scratch("sigterm_kill");
     let s = Server::start(&dir, &["--shutdown-grace-s", "1"]);
-    let (code, a) = s.post_json("/api/trace/memory?wait=false", &json!({"model_name": "resnet18", "input_shape": [8, 3, 224, 224], "iterations": 100}));
+    let (code, a) =
+        s.post_json("/api/trace/memory?wait=false", &json!({"model_name": "resnet18", "input_shape": [8, 3, 224, 224], "iterations": 100}));
     assert_eq!(code, 202, "{a}");
     let deadline = Instant::now() + Duration::from_secs(60);
     let children: Vec<(u32, u64)> = loop {
@@ -694,7 +738,12 @@ fn diff_of_two_stored_traces() {
     assert_eq!(d["b"]["peak_allocated_bytes"].as_u64(), Some(facts("mlp_adam_3steps.pickle", "max_allocated")));
     assert_eq!(d["layers_match"], false);
     let cli = std::process::Command::new(env!("CARGO_BIN_EXE_collector"))
-        .args(["diff".as_ref(), data("resnet18_sgd_2steps.pickle").as_os_str(), data("mlp_adam_3steps.pickle").as_os_str(), "--json".as_ref()])
+        .args([
+            "diff".as_ref(),
+            data("resnet18_sgd_2steps.pickle").as_os_str(),
+            data("mlp_adam_3steps.pickle").as_os_str(),
+            "--json".as_ref(),
+        ])
         .output()
         .unwrap();
     assert_eq!(d, serde_json::from_slice::<Value>(&cli.stdout).unwrap());
@@ -780,14 +829,21 @@ fn hostile_uploads_cost_a_bounded_child_not_the_server() {
         let (code, e) = s.post_bytes(&format!("/api/trace/upload?filename={name}"), &bytes);
         let took = started.elapsed();
         let (rss, hwm) = s.memory_kib();
-        eprintln!("{name} ({} bytes): {code} in {took:?}; server RSS {} MiB, peak {} MiB: {}", bytes.len(), rss >> 10, hwm >> 10, detail(&e));
+        eprintln!(
+            "{name} ({} bytes): {code} in {took:?}; server RSS {} MiB, peak {} MiB: {}",
+            bytes.len(),
+            rss >> 10,
+            hwm >> 10,
+            detail(&e)
+        );
         assert_eq!(code, 422, "{name}: {e}");
         assert!(took < std::time::Duration::from_secs(60), "{name} took {took:?}");
         assert_eq!(s.get_json("/api/health").0, 200, "the server is unwell after {name}");
     }
     let (_, hwm_after) = s.memory_kib();
     assert!(hwm_after < hwm_before + (64 << 10), "the server's peak RSS grew from {hwm_before} KiB to {hwm_after} KiB");
-    let (code, e) = s.post_bytes("/api/trace/upload?filename=string-bomb.json.gz", &std::fs::read(files.join("string-bomb.json.gz")).unwrap());
+    let (code, e) =
+        s.post_bytes("/api/trace/upload?filename=string-bomb.json.gz", &std::fs::read(files.join("string-bomb.json.gz")).unwrap());
     assert_eq!(code, 422);
     assert!(detail(&e).contains("--import-memory-mb"), "the memory limit is named: {e}");
     assert_eq!(s.get_json("/api/trace/list").1["count"], 0, "a hostile upload was stored");
@@ -808,7 +864,12 @@ fn imports_and_exports_run_a_bounded_number_at_once() {
         let handles: Vec<_> = (0..4)
             .map(|_| {
                 scope.spawn(|| {
-                    let r = s.agent.post(s.url("/api/trace/upload?filename=r.pickle")).header("Content-Type", "application/octet-stream").send(&snap[..]).unwrap();
+                    let r = s
+                        .agent
+                        .post(s.url("/api/trace/upload?filename=r.pickle"))
+                        .header("Content-Type", "application/octet-stream")
+                        .send(&snap[..])
+                        .unwrap();
                     let retry = r.headers().get("retry-after").and_then(|v| v.to_str().ok()).map(str::to_owned);
                     (r.status().as_u16(), retry)
                 })
@@ -854,13 +915,23 @@ fn pages_of_other_sites_cannot_reach_a_loopback_server() {
         let body = r#"{"model_name": "mlp", "input_shape": [2, 784], "iterations": 1}"#;
         format!("POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{origin}Content-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len()).into_bytes()
     };
-    for origin in ["Origin: http://evil.example\r\n", "Origin: null\r\n", "Sec-Fetch-Site: cross-site\r\n", &format!("Origin: http://localhost:{port}\r\n")] {
-        for (what, req) in [("multipart upload", form(origin)), ("text/plain upload", text_plain(origin, "/api/trace/upload")), ("text/plain trace", text_plain(origin, "/api/trace/memory"))] {
+    for origin in [
+        "Origin: http://evil.example\r\n",
+        "Origin: null\r\n",
+        "Sec-Fetch-Site: cross-site\r\n",
+        &format!("Origin: http://localhost:{port}\r\n"),
+    ] {
+        for (what, req) in [
+            ("multipart upload", form(origin)),
+            ("text/plain upload", text_plain(origin, "/api/trace/upload")),
+            ("text/plain trace", text_plain(origin, "/api/trace/memory")),
+        ] {
             let (code, body) = s.raw(&req);
             assert_eq!(code, 403, "{what} with {origin:?}: {body}");
             assert!(body.contains("cross-origin POST refused"), "{body}");
         }
-        let (code, body) = s.raw(format!("DELETE /api/trace/trace_1 HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{origin}Connection: close\r\n\r\n").as_bytes());
+        let (code, body) =
+            s.raw(format!("DELETE /api/trace/trace_1 HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{origin}Connection: close\r\n\r\n").as_bytes());
         assert_eq!(code, 403, "DELETE with {origin:?}: {body}");
     }
     assert_eq!(s.get_json("/api/trace/list").1["count"], 0, "a cross-origin upload was stored");
@@ -1004,6 +1075,10 @@ fn tokens_from_a_file_or_the_environment_are_never_shown() {
     assert!(log.contains(&format!("?token={token}")), "{log}");
     // A token is still required off loopback, and an empty token file is refused.
     std::fs::write(&file, "\n").unwrap();
-    let out = std::process::Command::new(exe).args(["serve", "--port", "0", "--token-file", &file_arg, "--data-dir"]).arg(dir.join("data")).output().unwrap();
+    let out = std::process::Command::new(exe)
+        .args(["serve", "--port", "0", "--token-file", &file_arg, "--data-dir"])
+        .arg(dir.join("data"))
+        .output()
+        .unwrap();
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("empty"), "{}", String::from_utf8_lossy(&out.stderr));
 }

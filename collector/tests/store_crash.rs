@@ -82,7 +82,15 @@ struct Model {
 
 /// One client: random uploads, exports, deletes and downloads until the server stops
 /// answering.
-fn client(base: String, agent: ureq::Agent, model: Arc<Mutex<Model>>, samples: Arc<Vec<Vec<u8>>>, mut rng: Rng, trace_models: bool, stop: Arc<AtomicBool>) {
+fn client(
+    base: String,
+    agent: ureq::Agent,
+    model: Arc<Mutex<Model>>,
+    samples: Arc<Vec<Vec<u8>>>,
+    mut rng: Rng,
+    trace_models: bool,
+    stop: Arc<AtomicBool>,
+) {
     while !stop.load(Ordering::SeqCst) {
         let roll = rng.below(100);
         let pick = |m: &Model, rng: &mut Rng| -> Option<String> {
@@ -111,7 +119,10 @@ fn client(base: String, agent: ureq::Agent, model: Arc<Mutex<Model>>, samples: A
         if (roll < 45 || (70..85).contains(&roll) && stored < 4 + deleting) && few || stored == 0 {
             let i = rng.below(SAMPLES.len() as u64) as usize;
             let url = format!("{base}/api/trace/upload?filename={}", SAMPLES[i]);
-            let Some((status, body)) = call(agent.post(&url).header("Content-Type", "application/octet-stream").send(&samples[i][..])) else { return };
+            let Some((status, body)) = call(agent.post(&url).header("Content-Type", "application/octet-stream").send(&samples[i][..]))
+            else {
+                return;
+            };
             let mut m = model.lock().unwrap();
             m.answered += 1;
             if status == 200 {
@@ -122,7 +133,11 @@ fn client(base: String, agent: ureq::Agent, model: Arc<Mutex<Model>>, samples: A
         } else if roll < 70 {
             let Some(id) = pick(&model.lock().unwrap(), &mut rng) else { continue };
             let format = ["timeline", "speedscope", "csv"][rng.below(3) as usize];
-            let Some((status, body)) = call(agent.post(format!("{base}/api/trace/export")).send_json(json!({"trace_id": id, "format": format}))) else { return };
+            let Some((status, body)) =
+                call(agent.post(format!("{base}/api/trace/export")).send_json(json!({"trace_id": id, "format": format})))
+            else {
+                return;
+            };
             let mut m = model.lock().unwrap();
             m.answered += 1;
             match status {
@@ -222,7 +237,11 @@ fn check_store(s: &Server, m: &Model, samples: &[Vec<u8>], context: &str) -> BTr
             assert!(body == samples[i], "{context}: {id} is not {name} as uploaded ({} bytes)", body.len());
         }
         let trace = shared::import::import_reader(&body[..], &options).unwrap_or_else(|e| panic!("{context}: {id} does not import: {e}"));
-        assert_eq!(shared::analysis::summary(&trace).total_events as u64, row["total_events"].as_u64().unwrap(), "{context}: {id}'s events");
+        assert_eq!(
+            shared::analysis::summary(&trace).total_events as u64,
+            row["total_events"].as_u64().unwrap(),
+            "{context}: {id}'s events"
+        );
     }
     for (id, url, size) in &m.exports {
         if !listed.contains(id) {
@@ -265,7 +284,8 @@ fn crashes_lose_no_answered_trace() {
         let answered_before = model.lock().unwrap().answered;
         let clients: Vec<_> = (0..3)
             .map(|c| {
-                let (base, agent, m, smp, r, st) = (s.base.clone(), s.agent.clone(), model.clone(), samples.clone(), Rng(rng.next()), stop.clone());
+                let (base, agent, m, smp, r, st) =
+                    (s.base.clone(), s.agent.clone(), model.clone(), samples.clone(), Rng(rng.next()), stop.clone());
                 std::thread::spawn(move || client(base, agent, m, smp, r, trace_models && c == 0, st))
             })
             .collect();
@@ -316,7 +336,8 @@ fn crashes_during_evictions_lose_only_evicted_traces() {
         let stop = Arc::new(AtomicBool::new(false));
         let clients: Vec<_> = (0..3)
             .map(|_| {
-                let (base, agent, answered, smp, mut r, stop) = (s.base.clone(), s.agent.clone(), answered.clone(), samples.clone(), Rng(rng.next()), stop.clone());
+                let (base, agent, answered, smp, mut r, stop) =
+                    (s.base.clone(), s.agent.clone(), answered.clone(), samples.clone(), Rng(rng.next()), stop.clone());
                 std::thread::spawn(move || {
                     while !stop.load(Ordering::SeqCst) {
                         let i = r.below(2) as usize; // the two smallest samples: many inserts
@@ -341,7 +362,8 @@ fn crashes_during_evictions_lose_only_evicted_traces() {
             c.join().unwrap();
         }
         s = Server::start(&dir, &["--max-traces", "3"]);
-        let listed: Vec<String> = s.get_json("/api/trace/list").1["active_traces"].as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_owned()).collect();
+        let listed: Vec<String> =
+            s.get_json("/api/trace/list").1["active_traces"].as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_owned()).collect();
         let answered = answered.lock().unwrap();
         let missing: Vec<&String> = answered.iter().filter(|id| !listed.contains(id)).collect();
         assert!(listed.len() <= 3, "iteration {it}: {listed:?}");
@@ -497,7 +519,8 @@ fn deletes_race_exports_and_downloads() {
         }
         assert_eq!(s.get(&csv_url).0, 404);
         assert_eq!(s.get(&format!("/api/trace/{id}")).0, 404);
-        let left: Vec<String> = ["traces", "exports"].iter().flat_map(|d| files(&dir.join(d))).filter(|f| f.starts_with(&format!("{id}."))).collect();
+        let left: Vec<String> =
+            ["traces", "exports"].iter().flat_map(|d| files(&dir.join(d))).filter(|f| f.starts_with(&format!("{id}."))).collect();
         assert!(left.is_empty(), "round {round}: {left:?}");
     }
     eprintln!("export against delete: {exported_first} exports answered first, {deleted_first} deletes first");
@@ -560,7 +583,11 @@ fn deletes_race_evictions() {
             let h = s.get_json("/api/health").1;
             (h["stored_traces"].as_u64().unwrap(), h["store_bytes"].as_u64().unwrap())
         };
-        let on_disk: u64 = files(&dir.join("traces")).iter().filter(|f| !f.ends_with(".meta.json")).map(|f| std::fs::metadata(dir.join("traces").join(f)).unwrap().len()).sum();
+        let on_disk: u64 = files(&dir.join("traces"))
+            .iter()
+            .filter(|f| !f.ends_with(".meta.json"))
+            .map(|f| std::fs::metadata(dir.join("traces").join(f)).unwrap().len())
+            .sum();
         assert_eq!((traces, bytes), (listed.len() as u64, on_disk), "the index counts what is on disk");
         listed
     };

@@ -44,9 +44,7 @@ fn training_records_forward_backward_and_optimizer_ops() {
     assert!(bwd.contains(&"AddmmBackward0") && bwd.contains(&"ReluBackward0"), "backward ops: {bwd:?}");
     assert!(opt.iter().any(|n| n.starts_with("aten::") && (n.contains("add") || n.contains("mul"))), "optimizer ops: {opt:?}");
     // Backward nodes get the layer of their forward op: fc1's AddmmBackward0 belongs to fc1.
-    let layers_of = |name: &str| -> HashSet<&str> {
-        t.ops.iter().filter(|o| t.str(o.name) == name).map(|o| t.str(o.layer)).collect()
-    };
+    let layers_of = |name: &str| -> HashSet<&str> { t.ops.iter().filter(|o| t.str(o.name) == name).map(|o| t.str(o.layer)).collect() };
     assert_eq!(layers_of("AddmmBackward0"), ["fc1", "fc2", "out"].into_iter().collect());
     assert_eq!(layers_of("ReluBackward0"), ["relu1", "relu2"].into_iter().collect());
     // Optimizer work belongs to optimizer.step (or zero_grad).
@@ -175,7 +173,11 @@ fn torchscript_model_gets_module_paths() {
     )
     .unwrap();
     let model = dir.join("net.pt");
-    let status = std::process::Command::new(python()).arg(&script).arg(&model).status().expect("the torch venv's python (run `cargo xtask install-tools`)");
+    let status = std::process::Command::new(python())
+        .arg(&script)
+        .arg(&model)
+        .status()
+        .expect("the torch venv's python (run `cargo xtask install-tools`)");
     assert!(status.success());
     let mut o = RunOptions::new("torchscript");
     o.torchscript = Some(model);

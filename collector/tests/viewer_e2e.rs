@@ -60,7 +60,22 @@ fn collector(args: &[&str]) {
 /// A small CPU training trace with operators, tensors and layers (every view has data).
 fn native_trace(dir: &Path) -> PathBuf {
     let out = dir.join("mlp.mtrace.json");
-    collector(&["trace", "--model", "mlp", "--layers", "2", "--width", "64", "--device", "cpu", "--iterations", "3", "-q", "-o", out.to_str().unwrap()]);
+    collector(&[
+        "trace",
+        "--model",
+        "mlp",
+        "--layers",
+        "2",
+        "--width",
+        "64",
+        "--device",
+        "cpu",
+        "--iterations",
+        "3",
+        "-q",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
     out
 }
 
@@ -76,10 +91,7 @@ for (const c of document.querySelectorAll('canvas.chart')) {
 return out;"#;
 
 fn column(b: &Browser, table: &str, col: usize) -> Vec<String> {
-    let v = b.exec(
-        &format!("return [...document.querySelectorAll('{table} tbody tr')].map(r => r.cells[{col}].textContent)"),
-        json!([]),
-    );
+    let v = b.exec(&format!("return [...document.querySelectorAll('{table} tbody tr')].map(r => r.cells[{col}].textContent)"), json!([]));
     serde_json::from_value(v).unwrap()
 }
 
@@ -161,13 +173,30 @@ fn every_format_opens_and_every_view_draws() {
     let dir = tmpdir("formats");
     let native = native_trace(&dir);
     let sweep_dir = dir.join("sweep");
-    collector(&["sweep", "--model", "mlp", "--layers", "1", "--width", "32", "--device", "cpu", "--iterations", "2", "--batch-sizes", "4,8,16", "-o", sweep_dir.to_str().unwrap()]);
+    collector(&[
+        "sweep",
+        "--model",
+        "mlp",
+        "--layers",
+        "1",
+        "--width",
+        "32",
+        "--device",
+        "cpu",
+        "--iterations",
+        "2",
+        "--batch-sizes",
+        "4,8,16",
+        "-o",
+        sweep_dir.to_str().unwrap(),
+    ]);
     let (_server, url) = static_server(&dist());
     let b = Browser::start(1400, 1000);
     b.goto(&format!("{url}/index.html"));
     b.wait_for("return document.querySelector('#trace-file')", 30, "the page");
     let shots = screenshots();
-    let cases = [sample("resnet18_sgd_2steps.pickle"), sample("convnet_profiler_trace.json"), sample("dftracer_sample.pfw.gz"), native.clone()];
+    let cases =
+        [sample("resnet18_sgd_2steps.pickle"), sample("convnet_profiler_trace.json"), sample("dftracer_sample.pfw.gz"), native.clone()];
     for path in &cases {
         b.upload("#trace-file", path);
         let name = path.file_name().unwrap().to_str().unwrap();
@@ -204,7 +233,11 @@ fn every_format_opens_and_every_view_draws() {
 
     // A sweep overlays one curve per batch size on the rank chart.
     b.upload("#trace-file", &sweep_dir.join("sweep.json"));
-    b.wait_for("return document.body.dataset.drawnMs && document.querySelector('#summary h2')?.textContent === 'sweep.json'", 60, "the sweep");
+    b.wait_for(
+        "return document.body.dataset.drawnMs && document.querySelector('#summary h2')?.textContent === 'sweep.json'",
+        60,
+        "the sweep",
+    );
     let painted = b.exec(PAINTED, json!([]));
     assert!(painted["rank-canvas"].as_u64().unwrap() > 2000, "{painted}");
     b.screenshot(&shots.join("sweep.png"));
@@ -355,7 +388,11 @@ fn the_served_viewer_follows_a_live_trace() {
     for id in ["timeline-canvas", "flame-canvas", "rank-canvas"] {
         assert!(charts[id].as_u64().unwrap_or(0) > 2000, "{id} blank: {charts}");
     }
-    b.wait_for(&format!("return document.querySelector('#server-traces')?.innerText.includes({})", json!(id)), 30, "the stored trace in the list");
+    b.wait_for(
+        &format!("return document.querySelector('#server-traces')?.innerText.includes({})", json!(id)),
+        30,
+        "the stored trace in the list",
+    );
     b.screenshot(&screenshots().join("serve-done.png"));
     // The API docs render from the binary alone (the browser has no network).
     b.goto(&format!("{}/api/docs?token=e2e-token", s.base));
@@ -458,7 +495,8 @@ fn rank_files_merge_and_two_traces_compare() {
     // The two most different ranks, compared.
     // Clicked from script: the sticky header may cover the button where WebDriver would click.
     b.exec("document.getElementById('rank-diff-button').click()", json!([]));
-    let delta = b.wait_for("return document.querySelector('#rank-diff-peaks .peak-allocated .delta')?.dataset.bytes", 60, "the ranks' diff");
+    let delta =
+        b.wait_for("return document.querySelector('#rank-diff-peaks .peak-allocated .delta')?.dataset.bytes", 60, "the ranks' diff");
     assert_eq!(delta, json!((peak1 as i64 - peak0 as i64).to_string()));
     assert!(painted(&b, "rank-diff-canvas") > 2000);
     b.exec("document.getElementById('rank-diff-peaks').scrollIntoView()", json!([]));
@@ -508,7 +546,11 @@ fn rank_files_merge_and_two_traces_compare() {
     shared::export::native::write(&later, &mut bytes).unwrap();
     std::fs::write(&later_path, bytes).unwrap();
     b.upload_many("#trace-file", &[&rank0, &later_path]);
-    b.wait_for("return (document.querySelector('#error-panel')?.innerText || '').includes('recorded at different times')", 60, "the disjoint refusal");
+    b.wait_for(
+        "return (document.querySelector('#error-panel')?.innerText || '').includes('recorded at different times')",
+        60,
+        "the disjoint refusal",
+    );
     b.exec("document.getElementById('merge-anyway').click()", json!([]));
     wait_drawn(&b, "rank0.pickle + later.rank1.mtrace.json");
     let warnings = b.exec("return document.getElementById('rank-warnings').innerText", json!([]));
@@ -536,7 +578,8 @@ fn the_served_viewer_compares_two_stored_traces() {
          document.getElementById('srv-compare').click();",
         json!([a, b]),
     );
-    let delta = browser.wait_for("return document.querySelector('#compare-peaks .peak-allocated .delta')?.dataset.bytes", 60, "the server's diff");
+    let delta =
+        browser.wait_for("return document.querySelector('#compare-peaks .peak-allocated .delta')?.dataset.bytes", 60, "the server's diff");
     assert_eq!(delta, json!((max_allocated(mlp) as i64 - max_allocated(resnet) as i64).to_string()));
     let head = browser.exec("return document.querySelector('#compare .card-head').innerText", json!([]));
     assert!(head.as_str().unwrap().contains(&a) && head.as_str().unwrap().contains(&b), "{head}");
@@ -564,7 +607,11 @@ fn the_served_viewer_follows_every_rank_of_a_distributed_job() {
     let s = server::Server::start(&tmpdir("serve-ranks"), &[]);
     let b = Browser::start(1400, 1000);
     b.goto(&s.base);
-    b.wait_for("return document.querySelector('#srv-trace') && document.querySelector('#server .hint')?.textContent.includes('default device')", 30, "the server panel");
+    b.wait_for(
+        "return document.querySelector('#srv-trace') && document.querySelector('#server .hint')?.textContent.includes('default device')",
+        30,
+        "the server panel",
+    );
     b.exec(
         "document.getElementById('srv-model').value = 'mlp';
          document.getElementById('srv-iterations').value = '3';
@@ -603,7 +650,10 @@ fn out_of_memory_first_and_advice_with_predictions() {
     let order = b.exec("return [...document.querySelectorAll('section.card')].map(s => s.id).slice(0, 2)", json!([]));
     assert_eq!(order[0], json!("oom"), "{order}");
     let verdict = b.exec("return document.getElementById('oom-verdict').textContent", json!([]));
-    assert!(verdict.as_str().unwrap().contains("a request of 2.00 GiB failed with 125.41 MiB allocated and 138.00 MiB reserved"), "{verdict}");
+    assert!(
+        verdict.as_str().unwrap().contains("a request of 2.00 GiB failed with 125.41 MiB allocated and 138.00 MiB reserved"),
+        "{verdict}"
+    );
     b.screenshot(&screenshots().join("oom.png"));
 
     let dir = tmpdir("advice");
@@ -620,7 +670,11 @@ fn out_of_memory_first_and_advice_with_predictions() {
     assert_eq!(shown, json!(expected));
     b.exec("const i = document.getElementById('advice-budget'); i.value = '1KiB'; i.dispatchEvent(new Event('input'));", json!([]));
     b.click("#advice-button");
-    b.wait_for("return document.querySelector('#advice .sub')?.textContent.includes('budget 1.00 KiB cannot be met')", 60, "the budget's answer");
+    b.wait_for(
+        "return document.querySelector('#advice .sub')?.textContent.includes('budget 1.00 KiB cannot be met')",
+        60,
+        "the budget's answer",
+    );
     b.exec("document.getElementById('advice').scrollIntoView()", json!([]));
     b.screenshot(&screenshots().join("advice.png"));
 }

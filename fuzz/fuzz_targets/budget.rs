@@ -39,8 +39,7 @@ unsafe impl GlobalAlloc for Counting {
         let p = unsafe { System.realloc(ptr, layout, new_size) };
         if !p.is_null() {
             if new_size >= layout.size() {
-                let live =
-                    LIVE.fetch_add(new_size - layout.size(), Relaxed) + new_size - layout.size();
+                let live = LIVE.fetch_add(new_size - layout.size(), Relaxed) + new_size - layout.size();
                 PEAK.fetch_max(live, Relaxed);
             } else {
                 LIVE.fetch_sub(layout.size() - new_size, Relaxed);
@@ -65,9 +64,5 @@ pub fn within_budget_of<T>(counted_bytes: usize, data: &[u8], f: impl FnOnce(&[u
     drop(f(data));
     let used = PEAK.load(Relaxed).saturating_sub(base);
     let allowed = counted_bytes.saturating_mul(MAX_BYTES_PER_INPUT_BYTE) + FIXED_ALLOWANCE_BYTES;
-    assert!(
-        used <= allowed,
-        "peak heap {used} bytes for a {}-byte input counted as {counted_bytes} (allowed {allowed})",
-        data.len()
-    );
+    assert!(used <= allowed, "peak heap {used} bytes for a {}-byte input counted as {counted_bytes} (allowed {allowed})", data.len());
 }

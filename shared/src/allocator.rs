@@ -103,10 +103,7 @@ pub struct AllocatorState {
 
 impl AllocatorState {
     pub fn new(config: AllocatorConfig) -> Self {
-        Self {
-            config,
-            ..Self::default()
-        }
+        Self { config, ..Self::default() }
     }
 
     pub fn config(&self) -> &AllocatorConfig {
@@ -115,47 +112,18 @@ impl AllocatorState {
 
     /// Adds a segment as it was (blocks given), e.g. recovered from a snapshot's final state.
     pub fn add_segment_info(&mut self, seg: &SegmentInfo) {
-        self.segments.insert(
-            seg.address,
-            Segment {
-                size_bytes: seg.size_bytes,
-                device: seg.device,
-                stream: seg.stream,
-                pool: seg.pool,
-            },
-        );
+        self.segments.insert(seg.address, Segment { size_bytes: seg.size_bytes, device: seg.device, stream: seg.stream, pool: seg.pool });
         for b in &seg.blocks {
-            self.blocks.insert(
-                b.address,
-                Block {
-                    size_bytes: b.size_bytes,
-                    allocated: b.state == BlockState::Allocated,
-                    segment: seg.address,
-                },
-            );
+            self.blocks
+                .insert(b.address, Block { size_bytes: b.size_bytes, allocated: b.state == BlockState::Allocated, segment: seg.address });
         }
     }
 
     /// A new segment: one free block spanning it.
     pub fn segment_alloc(&mut self, address: u64, size_bytes: u64, device: u8, stream: u16, pool: Pool) {
         self.segment_free(address);
-        self.segments.insert(
-            address,
-            Segment {
-                size_bytes,
-                device,
-                stream,
-                pool,
-            },
-        );
-        self.blocks.insert(
-            address,
-            Block {
-                size_bytes,
-                allocated: false,
-                segment: address,
-            },
-        );
+        self.segments.insert(address, Segment { size_bytes, device, stream, pool });
+        self.blocks.insert(address, Block { size_bytes, allocated: false, segment: address });
     }
 
     /// Removes the segment at `address` and its blocks. Returns its size if it was known.
@@ -184,58 +152,30 @@ impl AllocatorState {
         };
         let pool = seg.pool;
         // The free block holding `address` (normally starting at it).
-        let found = self
-            .blocks
-            .range(..=address)
-            .next_back()
-            .map(|(&a, &b)| (a, b))
-            .filter(|(a, b)| address < a.saturating_add(b.size_bytes));
+        let found =
+            self.blocks.range(..=address).next_back().map(|(&a, &b)| (a, b)).filter(|(a, b)| address < a.saturating_add(b.size_bytes));
         let Some((start, block)) = found else {
-            self.blocks.insert(
-                address,
-                Block {
-                    size_bytes: rounded,
-                    allocated: true,
-                    segment: seg_addr,
-                },
-            );
+            self.blocks.insert(address, Block { size_bytes: rounded, allocated: true, segment: seg_addr });
             return rounded;
         };
         let (mut start, mut block) = (start, block);
         if start < address {
             // Keep the part before `address` as its own block.
             let head = address - start;
-            self.blocks.insert(
-                start,
-                Block {
-                    size_bytes: head,
-                    ..block
-                },
-            );
+            self.blocks.insert(start, Block { size_bytes: head, ..block });
             block.size_bytes -= head;
             start = address;
         }
         let size = if block.size_bytes >= rounded && self.config.should_split(pool, block.size_bytes, rounded) {
             self.blocks.insert(
                 start.saturating_add(rounded),
-                Block {
-                    size_bytes: block.size_bytes - rounded,
-                    allocated: false,
-                    segment: block.segment,
-                },
+                Block { size_bytes: block.size_bytes - rounded, allocated: false, segment: block.segment },
             );
             rounded
         } else {
             block.size_bytes.max(rounded)
         };
-        self.blocks.insert(
-            start,
-            Block {
-                size_bytes: size,
-                allocated: true,
-                segment: block.segment,
-            },
-        );
+        self.blocks.insert(start, Block { size_bytes: size, allocated: true, segment: block.segment });
         size
     }
 
@@ -256,10 +196,7 @@ impl AllocatorState {
             let end = start.saturating_add(block.size_bytes);
             let alloc_end = address.saturating_add(size_bytes);
             if alloc_end < end {
-                self.blocks.insert(
-                    alloc_end,
-                    Block { size_bytes: end - alloc_end, allocated: false, segment: block.segment },
-                );
+                self.blocks.insert(alloc_end, Block { size_bytes: end - alloc_end, allocated: false, segment: block.segment });
             }
         }
         self.blocks.insert(address, Block { size_bytes, allocated: true, segment: seg_addr });
@@ -267,10 +204,7 @@ impl AllocatorState {
 
     /// Size of the allocated block at `address`, if there is one.
     pub fn allocated_block(&self, address: u64) -> Option<u64> {
-        self.blocks
-            .get(&address)
-            .filter(|b| b.allocated)
-            .map(|b| b.size_bytes)
+        self.blocks.get(&address).filter(|b| b.allocated).map(|b| b.size_bytes)
     }
 
     /// Frees the block at `address` and merges it with free neighbours of the same segment.
@@ -295,14 +229,7 @@ impl AllocatorState {
             }
         }
         self.blocks.remove(&address);
-        self.blocks.insert(
-            start,
-            Block {
-                size_bytes: len,
-                allocated: false,
-                segment: block.segment,
-            },
-        );
+        self.blocks.insert(start, Block { size_bytes: len, allocated: false, segment: block.segment });
         Some(size)
     }
 
@@ -327,11 +254,7 @@ impl AllocatorState {
                 let mut cursor = addr;
                 for (&a, b) in self.blocks.range(addr..end) {
                     if a > cursor {
-                        blocks.push(BlockInfo {
-                            address: cursor,
-                            size_bytes: a - cursor,
-                            state: BlockState::Free,
-                        });
+                        blocks.push(BlockInfo { address: cursor, size_bytes: a - cursor, state: BlockState::Free });
                     }
                     blocks.push(BlockInfo {
                         address: a,
@@ -341,20 +264,9 @@ impl AllocatorState {
                     cursor = a.saturating_add(b.size_bytes);
                 }
                 if cursor < end {
-                    blocks.push(BlockInfo {
-                        address: cursor,
-                        size_bytes: end - cursor,
-                        state: BlockState::Free,
-                    });
+                    blocks.push(BlockInfo { address: cursor, size_bytes: end - cursor, state: BlockState::Free });
                 }
-                SegmentInfo {
-                    address: addr,
-                    size_bytes: seg.size_bytes,
-                    device: seg.device,
-                    stream: seg.stream,
-                    pool: seg.pool,
-                    blocks,
-                }
+                SegmentInfo { address: addr, size_bytes: seg.size_bytes, device: seg.device, stream: seg.stream, pool: seg.pool, blocks }
             })
             .collect()
     }

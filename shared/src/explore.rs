@@ -274,7 +274,12 @@ impl Session {
 
     /// Like [`Session::open`], with the file read from `reader` as it is imported, so that it
     /// is never held whole; `file_bytes` is its size.
-    pub fn open_reader(file_name: &str, file_bytes: u64, mut reader: impl std::io::Read, mut progress: impl FnMut(&str)) -> Result<Opened, String> {
+    pub fn open_reader(
+        file_name: &str,
+        file_bytes: u64,
+        mut reader: impl std::io::Read,
+        mut progress: impl FnMut(&str),
+    ) -> Result<Opened, String> {
         use std::io::Read as _;
         let mut head = Vec::new();
         (&mut reader).take(512).read_to_end(&mut head).map_err(|e| format!("reading {file_name} failed: {e}"))?;
@@ -284,7 +289,8 @@ impl Session {
             return Self::open(file_name, &head, progress);
         }
         progress("parsing");
-        let trace = crate::import::import_reader(head.as_slice().chain(reader), &crate::ImportOptions::default()).map_err(|e| e.to_string())?;
+        let trace =
+            crate::import::import_reader(head.as_slice().chain(reader), &crate::ImportOptions::default()).map_err(|e| e.to_string())?;
         let stem = file_name.split('.').next().filter(|s| !s.is_empty()).unwrap_or("trace");
         Ok(Self::start(trace, file_name, file_bytes, stem, &mut progress))
     }
@@ -304,7 +310,8 @@ impl Session {
             traces.push(crate::import(bytes, &crate::ImportOptions::default()).map_err(|e| failed(e.to_string()))?);
         }
         let ranks = crate::rank_files::assign_ranks(files.iter().map(|f| f.0.as_str()).zip(&traces));
-        let inputs = traces.into_iter().zip(ranks).zip(files).map(|((trace, rank), (name, _))| MergeInput { trace, rank, label: name.clone() });
+        let inputs =
+            traces.into_iter().zip(ranks).zip(files).map(|((trace, rank), (name, _))| MergeInput { trace, rank, label: name.clone() });
         progress(&format!("merging {n} ranks"));
         let merged = merge_with(inputs.collect(), options)?;
         let name = files.iter().map(|f| f.0.as_str()).collect::<Vec<_>>().join(" + ");
@@ -382,9 +389,7 @@ impl Session {
         match request {
             Request::Timeline { start_s, end_s, buckets } => self.timeline(*start_s, *end_s, *buckets),
             Request::At { t_s } => Response::At(self.moment(*t_s)),
-            Request::Allocations { t_s, limit } => {
-                Response::Allocations { t_s: *t_s, allocations: self.allocations(*t_s, *limit) }
-            }
+            Request::Allocations { t_s, limit } => Response::Allocations { t_s: *t_s, allocations: self.allocations(*t_s, *limit) },
             Request::Segments { t_s } => {
                 let idx = self.event_at(*t_s);
                 let segments = match idx {
@@ -435,9 +440,8 @@ impl Session {
 
     fn timeline(&self, start_s: f64, end_s: f64, buckets: usize) -> Response {
         let buckets = buckets.clamp(1, 20_000);
-        let options = TimelineOptions { device: Some(self.device), ..TimelineOptions::default() }
-            .with_buckets(buckets)
-            .with_window(start_s, end_s);
+        let options =
+            TimelineOptions { device: Some(self.device), ..TimelineOptions::default() }.with_buckets(buckets).with_window(start_s, end_s);
         let points = match &self.index {
             Some(index) => index.timeline(self.trace(), &options),
             None => analysis::timeline(self.trace(), &options),
@@ -589,7 +593,13 @@ fn overview_of(trace: &Trace, device: u8, file_name: &str, file_bytes: u64, prog
     let layers: Vec<LayerMemoryStats> = by_name.into_values().collect();
     progress("profiling operators");
     let (profile, profile_error) = if trace.ops.is_empty() {
-        (None, Some("this trace has no operator events (a memory snapshot records allocations only), so there are no ranks or activations".to_owned()))
+        (
+            None,
+            Some(
+                "this trace has no operator events (a memory snapshot records allocations only), so there are no ranks or activations"
+                    .to_owned(),
+            ),
+        )
     } else {
         match graph_profile(trace) {
             Ok(p) => (Some(p), None),
@@ -672,11 +682,15 @@ fn rank_set(whole: &Trace, selected: Option<u32>) -> Option<RankSet> {
         .collect();
     // Ties go to the first device in order, so the answer does not depend on sort stability.
     let highest = devices.iter().reduce(|best, d| if d.peak_allocated_bytes > best.peak_allocated_bytes { d } else { best })?;
-    let lowest = devices
-        .iter()
-        .filter(|d| d.rank != highest.rank)
-        .reduce(|best, d| if d.peak_allocated_bytes < best.peak_allocated_bytes { d } else { best })?;
-    let (a, b) = if (lowest.rank, lowest.device_index) < (highest.rank, highest.device_index) { (lowest, highest) } else { (highest, lowest) };
+    let lowest = devices.iter().filter(|d| d.rank != highest.rank).reduce(|best, d| {
+        if d.peak_allocated_bytes < best.peak_allocated_bytes {
+            d
+        } else {
+            best
+        }
+    })?;
+    let (a, b) =
+        if (lowest.rank, lowest.device_index) < (highest.rank, highest.device_index) { (lowest, highest) } else { (highest, lowest) };
     Some(RankSet {
         highest_device: highest.device_index,
         most_different: (a.device_index, b.device_index),

@@ -7,8 +7,8 @@
 pub mod allocator;
 pub mod analysis;
 pub mod explore;
-pub mod hash;
 pub mod export;
+pub mod hash;
 pub mod import;
 pub mod merge;
 pub mod model;

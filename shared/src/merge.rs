@@ -8,7 +8,7 @@
 //! bytes as its source reported them), so each rank's peak in the merged trace is its peak
 //! in its own trace, to the byte.
 
-use crate::model::{Device, EventRecord, Frame, IterationSpan, Mark, StrId, Trace, TraceMeta, Totals};
+use crate::model::{Device, EventRecord, Frame, IterationSpan, Mark, StrId, Totals, Trace, TraceMeta};
 use std::collections::BTreeMap;
 
 /// One process's trace and its rank.
@@ -87,7 +87,11 @@ fn check_same_job(inputs: &[MergeInput]) -> Result<Option<u64>, MergeError> {
         if let Some(j) = i.trace.meta.job.as_deref() {
             match job {
                 Some((first, fj)) if fj != j => {
-                    return Err(MergeError::DifferentJobs { a: first.label.clone(), b: i.label.clone(), why: format!("job {fj} and job {j}") })
+                    return Err(MergeError::DifferentJobs {
+                        a: first.label.clone(),
+                        b: i.label.clone(),
+                        why: format!("job {fj} and job {j}"),
+                    })
                 }
                 None => job = Some((i, j)),
                 _ => {}
@@ -96,7 +100,11 @@ fn check_same_job(inputs: &[MergeInput]) -> Result<Option<u64>, MergeError> {
         if let Some(w) = world(i) {
             match size {
                 Some((first, fw)) if fw != w => {
-                    return Err(MergeError::DifferentJobs { a: first.label.clone(), b: i.label.clone(), why: format!("world sizes {fw} and {w}") })
+                    return Err(MergeError::DifferentJobs {
+                        a: first.label.clone(),
+                        b: i.label.clone(),
+                        why: format!("world sizes {fw} and {w}"),
+                    })
                 }
                 None => size = Some((i, w)),
                 _ => {}
@@ -200,9 +208,15 @@ pub fn merge_with(mut inputs: Vec<MergeInput>, opts: &MergeOptions) -> Result<Tr
     if !aligned {
         let missing: Vec<&str> = inputs.iter().filter(|i| i.trace.meta.start_unix_ns.is_none()).map(|i| i.label.as_str()).collect();
         meta.warnings.push(if on_iterations {
-            format!("clocks not aligned: {} record no wall-clock start, so the ranks are aligned on their first iteration", missing.join(", "))
+            format!(
+                "clocks not aligned: {} record no wall-clock start, so the ranks are aligned on their first iteration",
+                missing.join(", ")
+            )
         } else {
-            format!("clocks not aligned: {} record no wall-clock start and not every rank has iterations, so every rank keeps its own clock", missing.join(", "))
+            format!(
+                "clocks not aligned: {} record no wall-clock start and not every rank has iterations, so every rank keeps its own clock",
+                missing.join(", ")
+            )
         });
     }
     if let Some(w) = world {
@@ -355,7 +369,11 @@ pub fn merge_with(mut inputs: Vec<MergeInput>, opts: &MergeOptions) -> Result<Tr
             out.marks.push(Mark { ts_ns: at(m, mk.ts_ns), name: s(m, mk.name), value: mk.value, rank: Some(input.rank) });
         }
         if k == 0 {
-            out.iterations = t.iterations.iter().map(|it| IterationSpan { index: it.index, start_ns: at(m, it.start_ns), end_ns: at(m, it.end_ns) }).collect();
+            out.iterations = t
+                .iterations
+                .iter()
+                .map(|it| IterationSpan { index: it.index, start_ns: at(m, it.start_ns), end_ns: at(m, it.end_ns) })
+                .collect();
         }
     }
     out.ops.sort_by_key(|o| o.start_ns);
@@ -423,11 +441,8 @@ pub fn rank_trace(trace: &Trace, rank: u32) -> Option<Trace> {
     out.tensors = trace.tensors.clone();
     out.ops = trace.ops.iter().filter(|o| mine(o.thread)).cloned().collect();
     out.scopes = trace.scopes.iter().filter(|s| mine(s.thread)).cloned().collect();
-    out.initial_segments = trace
-        .initial_segments
-        .iter()
-        .filter_map(|s| Some(crate::model::SegmentInfo { device: kept(s.device)?, ..s.clone() }))
-        .collect();
+    out.initial_segments =
+        trace.initial_segments.iter().filter_map(|s| Some(crate::model::SegmentInfo { device: kept(s.device)?, ..s.clone() })).collect();
     out.device_samples =
         trace.device_samples.iter().filter_map(|s| Some(crate::model::DeviceSample { device: kept(s.device)?, ..*s })).collect();
     out.marks = trace.marks.iter().filter(|m| m.rank == Some(rank)).map(|m| Mark { rank: None, ..*m }).collect();

@@ -7,8 +7,8 @@
 //! keeps a recorded event at 32 bytes while every total stays exactly what the source said.
 //! [`MemoryEvent`] is the materialised, API-facing view of one event.
 
-use serde::{Deserialize, Serialize};
 use crate::hash::FastMap as HashMap;
+use serde::{Deserialize, Serialize};
 
 /// The layer scope the collector creates the input batch in; analyses tell data from weights
 /// by it.
@@ -37,11 +37,7 @@ pub struct StringTable {
 
 impl From<Vec<String>> for StringTable {
     fn from(strings: Vec<String>) -> Self {
-        let index = strings
-            .iter()
-            .enumerate()
-            .map(|(i, s)| (s.clone(), i as u32))
-            .collect();
+        let index = strings.iter().enumerate().map(|(i, s)| (s.clone(), i as u32)).collect();
         Self { strings, index }
     }
 }
@@ -179,9 +175,7 @@ pub enum Phase {
 
 impl Phase {
     pub fn from_u8(v: u8) -> Option<Self> {
-        [Phase::Forward, Phase::Backward, Phase::Optimizer, Phase::Other]
-            .get(v as usize)
-            .copied()
+        [Phase::Forward, Phase::Backward, Phase::Optimizer, Phase::Other].get(v as usize).copied()
     }
 
     pub fn as_str(self) -> &'static str {
@@ -250,17 +244,13 @@ impl Totals {
         if self.reserved_bytes == 0 {
             0.0
         } else {
-            self.reserved_bytes.saturating_sub(self.allocated_bytes) as f64
-                / self.reserved_bytes as f64
+            self.reserved_bytes.saturating_sub(self.allocated_bytes) as f64 / self.reserved_bytes as f64
         }
     }
 
     fn apply(self, (da, dr): (i128, i128)) -> Totals {
         let clamp = |v: i128| v.clamp(0, u64::MAX as i128) as u64;
-        Totals {
-            allocated_bytes: clamp(self.allocated_bytes as i128 + da),
-            reserved_bytes: clamp(self.reserved_bytes as i128 + dr),
-        }
+        Totals { allocated_bytes: clamp(self.allocated_bytes as i128 + da), reserved_bytes: clamp(self.reserved_bytes as i128 + dr) }
     }
 }
 
@@ -297,11 +287,7 @@ pub struct EventStore {
 
 impl EventStore {
     pub fn new(base_totals: Vec<Totals>) -> Self {
-        Self {
-            running: base_totals.clone(),
-            base_totals,
-            ..Self::default()
-        }
+        Self { running: base_totals.clone(), base_totals, ..Self::default() }
     }
 
     pub fn len(&self) -> usize {
@@ -328,10 +314,7 @@ impl EventStore {
         let predicted = self.running[dev].apply(rec.event_type.deltas(rec.size_bytes));
         let actual = match rec.totals {
             Some(t) if t != predicted => {
-                self.overrides.push(TotalsOverride {
-                    index: i as u32,
-                    totals: t,
-                });
+                self.overrides.push(TotalsOverride { index: i as u32, totals: t });
                 t
             }
             _ => predicted,
@@ -444,12 +427,7 @@ impl EventStore {
     /// an earlier walk).
     pub(crate) fn cursor_with(&self, start: usize, running: Vec<Totals>) -> TotalsCursor<'_> {
         let ov = self.overrides.partition_point(|o| (o.index as usize) < start);
-        TotalsCursor {
-            store: self,
-            next: start,
-            running,
-            ov,
-        }
+        TotalsCursor { store: self, next: start, running, ov }
     }
 
     fn cursor_from(&self, start: usize) -> TotalsCursor<'_> {
@@ -460,18 +438,9 @@ impl EventStore {
         } else {
             self.checkpoints[block * d..(block + 1) * d].to_vec()
         };
-        let start = if start == 0 || self.checkpoints.len() < (block + 1) * d {
-            0
-        } else {
-            start
-        };
+        let start = if start == 0 || self.checkpoints.len() < (block + 1) * d { 0 } else { start };
         let ov = self.overrides.partition_point(|o| (o.index as usize) < start);
-        TotalsCursor {
-            store: self,
-            next: start,
-            running,
-            ov,
-        }
+        TotalsCursor { store: self, next: start, running, ov }
     }
 
     /// Heap bytes held by the per-event columns (what the 32-byte budget counts).
@@ -649,17 +618,12 @@ impl StackTable {
     /// The frames of stack `id`, innermost first.
     pub fn stack(&self, id: u32) -> impl Iterator<Item = &Frame> {
         let (s, e) = self.stacks.get(id as usize).copied().unwrap_or((0, 0));
-        self.frame_ids[s as usize..e as usize]
-            .iter()
-            .filter_map(|&f| self.frames.get(f as usize))
+        self.frame_ids[s as usize..e as usize].iter().filter_map(|&f| self.frames.get(f as usize))
     }
 
     /// The stack recorded for event `event`, if any.
     pub fn stack_of_event(&self, event: usize) -> Option<u32> {
-        self.event_stacks
-            .binary_search_by_key(&(event as u32), |&(e, _)| e)
-            .ok()
-            .map(|i| self.event_stacks[i].1)
+        self.event_stacks.binary_search_by_key(&(event as u32), |&(e, _)| e).ok().map(|i| self.event_stacks[i].1)
     }
 
     pub fn heap_bytes(&self) -> usize {
@@ -668,11 +632,7 @@ impl StackTable {
             + self.frame_ids.capacity() * 4
             + self.event_stacks.capacity() * 8
             + self.frame_index.capacity() * (std::mem::size_of::<Frame>() + 4 + 8)
-            + self
-                .stack_index
-                .keys()
-                .map(|k| k.capacity() * 4 + 24 + 4 + 8)
-                .sum::<usize>()
+            + self.stack_index.keys().map(|k| k.capacity() * 4 + 24 + 4 + 8).sum::<usize>()
     }
 
     pub(crate) fn drop_indexes(&mut self) {
@@ -960,16 +920,8 @@ impl Trace {
             reserved_bytes: t.reserved_bytes,
             fragmentation_ratio: t.fragmentation_ratio(),
             address: e.address[i],
-            device: self
-                .devices
-                .get(e.device[i] as usize)
-                .map(Device::to_string)
-                .unwrap_or_default(),
-            stream: self
-                .streams
-                .get(e.stream[i] as usize)
-                .map(|&s| self.str(s))
-                .unwrap_or(""),
+            device: self.devices.get(e.device[i] as usize).map(Device::to_string).unwrap_or_default(),
+            stream: self.streams.get(e.stream[i] as usize).map(|&s| self.str(s)).unwrap_or(""),
         }
     }
 
@@ -1051,10 +1003,7 @@ mod tests {
 
     #[test]
     fn totals_are_derived_and_overridden_exactly() {
-        let mut s = EventStore::new(vec![Totals {
-            allocated_bytes: 100,
-            reserved_bytes: 1000,
-        }]);
+        let mut s = EventStore::new(vec![Totals { allocated_bytes: 100, reserved_bytes: 1000 }]);
         s.push(rec(EventType::Alloc, 50, None));
         s.push(rec(EventType::Alloc, 10, Some(Totals { allocated_bytes: 999, reserved_bytes: 2000 })));
         s.push(rec(EventType::Free, 9, None));

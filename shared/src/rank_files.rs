@@ -11,27 +11,15 @@ pub fn rank_of(trace: &Trace, file_name: &str) -> Option<u32> {
     if let Some(&r) = trace.meta.reported.get("env.RANK") {
         return u32::try_from(r).ok();
     }
-    let base = file_name
-        .rsplit(['/', '\\'])
-        .next()
-        .unwrap_or(file_name)
-        .to_ascii_lowercase();
+    let base = file_name.rsplit(['/', '\\']).next().unwrap_or(file_name).to_ascii_lowercase();
     let at = base.find("rank")? + "rank".len();
-    let digits: String = base[at..]
-        .chars()
-        .skip_while(|c| *c == '_' || *c == '-')
-        .take_while(char::is_ascii_digit)
-        .collect();
+    let digits: String = base[at..].chars().skip_while(|c| *c == '_' || *c == '-').take_while(char::is_ascii_digit).collect();
     digits.parse().ok()
 }
 
 /// The rank of each of `files` (name, trace), in order: [`rank_of`], else its position.
 pub fn assign_ranks<'a>(files: impl IntoIterator<Item = (&'a str, &'a Trace)>) -> Vec<u32> {
-    files
-        .into_iter()
-        .enumerate()
-        .map(|(k, (name, trace))| rank_of(trace, name).unwrap_or(k as u32))
-        .collect()
+    files.into_iter().enumerate().map(|(k, (name, trace))| rank_of(trace, name).unwrap_or(k as u32)).collect()
 }
 
 #[cfg(test)]
@@ -59,13 +47,6 @@ mod tests {
         recorded.meta.reported.insert("env.RANK".into(), 5);
         assert_eq!(rank_of(&recorded, "rank0.pickle"), Some(5));
         let plain = trace();
-        assert_eq!(
-            assign_ranks([
-                ("a.pickle", &plain),
-                ("rank1.pickle", &plain),
-                ("c.pickle", &recorded)
-            ]),
-            [0, 1, 5]
-        );
+        assert_eq!(assign_ranks([("a.pickle", &plain), ("rank1.pickle", &plain), ("c.pickle", &recorded)]), [0, 1, 5]);
     }
 }

@@ -53,10 +53,7 @@ pub fn byte_ticks(max_bytes: f64, max_ticks: usize) -> ByteTicks {
     let unit = 1024f64.powi(k as i32);
     let in_units = max / unit;
     let first = if k == 0 { 0 } else { -3 };
-    let step = (first..=10)
-        .map(|e| 2f64.powi(e))
-        .find(|s| (in_units / s).ceil() <= max_ticks)
-        .unwrap_or(1024.0);
+    let step = (first..=10).map(|e| 2f64.powi(e)).find(|s| (in_units / s).ceil() <= max_ticks).unwrap_or(1024.0);
     let n = (in_units / step).ceil().max(1.0) as usize;
     let ticks: Vec<f64> = (0..=n).map(|i| i as f64 * step * unit).collect();
     ByteTicks { end: n as f64 * step * unit, ticks, unit, unit_name: UNITS[k] }

@@ -4,12 +4,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests and benches fail loudly by design
 
-use shared::analysis::advice::{
-    advise, predict_peak, AdviceOptions, AdviceReport, Suggestion, SuggestionKind,
-};
+use shared::analysis::advice::{advise, predict_peak, AdviceOptions, AdviceReport, Suggestion, SuggestionKind};
 use shared::model::{
-    Device, EventRecord, EventType, IterationSpan, LayerScope, OperatorEvent, Phase, SourceFormat,
-    StrId, TensorRef, TraceMeta, INPUT_LAYER,
+    Device, EventRecord, EventType, IterationSpan, LayerScope, OperatorEvent, Phase, SourceFormat, StrId, TensorRef, TraceMeta, INPUT_LAYER,
 };
 use shared::units::parse_size;
 use shared::{import, ImportOptions, Trace};
@@ -63,26 +60,11 @@ impl Builder {
         let mut meta = TraceMeta::new(SourceFormat::MemoryTracer);
         meta.batch_size = Some(4);
         let mut trace = Trace::new(meta);
-        trace.device_index(Device {
-            kind: "cpu".into(),
-            index: 0,
-            rank: None,
-        });
-        Self {
-            trace,
-            log: Vec::new(),
-            keep_grads,
-        }
+        trace.device_index(Device { kind: "cpu".into(), index: 0, rank: None });
+        Self { trace, log: Vec::new(), keep_grads }
     }
 
-    fn mem(
-        &mut self,
-        ts_ns: u64,
-        event_type: EventType,
-        name: &'static str,
-        phase: Phase,
-        layer: &str,
-    ) {
+    fn mem(&mut self, ts_ns: u64, event_type: EventType, name: &'static str, phase: Phase, layer: &str) {
         let layer = self.trace.strings.intern(layer);
         let size_bytes = size(name);
         self.trace.events.push(EventRecord {
@@ -96,69 +78,30 @@ impl Builder {
             stream: 0,
             totals: None,
         });
-        let d = if event_type == EventType::Alloc {
-            size_bytes as i64
-        } else {
-            -(size_bytes as i64)
-        };
+        let d = if event_type == EventType::Alloc { size_bytes as i64 } else { -(size_bytes as i64) };
         self.log.push((ts_ns, name, d));
     }
 
     fn tensors(&mut self, names: &[&str]) -> (u32, u32) {
         let start = self.trace.tensors.len() as u32;
         for &n in names {
-            self.trace.tensors.push(TensorRef {
-                storage_id: address(n),
-                size_bytes: size(n),
-                shape: u32::MAX,
-            });
+            self.trace.tensors.push(TensorRef { storage_id: address(n), size_bytes: size(n), shape: u32::MAX });
         }
         (start, self.trace.tensors.len() as u32)
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn op(
-        &mut self,
-        name: &str,
-        phase: Phase,
-        layer: &str,
-        start_ns: u64,
-        end_ns: u64,
-        inputs: &[&str],
-        outputs: &[&str],
-    ) {
+    fn op(&mut self, name: &str, phase: Phase, layer: &str, start_ns: u64, end_ns: u64, inputs: &[&str], outputs: &[&str]) {
         let name = self.trace.strings.intern(name);
-        let layer = if layer.is_empty() {
-            StrId::NONE
-        } else {
-            self.trace.strings.intern(layer)
-        };
+        let layer = if layer.is_empty() { StrId::NONE } else { self.trace.strings.intern(layer) };
         let inputs = self.tensors(inputs);
         let outputs = self.tensors(outputs);
-        self.trace.ops.push(OperatorEvent {
-            name,
-            phase,
-            seq_nr: -1,
-            start_ns,
-            end_ns,
-            thread: 1,
-            fwd_thread: 0,
-            layer,
-            inputs,
-            outputs,
-        });
+        self.trace.ops.push(OperatorEvent { name, phase, seq_nr: -1, start_ns, end_ns, thread: 1, fwd_thread: 0, layer, inputs, outputs });
     }
 
     fn scope(&mut self, name: &str, start_ns: u64, end_ns: u64, depth: u16) {
         let name = self.trace.strings.intern(name);
-        self.trace.scopes.push(LayerScope {
-            name,
-            start_ns,
-            end_ns,
-            depth,
-            phase: Phase::Forward,
-            thread: 1,
-        });
+        self.trace.scopes.push(LayerScope { name, start_ns, end_ns, depth, phase: Phase::Forward, thread: 1 });
     }
 
     fn iteration(&mut self, index: u32, t: u64) {
@@ -166,15 +109,7 @@ impl Builder {
         use Phase::{Backward as B, Forward as F, Optimizer as O};
         self.scope("enc", t + 10, t + 90, 0);
         self.scope("enc.0", t + 10, t + 50, 1);
-        self.op(
-            "aten::linear",
-            F,
-            "enc.0",
-            t + 11,
-            t + 19,
-            &["X", "W"],
-            &["P1"],
-        );
+        self.op("aten::linear", F, "enc.0", t + 11, t + 19, &["X", "W"], &["P1"]);
         self.mem(t + 15, Alloc, "P1", F, "enc.0");
         self.op("aten::relu", F, "enc.0", t + 21, t + 29, &["P1"], &["P2"]);
         self.mem(t + 25, Alloc, "P2", F, "enc.0");
@@ -184,28 +119,12 @@ impl Builder {
         self.op("aten::add", F, "enc.0", t + 35, t + 45, &["P2"], &["O0"]);
         self.mem(t + 40, Alloc, "O0", F, "enc.0");
         self.scope("enc.1", t + 60, t + 90, 1);
-        self.op(
-            "aten::linear",
-            F,
-            "enc.1",
-            t + 61,
-            t + 69,
-            &["O0", "W"],
-            &["Q1"],
-        );
+        self.op("aten::linear", F, "enc.1", t + 61, t + 69, &["O0", "W"], &["Q1"]);
         self.mem(t + 65, Alloc, "Q1", F, "enc.1");
         self.op("aten::relu", F, "enc.1", t + 71, t + 79, &["Q1"], &["O1"]);
         self.mem(t + 75, Alloc, "O1", F, "enc.1");
         self.scope("head", t + 100, t + 120, 0);
-        self.op(
-            "aten::linear",
-            F,
-            "head",
-            t + 101,
-            t + 109,
-            &["O1", "W"],
-            &["R1"],
-        );
+        self.op("aten::linear", F, "head", t + 101, t + 109, &["O1", "W"], &["R1"]);
         self.mem(t + 105, Alloc, "R1", F, "head");
         self.op("aten::relu", F, "head", t + 111, t + 119, &["R1"], &["O2"]);
         self.mem(t + 115, Alloc, "O2", F, "head");
@@ -215,68 +134,20 @@ impl Builder {
         self.op("aten::ones_like", B, "", t + 140, t + 144, &["L"], &["G0"]);
         self.mem(t + 142, Alloc, "G0", B, "loss");
         self.mem(t + 146, Free, "L", B, "loss");
-        self.op(
-            "autograd::engine::evaluate_function: HeadBackward0",
-            B,
-            "head",
-            t + 150,
-            t + 170,
-            &[],
-            &[],
-        );
-        self.op(
-            "aten::mm",
-            B,
-            "head",
-            t + 151,
-            t + 169,
-            &["G0", "R1", "O1", "W"],
-            &["GH"],
-        );
+        self.op("autograd::engine::evaluate_function: HeadBackward0", B, "head", t + 150, t + 170, &[], &[]);
+        self.op("aten::mm", B, "head", t + 151, t + 169, &["G0", "R1", "O1", "W"], &["GH"]);
         self.mem(t + 155, Alloc, "GH", B, "head");
         self.mem(t + 160, Free, "R1", B, "head");
         self.mem(t + 162, Free, "O2", B, "head");
         self.mem(t + 165, Free, "G0", B, "head");
-        self.op(
-            "autograd::engine::evaluate_function: Enc1Backward0",
-            B,
-            "enc.1",
-            t + 180,
-            t + 200,
-            &[],
-            &[],
-        );
-        self.op(
-            "aten::mm",
-            B,
-            "enc.1",
-            t + 181,
-            t + 199,
-            &["GH", "Q1", "O0", "W"],
-            &["G1"],
-        );
+        self.op("autograd::engine::evaluate_function: Enc1Backward0", B, "enc.1", t + 180, t + 200, &[], &[]);
+        self.op("aten::mm", B, "enc.1", t + 181, t + 199, &["GH", "Q1", "O0", "W"], &["G1"]);
         self.mem(t + 185, Alloc, "G1", B, "enc.1");
         self.mem(t + 190, Free, "Q1", B, "enc.1");
         self.mem(t + 192, Free, "O1", B, "enc.1");
         self.mem(t + 195, Free, "GH", B, "enc.1");
-        self.op(
-            "autograd::engine::evaluate_function: Enc0Backward0",
-            B,
-            "enc.0",
-            t + 210,
-            t + 240,
-            &[],
-            &[],
-        );
-        self.op(
-            "aten::mm",
-            B,
-            "enc.0",
-            t + 211,
-            t + 239,
-            &["G1", "P1", "P2", "W"],
-            &["GW"],
-        );
+        self.op("autograd::engine::evaluate_function: Enc0Backward0", B, "enc.0", t + 210, t + 240, &[], &[]);
+        self.op("aten::mm", B, "enc.0", t + 211, t + 239, &["G1", "P1", "P2", "W"], &["GW"]);
         if !self.keep_grads || index == 0 {
             self.mem(t + 215, Alloc, "GW", B, "enc.0");
         }
@@ -284,64 +155,20 @@ impl Builder {
         self.mem(t + 225, Free, "P1", B, "enc.0");
         self.mem(t + 230, Free, "O0", B, "enc.0");
         self.mem(t + 235, Free, "G1", B, "enc.0");
-        self.op(
-            "autograd::engine::evaluate_function: torch::autograd::AccumulateGrad",
-            B,
-            "enc.0",
-            t + 242,
-            t + 246,
-            &[],
-            &[],
-        );
-        self.op(
-            "torch::autograd::AccumulateGrad",
-            B,
-            "enc.0",
-            t + 243,
-            t + 245,
-            &["GW"],
-            &[],
-        );
+        self.op("autograd::engine::evaluate_function: torch::autograd::AccumulateGrad", B, "enc.0", t + 242, t + 246, &[], &[]);
+        self.op("torch::autograd::AccumulateGrad", B, "enc.0", t + 243, t + 245, &["GW"], &[]);
         // Optimizer: SGD with momentum (the buffer is created by the first step).
         if index == 0 {
-            self.op(
-                "aten::clone",
-                O,
-                "optimizer.step",
-                t + 250,
-                t + 254,
-                &["GW"],
-                &["M"],
-            );
+            self.op("aten::clone", O, "optimizer.step", t + 250, t + 254, &["GW"], &["M"]);
             self.mem(t + 252, Alloc, "M", O, "optimizer.step");
         } else {
-            self.op(
-                "aten::mul_",
-                O,
-                "optimizer.step",
-                t + 250,
-                t + 254,
-                &["M"],
-                &["M"],
-            );
+            self.op("aten::mul_", O, "optimizer.step", t + 250, t + 254, &["M"], &["M"]);
         }
-        self.op(
-            "aten::add_",
-            O,
-            "optimizer.step",
-            t + 260,
-            t + 264,
-            &["W", "GW"],
-            &["W"],
-        );
+        self.op("aten::add_", O, "optimizer.step", t + 260, t + 264, &["W", "GW"], &["W"]);
         if !self.keep_grads {
             self.mem(t + 270, Free, "GW", O, "optimizer.zero_grad");
         }
-        self.trace.iterations.push(IterationSpan {
-            index,
-            start_ns: t,
-            end_ns: t + 280,
-        });
+        self.trace.iterations.push(IterationSpan { index, start_ns: t, end_ns: t + 280 });
     }
 }
 
@@ -371,24 +198,9 @@ struct Module {
 }
 
 const MODULES: [Module; 3] = [
-    Module {
-        path: "enc.0",
-        forward: (10, 50),
-        backward_start: 210,
-        dropped: &["P1", "P2"],
-    },
-    Module {
-        path: "enc.1",
-        forward: (60, 90),
-        backward_start: 180,
-        dropped: &["Q1"],
-    },
-    Module {
-        path: "head",
-        forward: (100, 120),
-        backward_start: 150,
-        dropped: &["R1"],
-    },
+    Module { path: "enc.0", forward: (10, 50), backward_start: 210, dropped: &["P1", "P2"] },
+    Module { path: "enc.1", forward: (60, 90), backward_start: 180, dropped: &["Q1"] },
+    Module { path: "head", forward: (100, 120), backward_start: 150, dropped: &["R1"] },
 ];
 
 /// The test's own replay, written from the definition: every block's size times `scale`; the
@@ -401,26 +213,11 @@ fn replay(log: &Log, checkpointed: &[&str], scale: &dyn Fn(&str) -> f64) -> i64 
 }
 
 /// [`replay`] with `extra(ts)` bytes added to the level at time `ts`.
-fn replay_with(
-    log: &Log,
-    checkpointed: &[&str],
-    scale: &dyn Fn(&str) -> f64,
-    extra: &dyn Fn(u64) -> i64,
-) -> i64 {
+fn replay_with(log: &Log, checkpointed: &[&str], scale: &dyn Fn(&str) -> f64, extra: &dyn Fn(u64) -> i64) -> i64 {
     let sized = |name: &str| (size(name) as f64 * scale(name)) as i64;
-    let level_after =
-        |i: usize| -> i64 { log[..=i].iter().map(|e| e.2.signum() * sized(e.1)).sum() };
-    let level_before = |ts: u64| -> i64 {
-        log.iter()
-            .filter(|e| e.0 < ts)
-            .map(|e| e.2.signum() * sized(e.1))
-            .sum()
-    };
-    let free_ts = |name: &str, from: u64| {
-        log.iter()
-            .find(|e| e.1 == name && e.2 < 0 && e.0 > from)
-            .map_or(u64::MAX, |e| e.0)
-    };
+    let level_after = |i: usize| -> i64 { log[..=i].iter().map(|e| e.2.signum() * sized(e.1)).sum() };
+    let level_before = |ts: u64| -> i64 { log.iter().filter(|e| e.0 < ts).map(|e| e.2.signum() * sized(e.1)).sum() };
+    let free_ts = |name: &str, from: u64| log.iter().find(|e| e.1 == name && e.2 < 0 && e.0 > from).map_or(u64::MAX, |e| e.0);
     // (from, to, name) exclusive windows of removed blocks, and (time, working set) spikes.
     let mut windows: Vec<(u64, u64, i64)> = Vec::new();
     let mut spikes: Vec<(u64, i64)> = Vec::new();
@@ -432,28 +229,12 @@ fn replay_with(
                 windows.push((fe, bs.min(free_ts(name, fe)), sized(name)));
             }
             let before = level_before(fs);
-            let top = (0..log.len())
-                .filter(|&i| log[i].0 >= fs && log[i].0 <= fe)
-                .map(level_after)
-                .max()
-                .unwrap_or(before);
+            let top = (0..log.len()).filter(|&i| log[i].0 >= fs && log[i].0 <= fe).map(level_after).max().unwrap_or(before);
             spikes.push((bs, top - before));
         }
     }
-    let removed_at = |ts: u64| -> i64 {
-        windows
-            .iter()
-            .filter(|w| w.0 < ts && ts < w.1)
-            .map(|w| w.2)
-            .sum()
-    };
-    let removed_before = |ts: u64| -> i64 {
-        windows
-            .iter()
-            .filter(|w| w.0 < ts && w.1 >= ts)
-            .map(|w| w.2)
-            .sum()
-    };
+    let removed_at = |ts: u64| -> i64 { windows.iter().filter(|w| w.0 < ts && ts < w.1).map(|w| w.2).sum() };
+    let removed_before = |ts: u64| -> i64 { windows.iter().filter(|w| w.0 < ts && w.1 >= ts).map(|w| w.2).sum() };
     let mut peak = 0;
     for (i, &(ts, _, _)) in log.iter().enumerate() {
         peak = peak.max(level_after(i) - removed_at(ts) + extra(ts));
@@ -467,8 +248,7 @@ fn replay_with(
 /// Autocast's half-precision copy of W: from the first forward op reading it (enc.0's linear,
 /// at +11) to the end of the last backward op reading it (enc.0's mm, at +239).
 fn weight_copy(ts: u64) -> i64 {
-    let in_iteration =
-        (0..ITERATIONS).any(|k| (iteration_start(k) + 11..=iteration_start(k) + 239).contains(&ts));
+    let in_iteration = (0..ITERATIONS).any(|k| (iteration_start(k) + 11..=iteration_start(k) + 239).contains(&ts));
     if in_iteration {
         500
     } else {
@@ -477,17 +257,8 @@ fn weight_copy(ts: u64) -> i64 {
 }
 
 fn one(report: &AdviceReport, kind: SuggestionKind) -> &Suggestion {
-    let found: Vec<&Suggestion> = report
-        .suggestions
-        .iter()
-        .filter(|s| s.kind == kind)
-        .collect();
-    assert_eq!(
-        found.len(),
-        1,
-        "one {kind:?} suggestion expected: {:#?}",
-        report.suggestions
-    );
+    let found: Vec<&Suggestion> = report.suggestions.iter().filter(|s| s.kind == kind).collect();
+    assert_eq!(found.len(), 1, "one {kind:?} suggestion expected: {:#?}", report.suggestions);
     found[0]
 }
 
@@ -496,20 +267,12 @@ fn checkpoints(report: &AdviceReport) -> Vec<(Vec<&str>, u64)> {
         .suggestions
         .iter()
         .filter(|s| s.kind == SuggestionKind::Checkpoint)
-        .map(|s| {
-            (
-                s.layers.iter().map(String::as_str).collect(),
-                s.predicted_peak_bytes,
-            )
-        })
+        .map(|s| (s.layers.iter().map(String::as_str).collect(), s.predicted_peak_bytes))
         .collect()
 }
 
 fn with_budget(budget: u64) -> AdviceOptions {
-    AdviceOptions {
-        budget_bytes: Some(budget),
-        ..AdviceOptions::default()
-    }
+    AdviceOptions { budget_bytes: Some(budget), ..AdviceOptions::default() }
 }
 
 #[test]
@@ -518,26 +281,12 @@ fn baseline_is_the_measured_peak_and_iteration_time() {
     let r = advise(&trace, &AdviceOptions::default());
     let b = &r.baseline;
     assert_eq!(b.peak_allocated_bytes, 10_500);
-    assert_eq!(
-        replay(&log, &[], &|_| 1.0),
-        10_500,
-        "the test's replay without changes is the measured curve"
-    );
+    assert_eq!(replay(&log, &[], &|_| 1.0), 10_500, "the test's replay without changes is the measured curve");
     // The peak: GH allocated in head's backward of iteration 1.
-    assert_eq!(
-        (b.peak_phase, b.peak_layer.as_str()),
-        (Phase::Backward, "head")
-    );
-    assert!(
-        (b.peak_time_s - (iteration_start(1) + 155 - 1) as f64 * 1e-9).abs() < 1e-15,
-        "{}",
-        b.peak_time_s
-    );
+    assert_eq!((b.peak_phase, b.peak_layer.as_str()), (Phase::Backward, "head"));
+    assert!((b.peak_time_s - (iteration_start(1) + 155 - 1) as f64 * 1e-9).abs() < 1e-15, "{}", b.peak_time_s);
     assert_eq!(b.iteration_time_s, Some(280e-9));
-    assert_eq!(
-        (b.weights_bytes, b.gradients_bytes, b.optimizer_state_bytes),
-        (Some(1000), Some(1000), Some(1000))
-    );
+    assert_eq!((b.weights_bytes, b.gradients_bytes, b.optimizer_state_bytes), (Some(1000), Some(1000), Some(1000)));
     // Alive at the peak: P1, P2, O0, Q1, O1, R1, O2.
     assert_eq!(b.activations_at_peak_bytes, 7800);
     assert!(b.operator_data);
@@ -551,38 +300,16 @@ fn checkpoint_candidates_are_the_repeated_blocks_and_the_root_children() {
     let rows: Vec<(&str, u64, u64, u64)> = r
         .checkpoint_candidates
         .iter()
-        .map(|c| {
-            (
-                c.layer.as_str(),
-                c.activation_bytes,
-                c.activation_bytes_at_peak,
-                c.recompute_working_set_bytes,
-            )
-        })
+        .map(|c| (c.layer.as_str(), c.activation_bytes, c.activation_bytes_at_peak, c.recompute_working_set_bytes))
         .collect();
     // `enc` is split into its indexed blocks; each drops what it saves but not its output (read
     // by the next module); head's R1 is already freed at the peak. Working sets: enc.0 rises
     // from 2100 to 5500, enc.1 from 5500 to 9000, head from 9000 to 9900.
-    assert_eq!(
-        rows,
-        [
-            ("enc.0", 3000, 3000, 3400),
-            ("enc.1", 3000, 3000, 3500),
-            ("head", 800, 0, 900)
-        ]
-    );
+    assert_eq!(rows, [("enc.0", 3000, 3000, 3400), ("enc.1", 3000, 3000, 3500), ("head", 800, 0, 900)]);
     for (c, ns) in r.checkpoint_candidates.iter().zip([40.0, 30.0, 20.0]) {
-        assert!(
-            (c.forward_time_s - ns * 1e-9).abs() < 1e-18,
-            "{}: {}",
-            c.layer,
-            c.forward_time_s
-        );
+        assert!((c.forward_time_s - ns * 1e-9).abs() < 1e-18, "{}: {}", c.layer, c.forward_time_s);
     }
-    assert!(r
-        .checkpoint_candidates
-        .iter()
-        .all(|c| c.calls == ITERATIONS as usize));
+    assert!(r.checkpoint_candidates.iter().all(|c| c.calls == ITERATIONS as usize));
 }
 
 #[test]
@@ -593,44 +320,20 @@ fn checkpoint_prediction_equals_an_independent_replay() {
     // enc.1 first (10000: its own recomputation becomes the peak), then enc.0 (7000: still the
     // recomputation of enc.1, which no other module's activations overlap). The best single
     // module is enc.0 (7500: the peak stays at head's backward, 3000 B lower).
-    assert_eq!(
-        checkpoints(&r),
-        [(vec!["enc.0", "enc.1"], 7000), (vec!["enc.0"], 7500)]
-    );
+    assert_eq!(checkpoints(&r), [(vec!["enc.0", "enc.1"], 7000), (vec!["enc.0"], 7500)]);
     assert_eq!(replay(&log, &["enc.1"], &|_| 1.0), 10_000);
     for (layers, predicted) in checkpoints(&r) {
-        assert_eq!(
-            predicted as i64,
-            replay(&log, &layers, &|_| 1.0),
-            "{layers:?}"
-        );
+        assert_eq!(predicted as i64, replay(&log, &layers, &|_| 1.0), "{layers:?}");
     }
     // Checkpointing head alone would raise the peak: its recomputation lands on the peak.
     assert_eq!(replay(&log, &["head"], &|_| 1.0), 10_000 + 500);
-    let best = &r
-        .suggestions
-        .iter()
-        .find(|s| s.kind == SuggestionKind::Checkpoint)
-        .unwrap();
+    let best = &r.suggestions.iter().find(|s| s.kind == SuggestionKind::Checkpoint).unwrap();
     assert_eq!(best.extra_time_per_iteration_s, Some(70e-9));
     assert_eq!(best.saving_bytes, 3500);
-    assert_eq!(
-        best.numbers["activation_bytes_dropped_at_measured_peak"],
-        6000.0
-    );
+    assert_eq!(best.numbers["activation_bytes_dropped_at_measured_peak"], 6000.0);
     assert!((best.numbers["extra_time_fraction"] - 0.25).abs() < 1e-12);
-    assert!(
-        best.change
-            .starts_with("checkpoint enc.0, enc.1 (torch.utils.checkpoint"),
-        "{}",
-        best.change
-    );
-    assert!(
-        best.reasoning
-            .contains("while recomputing enc.1 at the start of its backward"),
-        "{}",
-        best.reasoning
-    );
+    assert!(best.change.starts_with("checkpoint enc.0, enc.1 (torch.utils.checkpoint"), "{}", best.change);
+    assert!(best.reasoning.contains("while recomputing enc.1 at the start of its backward"), "{}", best.reasoning);
 }
 
 #[test]
@@ -643,11 +346,7 @@ fn a_budget_gets_the_fewest_modules_that_fit() {
     assert_eq!(checkpoints(&r), [(vec!["enc.0", "enc.1"], 7000)]);
     // Ranked: what meets the budget first, the least extra time first (no recomputation for a
     // smaller batch or AMP), then the lowest peak.
-    let kinds: Vec<(SuggestionKind, Option<bool>)> = r
-        .suggestions
-        .iter()
-        .map(|s| (s.kind, s.meets_budget))
-        .collect();
+    let kinds: Vec<(SuggestionKind, Option<bool>)> = r.suggestions.iter().map(|s| (s.kind, s.meets_budget)).collect();
     assert_eq!(
         kinds,
         [
@@ -660,16 +359,8 @@ fn a_budget_gets_the_fewest_modules_that_fit() {
     // The measured peak fits: nothing to choose, and it says so.
     let r = advise(&trace, &with_budget(20_000));
     // Both meet it: the least extra time first.
-    assert_eq!(
-        checkpoints(&r),
-        [(vec!["enc.0"], 7500), (vec!["enc.0", "enc.1"], 7000)],
-        "nothing to aim at: as without a budget"
-    );
-    assert!(
-        r.notes[0].starts_with("the measured peak 10.25 KiB already fits"),
-        "{:?}",
-        r.notes
-    );
+    assert_eq!(checkpoints(&r), [(vec!["enc.0"], 7500), (vec!["enc.0", "enc.1"], 7000)], "nothing to aim at: as without a budget");
+    assert!(r.notes[0].starts_with("the measured peak 10.25 KiB already fits"), "{:?}", r.notes);
 }
 
 #[test]
@@ -680,7 +371,9 @@ fn a_budget_checkpointing_cannot_meet_says_why() {
     let s = one(&r, SuggestionKind::Checkpoint);
     assert_eq!(s.meets_budget, Some(false));
     assert!(
-        r.notes.iter().any(|n| n.starts_with("the budget 5.86 KiB cannot be met by checkpointing alone: its lowest predicted peak is 6.84 KiB while recomputing enc.1")),
+        r.notes.iter().any(|n| n.starts_with(
+            "the budget 5.86 KiB cannot be met by checkpointing alone: its lowest predicted peak is 6.84 KiB while recomputing enc.1"
+        )),
         "{:#?}",
         r.notes
     );
@@ -695,16 +388,9 @@ fn a_budget_below_weights_gradients_and_optimizer_state_cannot_be_met() {
     assert_eq!(r.budget_met, Some(false));
     assert!(r.suggestions.iter().all(|s| s.meets_budget == Some(false)));
     let why = "below the weights, gradients and optimizer state (2.93 KiB: weights 1000 B, gradients 1000 B, optimizer state 1000 B)";
+    assert!(r.notes[0].starts_with("no suggestion meets the budget 2.44 KiB: it is ") && r.notes[0].contains(why), "{:#?}", r.notes);
     assert!(
-        r.notes[0].starts_with("no suggestion meets the budget 2.44 KiB: it is ")
-            && r.notes[0].contains(why),
-        "{:#?}",
-        r.notes
-    );
-    assert!(
-        r.notes.iter().any(|n| n.starts_with(
-            "the budget 2.44 KiB cannot be met by checkpointing: it is below the weights"
-        )),
+        r.notes.iter().any(|n| n.starts_with("the budget 2.44 KiB cannot be met by checkpointing: it is below the weights")),
         "{:#?}",
         r.notes
     );
@@ -722,17 +408,9 @@ fn amp_halves_exactly_the_activation_bytes() {
     assert_eq!(amp.numbers["half_precision_weight_copies_bytes"], 500.0);
     assert_eq!(amp.predicted_peak_bytes, 10_500 - 3900 + 500);
     let half = |n: &str| if ACTIVATIONS.contains(&n) { 0.5 } else { 1.0 };
-    assert_eq!(
-        amp.predicted_peak_bytes as i64,
-        replay_with(&log, &[], &half, &weight_copy)
-    );
+    assert_eq!(amp.predicted_peak_bytes as i64, replay_with(&log, &[], &half, &weight_copy));
     assert_eq!(amp.extra_time_per_iteration_s, None);
-    assert!(
-        amp.reasoning
-            .contains("parameters, gradients and optimizer state stay fp32"),
-        "{}",
-        amp.reasoning
-    );
+    assert!(amp.reasoning.contains("parameters, gradients and optimizer state stay fp32"), "{}", amp.reasoning);
 }
 
 #[test]
@@ -744,10 +422,7 @@ fn checkpointing_under_amp_replays_halved_activations() {
     // The lowest point is enc.0's backward writing GW, with the weight copy still alive.
     let half = |n: &str| if ACTIVATIONS.contains(&n) { 0.5 } else { 1.0 };
     assert_eq!(both.predicted_peak_bytes, 5700);
-    assert_eq!(
-        both.predicted_peak_bytes as i64,
-        replay_with(&log, &["enc.0", "enc.1"], &half, &weight_copy)
-    );
+    assert_eq!(both.predicted_peak_bytes as i64, replay_with(&log, &["enc.0", "enc.1"], &half, &weight_copy));
     assert_eq!(both.meets_budget, Some(false));
 }
 
@@ -759,24 +434,12 @@ fn a_smaller_batch_that_meets_the_budget() {
     // At the peak 8400 B scale with the batch (activations, G0, GH): at 3/4 the peak is 8400,
     // at 2/4 it is 6300.
     assert_eq!(s.numbers["batch_dependent_bytes_at_measured_peak"], 8400.0);
-    assert_eq!(
-        (s.numbers["new_batch"], s.numbers["traced_batch"]),
-        (2.0, 4.0)
-    );
+    assert_eq!((s.numbers["new_batch"], s.numbers["traced_batch"]), (2.0, 4.0));
     assert_eq!(s.predicted_peak_bytes, 10_500 - 8400 / 2);
-    assert_eq!(
-        s.change,
-        "batch 2 instead of 4 (gradient accumulation over 2 steps keeps an effective batch of 4)"
-    );
+    assert_eq!(s.change, "batch 2 instead of 4 (gradient accumulation over 2 steps keeps an effective batch of 4)");
     let r = advise(&trace, &with_budget(100));
-    assert_eq!(
-        one(&r, SuggestionKind::SmallerBatch).numbers["new_batch"],
-        1.0
-    );
-    assert_eq!(
-        one(&r, SuggestionKind::SmallerBatch).meets_budget,
-        Some(false)
-    );
+    assert_eq!(one(&r, SuggestionKind::SmallerBatch).numbers["new_batch"], 1.0);
+    assert_eq!(one(&r, SuggestionKind::SmallerBatch).meets_budget, Some(false));
 }
 
 #[test]
@@ -789,16 +452,8 @@ fn set_to_none_frees_gradients_kept_across_iterations() {
     assert_eq!(s.numbers["gradient_bytes_kept_across_iterations"], 1000.0);
     // Freed by zero_grad and written again by enc.0's backward, as the other trace does.
     let (freed, _) = hand_built(false);
-    assert_eq!(
-        s.predicted_peak_bytes,
-        advise(&freed, &AdviceOptions::default())
-            .baseline
-            .peak_allocated_bytes
-    );
-    assert!(advise(&freed, &AdviceOptions::default())
-        .suggestions
-        .iter()
-        .all(|s| s.kind != SuggestionKind::SetToNone));
+    assert_eq!(s.predicted_peak_bytes, advise(&freed, &AdviceOptions::default()).baseline.peak_allocated_bytes);
+    assert!(advise(&freed, &AdviceOptions::default()).suggestions.iter().all(|s| s.kind != SuggestionKind::SetToNone));
 }
 
 #[test]
@@ -809,29 +464,15 @@ fn optimizer_state_per_parameter() {
     // 1000 B of momentum for 1000 B (250 fp32 parameters) of weights: 4 B per parameter.
     assert_eq!(s.numbers["state_bytes_per_parameter"], 4.0);
     assert_eq!(s.predicted_peak_bytes, 9500);
-    assert!(
-        s.change
-            .contains("plain SGD (no momentum, 0 B/param: peak 9.28 KiB)"),
-        "{}",
-        s.change
-    );
+    assert!(s.change.contains("plain SGD (no momentum, 0 B/param: peak 9.28 KiB)"), "{}", s.change);
 }
 
 #[test]
 fn cpu_traces_say_expandable_segments_is_for_cuda() {
     let (trace, _) = hand_built(false);
     let r = advise(&trace, &AdviceOptions::default());
-    assert!(r
-        .suggestions
-        .iter()
-        .all(|s| s.kind != SuggestionKind::ExpandableSegments));
-    assert!(
-        r.not_available
-            .iter()
-            .any(|n| n.starts_with("expandable_segments: nothing is reserved on cpu:0")),
-        "{:?}",
-        r.not_available
-    );
+    assert!(r.suggestions.iter().all(|s| s.kind != SuggestionKind::ExpandableSegments));
+    assert!(r.not_available.iter().any(|n| n.starts_with("expandable_segments: nothing is reserved on cpu:0")), "{:?}", r.not_available);
 }
 
 #[test]
@@ -840,18 +481,13 @@ fn the_report_round_trips_through_json() {
     let r = advise(&trace, &with_budget(8000));
     let json = serde_json::to_value(&r).unwrap();
     assert_eq!(json["suggestions"][2]["kind"], "checkpoint");
-    assert_eq!(
-        json["suggestions"][2]["layers"],
-        serde_json::json!(["enc.0", "enc.1"])
-    );
+    assert_eq!(json["suggestions"][2]["layers"], serde_json::json!(["enc.0", "enc.1"]));
     let back: AdviceReport = serde_json::from_value(json).unwrap();
     assert_eq!(back, r);
 }
 
 fn sample(name: &str) -> Trace {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/data")
-        .join(name);
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/data").join(name);
     import(&std::fs::read(p).unwrap(), &ImportOptions::default()).unwrap()
 }
 
@@ -861,14 +497,7 @@ fn a_snapshot_gets_fragmentation_and_optimizer_advice_and_names_what_needs_opera
     let r = advise(&trace, &AdviceOptions::default());
     let b = &r.baseline;
     // PyTorch's counters (facts.json): max_allocated 238078976, max_reserved 260046848.
-    assert_eq!(
-        (
-            b.peak_allocated_bytes,
-            b.reserved_at_peak_bytes,
-            b.peak_reserved_bytes
-        ),
-        (238_078_976, 260_046_848, 260_046_848)
-    );
+    assert_eq!((b.peak_allocated_bytes, b.reserved_at_peak_bytes, b.peak_reserved_bytes), (238_078_976, 260_046_848, 260_046_848));
     assert!(!b.operator_data);
     let gap = 260_046_848 - 238_078_976;
     assert!((b.fragmentation_at_peak - gap as f64 / 260_046_848.0).abs() < 1e-12);
@@ -879,39 +508,21 @@ fn a_snapshot_gets_fragmentation_and_optimizer_advice_and_names_what_needs_opera
         r.notes
     );
     for kind in ["checkpoint", "amp", "smaller_batch"] {
-        assert!(
-            r.not_available
-                .iter()
-                .any(|n| n.starts_with(&format!("{kind}: needs operator data"))),
-            "{kind}: {:#?}",
-            r.not_available
-        );
+        assert!(r.not_available.iter().any(|n| n.starts_with(&format!("{kind}: needs operator data"))), "{kind}: {:#?}", r.not_available);
     }
     assert!(r.checkpoint_candidates.is_empty());
     // SGD with momentum: one buffer per parameter, parameters found from the allocation stacks
     // (`Module.to`): 122 blocks, 44781056 B; 62 momentum buffers, 45647360 B (the allocator
     // gave one buffer a 2 MiB block for a 1.125 MiB request, so a little over 4 B/param).
     let opt = one(&r, SuggestionKind::Optimizer);
-    assert_eq!(
-        (b.weights_bytes, b.optimizer_state_bytes),
-        (Some(44_781_056), Some(45_647_360))
-    );
+    assert_eq!((b.weights_bytes, b.optimizer_state_bytes), (Some(44_781_056), Some(45_647_360)));
     let bpp = opt.numbers["state_bytes_per_parameter"];
-    assert!(
-        (bpp - 45_647_360.0 / (44_781_056.0 / 4.0)).abs() < 1e-9,
-        "{bpp}"
-    );
+    assert!((bpp - 45_647_360.0 / (44_781_056.0 / 4.0)).abs() < 1e-9, "{bpp}");
     assert!(opt.change.contains("plain SGD"), "{}", opt.change);
     assert!(opt.predicted_peak_bytes < b.peak_allocated_bytes);
 
     // Above a lower threshold, expandable_segments is suggested with its reserved peak.
-    let r = advise(
-        &trace,
-        &AdviceOptions {
-            fragmentation_threshold: 0.05,
-            ..AdviceOptions::default()
-        },
-    );
+    let r = advise(&trace, &AdviceOptions { fragmentation_threshold: 0.05, ..AdviceOptions::default() });
     let e = one(&r, SuggestionKind::ExpandableSegments);
     // 238078976 B rounded up to 2 MiB pages (114 pages) plus one page.
     assert_eq!(e.predicted_reserved_peak_bytes, Some(115 * 2 * 1024 * 1024));
@@ -922,15 +533,7 @@ fn a_snapshot_gets_fragmentation_and_optimizer_advice_and_names_what_needs_opera
 
 #[test]
 fn odd_traces_get_a_report_without_panicking() {
-    let opts = [
-        AdviceOptions::default(),
-        with_budget(0),
-        with_budget(u64::MAX),
-        AdviceOptions {
-            top: 0,
-            ..AdviceOptions::default()
-        },
-    ];
+    let opts = [AdviceOptions::default(), with_budget(0), with_budget(u64::MAX), AdviceOptions { top: 0, ..AdviceOptions::default() }];
     let empty = Trace::new(TraceMeta::new(SourceFormat::MemoryTracer));
     for o in &opts {
         let r = advise(&empty, o);
@@ -992,12 +595,7 @@ fn sizes_parse_in_binary_and_decimal_units() {
     ] {
         let e = parse_size(bad).unwrap_err();
         assert!(e.why.starts_with(why), "{bad}: {e}");
-        assert!(
-            e.to_string().starts_with(
-                "expected a size such as 6GiB, 512MiB, 1.5GB or 1073741824 (bytes), got `"
-            ),
-            "{e}"
-        );
+        assert!(e.to_string().starts_with("expected a size such as 6GiB, 512MiB, 1.5GB or 1073741824 (bytes), got `"), "{e}");
     }
 }
 
@@ -1016,22 +614,13 @@ fn predict_peak_replays_any_set_of_modules() {
     let r = advise(&trace, &AdviceOptions::default());
     for s in &r.suggestions {
         match s.kind {
-            SuggestionKind::Checkpoint => assert_eq!(
-                predict_peak(&trace, &s.layers, false),
-                Some(s.predicted_peak_bytes)
-            ),
-            SuggestionKind::Amp => assert_eq!(
-                predict_peak(&trace, &[], true),
-                Some(s.predicted_peak_bytes)
-            ),
+            SuggestionKind::Checkpoint => assert_eq!(predict_peak(&trace, &s.layers, false), Some(s.predicted_peak_bytes)),
+            SuggestionKind::Amp => assert_eq!(predict_peak(&trace, &[], true), Some(s.predicted_peak_bytes)),
             _ => {}
         }
     }
     assert_eq!(predict_peak(&trace, &[], false), Some(10_500));
-    assert_eq!(
-        predict_peak(&trace, &layers(&["head"]), false),
-        Some(replay(&log, &["head"], &|_| 1.0) as u64)
-    );
+    assert_eq!(predict_peak(&trace, &layers(&["head"]), false), Some(replay(&log, &["head"], &|_| 1.0) as u64));
     let half = |n: &str| if ACTIVATIONS.contains(&n) { 0.5 } else { 1.0 };
     assert_eq!(
         predict_peak(&trace, &layers(&["enc.1", "enc.0"]), true),
@@ -1041,21 +630,9 @@ fn predict_peak_replays_any_set_of_modules() {
     // (+90) to its backward's start (enc.1's, +180): 10500 - 6400 at the old peak; its
     // recomputation there (working set 9000 - 2100) on 9500 - 6400 makes the peak, 10000.
     assert_eq!(predict_peak(&trace, &layers(&["enc"]), false), Some(10_000));
-    assert_eq!(
-        predict_peak(&trace, &layers(&["enc", "enc.0"]), false),
-        Some(10_000),
-        "enc.0 is inside enc"
-    );
-    assert_eq!(
-        predict_peak(&trace, &layers(&["enc.2"]), false),
-        None,
-        "no such module"
-    );
-    assert_eq!(
-        predict_peak(&sample("resnet18_sgd_2steps.pickle"), &[], true),
-        None,
-        "no operators"
-    );
+    assert_eq!(predict_peak(&trace, &layers(&["enc", "enc.0"]), false), Some(10_000), "enc.0 is inside enc");
+    assert_eq!(predict_peak(&trace, &layers(&["enc.2"]), false), None, "no such module");
+    assert_eq!(predict_peak(&sample("resnet18_sgd_2steps.pickle"), &[], true), None, "no operators");
 }
 
 #[test]
@@ -1073,33 +650,15 @@ fn a_merged_trace_is_advised_on_its_peak_rank() {
     r1.events = store;
     let single = advise(&r1, &AdviceOptions::default());
     let merged = shared::merge::merge(vec![
-        shared::merge::MergeInput {
-            trace: r0,
-            rank: 0,
-            label: "r0".into(),
-        },
-        shared::merge::MergeInput {
-            trace: r1.clone(),
-            rank: 1,
-            label: "r1".into(),
-        },
+        shared::merge::MergeInput { trace: r0, rank: 0, label: "r0".into() },
+        shared::merge::MergeInput { trace: r1.clone(), rank: 1, label: "r1".into() },
     ])
     .unwrap();
     let r = advise(&merged, &AdviceOptions::default());
     assert_eq!(r.baseline.peak_allocated_bytes, 11_550);
     assert_eq!(r.baseline.device, "cpu:0 (rank 1)");
     assert_eq!(checkpoints(&r), checkpoints(&single));
-    assert!(
-        r.notes
-            .last()
-            .unwrap()
-            .starts_with("a trace of several ranks: advice for rank 1"),
-        "{:?}",
-        r.notes
-    );
+    assert!(r.notes.last().unwrap().starts_with("a trace of several ranks: advice for rank 1"), "{:?}", r.notes);
     let layers = vec!["enc.0".to_owned(), "enc.1".to_owned()];
-    assert_eq!(
-        predict_peak(&merged, &layers, false),
-        predict_peak(&r1, &layers, false)
-    );
+    assert_eq!(predict_peak(&merged, &layers, false), predict_peak(&r1, &layers, false));
 }

@@ -189,13 +189,8 @@ const SNAPSHOT_AT_TOP: &[u8] = b"\x80\x04\x95\xd6\x00\x00\x00\x00\x00\x00\x00\x7
 /// MARK now belong to it, and POP of a bare MARK drops the mark, as in CPython.
 #[test]
 fn stack_below_a_mark_is_an_error_not_a_panic() {
-    let cases: [&[u8]; 5] = [
-        b"\x80\x02)(0l.",
-        b"\x80\x02})(0u\x861.",
-        b"\x80\x02}(0u\x88\x88J.",
-        b"\x80\x02Kb((0u.",
-        b"\x80\x02K\x01(\x85.",
-    ];
+    let cases: [&[u8]; 5] =
+        [b"\x80\x02)(0l.", b"\x80\x02})(0u\x861.", b"\x80\x02}(0u\x88\x88J.", b"\x80\x02Kb((0u.", b"\x80\x02K\x01(\x85."];
     for bytes in cases {
         let e = err(bytes);
         assert!(e.contains("corrupt pickle at byte") || e.contains("expected"), "{bytes:02x?}: {e}");
@@ -514,9 +509,7 @@ fn chrome_device_count_is_bounded() {
 fn chrome_events_stream_instead_of_buffering_the_document() {
     // 200 000 events the importer ignores and odd thread ids: the untagged enum buffered the
     // whole document as serde values (about 100 bytes per 12-byte event) before reading it.
-    let doc = chrome_doc((0..200_000).map(|i| {
-        if i % 2 == 0 { r#"{"ph":"B","x":1}"#.to_owned() } else { r#"{"tid":[[0]]}"#.to_owned() }
-    }));
+    let doc = chrome_doc((0..200_000).map(|i| if i % 2 == 0 { r#"{"ph":"B","x":1}"#.to_owned() } else { r#"{"tid":[[0]]}"#.to_owned() }));
     let (peak, out) = heap::peak_heap_bytes(|| import(&doc, &ImportOptions::default()));
     out.unwrap();
     assert!(peak < doc.len(), "{peak} bytes of heap for {} input bytes", doc.len());
@@ -525,10 +518,7 @@ fn chrome_events_stream_instead_of_buffering_the_document() {
 #[test]
 fn dftracer_file_labels_are_bounded() {
     // One hashed file name of 1 MB, referenced by 2 000 spans: a 1 MB label built per span.
-    let mut doc = format!(
-        "{{\"name\":\"FH\",\"ph\":\"M\",\"args\":{{\"name\":\"/{}\",\"value\":\"f1\"}}}}\n",
-        "a".repeat(1 << 20)
-    );
+    let mut doc = format!("{{\"name\":\"FH\",\"ph\":\"M\",\"args\":{{\"name\":\"/{}\",\"value\":\"f1\"}}}}\n", "a".repeat(1 << 20));
     for i in 0..2000 {
         doc.push_str(&format!("{{\"name\":\"read\",\"cat\":\"POSIX\",\"ph\":\"X\",\"ts\":{i},\"dur\":1,\"args\":{{\"fhash\":\"f1\"}}}}\n"));
     }
@@ -590,8 +580,12 @@ fn chrome_input_dims_cost_at_most_64_bytes_per_input_byte() {
     let deep = format!("{}0{}", "[".repeat(100), "]".repeat(100));
     let doc = chrome_doc(
         [
-            format!(r#"{{"ph":"X","cat":"cpu_op","name":"aten::mm","ts":1,"dur":1,"args":{{"Input Dims":[[{zeros}]],"Input type":["float"]}}}}"#),
-            format!(r#"{{"ph":"X","cat":"cpu_op","name":"aten::mm","ts":2,"dur":1,"args":{{"Input Dims":{deep},"Input type":["float"]}}}}"#),
+            format!(
+                r#"{{"ph":"X","cat":"cpu_op","name":"aten::mm","ts":1,"dur":1,"args":{{"Input Dims":[[{zeros}]],"Input type":["float"]}}}}"#
+            ),
+            format!(
+                r#"{{"ph":"X","cat":"cpu_op","name":"aten::mm","ts":2,"dur":1,"args":{{"Input Dims":{deep},"Input type":["float"]}}}}"#
+            ),
         ]
         .into_iter(),
     );

@@ -127,12 +127,8 @@ fn hover_and_click_report_the_allocator_state() {
         assert!(!a.stack.is_empty(), "snapshot allocations carry their stacks");
     }
     let Response::Segments { segments, .. } = session.answer(&Request::Segments { t_s: s.peak_time_s }) else { panic!() };
-    let allocated: u64 = segments
-        .iter()
-        .flat_map(|seg| &seg.blocks)
-        .filter(|b| b.state == shared::model::BlockState::Allocated)
-        .map(|b| b.size_bytes)
-        .sum();
+    let allocated: u64 =
+        segments.iter().flat_map(|seg| &seg.blocks).filter(|b| b.state == shared::model::BlockState::Allocated).map(|b| b.size_bytes).sum();
     assert_eq!(allocated, s.peak_allocated_bytes, "blocks at the peak add up to the peak");
 }
 
@@ -167,7 +163,10 @@ fn rank_files_merge_and_every_rank_keeps_its_peak() {
     assert_eq!(overview.summary.peak_allocated_bytes, fact(RESNET, "max_allocated"));
     let ranks = overview.ranks.as_ref().expect("a merged trace of two ranks has a rank set");
     assert_eq!(ranks.selected, None);
-    assert_eq!(ranks.devices.iter().map(|d| (d.rank, d.device.as_str())).collect::<Vec<_>>(), [(0, "cuda:0 (rank 0)"), (1, "cuda:0 (rank 1)")]);
+    assert_eq!(
+        ranks.devices.iter().map(|d| (d.rank, d.device.as_str())).collect::<Vec<_>>(),
+        [(0, "cuda:0 (rank 0)"), (1, "cuda:0 (rank 1)")]
+    );
     for (d, sample) in ranks.devices.iter().zip([RESNET, MLP]) {
         assert_eq!(d.peak_allocated_bytes, fact(sample, "max_allocated"), "{sample}");
         assert_eq!(d.peak_reserved_bytes, fact(sample, "max_reserved"), "{sample}");
@@ -175,7 +174,12 @@ fn rank_files_merge_and_every_rank_keeps_its_peak() {
         // the rank starts on it.
         let own = shared::merge::rank_trace(session.trace(), d.rank).unwrap();
         let shift_s = (own.start_ns() - session.trace().start_ns()) as f64 * 1e-9;
-        assert!((d.peak_time_s - (summary(&own).peak_time_s + shift_s)).abs() < 1e-6, "{sample}: {} vs {}", d.peak_time_s, summary(&own).peak_time_s + shift_s);
+        assert!(
+            (d.peak_time_s - (summary(&own).peak_time_s + shift_s)).abs() < 1e-6,
+            "{sample}: {} vs {}",
+            d.peak_time_s,
+            summary(&own).peak_time_s + shift_s
+        );
         assert_eq!(d.events, own.events.len());
     }
     assert_eq!(ranks.highest_device, ranks.devices[0].device_index);
@@ -216,7 +220,9 @@ fn picking_a_rank_shows_that_rank_everywhere_and_all_ranks_comes_back() {
     let ranks = one.ranks.as_ref().unwrap();
     assert_eq!((ranks.selected, ranks.devices.len()), (Some(1), 2));
     // Later answers are the rank's: its timeline, its hover, its exports.
-    let Response::Timeline { points, .. } = session.answer(&Request::Timeline { start_s: 0.0, end_s: one.duration_s, buckets: 500 }) else { panic!() };
+    let Response::Timeline { points, .. } = session.answer(&Request::Timeline { start_s: 0.0, end_s: one.duration_s, buckets: 500 }) else {
+        panic!()
+    };
     assert_eq!(max_allocated(&points), fact(MLP, "max_allocated"));
     let Response::At(m) = session.answer(&Request::At { t_s: one.summary.peak_time_s }) else { panic!() };
     assert_eq!(m.allocated_bytes, fact(MLP, "max_allocated"));

@@ -10,12 +10,8 @@ use shared::export::{export, ExportFormat};
 use shared::{import, ImportOptions};
 use std::path::PathBuf;
 
-const SAMPLES: [&str; 4] = [
-    "mlp_adam_3steps.pickle",
-    "resnet18_sgd_2steps.pickle",
-    "convnet_profiler_trace.json",
-    "dftracer_sample.pfw.gz",
-];
+const SAMPLES: [&str; 4] =
+    ["mlp_adam_3steps.pickle", "resnet18_sgd_2steps.pickle", "convnet_profiler_trace.json", "dftracer_sample.pfw.gz"];
 
 fn data_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/data")
@@ -28,14 +24,9 @@ fn check(name: &str, actual: &[u8]) {
         std::fs::write(&path, actual).unwrap();
         return;
     }
-    let expected = std::fs::read(&path)
-        .unwrap_or_else(|e| panic!("{}: {e}; run with MEMORY_TRACER_BLESS=1 to create it", path.display()));
+    let expected = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}; run with MEMORY_TRACER_BLESS=1 to create it", path.display()));
     if expected != actual {
-        let line = expected
-            .split(|&b| b == b'\n')
-            .zip(actual.split(|&b| b == b'\n'))
-            .position(|(a, b)| a != b)
-            .map_or(0, |l| l + 1);
+        let line = expected.split(|&b| b == b'\n').zip(actual.split(|&b| b == b'\n')).position(|(a, b)| a != b).map_or(0, |l| l + 1);
         panic!(
             "{} differs from the output (first differing line {line}, {} vs {} bytes); \
              rerun with MEMORY_TRACER_BLESS=1 if the change is intended",

@@ -20,19 +20,47 @@ fn leaky_loop(drop_cache: bool) -> Trace {
     let d = t.device_index(Device { kind: "cuda".into(), index: 0, rank: None });
     let (block, cache, clone) = (t.strings.intern("model.block"), t.strings.intern("model.cache"), t.strings.intern("aten::clone"));
     let mut address = 0x1000u64;
-    let mut push = |t: &mut Trace, ts: u64, ty: EventType, size: u64, addr: u64, layer: StrId| {
-        t.events.push(EventRecord { ts_ns: ts, event_type: ty, phase: Phase::Forward, size_bytes: size, address: addr, layer, device: d, stream: 0, totals: None });
+    let push = |t: &mut Trace, ts: u64, ty: EventType, size: u64, addr: u64, layer: StrId| {
+        t.events.push(EventRecord {
+            ts_ns: ts,
+            event_type: ty,
+            phase: Phase::Forward,
+            size_bytes: size,
+            address: addr,
+            layer,
+            device: d,
+            stream: 0,
+            totals: None,
+        });
     };
     for it in 0..ITERATIONS {
         let t0 = it * STEP_NS;
-        let acts: Vec<(u64, u64)> = (0..16u64).map(|k| (512 * (k + 1) * (k % 3 + 1), { address += 0x10000; address })).collect();
+        let acts: Vec<(u64, u64)> = (0..16u64)
+            .map(|k| {
+                (512 * (k + 1) * (k % 3 + 1), {
+                    address += 0x10000;
+                    address
+                })
+            })
+            .collect();
         for (k, &(size, addr)) in acts.iter().enumerate() {
             push(&mut t, t0 + 1000 * k as u64, EventType::Alloc, size, addr, block);
         }
         if it > 0 {
             address += 0x10000;
             push(&mut t, t0 + 50_000, EventType::Alloc, LEAK, address, cache);
-            t.ops.push(OperatorEvent { name: clone, phase: Phase::Forward, seq_nr: -1, start_ns: t0 + 49_000, end_ns: t0 + 51_000, thread: 1, fwd_thread: 0, layer: cache, inputs: (0, 0), outputs: (0, 0) });
+            t.ops.push(OperatorEvent {
+                name: clone,
+                phase: Phase::Forward,
+                seq_nr: -1,
+                start_ns: t0 + 49_000,
+                end_ns: t0 + 51_000,
+                thread: 1,
+                fwd_thread: 0,
+                layer: cache,
+                inputs: (0, 0),
+                outputs: (0, 0),
+            });
         }
         for (k, &(size, addr)) in acts.iter().enumerate() {
             push(&mut t, t0 + 100_000 + 1000 * k as u64, EventType::Free, size, addr, block);
@@ -54,7 +82,10 @@ fn a_loop_without_marks_is_cut_into_iterations_by_its_repeating_allocations() {
     assert!(r.leaking, "{}", r.verdict);
     assert_eq!(r.agreeing, r.compared);
     let g = &r.survivors[0];
-    assert_eq!((g.layer.as_str(), g.op.as_deref(), g.bytes, g.iterations), ("model.cache", Some("aten::clone"), LEAK * (ITERATIONS - 1), ITERATIONS as usize - 1));
+    assert_eq!(
+        (g.layer.as_str(), g.op.as_deref(), g.bytes, g.iterations),
+        ("model.cache", Some("aten::clone"), LEAK * (ITERATIONS - 1), ITERATIONS as usize - 1)
+    );
     assert_eq!(r.survivors.len(), 1, "the freed activations are no leak: {:?}", r.survivors);
 }
 

@@ -60,8 +60,14 @@ fn each_rank_keeps_its_device_peak_events_and_layers() {
         let mine: Vec<usize> = (0..merged.events.len()).filter(|&i| merged.events.device[i] == d).collect();
         for (k, &i) in mine.iter().enumerate().step_by(97) {
             let (a, b) = (merged.memory_event(i), own.memory_event(k));
-            assert_eq!((a.size_bytes, a.layer_name, a.allocated_bytes, a.reserved_bytes), (b.size_bytes, b.layer_name, b.allocated_bytes, b.reserved_bytes), "event {k} of {sample}");
-            let frames = |t: &Trace, e: usize| t.stacks.stack_of_event(e).map(|s| t.stacks.stack(s).map(|f| t.str(f.name).to_owned()).collect::<Vec<_>>());
+            assert_eq!(
+                (a.size_bytes, a.layer_name, a.allocated_bytes, a.reserved_bytes),
+                (b.size_bytes, b.layer_name, b.allocated_bytes, b.reserved_bytes),
+                "event {k} of {sample}"
+            );
+            let frames = |t: &Trace, e: usize| {
+                t.stacks.stack_of_event(e).map(|s| t.stacks.stack(s).map(|f| t.str(f.name).to_owned()).collect::<Vec<_>>())
+            };
             assert_eq!(frames(&merged, i), frames(&own, k));
         }
     }

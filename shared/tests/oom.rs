@@ -44,8 +44,16 @@ fn both_real_out_of_memories_are_explained_as_pytorch_reported_them() {
         // Everything live is accounted for: the groups add up to what was allocated.
         let sum: u64 = r.by_phase.iter().map(|g| g.bytes).sum::<u64>() + r.unrecorded_bytes;
         assert_eq!(sum, r.allocated_bytes, "{name}");
-        assert_eq!(r.by_phase.iter().find(|g| g.name.starts_with("optimizer")).map(|g| (g.bytes, g.allocations)), Some((state_bytes(), 12)), "{name}");
-        assert!(r.verdict.starts_with("out of memory on cuda:0 at ") && r.verdict.contains("a request of 2.00 GiB failed"), "{}", r.verdict);
+        assert_eq!(
+            r.by_phase.iter().find(|g| g.name.starts_with("optimizer")).map(|g| (g.bytes, g.allocations)),
+            Some((state_bytes(), 12)),
+            "{name}"
+        );
+        assert!(
+            r.verdict.starts_with("out of memory on cuda:0 at ") && r.verdict.contains("a request of 2.00 GiB failed"),
+            "{}",
+            r.verdict
+        );
     }
     let snap = oom(&load("oom_mlp.pickle"), 10).unwrap();
     assert!(snap.largest_free_block_bytes.is_some(), "snapshots have segments");

@@ -3,12 +3,10 @@
 
 use shared::analysis::profile::{graph_profile, ActivationStats, BreakdownRow, IterationRole, TensorClass};
 use shared::export::profile::{
-    write_activation_stats, write_memory_breakdown, write_node_stats, ACTIVATION_STATS_HEADER, MEMORY_BREAKDOWN_HEADER,
-    NODE_STATS_HEADER,
+    write_activation_stats, write_memory_breakdown, write_node_stats, ACTIVATION_STATS_HEADER, MEMORY_BREAKDOWN_HEADER, NODE_STATS_HEADER,
 };
 use shared::model::{
-    Device, EventRecord, EventType, IterationSpan, OperatorEvent, Phase, SourceFormat, StrId, TensorRef, TraceMeta,
-    INPUT_LAYER,
+    Device, EventRecord, EventType, IterationSpan, OperatorEvent, Phase, SourceFormat, StrId, TensorRef, TraceMeta, INPUT_LAYER,
 };
 use shared::Trace;
 
@@ -32,11 +30,7 @@ struct Builder {
 impl Builder {
     fn new() -> Self {
         let mut trace = Trace::new(TraceMeta::new(SourceFormat::MemoryTracer));
-        trace.device_index(Device {
-            kind: "cpu".into(),
-            index: 0,
-            rank: None,
-        });
+        trace.device_index(Device { kind: "cpu".into(), index: 0, rank: None });
         Self {
             trace,
             sizes: [(W, 1000), (X, 100), (A1, 200), (A2, 200), (L, 4), (G0, 4), (G1, 200), (G2, 200), (GW, 1000), (M, 1000)]
@@ -63,11 +57,7 @@ impl Builder {
     fn tensors(&mut self, addrs: &[u64]) -> (u32, u32) {
         let start = self.trace.tensors.len() as u32;
         for &a in addrs {
-            self.trace.tensors.push(TensorRef {
-                storage_id: a,
-                size_bytes: self.sizes[&a],
-                shape: u32::MAX,
-            });
+            self.trace.tensors.push(TensorRef { storage_id: a, size_bytes: self.sizes[&a], shape: u32::MAX });
         }
         (start, self.trace.tensors.len() as u32)
     }
@@ -78,18 +68,7 @@ impl Builder {
         let layer = if layer.is_empty() { StrId::NONE } else { self.trace.strings.intern(layer) };
         let inputs = self.tensors(inputs);
         let outputs = self.tensors(outputs);
-        self.trace.ops.push(OperatorEvent {
-            name,
-            phase,
-            seq_nr: -1,
-            start_ns,
-            end_ns,
-            thread: 1,
-            fwd_thread: 0,
-            layer,
-            inputs,
-            outputs,
-        });
+        self.trace.ops.push(OperatorEvent { name, phase, seq_nr: -1, start_ns, end_ns, thread: 1, fwd_thread: 0, layer, inputs, outputs });
     }
 
     /// One training step starting at `t`: linear → relu → sum, backward, SGD with momentum
@@ -135,11 +114,7 @@ impl Builder {
         }
         self.op("aten::add_", O, "optimizer.step", t + 170, t + 180, &[W, GW], &[W]);
         self.mem(t + 185, Free, GW, O, "optimizer.zero_grad");
-        self.trace.iterations.push(IterationSpan {
-            index,
-            start_ns: t,
-            end_ns: t + 190,
-        });
+        self.trace.iterations.push(IterationSpan { index, start_ns: t, end_ns: t + 190 });
     }
 }
 
@@ -254,28 +229,12 @@ fn breakdown_adds_up_and_matches_the_hand_count_at_the_peak() {
     assert_eq!(p.peak_bytes, 3300);
     assert_eq!(
         p.breakdown[6],
-        BreakdownRow {
-            rank: 6,
-            weights: 1000,
-            gradients: 1000,
-            activations: 0,
-            optimizer_state: 1000,
-            other: 300,
-            total_allocated: 3300
-        }
+        BreakdownRow { rank: 6, weights: 1000, gradients: 1000, activations: 0, optimizer_state: 1000, other: 300, total_allocated: 3300 }
     );
     // Before relu: W + X + M, and A1 (a temporary).
     assert_eq!(
         p.breakdown[1],
-        BreakdownRow {
-            rank: 1,
-            weights: 1000,
-            gradients: 0,
-            activations: 200,
-            optimizer_state: 1000,
-            other: 300,
-            total_allocated: 2500
-        }
+        BreakdownRow { rank: 1, weights: 1000, gradients: 0, activations: 200, optimizer_state: 1000, other: 300, total_allocated: 2500 }
     );
     assert_eq!(p.breakdown.iter().map(|r| r.total_allocated).max(), Some(p.peak_bytes));
 }
@@ -320,10 +279,7 @@ fn csvs_have_the_required_headers_and_full_cells() {
     let mut out = Vec::new();
     write_node_stats(&p.nodes, &mut out).expect("write");
     assert_eq!(check_csv(std::str::from_utf8(&out).expect("utf8"), NODE_STATS_HEADER), 10);
-    assert_eq!(
-        NODE_STATS_HEADER,
-        "rank,node_name,node_type,gtype,median_run_time_s,median_peak_mem_bytes,median_active_mem_bytes,device"
-    );
+    assert_eq!(NODE_STATS_HEADER, "rank,node_name,node_type,gtype,median_run_time_s,median_peak_mem_bytes,median_active_mem_bytes,device");
     assert!(std::str::from_utf8(&out).expect("utf8").contains("\n6,AddmmBackward0,GRAD,backward,0.000000010,3300,2300,cpu:0\n"));
     let mut out = Vec::new();
     write_activation_stats(&p.activations, &mut out).expect("write");

@@ -37,12 +37,7 @@ fn snapshot_replay_ends_in_the_recorded_final_state() {
     let trace = import(&data("resnet18_sgd_2steps.pickle"), &ImportOptions::default()).unwrap();
     let segs = segments_at(&trace, trace.events.len() - 1, 0);
     let reserved: u64 = segs.iter().map(|s| s.size_bytes).sum();
-    let allocated: u64 = segs
-        .iter()
-        .flat_map(|s| &s.blocks)
-        .filter(|b| b.state == BlockState::Allocated)
-        .map(|b| b.size_bytes)
-        .sum();
+    let allocated: u64 = segs.iter().flat_map(|s| &s.blocks).filter(|b| b.state == BlockState::Allocated).map(|b| b.size_bytes).sum();
     assert_eq!(reserved, fact("resnet18_sgd_2steps.pickle", "end_reserved"));
     assert_eq!(allocated, fact("resnet18_sgd_2steps.pickle", "end_allocated"));
     assert_eq!(segs.len(), 25);
@@ -68,8 +63,7 @@ fn chrome_trace_memory_matches_its_own_totals() {
     let trace = import(&raw, &ImportOptions::default()).unwrap();
     assert_eq!(trace.meta.source_format, SourceFormat::ChromeTrace);
     let json: serde_json::Value = serde_json::from_slice(&raw).unwrap();
-    let mem: Vec<&serde_json::Value> =
-        json["traceEvents"].as_array().unwrap().iter().filter(|e| e["name"] == "[memory]").collect();
+    let mem: Vec<&serde_json::Value> = json["traceEvents"].as_array().unwrap().iter().filter(|e| e["name"] == "[memory]").collect();
     let max_alloc = mem.iter().map(|e| e["args"]["Total Allocated"].as_u64().unwrap()).max().unwrap();
     let max_res = mem.iter().map(|e| e["args"]["Total Reserved"].as_u64().unwrap()).max().unwrap();
     let s = summary(&trace);

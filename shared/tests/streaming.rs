@@ -70,7 +70,8 @@ fn a_snapshot_streamed_in_pieces_or_gzipped_is_the_same_trace() {
         let padded = long(&raw);
         assert!(padded.len() > 2 << 20);
         for step in [3, 4096] {
-            let t = import_reader(Trickle { data: &padded, step }, &ImportOptions::default()).unwrap_or_else(|e| panic!("{name} in {step}-byte reads: {e}"));
+            let t = import_reader(Trickle { data: &padded, step }, &ImportOptions::default())
+                .unwrap_or_else(|e| panic!("{name} in {step}-byte reads: {e}"));
             assert_eq!(native(&t), expected, "{name} in {step}-byte reads");
         }
         let t = import_reader(gzip(&padded).as_slice(), &ImportOptions::default()).unwrap();
@@ -240,15 +241,36 @@ fn dftracer_view(t: &shared::model::Trace) -> (shared::analysis::Summary, Vec<St
             let stream = t.streams.get(r.stream as usize).map(|s| t.str(*s).to_owned()).unwrap_or_default();
             format!(
                 "{} {:?} {:?} {} {} {} {} {stream} {} {}",
-                r.ts_ns, r.event_type, r.phase, r.size_bytes, r.address, t.str(r.layer), t.devices[r.device as usize], totals.allocated_bytes, totals.reserved_bytes
+                r.ts_ns,
+                r.event_type,
+                r.phase,
+                r.size_bytes,
+                r.address,
+                t.str(r.layer),
+                t.devices[r.device as usize],
+                totals.allocated_bytes,
+                totals.reserved_bytes
             )
         })
         .collect();
-    let scopes = t.scopes.iter().map(|s| format!("{} {} {} {} {:?} {}", t.str(s.name), s.start_ns, s.end_ns, s.depth, s.phase, s.thread)).collect();
+    let scopes =
+        t.scopes.iter().map(|s| format!("{} {} {} {} {:?} {}", t.str(s.name), s.start_ns, s.end_ns, s.depth, s.phase, s.thread)).collect();
     let ops = t
         .ops
         .iter()
-        .map(|o| format!("{} {:?} {} {} {} {} {} {}", t.str(o.name), o.phase, o.seq_nr, o.start_ns, o.end_ns, o.thread, o.fwd_thread, t.str(o.layer)))
+        .map(|o| {
+            format!(
+                "{} {:?} {} {} {} {} {} {}",
+                t.str(o.name),
+                o.phase,
+                o.seq_nr,
+                o.start_ns,
+                o.end_ns,
+                o.thread,
+                o.fwd_thread,
+                t.str(o.layer)
+            )
+        })
         .collect();
     (shared::analysis::summary(t), events, scopes, ops)
 }

@@ -184,7 +184,12 @@ fn receive(state: AppState, msg: ToPage) {
         ToPage::Compared { a_name, b_name, diff, worker_memory_bytes } => {
             state.worker_memory.set(worker_memory_bytes);
             state.loading.set(None);
-            state.compare.set(Some(std::sync::Arc::new(crate::compare::Comparison { a: a_name, b: b_name, diff: *diff, of_open_trace: true })));
+            state.compare.set(Some(std::sync::Arc::new(crate::compare::Comparison {
+                a: a_name,
+                b: b_name,
+                diff: *diff,
+                of_open_trace: true,
+            })));
         }
         ToPage::Answer { id, response, worker_memory_bytes } => {
             state.worker_memory.set(worker_memory_bytes);

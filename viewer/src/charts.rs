@@ -2,17 +2,17 @@
 //! and a [`Palette`] and return where the plot landed in pixels ([`Mapping`]) so mouse handlers
 //! can turn a pixel back into a time or a rank.
 
+use plotters::coord::ranged1d::{DefaultFormatting, KeyPointHint, Ranged};
+use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters_canvas::CanvasBackend;
+use shared::analysis::diff::{Alignment, DiffCurves};
 use shared::analysis::flame::{FlameGraph, FlameKind};
 use shared::analysis::profile::GraphProfile;
 use shared::analysis::TimelinePoint;
-use shared::analysis::diff::{Alignment, DiffCurves};
 use shared::explore::{Band, Curve, RankCurve};
 use shared::model::{BlockState, SegmentInfo};
-use plotters::coord::ranged1d::{DefaultFormatting, KeyPointHint, Ranged};
-use plotters::coord::types::RangedCoordf64;
 use shared::units::{byte_ticks, format_bytes, format_seconds};
 use shared::Phase;
 use web_sys::HtmlCanvasElement;
@@ -110,7 +110,11 @@ fn font(pal: &Palette, size: u32) -> TextStyle<'static> {
 
 /// Memory is a step function: each bucket rises to its maximum at its start and holds its last
 /// level until the next bucket.
-fn steps<'a>(points: &'a [TimelinePoint], end: f64, levels: impl Fn(&TimelinePoint) -> (u64, u64) + 'a) -> impl Iterator<Item = (f64, f64)> + 'a {
+fn steps<'a>(
+    points: &'a [TimelinePoint],
+    end: f64,
+    levels: impl Fn(&TimelinePoint) -> (u64, u64) + 'a,
+) -> impl Iterator<Item = (f64, f64)> + 'a {
     points.iter().enumerate().flat_map(move |(i, p)| {
         let next = points.get(i + 1).map_or(end, |n| n.t_s);
         let (max, last) = levels(p);
@@ -170,7 +174,14 @@ impl Ranged for TickedAxis {
 
 /// Axes and grid in the theme's colours, with `x_labels`/`y_labels` ticks formatted by
 /// `x_fmt`/`y_fmt`, and an optional x axis description.
-fn draw_mesh(chart: &mut Chart<'_>, pal: &Palette, (x_labels, y_labels): (usize, usize), x_fmt: &dyn Fn(&f64) -> String, y_fmt: &dyn Fn(&f64) -> String, x_desc: Option<&str>) -> Res<()> {
+fn draw_mesh(
+    chart: &mut Chart<'_>,
+    pal: &Palette,
+    (x_labels, y_labels): (usize, usize),
+    x_fmt: &dyn Fn(&f64) -> String,
+    y_fmt: &dyn Fn(&f64) -> String,
+    x_desc: Option<&str>,
+) -> Res<()> {
     let mut mesh = chart.configure_mesh();
     mesh.x_labels(x_labels)
         .y_labels(y_labels)
@@ -202,12 +213,7 @@ pub fn draw_timeline(
 ) -> Res<Mapping> {
     let root = area(canvas, pal)?;
     let yt = byte_ticks(
-        points
-            .iter()
-            .map(|p| p.reserved_max_bytes.max(p.allocated_max_bytes))
-            .chain(driver.iter().map(|d| d.1))
-            .max()
-            .unwrap_or(0) as f64
+        points.iter().map(|p| p.reserved_max_bytes.max(p.allocated_max_bytes)).chain(driver.iter().map(|d| d.1)).max().unwrap_or(0) as f64
             * 1.02,
         6,
     );
@@ -247,16 +253,20 @@ pub fn draw_timeline(
     band_row(layer_bands, 1, true)?;
     if !points.is_empty() {
         chart
-            .draw_series(AreaSeries::new(steps(points, t1, |p| (p.allocated_max_bytes, p.allocated_last_bytes)), 0.0, pal.allocated.mix(0.25)).border_style(pal.allocated))
+            .draw_series(
+                AreaSeries::new(steps(points, t1, |p| (p.allocated_max_bytes, p.allocated_last_bytes)), 0.0, pal.allocated.mix(0.25))
+                    .border_style(pal.allocated),
+            )
             .map_err(err)?;
         chart
-            .draw_series(LineSeries::new(steps(points, t1, |p| (p.reserved_max_bytes, p.reserved_last_bytes)), pal.reserved.stroke_width(2)))
+            .draw_series(LineSeries::new(
+                steps(points, t1, |p| (p.reserved_max_bytes, p.reserved_last_bytes)),
+                pal.reserved.stroke_width(2),
+            ))
             .map_err(err)?;
     }
     if !driver.is_empty() {
-        chart
-            .draw_series(LineSeries::new(driver.iter().map(|&(t, b)| (t, b as f64)), pal.driver.stroke_width(1)))
-            .map_err(err)?;
+        chart.draw_series(LineSeries::new(driver.iter().map(|&(t, b)| (t, b as f64)), pal.driver.stroke_width(1))).map_err(err)?;
     }
     if let Some(t) = selected.filter(|t| *t >= t0 && *t <= t1) {
         chart.draw_series(LineSeries::new([(t, 0.0), (t, ymax)], pal.highlight.stroke_width(1))).map_err(err)?;
@@ -365,13 +375,7 @@ pub fn draw_fragmentation(canvas: &HtmlCanvasElement, pal: &Palette, window: (f6
 /// marked, and any overlaid curves (a batch sweep).
 pub fn draw_rank(canvas: &HtmlCanvasElement, pal: &Palette, profile: Option<&GraphProfile>, curves: &[Curve]) -> Res<Mapping> {
     let root = area(canvas, pal)?;
-    let n = profile
-        .map(|p| p.nodes.len())
-        .into_iter()
-        .chain(curves.iter().map(|c| c.points.len()))
-        .max()
-        .unwrap_or(0)
-        .max(1) as f64;
+    let n = profile.map(|p| p.nodes.len()).into_iter().chain(curves.iter().map(|c| c.points.len())).max().unwrap_or(0).max(1) as f64;
     let yt = byte_ticks(
         profile
             .map(|p| p.peak_bytes)
@@ -408,10 +412,16 @@ pub fn draw_rank(canvas: &HtmlCanvasElement, pal: &Palette, profile: Option<&Gra
             .draw_series(sections.into_iter().map(|(a, b, c)| Rectangle::new([(a as f64, 0.0), (b as f64, ymax)], c.mix(0.12).filled())))
             .map_err(err)?;
         chart
-            .draw_series(LineSeries::new(p.nodes.iter().map(|nd| (nd.rank as f64, nd.median_active_mem_bytes as f64)), pal.reserved.stroke_width(1)))
+            .draw_series(LineSeries::new(
+                p.nodes.iter().map(|nd| (nd.rank as f64, nd.median_active_mem_bytes as f64)),
+                pal.reserved.stroke_width(1),
+            ))
             .map_err(err)?;
         chart
-            .draw_series(LineSeries::new(p.nodes.iter().map(|nd| (nd.rank as f64, nd.median_peak_mem_bytes as f64)), pal.allocated.stroke_width(2)))
+            .draw_series(LineSeries::new(
+                p.nodes.iter().map(|nd| (nd.rank as f64, nd.median_peak_mem_bytes as f64)),
+                pal.allocated.stroke_width(2),
+            ))
             .map_err(err)?;
         let peak = (p.peak_rank as f64, p.peak_bytes as f64);
         chart.draw_series([Circle::new(peak, 5, pal.highlight.filled())]).map_err(err)?;
@@ -546,7 +556,8 @@ pub fn draw_segments(canvas: &HtmlCanvasElement, pal: &Palette, segments: &[Segm
         for b in seg.blocks.iter().filter(|b| b.state == BlockState::Allocated) {
             let bx = x0 + (b.address.saturating_sub(seg.address)) as f64 * scale;
             let bw = (b.size_bytes as f64 * scale).max(1.0);
-            root.draw(&Rectangle::new([(bx as i32, y), ((bx + bw) as i32, y + row_height as i32 - 2)], pal.allocated.filled())).map_err(err)?;
+            root.draw(&Rectangle::new([(bx as i32, y), ((bx + bw) as i32, y + row_height as i32 - 2)], pal.allocated.filled()))
+                .map_err(err)?;
         }
     }
     root.present().map_err(err)?;

@@ -8,9 +8,7 @@ use crate::views::png_button;
 use crate::{fit_canvas, AppState};
 use leptos::html::Canvas;
 use leptos::prelude::*;
-use shared::analysis::diff::{
-    ClassSide, IterationPosition, LayerDiff, OpCount, Presence, SideFacts, TraceDiff,
-};
+use shared::analysis::diff::{ClassSide, IterationPosition, LayerDiff, OpCount, Presence, SideFacts, TraceDiff};
 use shared::units::{format_bytes, format_seconds};
 use std::sync::Arc;
 
@@ -56,11 +54,7 @@ fn signed_bytes_exact(delta: i64) -> String {
 fn when(f: &SideFacts) -> String {
     let at = format_seconds(f.peak_time_s);
     match f.peak_in_iteration {
-        Some(IterationPosition {
-            iteration,
-            fraction,
-            ..
-        }) => format!("{at} (iteration {iteration}, {:.0} % in)", fraction * 100.0),
+        Some(IterationPosition { iteration, fraction, .. }) => format!("{at} (iteration {iteration}, {:.0} % in)", fraction * 100.0),
         None => at,
     }
 }
@@ -115,8 +109,7 @@ pub fn DiffView(
 #[component]
 fn PeakTable(diff: Arc<TraceDiff>, labels: (String, String), id: &'static str) -> impl IntoView {
     let (a, b) = (&diff.a, &diff.b);
-    let bytes_cell =
-        |v: u64| view! { <td class="num" data-bytes=v.to_string()>{format_bytes(v)}</td> };
+    let bytes_cell = |v: u64| view! { <td class="num" data-bytes=v.to_string()>{format_bytes(v)}</td> };
     let delta_cell = |v: i64| view! { <td class="num delta" data-bytes=v.to_string()>{signed_bytes_exact(v)}</td> };
     view! {
         <table class="data diff-peaks" id=format!("{id}-peaks")>
@@ -171,9 +164,7 @@ fn presence(p: Presence) -> &'static str {
 #[component]
 fn LayerRows(rows: Vec<LayerDiff>, layers_match: bool, id: &'static str) -> impl IntoView {
     let total = rows.len();
-    let peak = |s: Option<shared::analysis::diff::LayerSide>| {
-        s.map_or("—".to_owned(), |s| format_bytes(s.peak_allocated_bytes))
-    };
+    let peak = |s: Option<shared::analysis::diff::LayerSide>| s.map_or("—".to_owned(), |s| format_bytes(s.peak_allocated_bytes));
     view! {
         <h3>"Layers by change"</h3>
         {if total == 0 {
@@ -216,10 +207,7 @@ fn class_reason(side: &str, c: &ClassSide) -> Option<String> {
 fn ClassRows(diff: Arc<TraceDiff>, id: &'static str) -> impl IntoView {
     let classes = &diff.classes;
     let body = if classes.rows.is_empty() {
-        let why: Vec<String> = [class_reason("A", &classes.a), class_reason("B", &classes.b)]
-            .into_iter()
-            .flatten()
-            .collect();
+        let why: Vec<String> = [class_reason("A", &classes.a), class_reason("B", &classes.b)].into_iter().flatten().collect();
         view! { <p class="hint">"No per-class breakdown: " {why.join("; ")}</p> }.into_any()
     } else {
         view! {

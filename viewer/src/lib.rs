@@ -46,11 +46,7 @@ pub struct AppState {
 
 impl AppState {
     fn new() -> Self {
-        let prefers_light = window()
-            .match_media("(prefers-color-scheme: light)")
-            .ok()
-            .flatten()
-            .is_some_and(|m| m.matches());
+        let prefers_light = window().match_media("(prefers-color-scheme: light)").ok().flatten().is_some_and(|m| m.matches());
         Self {
             overview: RwSignal::new(None),
             loading: RwSignal::new(None),
@@ -140,13 +136,8 @@ pub fn query_param(name: &str) -> Option<String> {
 /// The trace to open at start: `?trace=URL`, or the one a static report names in
 /// `<meta name="memory-tracer-trace">`.
 fn initial_trace_url() -> Option<String> {
-    query_param("trace").or_else(|| {
-        document()
-            .query_selector("meta[name=memory-tracer-trace]")
-            .ok()
-            .flatten()
-            .and_then(|m| m.get_attribute("content"))
-    })
+    query_param("trace")
+        .or_else(|| document().query_selector("meta[name=memory-tracer-trace]").ok().flatten().and_then(|m| m.get_attribute("content")))
 }
 
 #[component]
@@ -194,7 +185,8 @@ pub fn App() -> impl IntoView {
                 }
             }
             k @ ("1" | "2" | "3" | "4" | "5" | "6" | "7") => {
-                let id = ["summary", "timeline", "flame", "rank", "tables", "fragmentation", "segments"][k.as_bytes()[0] as usize - b'1' as usize];
+                let id = ["summary", "timeline", "flame", "rank", "tables", "fragmentation", "segments"]
+                    [k.as_bytes()[0] as usize - b'1' as usize];
                 if let Some(el) = document().get_element_by_id(id) {
                     el.scroll_into_view();
                 }

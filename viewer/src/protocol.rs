@@ -16,8 +16,13 @@ pub enum ToPage {
     /// The worker's wasm is running; messages sent before this are lost.
     Ready,
     /// A stage of opening a file began.
-    Progress { stage: String },
-    Loaded { overview: Box<Overview>, worker_memory_bytes: u64 },
+    Progress {
+        stage: String,
+    },
+    Loaded {
+        overview: Box<Overview>,
+        worker_memory_bytes: u64,
+    },
     /// Opening (or comparing) failed; the previously loaded trace (if any) is still there.
     Failed {
         file_name: String,
@@ -27,6 +32,15 @@ pub enum ToPage {
         merge_anyway: bool,
     },
     /// The open trace (A) compared with another file (B).
-    Compared { a_name: String, b_name: String, diff: Box<TraceDiff>, worker_memory_bytes: u64 },
-    Answer { id: u32, response: Box<Response>, worker_memory_bytes: u64 },
+    Compared {
+        a_name: String,
+        b_name: String,
+        diff: Box<TraceDiff>,
+        worker_memory_bytes: u64,
+    },
+    Answer {
+        id: u32,
+        response: Box<Response>,
+        worker_memory_bytes: u64,
+    },
 }

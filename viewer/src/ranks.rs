@@ -53,11 +53,7 @@ pub fn RanksSection(
         let value = event_target_value(&ev);
         show_rank(state, value.parse::<u32>().ok());
     };
-    let highest = ranks
-        .devices
-        .iter()
-        .find(|d| d.device_index == ranks.highest_device)
-        .map(|d| d.rank);
+    let highest = ranks.devices.iter().find(|d| d.device_index == ranks.highest_device).map(|d| d.rank);
     view! {
         <section class="card" id="ranks">
             <div class="card-head">
@@ -95,20 +91,11 @@ fn RankCurves(ranks: Arc<RankSet>) -> impl IntoView {
     Effect::new(move |_| {
         let Some(c) = canvas.get() else { return };
         fit_canvas(&c, height);
-        bridge::ask(
-            &Request::RankCurves {
-                buckets: c.width().max(200) as usize,
-            },
-            move |r| match r {
-                Response::RankCurves { end_s, curves: got } => {
-                    curves.set(Some((end_s, Arc::new(got))))
-                }
-                Response::Error { message } => {
-                    state.error.set(Some(("the rank curves".into(), message)))
-                }
-                _ => {}
-            },
-        );
+        bridge::ask(&Request::RankCurves { buckets: c.width().max(200) as usize }, move |r| match r {
+            Response::RankCurves { end_s, curves: got } => curves.set(Some((end_s, Arc::new(got)))),
+            Response::Error { message } => state.error.set(Some(("the rank curves".into(), message))),
+            _ => {}
+        });
     });
     let highest = ranks.highest_device;
     Effect::new(move |_| {
@@ -177,13 +164,7 @@ fn Missing(ranks: Arc<RankSet>) -> impl IntoView {
 fn MostDifferent(ranks: Arc<RankSet>) -> impl IntoView {
     let state = expect_context::<AppState>();
     let (a, b) = ranks.most_different;
-    let name = |k: u8| {
-        ranks
-            .devices
-            .iter()
-            .find(|d| d.device_index == k)
-            .map_or_else(|| format!("device {k}"), |d| d.device.clone())
-    };
+    let name = |k: u8| ranks.devices.iter().find(|d| d.device_index == k).map_or_else(|| format!("device {k}"), |d| d.device.clone());
     let labels = (name(a), name(b));
     let result: RwSignal<Option<Arc<TraceDiff>>> = RwSignal::new(None);
     let busy = RwSignal::new(false);
@@ -193,9 +174,7 @@ fn MostDifferent(ranks: Arc<RankSet>) -> impl IntoView {
             busy.set(false);
             match r {
                 Response::Diff(d) => result.set(Some(Arc::new(*d))),
-                Response::Error { message } => state
-                    .error
-                    .set(Some(("the rank comparison".into(), message))),
+                Response::Error { message } => state.error.set(Some(("the rank comparison".into(), message))),
                 _ => {}
             }
         });

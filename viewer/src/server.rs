@@ -164,7 +164,9 @@ impl ServerState {
 
 /// A stored trace as the lists name it: its id and model.
 fn trace_label(server: ServerState, id: &str) -> String {
-    server.traces.with_untracked(|ts| ts.iter().find(|t| t.trace_id == id).map_or_else(|| id.to_owned(), |t| format!("{id} ({})", t.model_name)))
+    server
+        .traces
+        .with_untracked(|ts| ts.iter().find(|t| t.trace_id == id).map_or_else(|| id.to_owned(), |t| format!("{id} ({})", t.model_name)))
 }
 
 /// Compares two stored traces (the server computes the diff) in the Compare view.
@@ -172,9 +174,9 @@ fn compare_stored(state: AppState, server: ServerState, a: String, b: String) {
     server.message.set(None);
     leptos::task::spawn_local(async move {
         let body = serde_json::json!({ "a": a, "b": b }).to_string();
-        let diff = call("POST", "api/trace/diff", Some(body))
-            .await
-            .and_then(|t| serde_json::from_str::<shared::analysis::diff::TraceDiff>(&t).map_err(|e| format!("the server's diff is unreadable: {e}")));
+        let diff = call("POST", "api/trace/diff", Some(body)).await.and_then(|t| {
+            serde_json::from_str::<shared::analysis::diff::TraceDiff>(&t).map_err(|e| format!("the server's diff is unreadable: {e}"))
+        });
         match diff {
             Ok(diff) => {
                 let (a, b) = (trace_label(server, &a), trace_label(server, &b));
@@ -222,11 +224,7 @@ pub fn follow(state: AppState, server: ServerState, id: &str) {
             old.close();
         }
     });
-    server.live.set(Some(Live {
-        trace_id: id.to_owned(),
-        state: "connecting".into(),
-        ..Live::default()
-    }));
+    server.live.set(Some(Live { trace_id: id.to_owned(), state: "connecting".into(), ..Live::default() }));
     perf::set_body("data-live-state", "connecting");
     perf::set_body("data-live-batches", "0");
     let Ok(source) = web_sys::EventSource::new(&url_with_token(&format!("api/trace/{}/events", encode(id)))) else {
@@ -407,7 +405,10 @@ pub fn ServerPanel() -> impl IntoView {
             struct Accepted {
                 trace_id: String,
             }
-            match call("POST", "api/trace/memory?wait=false", Some(req.to_string())).await.and_then(|t| serde_json::from_str::<Accepted>(&t).map_err(|e| e.to_string())) {
+            match call("POST", "api/trace/memory?wait=false", Some(req.to_string()))
+                .await
+                .and_then(|t| serde_json::from_str::<Accepted>(&t).map_err(|e| e.to_string()))
+            {
                 Ok(a) => {
                     follow(state, server, &a.trace_id);
                     server.refresh();

@@ -506,7 +506,9 @@ fn FlameSection(overview: Arc<Overview>) -> impl IntoView {
         }
         boxes.set_value(layout);
     });
-    let hit = move |x: f64, y: f64| boxes.with_value(|b| b.iter().rev().find(|b| x >= b.x && x < b.x + b.w && y >= b.y && y < b.y + b.h).map(|b| b.node));
+    let hit = move |x: f64, y: f64| {
+        boxes.with_value(|b| b.iter().rev().find(|b| x >= b.x && x < b.x + b.w && y >= b.y && y < b.y + b.h).map(|b| b.node))
+    };
     let f3 = flame.clone();
     let matched = move || {
         let q = search.get().to_lowercase();

@@ -149,7 +149,10 @@ fn two_traces_compare_and_both_curves_draw() {
     let (session, _) = open("resnet18.pickle", RESNET);
     let d = session.compare_with("mlp.pickle", SNAPSHOT).unwrap();
     assert_eq!(d.peak_allocated_delta_bytes, MLP_PEAK as i64 - RESNET_PEAK as i64);
-    assert_eq!(viewer::compare::signed_bytes(d.peak_allocated_delta_bytes), format!("−{}", shared::units::format_bytes(RESNET_PEAK - MLP_PEAK)));
+    assert_eq!(
+        viewer::compare::signed_bytes(d.peak_allocated_delta_bytes),
+        format!("−{}", shared::units::format_bytes(RESNET_PEAK - MLP_PEAK))
+    );
     assert_eq!(viewer::compare::signed_bytes(0), "0 B");
     let c = canvas(900, 300);
     let pal = Palette::LIGHT;

@@ -4,8 +4,9 @@
 //!
 //! - `cargo xtask test`: install what is missing, run every check and every test.
 //! - `cargo xtask install-tools`: only the installs (cached outside the clone).
-//! - `cargo xtask check`: the architecture checks (shared's dependencies, wasm32 build, the
-//!   viewer built by Trunk offline, tidy).
+//! - `cargo xtask check`: formatting (`cargo fmt --check`), the architecture checks (shared's
+//!   dependencies, wasm32 build, the viewer built by Trunk offline, tidy).
+//! - `cargo xtask lint`: clippy with warnings denied, native and wasm32.
 //! - `cargo xtask bench`: import/export benchmarks on the real samples, the graph-profile
 //!   benchmark on a traced ResNet-50, the viewer in headless Chromium, and the timeline at
 //!   4 million events (full scan against the multi-resolution index).
@@ -43,9 +44,22 @@ fn main() -> Result<()> {
         }
         Some("install-tools") => install_tools().and_then(|()| install_fuzz_tools()),
         Some("check") => check(),
+        Some("lint") => lint(),
         Some("bench") => {
             build_viewer()?;
-            run(Command::new("cargo").args(["bench", "-p", "collector", "--bench", "import", "--bench", "profile", "--bench", "viewer", "--bench", "serve"]))?;
+            run(Command::new("cargo").args([
+                "bench",
+                "-p",
+                "collector",
+                "--bench",
+                "import",
+                "--bench",
+                "profile",
+                "--bench",
+                "viewer",
+                "--bench",
+                "serve",
+            ]))?;
             run(Command::new("cargo").args(["bench", "-p", "memory-tracer-shared", "--bench", "timeline"]))?;
             bench_capture()
         }
@@ -53,7 +67,7 @@ fn main() -> Result<()> {
         Some("wheel") => wheel(args.iter().any(|a| a == "--dev")).map(drop),
         Some("fuzz") => fuzz(&args[1..]),
         _ => {
-            eprintln!("usage: cargo xtask <test|install-tools|check|bench|run|wheel|fuzz>");
+            eprintln!("usage: cargo xtask <test|install-tools|check|lint|bench|run|wheel|fuzz>");
             std::process::exit(2);
         }
     }
@@ -120,14 +134,9 @@ fn install_torch_venv() -> Result<()> {
         if !py.exists() {
             run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
         }
-        run(Command::new(venv.join("bin/pip")).args([
-            "install",
-            "--quiet",
-            &format!("torch=={TORCH_VERSION}"),
-            "setuptools",
-            "numpy",
-        ])
-        .args(PY_TEST_DEPS))?;
+        run(Command::new(venv.join("bin/pip"))
+            .args(["install", "--quiet", &format!("torch=={TORCH_VERSION}"), "setuptools", "numpy"])
+            .args(PY_TEST_DEPS))?;
     }
     Ok(())
 }
@@ -194,19 +203,13 @@ fn install_fuzz_tools() -> Result<()> {
 const CARGO_FUZZ_VERSION: &str = "0.13.2";
 
 fn check() -> Result<()> {
+    // Formatting (rustfmt.toml: 140 columns), of the workspace and of the fuzz crate.
+    run(Command::new("cargo").args(["fmt", "--all", "--check"]))?;
+    run(Command::new("cargo").args(["fmt", "--manifest-path", "fuzz/Cargo.toml", "--all", "--check"]))?;
     // shared's dependency tree stays free of runtime, UI, torch and CLI crates.
-    let tree = output(Command::new("cargo").args([
-        "tree",
-        "-p",
-        "memory-tracer-shared",
-        "-e",
-        "normal",
-        "--prefix",
-        "none",
-        "--target",
-        "all",
-    ]))
-    .context("cargo tree failed")?;
+    let tree =
+        output(Command::new("cargo").args(["tree", "-p", "memory-tracer-shared", "-e", "normal", "--prefix", "none", "--target", "all"]))
+            .context("cargo tree failed")?;
     for line in tree.lines() {
         let name = line.split_whitespace().next().unwrap_or("");
         if SHARED_FORBIDDEN_DEPS.contains(&name) {
@@ -228,18 +231,29 @@ fn check() -> Result<()> {
     Ok(())
 }
 
+/// Clippy with warnings as errors: the workspace natively, the viewer for wasm32.
+fn lint() -> Result<()> {
+    run(Command::new("cargo").args(["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"]))?;
+    run(Command::new("cargo").args([
+        "clippy",
+        "-p",
+        "viewer",
+        "--target",
+        "wasm32-unknown-unknown",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ]))?;
+    eprintln!("xtask: clippy is clean");
+    Ok(())
+}
+
 /// Builds the viewer with Trunk, offline, with the pinned local wasm-bindgen and wasm-opt.
 fn build_viewer() -> Result<()> {
     run(Command::new("cargo").args(["fetch"]))?;
-    let path = format!(
-        "{}:{}",
-        cache_dir().join("binaryen/node_modules/.bin").display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
-    run(Command::new("trunk")
-        .args(["build", "--release", "--offline"])
-        .env("PATH", path)
-        .env("TRUNK_SKIP_VERSION_CHECK", "true"))?;
+    let path = format!("{}:{}", cache_dir().join("binaryen/node_modules/.bin").display(), std::env::var("PATH").unwrap_or_default());
+    run(Command::new("trunk").args(["build", "--release", "--offline"]).env("PATH", path).env("TRUNK_SKIP_VERSION_CHECK", "true"))?;
     let wasm: u64 = std::fs::read_dir("dist")?
         .filter_map(|e| e.ok())
         .filter(|e| e.path().extension().is_some_and(|x| x == "wasm"))
@@ -332,10 +346,13 @@ fn wheel(dev: bool) -> Result<PathBuf> {
         (PathBuf::from("target/release/collector"), lite)
     };
     run(Command::new(&traced).args(["python-package", "--out"]).arg(pkg))?;
-    let wheel = output(Command::new(torch_venv().join("bin/python")).args(["collector/python/build_wheel.py"]).arg(pkg).arg(&lite).args([
-        "target/wheels",
-        PACKAGE_VERSION,
-    ]))
+    let wheel = output(
+        Command::new(torch_venv().join("bin/python"))
+            .args(["collector/python/build_wheel.py"])
+            .arg(pkg)
+            .arg(&lite)
+            .args(["target/wheels", PACKAGE_VERSION]),
+    )
     .context("building the wheel failed")?;
     eprintln!("xtask: wheel at {wheel} (pip install {wheel})");
     Ok(PathBuf::from(wheel))
@@ -371,7 +388,8 @@ fn main_job(args: &[String]) -> Result<()> {
     run(Command::new("cargo").args(["build", "--release", "-p", "collector"]))?;
     let exe = Path::new("target/release/collector");
     eprintln!("xtask: starting collector serve; it traces {model} and prints the viewer's URL (Ctrl-C stops it)");
-    let mut server = Command::new(exe).args(["serve", "--trace", &model, "--open"]).args(rest).spawn().context("cannot start collector serve")?;
+    let mut server =
+        Command::new(exe).args(["serve", "--trace", &model, "--open"]).args(rest).spawn().context("cannot start collector serve")?;
     // Ctrl-C reaches the server too, which stops gracefully; xtask waits for it and exits
     // quietly instead of dying first.
     // SAFETY: ignoring SIGINT in this process only; the server was spawned before.
@@ -475,7 +493,8 @@ fn fuzz(args: &[String]) -> Result<()> {
             Some(n) => cmd.arg(format!("-runs={n}")),
             None => cmd.arg(format!("-max_total_time={seconds}")),
         };
-        run(&mut cmd).with_context(|| format!("fuzz target {target} found a crash, hang or memory blow-up (see fuzz/artifacts/{target}/)"))?;
+        run(&mut cmd)
+            .with_context(|| format!("fuzz target {target} found a crash, hang or memory blow-up (see fuzz/artifacts/{target}/)"))?;
     }
     Ok(())
 }

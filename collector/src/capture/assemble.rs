@@ -13,10 +13,7 @@
 //!   block; what is left is [`UNATTRIBUTED`].
 
 use super::ffi::{self, MtCounters, MtRecord};
-use shared::model::{
-    Device, EventRecord, EventType, IterationSpan, LayerScope, OperatorEvent, Phase, StrId, TensorRef, Totals,
-    TraceMeta,
-};
+use shared::model::{Device, EventRecord, EventType, IterationSpan, LayerScope, OperatorEvent, Phase, StrId, TensorRef, Totals, TraceMeta};
 use shared::Trace;
 use std::collections::HashMap;
 
@@ -44,21 +41,9 @@ pub struct Captured {
 
 fn device_of(device_type: i8, index: i8) -> Device {
     match device_type {
-        1 => Device {
-            kind: "cuda".into(),
-            index: i32::from(index.max(0)),
-            rank: None,
-        },
-        0 => Device {
-            kind: "cpu".into(),
-            index: 0,
-            rank: None,
-        },
-        other => Device {
-            kind: format!("device_type_{other}"),
-            index: i32::from(index.max(0)),
-            rank: None,
-        },
+        1 => Device { kind: "cuda".into(), index: i32::from(index.max(0)), rank: None },
+        0 => Device { kind: "cpu".into(), index: 0, rank: None },
+        other => Device { kind: format!("device_type_{other}"), index: i32::from(index.max(0)), rank: None },
     }
 }
 
@@ -177,17 +162,9 @@ pub fn assemble(c: &Captured, meta: TraceMeta) -> Trace {
                 };
             }
             ffi::MT_TENSOR_IN | ffi::MT_TENSOR_OUT => {
-                let t = TensorRef {
-                    storage_id: r.id,
-                    size_bytes: r.value.max(0) as u64,
-                    shape: u32::MAX,
-                };
+                let t = TensorRef { storage_id: r.id, size_bytes: r.value.max(0) as u64, shape: u32::MAX };
                 let ndim = r.a.min(64) as usize;
-                let tt = TensorTmp {
-                    t,
-                    ndim,
-                    dims: Vec::with_capacity(ndim),
-                };
+                let tt = TensorTmp { t, ndim, dims: Vec::with_capacity(ndim) };
                 match (&target, r.kind) {
                     (Target::Inputs(k), ffi::MT_TENSOR_IN) => ops[*k].inputs.push(tt),
                     (Target::Outputs(k), ffi::MT_TENSOR_OUT) => ops[*k].outputs.push(tt),
@@ -261,10 +238,7 @@ pub fn assemble(c: &Captured, meta: TraceMeta) -> Trace {
             None
         };
         let from_parent = op_index.get(&o.parent).map(|&p| layer[p]).filter(|&l| l != 0);
-        layer[k] = from_forward
-            .or(if o.scope != 0 { Some(o.scope) } else { None })
-            .or(from_parent)
-            .unwrap_or(0);
+        layer[k] = from_forward.or(if o.scope != 0 { Some(o.scope) } else { None }).or(from_parent).unwrap_or(0);
         if !o.backward_node && o.seq_nr >= 0 {
             // Later entries are inner ops sharing the number (aten::conv2d -> aten::convolution).
             forward_by_seq.insert((o.seq_nr, u64::from(o.thread)), k);
@@ -387,15 +361,9 @@ pub fn assemble(c: &Captured, meta: TraceMeta) -> Trace {
                 EventType::Free => *run = run.saturating_sub(size),
                 _ => {}
             }
-            Totals {
-                allocated_bytes: *run,
-                reserved_bytes: 0,
-            }
+            Totals { allocated_bytes: *run, reserved_bytes: 0 }
         } else {
-            Totals {
-                allocated_bytes: r.a,
-                reserved_bytes: r.b,
-            }
+            Totals { allocated_bytes: r.a, reserved_bytes: r.b }
         };
         trace.events.push(EventRecord {
             ts_ns: rel(r.ts_ns),
@@ -423,11 +391,7 @@ pub fn assemble(c: &Captured, meta: TraceMeta) -> Trace {
         match (begin, open) {
             (true, _) => open = Some((ts, value)),
             (false, Some((start, index))) => {
-                trace.iterations.push(IterationSpan {
-                    index: index.max(0) as u32,
-                    start_ns: start,
-                    end_ns: ts,
-                });
+                trace.iterations.push(IterationSpan { index: index.max(0) as u32, start_ns: start, end_ns: ts });
                 open = None;
             }
             (false, None) => {}
@@ -445,10 +409,10 @@ pub fn assemble(c: &Captured, meta: TraceMeta) -> Trace {
         ));
     }
     if counters.op_dropped > 0 {
-        trace.meta.warnings.push(format!(
-            "the event limit kept the first {} operators and dropped {} later ones",
-            counters.op_kept, counters.op_dropped
-        ));
+        trace
+            .meta
+            .warnings
+            .push(format!("the event limit kept the first {} operators and dropped {} later ones", counters.op_kept, counters.op_dropped));
     }
     if counters.buffer_dropped > 0 {
         trace.meta.warnings.push(format!(
@@ -502,15 +466,7 @@ mod tests {
     use super::*;
 
     fn rec(kind: u8, ts: u64, thread: u32) -> MtRecord {
-        MtRecord {
-            ts_ns: ts,
-            kind,
-            thread,
-            phase: Phase::Other as u8,
-            device_type: -1,
-            device_index: -1,
-            ..Default::default()
-        }
+        MtRecord { ts_ns: ts, kind, thread, phase: Phase::Other as u8, device_type: -1, device_index: -1, ..Default::default() }
     }
 
     /// A hand-made capture: forward `linear` in layer `fc` (thread 1) allocates, its backward
@@ -569,14 +525,8 @@ mod tests {
         (stray.id, stray.value, stray.a, stray.device_type) = (0x300, 128, 384, 0);
         r.push(stray);
 
-        let captured = Captured {
-            records: r,
-            strings,
-            counters: MtCounters::default(),
-            start_ns: 10,
-            base_totals: Vec::new(),
-            cuda_stats: None,
-        };
+        let captured =
+            Captured { records: r, strings, counters: MtCounters::default(), start_ns: 10, base_totals: Vec::new(), cuda_stats: None };
         let t = assemble(&captured, TraceMeta::new(shared::model::SourceFormat::MemoryTracer));
         let layers: Vec<Option<&str>> = (0..t.events.len()).map(|i| t.memory_event(i).layer_name).collect();
         assert_eq!(layers, [Some("fc"), Some("fc"), Some("fc"), Some(UNATTRIBUTED)]);
@@ -612,7 +562,8 @@ mod tests {
         };
         let node = |id: u64, ts, seq, name| {
             let mut n = rec(ffi::MT_OP_ENTER, ts, 2);
-            (n.id, n.value, n.a, n.name, n.device_type, n.phase) = (id, seq, 1, name, ffi::RECORD_SCOPE_BACKWARD_FUNCTION, Phase::Backward as u8);
+            (n.id, n.value, n.a, n.name, n.device_type, n.phase) =
+                (id, seq, 1, name, ffi::RECORD_SCOPE_BACKWARD_FUNCTION, Phase::Backward as u8);
             n
         };
         let exit = |id: u64, ts| {

@@ -4,7 +4,6 @@
 #![allow(non_camel_case_types)]
 #![cfg_attr(not(feature = "tracing"), allow(dead_code))]
 
-
 pub const MT_MEM: u8 = 1;
 pub const MT_OOM: u8 = 2;
 pub const MT_OP_ENTER: u8 = 3;

@@ -80,10 +80,7 @@ pub fn decimate(points: Vec<LivePoint>, max: usize) -> Vec<LivePoint> {
     }
     let last = points[points.len() - 1];
     let per = points.len().div_ceil(max - 1);
-    let mut out: Vec<LivePoint> = points[..points.len() - 1]
-        .chunks(per)
-        .filter_map(|c| c.iter().copied().max_by_key(|p| p[1]))
-        .collect();
+    let mut out: Vec<LivePoint> = points[..points.len() - 1].chunks(per).filter_map(|c| c.iter().copied().max_by_key(|p| p[1])).collect();
     out.push(last);
     out
 }

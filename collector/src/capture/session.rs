@@ -50,10 +50,7 @@ pub fn mark(name: Name, value: i64) {
 pub fn scope(name: Name) -> ScopeGuard {
     // SAFETY: pushes onto this thread's scope stack; the guard pops it on this thread.
     unsafe { ffi::mt_scope_enter(name.0) };
-    ScopeGuard {
-        name,
-        _not_send: PhantomData,
-    }
+    ScopeGuard { name, _not_send: PhantomData }
 }
 
 /// Closes its scope when dropped.
@@ -125,13 +122,7 @@ pub struct CaptureConfig {
 
 impl Default for CaptureConfig {
     fn default() -> Self {
-        Self {
-            max_events: 5_000_000,
-            max_ops: 5_000_000,
-            capture_tensors: true,
-            capture_ops: true,
-            cuda_device: None,
-        }
+        Self { max_events: 5_000_000, max_ops: 5_000_000, capture_tensors: true, capture_ops: true, cuda_device: None }
     }
 }
 
@@ -172,29 +163,17 @@ impl Session {
 
     fn start_locked(lock: MutexGuard<'static, ()>, config: CaptureConfig) -> Result<Self, CaptureError> {
         // SAFETY: no session is active (we hold the lock); reset clears the shim's buffers.
-        if unsafe { ffi::mt_reset(config.max_events, config.max_ops, i32::from(config.capture_tensors), i32::from(config.capture_ops)) } != 0 {
+        if unsafe { ffi::mt_reset(config.max_events, config.max_ops, i32::from(config.capture_tensors), i32::from(config.capture_ops)) }
+            != 0
+        {
             return Err(CaptureError::Shim(last_error()));
         }
-        let mut base_totals = vec![(
-            Device {
-                kind: "cpu".into(),
-                index: 0,
-                rank: None,
-            },
-            Totals::default(),
-        )];
+        let mut base_totals = vec![(Device { kind: "cpu".into(), index: 0, rank: None }, Totals::default())];
         if let Some(dev) = config.cuda_device {
             if let Some(stats) = cuda_device_stats(dev) {
                 base_totals.push((
-                    Device {
-                        kind: "cuda".into(),
-                        index: i32::from(dev),
-                        rank: None,
-                    },
-                    Totals {
-                        allocated_bytes: stats.allocated_current,
-                        reserved_bytes: stats.reserved_current,
-                    },
+                    Device { kind: "cuda".into(), index: i32::from(dev), rank: None },
+                    Totals { allocated_bytes: stats.allocated_current, reserved_bytes: stats.reserved_current },
                 ));
             }
             cuda_reset_peak(dev);
@@ -206,15 +185,7 @@ impl Session {
         if unsafe { ffi::mt_start() } != 0 {
             return Err(CaptureError::Shim(last_error()));
         }
-        Ok(Self {
-            _lock: lock,
-            config,
-            start_ns,
-            base_totals,
-            records: Vec::new(),
-            stopped: false,
-            _not_send: PhantomData,
-        })
+        Ok(Self { _lock: lock, config, start_ns, base_totals, records: Vec::new(), stopped: false, _not_send: PhantomData })
     }
 
     /// The steady-clock time recording started at (the trace's time zero).

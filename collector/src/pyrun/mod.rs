@@ -339,11 +339,7 @@ pub fn run(command: &[String], opts: &PyOptions, on_live: &mut dyn FnMut(Option<
             Err(_) => eprintln!("collector: a capture reader failed"),
         }
     }
-    Ok(Outcome {
-        status,
-        processes,
-        interrupted: SIGNALS.load(Ordering::SeqCst) != 0,
-    })
+    Ok(Outcome { status, processes, interrupted: SIGNALS.load(Ordering::SeqCst) != 0 })
 }
 
 /// Reads one process's stream from an inherited socket (`collector ingest --fd N`, what the
@@ -419,7 +415,10 @@ pub fn notes_text(p: &ProcessStream) -> Vec<String> {
                 Some("no_torch") => format!("process {pid} ({exe}) has no torch installed, so nothing of it was traced"),
                 Some("torch_mismatch") => n.get("detail").and_then(Value::as_str).unwrap_or("torch version mismatch").to_owned(),
                 Some("capture_failed") => {
-                    format!("process {pid}: the capture could not start: {}", n.get("detail").and_then(Value::as_str).unwrap_or("unknown error"))
+                    format!(
+                        "process {pid}: the capture could not start: {}",
+                        n.get("detail").and_then(Value::as_str).unwrap_or("unknown error")
+                    )
                 }
                 _ => format!("process {pid}: {n}"),
             }
@@ -434,11 +433,8 @@ pub fn program_name(p: &ProcessStream) -> String {
 
 /// [`program_name`] from a capture header.
 fn program_of(hello: &Value) -> String {
-    let argv: Vec<&str> = hello
-        .get("argv")
-        .and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(Value::as_str).collect())
-        .unwrap_or_default();
+    let argv: Vec<&str> =
+        hello.get("argv").and_then(Value::as_array).map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
     let mut it = argv.iter().skip(1);
     while let Some(a) = it.next() {
         match *a {
@@ -509,9 +505,10 @@ pub fn build_trace(mut p: ProcessStream, opts: &PyOptions) -> Result<Trace, Stri
     let base_totals = match cuda_index {
         None => vec![(Device { kind: "cpu".into(), index: 0, rank: None }, Totals::default())],
         Some(i) => {
-            let base = hello.get("base_totals").and_then(Value::as_array).and_then(|b| {
-                b.iter().find(|d| d.get("device").and_then(Value::as_i64) == Some(i64::from(i)))
-            });
+            let base = hello
+                .get("base_totals")
+                .and_then(Value::as_array)
+                .and_then(|b| b.iter().find(|d| d.get("device").and_then(Value::as_i64) == Some(i64::from(i))));
             let g = |k: &str| base.and_then(|b| b.get(k)).and_then(Value::as_u64).unwrap_or(0);
             vec![(
                 Device { kind: "cuda".into(), index: i32::from(i), rank: None },
@@ -557,7 +554,8 @@ pub fn build_trace(mut p: ProcessStream, opts: &PyOptions) -> Result<Trace, Stri
             trace.meta.warnings.extend(notes.map(str::to_owned));
         }
         None => trace.meta.warnings.push(
-            "the process ended without closing its capture (killed, crashed or os._exit): the trace holds what it streamed until then".into(),
+            "the process ended without closing its capture (killed, crashed or os._exit): the trace holds what it streamed until then"
+                .into(),
         ),
     }
     if let Some(e) = &p.error {
@@ -612,7 +610,8 @@ pub fn upload(server: &str, token: Option<&str>, file: &Path, live_id: Option<&s
     let base = server_base(server)?;
     let name = file.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_else(|| "trace.mtrace.json".into());
     let body = std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
-    let mut req = http_agent().post(&format!("{base}/api/trace/upload")).query("filename", &name).header("Content-Type", "application/octet-stream");
+    let mut req =
+        http_agent().post(&format!("{base}/api/trace/upload")).query("filename", &name).header("Content-Type", "application/octet-stream");
     if let Some(id) = live_id {
         req = req.query("trace_id", id);
     }

@@ -101,14 +101,19 @@ fn read_frames(r: &mut impl Read, s: &mut ProcessStream, on_records: &mut dyn Fn
     Ok(())
 }
 
-fn take_frame(s: &mut ProcessStream, kind: u32, payload: &[u8], on_records: &mut dyn FnMut(Option<&Value>, &[MtRecord])) -> Result<(), String> {
+fn take_frame(
+    s: &mut ProcessStream,
+    kind: u32,
+    payload: &[u8],
+    on_records: &mut dyn FnMut(Option<&Value>, &[MtRecord]),
+) -> Result<(), String> {
     let json = |p: &[u8]| serde_json::from_slice::<Value>(p).map_err(|e| format!("expected a JSON object: {e}"));
     match kind {
         FRAME_HELLO => s.hello = Some(json(payload)?),
         FRAME_END => s.end = Some(json(payload)?),
         FRAME_NOTE => s.notes.push(json(payload)?),
         FRAME_RECORDS => {
-            if payload.len() % RECORD_BYTES != 0 {
+            if !payload.len().is_multiple_of(RECORD_BYTES) {
                 return Err(format!("a records frame must hold whole {RECORD_BYTES}-byte records"));
             }
             let start = s.records.len();
@@ -178,7 +183,20 @@ mod tests {
 
     #[test]
     fn frames_round_trip() {
-        let rec = MtRecord { ts_ns: 5, id: 0xABC, value: -512, a: 1024, b: 2048, op: 3, name: 1, thread: 7, kind: 1, device_type: 1, device_index: 0, phase: 2 };
+        let rec = MtRecord {
+            ts_ns: 5,
+            id: 0xABC,
+            value: -512,
+            a: 1024,
+            b: 2048,
+            op: 3,
+            name: 1,
+            thread: 7,
+            kind: 1,
+            device_type: 1,
+            device_index: 0,
+            phase: 2,
+        };
         let mut strings = 1u32.to_le_bytes().to_vec();
         strings.extend(3u32.to_le_bytes());
         strings.extend(b"fc1");

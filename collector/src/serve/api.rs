@@ -104,10 +104,7 @@ pub struct TraceResponse {
 
 impl From<&StoredTrace> for TraceResponse {
     fn from(t: &StoredTrace) -> Self {
-        Self {
-            trace_id: t.trace_id.clone(),
-            info: t.info.clone(),
-        }
+        Self { trace_id: t.trace_id.clone(), info: t.info.clone() }
     }
 }
 
@@ -174,7 +171,10 @@ pub struct LiveRequest {
 /// when the recorder uploads the trace with `?trace_id={id}` (or posts an `error` line).
 #[utoipa::path(post, path = "/api/trace/live", tag = "tracing", request_body = LiveRequest,
     responses((status = 202, body = JobAccepted), (status = 422, body = ErrorBody)))]
-pub async fn live_start(State(state): State<Arc<AppState>>, ApiJson(req): ApiJson<LiveRequest>) -> Result<(StatusCode, axum::Json<JobAccepted>), ApiError> {
+pub async fn live_start(
+    State(state): State<Arc<AppState>>,
+    ApiJson(req): ApiJson<LiveRequest>,
+) -> Result<(StatusCode, axum::Json<JobAccepted>), ApiError> {
     let short = |v: &str| !v.is_empty() && v.len() <= 200 && !v.chars().any(char::is_control);
     if !short(&req.model_name) {
         return Err(field("model_name", "1 to 200 printable characters"));
@@ -201,7 +201,11 @@ pub async fn live_start(State(state): State<Arc<AppState>>, ApiJson(req): ApiJso
 /// allocated, reserved], ...]}`, `started`, `iteration`, or `error` to end it).
 #[utoipa::path(post, path = "/api/trace/live/{trace_id}", tag = "tracing", params(("trace_id" = String, Path)),
     responses((status = 200, body = LiveAccepted), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
-pub async fn live_event(State(state): State<Arc<AppState>>, Path(trace_id): Path<String>, ApiJson(line): ApiJson<ChildLine>) -> Result<axum::Json<LiveAccepted>, ApiError> {
+pub async fn live_event(
+    State(state): State<Arc<AppState>>,
+    Path(trace_id): Path<String>,
+    ApiJson(line): ApiJson<ChildLine>,
+) -> Result<axum::Json<LiveAccepted>, ApiError> {
     let job = state.jobs.external_job(&trace_id).ok_or_else(|| ApiError::trace_not_found(&trace_id))?;
     if let ChildLine::Memory { points, .. } = &line {
         if points.len() > MAX_LIVE_POINTS {
@@ -225,7 +229,10 @@ pub struct LiveAccepted {
 /// warm-up and the allocations never freed, by layer and frame (`collector leaks --json`).
 #[utoipa::path(get, path = "/api/trace/{trace_id}/leaks", tag = "traces", params(("trace_id" = String, Path)),
     responses((status = 200, description = "The leak report, as `collector leaks --json`"), (status = 404, body = ErrorBody)))]
-pub async fn leaks(State(state): State<Arc<AppState>>, Path(trace_id): Path<String>) -> Result<axum::Json<shared::analysis::leaks::LeakReport>, ApiError> {
+pub async fn leaks(
+    State(state): State<Arc<AppState>>,
+    Path(trace_id): Path<String>,
+) -> Result<axum::Json<shared::analysis::leaks::LeakReport>, ApiError> {
     let stored = state.store.get(&trace_id).ok_or_else(|| ApiError::trace_not_found(&trace_id))?;
     // Stored traces load in-process (they passed the limited import), a bounded number at once.
     let slot = state.isolation.slot().await?;
@@ -258,8 +265,13 @@ pub struct DiffRequest {
 /// Compare chart's two curves, and notes.
 #[utoipa::path(post, path = "/api/trace/diff", tag = "traces", request_body = DiffRequest,
     responses((status = 200, description = "The diff, as `collector diff --json`"), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
-pub async fn trace_diff(State(state): State<Arc<AppState>>, ApiJson(req): ApiJson<DiffRequest>) -> Result<axum::Json<shared::analysis::diff::TraceDiff>, ApiError> {
-    let find = |id: &str, name: &str| state.store.get(id).ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, format!("Trace {id} not found (field `{name}`)")));
+pub async fn trace_diff(
+    State(state): State<Arc<AppState>>,
+    ApiJson(req): ApiJson<DiffRequest>,
+) -> Result<axum::Json<shared::analysis::diff::TraceDiff>, ApiError> {
+    let find = |id: &str, name: &str| {
+        state.store.get(id).ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, format!("Trace {id} not found (field `{name}`)")))
+    };
     let (a, b) = (find(&req.a, "a")?, find(&req.b, "b")?);
     let slot = state.isolation.slot().await?;
     let st = state.clone();
@@ -311,11 +323,19 @@ impl TraceRequest {
         } else {
             match state.torchscript_model(&self.model_name) {
                 Some(p) => Some(p),
-                None => return Err(field("model_name", format!("unknown model `{}`; expected one of: {}", self.model_name, state.model_names().join(", ")))),
+                None => {
+                    return Err(field(
+                        "model_name",
+                        format!("unknown model `{}`; expected one of: {}", self.model_name, state.model_names().join(", ")),
+                    ))
+                }
             }
         };
         if torchscript.is_some() && self.input_shape.is_none() {
-            return Err(field("input_shape", format!("`{}` is a TorchScript model: give its full input shape, batch first", self.model_name)));
+            return Err(field(
+                "input_shape",
+                format!("`{}` is a TorchScript model: give its full input shape, batch first", self.model_name),
+            ));
         }
         if let Some(b) = self.batch_size {
             if !(1..=caps.max_batch_size).contains(&b) {
@@ -331,7 +351,10 @@ impl TraceRequest {
                 full[0] = b;
                 return Err(field(
                     "batch_size",
-                    format!("`{}`'s input at this batch size ({full:?}) is over this server's cap of {} elements", self.model_name, caps.max_input_elements),
+                    format!(
+                        "`{}`'s input at this batch size ({full:?}) is over this server's cap of {} elements",
+                        self.model_name, caps.max_input_elements
+                    ),
                 ));
             }
         }
@@ -408,7 +431,10 @@ impl TraceRequest {
             };
         }
         if torchscript {
-            return Err(field("world_size", format!("`{}` is a TorchScript model; distributed runs take built-in models", self.model_name)));
+            return Err(field(
+                "world_size",
+                format!("`{}` is a TorchScript model; distributed runs take built-in models", self.model_name),
+            ));
         }
         let strategy = self.strategy.clone().unwrap_or_else(|| "ddp".into());
         if !matches!(strategy.as_str(), "ddp" | "fsdp") {
@@ -449,7 +475,11 @@ pub fn default_shape(model: &str) -> Option<&'static [i64]> {
     (status = 429, description = "The job queue is full; see Retry-After", body = ErrorBody),
     (status = 503, description = "CUDA asked for and not available, or tracing not built in", body = ErrorBody),
 ))]
-pub async fn trace_memory(State(state): State<Arc<AppState>>, Query(q): Query<WaitQuery>, ApiJson(req): ApiJson<TraceRequest>) -> Result<Response, ApiError> {
+pub async fn trace_memory(
+    State(state): State<Arc<AppState>>,
+    Query(q): Query<WaitQuery>,
+    ApiJson(req): ApiJson<TraceRequest>,
+) -> Result<Response, ApiError> {
     let spec = req.validate(&state)?;
     let id = state.store.new_id();
     let job = state.jobs.submit(&state, id.clone(), spec)?;
@@ -509,7 +539,10 @@ fn store_error(e: StoreError) -> ApiError {
     (status = 422, description = "Unknown format", body = ErrorBody),
     (status = 429, description = "Too many imports and exports at once; see Retry-After", body = ErrorBody),
 ))]
-pub async fn trace_export(State(state): State<Arc<AppState>>, ApiJson(req): ApiJson<ExportRequest>) -> Result<axum::Json<ExportResponse>, ApiError> {
+pub async fn trace_export(
+    State(state): State<Arc<AppState>>,
+    ApiJson(req): ApiJson<ExportRequest>,
+) -> Result<axum::Json<ExportResponse>, ApiError> {
     use shared::export::ExportFormat;
     let format = ExportFormat::from_name(&req.format).ok_or_else(|| {
         let names: Vec<&str> = ExportFormat::ALL.iter().map(|f| f.name()).collect();
@@ -527,7 +560,8 @@ pub async fn trace_export(State(state): State<Arc<AppState>>, ApiJson(req): ApiJ
             let tmp = state.store.temp_path(&file);
             // Removed if this request is dropped (its client went away) before the export is stored.
             let _tmp_guard = state.store.temp_guard(&tmp);
-            let written = state.isolation.export(&slot, &state.store.trace_path(&stored), name, &tmp, state.config.max_decompressed_bytes).await;
+            let written =
+                state.isolation.export(&slot, &state.store.trace_path(&stored), name, &tmp, state.config.max_decompressed_bytes).await;
             drop(slot);
             if let Err(e) = written {
                 let _ = tokio::fs::remove_file(&tmp).await;
@@ -647,11 +681,7 @@ pub async fn list(State(state): State<Arc<AppState>>) -> axum::Json<ListResponse
         device: t.info.device.clone(),
         source_format: t.info.source_format.clone(),
     });
-    axum::Json(ListResponse {
-        active_traces: traces.iter().map(|t| t.trace_id.clone()).collect(),
-        count: traces.len(),
-        traces,
-    })
+    axum::Json(ListResponse { active_traces: traces.iter().map(|t| t.trace_id.clone()).collect(), count: traces.len(), traces })
 }
 
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
@@ -671,10 +701,7 @@ pub async fn delete(State(state): State<Arc<AppState>>, Path(trace_id): Path<Str
     let id = trace_id.clone();
     let remaining = blocking(move || st.store.delete(&id).map_err(store_error)).await?;
     state.jobs.forget(&trace_id);
-    Ok(axum::Json(DeleteResponse {
-        message: format!("Trace {trace_id} deleted successfully"),
-        remaining_traces: remaining,
-    }))
+    Ok(axum::Json(DeleteResponse { message: format!("Trace {trace_id} deleted successfully"), remaining_traces: remaining }))
 }
 
 /// Download a stored trace as it is stored (what the viewer opens).
@@ -711,7 +738,11 @@ pub struct UploadQuery {
     (status = 422, description = "Not a trace the collector reads, or it needs more than --import-memory-mb to read", body = ErrorBody),
     (status = 429, description = "Too many imports and exports at once; see Retry-After", body = ErrorBody),
 ))]
-pub async fn upload(State(state): State<Arc<AppState>>, Query(q): Query<UploadQuery>, req: Request) -> Result<axum::Json<TraceResponse>, ApiError> {
+pub async fn upload(
+    State(state): State<Arc<AppState>>,
+    Query(q): Query<UploadQuery>,
+    req: Request,
+) -> Result<axum::Json<TraceResponse>, ApiError> {
     let limit = state.config.max_upload_bytes;
     let live = match &q.trace_id {
         Some(t) => Some(state.jobs.external_job(t).ok_or_else(|| ApiError::trace_not_found(t))?),
@@ -721,10 +752,13 @@ pub async fn upload(State(state): State<Arc<AppState>>, Query(q): Query<UploadQu
     let tmp = state.store.temp_path(&format!("{id}.upload"));
     // A request dropped mid-way (the client gone) leaves no temporary file behind.
     let _tmp_guard = state.store.temp_guard(&tmp);
-    let is_multipart = req.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|v| v.starts_with("multipart/form-data"));
+    let is_multipart =
+        req.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|v| v.starts_with("multipart/form-data"));
     let mut name = q.filename;
     let written = if is_multipart {
-        let mut form = axum::extract::Multipart::from_request(req, &()).await.map_err(|e| ApiError::unprocessable(format!("invalid multipart body: {}", e.body_text())))?;
+        let mut form = axum::extract::Multipart::from_request(req, &())
+            .await
+            .map_err(|e| ApiError::unprocessable(format!("invalid multipart body: {}", e.body_text())))?;
         let mut found = None;
         while let Some(f) = form.next_field().await.map_err(|e| multipart_error(&e, limit))? {
             if f.file_name().is_some() || f.name() == Some("file") {
@@ -809,7 +843,11 @@ fn upload_ext(name: &str) -> String {
     }
 }
 
-async fn write_stream<E>(path: &std::path::Path, mut stream: impl futures_util::Stream<Item = Result<E, ApiError>> + Unpin, limit: u64) -> Result<u64, ApiError>
+async fn write_stream<E>(
+    path: &std::path::Path,
+    mut stream: impl futures_util::Stream<Item = Result<E, ApiError>> + Unpin,
+    limit: u64,
+) -> Result<u64, ApiError>
 where
     E: AsRef<[u8]>,
 {
@@ -882,11 +920,7 @@ pub struct JobsResponse {
 #[utoipa::path(get, path = "/api/jobs", tag = "tracing", responses((status = 200, body = JobsResponse), (status = 401, body = ErrorBody)))]
 pub async fn jobs(State(state): State<Arc<AppState>>) -> axum::Json<JobsResponse> {
     let (running, queued) = state.jobs.counts();
-    axum::Json(JobsResponse {
-        jobs: state.jobs.rows(),
-        running,
-        queued,
-    })
+    axum::Json(JobsResponse { jobs: state.jobs.rows(), running, queued })
 }
 
 #[derive(Debug, Serialize, Deserialize, ToSchema)]

@@ -20,11 +20,7 @@ pub struct ApiError {
 
 impl ApiError {
     pub fn new(status: StatusCode, detail: impl Into<String>) -> Self {
-        Self {
-            status,
-            detail: detail.into(),
-            retry_after_s: None,
-        }
+        Self { status, detail: detail.into(), retry_after_s: None }
     }
 
     pub fn trace_not_found(id: &str) -> Self {
@@ -69,10 +65,7 @@ impl ApiError {
 
     /// A full job queue; retry after the given seconds.
     pub fn busy(detail: impl Into<String>, retry_after_s: u64) -> Self {
-        Self {
-            retry_after_s: Some(retry_after_s.max(1)),
-            ..Self::new(StatusCode::TOO_MANY_REQUESTS, detail)
-        }
+        Self { retry_after_s: Some(retry_after_s.max(1)), ..Self::new(StatusCode::TOO_MANY_REQUESTS, detail) }
     }
 
     /// A real internal fault: logged with its cause, answered without the server's paths.
@@ -117,9 +110,17 @@ where
         use axum::extract::rejection::JsonRejection;
         match axum::Json::<T>::from_request(req, state).await {
             Ok(axum::Json(v)) => Ok(Self(v)),
-            Err(JsonRejection::JsonDataError(e)) => Err(ApiError::unprocessable(format!("invalid body: {}", e.body_text().trim_start_matches("Failed to deserialize the JSON body into the target type: ")))),
-            Err(JsonRejection::JsonSyntaxError(e)) => Err(ApiError::unprocessable(format!("the body is not valid JSON: {}", e.body_text().trim_start_matches("Failed to parse the request body as JSON: ")))),
-            Err(JsonRejection::MissingJsonContentType(_)) => Err(ApiError::new(StatusCode::UNSUPPORTED_MEDIA_TYPE, "expected a JSON body with `Content-Type: application/json`")),
+            Err(JsonRejection::JsonDataError(e)) => Err(ApiError::unprocessable(format!(
+                "invalid body: {}",
+                e.body_text().trim_start_matches("Failed to deserialize the JSON body into the target type: ")
+            ))),
+            Err(JsonRejection::JsonSyntaxError(e)) => Err(ApiError::unprocessable(format!(
+                "the body is not valid JSON: {}",
+                e.body_text().trim_start_matches("Failed to parse the request body as JSON: ")
+            ))),
+            Err(JsonRejection::MissingJsonContentType(_)) => {
+                Err(ApiError::new(StatusCode::UNSUPPORTED_MEDIA_TYPE, "expected a JSON body with `Content-Type: application/json`"))
+            }
             Err(JsonRejection::BytesRejection(e)) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
                 Err(ApiError::too_large(format!("the body is larger than this route's limit of {} bytes", super::JSON_BODY_LIMIT)))
             }

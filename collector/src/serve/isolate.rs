@@ -105,14 +105,22 @@ impl Isolation {
 
     /// Imports `file` in a worker; its summary, or 422 saying why the file is refused. `what`
     /// names the file in errors; `model_fallback` names a trace that names no model.
-    pub async fn import(&self, _slot: &Slot, file: &Path, what: &str, model_fallback: &str, max_decompressed_bytes: u64) -> Result<TraceInfo, ApiError> {
+    pub async fn import(
+        &self,
+        _slot: &Slot,
+        file: &Path,
+        what: &str,
+        model_fallback: &str,
+        max_decompressed_bytes: u64,
+    ) -> Result<TraceInfo, ApiError> {
         let mut cmd = self.command("import");
         // `--flag=value`: a name that starts with `-` stays a value.
         cmd.arg(format!("--what={what}"))
             .arg(format!("--model-name={model_fallback}"))
             .arg("--max-decompressed-bytes")
             .arg(max_decompressed_bytes.to_string())
-            .arg("--").arg(file);
+            .arg("--")
+            .arg(file);
         match self.run(cmd).await? {
             WorkerAnswer::Imported(info) => Ok(*info),
             _ => Err(ApiError::internal("the import worker answered", "an unexpected line")),
@@ -122,7 +130,13 @@ impl Isolation {
     /// Writes `format` of the stored trace `file` to `out` in a worker; the bytes written.
     pub async fn export(&self, _slot: &Slot, file: &Path, format: &str, out: &Path, max_decompressed_bytes: u64) -> Result<u64, ApiError> {
         let mut cmd = self.command("export");
-        cmd.arg("--format").arg(format).arg("--max-decompressed-bytes").arg(max_decompressed_bytes.to_string()).arg("--").arg(file).arg(out);
+        cmd.arg("--format")
+            .arg(format)
+            .arg("--max-decompressed-bytes")
+            .arg(max_decompressed_bytes.to_string())
+            .arg("--")
+            .arg(file)
+            .arg(out);
         match self.run(cmd).await? {
             WorkerAnswer::Exported { file_size_bytes } => Ok(file_size_bytes),
             _ => Err(ApiError::internal("the export worker answered", "an unexpected line")),
@@ -164,13 +178,19 @@ impl Isolation {
         };
         let limit_s = self.limits.timeout.as_secs();
         let Ok((out, err, status)) = tokio::time::timeout(self.limits.timeout, all).await else {
-            return Err(ApiError::unprocessable(format!("the file took longer than this server's limit of {limit_s} s to read (--import-timeout-s)")));
+            return Err(ApiError::unprocessable(format!(
+                "the file took longer than this server's limit of {limit_s} s to read (--import-timeout-s)"
+            )));
         };
         let status = status.map_err(|e| ApiError::internal("cannot wait for the import worker", e))?;
         if out.len() as u64 > MAX_WORKER_OUTPUT_BYTES {
-            return Err(ApiError::unprocessable(format!("the trace's summary is larger than {} MiB (too many layers)", MAX_WORKER_OUTPUT_BYTES >> 20)));
+            return Err(ApiError::unprocessable(format!(
+                "the trace's summary is larger than {} MiB (too many layers)",
+                MAX_WORKER_OUTPUT_BYTES >> 20
+            )));
         }
-        let answer = std::str::from_utf8(&out).ok().and_then(|t| t.lines().rev().find_map(|l| serde_json::from_str::<WorkerAnswer>(l).ok()));
+        let answer =
+            std::str::from_utf8(&out).ok().and_then(|t| t.lines().rev().find_map(|l| serde_json::from_str::<WorkerAnswer>(l).ok()));
         match answer {
             Some(WorkerAnswer::Error(why)) => Err(ApiError::unprocessable(why)),
             Some(a) if status.success() => Ok(a),
@@ -201,7 +221,9 @@ impl Isolation {
         };
         let last = stderr.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").to_owned();
         eprintln!("collector serve: an import worker failed ({how}): {last}");
-        ApiError::unprocessable(format!("the file could not be read: the import process failed ({how}; the server's log has its last line)"))
+        ApiError::unprocessable(format!(
+            "the file could not be read: the import process failed ({how}; the server's log has its last line)"
+        ))
     }
 }
 
@@ -209,7 +231,8 @@ impl Isolation {
 /// time `cpu_s`, no core dumps.
 fn limit_self(budget_bytes: u64, cpu_s: u64) -> std::io::Result<()> {
     let status = std::fs::read_to_string("/proc/self/status")?;
-    let mapped_kib: u64 = status.lines().find_map(|l| l.strip_prefix("VmSize:")).and_then(|v| v.split_whitespace().next()?.parse().ok()).unwrap_or(0);
+    let mapped_kib: u64 =
+        status.lines().find_map(|l| l.strip_prefix("VmSize:")).and_then(|v| v.split_whitespace().next()?.parse().ok()).unwrap_or(0);
     let set = |what, value: u64| -> std::io::Result<()> {
         let lim = libc::rlimit { rlim_cur: value as libc::rlim_t, rlim_max: value as libc::rlim_t };
         // SAFETY: setrlimit(2) on this process with a valid, initialised struct.

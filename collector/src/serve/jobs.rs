@@ -77,7 +77,9 @@ impl JobSpec {
         a.extend(["-m", "memory_tracer.zoo", "--model"].map(String::from));
         a.push(self.model.clone());
         let kind = if self.device.starts_with("cuda") { "cuda" } else { "cpu" };
-        for (flag, value) in [("--strategy", &d.strategy), ("--device", &kind.to_owned()), ("--mode", &self.mode), ("--optimizer", &self.optimizer)] {
+        for (flag, value) in
+            [("--strategy", &d.strategy), ("--device", &kind.to_owned()), ("--mode", &self.mode), ("--optimizer", &self.optimizer)]
+        {
             a.extend([flag.to_owned(), value.clone()]);
         }
         a.extend(["--iterations".into(), self.iterations.to_string()]);
@@ -131,35 +133,61 @@ impl JobSpec {
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum ChildLine {
-    Started { iterations: u32 },
-    Iteration { done: u32, of: u32, seconds: f64 },
+    Started {
+        iterations: u32,
+    },
+    Iteration {
+        done: u32,
+        of: u32,
+        seconds: f64,
+    },
     /// `[ns since start, allocated, reserved]`; `rank`: whose, in a torchrun job.
     Memory {
         points: Vec<[u64; 3]>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         rank: Option<u32>,
     },
-    Done { info: TraceInfo },
+    Done {
+        info: TraceInfo,
+    },
     /// `class`: `no_cuda`, `invalid`, `out_of_memory`, `model` or `internal`.
-    Error { class: String, detail: String },
+    Error {
+        class: String,
+        detail: String,
+    },
 }
 
 /// What followers of a job receive (the SSE event name is `kind`).
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum LiveEvent {
-    Status { state: JobStateName, device: String, model: String },
-    Started { iterations: u32 },
-    Iteration { done: u32, of: u32, seconds: f64 },
+    Status {
+        state: JobStateName,
+        device: String,
+        model: String,
+    },
+    Started {
+        iterations: u32,
+    },
+    Iteration {
+        done: u32,
+        of: u32,
+        seconds: f64,
+    },
     /// `rank`: whose, in a torchrun job (each rank's points come separately).
     Memory {
         points: Vec<[u64; 3]>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         rank: Option<u32>,
     },
-    Done { trace: TraceResponse },
+    Done {
+        trace: TraceResponse,
+    },
     /// Named `failed`, not `error`: EventSource reserves `error` for its own connection errors.
-    Failed { status: u16, detail: String },
+    Failed {
+        status: u16,
+        detail: String,
+    },
 }
 
 impl LiveEvent {
@@ -340,7 +368,8 @@ impl Jobs {
     }
 
     pub fn rows(&self) -> Vec<JobRow> {
-        let mut rows: Vec<JobRow> = self.active.lock().unwrap_or_else(std::sync::PoisonError::into_inner).values().map(|j| j.row()).collect();
+        let mut rows: Vec<JobRow> =
+            self.active.lock().unwrap_or_else(std::sync::PoisonError::into_inner).values().map(|j| j.row()).collect();
         rows.extend(self.finished.lock().unwrap_or_else(std::sync::PoisonError::into_inner).iter().rev().map(|j| j.row()));
         rows.sort_by(|a, b| a.trace_id.cmp(&b.trace_id));
         rows
@@ -354,14 +383,19 @@ impl Jobs {
     /// Queues a job, or answers 429 (with Retry-After) when `max_queue` jobs already wait.
     pub fn submit(&self, state: &Arc<AppState>, id: String, spec: JobSpec) -> Result<Arc<Job>, ApiError> {
         let Some(exe) = self.exe.clone() else {
-            return Err(ApiError::unavailable("this collector was built without tracing (libtorch); it stores, exports and serves traces only"));
+            return Err(ApiError::unavailable(
+                "this collector was built without tracing (libtorch); it stores, exports and serves traces only",
+            ));
         };
         let waiting = self.queued.fetch_add(1, Ordering::SeqCst);
         if waiting >= self.max_queue {
             self.queued.fetch_sub(1, Ordering::SeqCst);
             let mean_s = self.mean_ms.load(Ordering::Relaxed).div_ceil(1000);
             let retry = mean_s * (waiting as u64 + 1) / self.per_device as u64;
-            return Err(ApiError::busy(format!("the trace queue is full ({waiting} jobs waiting; --max-queue {}); retry later", self.max_queue), retry));
+            return Err(ApiError::busy(
+                format!("the trace queue is full ({waiting} jobs waiting; --max-queue {}); retry later", self.max_queue),
+                retry,
+            ));
         }
         let slot = self
             .slots
@@ -379,11 +413,7 @@ impl Jobs {
             tx,
             spec,
         });
-        job.publish(LiveEvent::Status {
-            state: JobStateName::Queued,
-            device: job.spec.device.clone(),
-            model: job.spec.model.clone(),
-        });
+        job.publish(LiveEvent::Status { state: JobStateName::Queued, device: job.spec.device.clone(), model: job.spec.model.clone() });
         self.active.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(id, job.clone());
         let (state, j) = (state.clone(), job.clone());
         tokio::spawn(async move {
@@ -418,10 +448,7 @@ impl Jobs {
                 j.outcome.send_replace(Outcome::Done(r));
             }
             Err(e) => {
-                j.publish(LiveEvent::Failed {
-                    status: e.status.as_u16(),
-                    detail: e.detail.clone(),
-                });
+                j.publish(LiveEvent::Failed { status: e.status.as_u16(), detail: e.detail.clone() });
                 j.outcome.send_replace(Outcome::Failed(e.status, e.detail));
             }
         }
@@ -457,11 +484,7 @@ impl Jobs {
                 distributed: None,
             },
         });
-        job.publish(LiveEvent::Status {
-            state: JobStateName::Running,
-            device: job.spec.device.clone(),
-            model: job.spec.model.clone(),
-        });
+        job.publish(LiveEvent::Status { state: JobStateName::Running, device: job.spec.device.clone(), model: job.spec.model.clone() });
         self.active.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(id, job.clone());
         job
     }
@@ -493,17 +516,17 @@ const EXTERNAL_MODE: &str = "external";
 
 /// Runs one job's child process and stores its trace.
 async fn run_child(state: &Arc<AppState>, exe: &std::path::Path, job: &Arc<Job>) -> Result<TraceResponse, ApiError> {
-    job.publish(LiveEvent::Status {
-        state: JobStateName::Running,
-        device: job.spec.device.clone(),
-        model: job.spec.model.clone(),
-    });
+    job.publish(LiveEvent::Status { state: JobStateName::Running, device: job.spec.device.clone(), model: job.spec.model.clone() });
     let out = state.store.temp_path(&format!("{}.mtrace.json", job.id));
     if state.jobs.stopping.load(Ordering::SeqCst) {
         return Err(ApiError::unavailable("the server is stopping"));
     }
     let mut cmd = tokio::process::Command::new(exe);
-    cmd.args(job.spec.args(&out)).stdin(std::process::Stdio::null()).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).kill_on_drop(true);
+    cmd.args(job.spec.args(&out))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true);
     if let (false, Some(bytes)) = (job.spec.device.starts_with("cuda"), state.config.trace_address_space_bytes) {
         super::isolate::limit_address_space(&mut cmd, bytes);
     }

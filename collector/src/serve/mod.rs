@@ -43,13 +43,7 @@ pub struct Caps {
 
 impl Default for Caps {
     fn default() -> Self {
-        Self {
-            max_events: 5_000_000,
-            max_batch_size: 4096,
-            max_input_elements: 1 << 28,
-            max_iterations: 100,
-            max_world_size: 8,
-        }
+        Self { max_events: 5_000_000, max_batch_size: 4096, max_input_elements: 1 << 28, max_iterations: 100, max_world_size: 8 }
     }
 }
 
@@ -201,10 +195,7 @@ impl AppState {
         };
         let store = store::Store::open(
             &config.data_dir,
-            store::StoreLimits {
-                max_traces: config.max_traces.max(1),
-                max_bytes: config.max_store_bytes,
-            },
+            store::StoreLimits { max_traces: config.max_traces.max(1), max_bytes: config.max_store_bytes },
         )
         .with_context(|| format!("cannot open the trace store in {}", config.data_dir.display()))?;
         let collector = match &config.collector_exe {
@@ -215,15 +206,7 @@ impl AppState {
         let jobs = jobs::Jobs::new(exe, config.jobs_per_device, config.max_queue, config.job_timeout);
         let isolation = isolate::Isolation::new(collector, config.isolation.clone());
         let token_digest = config.token.as_deref().map(|t| sha256(t.as_bytes()));
-        let state = Arc::new(Self {
-            config,
-            store,
-            jobs,
-            device,
-            cuda_devices,
-            isolation,
-            token_digest,
-        });
+        let state = Arc::new(Self { config, store, jobs, device, cuda_devices, isolation, token_digest });
         if let Err(e) = state.check_device(&state.device) {
             anyhow::bail!("--device {}: {}", state.device, e.detail);
         }
@@ -235,10 +218,15 @@ impl AppState {
         if let Some(n) = device.strip_prefix("cuda:") {
             let n: u32 = n.parse().unwrap_or(u32::MAX);
             if self.cuda_devices == 0 {
-                return Err(ApiError::unavailable(format!("CUDA is not available on this server ({device} was asked for); use \"device\": \"cpu\"")));
+                return Err(ApiError::unavailable(format!(
+                    "CUDA is not available on this server ({device} was asked for); use \"device\": \"cpu\""
+                )));
             }
             if n >= self.cuda_devices {
-                return Err(ApiError::unavailable(format!("{device} was asked for, but this server has {} CUDA device(s)", self.cuda_devices)));
+                return Err(ApiError::unavailable(format!(
+                    "{device} was asked for, but this server has {} CUDA device(s)",
+                    self.cuda_devices
+                )));
             }
         }
         Ok(())
@@ -277,7 +265,8 @@ impl AppState {
 
     /// Reads a stored trace back.
     pub fn load(&self, t: &store::StoredTrace) -> Result<shared::Trace, ApiError> {
-        crate::commands::load_trace(&self.store.trace_path(t), &self.import_options()).map_err(|e| ApiError::internal("cannot read a stored trace", e))
+        crate::commands::load_trace(&self.store.trace_path(t), &self.import_options())
+            .map_err(|e| ApiError::internal("cannot read a stored trace", e))
     }
 }
 
@@ -458,8 +447,15 @@ fn content_type(name: &str) -> &'static str {
 /// The viewer's page, told it is served by `collector serve` (it then lists the store, traces
 /// models and follows running jobs).
 async fn viewer_index() -> Response {
-    let Some(html) = crate::report::viewer_assets().ok().and_then(|a| a.iter().find(|(n, _)| *n == "index.html")).and_then(|(_, b)| std::str::from_utf8(b).ok()) else {
-        return ApiError::unavailable("this collector was built without the viewer (build it with `cargo xtask check`, then rebuild the collector)").into_response();
+    let Some(html) = crate::report::viewer_assets()
+        .ok()
+        .and_then(|a| a.iter().find(|(n, _)| *n == "index.html"))
+        .and_then(|(_, b)| std::str::from_utf8(b).ok())
+    else {
+        return ApiError::unavailable(
+            "this collector was built without the viewer (build it with `cargo xtask check`, then rebuild the collector)",
+        )
+        .into_response();
     };
     let html = html.replacen("</head>", "<meta name=\"memory-tracer-server\" content=\"./\" />\n</head>", 1);
     ([(header::CONTENT_TYPE, "text/html; charset=utf-8"), (header::CACHE_CONTROL, "no-cache")], html).into_response()
@@ -662,7 +658,8 @@ mod tests {
         for ok in ["localhost", "localhost:8000", "127.0.0.1", "127.0.0.1:80", "[::1]", "[::1]:8000", "LOCALHOST:1", "127.1.2.3:9"] {
             assert!(is_loopback_authority(ok), "{ok}");
         }
-        for bad in ["evil.example", "evil.example:8000", "localhost.evil.example", "127.0.0.1.nip.io", "[::2]:80", "0.0.0.0:80", "", "::1"] {
+        for bad in ["evil.example", "evil.example:8000", "localhost.evil.example", "127.0.0.1.nip.io", "[::2]:80", "0.0.0.0:80", "", "::1"]
+        {
             assert!(!is_loopback_authority(bad), "{bad}");
         }
     }

@@ -244,7 +244,8 @@ impl Store {
             Err(std::fs::TryLockError::WouldBlock) => {
                 let pid = std::fs::read_to_string(&path).unwrap_or_default();
                 let pid = pid.trim();
-                let holder = if !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()) { format!(" (pid {pid})") } else { String::new() };
+                let holder =
+                    if !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()) { format!(" (pid {pid})") } else { String::new() };
                 return Err(StoreError::Locked { holder, path });
             }
             Err(std::fs::TryLockError::Error(e)) => return Err(io(format!("cannot lock {}", path.display()))(e)),
@@ -274,7 +275,9 @@ impl Store {
                 self.quarantine(&path, "not a sidecar of this store (its name is not trace_<ms>.meta.json)");
                 continue;
             };
-            let parsed = std::fs::read(&path).map_err(|e| e.to_string()).and_then(|b| serde_json::from_slice::<StoredTrace>(&b).map_err(|e| e.to_string()));
+            let parsed = std::fs::read(&path)
+                .map_err(|e| e.to_string())
+                .and_then(|b| serde_json::from_slice::<StoredTrace>(&b).map_err(|e| e.to_string()));
             let mut t = match parsed {
                 Ok(t) => t,
                 Err(e) => {
@@ -291,7 +294,10 @@ impl Store {
                 Ok(m) => m.len(),
                 Err(_) => {
                     // An insert that never committed, or a delete that never finished.
-                    eprintln!("collector serve: removing {}: its trace file is not there (an insert or delete the server did not finish)", path.display());
+                    eprintln!(
+                        "collector serve: removing {}: its trace file is not there (an insert or delete the server did not finish)",
+                        path.display()
+                    );
                     let _ = std::fs::remove_file(&path);
                     continue;
                 }
@@ -305,7 +311,9 @@ impl Store {
             }
             let prefix = format!("{id}.");
             t.exports.retain(|_, e| {
-                is_plain_name(&e.file) && e.file.starts_with(&prefix) && std::fs::metadata(self.exports_dir.join(&e.file)).is_ok_and(|m| m.len() == e.file_size_bytes)
+                is_plain_name(&e.file)
+                    && e.file.starts_with(&prefix)
+                    && std::fs::metadata(self.exports_dir.join(&e.file)).is_ok_and(|m| m.len() == e.file_size_bytes)
             });
             index.bytes += t.file_size_bytes;
             for e in t.exports.values() {
@@ -396,7 +404,15 @@ impl Store {
     /// Moves `tmp` (written by the caller in [`Store::temp_path`]) into the store as trace
     /// `id`, durably, then evicts the oldest traces where the limits call for it. Returns the
     /// stored trace and the evicted ids.
-    pub fn insert(&self, id: &str, origin: Origin, original_name: Option<String>, tmp: &Path, ext: &str, info: TraceInfo) -> Result<(StoredTrace, Vec<String>), StoreError> {
+    pub fn insert(
+        &self,
+        id: &str,
+        origin: Origin,
+        original_name: Option<String>,
+        tmp: &Path,
+        ext: &str,
+        info: TraceInfo,
+    ) -> Result<(StoredTrace, Vec<String>), StoreError> {
         let refuse = |e: StoreError| {
             let _ = std::fs::remove_file(tmp);
             Err(e)
@@ -454,7 +470,10 @@ impl Store {
                 index.traces.insert(ms, old);
                 break;
             }
-            eprintln!("collector serve: evicted {} (store limits: {} traces, {} bytes)", old.trace_id, self.limits.max_traces, self.limits.max_bytes);
+            eprintln!(
+                "collector serve: evicted {} (store limits: {} traces, {} bytes)",
+                old.trace_id, self.limits.max_traces, self.limits.max_bytes
+            );
             evicted.push(old.trace_id);
         }
         evicted

@@ -81,14 +81,7 @@ impl Server {
         let token = arg("--token")
             .or_else(|| env.iter().find(|(k, _)| *k == "MEMORY_TRACER_TOKEN").map(|(_, v)| (*v).to_owned()))
             .or_else(|| arg("--token-file").map(|f| std::fs::read_to_string(f).unwrap().trim().to_owned()));
-        Server {
-            child,
-            base: format!("http://{addr}"),
-            agent: agent(),
-            token,
-            data_dir: data_dir.to_owned(),
-            log,
-        }
+        Server { child, base: format!("http://{addr}"), agent: agent(), token, data_dir: data_dir.to_owned(), log }
     }
 
     /// The server's address, `127.0.0.1:PORT`.
@@ -140,7 +133,8 @@ impl Server {
     }
 
     pub fn post_bytes(&self, path: &str, bytes: &[u8]) -> (u16, Value) {
-        let r = self.auth(self.agent.post(self.url(path))).header("Content-Type", "application/octet-stream").send(bytes).expect("POST failed");
+        let r =
+            self.auth(self.agent.post(self.url(path))).header("Content-Type", "application/octet-stream").send(bytes).expect("POST failed");
         let (s, t) = text(r);
         (s, serde_json::from_str(&t).unwrap_or_else(|e| panic!("POST {path}: not JSON ({e}): {t}")))
     }
@@ -154,7 +148,9 @@ impl Server {
     /// The server's resident memory now and at its highest (VmRSS, VmHWM), KiB.
     pub fn memory_kib(&self) -> (u64, u64) {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap_or_default();
-        let field = |name: &str| status.lines().find_map(|l| l.strip_prefix(name)).and_then(|v| v.split_whitespace().next()?.parse().ok()).unwrap_or(0);
+        let field = |name: &str| {
+            status.lines().find_map(|l| l.strip_prefix(name)).and_then(|v| v.split_whitespace().next()?.parse().ok()).unwrap_or(0)
+        };
         (field("VmRSS:"), field("VmHWM:"))
     }
 
@@ -196,11 +192,7 @@ impl Drop for Server {
 }
 
 pub fn agent() -> ureq::Agent {
-    ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(Duration::from_secs(300)))
-        .build()
-        .into()
+    ureq::Agent::config_builder().http_status_as_error(false).timeout_global(Some(Duration::from_secs(300))).build().into()
 }
 
 pub fn text(mut r: ureq::http::Response<ureq::Body>) -> (u16, String) {

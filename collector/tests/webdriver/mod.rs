@@ -67,11 +67,8 @@ impl Browser {
             .unwrap_or_else(|e| panic!("cannot start {driver}: {e} (apt-get install chromium chromium-driver)"));
         let guard = Guard(child);
         wait_for_port(port, "chromedriver");
-        let agent: ureq::Agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_global(Some(Duration::from_secs(120)))
-            .build()
-            .into();
+        let agent: ureq::Agent =
+            ureq::Agent::config_builder().http_status_as_error(false).timeout_global(Some(Duration::from_secs(120))).build().into();
         let base = format!("http://127.0.0.1:{port}");
         let caps = json!({"capabilities": {"alwaysMatch": {
             "browserName": "chrome",

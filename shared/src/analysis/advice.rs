@@ -52,11 +52,7 @@ pub struct AdviceOptions {
 
 impl Default for AdviceOptions {
     fn default() -> Self {
-        Self {
-            budget_bytes: None,
-            top: 10,
-            fragmentation_threshold: 0.2,
-        }
+        Self { budget_bytes: None, top: 10, fragmentation_threshold: 0.2 }
     }
 }
 
@@ -239,14 +235,8 @@ impl<'a> Curve<'a> {
             reserved: Vec::new(),
             phase: Vec::new(),
             iteration: Vec::new(),
-            base_alloc: ev
-                .base_totals
-                .get(device as usize)
-                .map_or(0, |t| t.allocated_bytes),
-            base_reserved: ev
-                .base_totals
-                .get(device as usize)
-                .map_or(0, |t| t.reserved_bytes),
+            base_alloc: ev.base_totals.get(device as usize).map_or(0, |t| t.allocated_bytes),
+            base_reserved: ev.base_totals.get(device as usize).map_or(0, |t| t.reserved_bytes),
             blocks: Vec::new(),
             block_at: Vec::new(),
             phase_bounds: vec![[None; 4]; spans.len()],
@@ -276,12 +266,7 @@ impl<'a> Curve<'a> {
             match ev.event_type(i) {
                 EventType::Alloc => {
                     at = c.blocks.len() as u32;
-                    c.blocks.push(Block {
-                        alloc_pos: pos,
-                        free_pos: None,
-                        size_bytes: ev.size_bytes[i],
-                        address: ev.address[i],
-                    });
+                    c.blocks.push(Block { alloc_pos: pos, free_pos: None, size_bytes: ev.size_bytes[i], address: ev.address[i] });
                     // A second alloc at an open address means its free was lost: close it here.
                     if let Some(old) = open.insert(ev.address[i], at) {
                         c.blocks[old as usize].free_pos.get_or_insert(pos);
@@ -315,8 +300,7 @@ impl<'a> Curve<'a> {
     fn is_activation(&self, b: &Block) -> bool {
         self.alloc_phase(b) == Phase::Forward
             && self.free_phase(b) == Some(Phase::Backward)
-            && b.free_pos
-                .is_some_and(|f| self.iteration[f] == self.iteration[b.alloc_pos])
+            && b.free_pos.is_some_and(|f| self.iteration[f] == self.iteration[b.alloc_pos])
     }
 
     /// Allocated and freed within the forward and backward of one iteration: what scales with
@@ -325,8 +309,7 @@ impl<'a> Curve<'a> {
         let fb = |p: Phase| matches!(p, Phase::Forward | Phase::Backward);
         fb(self.alloc_phase(b))
             && self.free_phase(b).is_some_and(fb)
-            && b.free_pos
-                .is_some_and(|f| self.iteration[f] == self.iteration[b.alloc_pos])
+            && b.free_pos.is_some_and(|f| self.iteration[f] == self.iteration[b.alloc_pos])
     }
 
     /// Allocated by the optimizer and alive past its iteration (never freed, where the trace
@@ -431,15 +414,11 @@ fn span_of(spans: &[(u64, u64)], ts: u64) -> Option<u32> {
 }
 
 fn under(layer: &str, path: &str) -> bool {
-    layer
-        .strip_prefix(path)
-        .is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
+    layer.strip_prefix(path).is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
 }
 
 fn is_indexed(path: &str) -> bool {
-    path.rsplit('.')
-        .next()
-        .is_some_and(|c| !c.is_empty() && c.bytes().all(|b| b.is_ascii_digit()))
+    path.rsplit('.').next().is_some_and(|c| !c.is_empty() && c.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// The modules to consider for checkpointing: repeated blocks where the model has them, the
@@ -452,24 +431,13 @@ fn partition(paths: &BTreeSet<&str>) -> Vec<String> {
             return;
         }
         let prefix = format!("{node}.");
-        let descendants: Vec<&str> = paths
-            .range(prefix.as_str()..)
-            .take_while(|p| p.starts_with(&prefix))
-            .copied()
-            .collect();
+        let descendants: Vec<&str> = paths.range(prefix.as_str()..).take_while(|p| p.starts_with(&prefix)).copied().collect();
         if has_scope && !descendants.iter().any(|p| is_indexed(p)) {
             out.push(node.to_owned());
             return;
         }
-        let children: BTreeSet<String> = descendants
-            .iter()
-            .filter_map(|p| {
-                p[prefix.len()..]
-                    .split('.')
-                    .next()
-                    .map(|c| format!("{prefix}{c}"))
-            })
-            .collect();
+        let children: BTreeSet<String> =
+            descendants.iter().filter_map(|p| p[prefix.len()..].split('.').next().map(|c| format!("{prefix}{c}"))).collect();
         if children.is_empty() {
             if has_scope {
                 out.push(node.to_owned());
@@ -480,11 +448,7 @@ fn partition(paths: &BTreeSet<&str>) -> Vec<String> {
             expand(&c, paths, out, depth + 1);
         }
     }
-    let roots: BTreeSet<&str> = paths
-        .iter()
-        .filter_map(|p| p.split('.').next())
-        .filter(|r| !r.is_empty())
-        .collect();
+    let roots: BTreeSet<&str> = paths.iter().filter_map(|p| p.split('.').next()).filter(|r| !r.is_empty()).collect();
     let mut out = Vec::new();
     for r in roots {
         expand(r, paths, &mut out, 0);
@@ -520,11 +484,7 @@ fn checkpoint_candidates(c: &Curve, notes: &mut Vec<String>) -> Vec<CandidateDef
     let chosen = partition(&paths);
     let mut out = module_calls(c, &by_path, &chosen, notes);
     out.retain(|d| d.calls.iter().any(|call| !call.dropped.is_empty()));
-    out.sort_by(|a, b| {
-        a.first_start_ns
-            .cmp(&b.first_start_ns)
-            .then_with(|| a.path.cmp(&b.path))
-    });
+    out.sort_by(|a, b| a.first_start_ns.cmp(&b.first_start_ns).then_with(|| a.path.cmp(&b.path)));
     out
 }
 
@@ -541,22 +501,14 @@ fn forward_scopes(trace: &Trace) -> BTreeMap<&str, Vec<(u64, u64)>> {
         if name.is_empty() || name == INPUT_LAYER {
             continue;
         }
-        by_path
-            .entry(name)
-            .or_default()
-            .push((s.start_ns, s.end_ns.max(s.start_ns)));
+        by_path.entry(name).or_default().push((s.start_ns, s.end_ns.max(s.start_ns)));
     }
     by_path
 }
 
 /// The forward calls of each of `chosen` (module paths with forward scopes) and what their
 /// checkpoint would drop.
-fn module_calls(
-    c: &Curve,
-    by_path: &BTreeMap<&str, Vec<(u64, u64)>>,
-    chosen: &[String],
-    notes: &mut Vec<String>,
-) -> Vec<CandidateDef> {
+fn module_calls(c: &Curve, by_path: &BTreeMap<&str, Vec<(u64, u64)>>, chosen: &[String], notes: &mut Vec<String>) -> Vec<CandidateDef> {
     let trace = c.trace;
     // Backward ops (start, layer) and forward ops in start order.
     let mut backward_ops: Vec<(u64, StrId)> = Vec::new();
@@ -586,31 +538,20 @@ fn module_calls(
         let mut calls = Vec::new();
         for &(fs, fe) in spans {
             let iteration = span_of(&c.spans, fs);
-            let it_end = iteration
-                .and_then(|k| c.spans.get(k as usize))
-                .map_or(u64::MAX, |s| s.1);
+            let it_end = iteration.and_then(|k| c.spans.get(k as usize)).map_or(u64::MAX, |s| s.1);
             let first = c.pos_at_or_after(fs);
             let end = c.pos_after(fe);
             // The module's backward: its first backward op after the forward, else its first
             // backward event.
             let from = backward_ops.partition_point(|o| o.0 <= fe);
-            let mut is_under = |layer: StrId| {
-                *under_cache
-                    .entry((layer.0, k))
-                    .or_insert_with(|| under(trace.str(layer), path))
-            };
-            let bs_op = backward_ops[from..]
-                .iter()
-                .take_while(|o| o.0 <= it_end)
-                .find(|o| is_under(o.1))
-                .map(|o| o.0);
+            let mut is_under = |layer: StrId| *under_cache.entry((layer.0, k)).or_insert_with(|| under(trace.str(layer), path));
+            let bs_op = backward_ops[from..].iter().take_while(|o| o.0 <= it_end).find(|o| is_under(o.1)).map(|o| o.0);
             let backward_pos = match bs_op {
                 Some(bs) => c.pos_at_or_after(bs),
                 None => match (end..c.len())
                     .take_while(|&p| c.ts[p] <= it_end)
-                    .find(|&p| {
-                        c.phase[p] == Phase::Backward && is_under(trace.events.layer[c.event[p]])
-                    }) {
+                    .find(|&p| c.phase[p] == Phase::Backward && is_under(trace.events.layer[c.event[p]]))
+                {
                     Some(p) => p,
                     None => continue,
                 },
@@ -626,38 +567,21 @@ fn module_calls(
                 })
                 .collect();
             if kept.is_empty() {
-                calls.push(Call {
-                    first,
-                    end,
-                    backward_pos,
-                    dropped: kept,
-                    iteration,
-                    forward_ns: fe - fs,
-                });
+                calls.push(Call { first, end, backward_pos, dropped: kept, iteration, forward_ns: fe - fs });
                 continue;
             }
             // Outputs: read by a later forward op of another module; they stay.
             let mut outputs: BTreeSet<u32> = BTreeSet::new();
             if has_tensor_ids {
-                let by_addr: FastMap<u64, u32> = kept
-                    .iter()
-                    .map(|&b| (c.blocks[b as usize].address, b))
-                    .collect();
+                let by_addr: FastMap<u64, u32> = kept.iter().map(|&b| (c.blocks[b as usize].address, b)).collect();
                 let f0 = forward_ops.partition_point(|&i| trace.ops[i].start_ns <= fe);
                 let bw_start = bs_op.unwrap_or(u64::MAX).min(it_end);
-                for &i in forward_ops[f0..]
-                    .iter()
-                    .take_while(|&&i| trace.ops[i].start_ns <= bw_start)
-                {
+                for &i in forward_ops[f0..].iter().take_while(|&&i| trace.ops[i].start_ns <= bw_start) {
                     let o = &trace.ops[i];
                     if under(trace.str(o.layer), path) {
                         continue;
                     }
-                    for t in trace
-                        .tensors
-                        .get(o.inputs.0 as usize..o.inputs.1 as usize)
-                        .unwrap_or(&[])
-                    {
+                    for t in trace.tensors.get(o.inputs.0 as usize..o.inputs.1 as usize).unwrap_or(&[]) {
                         if let Some(&b) = by_addr.get(&t.storage_id) {
                             let bl = &c.blocks[b as usize];
                             if bl.free_pos.is_none_or(|f| c.ts[f] >= o.start_ns) {
@@ -666,26 +590,14 @@ fn module_calls(
                         }
                     }
                 }
-            } else if let Some(&last) = kept.iter().max_by_key(|&&b| c.blocks[b as usize].alloc_pos)
-            {
+            } else if let Some(&last) = kept.iter().max_by_key(|&&b| c.blocks[b as usize].alloc_pos) {
                 outputs.insert(last);
             }
             kept.retain(|b| !outputs.contains(b));
-            calls.push(Call {
-                first,
-                end,
-                backward_pos,
-                dropped: kept,
-                iteration,
-                forward_ns: fe - fs,
-            });
+            calls.push(Call { first, end, backward_pos, dropped: kept, iteration, forward_ns: fe - fs });
         }
         let first_start_ns = spans.iter().map(|s| s.0).min().unwrap_or(0);
-        out.push(CandidateDef {
-            path: path.clone(),
-            calls,
-            first_start_ns,
-        });
+        out.push(CandidateDef { path: path.clone(), calls, first_start_ns });
     }
     out
 }
@@ -719,11 +631,7 @@ impl MaxTree {
         for i in (1..size).rev() {
             mx[i] = mx[2 * i].max(mx[2 * i + 1]);
         }
-        Self {
-            size,
-            mx,
-            lz: vec![0; 2 * size],
-        }
+        Self { size, mx, lz: vec![0; 2 * size] }
     }
 
     fn add(&mut self, l: usize, r: usize, v: i64) {
@@ -752,11 +660,7 @@ impl MaxTree {
         let mut node = 1;
         while node < self.size {
             let target = self.mx[node] - self.lz[node];
-            node = if self.mx[2 * node] == target {
-                2 * node
-            } else {
-                2 * node + 1
-            };
+            node = if self.mx[2 * node] == target { 2 * node } else { 2 * node + 1 };
         }
         (self.mx[1], node - self.size)
     }
@@ -845,14 +749,7 @@ impl Engine {
                 leaf_event[leaf] = Some(j);
             }
         }
-        Self {
-            tree: MaxTree::new(&leaves),
-            cuts,
-            leaf_event,
-            base: c.base_alloc as i64,
-            active: vec![false; cands.len()],
-            cands,
-        }
+        Self { tree: MaxTree::new(&leaves), cuts, leaf_event, base: c.base_alloc as i64, active: vec![false; cands.len()], cands }
     }
 
     fn leaf_of(&self, q: u64) -> usize {
@@ -904,39 +801,21 @@ impl Engine {
     }
 
     fn bytes_at(&self, k: usize, q: u64) -> i64 {
-        self.cands[k]
-            .windows
-            .iter()
-            .filter(|w| w.0 <= q && q < w.1)
-            .map(|w| w.2)
-            .sum()
+        self.cands[k].windows.iter().filter(|w| w.0 <= q && q < w.1).map(|w| w.2).sum()
     }
 }
 
 /// The candidates of a scenario: `curve` is the replayed curve without checkpoints, `size`
 /// each block's size in it.
-fn scenario(
-    c: &Curve,
-    defs: &[CandidateDef],
-    curve: &[i64],
-    size: &dyn Fn(&Block) -> u64,
-) -> Vec<ScenarioCandidate> {
+fn scenario(c: &Curve, defs: &[CandidateDef], curve: &[i64], size: &dyn Fn(&Block) -> u64) -> Vec<ScenarioCandidate> {
     defs.iter()
         .map(|d| {
             let mut windows = Vec::new();
             let mut spikes = Vec::new();
             let mut working_set_max = 0;
             for call in &d.calls {
-                let before = if call.first == 0 {
-                    c.base_alloc as i64
-                } else {
-                    curve[call.first - 1]
-                };
-                let top = curve[call.first..call.end.max(call.first)]
-                    .iter()
-                    .copied()
-                    .max()
-                    .unwrap_or(before);
+                let before = if call.first == 0 { c.base_alloc as i64 } else { curve[call.first - 1] };
+                let top = curve[call.first..call.end.max(call.first)].iter().copied().max().unwrap_or(before);
                 let working_set = (top - before).max(0);
                 working_set_max = working_set_max.max(working_set);
                 if call.dropped.is_empty() || call.end == 0 {
@@ -945,30 +824,16 @@ fn scenario(
                 let last_fwd = (call.end - 1) as u64;
                 for &b in &call.dropped {
                     let bl = &c.blocks[b as usize];
-                    let stop = bl
-                        .free_pos
-                        .map_or(call.backward_pos, |f| f.min(call.backward_pos))
-                        as u64;
+                    let stop = bl.free_pos.map_or(call.backward_pos, |f| f.min(call.backward_pos)) as u64;
                     let (lo, hi) = (4 * last_fwd + 1, (4 * stop).saturating_sub(1));
                     if lo < hi {
                         windows.push((lo, hi, size(bl) as i64));
                     }
                 }
-                let level = if call.backward_pos == 0 {
-                    c.base_alloc as i64
-                } else {
-                    curve[call.backward_pos - 1]
-                };
-                spikes.push((
-                    (4 * call.backward_pos as u64).saturating_sub(2),
-                    level + working_set,
-                ));
+                let level = if call.backward_pos == 0 { c.base_alloc as i64 } else { curve[call.backward_pos - 1] };
+                spikes.push(((4 * call.backward_pos as u64).saturating_sub(2), level + working_set));
             }
-            ScenarioCandidate {
-                windows,
-                spikes,
-                working_set_max,
-            }
+            ScenarioCandidate { windows, spikes, working_set_max }
         })
         .collect()
 }
@@ -986,11 +851,7 @@ struct Step {
 /// is met or nothing helps.
 fn greedy(engine: &mut Engine, times: &[f64], budget: Option<u64>, min_gain: u64) -> Vec<Step> {
     let (p0, at0) = engine.eval();
-    let mut steps = vec![Step {
-        chosen: Vec::new(),
-        peak: p0.max(0) as u64,
-        at: at0,
-    }];
+    let mut steps = vec![Step { chosen: Vec::new(), peak: p0.max(0) as u64, at: at0 }];
     while let Some(cur) = steps.last().cloned() {
         if budget.is_some_and(|b| cur.peak <= b) {
             break;
@@ -1041,11 +902,7 @@ fn persistent_from_profile(p: &GraphProfile) -> Option<Persistent> {
         weights: p.breakdown.iter().map(|r| r.weights).max(),
         gradients: p.breakdown.iter().map(|r| r.gradients).max(),
         optimizer_state: p.breakdown.iter().map(|r| r.optimizer_state).max(),
-        floor: p
-            .breakdown
-            .iter()
-            .map(|r| r.weights + r.gradients + r.optimizer_state)
-            .max(),
+        floor: p.breakdown.iter().map(|r| r.weights + r.gradients + r.optimizer_state).max(),
     })
 }
 
@@ -1066,8 +923,7 @@ fn weights_from_stacks(c: &Curve, pos: Option<usize>) -> Option<u64> {
         let param = trace.stacks.stack(s).any(|f| {
             let file = trace.str(f.filename);
             let name = trace.str(f.name);
-            file.contains("torch/nn/modules/")
-                && matches!(name, "convert" | "_apply" | "__init__" | "reset_parameters")
+            file.contains("torch/nn/modules/") && matches!(name, "convert" | "_apply" | "__init__" | "reset_parameters")
         });
         if param {
             total += b.size_bytes;
@@ -1116,10 +972,7 @@ fn weight_copies(c: &Curve) -> Option<(Vec<Range>, u64)> {
     if !trace.tensors.iter().any(|t| t.storage_id != 0) {
         return None;
     }
-    let first = c.spans.first().map_or(
-        trace.ops.iter().map(|o| o.start_ns).min().unwrap_or(0),
-        |s| s.0,
-    );
+    let first = c.spans.first().map_or(trace.ops.iter().map(|o| o.start_ns).min().unwrap_or(0), |s| s.0);
     let input = trace.strings.lookup(INPUT_LAYER);
     let last_ts = c.ts.last().copied().unwrap_or(0);
     // Weights: allocated before the first iteration (not the input batch), alive throughout.
@@ -1138,11 +991,7 @@ fn weight_copies(c: &Curve) -> Option<(Vec<Range>, u64)> {
             continue;
         }
         let k = span_of(&c.spans, o.start_ns);
-        for t in trace
-            .tensors
-            .get(o.inputs.0 as usize..o.inputs.1 as usize)
-            .unwrap_or(&[])
-        {
+        for t in trace.tensors.get(o.inputs.0 as usize..o.inputs.1 as usize).unwrap_or(&[]) {
             if !weights.contains_key(&t.storage_id) {
                 continue;
             }
@@ -1160,17 +1009,12 @@ fn weight_copies(c: &Curve) -> Option<(Vec<Range>, u64)> {
         let bytes = weights.get(&addr).copied().unwrap_or(0) / 2;
         let end = match last_bwd {
             Some(t) => c.pos_after(t),
-            None => k
-                .and_then(|k| c.bounds(k as usize, Phase::Forward))
-                .map_or(c.len(), |(_, l)| l + 1),
+            None => k.and_then(|k| c.bounds(k as usize, Phase::Forward)).map_or(c.len(), |(_, l)| l + 1),
         };
         ranges.push((c.pos_at_or_after(start), end, bytes as i64));
         cast.insert(addr);
     }
-    let total = cast
-        .iter()
-        .map(|a| weights.get(a).copied().unwrap_or(0) / 2)
-        .sum();
+    let total = cast.iter().map(|a| weights.get(a).copied().unwrap_or(0) / 2).sum();
     Some((ranges, total))
 }
 
@@ -1198,18 +1042,8 @@ impl Ctx<'_> {
     }
 
     /// A suggestion about allocated memory, with the measured peak among its numbers.
-    fn suggestion(
-        &self,
-        kind: SuggestionKind,
-        change: String,
-        predicted: u64,
-        reasoning: String,
-        numbers: Vec<(&str, f64)>,
-    ) -> Suggestion {
-        let mut map: BTreeMap<String, f64> = numbers
-            .into_iter()
-            .map(|(k, v)| (k.to_owned(), v))
-            .collect();
+    fn suggestion(&self, kind: SuggestionKind, change: String, predicted: u64, reasoning: String, numbers: Vec<(&str, f64)>) -> Suggestion {
+        let mut map: BTreeMap<String, f64> = numbers.into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
         map.insert("measured_peak_bytes".to_owned(), self.peak as f64);
         Suggestion {
             kind,
@@ -1229,10 +1063,7 @@ impl Ctx<'_> {
         match at {
             PeakAt::Base => self.c.describe(None),
             PeakAt::Event(p) => self.c.describe(Some(p)),
-            PeakAt::Recompute(k, _) => format!(
-                "while recomputing {} at the start of its backward",
-                defs[k].path
-            ),
+            PeakAt::Recompute(k, _) => format!("while recomputing {} at the start of its backward", defs[k].path),
         }
     }
 
@@ -1263,19 +1094,9 @@ fn checkpoint_advice(
         .map(|((d, sc), &t)| {
             let mut per_iter: BTreeMap<Option<u32>, u64> = BTreeMap::new();
             for call in &d.calls {
-                *per_iter.entry(call.iteration).or_default() += call
-                    .dropped
-                    .iter()
-                    .map(|&b| c.blocks[b as usize].size_bytes)
-                    .sum::<u64>();
+                *per_iter.entry(call.iteration).or_default() += call.dropped.iter().map(|&b| c.blocks[b as usize].size_bytes).sum::<u64>();
             }
-            let at_peak: i64 = peak_q.map_or(0, |q| {
-                sc.windows
-                    .iter()
-                    .filter(|w| w.0 <= q && q < w.1)
-                    .map(|w| w.2)
-                    .sum()
-            });
+            let at_peak: i64 = peak_q.map_or(0, |q| sc.windows.iter().filter(|w| w.0 <= q && q < w.1).map(|w| w.2).sum());
             CheckpointCandidate {
                 layer: d.path.clone(),
                 calls: d.calls.len(),
@@ -1292,20 +1113,10 @@ fn checkpoint_advice(
         let mut chosen = step.chosen.clone();
         chosen.sort_by_key(|&k| (defs[k].first_start_ns, k));
         let extra: f64 = chosen.iter().map(|&k| times[k]).sum();
-        let dropped_at_peak: u64 = chosen
-            .iter()
-            .map(|&k| rows[k].activation_bytes_at_peak)
-            .sum();
-        let working_set = chosen
-            .iter()
-            .map(|&k| rows[k].recompute_working_set_bytes)
-            .max()
-            .unwrap_or(0);
+        let dropped_at_peak: u64 = chosen.iter().map(|&k| rows[k].activation_bytes_at_peak).sum();
+        let working_set = chosen.iter().map(|&k| rows[k].recompute_working_set_bytes).max().unwrap_or(0);
         let mut numbers = vec![
-            (
-                "activation_bytes_dropped_at_measured_peak",
-                dropped_at_peak as f64,
-            ),
+            ("activation_bytes_dropped_at_measured_peak", dropped_at_peak as f64),
             ("recompute_s", extra),
             ("largest_recompute_working_set_bytes", working_set as f64),
             ("layers", chosen.len() as f64),
@@ -1314,11 +1125,7 @@ fn checkpoint_advice(
         if let Some(t) = ctx.iteration_time_s.filter(|&t| t > 0.0) {
             numbers.push(("iteration_time_s", t));
             numbers.push(("extra_time_fraction", extra / t));
-            share = format!(
-                " ({:.1} % of the {} iteration)",
-                100.0 * extra / t,
-                format_seconds(t)
-            );
+            share = format!(" ({:.1} % of the {} iteration)", 100.0 * extra / t, format_seconds(t));
         }
         let layers: Vec<String> = chosen.iter().map(|&k| defs[k].path.clone()).collect();
         let mut s = ctx.suggestion(
@@ -1353,34 +1160,17 @@ fn checkpoint_advice(
     match ctx.target {
         Some(b) => {
             let met = last.peak <= b;
-            out.push(make(
-                last,
-                if met {
-                    ""
-                } else {
-                    " — the lowest peak checkpointing reaches, still above the budget"
-                },
-            ));
+            out.push(make(last, if met { "" } else { " — the lowest peak checkpointing reaches, still above the budget" }));
             if !met {
-                notes.push(budget_reason(
-                    b,
-                    last.peak,
-                    &ctx.describe_at(defs, last.at),
-                    &ctx.persistent,
-                ));
+                notes.push(budget_reason(b, last.peak, &ctx.describe_at(defs, last.at), &ctx.persistent));
             }
         }
         None => {
             out.push(make(last, " — the lowest peak checkpointing reaches"));
             let first_len = steps[1].chosen.len();
             let total = steps[0].peak.saturating_sub(last.peak);
-            let knee = steps
-                .iter()
-                .skip(1)
-                .find(|s| steps[0].peak.saturating_sub(s.peak) * 10 >= total * 9);
-            if let Some(knee) =
-                knee.filter(|k| k.chosen.len() != last.chosen.len() && k.chosen.len() != first_len)
-            {
+            let knee = steps.iter().skip(1).find(|s| steps[0].peak.saturating_sub(s.peak) * 10 >= total * 9);
+            if let Some(knee) = knee.filter(|k| k.chosen.len() != last.chosen.len() && k.chosen.len() != first_len) {
                 out.push(make(knee, " — 90 % of the saving for fewer modules"));
             }
             // The best single module: each alone, replayed.
@@ -1394,15 +1184,9 @@ fn checkpoint_advice(
                 engine.set(k, false);
                 let p = p.max(0) as u64;
                 if p.saturating_add(ctx.min_gain()) <= steps[0].peak
-                    && best
-                        .as_ref()
-                        .is_none_or(|b| (p, times[k]) < (b.peak, times[b.chosen[0]]))
+                    && best.as_ref().is_none_or(|b| (p, times[k]) < (b.peak, times[b.chosen[0]]))
                 {
-                    best = Some(Step {
-                        chosen: vec![k],
-                        peak: p,
-                        at,
-                    });
+                    best = Some(Step { chosen: vec![k], peak: p, at });
                 }
             }
             if let Some(single) = best.filter(|_| last.chosen.len() > 1) {
@@ -1471,9 +1255,7 @@ fn amp_advice(ctx: &Ctx, defs: &[CandidateDef], times: &[f64], out: &mut Vec<Sug
     }
     let size = |b: &Block| amp_size(c, b);
     let mut engine = Engine::new(c, &amp_curve, scenario(c, defs, &amp_curve, &size));
-    let Some(step) = greedy(&mut engine, times, ctx.target, ctx.min_gain())
-        .pop()
-        .filter(|s| !s.chosen.is_empty() && s.peak < amp_peak)
+    let Some(step) = greedy(&mut engine, times, ctx.target, ctx.min_gain()).pop().filter(|s| !s.chosen.is_empty() && s.peak < amp_peak)
     else {
         return;
     };
@@ -1503,10 +1285,7 @@ fn amp_advice(ctx: &Ctx, defs: &[CandidateDef], times: &[f64], out: &mut Vec<Sug
 fn batch_advice(ctx: &Ctx, batch: Option<u64>, out: &mut Vec<Suggestion>, notes: &mut Vec<String>) {
     let c = &ctx.c;
     let peak_for = |num: u64, den: u64| -> (u64, Option<usize>) {
-        let scaled = |b: &Block| {
-            c.is_batch_dependent(b)
-                .then(|| (b.size_bytes as u128 * num as u128 / den as u128) as u64)
-        };
+        let scaled = |b: &Block| c.is_batch_dependent(b).then(|| (b.size_bytes as u128 * num as u128 / den as u128) as u64);
         c.peak_of(&c.replay(&scaled, &[]))
     };
     // The scale is num / den: the batch, or percent where the trace does not record it.
@@ -1536,18 +1315,15 @@ fn batch_advice(ctx: &Ctx, batch: Option<u64>, out: &mut Vec<Suggestion>, notes:
         None => den / 2,
     };
     let (p, pos) = peak_for(num, den);
-    let scalable: u64 = ctx.peak_pos.map_or(0, |pp| {
-        c.blocks
-            .iter()
-            .filter(|b| c.is_batch_dependent(b) && c.alive_at(b, pp))
-            .map(|b| b.size_bytes)
-            .sum()
-    });
+    let scalable: u64 =
+        ctx.peak_pos.map_or(0, |pp| c.blocks.iter().filter(|b| c.is_batch_dependent(b) && c.alive_at(b, pp)).map(|b| b.size_bytes).sum());
     let steps = den.div_ceil(num);
     let change = if unit == "batch" {
         format!("batch {num} instead of {den} (gradient accumulation over {steps} steps keeps an effective batch of {})", num * steps)
     } else {
-        format!("a batch {num} % of the traced one (the trace does not record its batch size), with gradient accumulation over {steps} steps")
+        format!(
+            "a batch {num} % of the traced one (the trace does not record its batch size), with gradient accumulation over {steps} steps"
+        )
     };
     out.push(ctx.suggestion(
         SuggestionKind::SmallerBatch,
@@ -1578,11 +1354,8 @@ fn set_to_none_advice(ctx: &Ctx, out: &mut Vec<Suggestion>) {
         .iter()
         .filter(|b| c.is_gradient(b))
         .filter(|b| {
-            c.iteration[b.alloc_pos].is_some_and(|k| {
-                (k as usize + 1) < c.spans.len()
-                    && b.free_pos
-                        .is_none_or(|f| c.iteration[f].is_none_or(|fk| fk > k))
-            })
+            c.iteration[b.alloc_pos]
+                .is_some_and(|k| (k as usize + 1) < c.spans.len() && b.free_pos.is_none_or(|f| c.iteration[f].is_none_or(|fk| fk > k)))
         })
         .collect();
     if kept.is_empty() {
@@ -1609,19 +1382,14 @@ fn set_to_none_advice(ctx: &Ctx, out: &mut Vec<Suggestion>) {
         let mut counted = false;
         for k in born + 1..c.spans.len() {
             let e = c.spans[k].1;
-            let (Some((f, _)), Some((bw, _))) =
-                (c.bounds(k, Phase::Forward), c.bounds(k, Phase::Backward))
-            else {
+            let (Some((f, _)), Some((bw, _))) = (c.bounds(k, Phase::Forward), c.bounds(k, Phase::Backward)) else {
                 continue;
             };
             if !c.alive_at(b, f) {
                 continue;
             }
             let bw_ts = c.ts[bw];
-            let touched = touches
-                .get(&b.address)
-                .and_then(|v| v.get(v.partition_point(|&t| t < bw_ts)).copied())
-                .filter(|&t| t <= e);
+            let touched = touches.get(&b.address).and_then(|v| v.get(v.partition_point(|&t| t < bw_ts)).copied()).filter(|&t| t <= e);
             let back = touched.map_or(bw, |t| c.pos_at_or_after(t).max(bw));
             let back = b.free_pos.map_or(back, |fp| back.min(fp));
             if f < back {
@@ -1655,48 +1423,33 @@ fn set_to_none_advice(ctx: &Ctx, out: &mut Vec<Suggestion>) {
 /// Optimizer state: bytes per parameter, and the peak with less of it.
 fn optimizer_advice(ctx: &Ctx, out: &mut Vec<Suggestion>) {
     let c = &ctx.c;
-    let state: Vec<&Block> = c
-        .blocks
-        .iter()
-        .filter(|b| c.is_optimizer_state(b))
-        .collect();
+    let state: Vec<&Block> = c.blocks.iter().filter(|b| c.is_optimizer_state(b)).collect();
     if state.is_empty() {
         return;
     }
-    let state_bytes = ctx
-        .persistent
-        .optimizer_state
-        .filter(|&s| s > 0)
-        .unwrap_or_else(|| {
-            // The most state alive at once.
-            let mut deltas: Vec<(usize, i64)> = Vec::new();
-            for b in &state {
-                deltas.push((b.alloc_pos, b.size_bytes as i64));
-                if let Some(f) = b.free_pos {
-                    deltas.push((f, -(b.size_bytes as i64)));
-                }
+    let state_bytes = ctx.persistent.optimizer_state.filter(|&s| s > 0).unwrap_or_else(|| {
+        // The most state alive at once.
+        let mut deltas: Vec<(usize, i64)> = Vec::new();
+        for b in &state {
+            deltas.push((b.alloc_pos, b.size_bytes as i64));
+            if let Some(f) = b.free_pos {
+                deltas.push((f, -(b.size_bytes as i64)));
             }
-            deltas.sort_unstable();
-            let (mut run, mut best) = (0i64, 0i64);
-            for (_, d) in deltas {
-                run += d;
-                best = best.max(run);
-            }
-            best.max(0) as u64
-        });
+        }
+        deltas.sort_unstable();
+        let (mut run, mut best) = (0i64, 0i64);
+        for (_, d) in deltas {
+            run += d;
+            best = best.max(run);
+        }
+        best.max(0) as u64
+    });
     let scaled = |num: u64, den: u64| {
-        let f = |b: &Block| {
-            c.is_optimizer_state(b)
-                .then(|| (b.size_bytes as u128 * num as u128 / den as u128) as u64)
-        };
+        let f = |b: &Block| c.is_optimizer_state(b).then(|| (b.size_bytes as u128 * num as u128 / den as u128) as u64);
         c.peak_of(&c.replay(&f, &[]))
     };
     let (p0, pos0) = scaled(0, 1);
-    let per_param = ctx
-        .persistent
-        .weights
-        .filter(|&w| w >= 4)
-        .map(|w| state_bytes as f64 / (w as f64 / 4.0));
+    let per_param = ctx.persistent.weights.filter(|&w| w >= 4).map(|w| state_bytes as f64 / (w as f64 / 4.0));
     let mut numbers = vec![("optimizer_state_bytes", state_bytes as f64)];
     let (what, alternatives) = match per_param {
         Some(bpp) if bpp >= 6.0 => {
@@ -1716,21 +1469,12 @@ fn optimizer_advice(ctx: &Ctx, out: &mut Vec<Suggestion>) {
         }
         Some(bpp) if bpp >= 2.0 => (
             format!("{bpp:.1} B of state per parameter: SGD with momentum-like (4 B/param fp32)"),
-            format!(
-                "plain SGD (no momentum, 0 B/param: peak {}), at the cost of convergence",
-                format_bytes(p0)
-            ),
+            format!("plain SGD (no momentum, 0 B/param: peak {}), at the cost of convergence", format_bytes(p0)),
         ),
-        Some(bpp) => (
-            format!("{bpp:.1} B of state per parameter"),
-            format!("an optimizer without state (peak {})", format_bytes(p0)),
-        ),
+        Some(bpp) => (format!("{bpp:.1} B of state per parameter"), format!("an optimizer without state (peak {})", format_bytes(p0))),
         None => (
             "state per parameter unknown: the trace does not tell the parameters' size".to_owned(),
-            format!(
-                "8-bit Adam, Adafactor or plain SGD (all state dropped: peak {})",
-                format_bytes(p0)
-            ),
+            format!("8-bit Adam, Adafactor or plain SGD (all state dropped: peak {})", format_bytes(p0)),
         ),
     };
     if let Some(bpp) = per_param {
@@ -1762,9 +1506,7 @@ fn fragmentation_advice(
     let trace = ctx.c.trace;
     let (peak, reserved) = (ctx.peak, baseline.reserved_at_peak_bytes);
     if !trace.meta.fragmentation_tracked {
-        not_available.push(
-            "expandable_segments: the trace was recorded without fragmentation tracking".to_owned(),
-        );
+        not_available.push("expandable_segments: the trace was recorded without fragmentation tracking".to_owned());
         return;
     }
     if reserved == 0 {
@@ -1790,16 +1532,11 @@ fn fragmentation_advice(
         .unwrap_or(false);
     let is_cuda = baseline.device.starts_with("cuda");
     if already_on {
-        notes.push(format!(
-            "{text}; expandable_segments is already on in this run"
-        ));
+        notes.push(format!("{text}; expandable_segments is already on in this run"));
     } else if !is_cuda {
         notes.push(format!("{text}; expandable_segments is a setting of CUDA's caching allocator, and this device is {}", baseline.device));
     } else if baseline.fragmentation_at_peak > threshold {
-        let predicted = peak
-            .div_ceil(PAGE_BYTES)
-            .saturating_mul(PAGE_BYTES)
-            .saturating_add(PAGE_BYTES);
+        let predicted = peak.div_ceil(PAGE_BYTES).saturating_mul(PAGE_BYTES).saturating_add(PAGE_BYTES);
         let mut s = ctx.suggestion(
             SuggestionKind::ExpandableSegments,
             "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True".to_owned(),
@@ -1854,11 +1591,7 @@ pub fn predict_peak(trace: &Trace, layers: &[String], amp: bool) -> Option<u64> 
     if layers.iter().any(|l| !by_path.contains_key(l.as_str())) {
         return None;
     }
-    let outer: BTreeSet<String> = layers
-        .iter()
-        .filter(|l| !layers.iter().any(|o| o != *l && under(l, o)))
-        .cloned()
-        .collect();
+    let outer: BTreeSet<String> = layers.iter().filter(|l| !layers.iter().any(|o| o != *l && under(l, o))).cloned().collect();
     let outer: Vec<String> = outer.into_iter().collect();
     let defs = module_calls(&c, &by_path, &outer, &mut Vec::new());
     let curve: Vec<i64> = if amp {
@@ -1866,11 +1599,7 @@ pub fn predict_peak(trace: &Trace, layers: &[String], amp: bool) -> Option<u64> 
         let weights = if has_tensor_ids {
             None
         } else {
-            graph_profile(trace)
-                .ok()
-                .as_ref()
-                .and_then(persistent_from_profile)
-                .and_then(|p| p.weights)
+            graph_profile(trace).ok().as_ref().and_then(persistent_from_profile).and_then(|p| p.weights)
         };
         amp_curve(&c, weights).0
     } else {
@@ -1906,72 +1635,28 @@ pub fn advise(trace: &Trace, opts: &AdviceOptions) -> AdviceReport {
     };
     let reserved_at_peak = peak_pos.map_or(c.base_reserved, |p| c.reserved[p]);
     let operator_data = !trace.ops.is_empty();
-    let profile = if operator_data {
-        graph_profile(trace).ok()
-    } else {
-        None
-    };
+    let profile = if operator_data { graph_profile(trace).ok() } else { None };
     let mut durations: Vec<f64> = match &profile {
-        Some(p) => p
-            .iterations
-            .iter()
-            .filter(|i| i.role == IterationRole::Steady)
-            .map(|i| i.duration_s)
-            .collect(),
-        None => c
-            .spans
-            .iter()
-            .skip(usize::from(c.spans.len() >= 2))
-            .map(|s| s.1.saturating_sub(s.0) as f64 * 1e-9)
-            .collect(),
+        Some(p) => p.iterations.iter().filter(|i| i.role == IterationRole::Steady).map(|i| i.duration_s).collect(),
+        None => c.spans.iter().skip(usize::from(c.spans.len() >= 2)).map(|s| s.1.saturating_sub(s.0) as f64 * 1e-9).collect(),
     };
     let iteration_time_s = median_f64(&mut durations);
-    let persistent = profile
-        .as_ref()
-        .and_then(persistent_from_profile)
-        .unwrap_or_else(|| {
-            let state: u64 = c
-                .blocks
-                .iter()
-                .filter(|b| c.is_optimizer_state(b) && peak_pos.is_some_and(|p| c.alive_at(b, p)))
-                .map(|b| b.size_bytes)
-                .sum();
-            let weights = weights_from_stacks(&c, peak_pos);
-            Persistent {
-                weights,
-                gradients: None,
-                optimizer_state: (state > 0).then_some(state),
-                floor: weights.map(|w| w + state),
-            }
-        });
-    let activations_at_peak: u64 = peak_pos.map_or(0, |p| {
-        c.blocks
-            .iter()
-            .filter(|b| c.is_activation(b) && c.alive_at(b, p))
-            .map(|b| b.size_bytes)
-            .sum()
+    let persistent = profile.as_ref().and_then(persistent_from_profile).unwrap_or_else(|| {
+        let state: u64 =
+            c.blocks.iter().filter(|b| c.is_optimizer_state(b) && peak_pos.is_some_and(|p| c.alive_at(b, p))).map(|b| b.size_bytes).sum();
+        let weights = weights_from_stacks(&c, peak_pos);
+        Persistent { weights, gradients: None, optimizer_state: (state > 0).then_some(state), floor: weights.map(|w| w + state) }
     });
+    let activations_at_peak: u64 =
+        peak_pos.map_or(0, |p| c.blocks.iter().filter(|b| c.is_activation(b) && c.alive_at(b, p)).map(|b| b.size_bytes).sum());
     let baseline = Baseline {
-        device: trace
-            .devices
-            .get(device as usize)
-            .map_or_else(|| "unknown".to_owned(), |d| d.to_string()),
+        device: trace.devices.get(device as usize).map_or_else(|| "unknown".to_owned(), |d| d.to_string()),
         source_format: trace.meta.source_format.as_str().to_owned(),
         peak_allocated_bytes: peak,
-        peak_time_s: peak_pos.map_or(0.0, |p| {
-            c.ts[p].saturating_sub(trace.start_ns()) as f64 * 1e-9
-        }),
+        peak_time_s: peak_pos.map_or(0.0, |p| c.ts[p].saturating_sub(trace.start_ns()) as f64 * 1e-9),
         peak_phase: peak_pos.map_or(Phase::Other, |p| c.phase[p]),
-        peak_layer: peak_pos
-            .map(|p| trace.str(trace.events.layer[c.event[p]]).to_owned())
-            .unwrap_or_default(),
-        peak_reserved_bytes: c
-            .reserved
-            .iter()
-            .copied()
-            .max()
-            .unwrap_or(0)
-            .max(c.base_reserved),
+        peak_layer: peak_pos.map(|p| trace.str(trace.events.layer[c.event[p]]).to_owned()).unwrap_or_default(),
+        peak_reserved_bytes: c.reserved.iter().copied().max().unwrap_or(0).max(c.base_reserved),
         reserved_at_peak_bytes: reserved_at_peak,
         fragmentation_at_peak: if reserved_at_peak == 0 || !trace.meta.fragmentation_tracked {
             0.0
@@ -2038,28 +1723,12 @@ pub fn advise(trace: &Trace, opts: &AdviceOptions) -> AdviceReport {
     }
     set_to_none_advice(&ctx, &mut suggestions);
     optimizer_advice(&ctx, &mut suggestions);
-    fragmentation_advice(
-        &ctx,
-        &baseline,
-        opts.fragmentation_threshold,
-        &mut suggestions,
-        &mut notes,
-        &mut not_available,
-    );
+    fragmentation_advice(&ctx, &baseline, opts.fragmentation_threshold, &mut suggestions, &mut notes, &mut not_available);
 
-    let budget_met = opts
-        .budget_bytes
-        .map(|_| suggestions.iter().any(|s| s.meets_budget == Some(true)));
+    let budget_met = opts.budget_bytes.map(|_| suggestions.iter().any(|s| s.meets_budget == Some(true)));
     if let Some(b) = opts.budget_bytes {
         if peak <= b {
-            notes.insert(
-                0,
-                format!(
-                    "the measured peak {} already fits the budget {}",
-                    format_bytes(peak),
-                    format_bytes(b)
-                ),
-            );
+            notes.insert(0, format!("the measured peak {} already fits the budget {}", format_bytes(peak), format_bytes(b)));
         } else if budget_met == Some(false) {
             let mut why = format!("no suggestion meets the budget {}", format_bytes(b));
             if let Some(f) = ctx.persistent.floor.filter(|&f| b < f) {
@@ -2094,11 +1763,7 @@ pub fn advise(trace: &Trace, opts: &AdviceOptions) -> AdviceReport {
 
 fn parts_text(p: &Persistent) -> String {
     let mut parts = Vec::new();
-    for (name, v) in [
-        ("weights", p.weights),
-        ("gradients", p.gradients),
-        ("optimizer state", p.optimizer_state),
-    ] {
+    for (name, v) in [("weights", p.weights), ("gradients", p.gradients), ("optimizer state", p.optimizer_state)] {
         if let Some(v) = v {
             parts.push(format!("{name} {}", format_bytes(v)));
         }
@@ -2132,21 +1797,10 @@ fn rank(s: &mut [Suggestion], budget: Option<u64>) {
         Some(_) => s.sort_by(|a, b| {
             let (ma, mb) = (a.meets_budget == Some(true), b.meets_budget == Some(true));
             mb.cmp(&ma)
-                .then_with(|| {
-                    if ma {
-                        time(a).total_cmp(&time(b))
-                    } else {
-                        std::cmp::Ordering::Equal
-                    }
-                })
+                .then_with(|| if ma { time(a).total_cmp(&time(b)) } else { std::cmp::Ordering::Equal })
                 .then(a.predicted_peak_bytes.cmp(&b.predicted_peak_bytes))
                 .then(a.kind.cmp(&b.kind))
         }),
-        None => s.sort_by(|a, b| {
-            b.saving_bytes
-                .cmp(&a.saving_bytes)
-                .then_with(|| time(a).total_cmp(&time(b)))
-                .then(a.kind.cmp(&b.kind))
-        }),
+        None => s.sort_by(|a, b| b.saving_bytes.cmp(&a.saving_bytes).then_with(|| time(a).total_cmp(&time(b))).then(a.kind.cmp(&b.kind))),
     }
 }

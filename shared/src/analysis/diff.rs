@@ -9,10 +9,7 @@
 
 use super::leaks::iteration_spans;
 use super::profile::{graph_profile, TensorClass};
-use super::{
-    fragmentation_stats_with_layers, layer_stats, peak_device, summary, timeline, LayerMemoryStats,
-    Summary, TimelineOptions,
-};
+use super::{fragmentation_stats_with_layers, layer_stats, peak_device, summary, timeline, LayerMemoryStats, Summary, TimelineOptions};
 use crate::merge::rank_trace;
 use crate::model::{EventRecord, SourceFormat, Trace};
 use crate::units::format_bytes;
@@ -48,11 +45,7 @@ pub enum DiffError {
         plural(*devices, "device"),
         side = side.as_str()
     )]
-    NoSuchDevice {
-        side: Side,
-        index: u8,
-        devices: usize,
-    },
+    NoSuchDevice { side: Side, index: u8, devices: usize },
 }
 
 /// The two traces compared. Deltas are B − A.
@@ -265,12 +258,7 @@ pub fn diff(a: &Trace, b: &Trace) -> TraceDiff {
 
 /// Compares device `da` of `a` with device `db` of `b` (indices into `Trace::devices`; `None`
 /// picks the device with the highest allocated peak), e.g. two ranks of one merged trace.
-pub fn diff_devices(
-    a: &Trace,
-    da: Option<u8>,
-    b: &Trace,
-    db: Option<u8>,
-) -> Result<TraceDiff, DiffError> {
+pub fn diff_devices(a: &Trace, da: Option<u8>, b: &Trace, db: Option<u8>) -> Result<TraceDiff, DiffError> {
     let va = View::pick(a, da, Side::A)?;
     let vb = View::pick(b, db, Side::B)?;
     Ok(compare(&va, &vb))
@@ -299,11 +287,7 @@ impl<'t> View<'t> {
         match device {
             None => Ok(Self::peak(trace)),
             Some(d) if (d as usize) < trace.devices.len() => Ok(Self::of(trace, Some(d), true)),
-            Some(index) => Err(DiffError::NoSuchDevice {
-                side,
-                index,
-                devices: trace.devices.len(),
-            }),
+            Some(index) => Err(DiffError::NoSuchDevice { side, index, devices: trace.devices.len() }),
         }
     }
 
@@ -316,9 +300,7 @@ impl<'t> View<'t> {
         Self {
             trace: reduced,
             device,
-            device_name: device
-                .and_then(|d| trace.devices.get(d as usize))
-                .map(|d| d.to_string()),
+            device_name: device.and_then(|d| trace.devices.get(d as usize)).map(|d| d.to_string()),
             devices,
             picked,
         }
@@ -334,10 +316,7 @@ fn one_device(trace: &Trace, d: u8) -> Trace {
     };
     let rank = device.rank.and_then(|r| rank_trace(trace, r));
     let (source, index) = match &rank {
-        Some(t) => (
-            t,
-            t.devices.iter().position(|x| x == device).unwrap_or(0) as u8,
-        ),
+        Some(t) => (t, t.devices.iter().position(|x| x == device).unwrap_or(0) as u8),
         None => (trace, d),
     };
     if source.devices.len() == 1 {
@@ -358,19 +337,12 @@ fn events_of(trace: &Trace, d: u8) -> Trace {
         out.device_index(device.clone());
     }
     let ev = &trace.events;
-    out.events.set_base_totals(
-        0,
-        ev.base_totals.get(d as usize).copied().unwrap_or_default(),
-    );
+    out.events.set_base_totals(0, ev.base_totals.get(d as usize).copied().unwrap_or_default());
     let mut cursor = ev.cursor();
     for i in 0..ev.len() {
         let totals = cursor.advance();
         if ev.device[i] == d {
-            out.events.push(EventRecord {
-                device: 0,
-                totals: Some(totals),
-                ..ev.record(i)
-            });
+            out.events.push(EventRecord { device: 0, totals: Some(totals), ..ev.record(i) });
         }
     }
     out.ops = trace.ops.clone();
@@ -402,9 +374,7 @@ fn analyse(view: &View) -> Analysed {
     let frag = fragmentation_stats_with_layers(trace, &layers);
     let (spans, from) = iteration_spans(trace);
     let start_ns = trace.start_ns();
-    let peak_ns = sum
-        .peak_event_index
-        .and_then(|i| trace.events.ts_ns.get(i).copied());
+    let peak_ns = sum.peak_event_index.and_then(|i| trace.events.ts_ns.get(i).copied());
     let facts = SideFacts {
         model: trace.meta.model.clone(),
         source_format: sum.source_format.clone(),
@@ -440,11 +410,7 @@ fn analyse(view: &View) -> Analysed {
 fn iteration_position(spans: &[(u64, u64)], t_ns: u64) -> Option<IterationPosition> {
     let k = spans.iter().position(|&(s, e)| s <= t_ns && t_ns <= e)?;
     let (s, e) = spans[k];
-    Some(IterationPosition {
-        iteration: k,
-        since_start_s: (t_ns - s) as f64 * 1e-9,
-        fraction: fraction(t_ns - s, e - s),
-    })
+    Some(IterationPosition { iteration: k, since_start_s: (t_ns - s) as f64 * 1e-9, fraction: fraction(t_ns - s, e - s) })
 }
 
 /// `part / whole` in 0..=1; 0 for an empty whole.
@@ -465,19 +431,12 @@ fn compare(va: &View, vb: &View) -> TraceDiff {
     let (a, b) = (analyse(va), analyse(vb));
     let layers = layer_rows(&a.layers, &b.layers);
     let layers_match = a.layers.keys().eq(b.layers.keys());
-    let classes = ClassesDiff {
-        rows: class_rows(&a.classes, &b.classes),
-        a: a.classes.clone(),
-        b: b.classes.clone(),
-    };
+    let classes = ClassesDiff { rows: class_rows(&a.classes, &b.classes), a: a.classes.clone(), b: b.classes.clone() };
     let ops = (!a.ops.is_empty() && !b.ops.is_empty()).then(|| ops_diff(&a.ops, &b.ops));
     let curves = curves(&a, &b);
     let notes = notes(&a, &b, va, vb, &classes, curves.alignment);
     TraceDiff {
-        peak_allocated_delta_bytes: delta(
-            a.facts.peak_allocated_bytes,
-            b.facts.peak_allocated_bytes,
-        ),
+        peak_allocated_delta_bytes: delta(a.facts.peak_allocated_bytes, b.facts.peak_allocated_bytes),
         peak_reserved_delta_bytes: delta(a.facts.peak_reserved_bytes, b.facts.peak_reserved_bytes),
         a: a.facts,
         b: b.facts,
@@ -491,18 +450,11 @@ fn compare(va: &View, vb: &View) -> TraceDiff {
 }
 
 fn layer_side(s: &LayerMemoryStats) -> LayerSide {
-    LayerSide {
-        peak_allocated_bytes: s.peak_allocated,
-        allocations: s.total_allocations,
-        allocated_bytes: s.allocated_bytes_total,
-    }
+    LayerSide { peak_allocated_bytes: s.peak_allocated, allocations: s.total_allocations, allocated_bytes: s.allocated_bytes_total }
 }
 
 /// One row per layer of either side, largest |peak delta| first.
-fn layer_rows(
-    a: &BTreeMap<String, LayerMemoryStats>,
-    b: &BTreeMap<String, LayerMemoryStats>,
-) -> Vec<LayerDiff> {
+fn layer_rows(a: &BTreeMap<String, LayerMemoryStats>, b: &BTreeMap<String, LayerMemoryStats>) -> Vec<LayerDiff> {
     let names: std::collections::BTreeSet<&String> = a.keys().chain(b.keys()).collect();
     let mut rows: Vec<LayerDiff> = names
         .into_iter()
@@ -528,11 +480,7 @@ fn layer_rows(
         y.peak_delta_bytes
             .unsigned_abs()
             .cmp(&x.peak_delta_bytes.unsigned_abs())
-            .then(
-                y.allocated_delta_bytes
-                    .unsigned_abs()
-                    .cmp(&x.allocated_delta_bytes.unsigned_abs()),
-            )
+            .then(y.allocated_delta_bytes.unsigned_abs().cmp(&x.allocated_delta_bytes.unsigned_abs()))
             .then_with(|| x.layer_name.cmp(&y.layer_name))
     });
     rows
@@ -542,31 +490,17 @@ fn layer_rows(
 fn class_side(trace: &Trace) -> ClassSide {
     let profile = match graph_profile(trace) {
         Ok(p) => p,
-        Err(e) => {
-            return ClassSide::Unavailable {
-                reason: e.to_string(),
-            }
-        }
+        Err(e) => return ClassSide::Unavailable { reason: e.to_string() },
     };
-    let Some(row) = profile
-        .breakdown
-        .iter()
-        .find(|r| r.rank == profile.peak_rank)
-    else {
+    let Some(row) = profile.breakdown.iter().find(|r| r.rank == profile.peak_rank) else {
         let reason = profile.not_derivable.first().cloned();
         return ClassSide::Unavailable {
-            reason: reason.unwrap_or_else(|| {
-                "the graph profile has no breakdown at its peak rank".to_owned()
-            }),
+            reason: reason.unwrap_or_else(|| "the graph profile has no breakdown at its peak rank".to_owned()),
         };
     };
     ClassSide::Available {
         rank: row.rank,
-        node_name: profile
-            .nodes
-            .get(row.rank)
-            .map(|n| n.node_name.clone())
-            .unwrap_or_default(),
+        node_name: profile.nodes.get(row.rank).map(|n| n.node_name.clone()).unwrap_or_default(),
         total_allocated_bytes: row.total_allocated,
         bytes: ClassBytes {
             weights_bytes: row.weights,
@@ -578,27 +512,15 @@ fn class_side(trace: &Trace) -> ClassSide {
     }
 }
 
-const CLASS_ORDER: [TensorClass; 5] = [
-    TensorClass::Param,
-    TensorClass::Grad,
-    TensorClass::OptState,
-    TensorClass::Act,
-    TensorClass::Other,
-];
+const CLASS_ORDER: [TensorClass; 5] = [TensorClass::Param, TensorClass::Grad, TensorClass::OptState, TensorClass::Act, TensorClass::Other];
 
 fn class_rows(a: &ClassSide, b: &ClassSide) -> Vec<ClassRow> {
-    let (ClassSide::Available { bytes: ba, .. }, ClassSide::Available { bytes: bb, .. }) = (a, b)
-    else {
+    let (ClassSide::Available { bytes: ba, .. }, ClassSide::Available { bytes: bb, .. }) = (a, b) else {
         return Vec::new();
     };
     CLASS_ORDER
         .iter()
-        .map(|&class| ClassRow {
-            class,
-            a_bytes: ba.get(class),
-            b_bytes: bb.get(class),
-            delta_bytes: delta(ba.get(class), bb.get(class)),
-        })
+        .map(|&class| ClassRow { class, a_bytes: ba.get(class), b_bytes: bb.get(class), delta_bytes: delta(ba.get(class), bb.get(class)) })
         .collect()
 }
 
@@ -613,22 +535,12 @@ fn op_counts(trace: &Trace) -> BTreeMap<String, u64> {
 
 fn ops_diff(a: &BTreeMap<String, u64>, b: &BTreeMap<String, u64>) -> OpsDiff {
     let only = |x: &BTreeMap<String, u64>, y: &BTreeMap<String, u64>| {
-        let mut v: Vec<OpCount> = x
-            .iter()
-            .filter(|(k, _)| !y.contains_key(*k))
-            .map(|(k, &c)| OpCount {
-                name: k.clone(),
-                count: c,
-            })
-            .collect();
+        let mut v: Vec<OpCount> =
+            x.iter().filter(|(k, _)| !y.contains_key(*k)).map(|(k, &c)| OpCount { name: k.clone(), count: c }).collect();
         v.sort_by(|p, q| q.count.cmp(&p.count).then_with(|| p.name.cmp(&q.name)));
         v
     };
-    OpsDiff {
-        only_in_a: only(a, b),
-        only_in_b: only(b, a),
-        common: a.keys().filter(|k| b.contains_key(*k)).count(),
-    }
+    OpsDiff { only_in_a: only(a, b), only_in_b: only(b, a), common: a.keys().filter(|k| b.contains_key(*k)).count() }
 }
 
 /// The decimated allocated curve as (time ns, min, max) per bucket.
@@ -636,29 +548,15 @@ fn curve_buckets(trace: &Trace, start_ns: u64, sum: &Summary) -> Vec<(u64, u64, 
     if sum.total_events == 0 {
         return Vec::new();
     }
-    let options = TimelineOptions {
-        buckets: CURVE_POINTS,
-        window_s: None,
-        device: Some(peak_device(trace)),
-    };
+    let options = TimelineOptions { buckets: CURVE_POINTS, window_s: None, device: Some(peak_device(trace)) };
     timeline(trace, &options)
         .into_iter()
-        .map(|p| {
-            (
-                start_ns.saturating_add((p.t_s * 1e9) as u64),
-                p.allocated_min_bytes,
-                p.allocated_max_bytes,
-            )
-        })
+        .map(|p| (start_ns.saturating_add((p.t_s * 1e9) as u64), p.allocated_min_bytes, p.allocated_max_bytes))
         .collect()
 }
 
 fn curves(a: &Analysed, b: &Analysed) -> DiffCurves {
-    let alignment = if a.spans.is_empty() || b.spans.is_empty() {
-        Alignment::Seconds
-    } else {
-        Alignment::Iteration
-    };
+    let alignment = if a.spans.is_empty() || b.spans.is_empty() { Alignment::Seconds } else { Alignment::Iteration };
     let points = |s: &Analysed| -> Vec<CurvePoint> {
         s.curve_times_ns
             .iter()
@@ -672,11 +570,7 @@ fn curves(a: &Analysed, b: &Analysed) -> DiffCurves {
             })
             .collect()
     };
-    DiffCurves {
-        alignment,
-        a: points(a),
-        b: points(b),
-    }
+    DiffCurves { alignment, a: points(a), b: points(b) }
 }
 
 /// x of `t_ns` on the iteration axis (see [`Alignment::Iteration`]); `spans` sorted, not empty.
@@ -685,11 +579,7 @@ fn iteration_x(spans: &[(u64, u64)], t_ns: u64, start_ns: u64, end_ns: u64) -> f
         return 0.0;
     };
     if t_ns < first {
-        return -1.0
-            + fraction(
-                t_ns.saturating_sub(start_ns),
-                first.saturating_sub(start_ns),
-            );
+        return -1.0 + fraction(t_ns.saturating_sub(start_ns), first.saturating_sub(start_ns));
     }
     if t_ns > last {
         return spans.len() as f64 + fraction(t_ns - last, end_ns.saturating_sub(last));
@@ -704,14 +594,7 @@ fn iteration_x(spans: &[(u64, u64)], t_ns: u64, start_ns: u64, end_ns: u64) -> f
 }
 
 /// What to know before reading the numbers.
-fn notes(
-    a: &Analysed,
-    b: &Analysed,
-    va: &View,
-    vb: &View,
-    classes: &ClassesDiff,
-    alignment: Alignment,
-) -> Vec<String> {
+fn notes(a: &Analysed, b: &Analysed, va: &View, vb: &View, classes: &ClassesDiff, alignment: Alignment) -> Vec<String> {
     let mut notes = Vec::new();
     if let (Some(ma), Some(mb)) = (&a.facts.model, &b.facts.model) {
         if ma != mb {
@@ -726,10 +609,7 @@ fn notes(
     }
     for (side, c, s) in [(Side::A, &classes.a, a), (Side::B, &classes.b, b)] {
         if let (ClassSide::Unavailable { reason }, true) = (c, !s.ops.is_empty()) {
-            notes.push(format!(
-                "{} has no per-class breakdown: {reason}",
-                side.as_str()
-            ));
+            notes.push(format!("{} has no per-class breakdown: {reason}", side.as_str()));
         }
     }
     if a.facts.iterations != b.facts.iterations && alignment == Alignment::Iteration {
@@ -740,11 +620,8 @@ fn notes(
         ));
     }
     if alignment == Alignment::Seconds {
-        let none: Vec<&str> = [(Side::A, a), (Side::B, b)]
-            .iter()
-            .filter(|(_, s)| s.spans.is_empty())
-            .map(|(side, _)| side.as_str())
-            .collect();
+        let none: Vec<&str> =
+            [(Side::A, a), (Side::B, b)].iter().filter(|(_, s)| s.spans.is_empty()).map(|(side, _)| side.as_str()).collect();
         notes.push(format!(
             "the curves are aligned by seconds since each trace's start: {} no iterations",
             match none.as_slice() {
@@ -757,26 +634,15 @@ fn notes(
 }
 
 /// The layers that are on one side only, or `None` when the names match.
-fn layer_note(
-    a: &BTreeMap<String, LayerMemoryStats>,
-    b: &BTreeMap<String, LayerMemoryStats>,
-) -> Option<String> {
+fn layer_note(a: &BTreeMap<String, LayerMemoryStats>, b: &BTreeMap<String, LayerMemoryStats>) -> Option<String> {
     let only_a = a.keys().filter(|k| !b.contains_key(*k)).count();
     let only_b = b.keys().filter(|k| !a.contains_key(*k)).count();
     if only_a == 0 && only_b == 0 {
-        return a
-            .is_empty()
-            .then(|| "neither trace attributes memory to layers".to_owned());
+        return a.is_empty().then(|| "neither trace attributes memory to layers".to_owned());
     }
     if a.is_empty() || b.is_empty() {
-        let (none, some, n) = if a.is_empty() {
-            ("A", "B", b.len())
-        } else {
-            ("B", "A", a.len())
-        };
-        return Some(format!(
-            "the layers do not match: {none} attributes memory to no layer and {some} to {n}"
-        ));
+        let (none, some, n) = if a.is_empty() { ("A", "B", b.len()) } else { ("B", "A", a.len()) };
+        return Some(format!("the layers do not match: {none} attributes memory to no layer and {some} to {n}"));
     }
     let mut parts = Vec::new();
     if only_a > 0 {
@@ -787,31 +653,16 @@ fn layer_note(
     }
     let common = a.len() - only_a;
     let union = common + only_a + only_b;
-    let question = if common * 2 < union {
-        " — are these traces of the same model?"
-    } else {
-        ""
-    };
-    Some(format!(
-        "the layers do not match: {}{question}",
-        parts.join(" and ")
-    ))
+    let question = if common * 2 < union { " — are these traces of the same model?" } else { "" };
+    Some(format!("the layers do not match: {}{question}", parts.join(" and ")))
 }
 
 fn side_notes(side: Side, s: &Analysed, v: &View) -> Vec<String> {
     let name = side.as_str();
     let mut notes = Vec::new();
     if v.devices > 1 {
-        let how = if v.picked {
-            "as asked"
-        } else {
-            "the device with the highest allocated peak"
-        };
-        notes.push(format!(
-            "{name} has {} devices; compared {} ({how})",
-            v.devices,
-            s.facts.device.as_deref().unwrap_or("none")
-        ));
+        let how = if v.picked { "as asked" } else { "the device with the highest allocated peak" };
+        notes.push(format!("{name} has {} devices; compared {} ({how})", v.devices, s.facts.device.as_deref().unwrap_or("none")));
     }
     if s.facts.events == 0 {
         notes.push(format!(
@@ -827,15 +678,10 @@ fn side_notes(side: Side, s: &Analysed, v: &View) -> Vec<String> {
             }
             _ => format!("{name} has no operators"),
         };
-        notes.push(format!(
-            "{what}: the per-class breakdown and operator lists need operator data"
-        ));
+        notes.push(format!("{what}: the per-class breakdown and operator lists need operator data"));
     }
     if s.facts.dropped_events > 0 {
-        notes.push(format!(
-            "{name} dropped {} events: its numbers are lower bounds",
-            s.facts.dropped_events
-        ));
+        notes.push(format!("{name} dropped {} events: its numbers are lower bounds", s.facts.dropped_events));
     }
     notes
 }

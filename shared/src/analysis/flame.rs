@@ -6,9 +6,9 @@
 //! allocation explains (allocated before recording began) is its own child, so the children
 //! add up to the root.
 
+use crate::hash::{FastMap as HashMap, FastSet};
 use crate::model::{EventType, StrId, Trace};
 use serde::{Deserialize, Serialize};
-use crate::hash::{FastMap as HashMap, FastSet};
 
 /// What a node of the flame graph stands for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]

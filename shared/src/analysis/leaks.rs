@@ -86,7 +86,8 @@ pub fn iteration_spans(trace: &Trace) -> (Vec<(u64, u64)>, &'static str) {
         return (spans, "optimizer steps");
     }
     let spans = repeating_spans(trace);
-    let from = if spans.is_empty() { "none (no iteration marks, optimizer steps or repeating allocations)" } else { "repeating allocation sizes" };
+    let from =
+        if spans.is_empty() { "none (no iteration marks, optimizer steps or repeating allocations)" } else { "repeating allocation sizes" };
     (spans, from)
 }
 
@@ -219,7 +220,11 @@ pub fn leaks_with(trace: &Trace, opts: &LeakOptions) -> LeakReport {
         }
         let layer = trace.str(ev.layer[i]).to_owned();
         let layer = if layer.is_empty() { "unattributed".to_owned() } else { layer };
-        let frame = trace.stacks.stack_of_event(i).and_then(|s| trace.stacks.stack(s).next()).map(|f| format!("{}:{} {}", trace.str(f.filename), f.line, trace.str(f.name)));
+        let frame = trace
+            .stacks
+            .stack_of_event(i)
+            .and_then(|s| trace.stacks.stack(s).next())
+            .map(|f| format!("{}:{} {}", trace.str(f.filename), f.line, trace.str(f.name)));
         let op = ops.get(i).and_then(|&o| trace.opt_str(o)).map(str::to_owned);
         let g = groups.entry((layer, op, frame)).or_default();
         g.0 += ev.size_bytes[i];
@@ -248,13 +253,13 @@ pub fn leaks_with(trace: &Trace, opts: &LeakOptions) -> LeakReport {
     let verdict = if n < 3 {
         format!("not enough iterations to tell ({n} found from {from}; leaks need 3 or more)")
     } else if leaking {
-        format!(
-            "leak: allocated memory grows by {} per iteration ({agreeing} of {compared} iterations after warm-up agree)",
-            fmt(growth)
-        )
+        format!("leak: allocated memory grows by {} per iteration ({agreeing} of {compared} iterations after warm-up agree)", fmt(growth))
     } else {
         let spread = growths.iter().map(|g| g.unsigned_abs()).max().unwrap_or(0);
-        format!("no steady growth: allocated memory at iteration ends moves by at most {} after warm-up", crate::units::format_bytes(spread))
+        format!(
+            "no steady growth: allocated memory at iteration ends moves by at most {} after warm-up",
+            crate::units::format_bytes(spread)
+        )
     };
     LeakReport {
         iterations_from: from.to_owned(),

@@ -328,11 +328,7 @@ pub struct TimelineOptions {
 
 impl Default for TimelineOptions {
     fn default() -> Self {
-        Self {
-            buckets: 2000,
-            window_s: None,
-            device: None,
-        }
+        Self { buckets: 2000, window_s: None, device: None }
     }
 }
 
@@ -515,8 +511,7 @@ pub fn peak_device(trace: &Trace) -> u8 {
 
 /// True if the trace carries allocator segment information (snapshot traces).
 pub fn has_segments(trace: &Trace) -> bool {
-    !trace.initial_segments.is_empty()
-        || (0..trace.events.len()).any(|i| trace.events.event_type(i) == EventType::SegmentAlloc)
+    !trace.initial_segments.is_empty() || (0..trace.events.len()).any(|i| trace.events.event_type(i) == EventType::SegmentAlloc)
 }
 
 /// Segments and blocks of `device` after event `event_index` (inclusive), replayed from the
@@ -535,11 +530,8 @@ pub fn segments_at(trace: &Trace, event_index: usize, device: u8) -> Vec<Segment
         let (addr, size) = (ev.address[i], ev.size_bytes[i]);
         match ev.event_type(i) {
             EventType::SegmentAlloc | EventType::SegmentMap => {
-                let pool = if size == crate::allocator::SMALL_SEGMENT_BYTES {
-                    crate::model::Pool::Small
-                } else {
-                    crate::model::Pool::Large
-                };
+                let pool =
+                    if size == crate::allocator::SMALL_SEGMENT_BYTES { crate::model::Pool::Small } else { crate::model::Pool::Large };
                 state.segment_alloc(addr, size, device, ev.stream[i], pool);
             }
             EventType::SegmentFree | EventType::SegmentUnmap => {

@@ -44,13 +44,7 @@ pub enum TensorClass {
 }
 
 impl TensorClass {
-    pub const ALL: [TensorClass; 5] = [
-        TensorClass::Param,
-        TensorClass::Act,
-        TensorClass::Grad,
-        TensorClass::OptState,
-        TensorClass::Other,
-    ];
+    pub const ALL: [TensorClass; 5] = [TensorClass::Param, TensorClass::Act, TensorClass::Grad, TensorClass::OptState, TensorClass::Other];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -260,11 +254,7 @@ impl Blocks {
                 _ => {}
             }
         }
-        Self {
-            blocks,
-            event_block,
-            by_address,
-        }
+        Self { blocks, event_block, by_address }
     }
 
     /// The block at `addr` alive at `ts`, among those already known.
@@ -489,10 +479,7 @@ pub fn graph_profile(trace: &Trace) -> Result<GraphProfile, ProfileError> {
     }
     let measures: Vec<Vec<(u64, u64, Option<usize>)>> = iters.iter().map(|ns| ns.iter().map(measure).collect()).collect();
     let iter_peak = |k: usize| measures[k].iter().map(|m| m.1).max().unwrap_or(0);
-    let reference = *steady
-        .iter()
-        .max_by_key(|&&k| (iter_peak(k), std::cmp::Reverse(k)))
-        .ok_or(ProfileError::NoNodes)?;
+    let reference = *steady.iter().max_by_key(|&&k| (iter_peak(k), std::cmp::Reverse(k))).ok_or(ProfileError::NoNodes)?;
 
     // Blocks and what ops do with them.
     let classify = trace.tensors.iter().any(|t| t.storage_id != 0);
@@ -610,8 +597,7 @@ pub fn graph_profile(trace: &Trace) -> Result<GraphProfile, ProfileError> {
                     any = true;
                 }
             }
-            any.then(|| TensorClass::ALL.into_iter().max_by_key(|&c| (bytes[c as usize], std::cmp::Reverse(c))))
-                .flatten()
+            any.then(|| TensorClass::ALL.into_iter().max_by_key(|&c| (bytes[c as usize], std::cmp::Reverse(c)))).flatten()
         };
         let allocs = node_allocs.get(&(k, r)).map(Vec::as_slice).unwrap_or(&[]);
         let op = &trace.ops[iters[k][r].op];
@@ -664,21 +650,13 @@ pub fn graph_profile(trace: &Trace) -> Result<GraphProfile, ProfileError> {
             sections.optimizer_end_rank = Some(n.rank);
         }
     }
-    let (peak_rank, peak_bytes) = nodes
-        .iter()
-        .map(|n| (n.rank, n.median_peak_mem_bytes))
-        .max_by_key(|&(r, b)| (b, std::cmp::Reverse(r)))
-        .unwrap_or((0, 0));
+    let (peak_rank, peak_bytes) =
+        nodes.iter().map(|n| (n.rank, n.median_peak_mem_bytes)).max_by_key(|&(r, b)| (b, std::cmp::Reverse(r))).unwrap_or((0, 0));
 
     // Breakdown of the reference iteration at each node's peak.
     let mut breakdown = Vec::new();
     if classify {
-        let known_base: u64 = blocks
-            .blocks
-            .iter()
-            .filter(|b| b.from_event && b.alloc_ts.is_none())
-            .map(|b| b.size_bytes)
-            .sum();
+        let known_base: u64 = blocks.blocks.iter().filter(|b| b.from_event && b.alloc_ts.is_none()).map(|b| b.size_bytes).sum();
         let mut parts = [0u64; 5];
         parts[4] = base_alloc.saturating_sub(known_base);
         for (b, c) in blocks.blocks.iter().zip(&class) {
@@ -715,10 +693,8 @@ pub fn graph_profile(trace: &Trace) -> Result<GraphProfile, ProfileError> {
             }
         }
         breakdown = rows;
-        let mismatched = breakdown
-            .iter()
-            .filter(|r| r.weights + r.gradients + r.activations + r.optimizer_state + r.other != r.total_allocated)
-            .count();
+        let mismatched =
+            breakdown.iter().filter(|r| r.weights + r.gradients + r.activations + r.optimizer_state + r.other != r.total_allocated).count();
         if mismatched > 0 {
             warnings.push(format!(
                 "at {mismatched} ranks the allocator's total differs from the sum of the blocks it reported (the source corrected its running totals)"

@@ -146,7 +146,7 @@ impl TimelineIndex {
         while i < to {
             let block = i / BLOCK;
             let block_end = ((block + 1) * BLOCK).min(to);
-            if i % BLOCK == 0 && block_end == (block + 1) * BLOCK && self.levels[0][block * self.devices + d].is_empty() {
+            if i.is_multiple_of(BLOCK) && block_end == (block + 1) * BLOCK && self.levels[0][block * self.devices + d].is_empty() {
                 i = block_end;
                 continue;
             }
@@ -163,7 +163,7 @@ impl TimelineIndex {
         if i >= self.events {
             return self.block_totals[self.block_totals.len() - self.devices + d];
         }
-        if i % BLOCK == 0 {
+        if i.is_multiple_of(BLOCK) {
             return self.block_totals[i / BLOCK * self.devices + d];
         }
         self.replay(ev, d, i, i).0

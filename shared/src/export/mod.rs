@@ -12,8 +12,8 @@
 pub mod chrome;
 pub mod csv;
 pub mod dftracer;
-pub mod profile;
 pub mod native;
+pub mod profile;
 pub mod speedscope;
 pub mod timeline;
 

@@ -16,14 +16,7 @@ struct File<'a> {
 
 pub fn write(trace: &Trace, mut out: impl Write) -> Result<(), ExportError> {
     let mut w = std::io::BufWriter::new(&mut out);
-    serde_json::to_writer(
-        &mut w,
-        &File {
-            format: FORMAT_TAG,
-            version: FORMAT_VERSION,
-            trace,
-        },
-    )?;
+    serde_json::to_writer(&mut w, &File { format: FORMAT_TAG, version: FORMAT_VERSION, trace })?;
     w.write_all(b"\n")?;
     w.flush()?;
     Ok(())

@@ -7,8 +7,7 @@ use super::ExportError;
 use crate::analysis::profile::{ActivationStats, BreakdownRow, NodeStats};
 use std::io::Write;
 
-pub const NODE_STATS_HEADER: &str =
-    "rank,node_name,node_type,gtype,median_run_time_s,median_peak_mem_bytes,median_active_mem_bytes,device";
+pub const NODE_STATS_HEADER: &str = "rank,node_name,node_type,gtype,median_run_time_s,median_peak_mem_bytes,median_active_mem_bytes,device";
 pub const ACTIVATION_STATS_HEADER: &str = "activation_name,creation_rank,last_fw_use_rank,first_bw_use_rank,last_bw_use_rank,median_mem_size_bytes,inactive_time_s,recomp_time_s,recomp_memory_bytes";
 pub const MEMORY_BREAKDOWN_HEADER: &str = "rank,weights,gradients,activations,optimizer_state,other,total_allocated";
 
@@ -61,10 +60,6 @@ pub fn write_activation_stats(acts: &[ActivationStats], out: impl Write) -> Resu
 
 pub fn write_memory_breakdown(rows: &[BreakdownRow], out: impl Write) -> Result<(), ExportError> {
     write_rows(out, MEMORY_BREAKDOWN_HEADER, rows, |w, r| {
-        write!(
-            w,
-            "{},{},{},{},{},{},{}",
-            r.rank, r.weights, r.gradients, r.activations, r.optimizer_state, r.other, r.total_allocated
-        )
+        write!(w, "{},{},{},{},{},{},{}", r.rank, r.weights, r.gradients, r.activations, r.optimizer_state, r.other, r.total_allocated)
     })
 }

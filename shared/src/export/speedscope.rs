@@ -82,11 +82,7 @@ impl Frames {
         if let Some(&i) = self.index.get(&key) {
             return i;
         }
-        self.out.push(FrameOut {
-            name: name.to_owned(),
-            file: file.map(str::to_owned),
-            line,
-        });
+        self.out.push(FrameOut { name: name.to_owned(), file: file.map(str::to_owned), line });
         self.index.insert(key, self.out.len() - 1);
         self.out.len() - 1
     }
@@ -109,9 +105,7 @@ pub fn write(trace: &Trace, out: impl Write) -> Result<(), ExportError> {
                 events.push(OpenClose { kind: "C", frame: f, at: e - start });
                 open.pop();
             }
-            let f = *name_frames
-                .entry(s.name)
-                .or_insert_with(|| frames.get(trace.str(s.name), None, None));
+            let f = *name_frames.entry(s.name).or_insert_with(|| frames.get(trace.str(s.name), None, None));
             events.push(OpenClose { kind: "O", frame: f, at: s.start_ns - start });
             open.push((s.end_ns, f));
         }
@@ -136,10 +130,7 @@ pub fn write(trace: &Trace, out: impl Write) -> Result<(), ExportError> {
             let stack: Vec<usize> = match trace.stacks.stack_of_event(i) {
                 Some(sid) => {
                     let fs: Vec<_> = trace.stacks.stack(sid).copied().collect();
-                    fs.iter()
-                        .rev()
-                        .map(|f| frames.get(trace.str(f.name), Some(trace.str(f.filename)), Some(f.line)))
-                        .collect()
+                    fs.iter().rev().map(|f| frames.get(trace.str(f.name), Some(trace.str(f.filename)), Some(f.line))).collect()
                 }
                 None => {
                     let dev = trace.devices.get(ev.device[i] as usize).map(|d| d.to_string()).unwrap_or_default();

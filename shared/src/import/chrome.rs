@@ -9,8 +9,7 @@
 
 use super::ImportError;
 use crate::model::{
-    Device, EventRecord, EventType, LayerScope, OperatorEvent, Phase, SourceFormat, StrId, TensorRef, Totals, Trace,
-    TraceMeta,
+    Device, EventRecord, EventType, LayerScope, OperatorEvent, Phase, SourceFormat, StrId, TensorRef, Totals, Trace, TraceMeta,
 };
 use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
@@ -251,11 +250,7 @@ impl Reading {
                         self.trace.shapes.push(shape);
                         next
                     });
-                    self.trace.tensors.push(TensorRef {
-                        storage_id: 0,
-                        size_bytes: numel.saturating_mul(elem),
-                        shape: sid,
-                    });
+                    self.trace.tensors.push(TensorRef { storage_id: 0, size_bytes: numel.saturating_mul(elem), shape: sid });
                 }
             }
             let t1 = self.trace.tensors.len() as u32;
@@ -275,13 +270,7 @@ impl Reading {
         } else {
             None
         };
-        self.slices.entry(tid).or_default().push(Slice {
-            start_ns,
-            end_ns,
-            name: name_id,
-            kind,
-            op,
-        });
+        self.slices.entry(tid).or_default().push(Slice { start_ns, end_ns, name: name_id, kind, op });
         Ok(())
     }
 }
@@ -424,14 +413,7 @@ fn read<'de, R: serde_json::de::Read<'de>>(mut de: serde_json::Deserializer<R>) 
             ImportError::json(&e)
         }
     })?;
-    let Reading {
-        mut trace,
-        mut slices,
-        mut memory,
-        has_modules,
-        device,
-        ..
-    } = r;
+    let Reading { mut trace, mut slices, mut memory, has_modules, device, .. } = r;
     if let Some(p) = device {
         trace.meta.device_name = p.name;
         trace.meta.device_total_memory_bytes = p.total_global_mem;
@@ -523,11 +505,7 @@ fn read<'de, R: serde_json::de::Read<'de>>(mut de: serde_json::Deserializer<R>) 
             }
             let phase = phase_of_name(&trace, s.name).unwrap_or(stack.last().map_or(Phase::Forward, |t| t.phase));
             let path = module_path.get(i).copied().unwrap_or(StrId::NONE);
-            let layer = if path != StrId::NONE {
-                path
-            } else {
-                stack.first().map_or(s.name, |t| list[t.slice].name)
-            };
+            let layer = if path != StrId::NONE { path } else { stack.first().map_or(s.name, |t| list[t.slice].name) };
             stack.push(Open { slice: i, phase, layer });
             if let Some(op) = s.op {
                 trace.ops[op].phase = phase;
@@ -574,20 +552,13 @@ fn read<'de, R: serde_json::de::Read<'de>>(mut de: serde_json::Deserializer<R>) 
                     1 => "cuda",
                     _ => "device",
                 };
-                let d = trace.device_index(Device {
-                    kind: kind.into(),
-                    index: if dtype == 0 { -1 } else { did as i32 },
-                    rank: None,
-                });
+                let d = trace.device_index(Device { kind: kind.into(), index: if dtype == 0 { -1 } else { did as i32 }, rank: None });
                 devices.insert((dtype, did), d);
                 d
             }
         };
         let totals = match (a.total_allocated, a.total_reserved) {
-            (Some(al), rs) => Some(Totals {
-                allocated_bytes: al.max(0) as u64,
-                reserved_bytes: rs.unwrap_or(0).max(0) as u64,
-            }),
+            (Some(al), rs) => Some(Totals { allocated_bytes: al.max(0) as u64, reserved_bytes: rs.unwrap_or(0).max(0) as u64 }),
             _ => None,
         };
         let (phase, layer) = mem_ctx[k];
@@ -640,10 +611,7 @@ fn rebase(trace: &mut Trace, bases: Vec<Totals>) {
     drop(cursor);
     let mut fresh = crate::model::EventStore::new(bases);
     for (i, t) in totals.into_iter().enumerate() {
-        fresh.push(EventRecord {
-            totals: Some(t),
-            ..events.record(i)
-        });
+        fresh.push(EventRecord { totals: Some(t), ..events.record(i) });
     }
     trace.events = fresh;
 }

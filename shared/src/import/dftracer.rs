@@ -18,10 +18,7 @@ use std::io::BufRead;
 /// document: its first non-empty line is a complete object, not followed by a comma, and a
 /// second object line follows.
 pub fn looks_like_jsonl(body: &[u8]) -> bool {
-    let mut lines = body
-        .split(|&b| b == b'\n')
-        .map(|l| l.trim_ascii())
-        .filter(|l| !l.is_empty());
+    let mut lines = body.split(|&b| b == b'\n').map(|l| l.trim_ascii()).filter(|l| !l.is_empty());
     let (Some(a), Some(b)) = (lines.next(), lines.next()) else {
         return false;
     };
@@ -88,11 +85,7 @@ pub fn import_reader(mut reader: impl BufRead) -> Result<Trace, ImportError> {
     let mut own = OwnEvents::default();
     for i in 0.. {
         raw.clear();
-        if reader
-            .read_until(b'\n', &mut raw)
-            .map_err(|e| ImportError::Read { reason: e.to_string() })?
-            == 0
-        {
+        if reader.read_until(b'\n', &mut raw).map_err(|e| ImportError::Read { reason: e.to_string() })? == 0 {
             break;
         }
         let line_no = i + 1;
@@ -101,10 +94,8 @@ pub fn import_reader(mut reader: impl BufRead) -> Result<Trace, ImportError> {
         if l.is_empty() || l == b"[" || l == b"]" {
             continue;
         }
-        let ev: Line = serde_json::from_slice(l).map_err(|e| ImportError::Dftracer {
-            line: line_no,
-            reason: format!("expected one JSON event object per line: {e}"),
-        })?;
+        let ev: Line = serde_json::from_slice(l)
+            .map_err(|e| ImportError::Dftracer { line: line_no, reason: format!("expected one JSON event object per line: {e}") })?;
         let ph = match &ev.ph {
             Some(serde_json::Value::String(s)) => s.clone(),
             Some(serde_json::Value::Number(n)) => n.to_string(),
@@ -119,20 +110,17 @@ pub fn import_reader(mut reader: impl BufRead) -> Result<Trace, ImportError> {
         // DFTracer 2 writes `ph` as a number: 1 = complete ("X"), 4 = metadata ("M").
         match ph.as_str() {
             "M" | "4" => {
-                if let (Some(n), Some(v)) = (
-                    args.and_then(|a| a.get("name")).and_then(|v| v.as_str()),
-                    args.and_then(|a| a.get("value")).and_then(as_key),
-                ) {
+                if let (Some(n), Some(v)) =
+                    (args.and_then(|a| a.get("name")).and_then(|v| v.as_str()), args.and_then(|a| a.get("value")).and_then(as_key))
+                {
                     if matches!(name.as_str(), "FH" | "HH" | "SH") {
                         hashes.insert(v, n.to_owned());
                     }
                 }
             }
             "X" | "1" => {
-                let ts = ev.ts.ok_or_else(|| ImportError::Dftracer {
-                    line: line_no,
-                    reason: "a complete event (ph X) has no \"ts\"".into(),
-                })?;
+                let ts =
+                    ev.ts.ok_or_else(|| ImportError::Dftracer { line: line_no, reason: "a complete event (ph X) has no \"ts\"".into() })?;
                 let start = (ts.max(0.0) * 1000.0).round() as u64;
                 let end = start.saturating_add((ev.dur.unwrap_or(0.0).max(0.0) * 1000.0).round() as u64);
                 let tid = ev.tid.as_ref().and_then(|t| t.as_u64()).unwrap_or(0);
@@ -143,10 +131,7 @@ pub fn import_reader(mut reader: impl BufRead) -> Result<Trace, ImportError> {
         }
     }
     if spans.is_empty() && hashes.is_empty() && !own.seen {
-        return Err(ImportError::Dftracer {
-            line: 1,
-            reason: "no DFTracer events (metadata or complete events) found".into(),
-        });
+        return Err(ImportError::Dftracer { line: 1, reason: "no DFTracer events (metadata or complete events) found".into() });
     }
     spans.sort_by_key(|s| (s.4, s.0, std::cmp::Reverse(s.1)));
     let mut depth_stack: Vec<u64> = Vec::new();

@@ -44,7 +44,9 @@ pub enum ImportError {
     Gzip { decompressed_bytes: u64, reason: String },
     #[error("reading the input failed: {reason}")]
     Read { reason: String },
-    #[error("input decompresses to more than {limit_bytes} bytes, the limit (raise it with max_decompressed_bytes if the file is genuine)")]
+    #[error(
+        "input decompresses to more than {limit_bytes} bytes, the limit (raise it with max_decompressed_bytes if the file is genuine)"
+    )]
     TooLarge { limit_bytes: u64 },
 }
 
@@ -56,11 +58,7 @@ impl ImportError {
             Some(i) => reason[..i].to_owned(),
             None => reason,
         };
-        ImportError::Json {
-            line: e.line(),
-            column: e.column(),
-            reason,
-        }
+        ImportError::Json { line: e.line(), column: e.column(), reason }
     }
 }
 
@@ -74,9 +72,7 @@ pub struct ImportOptions {
 
 impl Default for ImportOptions {
     fn default() -> Self {
-        Self {
-            max_decompressed_bytes: 4 << 30,
-        }
+        Self { max_decompressed_bytes: 4 << 30 }
     }
 }
 
@@ -111,10 +107,7 @@ pub fn is_gzip(data: &[u8]) -> bool {
 pub fn gunzip_bounded(data: &[u8], limit_bytes: u64) -> Result<Vec<u8>, ImportError> {
     let mut out = Vec::new();
     let mut dec = flate2::read::MultiGzDecoder::new(data).take(limit_bytes.saturating_add(1));
-    dec.read_to_end(&mut out).map_err(|e| ImportError::Gzip {
-        decompressed_bytes: out.len() as u64,
-        reason: e.to_string(),
-    })?;
+    dec.read_to_end(&mut out).map_err(|e| ImportError::Gzip { decompressed_bytes: out.len() as u64, reason: e.to_string() })?;
     if out.len() as u64 > limit_bytes {
         return Err(ImportError::TooLarge { limit_bytes });
     }
@@ -128,11 +121,8 @@ fn skip_ws(data: &[u8]) -> &[u8] {
 }
 
 fn describe(data: &[u8]) -> String {
-    let head: String = data
-        .iter()
-        .take(16)
-        .map(|&b| if (0x20..0x7f).contains(&b) { (b as char).to_string() } else { format!("\\x{b:02x}") })
-        .collect();
+    let head: String =
+        data.iter().take(16).map(|&b| if (0x20..0x7f).contains(&b) { (b as char).to_string() } else { format!("\\x{b:02x}") }).collect();
     format!("{} bytes starting with \"{head}\"", data.len())
 }
 
@@ -198,18 +188,13 @@ impl<R: Read> Read for BoundedGunzip<R> {
             Ok(n) => {
                 self.read_bytes += n as u64;
                 if self.read_bytes > self.limit_bytes {
-                    self.failure = Some(ImportError::TooLarge {
-                        limit_bytes: self.limit_bytes,
-                    });
+                    self.failure = Some(ImportError::TooLarge { limit_bytes: self.limit_bytes });
                     return Err(std::io::Error::other("decompressed size limit reached"));
                 }
                 Ok(n)
             }
             Err(e) => {
-                self.failure = Some(ImportError::Gzip {
-                    decompressed_bytes: self.read_bytes,
-                    reason: e.to_string(),
-                });
+                self.failure = Some(ImportError::Gzip { decompressed_bytes: self.read_bytes, reason: e.to_string() });
                 Err(e)
             }
         }
@@ -228,10 +213,7 @@ pub fn import(data: &[u8], options: &ImportOptions) -> Result<Trace, ImportError
 /// input is never held whole (see [`import_streamed`]).
 pub fn import_reader(mut reader: impl Read, options: &ImportOptions) -> Result<Trace, ImportError> {
     let mut magic = Vec::with_capacity(2);
-    (&mut reader)
-        .take(2)
-        .read_to_end(&mut magic)
-        .map_err(|e| ImportError::Read { reason: e.to_string() })?;
+    (&mut reader).take(2).read_to_end(&mut magic).map_err(|e| ImportError::Read { reason: e.to_string() })?;
     let reader = magic.as_slice().chain(reader);
     if is_gzip(&magic) {
         return import_gzip(reader, options.max_decompressed_bytes);
@@ -249,10 +231,7 @@ fn read_head<R: Read>(mut reader: R) -> Result<(Vec<u8>, Option<R>), ImportError
     let mut head = Vec::new();
     loop {
         head.clear();
-        (&mut reader)
-            .take(HEAD_BYTES as u64 + 1)
-            .read_to_end(&mut head)
-            .map_err(|e| ImportError::Read { reason: e.to_string() })?;
+        (&mut reader).take(HEAD_BYTES as u64 + 1).read_to_end(&mut head).map_err(|e| ImportError::Read { reason: e.to_string() })?;
         if head.len() <= HEAD_BYTES {
             return Ok((head, None));
         }
@@ -264,12 +243,7 @@ fn read_head<R: Read>(mut reader: R) -> Result<(Vec<u8>, Option<R>), ImportError
 
 /// Gzip input, decompressed as it is imported and bounded by `limit_bytes`.
 fn import_gzip(compressed: impl Read, limit_bytes: u64) -> Result<Trace, ImportError> {
-    let mut gz = BoundedGunzip {
-        inner: flate2::read::MultiGzDecoder::new(compressed),
-        read_bytes: 0,
-        limit_bytes,
-        failure: None,
-    };
+    let mut gz = BoundedGunzip { inner: flate2::read::MultiGzDecoder::new(compressed), read_bytes: 0, limit_bytes, failure: None };
     let result = read_head(&mut gz).and_then(|(head, more)| match more {
         Some(rest) => import_streamed(&head, rest),
         None => import_plain(&head),

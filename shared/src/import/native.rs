@@ -35,10 +35,7 @@ impl<'de> serde::de::Visitor<'de> for FileVisitor<'_> {
                 return Some(bad("format", format!("expected \"{FORMAT_TAG}\", found \"{format}\"")));
             }
             match version {
-                Some(v) if v > FORMAT_VERSION || v == 0 => Some(ImportError::UnsupportedVersion {
-                    found: v,
-                    supported: FORMAT_VERSION,
-                }),
+                Some(v) if v > FORMAT_VERSION || v == 0 => Some(ImportError::UnsupportedVersion { found: v, supported: FORMAT_VERSION }),
                 _ => None,
             }
         };
@@ -90,12 +87,7 @@ fn import_from<'de, R: serde_json::de::Read<'de>>(de: &mut serde_json::Deseriali
         Ok(t) => t,
         Err(_) if refused.is_some() => return Err(refused.take().unwrap_or(ImportError::Empty)),
         Err(e) if e.is_syntax() || e.is_eof() => return Err(ImportError::json(&e)),
-        Err(e) => {
-            return Err(ImportError::Native {
-                path: format!("line {} column {}", e.line(), e.column()),
-                reason: e.to_string(),
-            })
-        }
+        Err(e) => return Err(ImportError::Native { path: format!("line {} column {}", e.line(), e.column()), reason: e.to_string() }),
     };
     validate(&trace)?;
     trace.events.rebuild_index();
@@ -103,10 +95,7 @@ fn import_from<'de, R: serde_json::de::Read<'de>>(de: &mut serde_json::Deseriali
 }
 
 fn bad(path: impl Into<String>, reason: impl Into<String>) -> ImportError {
-    ImportError::Native {
-        path: path.into(),
-        reason: reason.into(),
-    }
+    ImportError::Native { path: path.into(), reason: reason.into() }
 }
 
 /// Checks every cross-reference, so that analyses can index without checks.

@@ -273,11 +273,7 @@ impl Arena {
     /// Looks `key` up in the dict `id`; `None` if `id` is not a dict or lacks the key.
     pub fn dict_get(&self, id: ValueId, key: &str) -> Option<ValueId> {
         match self.get(id) {
-            Value::Dict(items) => items
-                .iter()
-                .rev()
-                .find(|(k, _)| matches!(self.get(*k), Value::Str(s) if s == key))
-                .map(|&(_, v)| v),
+            Value::Dict(items) => items.iter().rev().find(|(k, _)| matches!(self.get(*k), Value::Str(s) if s == key)).map(|&(_, v)| v),
             _ => None,
         }
     }
@@ -351,14 +347,7 @@ struct Input<R> {
 
 impl<R: Read> Input<R> {
     fn new(src: R) -> Self {
-        Input {
-            src,
-            buf: vec![0; 64 << 10],
-            start: 0,
-            end: 0,
-            offset: 0,
-            eof: false,
-        }
+        Input { src, buf: vec![0; 64 << 10], start: 0, end: 0, offset: 0, eof: false }
     }
 
     fn pos(&self) -> usize {
@@ -366,10 +355,7 @@ impl<R: Read> Input<R> {
     }
 
     fn err(&self, at: usize, reason: impl Into<String>) -> ImportError {
-        ImportError::Pickle {
-            offset: at,
-            reason: reason.into(),
-        }
+        ImportError::Pickle { offset: at, reason: reason.into() }
     }
 
     /// Reads until at least `n` bytes are buffered or the input ends; returns what is buffered.
@@ -457,7 +443,10 @@ impl<R: Read> Input<R> {
         if n > MAX_ARGUMENT_BYTES as u64 {
             return Err(self.err(
                 self.pos(),
-                format!("a string or number of {n} bytes; expected at most {} MiB (the window holds one argument whole)", MAX_ARGUMENT_BYTES >> 20),
+                format!(
+                    "a string or number of {n} bytes; expected at most {} MiB (the window holds one argument whole)",
+                    MAX_ARGUMENT_BYTES >> 20
+                ),
             ));
         }
         Ok(n as usize)
@@ -558,10 +547,7 @@ fn long_from_le(bytes: &[u8], at: usize) -> Result<i64, ImportError> {
         let (low, high) = bytes.split_at(8);
         let sign = if low[7] & 0x80 != 0 { 0xff } else { 0 };
         if high.iter().any(|&b| b != sign) {
-            return Err(ImportError::Pickle {
-                offset: at,
-                reason: format!("integer of {} bytes does not fit in 64 bits", bytes.len()),
-            });
+            return Err(ImportError::Pickle { offset: at, reason: format!("integer of {} bytes does not fit in 64 bits", bytes.len()) });
         }
         return long_from_le(low, at);
     }
@@ -582,10 +568,7 @@ fn top_above(stack: &[ValueId], floor: usize) -> Option<ValueId> {
 }
 
 fn perr(at: usize, reason: impl Into<String>) -> ImportError {
-    ImportError::Pickle {
-        offset: at,
-        reason: reason.into(),
-    }
+    ImportError::Pickle { offset: at, reason: reason.into() }
 }
 
 /// Parses a whole pickle held in memory into plain values.
@@ -622,15 +605,10 @@ pub fn parse_stream(src: impl Read, size_hint: Option<u64>, hook: &mut impl Hook
             if stack.len() <= floor {
                 return Err(perr(at, format!("opcode 0x{op:02x} needs a value but the stack is empty above its last MARK")));
             }
-            stack
-                .pop()
-                .ok_or_else(|| perr(at, format!("opcode 0x{op:02x} needs a value but the stack is empty")))
+            stack.pop().ok_or_else(|| perr(at, format!("opcode 0x{op:02x} needs a value but the stack is empty")))
         };
-        let pop_mark = |marks: &mut Vec<usize>| {
-            marks
-                .pop()
-                .ok_or_else(|| perr(at, format!("opcode 0x{op:02x} needs a MARK but there is none")))
-        };
+        let pop_mark =
+            |marks: &mut Vec<usize>| marks.pop().ok_or_else(|| perr(at, format!("opcode 0x{op:02x} needs a MARK but there is none")));
         match op {
             0x80 => {
                 protocol = r.u8()?;
@@ -694,9 +672,7 @@ pub fn parse_stream(src: impl Read, size_hint: Option<u64>, hook: &mut impl Hook
             b'L' => {
                 let s = r.line()?;
                 let s = s.strip_suffix('L').unwrap_or(s);
-                let v = s
-                    .parse::<i64>()
-                    .map_err(|_| perr(at, format!("LONG argument {s:?} is not a 64-bit integer")))?;
+                let v = s.parse::<i64>().map_err(|_| perr(at, format!("LONG argument {s:?} is not a 64-bit integer")))?;
                 push!(Value::Int(v))
             }
             0x8a => {
@@ -712,9 +688,7 @@ pub fn parse_stream(src: impl Read, size_hint: Option<u64>, hook: &mut impl Hook
             }
             b'F' => {
                 let s = r.line()?;
-                let v = s
-                    .parse::<f64>()
-                    .map_err(|_| perr(at, format!("FLOAT argument {s:?} is not a number")))?;
+                let v = s.parse::<f64>().map_err(|_| perr(at, format!("FLOAT argument {s:?} is not a number")))?;
                 push!(Value::Float(v))
             }
             b'G' => {
@@ -871,10 +845,7 @@ pub fn parse_stream(src: impl Read, size_hint: Option<u64>, hook: &mut impl Hook
                     b'h' => r.u8()? as u32,
                     _ => r.u32()?,
                 };
-                let id = a
-                    .memo
-                    .get(key)
-                    .ok_or_else(|| perr(at, format!("memo entry {key} is used before it is defined")))?;
+                let id = a.memo.get(key).ok_or_else(|| perr(at, format!("memo entry {key} is used before it is defined")))?;
                 a.add_ref(id);
                 stack.push(id);
             }
@@ -892,10 +863,9 @@ pub fn parse_stream(src: impl Read, size_hint: Option<u64>, hook: &mut impl Hook
                 ));
             }
             b'R' | b'b' | b'o' | 0x81 | 0x92 | b'P' | b'Q' | 0x82 | 0x83 | 0x84 | 0x97 | 0x98 => {
-                return Err(r.err(
-                    at,
-                    format!("opcode 0x{op:02x} builds Python objects; expected plain data (dicts, lists, strings, numbers)"),
-                ));
+                return Err(
+                    r.err(at, format!("opcode 0x{op:02x} builds Python objects; expected plain data (dicts, lists, strings, numbers)"))
+                );
             }
             _ => {
                 return Err(perr(at, format!("unknown pickle opcode 0x{op:02x}")));

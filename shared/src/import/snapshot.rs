@@ -8,11 +8,11 @@
 use super::pickle::{self, Pickle, Value, ValueId};
 use super::ImportError;
 use crate::allocator::{AllocatorConfig, AllocatorState, SMALL_SEGMENT_BYTES};
-use crate::model::{
-    BlockInfo, BlockState, Device, EventRecord, EventType, Frame, LayerScope, Phase, Pool, SegmentInfo, StrId,
-    Totals, Trace, TraceMeta, SourceFormat,
-};
 use crate::hash::{FastMap as HashMap, FastSet as HashSet};
+use crate::model::{
+    BlockInfo, BlockState, Device, EventRecord, EventType, Frame, LayerScope, Phase, Pool, SegmentInfo, SourceFormat, StrId, Totals, Trace,
+    TraceMeta,
+};
 
 /// Where a value is, as a JSON-like path (`device_traces[0][12]`), built only when an error
 /// needs it: a snapshot has hundreds of thousands of entries and frames.
@@ -45,10 +45,7 @@ struct View<'a> {
 
 impl<'a> View<'a> {
     fn err(&self, path: &(impl Loc + ?Sized), reason: impl Into<String>) -> ImportError {
-        ImportError::Snapshot {
-            path: path.loc(),
-            reason: reason.into(),
-        }
+        ImportError::Snapshot { path: path.loc(), reason: reason.into() }
     }
 
     fn list(&self, id: ValueId, path: &(impl Loc + ?Sized)) -> Result<&'a [ValueId], ImportError> {
@@ -62,9 +59,7 @@ impl<'a> View<'a> {
         if !matches!(self.p.get(id), Value::Dict(_)) {
             return Err(self.err(path, format!("expected a dict, found {}", self.p.get(id).type_name())));
         }
-        self.p
-            .dict_get(id, key)
-            .ok_or_else(|| self.err(path, format!("expected key '{key}', which is missing")))
+        self.p.dict_get(id, key).ok_or_else(|| self.err(path, format!("expected key '{key}', which is missing")))
     }
 
     fn int(&self, id: ValueId, key: &str, path: &(impl Loc + ?Sized)) -> Result<i64, ImportError> {
@@ -174,7 +169,7 @@ fn to_json(p: &Pickle, id: ValueId, depth: usize, budget: &mut usize) -> serde_j
                 items.push(to_json(p, v, depth + 1, budget));
             }
             J::Array(items)
-        },
+        }
         Value::Dict(d) => {
             let mut m = serde_json::Map::new();
             for &(k, v) in d {
@@ -366,11 +361,7 @@ impl LocalFrames {
             Some(Value::Int(i)) => (*i).clamp(0, u32::MAX as i64) as u32,
             _ => 0,
         };
-        let frame = LocalFrame {
-            name: name.as_str().into(),
-            filename: filename.as_str().into(),
-            line,
-        };
+        let frame = LocalFrame { name: name.as_str().into(), filename: filename.as_str().into(), line };
         let id = match self.frame_index.get(&frame) {
             Some(&id) => id,
             None => {
@@ -448,7 +439,8 @@ impl Compactor {
         }
         let Value::Dict(d) = a.get(item) else { return None };
         let items = u32::try_from(d.len()).ok()?;
-        let [action_v, addr_v, size_v, stream_v, time_v, frames_v] = a.dict_pick(item, ["action", "addr", "size", "stream", "time_us", "frames"]);
+        let [action_v, addr_v, size_v, stream_v, time_v, frames_v] =
+            a.dict_pick(item, ["action", "addr", "size", "stream", "time_us", "frames"]);
         let Value::Str(action) = a.get(action_v?) else { return None };
         let action = parse_action(action)?;
         let int = |x: Option<ValueId>| match x.map(|x| a.get(x)) {
@@ -473,7 +465,10 @@ impl Compactor {
                 Some(sid)
             }
         };
-        if self.entries.len() >= FRAME_TAG as usize || self.local.stacks.len() >= FRAME_TAG as usize || self.local.frames.len() >= FRAME_TAG as usize {
+        if self.entries.len() >= FRAME_TAG as usize
+            || self.local.stacks.len() >= FRAME_TAG as usize
+            || self.local.frames.len() >= FRAME_TAG as usize
+        {
             return None;
         }
         if let Some((f, sid)) = frames_list {
@@ -489,17 +484,7 @@ impl Compactor {
             }
             a.forget_memo(f, pickle::OPAQUE | STACK_TAG | sid);
         }
-        let entry = Entry {
-            device: 0,
-            index: UNPLACED,
-            action,
-            addr,
-            size,
-            stream,
-            time_us,
-            frames: frames.map(Frames::Local),
-            items,
-        };
+        let entry = Entry { device: 0, index: UNPLACED, action, addr, size, stream, time_us, frames: frames.map(Frames::Local), items };
         Some(self.push(a, item, entry))
     }
 
@@ -538,7 +523,14 @@ struct StackInterner {
 }
 
 impl StackInterner {
-    fn stack(&mut self, v: &View, local: &mut LocalFrames, trace: &mut Trace, frames: Frames, path: &dyn Fn() -> String) -> Result<(u32, Phase, StrId), ImportError> {
+    fn stack(
+        &mut self,
+        v: &View,
+        local: &mut LocalFrames,
+        trace: &mut Trace,
+        frames: Frames,
+        path: &dyn Fn() -> String,
+    ) -> Result<(u32, Phase, StrId), ImportError> {
         let sid = match frames {
             Frames::Local(sid) => sid,
             Frames::Value(list) => match self.values.get(&list) {
@@ -574,11 +566,7 @@ impl StackInterner {
                 Some(&id) => id,
                 None => {
                     let f = &local.frames[lf as usize];
-                    let frame = Frame {
-                        name: trace.strings.intern(&f.name),
-                        filename: trace.strings.intern(&f.filename),
-                        line: f.line,
-                    };
+                    let frame = Frame { name: trace.strings.intern(&f.name), filename: trace.strings.intern(&f.filename), line: f.line };
                     let id = trace.stacks.intern_frame(frame);
                     self.frames.insert(lf, id);
                     id
@@ -644,9 +632,7 @@ fn import_stream(src: impl std::io::Read, size_hint: Option<u64>) -> Result<Trac
     let v = View { p: &p };
     let root = p.root;
     let Value::Dict(items) = p.get(root) else {
-        return Err(ImportError::NotASnapshot {
-            found: format!("a pickled {}", p.get(root).type_name()),
-        });
+        return Err(ImportError::NotASnapshot { found: format!("a pickled {}", p.get(root).type_name()) });
     };
     let (Some(segments_id), Some(traces_id)) = (p.dict_get(root, "segments"), p.dict_get(root, "device_traces")) else {
         let keys: Vec<String> = items
@@ -657,9 +643,7 @@ fn import_stream(src: impl std::io::Read, size_hint: Option<u64>) -> Result<Trac
                 other => other.type_name().to_owned(),
             })
             .collect();
-        return Err(ImportError::NotASnapshot {
-            found: format!("a dict with keys [{}]", keys.join(", ")),
-        });
+        return Err(ImportError::NotASnapshot { found: format!("a dict with keys [{}]", keys.join(", ")) });
     };
 
     let settings = p.dict_get(root, "allocator_settings");
@@ -678,10 +662,7 @@ fn import_stream(src: impl std::io::Read, size_hint: Option<u64>) -> Result<Trac
         pool: Pool,
         blocks: Vec<(u64, u64, bool)>, // address, size, allocated (active)
     }
-    let mut budget = WalkBudget {
-        left: input_bytes,
-        input_bytes,
-    };
+    let mut budget = WalkBudget { left: input_bytes, input_bytes };
     let mut finals = Vec::new();
     for (i, &s) in v.list(segments_id, "segments")?.iter().enumerate() {
         let path = format!("segments[{i}]");
@@ -711,14 +692,7 @@ fn import_stream(src: impl std::io::Read, size_hint: Option<u64>) -> Result<Trac
             let addr = address.unwrap_or_else(|| address_from_previous(&blocks, s, &v));
             blocks.push((addr, bsize, state.starts_with("active")));
         }
-        finals.push(FinalSeg {
-            address,
-            size,
-            device,
-            stream,
-            pool,
-            blocks,
-        });
+        finals.push(FinalSeg { address, size, device, stream, pool, blocks });
     }
 
     // Trace entries of every device, merged by time.
@@ -734,18 +708,15 @@ fn import_stream(src: impl std::io::Read, size_hint: Option<u64>) -> Result<Trac
     for (dev, &t) in device_traces.iter().enumerate() {
         for (i, &e) in v.list(t, &format!("device_traces[{dev}]"))?.iter().enumerate() {
             let path = || format!("device_traces[{dev}][{i}]");
-            let index = u32::try_from(i).ok().filter(|&i| i != UNPLACED).ok_or_else(|| v.err(&path, "more entries than a trace can hold"))?;
+            let index =
+                u32::try_from(i).ok().filter(|&i| i != UNPLACED).ok_or_else(|| v.err(&path, "more entries than a trace can hold"))?;
             if let Some(k) = Compactor::entry_index(e).filter(|&k| k < compacted) {
                 budget.charge_items(entries[k].items as usize, &path)?;
                 if entries[k].index == UNPLACED {
                     entries[k].device = dev as u8;
                     entries[k].index = index;
                 } else {
-                    let copy = Entry {
-                        device: dev as u8,
-                        index,
-                        ..entries[k].clone()
-                    };
+                    let copy = Entry { device: dev as u8, index, ..entries[k].clone() };
                     entries.push(copy);
                 }
                 continue;
@@ -755,7 +726,8 @@ fn import_stream(src: impl std::io::Read, size_hint: Option<u64>) -> Result<Trac
                 return Err(v.err(&path, format!("expected a dict, found {}", p.get(e).type_name())));
             }
             // One pass over the entry's keys (a snapshot has hundreds of thousands of entries).
-            let [action_v, addr_v, size_v, stream_v, time_v, frames] = p.dict_pick(e, ["action", "addr", "size", "stream", "time_us", "frames"]);
+            let [action_v, addr_v, size_v, stream_v, time_v, frames] =
+                p.dict_pick(e, ["action", "addr", "size", "stream", "time_us", "frames"]);
             let key_err = |key: &str, reason: String| v.err(&|| format!("{}.{key}", path()), reason);
             let action_s = match action_v.map(|x| p.get(x)) {
                 Some(Value::Str(s)) => s.as_str(),
@@ -798,20 +770,13 @@ fn import_stream(src: impl std::io::Read, size_hint: Option<u64>) -> Result<Trac
     let mut skipped: Vec<(String, usize)> = skipped.into_iter().collect();
     skipped.sort();
     for (action, n) in &skipped {
-        trace
-            .meta
-            .warnings
-            .push(format!("skipped {n} trace entries with unknown action '{action}'"));
+        trace.meta.warnings.push(format!("skipped {n} trace entries with unknown action '{action}'"));
     }
     entries.retain(|e| e.index != UNPLACED);
     // Each device's order for equal times, as a stable sort of the walk's order would keep it.
     entries.sort_unstable_by_key(|e| (e.time_us, e.device, e.index));
 
-    let max_device = finals
-        .iter()
-        .map(|f| f.device)
-        .chain(entries.iter().map(|e| e.device as usize))
-        .max();
+    let max_device = finals.iter().map(|f| f.device).chain(entries.iter().map(|e| e.device as usize)).max();
     if let Some(max_device) = max_device {
         if max_device > 255 {
             return Err(ImportError::Snapshot {
@@ -820,11 +785,7 @@ fn import_stream(src: impl std::io::Read, size_hint: Option<u64>) -> Result<Trac
             });
         }
         for d in 0..=max_device {
-            trace.device_index(Device {
-                kind: "cuda".into(),
-                index: d as i32,
-                rank: None,
-            });
+            trace.device_index(Device { kind: "cuda".into(), index: d as i32, rank: None });
         }
     }
 
@@ -839,10 +800,9 @@ fn import_stream(src: impl std::io::Read, size_hint: Option<u64>) -> Result<Trac
             Action::SegmentAlloc | Action::SegmentMap => {
                 seg_seen.insert((e.device as usize, e.addr));
             }
-            Action::SegmentFree | Action::SegmentUnmap
-                if seg_seen.insert((e.device as usize, e.addr)) => {
-                    pre_segments.push((e.device as usize, e.addr, e.size, e.stream));
-                }
+            Action::SegmentFree | Action::SegmentUnmap if seg_seen.insert((e.device as usize, e.addr)) => {
+                pre_segments.push((e.device as usize, e.addr, e.size, e.stream));
+            }
             Action::Alloc => {
                 block_first.entry((e.device as usize, e.addr)).or_insert(Action::Alloc);
             }
@@ -865,21 +825,10 @@ fn import_stream(src: impl std::io::Read, size_hint: Option<u64>) -> Result<Trac
             .blocks
             .iter()
             .filter(|&&(a, _, active)| active && !block_first.contains_key(&(f.device, a)))
-            .map(|&(a, s, _)| BlockInfo {
-                address: a,
-                size_bytes: s,
-                state: BlockState::Allocated,
-            })
+            .map(|&(a, s, _)| BlockInfo { address: a, size_bytes: s, state: BlockState::Allocated })
             .collect();
         let stream = streams.index(&mut trace, f.stream)?;
-        initial.push(SegmentInfo {
-            address: f.address,
-            size_bytes: f.size,
-            device: f.device as u8,
-            stream,
-            pool: f.pool,
-            blocks,
-        });
+        initial.push(SegmentInfo { address: f.address, size_bytes: f.size, device: f.device as u8, stream, pool: f.pool, blocks });
     }
     for &(device, addr, size, stream) in &pre_segments {
         let stream = streams.index(&mut trace, stream)?;
@@ -909,11 +858,7 @@ fn import_stream(src: impl std::io::Read, size_hint: Option<u64>) -> Result<Trac
             .map(|i| by_start[i])
             .filter(|&k| initial[k].device == key.0 && addr < initial[k].address.saturating_add(initial[k].size_bytes));
         match seg.map(|k| &mut initial[k]) {
-            Some(seg) => seg.blocks.push(BlockInfo {
-                address: addr,
-                size_bytes: size,
-                state: BlockState::Allocated,
-            }),
+            Some(seg) => seg.blocks.push(BlockInfo { address: addr, size_bytes: size, state: BlockState::Allocated }),
             None => {
                 loose_allocated.insert((device, addr), size);
             }
@@ -932,24 +877,17 @@ fn import_stream(src: impl std::io::Read, size_hint: Option<u64>) -> Result<Trac
         states[s.device as usize].add_segment_info(s);
     }
     for (d, state) in states.iter().enumerate() {
-        let loose: u64 = loose_allocated
-            .iter()
-            .filter(|((dev, _), _)| *dev == d)
-            .map(|(_, &s)| s)
-            .sum();
-        trace.events.set_base_totals(
-            d,
-            Totals {
-                allocated_bytes: state.allocated_bytes() + loose,
-                reserved_bytes: state.reserved_bytes(),
-            },
-        );
+        let loose: u64 = loose_allocated.iter().filter(|((dev, _), _)| *dev == d).map(|(_, &s)| s).sum();
+        trace
+            .events
+            .set_base_totals(d, Totals { allocated_bytes: state.allocated_bytes() + loose, reserved_bytes: state.reserved_bytes() });
     }
     let pre_allocated: u64 = trace.events.base_totals.iter().map(|t| t.allocated_bytes).sum();
     if pre_allocated > 0 {
-        trace.meta.warnings.push(format!(
-            "{pre_allocated} bytes were allocated before recording began (recovered from the final segment state)"
-        ));
+        trace
+            .meta
+            .warnings
+            .push(format!("{pre_allocated} bytes were allocated before recording began (recovered from the final segment state)"));
     }
     trace.initial_segments = initial;
 
@@ -957,12 +895,8 @@ fn import_stream(src: impl std::io::Read, size_hint: Option<u64>) -> Result<Trac
     if let Some(ann) = p.dict_get(root, "external_annotations") {
         import_annotations(&v, &mut trace, ann, &mut budget)?;
     }
-    let optimizer_spans: Vec<(u64, u64, StrId)> = trace
-        .scopes
-        .iter()
-        .filter(|s| trace.str(s.name).starts_with("Optimizer.step"))
-        .map(|s| (s.start_ns, s.end_ns, s.name))
-        .collect();
+    let optimizer_spans: Vec<(u64, u64, StrId)> =
+        trace.scopes.iter().filter(|s| trace.str(s.name).starts_with("Optimizer.step")).map(|s| (s.start_ns, s.end_ns, s.name)).collect();
 
     // The first final segment at each (device, address), as a linear search would find it.
     let mut final_pool: HashMap<(usize, u64), Pool> = HashMap::default();
@@ -1003,10 +937,8 @@ fn import_stream(src: impl std::io::Read, size_hint: Option<u64>) -> Result<Trac
                 (EventType::Free, size)
             }
             Action::FreeCompleted => {
-                let size = state
-                    .free(e.addr)
-                    .or_else(|| pending_free.get(&(dev, e.addr)).copied())
-                    .unwrap_or_else(|| config.round_size(e.size));
+                let size =
+                    state.free(e.addr).or_else(|| pending_free.get(&(dev, e.addr)).copied()).unwrap_or_else(|| config.round_size(e.size));
                 pending_free.remove(&(dev, e.addr));
                 (EventType::FreeCompleted, size)
             }
@@ -1028,7 +960,8 @@ fn import_stream(src: impl std::io::Read, size_hint: Option<u64>) -> Result<Trac
         let ts_ns = (e.time_us.max(0) as u64).saturating_mul(1000);
         let (stack, mut phase, mut layer) = match e.frames {
             Some(f) => {
-                let (s, ph, l) = interner.stack(&v, &mut compactor.local, &mut trace, f, &|| format!("device_traces[{dev}][{}].frames", e.index))?;
+                let (s, ph, l) =
+                    interner.stack(&v, &mut compactor.local, &mut trace, f, &|| format!("device_traces[{dev}][{}].frames", e.index))?;
                 (Some(s), ph, l)
             }
             None => (None, Phase::Other, StrId::NONE),
@@ -1045,17 +978,8 @@ fn import_stream(src: impl std::io::Read, size_hint: Option<u64>) -> Result<Trac
         }
         let stream = streams.index(&mut trace, e.stream)?;
         let index = trace.events.len() as u32;
-        let rec = EventRecord {
-            ts_ns,
-            event_type,
-            phase,
-            size_bytes: size,
-            address: e.addr,
-            layer,
-            device: dev as u8,
-            stream,
-            totals: None,
-        };
+        let rec =
+            EventRecord { ts_ns, event_type, phase, size_bytes: size, address: e.addr, layer, device: dev as u8, stream, totals: None };
         trace.events.push(rec);
         if let Some(s) = stack {
             trace.stacks.event_stacks.push((index, s));
@@ -1063,16 +987,11 @@ fn import_stream(src: impl std::io::Read, size_hint: Option<u64>) -> Result<Trac
         if e.action == Action::Free {
             // Older snapshots free in one step: record the completion too, so replays of the
             // segment state see the block released.
-            trace.events.push(EventRecord {
-                event_type: EventType::FreeCompleted,
-                ..rec
-            });
+            trace.events.push(EventRecord { event_type: EventType::FreeCompleted, ..rec });
         }
     }
     if estimated > 0 {
-        trace.meta.warnings.push(format!(
-            "{estimated} frees of blocks not seen allocated were sized by rounding the requested size"
-        ));
+        trace.meta.warnings.push(format!("{estimated} frees of blocks not seen allocated were sized by rounding the requested size"));
     }
     trace.meta.start_unix_ns = trace.events.ts_ns.first().copied();
     trace.finish();
@@ -1101,14 +1020,7 @@ fn import_annotations(v: &View, trace: &mut Trace, ann: ValueId, budget: &mut Wa
                 if let Some(start) = open.get_mut(name).and_then(Vec::pop) {
                     let phase = if name.starts_with("Optimizer.") { Phase::Optimizer } else { Phase::Other };
                     let id = trace.strings.intern(name);
-                    trace.scopes.push(LayerScope {
-                        name: id,
-                        start_ns: start,
-                        end_ns: ts,
-                        depth: 0,
-                        phase,
-                        thread: 0,
-                    });
+                    trace.scopes.push(LayerScope { name: id, start_ns: start, end_ns: ts, depth: 0, phase, thread: 0 });
                 }
             }
             _ => {}

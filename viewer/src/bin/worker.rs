@@ -98,7 +98,10 @@ impl std::io::Read for FileSlices {
                 return Ok(0);
             }
             let end = (self.offset + SLICE_BYTES).min(size);
-            let slice = self.file.slice_with_f64_and_f64(self.offset, end).map_err(|_| std::io::Error::other("the browser could not slice the file"))?;
+            let slice = self
+                .file
+                .slice_with_f64_and_f64(self.offset, end)
+                .map_err(|_| std::io::Error::other("the browser could not slice the file"))?;
             let buf = self.reader.read_as_array_buffer(&slice).map_err(|_| std::io::Error::other("the browser could not read the file"))?;
             self.chunk = js_sys::Uint8Array::new(&buf).to_vec();
             self.at = 0;
