@@ -314,6 +314,16 @@ fn click_zoom_and_bad_files() {
     b.wait_for("return (document.querySelector('#error-panel')?.innerText || '').includes('cut.pickle')", 30, "the truncated file's error");
     let msg = b.exec("return document.querySelector('#error-panel').innerText", json!([]));
     assert!(msg.as_str().unwrap().contains("byte"), "{msg}");
+    // A file larger than a page can hold is refused before it is read (a sparse file: no
+    // bytes on disk), naming the native tools that open it.
+    let huge = dir.join("huge.pickle");
+    std::fs::File::create(&huge).unwrap().set_len(2_300_000_000).unwrap();
+    b.upload("#trace-file", &huge);
+    b.wait_for("return (document.querySelector('#error-panel')?.innerText || '').includes('huge.pickle')", 30, "the huge file's error");
+    let msg = b.exec("return document.querySelector('#error-panel').innerText", json!([]));
+    let msg = msg.as_str().unwrap();
+    assert!(msg.contains("2.3 GB") && msg.contains("collector summary huge.pickle"), "{msg}");
+    assert!(msg.contains("Still showing resnet18_sgd_2steps.pickle"), "{msg}");
     assert_eq!(s.peak_allocated_bytes, summary(&trace).peak_allocated_bytes);
 }
 

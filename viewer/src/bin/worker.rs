@@ -118,6 +118,11 @@ impl std::io::Read for FileSlices {
     }
 }
 
+/// Largest file opened here: a snapshot needs about 1.7 times its size in the worker (the
+/// trace, its stacks and the import's records; measured at 1.8 GiB for 1.07 GB), and wasm32
+/// gives the worker 4 GiB at most.
+const MAX_FILE_BYTES: f64 = 2.2e9;
+
 fn open_file(file: web_sys::File) {
     let name = file.name();
     let reader = match web_sys::FileReaderSync::new() {
@@ -125,6 +130,15 @@ fn open_file(file: web_sys::File) {
         Err(_) => return failed(&name, "the browser could not read the file".into()),
     };
     let size = file.size();
+    if size > MAX_FILE_BYTES {
+        let message = format!(
+            "{name} is {:.1} GB: a page holds traces of files up to about {:.1} GB (a browser gives it 4 GiB). Use the native tools, which stream it: \
+             `collector summary {name}`, `collector advise {name}`, or `collector convert {name} -o out.csv` for the layer table",
+            size / 1e9,
+            MAX_FILE_BYTES / 1e9
+        );
+        return failed(&name, message);
+    }
     let slices = FileSlices { file, reader, offset: 0.0, chunk: Vec::new(), at: 0, last_progress: 0.0 };
     match Session::open_reader(&name, size as u64, slices, progress) {
         Ok(result) => opened(result),
