@@ -183,8 +183,9 @@ impl Arena {
             self.memo_key_of[id as usize] = NO_KEY;
             return Ok(id);
         }
-        if self.values.len() >= FIRST_OPAQUE as usize {
-            return Err(format!("more than {FIRST_OPAQUE} values"));
+        // Ids stay below `2^31 - 1`, so that an id with the high bit set is never `u32::MAX`.
+        if self.values.len() >= FIRST_OPAQUE as usize - 1 {
+            return Err(format!("more than {} values", FIRST_OPAQUE - 1));
         }
         if self.values.len() == self.values.capacity() {
             // Growth capped at the input's length when it is known: every live value cost at

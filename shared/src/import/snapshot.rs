@@ -222,19 +222,72 @@ fn config_from_settings(v: &View, settings: Option<ValueId>) -> AllocatorConfig 
 
 /// One trace entry, decoded.
 #[derive(Clone)]
+/// 40 bytes: a snapshot's entries are held until they are sorted by time.
 struct Entry {
-    device: u8,
+    addr: u64,
+    size: u64,
+    time_us: i64,
     /// Position in its device's trace (for error paths; entries are then sorted by time);
     /// [`UNPLACED`] while a compacted entry has not been found in `device_traces` yet.
     index: u32,
-    action: Action,
-    addr: u64,
-    size: u64,
-    stream: i64,
-    time_us: i64,
-    frames: Option<Frames>,
+    frames: PackedFrames,
     /// Items of the entry's dict, for the [`WalkBudget`].
-    items: u32,
+    items: u16,
+    /// In [`LocalStreams`].
+    stream: u16,
+    device: u8,
+    action: Action,
+}
+
+const _: () = assert!(std::mem::size_of::<Entry>() == 40);
+
+/// An `Option<Frames>` in 4 bytes: `u32::MAX` is none, the high bit marks a pickle value (the
+/// arena's ids stay below `2^31 - 1`), anything else is a local stack (below `2^29`).
+#[derive(Clone, Copy)]
+struct PackedFrames(u32);
+
+impl PackedFrames {
+    const NONE: PackedFrames = PackedFrames(u32::MAX);
+
+    fn new(frames: Option<Frames>) -> Self {
+        match frames {
+            None => Self::NONE,
+            Some(Frames::Local(sid)) => PackedFrames(sid),
+            Some(Frames::Value(id)) => PackedFrames(id | (1 << 31)),
+        }
+    }
+
+    fn get(self) -> Option<Frames> {
+        match self.0 {
+            u32::MAX => None,
+            v if v & (1 << 31) != 0 => Some(Frames::Value(v & !(1 << 31))),
+            v => Some(Frames::Local(v)),
+        }
+    }
+}
+
+/// The snapshot's stream ids as local indices, so that an entry holds 2 bytes for its stream;
+/// they enter the trace in the order the walk meets them, as before.
+#[derive(Default)]
+struct LocalStreams {
+    raw: Vec<i64>,
+    ids: HashMap<i64, u16>,
+}
+
+impl LocalStreams {
+    fn id(&mut self, raw: i64) -> Option<u16> {
+        if let Some(&i) = self.ids.get(&raw) {
+            return Some(i);
+        }
+        let i = u16::try_from(self.raw.len()).ok()?;
+        self.raw.push(raw);
+        self.ids.insert(raw, i);
+        Some(i)
+    }
+
+    fn raw(&self, id: u16) -> i64 {
+        self.raw[id as usize]
+    }
 }
 
 /// [`Entry::index`] of an entry the walk has not placed.
@@ -405,6 +458,7 @@ const TAGS: ValueId = STACK_TAG | FRAME_TAG;
 struct Compactor {
     entries: Vec<Entry>,
     local: LocalFrames,
+    streams: LocalStreams,
     /// Entries held in several places, by slot, while a holder remains.
     shared_entries: HashMap<ValueId, u32>,
 }
@@ -453,7 +507,9 @@ impl Compactor {
             _ if action == Action::Snapshot => 0,
             _ => return None,
         };
-        let (addr, stream, time_us) = (int(addr_v).unwrap_or(0) as u64, int(stream_v).unwrap_or(0), int(time_v).unwrap_or(0));
+        let (addr, time_us) = (int(addr_v).unwrap_or(0) as u64, int(time_v).unwrap_or(0));
+        let stream = self.streams.id(int(stream_v).unwrap_or(0))?;
+        let items = u16::try_from(items).ok()?;
         let mut frames_list = None;
         let frames = match frames_v {
             None => None,
@@ -484,7 +540,17 @@ impl Compactor {
             }
             a.forget_memo(f, pickle::OPAQUE | STACK_TAG | sid);
         }
-        let entry = Entry { device: 0, index: UNPLACED, action, addr, size, stream, time_us, frames: frames.map(Frames::Local), items };
+        let entry = Entry {
+            device: 0,
+            index: UNPLACED,
+            action,
+            addr,
+            size,
+            stream,
+            time_us,
+            frames: PackedFrames::new(frames.map(Frames::Local)),
+            items,
+        };
         Some(self.push(a, item, entry))
     }
 
@@ -756,13 +822,16 @@ fn import_stream(src: impl std::io::Read, size_hint: Option<u64>) -> Result<Trac
                 action,
                 addr: int(addr_v).unwrap_or(0) as u64,
                 size,
-                stream: int(stream_v).unwrap_or(0),
+                stream: compactor.streams.id(int(stream_v).unwrap_or(0)).ok_or_else(|| ImportError::Snapshot {
+                    path: "device_traces".into(),
+                    reason: format!("more than {} distinct streams", u16::MAX as usize + 1),
+                })?,
                 time_us: int(time_v).unwrap_or(0),
-                frames: match frames {
+                frames: PackedFrames::new(match frames {
                     Some(f) if pickle::is_opaque(f) => Compactor::local_stack(f).map(Frames::Local),
                     Some(f) if matches!(p.get(f), Value::List(l) if l.is_empty()) => None,
                     f => f.map(Frames::Value),
-                },
+                }),
                 items: 0, // charged above
             });
         }
@@ -801,7 +870,7 @@ fn import_stream(src: impl std::io::Read, size_hint: Option<u64>) -> Result<Trac
                 seg_seen.insert((e.device as usize, e.addr));
             }
             Action::SegmentFree | Action::SegmentUnmap if seg_seen.insert((e.device as usize, e.addr)) => {
-                pre_segments.push((e.device as usize, e.addr, e.size, e.stream));
+                pre_segments.push((e.device as usize, e.addr, e.size, compactor.streams.raw(e.stream)));
             }
             Action::Alloc => {
                 block_first.entry((e.device as usize, e.addr)).or_insert(Action::Alloc);
@@ -943,7 +1012,7 @@ fn import_stream(src: impl std::io::Read, size_hint: Option<u64>) -> Result<Trac
                 (EventType::FreeCompleted, size)
             }
             Action::SegmentAlloc | Action::SegmentMap => {
-                let stream = streams.index(&mut trace, e.stream)?;
+                let stream = streams.index(&mut trace, compactor.streams.raw(e.stream))?;
                 let pool = final_pool.get(&(dev, e.addr)).copied().unwrap_or_else(|| pool_for_segment(e.size));
                 states[dev].segment_alloc(e.addr, e.size, dev as u8, stream, pool);
                 let et = if e.action == Action::SegmentAlloc { EventType::SegmentAlloc } else { EventType::SegmentMap };
@@ -958,7 +1027,7 @@ fn import_stream(src: impl std::io::Read, size_hint: Option<u64>) -> Result<Trac
             Action::Oom => (EventType::Oom, e.size),
         };
         let ts_ns = (e.time_us.max(0) as u64).saturating_mul(1000);
-        let (stack, mut phase, mut layer) = match e.frames {
+        let (stack, mut phase, mut layer) = match e.frames.get() {
             Some(f) => {
                 let (s, ph, l) =
                     interner.stack(&v, &mut compactor.local, &mut trace, f, &|| format!("device_traces[{dev}][{}].frames", e.index))?;
@@ -976,7 +1045,7 @@ fn import_stream(src: impl std::io::Read, size_hint: Option<u64>) -> Result<Trac
                 layer = name;
             }
         }
-        let stream = streams.index(&mut trace, e.stream)?;
+        let stream = streams.index(&mut trace, compactor.streams.raw(e.stream))?;
         let index = trace.events.len() as u32;
         let rec =
             EventRecord { ts_ns, event_type, phase, size_bytes: size, address: e.addr, layer, device: dev as u8, stream, totals: None };
