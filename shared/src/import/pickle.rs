@@ -139,6 +139,8 @@ pub struct Arena {
     work: Vec<ValueId>,
     /// The first memoized string of each text (see [`Arena::memoize`]).
     strings: crate::hash::FastMap<Box<str>, ValueId>,
+    /// The shared slots of the ints 0 to 255, None, True and False.
+    small: Vec<Option<ValueId>>,
 }
 
 impl Arena {
@@ -581,7 +583,7 @@ pub fn parse(data: &[u8]) -> Result<Pickle, ImportError> {
 /// input's length when known: it caps the arena's growth (see [`Arena`]).
 pub fn parse_stream(src: impl Read, size_hint: Option<u64>, hook: &mut impl Hook) -> Result<Pickle, ImportError> {
     let mut r = Input::new(src);
-    let mut a = Arena::default();
+    let mut a = Arena { small: vec![None; 259], ..Arena::default() };
     let mut stack: Vec<ValueId> = Vec::new();
     let mut marks: Vec<usize> = Vec::new();
     let mut protocol = 0u8;
@@ -590,6 +592,26 @@ pub fn parse_stream(src: impl Read, size_hint: Option<u64>, hook: &mut impl Hook
         ($v:expr) => {{
             let v = $v;
             let id = a.alloc(v, size_hint).map_err(|e| r.err(r.pos(), e))?;
+            stack.push(id);
+        }};
+    }
+    // None, True, False and the one-byte ints are immutable: one shared slot each, so that a
+    // list of a billion Nones costs its list, not a billion values.
+    macro_rules! push_small {
+        ($k:expr, $v:expr) => {{
+            let k: usize = $k;
+            let id = match a.small[k] {
+                Some(id) => {
+                    a.add_ref(id);
+                    id
+                }
+                None => {
+                    let id = a.alloc($v, size_hint).map_err(|e| r.err(r.pos(), e))?;
+                    a.pin(id);
+                    a.small[k] = Some(id);
+                    id
+                }
+            };
             stack.push(id);
         }};
     }
@@ -646,9 +668,9 @@ pub fn parse_stream(src: impl Read, size_hint: Option<u64>, hook: &mut impl Hook
                 a.add_ref(top);
                 stack.push(top);
             }
-            b'N' => push!(Value::None),
-            0x88 => push!(Value::Bool(true)),
-            0x89 => push!(Value::Bool(false)),
+            b'N' => push_small!(256, Value::None),
+            0x88 => push_small!(257, Value::Bool(true)),
+            0x89 => push_small!(258, Value::Bool(false)),
             b'I' => {
                 let s = r.line()?;
                 let v = match s {
@@ -664,7 +686,7 @@ pub fn parse_stream(src: impl Read, size_hint: Option<u64>, hook: &mut impl Hook
             }
             b'K' => {
                 let v = r.u8()?;
-                push!(Value::Int(v as i64))
+                push_small!(v as usize, Value::Int(v as i64))
             }
             b'M' => {
                 let v = r.u16()?;
@@ -892,6 +914,21 @@ mod tests {
         let c = p.dict_get(p.root, "c").unwrap();
         let Value::Tuple(t) = p.get(c) else { panic!("c is not a tuple") };
         assert_eq!(p.get(t[2]), &Value::Float(1.5));
+    }
+
+    #[test]
+    fn none_bools_and_small_ints_share_one_slot_each() {
+        // [None] * 1000 + [True, False, 7, 7, 300]: the list, None, True, False, 7 and 300.
+        let mut data = b"\x80\x04](".to_vec();
+        data.extend(std::iter::repeat_n(b'N', 1000));
+        data.extend_from_slice(b"\x88\x89K\x07K\x07M\x2c\x01e.");
+        let p = parse(&data).unwrap();
+        assert_eq!(p.arena.values.len(), 6);
+        let Value::List(items) = p.get(p.root) else { panic!("not a list") };
+        assert_eq!(items.len(), 1005);
+        assert_eq!(p.get(items[999]), &Value::None);
+        assert_eq!(items[1002], items[1003]);
+        assert_eq!(p.get(items[1004]), &Value::Int(300));
     }
 
     #[test]
