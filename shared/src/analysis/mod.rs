@@ -344,22 +344,54 @@ impl TimelineOptions {
     }
 }
 
+/// The buckets of a timeline request: its window in trace nanoseconds and the bucket of each
+/// time in it. [`timeline`] and [`timeline_index::TimelineIndex`] both use it, so that they
+/// put every event in the same bucket.
+pub(crate) struct Buckets {
+    start: u64,
+    pub(crate) w0: u64,
+    pub(crate) w1: u64,
+    span: f64,
+    pub(crate) n: usize,
+}
+
+impl Buckets {
+    /// `None` when there is nothing to draw (no events, no buckets).
+    pub(crate) fn new(trace: &Trace, options: &TimelineOptions) -> Option<Self> {
+        let ev = &trace.events;
+        if ev.is_empty() || options.buckets == 0 {
+            return None;
+        }
+        let start = trace.start_ns();
+        let (w0, w1) = match options.window_s {
+            Some((a, b)) if b > a => (start + (a.max(0.0) * 1e9) as u64, start + (b.max(0.0) * 1e9) as u64),
+            _ => (start, ev.ts_ns[ev.len() - 1].max(start + 1)),
+        };
+        Some(Buckets { start, w0, w1, span: (w1 - w0).max(1) as f64, n: options.buckets })
+    }
+
+    /// The bucket of time `ts` (`w0 <= ts <= w1`).
+    pub(crate) fn of(&self, ts: u64) -> usize {
+        (((ts - self.w0) as f64 / self.span) * self.n as f64).min(self.n as f64 - 1.0) as usize
+    }
+
+    /// Where bucket `b` starts, in seconds since the trace's start.
+    pub(crate) fn start_s(&self, b: usize) -> f64 {
+        let t = self.w0 + (b as f64 * self.span / self.n as f64) as u64;
+        (t - self.start) as f64 * 1e-9
+    }
+}
+
 /// The memory timeline decimated to at most `buckets` points: min/max of allocated and max of
 /// reserved per time bucket, so the peak survives any zoom level.
 pub fn timeline(trace: &Trace, options: &TimelineOptions) -> Vec<TimelinePoint> {
     let ev = &trace.events;
-    if ev.is_empty() || options.buckets == 0 {
+    let Some(buckets) = Buckets::new(trace, options) else {
         return Vec::new();
-    }
-    let start = trace.start_ns();
-    let device = options.device.unwrap_or_else(|| peak_device(trace));
-    let (w0, w1) = match options.window_s {
-        Some((a, b)) if b > a => (start + (a.max(0.0) * 1e9) as u64, start + (b.max(0.0) * 1e9) as u64),
-        _ => (start, ev.ts_ns[ev.len() - 1].max(start + 1)),
     };
-    let span = (w1 - w0).max(1) as f64;
-    let n = options.buckets;
-    let mut out: Vec<TimelinePoint> = Vec::with_capacity(n.min(ev.len()));
+    let (w0, w1) = (buckets.w0, buckets.w1);
+    let device = options.device.unwrap_or_else(|| peak_device(trace));
+    let mut out: Vec<TimelinePoint> = Vec::with_capacity(buckets.n.min(ev.len()));
     // Start near the window (the last checkpoint before it), not at the first event, so a
     // zoomed-in window costs what it shows.
     let first_in_window = ev.ts_ns.partition_point(|&t| t < w0);
@@ -380,7 +412,7 @@ pub fn timeline(trace: &Trace, options: &TimelineOptions) -> Vec<TimelinePoint> 
         if ts > w1 {
             break;
         }
-        let b = (((ts - w0) as f64 / span) * n as f64).min(n as f64 - 1.0) as usize;
+        let b = buckets.of(ts);
         match out.last_mut() {
             Some(p) if last_bucket == Some(b) => {
                 p.allocated_min_bytes = p.allocated_min_bytes.min(t.allocated_bytes);
@@ -392,9 +424,8 @@ pub fn timeline(trace: &Trace, options: &TimelineOptions) -> Vec<TimelinePoint> 
             _ => {
                 // A bucket starts from the level before its first event, so steps draw correctly.
                 let before = prev.unwrap_or(t);
-                let bucket_t = w0 + (b as f64 * span / n as f64) as u64;
                 out.push(TimelinePoint {
-                    t_s: (bucket_t - start) as f64 * 1e-9,
+                    t_s: buckets.start_s(b),
                     allocated_min_bytes: before.allocated_bytes.min(t.allocated_bytes),
                     allocated_max_bytes: before.allocated_bytes.max(t.allocated_bytes),
                     reserved_max_bytes: before.reserved_bytes.max(t.reserved_bytes),

@@ -8,7 +8,7 @@
 //! millions of events stays as fast as zooming in. It costs about 1.5 bytes per event for one
 //! device.
 
-use super::{peak_device, TimelineOptions, TimelinePoint};
+use super::{peak_device, Buckets, TimelineOptions, TimelinePoint};
 use crate::model::{EventStore, Totals, Trace};
 
 /// Events per leaf block.
@@ -173,29 +173,20 @@ impl TimelineIndex {
     /// `trace`).
     pub fn timeline(&self, trace: &Trace, options: &TimelineOptions) -> Vec<TimelinePoint> {
         let ev = &trace.events;
-        if ev.is_empty() || options.buckets == 0 || ev.len() != self.events {
+        let Some(buckets) = Buckets::new(trace, options).filter(|_| ev.len() == self.events) else {
             return Vec::new();
-        }
-        let start = trace.start_ns();
+        };
         let device = options.device.unwrap_or_else(|| peak_device(trace)) as usize;
         if device >= self.devices {
             return Vec::new();
         }
-        let (w0, w1) = match options.window_s {
-            Some((a, b)) if b > a => (start + (a.max(0.0) * 1e9) as u64, start + (b.max(0.0) * 1e9) as u64),
-            _ => (start, ev.ts_ns[ev.len() - 1].max(start + 1)),
-        };
-        let span = (w1 - w0).max(1) as f64;
-        let n = options.buckets;
-        // The same bucket of every event as the scan computes.
-        let bucket_of = |ts: u64| (((ts - w0) as f64 / span) * n as f64).min(n as f64 - 1.0) as usize;
-        let lo_all = ev.ts_ns.partition_point(|&t| t < w0);
-        let hi_all = ev.ts_ns.partition_point(|&t| t <= w1);
+        let lo_all = ev.ts_ns.partition_point(|&t| t < buckets.w0);
+        let hi_all = ev.ts_ns.partition_point(|&t| t <= buckets.w1);
         let mut out = Vec::new();
         let mut lo = lo_all;
         while lo < hi_all {
-            let b = bucket_of(ev.ts_ns[lo]);
-            let hi = lo + ev.ts_ns[lo..hi_all].partition_point(|&t| bucket_of(t) <= b);
+            let b = buckets.of(ev.ts_ns[lo]);
+            let hi = lo + ev.ts_ns[lo..hi_all].partition_point(|&t| buckets.of(t) <= b);
             if let Some(first) = self.first_event(ev, device, lo, hi) {
                 let (from_block, to_block) = (first.div_ceil(BLOCK), hi / BLOCK);
                 let (before, node, last) = if from_block >= to_block {
@@ -215,9 +206,8 @@ impl TimelineIndex {
                     };
                     (before, node, last)
                 };
-                let bucket_t = w0 + (b as f64 * span / n as f64) as u64;
                 out.push(TimelinePoint {
-                    t_s: (bucket_t - start) as f64 * 1e-9,
+                    t_s: buckets.start_s(b),
                     allocated_min_bytes: node.allocated_min.min(before.allocated_bytes),
                     allocated_max_bytes: node.allocated_max.max(before.allocated_bytes),
                     reserved_max_bytes: node.reserved_max.max(before.reserved_bytes),
