@@ -220,6 +220,20 @@ fn config_from_settings(v: &View, settings: Option<ValueId>) -> AllocatorConfig 
     c
 }
 
+/// An entry's `size`: what it says, read the same way by the [`Compactor`] and the walk.
+/// `Err(Some(reason))` for a value that is not a size, `Err(None)` when it is missing (a
+/// `snapshot` entry needs none).
+fn entry_size(action: Action, size: Option<&Value>) -> Result<u64, Option<String>> {
+    match size {
+        Some(Value::Int(i)) if *i >= 0 => Ok(*i as u64),
+        Some(Value::Bool(b)) => Ok(u64::from(*b)),
+        _ if action == Action::Snapshot => Ok(0),
+        Some(Value::Int(i)) => Err(Some(format!("expected a size ≥ 0, found {i}"))),
+        Some(other) => Err(Some(format!("expected an integer, found {}", other.type_name()))),
+        None => Err(None),
+    }
+}
+
 /// One trace entry, decoded.
 #[derive(Clone)]
 /// 40 bytes: a snapshot's entries are held until they are sorted by time.
@@ -501,12 +515,7 @@ impl Compactor {
             Some(Value::Int(i)) => Some(*i),
             _ => None,
         };
-        let size = match size_v.map(|x| a.get(x)) {
-            Some(Value::Int(i)) if *i >= 0 => *i as u64,
-            Some(Value::Bool(b)) => u64::from(*b),
-            _ if action == Action::Snapshot => 0,
-            _ => return None,
-        };
+        let size = entry_size(action, size_v.map(|x| a.get(x))).ok()?;
         let (addr, time_us) = (int(addr_v).unwrap_or(0) as u64, int(time_v).unwrap_or(0));
         let stream = self.streams.id(int(stream_v).unwrap_or(0))?;
         let items = u16::try_from(items).ok()?;
@@ -808,13 +817,10 @@ fn import_stream(src: impl std::io::Read, size_hint: Option<u64>) -> Result<Trac
                 Some(Value::Int(i)) => Some(*i),
                 _ => None,
             };
-            let size = match size_v.map(|x| p.get(x)) {
-                Some(Value::Int(i)) if *i >= 0 => *i as u64,
-                Some(Value::Bool(b)) => u64::from(*b),
-                _ if action == Action::Snapshot => 0,
-                Some(Value::Int(i)) => return Err(key_err("size", format!("expected a size ≥ 0, found {i}"))),
-                Some(other) => return Err(key_err("size", format!("expected an integer, found {}", other.type_name()))),
-                None => return Err(v.err(&path, "expected key 'size', which is missing")),
+            let size = match entry_size(action, size_v.map(|x| p.get(x))) {
+                Ok(size) => size,
+                Err(Some(reason)) => return Err(key_err("size", reason)),
+                Err(None) => return Err(v.err(&path, "expected key 'size', which is missing")),
             };
             entries.push(Entry {
                 device: dev as u8,
