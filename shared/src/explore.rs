@@ -268,8 +268,13 @@ impl Session {
         }
         progress("parsing");
         let trace = crate::import(bytes, &crate::ImportOptions::default()).map_err(|e| e.to_string())?;
+        Ok(Self::opened(trace, file_name, bytes.len() as u64, &mut progress))
+    }
+
+    /// A trace just imported from `file_name`, with its overview.
+    fn opened(trace: Trace, file_name: &str, file_bytes: u64, progress: &mut impl FnMut(&str)) -> Opened {
         let stem = file_name.split('.').next().filter(|s| !s.is_empty()).unwrap_or("trace");
-        Ok(Self::start(trace, file_name, bytes.len() as u64, stem, &mut progress))
+        Self::start(trace, file_name, file_bytes, stem, progress)
     }
 
     /// Like [`Session::open`], with the file read from `reader` as it is imported, so that it
@@ -291,8 +296,7 @@ impl Session {
         progress("parsing");
         let trace =
             crate::import::import_reader(head.as_slice().chain(reader), &crate::ImportOptions::default()).map_err(|e| e.to_string())?;
-        let stem = file_name.split('.').next().filter(|s| !s.is_empty()).unwrap_or("trace");
-        Ok(Self::start(trace, file_name, file_bytes, stem, &mut progress))
+        Ok(Self::opened(trace, file_name, file_bytes, &mut progress))
     }
 
     /// Opens `files` (name, bytes), one trace per rank of a job, merged into one trace. Each
