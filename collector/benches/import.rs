@@ -5,10 +5,13 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests and benches fail loudly by design
 
 use shared::analysis::{summary, timeline, TimelineOptions};
-use shared::model::{EventRecord, Trace};
 use shared::{import, ImportOptions};
 use std::path::Path;
 use std::time::{Duration, Instant};
+
+#[path = "../../shared/benches/support/mod.rs"]
+mod support;
+use support::replicate;
 
 fn peak_rss_bytes() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
@@ -28,27 +31,6 @@ fn time<T>(min: Duration, mut f: impl FnMut() -> T) -> (Duration, T) {
         runs += 1;
     }
     (start.elapsed() / runs, last)
-}
-
-/// `copies` back-to-back copies of `base`'s memory events (shifted in time), for scale tests.
-fn replicate(base: &Trace, copies: usize) -> Trace {
-    let mut t = Trace::new(base.meta.clone());
-    t.strings = base.strings.clone();
-    t.devices = base.devices.clone();
-    t.streams = base.streams.clone();
-    for (d, b) in base.events.base_totals.iter().enumerate() {
-        t.events.set_base_totals(d, *b);
-    }
-    let ev = &base.events;
-    let span = ev.ts_ns.last().copied().unwrap_or(0) - ev.ts_ns.first().copied().unwrap_or(0) + 1;
-    for c in 0..copies as u64 {
-        for i in 0..ev.len() {
-            let rec = ev.record(i);
-            t.events.push(EventRecord { ts_ns: rec.ts_ns + c * span, ..rec });
-        }
-    }
-    t.finish();
-    t
 }
 
 fn main() {

@@ -9,31 +9,12 @@
 
 use shared::analysis::timeline_index::TimelineIndex;
 use shared::analysis::{timeline, TimelineOptions};
-use shared::model::{EventRecord, Trace};
 use shared::{import, ImportOptions};
 use std::path::Path;
 use std::time::Instant;
 
-/// `copies` back-to-back copies of `base`'s memory events (shifted in time).
-fn replicate(base: &Trace, copies: usize) -> Trace {
-    let mut t = Trace::new(base.meta.clone());
-    t.strings = base.strings.clone();
-    t.devices = base.devices.clone();
-    t.streams = base.streams.clone();
-    for (d, b) in base.events.base_totals.iter().enumerate() {
-        t.events.set_base_totals(d, *b);
-    }
-    let ev = &base.events;
-    let span = ev.ts_ns.last().copied().unwrap_or(0) - ev.ts_ns.first().copied().unwrap_or(0) + 1;
-    for c in 0..copies as u64 {
-        for i in 0..ev.len() {
-            let rec = ev.record(i);
-            t.events.push(EventRecord { ts_ns: rec.ts_ns + c * span, ..rec });
-        }
-    }
-    t.finish();
-    t
-}
+mod support;
+use support::replicate;
 
 fn stats(mut ms: Vec<f64>) -> String {
     ms.sort_by(f64::total_cmp);
