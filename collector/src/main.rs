@@ -326,10 +326,11 @@ fn serve_command(a: ServeArgs) -> anyhow::Result<()> {
         let base = format!("http://{shown}/");
         let mut query = Vec::new();
         if let Some(model) = trace {
-            let req: api::TraceRequest = match serde_json::from_value(serde_json::json!({"model_name": model, "max_events": 5_000_000})) {
-                Ok(r) => r,
-                Err(e) => return eprintln!("cannot build the startup trace request: {e}"),
-            };
+            let req: protocol::TraceRequest =
+                match serde_json::from_value(serde_json::json!({"model_name": model, "max_events": 5_000_000})) {
+                    Ok(r) => r,
+                    Err(e) => return eprintln!("cannot build the startup trace request: {e}"),
+                };
             match api::start_job(state, req) {
                 Ok(id) => {
                     eprintln!("tracing {model} on {} as {id} ...", state.device);
@@ -778,7 +779,7 @@ fn run_options(a: RunArgs) -> anyhow::Result<collector::run::RunOptions> {
 }
 
 /// `collector trace --progress-json`: one JSON object per line on stdout.
-fn emit(line: &collector::serve::jobs::ChildLine) {
+fn emit(line: &protocol::ChildLine) {
     use std::io::Write;
     let mut out = std::io::stdout().lock();
     if serde_json::to_writer(&mut out, line).is_ok() {
@@ -789,39 +790,40 @@ fn emit(line: &collector::serve::jobs::ChildLine) {
 
 /// The class of a failed run, for `collector serve` to answer with (503, 422 or 500).
 #[cfg(feature = "tracing")]
-fn error_class(e: &collector::run::RunError) -> &'static str {
+fn error_class(e: &collector::run::RunError) -> protocol::FailureClass {
     use collector::models::ModelError;
     use collector::run::RunError;
+    use protocol::FailureClass;
     match e {
-        RunError::NoCuda(_) => "no_cuda",
+        RunError::NoCuda(_) => FailureClass::NoCuda,
         RunError::Invalid(_) | RunError::Model(ModelError::Unknown(_) | ModelError::BadShape { .. } | ModelError::BadOption { .. }) => {
-            "invalid"
+            FailureClass::Invalid
         }
-        RunError::Model(ModelError::TorchScript { .. }) => "model",
-        RunError::Torch(m) if m.to_ascii_lowercase().contains("out of memory") => "out_of_memory",
-        RunError::Torch(_) => "model",
-        RunError::Capture(_) => "internal",
+        RunError::Model(ModelError::TorchScript { .. }) => FailureClass::Model,
+        RunError::Torch(m) => FailureClass::of_torch_error(m),
+        RunError::Capture(_) => FailureClass::Internal,
     }
 }
 
 #[cfg(feature = "tracing")]
 fn trace_json_command(a: TraceArgs) -> anyhow::Result<()> {
-    use collector::serve::jobs::ChildLine;
-    let fail = |class: &str, detail: String| -> anyhow::Result<()> {
-        emit(&ChildLine::Error { class: class.into(), detail: detail.clone() });
+    use protocol::ChildLine;
+    use protocol::FailureClass;
+    let fail = |class: FailureClass, detail: String| -> anyhow::Result<()> {
+        emit(&ChildLine::Error { class, detail: detail.clone() });
         anyhow::bail!(detail)
     };
     let mut opts = match run_options(a.run) {
         Ok(o) => o,
-        Err(e) => return fail("invalid", format!("{e:#}")),
+        Err(e) => return fail(FailureClass::Invalid, format!("{e:#}")),
     };
     opts.live_memory = true;
     let Some(output) = a.output else {
-        return fail("invalid", "--progress-json needs --output".into());
+        return fail(FailureClass::Invalid, "--progress-json needs --output".into());
     };
     let format = match resolve_format(a.format.as_deref(), &output) {
         Ok(f) => f,
-        Err(e) => return fail("invalid", format!("{e:#}")),
+        Err(e) => return fail(FailureClass::Invalid, format!("{e:#}")),
     };
     let started = std::time::Instant::now();
     let trace = collector::run::trace_model(&opts, &mut |p| {
@@ -838,9 +840,9 @@ fn trace_json_command(a: TraceArgs) -> anyhow::Result<()> {
     };
     let ms = started.elapsed().as_secs_f64() * 1e3;
     if let Err(e) = write_export(&trace, format, &output) {
-        return fail("internal", format!("{e:#}"));
+        return fail(FailureClass::Internal, format!("{e:#}"));
     }
-    emit(&ChildLine::Done { info: collector::serve::api::trace_info(&trace, &opts.model.name, ms) });
+    emit(&ChildLine::Done { info: protocol::trace_info(&trace, &opts.model.name, ms) });
     Ok(())
 }
 
@@ -871,7 +873,7 @@ fn split_extension(name: &str) -> (&str, &str) {
 /// per traced process, and exits with the program's exit code.
 fn python_trace_command(a: TraceArgs) -> anyhow::Result<()> {
     use collector::pyrun::{self, PyOptions};
-    use collector::serve::jobs::ChildLine;
+    use protocol::ChildLine;
     let opts = PyOptions {
         max_events: a.run.max_events,
         capture_tensors: !a.run.no_tensors,
@@ -1008,7 +1010,7 @@ fn python_trace_command(a: TraceArgs) -> anyhow::Result<()> {
     }
     for (trace, program, out) in &finals {
         if a.progress_json {
-            emit(&ChildLine::Done { info: collector::serve::api::trace_info(trace, program, started.elapsed().as_secs_f64() * 1e3) });
+            emit(&ChildLine::Done { info: protocol::trace_info(trace, program, started.elapsed().as_secs_f64() * 1e3) });
         } else if !a.quiet {
             print_summary(trace, a.top, false, std::io::stderr().lock()).context("cannot print the summary")?;
         }
@@ -1029,7 +1031,10 @@ fn python_trace_command(a: TraceArgs) -> anyhow::Result<()> {
     if written == 0 {
         let why = "no process of the command imported torch with the capture (is it a Python program using torch? `python -I`/`-E` ignore PYTHONPATH)";
         if a.progress_json {
-            emit(&ChildLine::Error { class: "invalid".into(), detail: notes.first().cloned().unwrap_or_else(|| why.into()) });
+            emit(&ChildLine::Error {
+                class: protocol::FailureClass::Invalid,
+                detail: notes.first().cloned().unwrap_or_else(|| why.into()),
+            });
         }
         eprintln!("collector: nothing was traced: {why}");
         if let Some(c) = live.take() {

@@ -18,15 +18,6 @@ pub enum SweepProgress<'a> {
     Done { run: &'a SweepRun },
 }
 
-/// True when a run's error is the allocator's out-of-memory (CUDA or CPU).
-pub fn is_out_of_memory(message: &str) -> bool {
-    let m = message.to_ascii_lowercase();
-    m.contains("out of memory")
-        || m.contains("not enough memory")
-        || m.contains("can't allocate memory")
-        || m.contains("cannot allocate memory")
-}
-
 /// Runs `base` at each batch size, saves each trace into `dir` as
 /// `<model>_bs<N>.mtrace.json`, and returns the combined report. Errors that would fail every
 /// batch size (an unknown model, no CUDA, a bad option) end the sweep; a failure of one batch
@@ -94,7 +85,7 @@ pub fn sweep(
                 let message = e.to_string();
                 SweepRun {
                     batch_size: b,
-                    status: if is_out_of_memory(&message) { SweepStatus::OutOfMemory } else { SweepStatus::Failed },
+                    status: if protocol::is_out_of_memory(&message) { SweepStatus::OutOfMemory } else { SweepStatus::Failed },
                     error: Some(message),
                     peak_allocated_bytes: None,
                     peak_reserved_bytes: None,

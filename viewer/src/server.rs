@@ -11,7 +11,7 @@
 
 use crate::{bridge, perf, query_param, AppState};
 use leptos::prelude::*;
-use serde::Deserialize;
+use protocol::{ErrorBody, HealthResponse, JobAccepted, JobRow, JobState, JobsResponse, ListResponse, LiveEvent, TraceRequest, TraceRow};
 use shared::units::{format_bytes, format_seconds};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
@@ -74,42 +74,8 @@ async fn call(method: &str, path: &str, body: Option<String>) -> Result<String, 
     if resp.ok() {
         Ok(text)
     } else {
-        #[derive(Deserialize)]
-        struct Detail {
-            detail: String,
-        }
-        Err(serde_json::from_str::<Detail>(&text).map_or_else(|_| format!("HTTP {}: {text}", resp.status()), |d| d.detail))
+        Err(serde_json::from_str::<ErrorBody>(&text).map_or_else(|_| format!("HTTP {}: {text}", resp.status()), |d| d.detail))
     }
-}
-
-#[derive(Clone, Debug, Deserialize, PartialEq)]
-pub struct TraceRow {
-    pub trace_id: String,
-    pub model_name: String,
-    pub origin: String,
-    pub created_unix_ms: u64,
-    pub file_size_bytes: u64,
-    pub total_events: usize,
-    pub peak_allocated_bytes: u64,
-    pub device: Option<String>,
-}
-
-#[derive(Clone, Debug, Deserialize, PartialEq)]
-pub struct JobRow {
-    pub trace_id: String,
-    pub state: String,
-    pub model_name: String,
-    pub device: String,
-    pub iterations_done: u32,
-    pub iterations: u32,
-}
-
-#[derive(Clone, Debug, Deserialize, PartialEq)]
-struct Health {
-    device: String,
-    cuda_device_count: u32,
-    tracing_available: bool,
-    models: Vec<String>,
 }
 
 /// A trace being followed.
@@ -135,7 +101,7 @@ pub struct Live {
 pub struct ServerState {
     traces: RwSignal<Vec<TraceRow>>,
     jobs: RwSignal<Vec<JobRow>>,
-    health: RwSignal<Option<Health>>,
+    health: RwSignal<Option<HealthResponse>>,
     pub live: RwSignal<Option<Live>>,
     message: RwSignal<Option<String>>,
 }
@@ -143,20 +109,17 @@ pub struct ServerState {
 impl ServerState {
     fn refresh(self) {
         leptos::task::spawn_local(async move {
-            #[derive(Deserialize)]
-            struct List {
-                traces: Vec<TraceRow>,
-            }
-            #[derive(Deserialize)]
-            struct Jobs {
-                jobs: Vec<JobRow>,
-            }
-            match call("GET", "api/trace/list", None).await.and_then(|t| serde_json::from_str::<List>(&t).map_err(|e| e.to_string())) {
+            match call("GET", "api/trace/list", None)
+                .await
+                .and_then(|t| serde_json::from_str::<ListResponse>(&t).map_err(|e| e.to_string()))
+            {
                 Ok(l) => self.traces.set(l.traces.into_iter().rev().collect()),
                 Err(e) => self.message.set(Some(format!("cannot list the server's traces: {e}"))),
             }
-            if let Ok(j) = call("GET", "api/jobs", None).await.and_then(|t| serde_json::from_str::<Jobs>(&t).map_err(|e| e.to_string())) {
-                self.jobs.set(j.jobs.into_iter().filter(|j| j.state == "queued" || j.state == "running").collect());
+            if let Ok(j) =
+                call("GET", "api/jobs", None).await.and_then(|t| serde_json::from_str::<JobsResponse>(&t).map_err(|e| e.to_string()))
+            {
+                self.jobs.set(j.jobs.into_iter().filter(|j| matches!(j.state, JobState::Queued | JobState::Running)).collect());
             }
         });
     }
@@ -240,39 +203,39 @@ pub fn follow(state: AppState, server: ServerState, id: &str) {
         });
     };
     let shared_source = source.clone();
-    let handler = move |kind: &'static str| {
+    // Every event's data is the whole `LiveEvent` (its `kind` is also the SSE event name,
+    // which EventSource needs a listener for).
+    let handler = move || {
         let source = shared_source.clone();
         Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |e: web_sys::MessageEvent| {
             let Some(data) = e.data().as_string() else { return };
-            let Ok(v) = serde_json::from_str::<serde_json::Value>(&data) else { return };
-            match kind {
-                "status" => {
+            let Ok(event) = serde_json::from_str::<LiveEvent>(&data) else { return };
+            match event {
+                LiveEvent::Status { state: job_state, device, model } => {
                     server.live.update(|l| {
                         if let Some(l) = l {
-                            l.model = v["model"].as_str().unwrap_or_default().to_owned();
-                            l.device = v["device"].as_str().unwrap_or_default().to_owned();
+                            l.model = model;
+                            l.device = device;
                         }
                     });
-                    set_state(v["state"].as_str().unwrap_or("running"));
+                    set_state(job_state.as_str());
                 }
-                "started" => server.live.update(|l| {
+                LiveEvent::Started { iterations } => server.live.update(|l| {
                     if let Some(l) = l {
-                        l.iterations = v["iterations"].as_u64().unwrap_or(0) as u32;
+                        l.iterations = iterations;
                     }
                 }),
-                "iteration" => {
+                LiveEvent::Iteration { done, of, .. } => {
                     server.live.update(|l| {
                         if let Some(l) = l {
-                            l.iterations_done = v["done"].as_u64().unwrap_or(0) as u32;
-                            l.iterations = v["of"].as_u64().unwrap_or(0) as u32;
+                            l.iterations_done = done;
+                            l.iterations = of;
                         }
                     });
                     // The job list shows progress too (and other users' jobs).
                     server.refresh();
                 }
-                "memory" => {
-                    let points: Vec<[u64; 3]> = serde_json::from_value(v["points"].clone()).unwrap_or_default();
-                    let rank = v["rank"].as_u64().and_then(|r| u32::try_from(r).ok());
+                LiveEvent::Memory { points, rank } => {
                     let (mut batches, mut ranks) = (0, 0);
                     server.live.update(|l| {
                         if let Some(l) = l {
@@ -288,17 +251,14 @@ pub fn follow(state: AppState, server: ServerState, id: &str) {
                     perf::set_body("data-live-batches", &batches.to_string());
                     perf::set_body("data-live-ranks", &ranks.to_string());
                 }
-                "done" => {
+                LiveEvent::Done { trace } => {
                     source.close();
                     set_state("done");
-                    if let Some(id) = v["trace"]["trace_id"].as_str() {
-                        open_stored(state, id);
-                    }
+                    open_stored(state, &trace.trace_id);
                     server.refresh();
                 }
-                "failed" => {
+                LiveEvent::Failed { detail, .. } => {
                     source.close();
-                    let detail = v["detail"].as_str().unwrap_or("the trace failed").to_owned();
                     server.live.update(|l| {
                         if let Some(l) = l {
                             l.error = Some(detail);
@@ -307,12 +267,11 @@ pub fn follow(state: AppState, server: ServerState, id: &str) {
                     set_state("failed");
                     server.refresh();
                 }
-                _ => {}
             }
         })
     };
     for kind in ["status", "started", "iteration", "memory", "done", "failed"] {
-        let cb = handler(kind);
+        let cb = handler();
         let _ = source.add_event_listener_with_callback(kind, cb.as_ref().unchecked_ref());
         cb.forget(); // as long as the source lives; a page follows few traces
     }
@@ -336,8 +295,7 @@ fn select_value(id: &str) -> String {
 }
 
 /// The request the form describes, or what is wrong with it.
-fn form_request() -> Result<serde_json::Value, String> {
-    let mut req = serde_json::json!({ "model_name": select_value("srv-model"), "mode": select_value("srv-mode") });
+fn form_request() -> Result<TraceRequest, String> {
     let number = |id: &str, what: &str| -> Result<Option<u64>, String> {
         let v = input_value(id);
         let v = v.trim();
@@ -346,29 +304,29 @@ fn form_request() -> Result<serde_json::Value, String> {
         }
         v.parse::<u64>().map(Some).map_err(|_| format!("{what} must be a whole number, not `{v}`"))
     };
-    if let Some(b) = number("srv-batch", "batch size")? {
-        req["batch_size"] = b.into();
-    }
-    if let Some(i) = number("srv-iterations", "iterations")? {
-        req["iterations"] = i.into();
-    }
-    if let Some(m) = number("srv-max-events", "max events")? {
-        req["max_events"] = m.into();
-    }
+    let too_big = |what: &str| format!("{what} is too large");
     let shape = input_value("srv-shape");
-    if !shape.trim().is_empty() {
+    let input_shape = if shape.trim().is_empty() {
+        None
+    } else {
         let dims: Result<Vec<i64>, _> = shape.split([',', 'x', ' ']).filter(|s| !s.is_empty()).map(str::parse::<i64>).collect();
-        req["input_shape"] = dims.map_err(|_| format!("input shape must be numbers separated by commas, not `{shape}`"))?.into();
-    }
+        Some(dims.map_err(|_| format!("input shape must be numbers separated by commas, not `{shape}`"))?)
+    };
     let device = select_value("srv-device");
-    if !device.is_empty() {
-        req["device"] = device.into();
-    }
-    if let Some(w) = number("srv-world", "world size")?.filter(|&w| w > 1) {
-        req["world_size"] = w.into();
-        req["strategy"] = select_value("srv-strategy").into();
-    }
-    Ok(req)
+    let world_size = number("srv-world", "world size")?.filter(|&w| w > 1);
+    Ok(TraceRequest {
+        model_name: select_value("srv-model"),
+        mode: Some(select_value("srv-mode")),
+        batch_size: number("srv-batch", "batch size")?.map(|b| i64::try_from(b).map_err(|_| too_big("batch size"))).transpose()?,
+        iterations: number("srv-iterations", "iterations")?.map(|i| u32::try_from(i).map_err(|_| too_big("iterations"))).transpose()?,
+        max_events: number("srv-max-events", "max events")?.unwrap_or(TraceRequest::DEFAULT_MAX_EVENTS),
+        input_shape,
+        device: (!device.is_empty()).then_some(device),
+        world_size: world_size.map(|w| u32::try_from(w).map_err(|_| too_big("world size"))).transpose()?,
+        strategy: world_size.map(|_| select_value("srv-strategy")),
+        optimizer: None,
+        enable_fragmentation: true,
+    })
 }
 
 /// The server panel: trace a model, running jobs, stored traces, and the live view.
@@ -385,7 +343,7 @@ pub fn ServerPanel() -> impl IntoView {
     provide_context(server);
     server.refresh();
     leptos::task::spawn_local(async move {
-        match call("GET", "api/health", None).await.and_then(|t| serde_json::from_str::<Health>(&t).map_err(|e| e.to_string())) {
+        match call("GET", "api/health", None).await.and_then(|t| serde_json::from_str::<HealthResponse>(&t).map_err(|e| e.to_string())) {
             Ok(h) => server.health.set(Some(h)),
             Err(e) => server.message.set(Some(format!("cannot reach the server: {e}"))),
         }
@@ -401,13 +359,10 @@ pub fn ServerPanel() -> impl IntoView {
             Err(e) => return server.message.set(Some(e)),
         };
         leptos::task::spawn_local(async move {
-            #[derive(Deserialize)]
-            struct Accepted {
-                trace_id: String,
-            }
-            match call("POST", "api/trace/memory?wait=false", Some(req.to_string()))
+            let body = serde_json::to_string(&req).unwrap_or_default();
+            match call("POST", "api/trace/memory?wait=false", Some(body))
                 .await
-                .and_then(|t| serde_json::from_str::<Accepted>(&t).map_err(|e| e.to_string()))
+                .and_then(|t| serde_json::from_str::<JobAccepted>(&t).map_err(|e| e.to_string()))
             {
                 Ok(a) => {
                     follow(state, server, &a.trace_id);
@@ -468,7 +423,7 @@ pub fn ServerPanel() -> impl IntoView {
                         {jobs.into_iter().map(|j| {
                             let id = j.trace_id.clone();
                             view! { <li>
-                                <code>{j.trace_id.clone()}</code> " " {j.model_name} " on " {j.device} " · " {j.state} " · "
+                                <code>{j.trace_id.clone()}</code> " " {j.model_name} " on " {j.device} " · " {j.state.as_str()} " · "
                                 {format!("{}/{} iterations", j.iterations_done, j.iterations)} " "
                                 <button on:click=move |_| follow(state, server, &id)>"Follow"</button>
                             </li> }
@@ -492,7 +447,7 @@ pub fn ServerPanel() -> impl IntoView {
                                 view! { <tr>
                                     <td><code>{t.trace_id.clone()}</code></td>
                                     <td>{t.model_name}</td>
-                                    <td>{t.origin}</td>
+                                    <td>{t.origin.as_str()}</td>
                                     <td>{t.device.unwrap_or_default()}</td>
                                     <td class="num">{format_bytes(t.peak_allocated_bytes)}</td>
                                     <td class="num">{t.total_events}</td>

@@ -647,7 +647,7 @@ impl LiveClient {
         let poster = std::thread::Builder::new().name("live-poster".into()).spawn(move || {
             while let Ok((rank, points)) = rx.recv() {
                 let sent = points.chunks(1024).try_for_each(|chunk| {
-                    let line = crate::serve::jobs::ChildLine::Memory { points: chunk.to_vec(), rank };
+                    let line = protocol::ChildLine::Memory { points: chunk.to_vec(), rank };
                     let r = with_token(agent.post(&url), tok.as_deref()).send_json(&line);
                     match r {
                         Ok(resp) if resp.status().is_success() => Ok(()),
@@ -687,7 +687,7 @@ impl LiveClient {
             None => {
                 let url = format!("{}/api/trace/live/{}", self.base, self.id);
                 let resp = with_token(http_agent().post(&url), self.token.as_deref())
-                    .send_json(json!({"kind": "error", "class": "invalid", "detail": error}))
+                    .send_json(protocol::ChildLine::Error { class: protocol::FailureClass::Invalid, detail: error.to_owned() })
                     .with_context(|| format!("cannot reach {}", self.base))?;
                 answer(resp, &self.base, "the live trace's end")?;
                 anyhow::bail!("{error}")

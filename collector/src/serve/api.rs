@@ -1,170 +1,19 @@
 //! The HTTP API: request and answer types, and one handler per route. The OpenAPI document
 //! (`docs.rs`) is derived from the `#[utoipa::path]` attributes here.
 
-use super::error::{ApiError, ApiJson, ErrorBody};
-use super::jobs::{ChildLine, Distributed, JobSpec, LiveEvent};
-use super::store::{Origin, StoreError, StoredTrace};
-use super::AppState;
+use super::error::{ApiError, ApiJson};
+use super::fault::{blocking, Fault};
+use super::jobs::{Distributed, JobEvent, JobSpec};
+use super::state::AppState;
+use super::store::StoreError;
 use axum::body::Body;
 use axum::extract::{FromRequest, Path, Query, Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
-use serde::{Deserialize, Serialize};
-use shared::analysis::{layer_stats, summary};
-use shared::Trace;
-use std::collections::BTreeMap;
+use protocol::*;
 use std::sync::Arc;
-use utoipa::ToSchema;
-
-const MIB: f64 = 1024.0 * 1024.0;
-
-/// One layer's statistics, as the seed service reported them.
-#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
-pub struct LayerStatsBody {
-    pub layer_name: String,
-    /// Highest allocated bytes at an event of the layer.
-    pub peak_allocated: u64,
-    pub peak_reserved: u64,
-    pub total_allocations: u64,
-    pub total_deallocations: u64,
-    pub avg_fragmentation: f64,
-    pub duration_ms: f64,
-}
-
-/// What the server knows of a trace without reading it again.
-#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
-pub struct TraceInfo {
-    pub model_name: String,
-    pub total_events: usize,
-    pub total_layers: usize,
-    /// Highest allocated memory, MiB (2^20 bytes).
-    pub peak_allocated_mb: f64,
-    pub peak_reserved_mb: f64,
-    pub avg_fragmentation: f64,
-    /// Time the collector spent tracing (model build, iterations, assembly), ms; 0 for uploads.
-    pub tracing_time_ms: f64,
-    pub layer_stats: BTreeMap<String, LayerStatsBody>,
-    /// Exact peaks in bytes.
-    pub peak_allocated_bytes: u64,
-    pub peak_reserved_bytes: u64,
-    /// `cuda:0`, `CPU`, or the device named in the file.
-    pub device: Option<String>,
-    /// The format the trace was read from.
-    pub source_format: String,
-    /// Allocations and frees past `max_events`, counted and not kept.
-    pub dropped_events: u64,
-}
-
-/// The summary of `trace` for answers and the store.
-pub fn trace_info(trace: &Trace, model_fallback: &str, tracing_time_ms: f64) -> TraceInfo {
-    let s = summary(trace);
-    let layers = layer_stats(trace)
-        .into_iter()
-        .map(|(k, l)| {
-            (
-                k,
-                LayerStatsBody {
-                    layer_name: l.layer_name,
-                    peak_allocated: l.peak_allocated,
-                    peak_reserved: l.peak_reserved,
-                    total_allocations: l.total_allocations,
-                    total_deallocations: l.total_deallocations,
-                    avg_fragmentation: l.avg_fragmentation,
-                    duration_ms: l.duration_ms,
-                },
-            )
-        })
-        .collect();
-    TraceInfo {
-        model_name: trace.meta.model.clone().unwrap_or_else(|| model_fallback.to_owned()),
-        total_events: s.total_events,
-        total_layers: s.total_layers,
-        peak_allocated_mb: s.peak_allocated_bytes as f64 / MIB,
-        peak_reserved_mb: s.peak_reserved_bytes as f64 / MIB,
-        avg_fragmentation: s.avg_fragmentation,
-        tracing_time_ms,
-        layer_stats: layers,
-        peak_allocated_bytes: s.peak_allocated_bytes,
-        peak_reserved_bytes: s.peak_reserved_bytes,
-        device: trace.meta.device_name.clone().or(s.peak_device),
-        source_format: s.source_format,
-        dropped_events: s.dropped_events,
-    }
-}
-
-/// The answer to a finished trace.
-#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
-pub struct TraceResponse {
-    pub trace_id: String,
-    #[serde(flatten)]
-    pub info: TraceInfo,
-}
-
-impl From<&StoredTrace> for TraceResponse {
-    fn from(t: &StoredTrace) -> Self {
-        Self { trace_id: t.trace_id.clone(), info: t.info.clone() }
-    }
-}
-
-fn default_max_events() -> u64 {
-    10_000
-}
-
-fn yes() -> bool {
-    true
-}
-
-/// `POST /api/trace/memory`.
-#[derive(Clone, Debug, Deserialize, ToSchema)]
-pub struct TraceRequest {
-    /// A built-in model (resnet18, resnet34, resnet50, resnet101, resnet152, vgg16,
-    /// transformer, gpt, mlp) or a TorchScript model of the server's `--models-dir`.
-    #[schema(example = "resnet18")]
-    pub model_name: String,
-    /// The full input shape, batch first, as `collector trace --input-shape`: `[8, 3, 224,
-    /// 224]` (images), `[8, 512]` (token ids of transformer/gpt), `[4, 128, 512]` (transformer
-    /// embeddings: batch, sequence, width), `[64, 784]` (mlp features). Default: the model's.
-    #[schema(example = json!([8, 3, 224, 224]))]
-    pub input_shape: Option<Vec<i64>>,
-    /// Replaces the first dimension of `input_shape` (or of the model's default shape).
-    #[schema(example = 8)]
-    pub batch_size: Option<i64>,
-    /// Allocations and frees to keep; later ones are counted in `dropped_events`.
-    #[serde(default = "default_max_events")]
-    pub max_events: u64,
-    /// False reports fragmentation as 0.
-    #[serde(default = "yes")]
-    pub enable_fragmentation: bool,
-    /// `cpu`, `cuda` or `cuda:N`. Default: the server's device.
-    pub device: Option<String>,
-    /// `train` (forward, backward, SGD step; the default) or `infer`.
-    pub mode: Option<String>,
-    /// Iterations (default 3; the first warms the caching allocator).
-    pub iterations: Option<u32>,
-    /// `sgd` (momentum 0.9, the default), `adam` or `adamw`.
-    #[schema(example = "adamw")]
-    pub optimizer: Option<String>,
-    /// Processes of a distributed job (2 or more; default 1): the built-in model runs under
-    /// torchrun, one rank per device (`cuda:0` to `cuda:N-1`, NCCL) or N ranks on the CPU
-    /// (gloo), each with the whole `input_shape`. The stored trace has every rank.
-    #[schema(example = 2)]
-    pub world_size: Option<u32>,
-    /// With `world_size`: `ddp` (DistributedDataParallel, the default) or `fsdp` (FSDP2).
-    #[schema(example = "fsdp")]
-    pub strategy: Option<String>,
-}
-
-/// `POST /api/trace/live`: announce a trace recorded elsewhere (`collector trace --serve`).
-#[derive(Clone, Debug, Deserialize, ToSchema)]
-pub struct LiveRequest {
-    /// What runs (a script's name), shown in the job list.
-    #[schema(example = "train.py")]
-    pub model_name: String,
-    /// Where it runs, shown in the job list. Default: `external`.
-    pub device: Option<String>,
-}
 
 /// `POST /api/trace/live`: registers a trace recorded outside the server; followers of
 /// `/api/trace/{id}/events` see what its recorder posts to `/api/trace/live/{id}`, and it ends
@@ -217,14 +66,6 @@ pub async fn live_event(
     Ok(axum::Json(LiveAccepted { trace_id, status: status.into() }))
 }
 
-/// The answer to a live trace's progress line.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct LiveAccepted {
-    pub trace_id: String,
-    /// `running`, or `failed` after an `error` line.
-    pub status: String,
-}
-
 /// `GET /api/trace/{trace_id}/leaks`: growth of allocated memory across iterations after
 /// warm-up and the allocations never freed, by layer and frame (`collector leaks --json`).
 #[utoipa::path(get, path = "/api/trace/{trace_id}/leaks", tag = "traces", params(("trace_id" = String, Path)),
@@ -244,20 +85,6 @@ pub async fn leaks(
     })
     .await?;
     Ok(axum::Json(report))
-}
-
-/// The body of `POST /api/trace/diff`.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct DiffRequest {
-    /// Trace A's id.
-    pub a: String,
-    /// Trace B's id; changes are B − A.
-    pub b: String,
-    /// Device of A to compare: an index into its devices (a rank of a merged trace). Default:
-    /// the device with the highest allocated peak.
-    pub device_a: Option<u8>,
-    /// Device of B to compare. Default: the device with the highest allocated peak.
-    pub device_b: Option<u8>,
 }
 
 /// `POST /api/trace/diff`: two stored traces compared (`collector diff --json`): each side's
@@ -288,34 +115,19 @@ pub async fn trace_diff(
     Ok(axum::Json(diff))
 }
 
-/// The most memory points one live line may carry.
-pub const MAX_LIVE_POINTS: usize = 1024;
-
-/// `?wait=false`: answer 202 at once and follow the job through its events.
-#[derive(Debug, Deserialize, utoipa::IntoParams)]
-pub struct WaitQuery {
-    /// `false`: do not wait for the trace (202 with the trace id).
-    pub wait: Option<bool>,
-}
-
-/// The answer of `POST /api/trace/memory?wait=false`.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct JobAccepted {
-    pub trace_id: String,
-    /// `queued` or `running`.
-    pub status: String,
-    /// Server-Sent Events of the run.
-    pub events_url: String,
-    /// The trace, once done.
-    pub trace_url: String,
-}
-
 fn field(name: &str, why: impl std::fmt::Display) -> ApiError {
     ApiError::unprocessable(format!("field `{name}`: {why}"))
 }
 
-impl TraceRequest {
+/// A trace request checked against the server's caps and devices.
+trait Validate {
     /// Checks the fields against the server's caps; returns the job to run.
+    fn validate(&self, state: &AppState) -> Result<JobSpec, ApiError>;
+    /// The distributed part of the job, when `world_size` asks for one.
+    fn distributed(&self, state: &AppState, torchscript: bool, device: &str) -> Result<Option<Distributed>, ApiError>;
+}
+
+impl Validate for TraceRequest {
     fn validate(&self, state: &AppState) -> Result<JobSpec, ApiError> {
         let caps = &state.config.caps;
         let torchscript = if super::jobs::MODELS.contains(&self.model_name.as_str()) {
@@ -394,7 +206,7 @@ impl TraceRequest {
         }
         let device = match self.device.as_deref() {
             None => state.device.clone(),
-            Some(d) => super::parse_device(d).map_err(|e| field("device", e))?,
+            Some(d) => super::state::parse_device(d).map_err(|e| field("device", e))?,
         };
         state.check_device(&device)?;
         let optimizer = self.optimizer.clone().unwrap_or_else(|| "sgd".into());
@@ -482,7 +294,7 @@ pub async fn trace_memory(
 ) -> Result<Response, ApiError> {
     let spec = req.validate(&state)?;
     let id = state.store.new_id();
-    let job = state.jobs.submit(&state, id.clone(), spec)?;
+    let job = state.jobs.submit(id.clone(), spec)?;
     if q.wait == Some(false) {
         let accepted = JobAccepted {
             events_url: format!("/api/trace/{id}/events"),
@@ -500,35 +312,8 @@ pub async fn trace_memory(
 pub fn start_job(state: &Arc<AppState>, req: TraceRequest) -> Result<String, ApiError> {
     let spec = req.validate(state)?;
     let id = state.store.new_id();
-    state.jobs.submit(state, id.clone(), spec)?;
+    state.jobs.submit(id.clone(), spec)?;
     Ok(id)
-}
-
-/// `POST /api/trace/export`.
-#[derive(Debug, Deserialize, ToSchema)]
-pub struct ExportRequest {
-    pub trace_id: String,
-    /// `speedscope`, `timeline`, `chrome` (Perfetto), `csv`, `native` or `dftracer` (`.pfw.gz`).
-    #[schema(example = "speedscope")]
-    pub format: String,
-}
-
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct ExportResponse {
-    pub trace_id: String,
-    pub format: String,
-    /// `/api/trace/download/<file>`.
-    pub download_url: String,
-    pub file_size_bytes: u64,
-}
-
-fn store_error(e: StoreError) -> ApiError {
-    match e {
-        StoreError::NotFound(id) => ApiError::trace_not_found(&id),
-        StoreError::TooLarge { .. } => ApiError::too_large(e.to_string()),
-        StoreError::Exists(_) => ApiError::new(StatusCode::CONFLICT, e.to_string()),
-        StoreError::Io { .. } | StoreError::Locked { .. } => ApiError::internal("the trace store", e),
-    }
 }
 
 /// Export a stored trace (speedscope, timeline, Chrome/Perfetto, CSV, native, DFTracer).
@@ -566,10 +351,14 @@ pub async fn trace_export(
             if let Err(e) = written {
                 let _ = tokio::fs::remove_file(&tmp).await;
                 // Deleted while the worker read it: that is why it failed.
-                return Err(if state.store.get(&stored.trace_id).is_none() { ApiError::trace_not_found(&stored.trace_id) } else { e });
+                return Err(if state.store.get(&stored.trace_id).is_none() {
+                    ApiError::trace_not_found(&stored.trace_id)
+                } else {
+                    e.into()
+                });
             }
             let st = state.clone();
-            blocking(move || st.store.add_export(&stored.trace_id, name, file, &tmp).map_err(store_error)).await?
+            blocking(move || st.store.add_export(&stored.trace_id, name, file, &tmp).map_err(ApiError::from)).await?
         }
     };
     Ok(axum::Json(ExportResponse {
@@ -590,11 +379,6 @@ fn export_suffix(f: shared::export::ExportFormat) -> &'static str {
         F::Csv => "csv",
         F::Dftracer => "pfw.gz",
     }
-}
-
-/// Runs blocking work (file I/O, imports) off the async runtime.
-pub async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, ApiError> + Send + 'static) -> Result<T, ApiError> {
-    tokio::task::spawn_blocking(f).await.map_err(|e| ApiError::internal("a worker thread failed", e))?
 }
 
 /// Streams a file the store opened (under its lock: a delete after this still lets it be read
@@ -625,7 +409,7 @@ pub async fn download(State(state): State<Arc<AppState>>, Path(file): Path<Strin
     let opened = blocking(move || {
         st.store.open_export(&name).map_err(|e| match e {
             StoreError::NotFound(_) => ApiError::new(StatusCode::NOT_FOUND, format!("File {name} not found")),
-            e => store_error(e),
+            e => ApiError::from(e),
         })
     })
     .await?;
@@ -637,31 +421,6 @@ pub async fn download(State(state): State<Arc<AppState>>, Path(file): Path<Strin
         "application/json"
     };
     file_response(opened, ct, &file).await
-}
-
-/// `GET /api/trace/list`.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct ListResponse {
-    /// Stored trace ids, oldest first.
-    pub active_traces: Vec<String>,
-    pub count: usize,
-    /// One row per stored trace (same order), for the viewer's list.
-    pub traces: Vec<TraceRow>,
-}
-
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct TraceRow {
-    pub trace_id: String,
-    pub model_name: String,
-    pub origin: Origin,
-    pub original_name: Option<String>,
-    pub created_unix_ms: u64,
-    pub file_size_bytes: u64,
-    pub total_events: usize,
-    pub peak_allocated_bytes: u64,
-    pub peak_reserved_bytes: u64,
-    pub device: Option<String>,
-    pub source_format: String,
 }
 
 /// List the stored traces.
@@ -684,12 +443,6 @@ pub async fn list(State(state): State<Arc<AppState>>) -> axum::Json<ListResponse
     axum::Json(ListResponse { active_traces: traces.iter().map(|t| t.trace_id.clone()).collect(), count: traces.len(), traces })
 }
 
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct DeleteResponse {
-    pub message: String,
-    pub remaining_traces: usize,
-}
-
 /// Delete a stored trace, its exports and files.
 #[utoipa::path(delete, path = "/api/trace/{trace_id}", tag = "traces", params(("trace_id" = String, Path)), responses(
     (status = 200, body = DeleteResponse),
@@ -699,7 +452,7 @@ pub struct DeleteResponse {
 pub async fn delete(State(state): State<Arc<AppState>>, Path(trace_id): Path<String>) -> Result<axum::Json<DeleteResponse>, ApiError> {
     let st = state.clone();
     let id = trace_id.clone();
-    let remaining = blocking(move || st.store.delete(&id).map_err(store_error)).await?;
+    let remaining = blocking(move || st.store.delete(&id).map_err(ApiError::from)).await?;
     state.jobs.forget(&trace_id);
     Ok(axum::Json(DeleteResponse { message: format!("Trace {trace_id} deleted successfully"), remaining_traces: remaining }))
 }
@@ -712,18 +465,9 @@ pub async fn delete(State(state): State<Arc<AppState>>, Path(trace_id): Path<Str
 ))]
 pub async fn get_trace(State(state): State<Arc<AppState>>, Path(trace_id): Path<String>) -> Result<Response, ApiError> {
     let st = state.clone();
-    let (t, opened) = blocking(move || st.store.open_trace(&trace_id).map_err(store_error)).await?;
+    let (t, opened) = blocking(move || st.store.open_trace(&trace_id).map_err(ApiError::from)).await?;
     let name = crate::report::safe_name(std::path::Path::new(t.original_name.as_deref().unwrap_or(&t.file)));
     file_response(opened, "application/octet-stream", &name).await
-}
-
-/// Where to stream an upload: a multipart form's file field or the raw body.
-#[derive(Debug, Deserialize, utoipa::IntoParams)]
-pub struct UploadQuery {
-    /// The file's name (for a raw body): kept for downloads and shown in lists.
-    pub filename: Option<String>,
-    /// The id of a live trace (`POST /api/trace/live`) this upload completes.
-    pub trace_id: Option<String>,
 }
 
 /// Store a trace file of any format the collector reads (snapshot pickle, profiler trace,
@@ -798,7 +542,7 @@ pub async fn upload(
             let tmp = tmp.clone();
             blocking(move || {
                 let ext = name.as_deref().map(upload_ext).unwrap_or_default();
-                let (stored, evicted) = st.store.insert(&id, Origin::Uploaded, name, &tmp, &ext, info).map_err(store_error)?;
+                let (stored, evicted) = st.store.insert(&id, Origin::Uploaded, name, &tmp, &ext, info).map_err(Fault::from)?;
                 for e in &evicted {
                     st.jobs.forget(e);
                 }
@@ -812,13 +556,9 @@ pub async fn upload(
         let _ = tokio::fs::remove_file(&tmp).await;
     }
     if let Some(job) = live {
-        let end = match &result {
-            Ok(r) => Ok(r.0.clone()),
-            Err(e) => Err(ApiError::new(e.status, e.detail.clone())),
-        };
-        state.jobs.external_end(job, end);
+        state.jobs.external_end(job, result.as_ref().map(|r| r.0.clone()).map_err(Fault::clone));
     }
-    result
+    Ok(result?)
 }
 
 fn multipart_error(e: &axum::extract::multipart::MultipartError, limit: u64) -> ApiError {
@@ -879,12 +619,16 @@ where
     (status = 404, body = ErrorBody),
 ))]
 pub async fn events(State(state): State<Arc<AppState>>, Path(trace_id): Path<String>) -> Result<Response, ApiError> {
-    let to_sse = |e: LiveEvent| -> Result<Event, std::convert::Infallible> {
+    let to_sse = |e: JobEvent| -> Result<Event, std::convert::Infallible> {
+        let e = match e {
+            JobEvent::Live(e) => e,
+            JobEvent::Failed(f) => super::error::failed_event(&f),
+        };
         Ok(Event::default().event(e.kind()).data(serde_json::to_string(&e).unwrap_or_else(|_| "{}".into())))
     };
     if let Some(job) = state.jobs.get(&trace_id) {
         let (history, rx) = job.follow();
-        let ended = history.last().is_some_and(LiveEvent::is_terminal);
+        let ended = history.last().is_some_and(JobEvent::is_terminal);
         let live = futures_util::stream::unfold((rx, ended), |(mut rx, ended)| async move {
             if ended {
                 return None;
@@ -904,16 +648,8 @@ pub async fn events(State(state): State<Arc<AppState>>, Path(trace_id): Path<Str
         return Ok(Sse::new(stream).keep_alive(KeepAlive::default()).into_response());
     }
     let t = state.store.get(&trace_id).ok_or_else(|| ApiError::trace_not_found(&trace_id))?;
-    let done = LiveEvent::Done { trace: TraceResponse::from(&t) };
+    let done = JobEvent::Live(LiveEvent::Done { trace: TraceResponse::from(&t) });
     Ok(Sse::new(futures_util::stream::iter([done]).map(to_sse)).into_response())
-}
-
-/// `GET /api/jobs`.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct JobsResponse {
-    pub jobs: Vec<super::jobs::JobRow>,
-    pub running: usize,
-    pub queued: usize,
 }
 
 /// Trace jobs queued, running, and recently finished.
@@ -921,26 +657,6 @@ pub struct JobsResponse {
 pub async fn jobs(State(state): State<Arc<AppState>>) -> axum::Json<JobsResponse> {
     let (running, queued) = state.jobs.counts();
     axum::Json(JobsResponse { jobs: state.jobs.rows(), running, queued })
-}
-
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct HealthResponse {
-    /// `healthy`.
-    pub status: String,
-    /// The device requests run on when they name none.
-    pub device: String,
-    pub version: String,
-    pub cuda_available: bool,
-    pub cuda_device_count: u32,
-    /// False when this collector was built without libtorch (uploads and exports only).
-    pub tracing_available: bool,
-    pub torch_version: Option<String>,
-    pub jobs_running: usize,
-    pub jobs_queued: usize,
-    pub stored_traces: usize,
-    pub store_bytes: u64,
-    /// The models requests may name (built-in, then `--models-dir`'s TorchScript files).
-    pub models: Vec<String>,
 }
 
 /// Server health: device, version, CUDA, jobs and store.
@@ -954,24 +670,14 @@ pub async fn health(State(state): State<Arc<AppState>>) -> axum::Json<HealthResp
         version: env!("CARGO_PKG_VERSION").into(),
         cuda_available: state.cuda_devices > 0,
         cuda_device_count: state.cuda_devices,
-        tracing_available: super::TRACING_BUILT,
-        torch_version: super::TRACING_BUILT.then(|| super::TORCH_VERSION.to_owned()),
+        tracing_available: super::state::TRACING_BUILT,
+        torch_version: super::state::TRACING_BUILT.then(|| super::state::TORCH_VERSION.to_owned()),
         jobs_running: running,
         jobs_queued: queued,
         stored_traces: traces,
         store_bytes: bytes,
         models: state.model_names(),
     })
-}
-
-/// The query of `GET /api/trace/{trace_id}/advice`.
-#[derive(Debug, Deserialize, utoipa::IntoParams)]
-pub struct AdviceQuery {
-    /// The memory the run must fit in: bytes, or a size such as `6GiB`, `512MiB`, `1.5GB`.
-    /// Without it: the best few changes.
-    pub budget: Option<String>,
-    /// How many suggestions and checkpoint candidates to list (default 10).
-    pub top: Option<usize>,
 }
 
 /// `GET /api/trace/{trace_id}/advice?budget=6GiB`: what to change so the run needs less memory

@@ -3,10 +3,11 @@
 //! and served from the binary (no network needed).
 
 use super::api;
-use super::error::{ApiError, ErrorBody};
+use super::error::ApiError;
 use axum::extract::Path;
 use axum::http::{header, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
+use protocol::ErrorBody;
 use utoipa::OpenApi;
 
 #[derive(OpenApi)]

@@ -1,14 +1,10 @@
 //! Errors as the API answers them: a status code and `{"detail": "..."}`.
 
+use super::fault::Fault;
+use super::store::StoreError;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-
-/// The body of every error answer.
-#[derive(Debug, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
-pub struct ErrorBody {
-    /// What went wrong, and where: the field and why for 422, the trace id for 404.
-    pub detail: String,
-}
+use protocol::ErrorBody;
 
 /// An error answer. Internal faults (500) are also logged with their cause.
 #[derive(Debug)]
@@ -75,6 +71,34 @@ impl ApiError {
     }
 }
 
+/// The one place a lower layer's failure becomes a status code.
+impl From<Fault> for ApiError {
+    fn from(f: Fault) -> Self {
+        match f {
+            Fault::Rejected(d) => Self::unprocessable(d),
+            Fault::NotFound(d) => Self::new(StatusCode::NOT_FOUND, d),
+            Fault::Conflict(d) => Self::new(StatusCode::CONFLICT, d),
+            Fault::TooLarge(d) => Self::too_large(d),
+            Fault::Unavailable(d) => Self::unavailable(d),
+            Fault::Busy { detail, retry_after_s } => Self::busy(detail, retry_after_s),
+            f @ Fault::Internal { .. } => Self::new(StatusCode::INTERNAL_SERVER_ERROR, f.to_string()),
+        }
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        Fault::from(e).into()
+    }
+}
+
+/// The status code a follower of a failed job is told (`LiveEvent::Failed`), the same as
+/// the job's waiting request is answered.
+pub fn failed_event(f: &Fault) -> protocol::LiveEvent {
+    let e = ApiError::from(f.clone());
+    protocol::LiveEvent::Failed { status: e.status.as_u16(), detail: e.detail }
+}
+
 impl std::fmt::Display for ApiError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}: {}", self.status, self.detail)
@@ -122,7 +146,7 @@ where
                 Err(ApiError::new(StatusCode::UNSUPPORTED_MEDIA_TYPE, "expected a JSON body with `Content-Type: application/json`"))
             }
             Err(JsonRejection::BytesRejection(e)) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
-                Err(ApiError::too_large(format!("the body is larger than this route's limit of {} bytes", super::JSON_BODY_LIMIT)))
+                Err(ApiError::too_large(format!("the body is larger than this route's limit of {} bytes", super::state::JSON_BODY_LIMIT)))
             }
             Err(e) => Err(ApiError::new(e.status(), e.body_text())),
         }

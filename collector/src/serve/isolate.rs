@@ -9,8 +9,8 @@
 //! that runs out of memory aborts; the server answers 422. At most `--max-imports` children
 //! run at once and `--import-queue` more wait; beyond that requests get 429 with Retry-After.
 
-use super::api::{trace_info, TraceInfo};
-use super::error::ApiError;
+use super::fault::Fault;
+use protocol::{trace_info, TraceInfo, WorkerAnswer};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -52,15 +52,6 @@ pub struct Isolation {
 #[derive(Debug)]
 pub struct Slot(#[allow(dead_code)] OwnedSemaphorePermit);
 
-/// What a worker prints: one line of this.
-#[derive(serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-enum WorkerAnswer {
-    Imported(Box<TraceInfo>),
-    Exported { file_size_bytes: u64 },
-    Error(String),
-}
-
 impl Isolation {
     pub fn new(exe: PathBuf, limits: IsolationLimits) -> Self {
         let running = limits.max_running.max(1);
@@ -78,7 +69,7 @@ impl Isolation {
 
     /// A worker slot: at once when one is free, after a wait when fewer than `max_waiting`
     /// wait, else 429 with Retry-After.
-    pub async fn slot(&self) -> Result<Slot, ApiError> {
+    pub async fn slot(&self) -> Result<Slot, Fault> {
         if let Ok(p) = self.slots.clone().try_acquire_owned() {
             return Ok(Slot(p));
         }
@@ -91,15 +82,15 @@ impl Isolation {
         }
         let _leave = Leave(&self.waiting);
         if waiting >= self.limits.max_waiting {
-            return Err(ApiError::busy(
-                format!(
+            return Err(Fault::Busy {
+                detail: format!(
                     "too many imports and exports at once ({} running, {waiting} waiting; --max-imports {}, --import-queue {}); retry later",
                     self.limits.max_running, self.limits.max_running, self.limits.max_waiting
                 ),
-                2 * (waiting as u64 + 1) / self.limits.max_running as u64,
-            ));
+                retry_after_s: (2 * (waiting as u64 + 1) / self.limits.max_running as u64).max(1),
+            });
         }
-        let p = self.slots.clone().acquire_owned().await.map_err(|e| ApiError::internal("the import queue closed", e))?;
+        let p = self.slots.clone().acquire_owned().await.map_err(|e| Fault::internal("the import queue closed", e))?;
         Ok(Slot(p))
     }
 
@@ -112,7 +103,7 @@ impl Isolation {
         what: &str,
         model_fallback: &str,
         max_decompressed_bytes: u64,
-    ) -> Result<TraceInfo, ApiError> {
+    ) -> Result<TraceInfo, Fault> {
         let mut cmd = self.command("import");
         // `--flag=value`: a name that starts with `-` stays a value.
         cmd.arg(format!("--what={what}"))
@@ -123,12 +114,12 @@ impl Isolation {
             .arg(file);
         match self.run(cmd).await? {
             WorkerAnswer::Imported(info) => Ok(*info),
-            _ => Err(ApiError::internal("the import worker answered", "an unexpected line")),
+            _ => Err(Fault::internal("the import worker answered", "an unexpected line")),
         }
     }
 
     /// Writes `format` of the stored trace `file` to `out` in a worker; the bytes written.
-    pub async fn export(&self, _slot: &Slot, file: &Path, format: &str, out: &Path, max_decompressed_bytes: u64) -> Result<u64, ApiError> {
+    pub async fn export(&self, _slot: &Slot, file: &Path, format: &str, out: &Path, max_decompressed_bytes: u64) -> Result<u64, Fault> {
         let mut cmd = self.command("export");
         cmd.arg("--format")
             .arg(format)
@@ -139,7 +130,7 @@ impl Isolation {
             .arg(out);
         match self.run(cmd).await? {
             WorkerAnswer::Exported { file_size_bytes } => Ok(file_size_bytes),
-            _ => Err(ApiError::internal("the export worker answered", "an unexpected line")),
+            _ => Err(Fault::internal("the export worker answered", "an unexpected line")),
         }
     }
 
@@ -156,10 +147,10 @@ impl Isolation {
         cmd
     }
 
-    async fn run(&self, mut cmd: tokio::process::Command) -> Result<WorkerAnswer, ApiError> {
-        let mut child = cmd.spawn().map_err(|e| ApiError::internal("cannot start the import worker", e))?;
+    async fn run(&self, mut cmd: tokio::process::Command) -> Result<WorkerAnswer, Fault> {
+        let mut child = cmd.spawn().map_err(|e| Fault::internal("cannot start the import worker", e))?;
         let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
-            return Err(ApiError::internal("cannot start the import worker", "no pipes"));
+            return Err(Fault::internal("cannot start the import worker", "no pipes"));
         };
         let read_out = async {
             let mut out = Vec::new();
@@ -178,13 +169,13 @@ impl Isolation {
         };
         let limit_s = self.limits.timeout.as_secs();
         let Ok((out, err, status)) = tokio::time::timeout(self.limits.timeout, all).await else {
-            return Err(ApiError::unprocessable(format!(
+            return Err(Fault::Rejected(format!(
                 "the file took longer than this server's limit of {limit_s} s to read (--import-timeout-s)"
             )));
         };
-        let status = status.map_err(|e| ApiError::internal("cannot wait for the import worker", e))?;
+        let status = status.map_err(|e| Fault::internal("cannot wait for the import worker", e))?;
         if out.len() as u64 > MAX_WORKER_OUTPUT_BYTES {
-            return Err(ApiError::unprocessable(format!(
+            return Err(Fault::Rejected(format!(
                 "the trace's summary is larger than {} MiB (too many layers)",
                 MAX_WORKER_OUTPUT_BYTES >> 20
             )));
@@ -192,24 +183,24 @@ impl Isolation {
         let answer =
             std::str::from_utf8(&out).ok().and_then(|t| t.lines().rev().find_map(|l| serde_json::from_str::<WorkerAnswer>(l).ok()));
         match answer {
-            Some(WorkerAnswer::Error(why)) => Err(ApiError::unprocessable(why)),
+            Some(WorkerAnswer::Error(why)) => Err(Fault::Rejected(why)),
             Some(a) if status.success() => Ok(a),
             _ => Err(self.died(&status, &err)),
         }
     }
 
     /// Why a worker that printed no answer ended.
-    fn died(&self, status: &std::process::ExitStatus, stderr: &[u8]) -> ApiError {
+    fn died(&self, status: &std::process::ExitStatus, stderr: &[u8]) -> Fault {
         use std::os::unix::process::ExitStatusExt;
         let stderr = String::from_utf8_lossy(stderr);
         let budget_mib = self.limits.memory_budget_bytes >> 20;
         if stderr.contains("memory allocation of") || stderr.contains("capacity overflow") || stderr.contains("cannot allocate memory") {
-            return ApiError::unprocessable(format!(
+            return Fault::Rejected(format!(
                 "reading the file needs more memory than this server allows an import ({budget_mib} MiB, --import-memory-mb)"
             ));
         }
         if status.signal() == Some(libc::SIGXCPU) || status.signal() == Some(libc::SIGKILL) {
-            return ApiError::unprocessable(format!(
+            return Fault::Rejected(format!(
                 "the file took longer than this server's limit of {} s to read (--import-timeout-s)",
                 self.limits.timeout.as_secs()
             ));
@@ -221,9 +212,7 @@ impl Isolation {
         };
         let last = stderr.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").to_owned();
         eprintln!("collector serve: an import worker failed ({how}): {last}");
-        ApiError::unprocessable(format!(
-            "the file could not be read: the import process failed ({how}; the server's log has its last line)"
-        ))
+        Fault::Rejected(format!("the file could not be read: the import process failed ({how}; the server's log has its last line)"))
     }
 }
 

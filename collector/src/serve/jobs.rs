@@ -7,11 +7,9 @@
 //! as JSON lines on stdout (`collector trace --progress-json`), which the job republishes to
 //! its followers (Server-Sent Events).
 
-use super::api::{TraceInfo, TraceResponse};
-use super::error::ApiError;
-use super::store::Origin;
-use super::AppState;
-use axum::http::StatusCode;
+use super::fault::{blocking, Fault};
+use super::store::{Store, StoreError};
+use protocol::{ChildLine, FailureClass, JobRow, JobState, LiveEvent, Origin, TraceResponse};
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -129,117 +127,29 @@ impl JobSpec {
     }
 }
 
-/// One line of `collector trace --progress-json`.
-#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum ChildLine {
-    Started {
-        iterations: u32,
-    },
-    Iteration {
-        done: u32,
-        of: u32,
-        seconds: f64,
-    },
-    /// `[ns since start, allocated, reserved]`; `rank`: whose, in a torchrun job.
-    Memory {
-        points: Vec<[u64; 3]>,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        rank: Option<u32>,
-    },
-    Done {
-        info: TraceInfo,
-    },
-    /// `class`: `no_cuda`, `invalid`, `out_of_memory`, `model` or `internal`.
-    Error {
-        class: String,
-        detail: String,
-    },
-}
-
-/// What followers of a job receive (the SSE event name is `kind`).
-#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum LiveEvent {
-    Status {
-        state: JobStateName,
-        device: String,
-        model: String,
-    },
-    Started {
-        iterations: u32,
-    },
-    Iteration {
-        done: u32,
-        of: u32,
-        seconds: f64,
-    },
-    /// `rank`: whose, in a torchrun job (each rank's points come separately).
-    Memory {
-        points: Vec<[u64; 3]>,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        rank: Option<u32>,
-    },
-    Done {
-        trace: TraceResponse,
-    },
-    /// Named `failed`, not `error`: EventSource reserves `error` for its own connection errors.
-    Failed {
-        status: u16,
-        detail: String,
-    },
-}
-
-impl LiveEvent {
-    pub fn kind(&self) -> &'static str {
-        match self {
-            LiveEvent::Status { .. } => "status",
-            LiveEvent::Started { .. } => "started",
-            LiveEvent::Iteration { .. } => "iteration",
-            LiveEvent::Memory { .. } => "memory",
-            LiveEvent::Done { .. } => "done",
-            LiveEvent::Failed { .. } => "failed",
-        }
-    }
-
-    pub fn is_terminal(&self) -> bool {
-        matches!(self, LiveEvent::Done { .. } | LiveEvent::Failed { .. })
-    }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum JobStateName {
-    Queued,
-    Running,
-    Done,
-    Failed,
-}
-
-/// A row of `GET /api/jobs`.
-#[derive(Clone, Debug, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
-pub struct JobRow {
-    pub trace_id: String,
-    pub state: JobStateName,
-    pub model_name: String,
-    pub device: String,
-    pub iterations_done: u32,
-    pub iterations: u32,
-    /// Seconds since the request.
-    pub age_s: f64,
-    /// Why it failed.
-    pub error: Option<String>,
-    /// Ranks of a distributed job (1: one process).
-    pub world_size: u32,
-    /// `ddp` or `fsdp` for a distributed job.
-    pub strategy: Option<String>,
-}
-
 #[derive(Clone, Debug)]
 enum Outcome {
     Pending,
     Done(TraceResponse),
-    Failed(StatusCode, String),
+    Failed(Fault),
+}
+
+/// What a job publishes to its followers: a wire event, or its failure, which the API layer
+/// turns into `LiveEvent::Failed` with the status code it answers.
+#[derive(Clone, Debug)]
+pub enum JobEvent {
+    Live(LiveEvent),
+    Failed(Fault),
+}
+
+impl JobEvent {
+    /// Whether nothing follows this event (the job is done or failed).
+    pub fn is_terminal(&self) -> bool {
+        match self {
+            JobEvent::Live(e) => e.is_terminal(),
+            JobEvent::Failed(_) => true,
+        }
+    }
 }
 
 /// A job and its followers.
@@ -251,18 +161,22 @@ pub struct Job {
     outcome: watch::Sender<Outcome>,
     /// Everything published so far (late followers replay it), and the channel; one lock so
     /// a follower neither misses nor repeats an event.
-    log: Mutex<(Vec<LiveEvent>, JobStateName, u32)>,
-    tx: broadcast::Sender<LiveEvent>,
+    log: Mutex<(Vec<JobEvent>, JobState, u32)>,
+    tx: broadcast::Sender<JobEvent>,
 }
 
 impl Job {
     fn publish(&self, e: LiveEvent) {
+        self.emit(JobEvent::Live(e));
+    }
+
+    fn emit(&self, e: JobEvent) {
         let mut log = self.log.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         match &e {
-            LiveEvent::Status { state, .. } => log.1 = *state,
-            LiveEvent::Iteration { done, .. } => log.2 = *done,
-            LiveEvent::Done { .. } => log.1 = JobStateName::Done,
-            LiveEvent::Failed { .. } => log.1 = JobStateName::Failed,
+            JobEvent::Live(LiveEvent::Status { state, .. }) => log.1 = *state,
+            JobEvent::Live(LiveEvent::Iteration { done, .. }) => log.2 = *done,
+            JobEvent::Live(LiveEvent::Done { .. }) => log.1 = JobState::Done,
+            JobEvent::Live(LiveEvent::Failed { .. }) | JobEvent::Failed(_) => log.1 = JobState::Failed,
             _ => {}
         }
         log.0.push(e.clone());
@@ -274,26 +188,26 @@ impl Job {
     }
 
     /// What was published so far and a receiver for what comes next.
-    pub fn follow(&self) -> (Vec<LiveEvent>, broadcast::Receiver<LiveEvent>) {
+    pub fn follow(&self) -> (Vec<JobEvent>, broadcast::Receiver<JobEvent>) {
         let log = self.log.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         (log.0.clone(), self.tx.subscribe())
     }
 
     /// Waits for the job's end: its trace, or its error.
-    pub async fn wait(&self) -> Result<TraceResponse, ApiError> {
+    pub async fn wait(&self) -> Result<TraceResponse, Fault> {
         let mut rx = self.outcome.subscribe();
-        let end = rx.wait_for(|o| !matches!(o, Outcome::Pending)).await.map_err(|e| ApiError::internal("the job vanished", e))?.clone();
+        let end = rx.wait_for(|o| !matches!(o, Outcome::Pending)).await.map_err(|e| Fault::internal("the job vanished", e))?.clone();
         match end {
             Outcome::Done(r) => Ok(r),
-            Outcome::Failed(status, detail) => Err(ApiError::new(status, detail)),
-            Outcome::Pending => Err(ApiError::internal("the job vanished", "no outcome")),
+            Outcome::Failed(f) => Err(f),
+            Outcome::Pending => Err(Fault::internal("the job vanished", "no outcome")),
         }
     }
 
     fn row(&self) -> JobRow {
         let log = self.log.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let error = match &*self.outcome.borrow() {
-            Outcome::Failed(_, d) => Some(d.clone()),
+            Outcome::Failed(f) => Some(f.to_string()),
             _ => None,
         };
         JobRow {
@@ -316,6 +230,10 @@ impl Job {
 pub struct Jobs {
     /// The collector binary children run (`None`: built without tracing).
     exe: Option<std::path::PathBuf>,
+    /// Where finished traces go.
+    store: Arc<Store>,
+    /// `RLIMIT_AS` of CPU trace children (`--trace-memory-limit`), when set.
+    address_space_bytes: Option<u64>,
     per_device: usize,
     max_queue: usize,
     timeout: std::time::Duration,
@@ -333,10 +251,26 @@ pub struct Jobs {
 
 const FINISHED_KEPT: usize = 100;
 
+/// How many jobs run and wait, for how long, under what memory limit.
+#[derive(Clone, Copy, Debug)]
+pub struct JobLimits {
+    /// Runs at a time per device.
+    pub per_device: usize,
+    /// Jobs that may wait; more are refused as busy.
+    pub max_queue: usize,
+    /// A run's longest time; it is stopped after it.
+    pub timeout: std::time::Duration,
+    /// `RLIMIT_AS` of CPU trace children, when set.
+    pub address_space_bytes: Option<u64>,
+}
+
 impl Jobs {
-    pub fn new(exe: Option<std::path::PathBuf>, per_device: usize, max_queue: usize, timeout: std::time::Duration) -> Self {
+    pub fn new(exe: Option<std::path::PathBuf>, store: Arc<Store>, limits: JobLimits) -> Self {
+        let JobLimits { per_device, max_queue, timeout, address_space_bytes } = limits;
         Self {
             exe,
+            store,
+            address_space_bytes,
             per_device: per_device.max(1),
             max_queue,
             timeout,
@@ -381,10 +315,10 @@ impl Jobs {
     }
 
     /// Queues a job, or answers 429 (with Retry-After) when `max_queue` jobs already wait.
-    pub fn submit(&self, state: &Arc<AppState>, id: String, spec: JobSpec) -> Result<Arc<Job>, ApiError> {
+    pub fn submit(self: &Arc<Self>, id: String, spec: JobSpec) -> Result<Arc<Job>, Fault> {
         let Some(exe) = self.exe.clone() else {
-            return Err(ApiError::unavailable(
-                "this collector was built without tracing (libtorch); it stores, exports and serves traces only",
+            return Err(Fault::Unavailable(
+                "this collector was built without tracing (libtorch); it stores, exports and serves traces only".into(),
             ));
         };
         let waiting = self.queued.fetch_add(1, Ordering::SeqCst);
@@ -392,10 +326,10 @@ impl Jobs {
             self.queued.fetch_sub(1, Ordering::SeqCst);
             let mean_s = self.mean_ms.load(Ordering::Relaxed).div_ceil(1000);
             let retry = mean_s * (waiting as u64 + 1) / self.per_device as u64;
-            return Err(ApiError::busy(
-                format!("the trace queue is full ({waiting} jobs waiting; --max-queue {}); retry later", self.max_queue),
-                retry,
-            ));
+            return Err(Fault::Busy {
+                detail: format!("the trace queue is full ({waiting} jobs waiting; --max-queue {}); retry later", self.max_queue),
+                retry_after_s: retry,
+            });
         }
         let slot = self
             .slots
@@ -409,47 +343,47 @@ impl Jobs {
             id: id.clone(),
             created: Instant::now(),
             outcome: watch::Sender::new(Outcome::Pending),
-            log: Mutex::new((Vec::new(), JobStateName::Queued, 0)),
+            log: Mutex::new((Vec::new(), JobState::Queued, 0)),
             tx,
             spec,
         });
-        job.publish(LiveEvent::Status { state: JobStateName::Queued, device: job.spec.device.clone(), model: job.spec.model.clone() });
+        job.publish(LiveEvent::Status { state: JobState::Queued, device: job.spec.device.clone(), model: job.spec.model.clone() });
         self.active.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(id, job.clone());
-        let (state, j) = (state.clone(), job.clone());
+        let (jobs, j) = (self.clone(), job.clone());
         tokio::spawn(async move {
             let permit = slot.acquire_owned().await;
-            state.jobs.queued.fetch_sub(1, Ordering::SeqCst);
-            state.jobs.running.fetch_add(1, Ordering::SeqCst);
+            jobs.queued.fetch_sub(1, Ordering::SeqCst);
+            jobs.running.fetch_add(1, Ordering::SeqCst);
             let started = Instant::now();
             let result = match permit {
-                Ok(_permit) => run_child(&state, &exe, &j).await,
-                Err(e) => Err(ApiError::internal("the job queue closed", e)),
+                Ok(_permit) => run_child(&jobs, &exe, &j).await,
+                Err(e) => Err(Fault::internal("the job queue closed", e)),
             };
             let ms = started.elapsed().as_millis() as u64;
-            let old = state.jobs.mean_ms.load(Ordering::Relaxed);
-            state.jobs.mean_ms.store((old * 3 + ms) / 4, Ordering::Relaxed);
-            state.jobs.running.fetch_sub(1, Ordering::SeqCst);
+            let old = jobs.mean_ms.load(Ordering::Relaxed);
+            jobs.mean_ms.store((old * 3 + ms) / 4, Ordering::Relaxed);
+            jobs.running.fetch_sub(1, Ordering::SeqCst);
             let (stored, id) = (result.is_ok(), j.id.clone());
-            state.jobs.finish(j, result);
+            jobs.finish(j, result);
             // A delete or eviction between the trace's insert and `finish` found no finished
             // job to forget: its followers would be told of a trace that is gone.
-            if stored && state.store.get(&id).is_none() {
-                state.jobs.forget(&id);
+            if stored && jobs.store.get(&id).is_none() {
+                jobs.forget(&id);
             }
         });
         Ok(job)
     }
 
     /// Publishes a job's end (its trace or its error) and moves it to the finished ones.
-    fn finish(&self, j: Arc<Job>, result: Result<TraceResponse, ApiError>) {
+    fn finish(&self, j: Arc<Job>, result: Result<TraceResponse, Fault>) {
         match result {
             Ok(r) => {
                 j.publish(LiveEvent::Done { trace: r.clone() });
                 j.outcome.send_replace(Outcome::Done(r));
             }
-            Err(e) => {
-                j.publish(LiveEvent::Failed { status: e.status.as_u16(), detail: e.detail.clone() });
-                j.outcome.send_replace(Outcome::Failed(e.status, e.detail));
+            Err(f) => {
+                j.emit(JobEvent::Failed(f.clone()));
+                j.outcome.send_replace(Outcome::Failed(f));
             }
         }
         self.active.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&j.id);
@@ -468,7 +402,7 @@ impl Jobs {
             id: id.clone(),
             created: Instant::now(),
             outcome: watch::Sender::new(Outcome::Pending),
-            log: Mutex::new((Vec::new(), JobStateName::Running, 0)),
+            log: Mutex::new((Vec::new(), JobState::Running, 0)),
             tx,
             spec: JobSpec {
                 model,
@@ -484,7 +418,7 @@ impl Jobs {
                 distributed: None,
             },
         });
-        job.publish(LiveEvent::Status { state: JobStateName::Running, device: job.spec.device.clone(), model: job.spec.model.clone() });
+        job.publish(LiveEvent::Status { state: JobState::Running, device: job.spec.device.clone(), model: job.spec.model.clone() });
         self.active.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(id, job.clone());
         job
     }
@@ -501,12 +435,12 @@ impl Jobs {
             ChildLine::Iteration { done, of, seconds } => job.publish(LiveEvent::Iteration { done, of, seconds }),
             ChildLine::Memory { points, rank } => job.publish(LiveEvent::Memory { points, rank }),
             ChildLine::Done { .. } => {}
-            ChildLine::Error { detail, .. } => self.finish(job, Err(ApiError::unprocessable(detail))),
+            ChildLine::Error { detail, .. } => self.finish(job, Err(Fault::Rejected(detail))),
         }
     }
 
     /// Ends a running external job with the trace its recorder uploaded, or an error.
-    pub fn external_end(&self, job: Arc<Job>, result: Result<TraceResponse, ApiError>) {
+    pub fn external_end(&self, job: Arc<Job>, result: Result<TraceResponse, Fault>) {
         self.finish(job, result);
     }
 }
@@ -515,11 +449,11 @@ impl Jobs {
 const EXTERNAL_MODE: &str = "external";
 
 /// Runs one job's child process and stores its trace.
-async fn run_child(state: &Arc<AppState>, exe: &std::path::Path, job: &Arc<Job>) -> Result<TraceResponse, ApiError> {
-    job.publish(LiveEvent::Status { state: JobStateName::Running, device: job.spec.device.clone(), model: job.spec.model.clone() });
-    let out = state.store.temp_path(&format!("{}.mtrace.json", job.id));
-    if state.jobs.stopping.load(Ordering::SeqCst) {
-        return Err(ApiError::unavailable("the server is stopping"));
+async fn run_child(jobs: &Arc<Jobs>, exe: &std::path::Path, job: &Arc<Job>) -> Result<TraceResponse, Fault> {
+    job.publish(LiveEvent::Status { state: JobState::Running, device: job.spec.device.clone(), model: job.spec.model.clone() });
+    let out = jobs.store.temp_path(&format!("{}.mtrace.json", job.id));
+    if jobs.stopping.load(Ordering::SeqCst) {
+        return Err(Fault::Unavailable("the server is stopping".into()));
     }
     let mut cmd = tokio::process::Command::new(exe);
     cmd.args(job.spec.args(&out))
@@ -527,12 +461,12 @@ async fn run_child(state: &Arc<AppState>, exe: &std::path::Path, job: &Arc<Job>)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .kill_on_drop(true);
-    if let (false, Some(bytes)) = (job.spec.device.starts_with("cuda"), state.config.trace_address_space_bytes) {
+    if let (false, Some(bytes)) = (job.spec.device.starts_with("cuda"), jobs.address_space_bytes) {
         super::isolate::limit_address_space(&mut cmd, bytes);
     }
-    let mut child = cmd.spawn().map_err(|e| ApiError::internal("cannot start the tracing process", e))?;
+    let mut child = cmd.spawn().map_err(|e| Fault::internal("cannot start the tracing process", e))?;
     let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
-        return Err(ApiError::internal("cannot start the tracing process", "no pipes"));
+        return Err(Fault::internal("cannot start the tracing process", "no pipes"));
     };
     // The last 16 KiB of stderr, for errors the child could not report as a line.
     let stderr_tail = tokio::spawn(async move {
@@ -566,19 +500,19 @@ async fn run_child(state: &Arc<AppState>, exe: &std::path::Path, job: &Arc<Job>)
         }
         child.wait().await
     };
-    let status = match tokio::time::timeout(state.jobs.timeout, run).await {
-        Ok(s) => s.map_err(|e| ApiError::internal("cannot wait for the tracing process", e))?,
+    let status = match tokio::time::timeout(jobs.timeout, run).await {
+        Ok(s) => s.map_err(|e| Fault::internal("cannot wait for the tracing process", e))?,
         Err(_) => {
             let _ = child.kill().await;
             let _ = tokio::fs::remove_file(&out).await;
-            return Err(ApiError::unprocessable(format!(
+            return Err(Fault::Rejected(format!(
                 "the trace took longer than this server's limit of {} s (--job-timeout-s) and was stopped",
-                state.jobs.timeout.as_secs()
+                jobs.timeout.as_secs()
             )));
         }
     };
     let tail = stderr_tail.await.unwrap_or_default();
-    let fail = |e: ApiError| {
+    let fail = |e: Fault| {
         let out = out.clone();
         async move {
             let _ = tokio::fs::remove_file(&out).await;
@@ -586,11 +520,11 @@ async fn run_child(state: &Arc<AppState>, exe: &std::path::Path, job: &Arc<Job>)
         }
     };
     if let Some((class, detail)) = reported {
-        let e = match class.as_str() {
-            "no_cuda" => ApiError::unavailable(detail),
-            "invalid" | "model" => ApiError::unprocessable(detail),
-            "out_of_memory" => ApiError::unprocessable(format!("{detail} (try a smaller batch_size or input_shape)")),
-            _ => ApiError::internal("the tracing process failed", detail),
+        let e = match class {
+            FailureClass::NoCuda => Fault::Unavailable(detail),
+            FailureClass::Invalid | FailureClass::Model => Fault::Rejected(detail),
+            FailureClass::OutOfMemory => Fault::Rejected(format!("{detail} (try a smaller batch_size or input_shape)")),
+            FailureClass::Internal => Fault::internal("the tracing process failed", detail),
         };
         return fail(e).await;
     }
@@ -603,16 +537,16 @@ async fn run_child(state: &Arc<AppState>, exe: &std::path::Path, job: &Arc<Job>)
             }
         };
         let last = tail.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").to_owned();
-        return fail(ApiError::internal("the tracing process died", format!("{how}: {last}"))).await;
+        return fail(Fault::internal("the tracing process died", format!("{how}: {last}"))).await;
     };
-    let (st, id) = (state.clone(), job.id.clone());
-    super::api::blocking(move || {
-        let (stored, evicted) = st.store.insert(&id, Origin::Traced, None, &out, ".mtrace.json", info).map_err(|e| match e {
-            super::store::StoreError::TooLarge { .. } => ApiError::unprocessable(e.to_string()),
-            e => ApiError::internal("cannot store the trace", e),
+    let (js, id) = (jobs.clone(), job.id.clone());
+    blocking(move || {
+        let (stored, evicted) = js.store.insert(&id, Origin::Traced, None, &out, ".mtrace.json", info).map_err(|e| match e {
+            StoreError::TooLarge { .. } => Fault::Rejected(e.to_string()),
+            e => Fault::internal("cannot store the trace", e),
         })?;
         for e in evicted {
-            st.jobs.forget(&e);
+            js.forget(&e);
         }
         Ok(TraceResponse::from(&stored))
     })

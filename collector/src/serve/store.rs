@@ -21,46 +21,12 @@
 //! most `max_traces` traces and `max_bytes` bytes (traces and exports); a new trace is
 //! committed first, then the oldest traces are evicted, with their exports, until both hold.
 
-use super::api::TraceInfo;
+use protocol::{ExportFile, Origin, StoredTrace, TraceInfo};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
-
-/// Where a stored trace came from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum Origin {
-    /// Recorded by this server (`POST /api/trace/memory`).
-    Traced,
-    /// Sent to `POST /api/trace/upload`.
-    Uploaded,
-}
-
-/// An export made from a stored trace.
-#[derive(Clone, Debug, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
-pub struct ExportFile {
-    /// File name under `/api/trace/download/`.
-    pub file: String,
-    pub file_size_bytes: u64,
-}
-
-/// A stored trace: what its sidecar holds.
-#[derive(Clone, Debug, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
-pub struct StoredTrace {
-    pub trace_id: String,
-    pub created_unix_ms: u64,
-    pub origin: Origin,
-    /// The trace file's name in the store.
-    pub file: String,
-    /// The uploaded file's name, when the client gave one.
-    pub original_name: Option<String>,
-    pub file_size_bytes: u64,
-    /// Exports by format name.
-    pub exports: BTreeMap<String, ExportFile>,
-    pub info: TraceInfo,
-}
 
 /// Limits of the store.
 #[derive(Clone, Copy, Debug)]
