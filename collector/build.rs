@@ -1,6 +1,9 @@
-//! Builds the C++ shim (`shim/mt_shim.cpp`) against the libtorch that `torch-sys` found, when
-//! the `tracing` feature is on (each flag says why it is there where it is set),
-//! and embeds the viewer that Trunk built into `dist/` (`viewer_assets.rs`).
+//! Builds the C++ shim (`shim/mt_shim.cpp`) against PyTorch's libtorch, when the
+//! `python-capture` feature is on (each flag says why it is there where it is set): once into
+//! objects, linked into `libmt_shim.so` (embedded: what traced Python processes load) and
+//! archived as `libmt_shim.a` (linked into `collector-capture`, which finds it through this
+//! package's `links` metadata). The collector itself never links libtorch. Also embeds the
+//! viewer that Trunk built into `dist/` (`viewer_assets.rs`).
 
 use std::path::{Path, PathBuf};
 
@@ -48,18 +51,42 @@ fn shared_shim(build: &cc::Build, objects: &[PathBuf], lib: &Path) {
     println!("cargo:rustc-env=MT_SHIM_SO={}", out.display());
 }
 
+/// PyTorch's libtorch folder (`lib/` and `include/` in it): `$LIBTORCH`, else, with
+/// `LIBTORCH_USE_PYTORCH` set, the `torch` package of `$PYTHON_SYS_EXECUTABLE` (or `python`),
+/// as torch-sys finds it for `collector-capture`, so both link the same libtorch.
+fn libtorch_dir() -> Option<PathBuf> {
+    for var in ["LIBTORCH", "LIBTORCH_USE_PYTORCH", "PYTHON_SYS_EXECUTABLE", "VIRTUAL_ENV"] {
+        println!("cargo:rerun-if-env-changed={var}");
+    }
+    if let Some(dir) = std::env::var_os("LIBTORCH") {
+        return Some(PathBuf::from(dir));
+    }
+    std::env::var_os("LIBTORCH_USE_PYTORCH")?;
+    let python = std::env::var_os("PYTHON_SYS_EXECUTABLE").unwrap_or_else(|| "python".into());
+    let out = std::process::Command::new(&python)
+        .args(["-c", "import os, torch; print(os.path.dirname(torch.__file__))"])
+        .output()
+        .unwrap_or_else(|e| panic!("LIBTORCH_USE_PYTORCH is set but {} cannot run: {e}", Path::new(&python).display()));
+    if !out.status.success() {
+        panic!("LIBTORCH_USE_PYTORCH is set but `import torch` failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Some(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
+}
+
 fn main() {
     println!("cargo::rustc-check-cfg=cfg(shim_so)");
     embed_viewer();
     println!("cargo:rerun-if-changed=shim/mt_shim.cpp");
     println!("cargo:rerun-if-changed=shim/mt_shim.h");
-    if std::env::var_os("CARGO_FEATURE_TRACING").is_none() {
+    if std::env::var_os("CARGO_FEATURE_PYTHON_CAPTURE").is_none() {
         return;
     }
-    let Some(lib) = std::env::var_os("DEP_TCH_LIBTORCH_LIB").map(PathBuf::from) else {
-        panic!("torch-sys did not report DEP_TCH_LIBTORCH_LIB; set LIBTORCH_USE_PYTORCH=1 with the torch venv active (`cargo xtask` does this)");
+    let Some(torch) = libtorch_dir() else {
+        panic!(
+            "the python-capture feature needs libtorch: set LIBTORCH_USE_PYTORCH=1 with the torch venv active (`cargo xtask` does this), or build with --no-default-features"
+        );
     };
-    let include = lib.join("../include");
+    let (lib, include) = (torch.join("lib"), torch.join("include"));
     let mut build = cc::Build::new();
     build
         .cpp(true)
@@ -75,21 +102,15 @@ fn main() {
         .flag("-fPIC")
         .flag_if_supported("-Wno-unused-parameter")
         .flag_if_supported("-Wno-deprecated-declarations")
-        .warnings(false);
-    // One compile, two products: a static archive linked into the collector and a shared
-    // library that Python processes load after `import torch` (collector trace -- python ...).
+        .warnings(false)
+        .cargo_metadata(false);
+    // One compile, two products: the shared library Python processes load after `import torch`
+    // (collector trace -- python ...), and an archive for collector-capture. Only `cargo:KEY`
+    // metadata points at the archive: nothing of libtorch is linked into this package.
     let objects = build.compile_intermediates();
-    cc::Build::new().cpp(true).objects(&objects).compile("mt_shim");
     shared_shim(&build, &objects, &lib);
-    println!("cargo:rustc-link-search=native={}", lib.display());
-    // torch-sys's rpath does not reach the final link.
-    println!("cargo:rustc-link-arg=-Wl,-rpath,{}", lib.display());
-    // rustc links with --as-needed, which would drop libtorch_cuda.so (CUDA then silently
-    // unavailable, tch-rs issue 980).
-    if lib.join("libtorch_cuda.so").exists() {
-        println!("cargo:rustc-link-arg=-Wl,--no-as-needed,-ltorch_cuda,-ltorch,--as-needed");
-    }
-    println!("cargo:rustc-link-lib=dylib=torch_cpu");
-    println!("cargo:rustc-link-lib=dylib=c10");
-    println!("cargo:rustc-link-lib=dylib=stdc++");
+    cc::Build::new().cpp(true).objects(&objects).cargo_metadata(false).compile("mt_shim");
+    let out = PathBuf::from(std::env::var_os("OUT_DIR").unwrap_or_default());
+    println!("cargo:archive_dir={}", out.display());
+    println!("cargo:libtorch_lib={}", lib.display());
 }

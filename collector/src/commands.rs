@@ -14,11 +14,19 @@ pub fn load_trace(path: &Path, options: &ImportOptions) -> anyhow::Result<Trace>
     shared::import::import_reader(std::io::BufReader::new(file), options).with_context(|| format!("cannot import {}", path.display()))
 }
 
+/// `--format`'s value: an export format's name.
+pub fn parse_format(name: &str) -> Result<ExportFormat, String> {
+    ExportFormat::from_name(name).ok_or_else(|| {
+        let names: Vec<&str> = ExportFormat::ALL.iter().map(|f| f.name()).collect();
+        format!("unknown format '{name}'; expected one of: {}", names.join(", "))
+    })
+}
+
 /// Picks the export format from `--format` or, failing that, from the output file name.
-pub fn resolve_format(format: Option<&str>, out: &Path) -> anyhow::Result<ExportFormat> {
+pub fn resolve_format(format: Option<ExportFormat>, out: &Path) -> anyhow::Result<ExportFormat> {
     let names: Vec<&str> = ExportFormat::ALL.iter().map(|f| f.name()).collect();
     if let Some(f) = format {
-        return ExportFormat::from_name(f).with_context(|| format!("unknown format '{f}'; expected one of: {}", names.join(", ")));
+        return Ok(f);
     }
     let name = out.file_name().and_then(|n| n.to_str()).unwrap_or("").to_ascii_lowercase();
     let by_suffix = [
@@ -259,46 +267,6 @@ pub fn print_summary(trace: &Trace, top: usize, json: bool, mut out: impl Write)
         }
     }
     Ok(())
-}
-
-/// A one-line progress bar over iterations on stderr.
-#[cfg(feature = "tracing")]
-#[derive(Debug)]
-pub struct ProgressBar {
-    quiet: bool,
-    drawn: bool,
-}
-
-#[cfg(feature = "tracing")]
-impl ProgressBar {
-    pub fn new(quiet: bool) -> Self {
-        Self { quiet, drawn: false }
-    }
-
-    pub fn update(&mut self, p: crate::run::Progress) {
-        use crate::run::Progress;
-        if self.quiet {
-            return;
-        }
-        if let Progress::Iteration { done, of, seconds } = p {
-            const WIDTH: u32 = 30;
-            let filled = (done * WIDTH).checked_div(of).unwrap_or(WIDTH) as usize;
-            eprint!(
-                "\r  [{}{}] {done}/{of} iterations, last {}",
-                "#".repeat(filled),
-                " ".repeat(WIDTH as usize - filled),
-                format_seconds(seconds)
-            );
-            self.drawn = true;
-        }
-    }
-
-    pub fn finish(&mut self) {
-        if self.drawn {
-            eprintln!();
-            self.drawn = false;
-        }
-    }
 }
 
 /// The leak report as text.

@@ -1,11 +1,14 @@
 //! Memory Tracer's native tool as a library: the commands behind the `collector` binary.
 //!
-//! `convert`, `summary` and `analyze` need no libtorch; they read any trace format `shared`
-//! imports.
+//! Nothing here links libtorch: traces are read, analysed, converted and served, Python
+//! programs traced through the shim they load, and models run in-process by the
+//! `collector-capture` crate (`collector/capture`), which builds on this one.
 
 pub mod analyze;
 pub mod capture;
+pub mod cli;
 pub mod commands;
+pub mod device;
 pub mod plots;
 pub mod pyrun;
 pub mod report;
@@ -15,16 +18,6 @@ pub mod verify;
 /// The built-in models (`collector trace --model`, `POST /api/trace/memory`'s `model_name`).
 pub const MODEL_ZOO: [&str; 9] = ["resnet18", "resnet34", "resnet50", "resnet101", "resnet152", "vgg16", "transformer", "gpt", "mlp"];
 
-/// The libtorch version the collector is built against (torch-sys refuses any other).
+/// The libtorch version Memory Tracer is built against (torch-sys refuses any other; the
+/// shim and the Python package check it).
 pub const TORCH_VERSION: &str = "2.11.0";
-
-#[cfg(feature = "tracing")]
-pub mod device;
-#[cfg(feature = "tracing")]
-pub mod models;
-#[cfg(feature = "tracing")]
-pub mod run;
-#[cfg(feature = "tracing")]
-pub mod sweep;
-#[cfg(feature = "tracing")]
-pub mod tracer;

@@ -231,7 +231,6 @@ fn leaks_take_given_boundaries_and_summary_explains_an_out_of_memory() {
 /// budget and a recomputation cost below an iteration; a budget below the weights says it
 /// cannot be met and why; the table shows the suggestions; a bad budget fails saying what a
 /// size looks like.
-#[cfg(feature = "tracing")]
 #[test]
 fn advise_names_real_layers_to_checkpoint_under_a_budget() {
     let dir = tmpdir("advise");

@@ -2,7 +2,6 @@
 //! against a bound `collector serve`: its Python client example (requests), its JavaScript
 //! client example (Node's built-in fetch) and each curl command, with only the base URL and
 //! the example models and trace ids adapted. These examples are the contract.
-#![cfg(feature = "tracing")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod server;

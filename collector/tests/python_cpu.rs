@@ -5,7 +5,6 @@
 //! Needs the torch 2.11 venv's Python (`MEMORY_TRACER_PYTHON`, set by `cargo xtask`; else
 //! `python3`) with torchvision and transformers, and a collector built with the `tracing`
 //! feature (it carries the capture library).
-#![cfg(feature = "tracing")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod server;

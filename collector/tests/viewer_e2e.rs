@@ -8,7 +8,6 @@
 //! page traces a model through its form, draws it live from the server's events, then opens
 //! the stored trace. Two snapshots chosen together merge as ranks 0 and 1 (Ranks view, rank
 //! selector, the two most different ranks compared), and the Compare view compares two traces.
-#![cfg(feature = "tracing")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod server;

@@ -4,15 +4,18 @@
 //! (de)serialise these types, so renaming a field breaks the build rather than the page.
 //!
 //! Depends on `shared` only (for the trace summary); compiles for wasm32. The `openapi`
-//! feature derives utoipa's schemas for the server's OpenAPI document.
+//! feature derives utoipa's schemas for the server's OpenAPI document; `clap` lets command
+//! lines take the run's words ([`Mode`], [`OptimizerKind`]) as value enums.
 
 pub mod api;
 pub mod jobs;
+pub mod run;
 pub mod trace;
 pub mod worker;
 
 pub use api::*;
 pub use jobs::{is_out_of_memory, ChildLine, FailureClass, JobRow, JobState, LiveEvent};
+pub use run::{Mode, OptimizerKind};
 pub use trace::{trace_info, ExportFile, LayerStatsBody, Origin, StoredTrace, TraceInfo, TraceResponse};
 pub use worker::WorkerAnswer;
 

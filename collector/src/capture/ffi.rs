@@ -1,8 +1,9 @@
-//! The C++ shim's functions (`shim/mt_shim.h`), bound by hand: the one FFI surface of the
-//! collector. Keep this file and the header in step.
+//! The C++ shim's record layout (`shim/mt_shim.h`): what `collector-capture` drains from the
+//! shim linked into it and what traced Python processes stream over their socket. The shim's
+//! functions are bound in the capture crate (`collector/capture/src/shim.rs`). Keep both files
+//! and the header in step.
 
 #![allow(non_camel_case_types)]
-#![cfg_attr(not(feature = "tracing"), allow(dead_code))]
 
 pub const MT_MEM: u8 = 1;
 pub const MT_OOM: u8 = 2;
@@ -58,30 +59,4 @@ pub struct MtDeviceStats {
     pub reserved_peak: u64,
     pub num_alloc_retries: u64,
     pub num_ooms: u64,
-}
-
-#[cfg(feature = "tracing")]
-use std::os::raw::{c_char, c_int};
-
-#[cfg(feature = "tracing")]
-extern "C" {
-    pub fn mt_reset(max_mem_records: u64, max_op_records: u64, capture_tensors: c_int, capture_ops: c_int) -> c_int;
-    pub fn mt_start() -> c_int;
-    pub fn mt_stop() -> c_int;
-    pub fn mt_is_active() -> c_int;
-    pub fn mt_set_phase(phase: u8);
-    pub fn mt_set_torchscript(enabled: c_int);
-    pub fn mt_intern(s: *const c_char) -> u32;
-    pub fn mt_string(id: u32, len: *mut usize) -> *const c_char;
-    pub fn mt_string_count() -> u32;
-    pub fn mt_scope_enter(name: u32);
-    pub fn mt_scope_exit(name: u32);
-    pub fn mt_mark(name: u32, value: i64);
-    pub fn mt_now_ns() -> u64;
-    pub fn mt_drain(out: *mut MtRecord, cap: usize) -> usize;
-    pub fn mt_counters(out: *mut MtCounters);
-    pub fn mt_cuda_device_stats(device: i8, out: *mut MtDeviceStats) -> c_int;
-    pub fn mt_cuda_reset_peak(device: i8) -> c_int;
-    pub fn mt_cuda_empty_cache() -> c_int;
-    pub fn mt_last_error(buf: *mut c_char, cap: usize) -> usize;
 }

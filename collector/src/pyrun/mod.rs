@@ -49,7 +49,7 @@ impl std::str::FromStr for DeviceFilter {
 }
 
 /// Which operators a traced program records.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum OpsMode {
     /// Every operator, with its tensors when asked (full fidelity: op names per allocation,
     /// activation liveness; costs about a microsecond per operator).

@@ -3,65 +3,17 @@
 
 use crate::capture::live::{LiveDevice, LiveTotals};
 use crate::capture::{self, assemble, CaptureConfig, Session};
-use crate::device;
 use crate::models::{self, ModelError, ModelSpec};
+use collector::device;
 use shared::model::{DeviceSample, Phase, SourceFormat, TraceMeta};
 use shared::Trace;
 use std::path::PathBuf;
 use std::time::Instant;
 use tch::nn::{self, OptimizerConfig};
 
-pub use crate::TORCH_VERSION;
+pub use collector::TORCH_VERSION;
 
-/// Train (forward, backward, optimizer step) or infer (forward without autograd).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Mode {
-    Train,
-    Infer,
-}
-
-impl std::str::FromStr for Mode {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "train" => Ok(Mode::Train),
-            "infer" | "inference" | "eval" => Ok(Mode::Infer),
-            _ => Err(format!("unknown mode `{s}`; expected train or infer")),
-        }
-    }
-}
-
-impl std::fmt::Display for Mode {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Mode::Train => "train",
-            Mode::Infer => "infer",
-        })
-    }
-}
-
-/// The optimizer of training runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum OptimizerKind {
-    /// SGD with momentum 0.9.
-    Sgd,
-    Adam,
-    Adamw,
-}
-
-impl std::str::FromStr for OptimizerKind {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "sgd" => Ok(Self::Sgd),
-            "adam" => Ok(Self::Adam),
-            "adamw" => Ok(Self::Adamw),
-            _ => Err(format!("unknown optimizer `{s}`; expected sgd, adam or adamw")),
-        }
-    }
-}
+pub use protocol::{Mode, OptimizerKind};
 
 /// Where to run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -266,7 +218,7 @@ pub fn trace_model(opts: &RunOptions, progress: &mut dyn FnMut(Progress)) -> Res
     let sampler = cuda.and_then(|i| {
         device::UsedMemorySampler::start(i, std::time::Duration::from_millis(5), || {
             // SAFETY: reads the steady clock.
-            unsafe { capture::ffi::mt_now_ns() }
+            unsafe { crate::shim::mt_now_ns() }
         })
     });
     let start_unix_ns = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);

@@ -2,9 +2,9 @@
 //! iteration time and the memory-vs-rank curve of each. A batch size that runs out of memory
 //! is recorded as such and the sweep goes on (the allocator's cache is emptied after it).
 
-use crate::commands::write_export;
 use crate::models::ModelError;
 use crate::run::{trace_model, Progress, RunError, RunOptions};
+use collector::commands::write_export;
 use shared::analysis::profile::graph_profile;
 use shared::analysis::sweep::{RankPoint, SweepReport, SweepRun, SweepStatus, SWEEP_FORMAT, SWEEP_VERSION};
 use shared::analysis::{median_f64, summary};

@@ -1,5 +1,5 @@
-//! The in-process recording session (the collector's own models and the Rust MemoryTracer):
-//! the safe face of the C++ shim linked into the collector.
+//! The in-process recording session (the built-in models and the Rust MemoryTracer): the safe
+//! face of the C++ shim linked into `collector-capture`.
 //!
 //! One [`Session`] records at a time per process (the shim's callbacks are global). The memory
 //! reporter is installed on the thread that starts the session and reaches the autograd
@@ -7,8 +7,10 @@
 //! started, driven and stopped on the thread that runs the model; [`Session`] is `!Send` to
 //! enforce that.
 
-use super::assemble::Captured;
-use super::ffi;
+use crate::shim;
+pub use collector::capture::assemble::{self, Captured};
+pub use collector::capture::ffi;
+pub use collector::capture::live;
 use shared::model::{Device, Phase, Totals};
 use std::ffi::CString;
 use std::marker::PhantomData;
@@ -24,32 +26,32 @@ pub struct Name(u32);
 pub fn intern(name: &str) -> Name {
     let c = CString::new(name.replace('\0', " ")).unwrap_or_default();
     // SAFETY: `c` is a valid NUL-terminated string that outlives the call; the shim copies it.
-    Name(unsafe { ffi::mt_intern(c.as_ptr()) })
+    Name(unsafe { shim::mt_intern(c.as_ptr()) })
 }
 
 /// Sets the phase stamped on every record from now on (all threads).
 pub fn set_phase(phase: Phase) {
     // SAFETY: plain atomic store in the shim.
-    unsafe { ffi::mt_set_phase(phase as u8) }
+    unsafe { shim::mt_set_phase(phase as u8) }
 }
 
 /// Attributes ops to TorchScript module hierarchies while on.
 pub fn set_torchscript(enabled: bool) {
     // SAFETY: plain atomic store in the shim.
-    unsafe { ffi::mt_set_torchscript(i32::from(enabled)) }
+    unsafe { shim::mt_set_torchscript(i32::from(enabled)) }
 }
 
 /// Records a mark (e.g. an iteration boundary) with a value.
 pub fn mark(name: Name, value: i64) {
     // SAFETY: writes one record into this thread's buffer; no-op when not recording.
-    unsafe { ffi::mt_mark(name.0, value) }
+    unsafe { shim::mt_mark(name.0, value) }
 }
 
 /// Opens a layer scope on this thread until the guard drops. Cheap and harmless when no session
 /// is recording, so model code calls it unconditionally.
 pub fn scope(name: Name) -> ScopeGuard {
     // SAFETY: pushes onto this thread's scope stack; the guard pops it on this thread.
-    unsafe { ffi::mt_scope_enter(name.0) };
+    unsafe { shim::mt_scope_enter(name.0) };
     ScopeGuard { name, _not_send: PhantomData }
 }
 
@@ -64,7 +66,7 @@ pub struct ScopeGuard {
 impl Drop for ScopeGuard {
     fn drop(&mut self) {
         // SAFETY: pops the scope this guard pushed, on the same thread (the guard is !Send).
-        unsafe { ffi::mt_scope_exit(self.name.0) }
+        unsafe { shim::mt_scope_exit(self.name.0) }
     }
 }
 
@@ -73,25 +75,25 @@ impl Drop for ScopeGuard {
 pub fn cuda_device_stats(device: i8) -> Option<ffi::MtDeviceStats> {
     let mut out = ffi::MtDeviceStats::default();
     // SAFETY: `out` is a valid, writable struct of the layout the shim expects.
-    (unsafe { ffi::mt_cuda_device_stats(device, &mut out) } == 0).then_some(out)
+    (unsafe { shim::mt_cuda_device_stats(device, &mut out) } == 0).then_some(out)
 }
 
 /// Resets the CUDA caching allocator's peak counters (`torch.cuda.reset_peak_memory_stats`).
 pub fn cuda_reset_peak(device: i8) -> bool {
     // SAFETY: calls into the allocator with a device index; errors are caught in the shim.
-    unsafe { ffi::mt_cuda_reset_peak(device) == 0 }
+    unsafe { shim::mt_cuda_reset_peak(device) == 0 }
 }
 
 /// Returns the CUDA caching allocator's unused blocks to the driver (`torch.cuda.empty_cache`).
 pub fn cuda_empty_cache() -> bool {
     // SAFETY: calls into the allocator; errors are caught in the shim.
-    unsafe { ffi::mt_cuda_empty_cache() == 0 }
+    unsafe { shim::mt_cuda_empty_cache() == 0 }
 }
 
 fn last_error() -> String {
     let mut buf = vec![0u8; 4096];
     // SAFETY: `buf` has `buf.len()` writable bytes.
-    let n = unsafe { ffi::mt_last_error(buf.as_mut_ptr().cast(), buf.len()) };
+    let n = unsafe { shim::mt_last_error(buf.as_mut_ptr().cast(), buf.len()) };
     buf.truncate(n);
     String::from_utf8_lossy(&buf).into_owned()
 }
@@ -163,7 +165,7 @@ impl Session {
 
     fn start_locked(lock: MutexGuard<'static, ()>, config: CaptureConfig) -> Result<Self, CaptureError> {
         // SAFETY: no session is active (we hold the lock); reset clears the shim's buffers.
-        if unsafe { ffi::mt_reset(config.max_events, config.max_ops, i32::from(config.capture_tensors), i32::from(config.capture_ops)) }
+        if unsafe { shim::mt_reset(config.max_events, config.max_ops, i32::from(config.capture_tensors), i32::from(config.capture_ops)) }
             != 0
         {
             return Err(CaptureError::Shim(last_error()));
@@ -180,9 +182,9 @@ impl Session {
         }
         set_phase(Phase::Other);
         // SAFETY: reads the steady clock.
-        let start_ns = unsafe { ffi::mt_now_ns() };
+        let start_ns = unsafe { shim::mt_now_ns() };
         // SAFETY: installs the callbacks; paired with mt_stop in finish/drop on this thread.
-        if unsafe { ffi::mt_start() } != 0 {
+        if unsafe { shim::mt_start() } != 0 {
             return Err(CaptureError::Shim(last_error()));
         }
         Ok(Self { _lock: lock, config, start_ns, base_totals, records: Vec::new(), stopped: false, _not_send: PhantomData })
@@ -196,13 +198,13 @@ impl Session {
     /// Pauses recording (callbacks removed: the model runs at full speed).
     pub fn pause(&mut self) {
         // SAFETY: removes the callbacks on the thread that installed them.
-        unsafe { ffi::mt_stop() };
+        unsafe { shim::mt_stop() };
     }
 
     /// Resumes after [`Session::pause`].
     pub fn resume(&mut self) -> Result<(), CaptureError> {
         // SAFETY: reinstalls the callbacks on this thread.
-        if unsafe { ffi::mt_start() } != 0 {
+        if unsafe { shim::mt_start() } != 0 {
             return Err(CaptureError::Shim(last_error()));
         }
         Ok(())
@@ -217,7 +219,7 @@ impl Session {
             let spare = self.records.spare_capacity_mut();
             // SAFETY: `spare` has `spare.len()` writable MtRecord slots; the shim writes `n`
             // fully initialized records at the front.
-            let n = unsafe { ffi::mt_drain(spare.as_mut_ptr().cast(), spare.len()) };
+            let n = unsafe { shim::mt_drain(spare.as_mut_ptr().cast(), spare.len()) };
             if n == 0 {
                 break;
             }
@@ -246,7 +248,7 @@ impl Session {
         self.drain();
         let mut counters = ffi::MtCounters::default();
         // SAFETY: `counters` is a valid, writable struct.
-        unsafe { ffi::mt_counters(&mut counters) };
+        unsafe { shim::mt_counters(&mut counters) };
         let mut records = std::mem::take(&mut self.records);
         let mut base_totals = std::mem::take(&mut self.base_totals);
         if self.config.cuda_device.is_some() {
@@ -266,7 +268,7 @@ impl Session {
     fn stop(&mut self) {
         if !self.stopped {
             // SAFETY: removes the callbacks and pops the reporter this session pushed.
-            unsafe { ffi::mt_stop() };
+            unsafe { shim::mt_stop() };
             set_phase(Phase::Other);
             self.stopped = true;
         }
@@ -282,13 +284,13 @@ impl Drop for Session {
 /// A copy of the shim's string table (index = id - 1).
 pub fn shim_strings() -> Vec<String> {
     // SAFETY: plain read of a counter.
-    let n = unsafe { ffi::mt_string_count() };
+    let n = unsafe { shim::mt_string_count() };
     (1..=n)
         .map(|id| {
             let mut len = 0usize;
             // SAFETY: the shim returns a pointer to `len` bytes that stay valid (strings are
             // never removed) or null.
-            let p = unsafe { ffi::mt_string(id, &mut len) };
+            let p = unsafe { shim::mt_string(id, &mut len) };
             if p.is_null() {
                 return String::new();
             }

@@ -47,7 +47,7 @@ pub fn torch_message(full: &str) -> String {
 }
 
 /// The zoo's names, for `--help` and error messages.
-pub const ZOO: [&str; 9] = crate::MODEL_ZOO;
+pub const ZOO: [&str; 9] = collector::MODEL_ZOO;
 
 /// What a model takes as input.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

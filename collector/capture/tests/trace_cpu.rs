@@ -1,9 +1,8 @@
 //! Native capture on the CPU with real libtorch: what `collector trace` records must hold
 //! together (phases, attribution, totals, nesting), for zoo and TorchScript models.
-#![cfg(feature = "tracing")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use collector::run::{trace_model, DeviceChoice, Mode, RunError, RunOptions};
+use capture::run::{trace_model, DeviceChoice, Mode, RunError, RunOptions};
 use shared::model::{EventType, Phase};
 use shared::Trace;
 use std::collections::{HashMap, HashSet};
@@ -220,7 +219,7 @@ fn bad_models_shapes_and_devices_say_what_is_valid() {
     }
     assert!("cuda:x".parse::<DeviceChoice>().unwrap_err().contains("expected cpu, cuda or cuda:N"));
     assert!("tpu".parse::<DeviceChoice>().is_err());
-    assert!("sgd2".parse::<collector::run::OptimizerKind>().unwrap_err().contains("sgd, adam or adamw"));
+    assert!("sgd2".parse::<capture::run::OptimizerKind>().unwrap_err().contains("sgd, adam or adamw"));
 
     let mut o = mlp(1);
     o.torchscript = Some("/nonexistent/model.pt".into());
@@ -230,7 +229,7 @@ fn bad_models_shapes_and_devices_say_what_is_valid() {
 
 #[test]
 fn library_tracer_traces_a_closure_with_named_layers() {
-    use collector::tracer::MemoryTracer;
+    use capture::tracer::MemoryTracer;
     use tch::{nn, Device, Kind, Tensor};
     let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
     let tracer = MemoryTracer::new(100_000, "cpu", true).unwrap();

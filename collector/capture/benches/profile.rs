@@ -58,19 +58,13 @@ fn main() {
     );
 }
 
-#[cfg(feature = "tracing")]
 fn trace_resnet50() -> shared::Trace {
-    let mut o = collector::run::RunOptions::new("resnet50");
-    o.device = collector::run::DeviceChoice::Cpu;
+    let mut o = capture::run::RunOptions::new("resnet50");
+    o.device = capture::run::DeviceChoice::Cpu;
     o.input_shape = Some(vec![2, 3, 64, 64]);
     o.iterations = 3;
     let start = Instant::now();
-    let t = collector::run::trace_model(&o, &mut |_| {}).unwrap();
+    let t = capture::run::trace_model(&o, &mut |_| {}).unwrap();
     println!("traced resnet50 (2x3x64x64, 3 iterations, CPU) in {:.1} s", start.elapsed().as_secs_f64());
     t
-}
-
-#[cfg(not(feature = "tracing"))]
-fn trace_resnet50() -> shared::Trace {
-    panic!("built without libtorch: set MEMORY_TRACER_BENCH_TRACE to a trace file")
 }

@@ -1,10 +1,9 @@
 //! The graph profile of real CPU training runs (libtorch): the liveness of an MLP's
 //! activations follows from what autograd saves, the breakdown adds up at every rank,
 //! `collector analyze` writes its files, and `collector sweep` survives an out-of-memory batch.
-#![cfg(feature = "tracing")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use collector::run::{trace_model, DeviceChoice, RunOptions};
+use capture::run::{trace_model, DeviceChoice, RunOptions};
 use shared::analysis::profile::{graph_profile, GraphProfile, TensorClass};
 use shared::analysis::sweep::{read_sweep, SweepStatus};
 use std::path::PathBuf;
@@ -134,7 +133,7 @@ fn sweep_reports_an_out_of_memory_batch_and_goes_on() {
     // be allocated on any machine, so the allocator's own error is what the sweep sees.
     let script = format!(
         "ulimit -v 16000000 && exec '{}' sweep --model mlp --layers 1 --width 32 --device cpu --iterations 2 --batch-sizes 4,20000000,8 -o '{}'",
-        env!("CARGO_BIN_EXE_collector"),
+        env!("CARGO_BIN_EXE_collector-capture"),
         dir.display()
     );
     let out = Command::new("bash").arg("-c").arg(&script).output().unwrap();
@@ -161,7 +160,7 @@ fn sweep_reports_an_out_of_memory_batch_and_goes_on() {
 #[test]
 fn sweep_refuses_an_unknown_model_before_running() {
     let dir = tmpdir("sweep-bad");
-    let out = Command::new(env!("CARGO_BIN_EXE_collector"))
+    let out = Command::new(env!("CARGO_BIN_EXE_collector-capture"))
         .args(["sweep", "--model", "nope", "--device", "cpu", "--batch-sizes", "4,8", "-o"])
         .arg(&dir)
         .output()

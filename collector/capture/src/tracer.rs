@@ -129,7 +129,7 @@ impl MemoryTracer {
 
     fn export(&self, path: &Path, format: ExportFormat) -> Result<(), TracerError> {
         self.with(|t| -> Result<(), TracerError> {
-            crate::commands::write_export(t, format, path)
+            collector::commands::write_export(t, format, path)
                 .map(drop)
                 .map_err(|e| TracerError::Write { path: path.display().to_string(), source: std::io::Error::other(format!("{e:#}")) })
         })?
@@ -137,7 +137,7 @@ impl MemoryTracer {
 
     /// Prints peak, fragmentation and top layers to stdout.
     pub fn print_summary(&self) {
-        let printed = self.with(|t| crate::commands::print_summary(t, 10, false, std::io::stdout().lock()));
+        let printed = self.with(|t| collector::commands::print_summary(t, 10, false, std::io::stdout().lock()));
         match printed {
             Ok(Ok(())) => {}
             Ok(Err(e)) => eprintln!("cannot print the summary: {e:#}"),

@@ -1,0 +1,412 @@
+//! `collector trace`, `sweep` and `overhead`: their flags (shared with `collector-capture`,
+//! which runs the built-in and TorchScript models, sweeps and the overhead benchmark), and
+//! tracing users' own programs (`collector trace -- COMMAND`), which needs no libtorch here.
+
+use crate::commands::{parse_format, print_summary, resolve_format, write_export};
+use crate::pyrun::{self, OpsMode, PyOptions};
+use anyhow::Context;
+use protocol::{ChildLine, Mode, OptimizerKind};
+use shared::export::ExportFormat;
+use std::path::{Path, PathBuf};
+
+/// What to run: the model, its input and the loop (shared by `trace` and `sweep`).
+#[derive(clap::Args)]
+pub struct RunArgs {
+    /// A built-in model: resnet18, resnet34, resnet50, resnet101, resnet152, vgg16,
+    /// transformer, gpt, mlp.
+    #[arg(long, default_value = "resnet18")]
+    pub model: String,
+    /// Trace a TorchScript model file (torch.jit.script/trace + save) instead of a built-in one.
+    #[arg(long, value_name = "FILE")]
+    pub torchscript: Option<PathBuf>,
+    /// The full input shape, batch first: 8,3,224,224 (images), 8,512 (tokens), 64,784 (mlp).
+    #[arg(long, value_delimiter = ',', num_args = 1..)]
+    pub input_shape: Option<Vec<i64>>,
+    /// Replaces the first dimension of the input shape.
+    #[arg(long)]
+    pub batch_size: Option<i64>,
+    /// train (forward, backward, optimizer) or infer.
+    #[arg(long, value_enum, default_value_t = Mode::Train)]
+    pub mode: Mode,
+    /// sgd (momentum 0.9), adam or adamw.
+    #[arg(long, value_enum, default_value_t = OptimizerKind::Sgd)]
+    pub optimizer: OptimizerKind,
+    /// Learning rate.
+    #[arg(long, default_value_t = 0.01)]
+    pub lr: f64,
+    /// Iterations to run (the first one warms the caching allocator up).
+    #[arg(long, default_value_t = 3)]
+    pub iterations: u32,
+    /// Mixed precision (autocast) on CUDA.
+    #[arg(long)]
+    pub amp: bool,
+    /// cpu, cuda or cuda:N. Default: the first GPU if there is one, else the CPU.
+    #[arg(long)]
+    pub device: Option<String>,
+    /// Allocations and frees to keep (operators are bounded alike); later ones are dropped
+    /// and counted.
+    #[arg(long, default_value_t = 5_000_000)]
+    pub max_events: u64,
+    /// Do not track fragmentation (reported as 0, as the MemoryTracer API does).
+    #[arg(long)]
+    pub no_fragmentation: bool,
+    /// Do not record operator input/output tensors (less overhead, no liveness analysis).
+    #[arg(long)]
+    pub no_tensors: bool,
+    /// Record allocations, frees and layer scopes only, no operators (least overhead;
+    /// backward memory is then attributed to phases, not layers).
+    #[arg(long)]
+    pub memory_only: bool,
+    /// Transformer/GPT blocks or MLP hidden layers.
+    #[arg(long)]
+    pub layers: Option<i64>,
+    /// Transformer/GPT/MLP width.
+    #[arg(long)]
+    pub width: Option<i64>,
+    /// Attention heads.
+    #[arg(long)]
+    pub heads: Option<i64>,
+    /// Vocabulary size (transformer, gpt).
+    #[arg(long)]
+    pub vocab: Option<i64>,
+    /// Output classes (classifiers).
+    #[arg(long)]
+    pub classes: Option<i64>,
+    /// Random seed.
+    #[arg(long, default_value_t = 0)]
+    pub seed: i64,
+}
+
+/// `collector trace` options.
+#[derive(clap::Args)]
+pub struct TraceArgs {
+    #[command(flatten)]
+    pub run: RunArgs,
+    /// Output file; written atomically. Default: <model>.mtrace.json.
+    #[arg(short, long)]
+    pub output: Option<PathBuf>,
+    /// native, timeline, speedscope, chrome, csv or dftracer (.pfw.gz). Default: from the output file name.
+    #[arg(long, value_parser = parse_format)]
+    pub format: Option<ExportFormat>,
+    /// How many layers the summary lists.
+    #[arg(long, default_value_t = 10)]
+    pub top: usize,
+    /// No progress bar.
+    #[arg(long, short)]
+    pub quiet: bool,
+    /// Report progress, live memory totals, the summary and errors as JSON lines on stdout
+    /// (what `collector serve` reads from its trace processes).
+    #[arg(long, hide = true)]
+    pub progress_json: bool,
+    /// Programs without an optimizer (inference loops): each call of this module (its path,
+    /// e.g. `encoder`, or class name, e.g. `GPT2LMHeadModel`) is one iteration.
+    #[arg(long, value_name = "MODULE")]
+    pub iteration_marker: Option<String>,
+    /// Records a traced program may hold before the collector drains them; past this, records
+    /// are dropped and counted (the trace says how many).
+    #[arg(long, default_value_t = 8_000_000)]
+    pub buffer_records: u64,
+    /// How often a traced program sends its records, in milliseconds.
+    #[arg(long, default_value_t = 20, hide = true)]
+    pub drain_interval_ms: u32,
+    /// Python programs: which operators to record. `backward` (default): autograd nodes only,
+    /// enough to give every allocation its module, phase and iteration at a fraction of the
+    /// cost; `all`: every operator with its tensors (needed by `collector analyze`); `none`:
+    /// allocations, module scopes and phases only. Built-in models record every operator
+    /// unless --memory-only.
+    #[arg(long, value_name = "MODE", value_enum)]
+    pub ops: Option<OpsMode>,
+    /// Also store each trace in a running `collector serve` at this URL (http://HOST:PORT) and
+    /// print the viewer's link to it.
+    #[arg(long, value_name = "URL")]
+    pub serve: Option<String>,
+    /// The server's token for --serve.
+    #[arg(long, env = "MEMORY_TRACER_TOKEN", hide_env_values = true)]
+    pub serve_token: Option<String>,
+    /// The program to trace and its arguments, after `--` (python, torchrun, accelerate, ...).
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
+}
+
+/// `collector sweep` options.
+#[derive(clap::Args)]
+pub struct SweepArgs {
+    #[command(flatten)]
+    pub run: RunArgs,
+    /// Batch sizes to run, in order.
+    #[arg(long, value_delimiter = ',', num_args = 1.., default_value = "4,8,16,32,64")]
+    pub batch_sizes: Vec<u64>,
+    /// Output folder for the traces, CSV, JSON and charts (created if missing).
+    #[arg(short, long, default_value = "sweep")]
+    pub output: PathBuf,
+}
+
+/// `collector overhead` options.
+#[derive(clap::Args)]
+pub struct OverheadArgs {
+    #[arg(long, default_value = "resnet50")]
+    pub model: String,
+    /// The full input shape, batch first.
+    #[arg(long, value_delimiter = ',', num_args = 1..)]
+    pub input_shape: Option<Vec<i64>>,
+    #[arg(long, default_value_t = 32)]
+    pub batch_size: i64,
+    /// Steps of each kind (traced, untraced).
+    #[arg(long, default_value_t = 20)]
+    pub steps: u32,
+    #[arg(long, default_value_t = 5)]
+    pub warmup: u32,
+    /// cpu, cuda or cuda:N. Default: the first GPU if there is one, else the CPU.
+    #[arg(long)]
+    pub device: Option<String>,
+    /// Do not record operator tensors.
+    #[arg(long)]
+    pub no_tensors: bool,
+    /// Record allocations and frees only (no operator callback).
+    #[arg(long)]
+    pub memory_only: bool,
+}
+
+/// `collector trace --progress-json`: one JSON object per line on stdout.
+pub fn emit(line: &protocol::ChildLine) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    if serde_json::to_writer(&mut out, line).is_ok() {
+        let _ = writeln!(out);
+        let _ = out.flush();
+    }
+}
+
+/// What to name a command's trace: its script (`train.py` → `train`, also under torchrun), else
+/// its `-m` module (`memory_tracer.zoo` → `memory_tracer_zoo`), else its program.
+fn program_stem(command: &[String]) -> String {
+    let stem = |s: &str| std::path::Path::new(s).file_stem().map_or_else(|| s.to_owned(), |f| f.to_string_lossy().into_owned());
+    if let Some(script) = command.iter().skip(1).find(|s| s.ends_with(".py")) {
+        return stem(script);
+    }
+    let launchers = ["torch.distributed.run", "torch.distributed.launch"];
+    let module = command.windows(2).filter(|w| w[0] == "-m" && !launchers.contains(&w[1].as_str())).map(|w| w[1].replace('.', "_")).next();
+    module.unwrap_or_else(|| command.first().map_or_else(|| "program".into(), |p| stem(p)))
+}
+
+/// `run.mtrace.json` → (`run`, `mtrace.json`); `run.json` → (`run`, `json`): where a rank's tag
+/// goes in a file name.
+fn split_extension(name: &str) -> (&str, &str) {
+    for ext in [".mtrace.json.gz", ".mtrace.json", ".speedscope.json", ".timeline.json", ".chrome.json"] {
+        if let Some(stem) = name.strip_suffix(ext) {
+            return (stem, &ext[1..]);
+        }
+    }
+    name.rsplit_once('.').unwrap_or((name, "mtrace.json"))
+}
+
+/// `collector trace -- COMMAND`: runs the program with the capture injected, writes one trace
+/// per traced process (the ranks of a torchrun job also merged into one), and exits with the
+/// program's exit code.
+pub fn python_trace_command(a: TraceArgs) -> anyhow::Result<()> {
+    let opts = py_options(&a)?;
+    let output = output_path(&a)?;
+    let format = resolve_format(a.format, &output)?;
+    if a.progress_json {
+        emit(&ChildLine::Started { iterations: 0 });
+    }
+    let started = std::time::Instant::now();
+    let mut live = a.serve.as_deref().and_then(|server| start_live(server, a.serve_token.as_deref(), &output));
+    let outcome = pyrun::run(&a.command, &opts, &mut |rank, points| {
+        if a.progress_json {
+            emit(&ChildLine::Memory { points: points.to_vec(), rank });
+        }
+        if let Some(c) = &live {
+            c.send(rank, points);
+        }
+    })?;
+    let code = outcome.exit_code();
+    let interrupted = outcome.interrupted;
+    let mut written = write_processes(outcome, &opts, format, &output)?;
+    if !written.ranks.is_empty() {
+        merge_ranks(&mut written, format, &output)?;
+    }
+    for (trace, program, out) in &written.finals {
+        if a.progress_json {
+            emit(&ChildLine::Done { info: protocol::trace_info(trace, program, started.elapsed().as_secs_f64() * 1e3) });
+        } else if !a.quiet {
+            print_summary(trace, a.top, false, std::io::stderr().lock()).context("cannot print the summary")?;
+        }
+        if let Some(server) = &a.serve {
+            store_in_server(server, a.serve_token.as_deref(), live.take(), out);
+        }
+    }
+    for n in &written.notes {
+        eprintln!("collector: {n}");
+    }
+    if written.count == 0 {
+        nothing_traced(&a, &written.notes, live.take(), code);
+    }
+    if interrupted {
+        eprintln!("collector: interrupted; the trace holds what ran until then");
+    }
+    std::process::exit(code);
+}
+
+/// The capture's options from the flags.
+fn py_options(a: &TraceArgs) -> anyhow::Result<PyOptions> {
+    Ok(PyOptions {
+        max_events: a.run.max_events,
+        capture_tensors: !a.run.no_tensors,
+        ops: if a.run.memory_only { OpsMode::None } else { a.ops.unwrap_or(OpsMode::Backward) },
+        iteration_marker: a.iteration_marker.clone(),
+        buffer_records: a.buffer_records,
+        drain_interval_ms: a.drain_interval_ms.max(1),
+        fragmentation: !a.run.no_fragmentation,
+        device: a.run.device.as_deref().map(str::parse).transpose().map_err(anyhow::Error::msg)?,
+        ..PyOptions::default()
+    })
+}
+
+/// `-o FILE`; `-o run/` (or an existing folder): the traces go in it, named after the program;
+/// no `-o`: named after the program in the current folder.
+fn output_path(a: &TraceArgs) -> anyhow::Result<PathBuf> {
+    let default_name = || PathBuf::from(format!("{}.mtrace.json", program_stem(&a.command)));
+    Ok(match a.output.clone() {
+        Some(o) if o.is_dir() || o.as_os_str().to_string_lossy().ends_with('/') => {
+            std::fs::create_dir_all(&o).with_context(|| format!("cannot create the folder {}", o.display()))?;
+            o.join(default_name())
+        }
+        Some(o) => o,
+        None => default_name(),
+    })
+}
+
+/// `--serve URL`: a live trace in the server, followed in its viewer while the program runs.
+fn start_live(server: &str, token: Option<&str>, output: &Path) -> Option<pyrun::LiveClient> {
+    let what = output.file_stem().map_or_else(|| "program".into(), |s| s.to_string_lossy().trim_end_matches(".mtrace").to_owned());
+    match pyrun::LiveClient::start(server, token, &what) {
+        Ok(c) => {
+            eprintln!("collector: follow it live at {}", c.viewer_link());
+            Some(c)
+        }
+        Err(e) => {
+            eprintln!("collector: {e:#}; tracing without the server");
+            None
+        }
+    }
+}
+
+/// What the traced processes left: the traces to report, each rank's trace to merge, and why
+/// some could not be built.
+#[derive(Default)]
+struct Written {
+    /// Files written, one per traced process.
+    count: usize,
+    /// (trace, program, file) to report and store: the one process's trace, or the merged ranks.
+    finals: Vec<(shared::Trace, String, PathBuf)>,
+    /// The ranks of a torchrun job (or the processes of a program that started several).
+    ranks: Vec<shared::merge::MergeInput>,
+    /// World size, when a process said it was a rank of one.
+    world: Option<u32>,
+    /// Ranks without a trace, and why.
+    missing: std::collections::BTreeMap<u32, String>,
+    notes: Vec<String>,
+}
+
+/// Builds and writes each traced process's trace (`FILE.rankN.ext` or `FILE.pidN.ext` when
+/// there are several).
+fn write_processes(outcome: pyrun::Outcome, opts: &PyOptions, format: ExportFormat, output: &Path) -> anyhow::Result<Written> {
+    let mut w = Written { notes: outcome.processes.iter().flat_map(pyrun::notes_text).collect(), ..Written::default() };
+    let mut traced: Vec<_> = outcome.processes.into_iter().filter(pyrun::has_capture).collect();
+    traced.sort_by_key(|p| (pyrun::rank(p).unwrap_or(u64::MAX), p.pid().unwrap_or(0)));
+    // Ranks of a torchrun job are merged even when only one could be traced, so that the
+    // merged trace names the missing ones.
+    w.world = traced.iter().find_map(pyrun::world_size);
+    let many = traced.len() > 1 || w.world.is_some();
+    for (k, p) in traced.into_iter().enumerate() {
+        let rank = pyrun::rank(&p);
+        let pid = p.pid().unwrap_or(0);
+        let out = if many {
+            let name = output.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
+            let tag = rank.map_or_else(|| format!("pid{pid}"), |r| format!("rank{r}"));
+            let (stem, ext) = split_extension(&name);
+            output.with_file_name(format!("{stem}.{tag}.{ext}"))
+        } else {
+            output.to_owned()
+        };
+        let program = pyrun::program_name(&p);
+        let rank = rank.and_then(|r| u32::try_from(r).ok()).unwrap_or(k as u32);
+        let trace = match pyrun::build_trace(p, opts) {
+            Ok(t) => t,
+            Err(e) => {
+                w.notes.push(format!("process {pid}: {e}"));
+                w.missing.insert(rank, format!("its trace could not be built: {e}"));
+                continue;
+            }
+        };
+        let bytes = write_export(&trace, format, &out)?;
+        let size = shared::units::format_bytes(bytes);
+        eprintln!("collector: wrote {size} ({}, {} events) to {}", format.name(), trace.events.len(), out.display());
+        w.count += 1;
+        if many {
+            w.ranks.push(shared::merge::MergeInput { trace, rank, label: out.display().to_string() });
+        } else {
+            w.finals.push((trace, program, out));
+        }
+    }
+    Ok(w)
+}
+
+/// Merges the ranks' traces into `output`, naming the ranks that streamed nothing.
+fn merge_ranks(w: &mut Written, format: ExportFormat, output: &Path) -> anyhow::Result<()> {
+    let program = w.ranks[0].trace.meta.model.clone().unwrap_or_else(|| "program".into());
+    for r in 0..w.world.unwrap_or(0) {
+        if !w.ranks.iter().any(|i| i.rank == r) {
+            w.missing
+                .entry(r)
+                .or_insert_with(|| "its process streamed no trace (it did not start, did not import torch, or died before)".into());
+        }
+    }
+    let merge_opts = shared::merge::MergeOptions { missing_reasons: std::mem::take(&mut w.missing), ..Default::default() };
+    match shared::merge::merge_with(std::mem::take(&mut w.ranks), &merge_opts) {
+        Ok(merged) => {
+            let bytes = write_export(&merged, format, output)?;
+            eprintln!(
+                "collector: wrote {} ({}, {} ranks merged, {} events) to {}",
+                shared::units::format_bytes(bytes),
+                format.name(),
+                shared::merge::ranks(&merged).len(),
+                merged.events.len(),
+                output.display()
+            );
+            for r in &merged.meta.missing_ranks {
+                let why = merge_opts.missing_reasons.get(r).map_or("no trace of it", String::as_str);
+                w.notes.push(format!("rank {r} is missing from the merged trace: {why}"));
+            }
+            w.finals.push((merged, program, output.to_owned()));
+        }
+        Err(e) => w.notes.push(format!("the ranks' traces could not be merged: {e}")),
+    }
+    Ok(())
+}
+
+/// `--serve`: uploads the trace (ending the live trace, when there is one) and prints its link.
+fn store_in_server(server: &str, token: Option<&str>, live: Option<pyrun::LiveClient>, out: &Path) {
+    let stored = match live {
+        Some(c) => c.finish(Some(out), ""),
+        None => pyrun::upload(server, token, out, None).map(|(_, link)| link),
+    };
+    match stored {
+        Ok(link) => eprintln!("collector: stored in {server}; open {link}"),
+        Err(e) => eprintln!("collector: {e:#} (the trace is still in {})", out.display()),
+    }
+}
+
+/// No process was traced: says why (to the server too) and exits non-zero.
+fn nothing_traced(a: &TraceArgs, notes: &[String], live: Option<pyrun::LiveClient>, code: i32) -> ! {
+    let why = "no process of the command imported torch with the capture (is it a Python program using torch? `python -I`/`-E` ignore PYTHONPATH)";
+    if a.progress_json {
+        emit(&ChildLine::Error { class: protocol::FailureClass::Invalid, detail: notes.first().cloned().unwrap_or_else(|| why.into()) });
+    }
+    eprintln!("collector: nothing was traced: {why}");
+    if let Some(c) = live {
+        let _ = c.finish(None, &format!("nothing was traced: {why}"));
+    }
+    std::process::exit(if code == 0 { 1 } else { code });
+}
