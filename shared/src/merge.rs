@@ -166,6 +166,35 @@ pub fn merge(inputs: Vec<MergeInput>) -> Result<Trace, MergeError> {
 
 /// [`merge`] with options.
 pub fn merge_with(mut inputs: Vec<MergeInput>, opts: &MergeOptions) -> Result<Trace, MergeError> {
+    let world = check_inputs(&mut inputs)?;
+    let clocks = Clocks::of(&inputs);
+    let meta = merged_meta(&inputs, opts, world, &clocks)?;
+    let mut out = Trace::new(meta);
+    let maps: Vec<InputMap> = inputs.iter().enumerate().map(|(k, input)| InputMap::build(&mut out, input, k, &clocks)).collect();
+    merge_events(&inputs, &maps, &mut out);
+    for (k, (input, m)) in inputs.iter().zip(&maps).enumerate() {
+        append_records(&mut out, input, m);
+        // The job's iterations are those of the lowest rank.
+        if k == 0 {
+            let t = &input.trace;
+            out.iterations = t
+                .iterations
+                .iter()
+                .map(|it| IterationSpan { index: it.index, start_ns: m.at(it.start_ns), end_ns: m.at(it.end_ns) })
+                .collect();
+        }
+    }
+    out.ops.sort_by_key(|o| o.start_ns);
+    out.scopes.sort_by_key(|x| (x.start_ns, x.depth));
+    out.marks.sort_by_key(|x| x.ts_ns);
+    out.device_samples.sort_by_key(|x| x.ts_ns);
+    out.finish();
+    Ok(out)
+}
+
+/// Takes the inputs; sorts them by rank and refuses what cannot be merged (none, a rank twice,
+/// too many devices, different jobs); gives the job's world size where the inputs report one.
+fn check_inputs(inputs: &mut [MergeInput]) -> Result<Option<u64>, MergeError> {
     if inputs.is_empty() {
         return Err(MergeError::Empty);
     }
@@ -179,8 +208,38 @@ pub fn merge_with(mut inputs: Vec<MergeInput>, opts: &MergeOptions) -> Result<Tr
     if devices > 256 {
         return Err(MergeError::TooManyDevices(devices));
     }
-    let world = check_same_job(&inputs)?;
+    check_same_job(inputs)
+}
 
+/// How the inputs' clocks line up.
+struct Clocks {
+    /// Every input has a wall-clock start: times are aligned on the wall clock.
+    aligned: bool,
+    /// Earliest first event on the wall clock (0 when no input has a wall clock).
+    start: i128,
+    /// Start of each input's first iteration.
+    first_iteration: Vec<Option<u64>>,
+    /// Not aligned, but every rank has an iteration: ranks line up on their first iteration.
+    on_iterations: bool,
+}
+
+impl Clocks {
+    /// Takes the inputs (sorted by rank); gives how their clocks line up.
+    fn of(inputs: &[MergeInput]) -> Self {
+        let aligned = inputs.iter().all(|i| wall_origin(&i.trace).is_some());
+        let start = inputs.iter().filter_map(|i| wall_origin(&i.trace)).map(|(_, s)| s).min().unwrap_or(0);
+        // Without wall clocks, ranks line up on their first iteration when every rank has one.
+        let first_iteration: Vec<Option<u64>> =
+            inputs.iter().map(|i| crate::analysis::leaks::iteration_spans(&i.trace).0.first().map(|s| s.0)).collect();
+        let on_iterations = !aligned && first_iteration.iter().all(Option::is_some);
+        Clocks { aligned, start, first_iteration, on_iterations }
+    }
+}
+
+/// Takes the checked inputs and their clocks; gives the merged trace's metadata (refusing
+/// inputs recorded far apart unless allowed), with warnings for unaligned clocks and missing
+/// ranks.
+fn merged_meta(inputs: &[MergeInput], opts: &MergeOptions, world: Option<u64>, clocks: &Clocks) -> Result<TraceMeta, MergeError> {
     let first = &inputs[0].trace.meta;
     let mut meta = TraceMeta::new(first.source_format);
     meta.model = first.model.clone();
@@ -188,26 +247,19 @@ pub fn merge_with(mut inputs: Vec<MergeInput>, opts: &MergeOptions) -> Result<Tr
     meta.input_shape = first.input_shape.clone();
     meta.batch_size = first.batch_size;
     meta.fragmentation_tracked = inputs.iter().all(|i| i.trace.meta.fragmentation_tracked);
-    let origin = wall_origin;
     meta.job = inputs.iter().find_map(|i| i.trace.meta.job.clone());
-    let aligned = inputs.iter().all(|i| origin(&i.trace).is_some());
-    let start = inputs.iter().filter_map(|i| origin(&i.trace)).map(|(_, s)| s).min().unwrap_or(0);
-    if aligned {
-        check_overlap(&inputs, opts, &mut meta)?;
+    if clocks.aligned {
+        check_overlap(inputs, opts, &mut meta)?;
     }
-    // Without wall clocks, ranks line up on their first iteration when every rank has one.
-    let first_iteration: Vec<Option<u64>> =
-        inputs.iter().map(|i| crate::analysis::leaks::iteration_spans(&i.trace).0.first().map(|s| s.0)).collect();
-    let on_iterations = !aligned && first_iteration.iter().all(Option::is_some);
-    meta.start_unix_ns = aligned.then_some(start.max(0) as u64);
+    meta.start_unix_ns = clocks.aligned.then_some(clocks.start.max(0) as u64);
     let names: Vec<String> = inputs.iter().map(|i| i.trace.meta.device_name.clone().unwrap_or_default()).collect();
     if names.windows(2).all(|w| w[0] == w[1]) {
         meta.device_name = first.device_name.clone();
         meta.device_total_memory_bytes = first.device_total_memory_bytes;
     }
-    if !aligned {
+    if !clocks.aligned {
         let missing: Vec<&str> = inputs.iter().filter(|i| i.trace.meta.start_unix_ns.is_none()).map(|i| i.label.as_str()).collect();
-        meta.warnings.push(if on_iterations {
+        meta.warnings.push(if clocks.on_iterations {
             format!(
                 "clocks not aligned: {} record no wall-clock start, so the ranks are aligned on their first iteration",
                 missing.join(", ")
@@ -227,20 +279,24 @@ pub fn merge_with(mut inputs: Vec<MergeInput>, opts: &MergeOptions) -> Result<Tr
             meta.warnings.push(format!("rank {r} of {w} is missing: {why}"));
         }
     }
-    let mut out = Trace::new(meta);
+    Ok(meta)
+}
 
-    // Per input: where its devices, streams and strings went, and its time offset.
-    struct Map {
-        devices: Vec<u8>,
-        streams: Vec<u16>,
-        strings: Vec<StrId>,
-        /// Added to the input's times (may be negative for wall-clock-timed inputs).
-        shift_ns: i128,
-        tensors: u32,
-        shapes: u32,
-    }
-    let mut maps = Vec::with_capacity(inputs.len());
-    for (k, input) in inputs.iter().enumerate() {
+/// Where one input's devices, streams and strings went in the merged trace, and its time
+/// offset.
+struct InputMap {
+    /// `u8::MAX` for a device the input never used.
+    devices: Vec<u8>,
+    streams: Vec<u16>,
+    strings: Vec<StrId>,
+    /// Added to the input's times (may be negative for wall-clock-timed inputs).
+    shift_ns: i128,
+}
+
+impl InputMap {
+    /// Takes input `k`; adds its strings, used devices (with their base totals) and streams to
+    /// `out`, and its reported values, warnings and dropped-event count; gives where they went.
+    fn build(out: &mut Trace, input: &MergeInput, k: usize, clocks: &Clocks) -> Self {
         let t = &input.trace;
         let strings: Vec<StrId> = (0..t.strings.len()).map(|k| out.strings.intern(t.str(StrId(k as u32)))).collect();
         // A rank's snapshot lists every device of its host; only those it used come along.
@@ -266,9 +322,9 @@ pub fn merge_with(mut inputs: Vec<MergeInput>, opts: &MergeOptions) -> Result<Tr
             })
             .collect();
         let streams: Vec<u16> = t.streams.iter().map(|&s| out.stream_index(t.str(s))).collect();
-        let shift_ns = match (aligned, origin(t), first_iteration[k]) {
-            (true, Some((o, _)), _) => o - start,
-            (false, _, Some(it)) if on_iterations => i128::from(first_iteration[0].unwrap_or(0)) - i128::from(it),
+        let shift_ns = match (clocks.aligned, wall_origin(t), clocks.first_iteration[k]) {
+            (true, Some((o, _)), _) => o - clocks.start,
+            (false, _, Some(it)) if clocks.on_iterations => i128::from(clocks.first_iteration[0].unwrap_or(0)) - i128::from(it),
             _ => 0,
         };
         for (k, v) in &t.meta.reported {
@@ -278,28 +334,52 @@ pub fn merge_with(mut inputs: Vec<MergeInput>, opts: &MergeOptions) -> Result<Tr
             out.meta.warnings.push(format!("rank {}: {w}", input.rank));
         }
         out.dropped_events += t.dropped_events;
-        maps.push(Map { devices, streams, strings, shift_ns, tensors: 0, shapes: 0 });
+        InputMap { devices, streams, strings, shift_ns }
     }
-    let at = |m: &Map, ts: u64| (i128::from(ts) + m.shift_ns).clamp(0, i128::from(u64::MAX)) as u64;
-    let s = |m: &Map, id: StrId| if id == StrId::NONE { StrId::NONE } else { m.strings.get(id.0 as usize).copied().unwrap_or(StrId::NONE) };
 
-    // Events, all inputs in time order, with each event's totals as its source had them.
-    let mut order: Vec<(u64, usize, usize)> = Vec::new();
+    /// An input time on the merged clock.
+    fn at(&self, ts: u64) -> u64 {
+        (i128::from(ts) + self.shift_ns).clamp(0, i128::from(u64::MAX)) as u64
+    }
+
+    /// An input string id in the merged table.
+    fn str(&self, id: StrId) -> StrId {
+        if id == StrId::NONE {
+            StrId::NONE
+        } else {
+            self.strings.get(id.0 as usize).copied().unwrap_or(StrId::NONE)
+        }
+    }
+}
+
+/// An event of one input, placed on the merged clock.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct MergedEvent {
+    ts_ns: u64,
+    input: usize,
+    /// Index in the input's events.
+    index: usize,
+}
+
+/// Takes the inputs and their maps; appends the events of all inputs to `out` in time order,
+/// each with its totals as its source had them, and their stacks.
+fn merge_events(inputs: &[MergeInput], maps: &[InputMap], out: &mut Trace) {
+    let mut order: Vec<MergedEvent> = Vec::new();
     let mut totals: Vec<Vec<Totals>> = Vec::with_capacity(inputs.len());
     for (k, input) in inputs.iter().enumerate() {
         let ev = &input.trace.events;
         let mut cur = ev.cursor();
         totals.push((0..ev.len()).map(|_| cur.advance()).collect());
-        order.extend((0..ev.len()).map(|i| (at(&maps[k], ev.ts_ns[i]), k, i)));
+        order.extend((0..ev.len()).map(|i| MergedEvent { ts_ns: maps[k].at(ev.ts_ns[i]), input: k, index: i }));
     }
     order.sort_unstable();
-    for (ts_ns, k, i) in order {
+    for MergedEvent { ts_ns, input: k, index: i } in order {
         let (t, m) = (&inputs[k].trace, &maps[k]);
         let rec = t.events.record(i);
         let new_index = out.events.len() as u32;
         out.events.push(EventRecord {
             ts_ns,
-            layer: s(m, rec.layer),
+            layer: m.str(rec.layer),
             device: m.devices[rec.device as usize],
             stream: m.streams.get(rec.stream as usize).copied().unwrap_or(0),
             totals: Some(totals[k][i]),
@@ -309,79 +389,65 @@ pub fn merge_with(mut inputs: Vec<MergeInput>, opts: &MergeOptions) -> Result<Tr
             let frames: Vec<u32> = t
                 .stacks
                 .stack(stack)
-                .map(|f| out.stacks.intern_frame(Frame { name: s(m, f.name), filename: s(m, f.filename), line: f.line }))
+                .map(|f| out.stacks.intern_frame(Frame { name: m.str(f.name), filename: m.str(f.filename), line: f.line }))
                 .collect();
             let ns = out.stacks.intern_stack(frames);
             out.stacks.event_stacks.push((new_index, ns));
         }
     }
+}
 
-    // Operators, tensors, scopes, segments, samples, marks; iterations of the lowest rank.
-    for (k, input) in inputs.iter().enumerate() {
-        let t = &input.trace;
-        let m = &mut maps[k];
-        m.tensors = out.tensors.len() as u32;
-        m.shapes = out.shapes.len() as u32;
-        out.shapes.extend(t.shapes.iter().cloned());
-        out.tensors.extend(t.tensors.iter().map(|x| {
-            let mut x = *x;
-            if x.shape != u32::MAX {
-                x.shape += m.shapes;
-            }
-            x
-        }));
-        let m = &maps[k];
-        for o in &t.ops {
-            let mut o = o.clone();
-            o.name = s(m, o.name);
-            o.layer = s(m, o.layer);
-            o.start_ns = at(m, o.start_ns);
-            o.end_ns = at(m, o.end_ns);
-            o.thread = thread_of(input.rank, o.thread);
-            if o.fwd_thread != 0 {
-                o.fwd_thread = thread_of(input.rank, o.fwd_thread);
-            }
-            o.inputs = (o.inputs.0 + m.tensors, o.inputs.1 + m.tensors);
-            o.outputs = (o.outputs.0 + m.tensors, o.outputs.1 + m.tensors);
-            out.ops.push(o);
+/// Takes one input and its map; appends its shapes, tensors, operators, scopes, initial
+/// segments, device samples and marks to `out`, renumbered and on the merged clock.
+fn append_records(out: &mut Trace, input: &MergeInput, m: &InputMap) {
+    let t = &input.trace;
+    let tensors = out.tensors.len() as u32;
+    let shapes = out.shapes.len() as u32;
+    out.shapes.extend(t.shapes.iter().cloned());
+    out.tensors.extend(t.tensors.iter().map(|x| {
+        let mut x = *x;
+        if x.shape != u32::MAX {
+            x.shape += shapes;
         }
-        for sc in &t.scopes {
-            let mut sc = sc.clone();
-            sc.name = s(m, sc.name);
-            sc.start_ns = at(m, sc.start_ns);
-            sc.end_ns = at(m, sc.end_ns);
-            sc.thread = thread_of(input.rank, sc.thread);
-            out.scopes.push(sc);
+        x
+    }));
+    for o in &t.ops {
+        let mut o = o.clone();
+        o.name = m.str(o.name);
+        o.layer = m.str(o.layer);
+        o.start_ns = m.at(o.start_ns);
+        o.end_ns = m.at(o.end_ns);
+        o.thread = thread_of(input.rank, o.thread);
+        if o.fwd_thread != 0 {
+            o.fwd_thread = thread_of(input.rank, o.fwd_thread);
         }
-        for seg in &t.initial_segments {
-            let mut seg = seg.clone();
-            seg.device = m.devices[seg.device as usize];
-            seg.stream = m.streams.get(seg.stream as usize).copied().unwrap_or(0);
-            out.initial_segments.push(seg);
-        }
-        for d in &t.device_samples {
-            let mut d = *d;
-            d.device = m.devices[d.device as usize];
-            d.ts_ns = at(m, d.ts_ns);
-            out.device_samples.push(d);
-        }
-        for mk in &t.marks {
-            out.marks.push(Mark { ts_ns: at(m, mk.ts_ns), name: s(m, mk.name), value: mk.value, rank: Some(input.rank) });
-        }
-        if k == 0 {
-            out.iterations = t
-                .iterations
-                .iter()
-                .map(|it| IterationSpan { index: it.index, start_ns: at(m, it.start_ns), end_ns: at(m, it.end_ns) })
-                .collect();
-        }
+        o.inputs = (o.inputs.0 + tensors, o.inputs.1 + tensors);
+        o.outputs = (o.outputs.0 + tensors, o.outputs.1 + tensors);
+        out.ops.push(o);
     }
-    out.ops.sort_by_key(|o| o.start_ns);
-    out.scopes.sort_by_key(|x| (x.start_ns, x.depth));
-    out.marks.sort_by_key(|x| x.ts_ns);
-    out.device_samples.sort_by_key(|x| x.ts_ns);
-    out.finish();
-    Ok(out)
+    for sc in &t.scopes {
+        let mut sc = sc.clone();
+        sc.name = m.str(sc.name);
+        sc.start_ns = m.at(sc.start_ns);
+        sc.end_ns = m.at(sc.end_ns);
+        sc.thread = thread_of(input.rank, sc.thread);
+        out.scopes.push(sc);
+    }
+    for seg in &t.initial_segments {
+        let mut seg = seg.clone();
+        seg.device = m.devices[seg.device as usize];
+        seg.stream = m.streams.get(seg.stream as usize).copied().unwrap_or(0);
+        out.initial_segments.push(seg);
+    }
+    for d in &t.device_samples {
+        let mut d = *d;
+        d.device = m.devices[d.device as usize];
+        d.ts_ns = m.at(d.ts_ns);
+        out.device_samples.push(d);
+    }
+    for mk in &t.marks {
+        out.marks.push(Mark { ts_ns: m.at(mk.ts_ns), name: m.str(mk.name), value: mk.value, rank: Some(input.rank) });
+    }
 }
 
 /// The ranks of a merged trace, ascending (empty for a trace of one process).

@@ -1625,10 +1625,54 @@ pub fn advise(trace: &Trace, opts: &AdviceOptions) -> AdviceReport {
     }
     let device = peak_device(trace);
     let c = Curve::build(trace, device);
-    let mut notes = Vec::new();
-    let mut not_available = Vec::new();
+    let Measured { baseline, peak_pos, persistent } = measure_baseline(trace, device, &c);
+    let has_tensor_ids = trace.tensors.iter().any(|t| t.storage_id != 0);
+    let peak = baseline.peak_allocated_bytes;
+    let ctx = Ctx {
+        c,
+        peak,
+        peak_pos,
+        budget: opts.budget_bytes,
+        target: opts.budget_bytes.filter(|&b| peak > b),
+        persistent,
+        iteration_time_s: baseline.iteration_time_s,
+        activations_at_peak: baseline.activations_at_peak_bytes,
+        has_tensor_ids,
+    };
+    let Advice { mut suggestions, mut candidates, mut notes, not_available } = suggest(trace, &ctx, &baseline, opts);
+    let budget_met = budget_notes(&ctx, opts.budget_bytes, &suggestions, &mut notes);
+    rank(&mut suggestions, opts.budget_bytes);
+    suggestions.truncate(opts.top);
+    candidates.sort_by(|a, b| {
+        b.activation_bytes_at_peak
+            .cmp(&a.activation_bytes_at_peak)
+            .then(b.activation_bytes.cmp(&a.activation_bytes))
+            .then(a.layer.cmp(&b.layer))
+    });
+    candidates.truncate(opts.top);
+    AdviceReport {
+        baseline,
+        budget_bytes: opts.budget_bytes,
+        budget_met,
+        suggestions,
+        checkpoint_candidates: candidates,
+        not_available,
+        notes,
+    }
+}
 
-    // Baseline.
+/// What the trace measured, before any replay.
+struct Measured {
+    baseline: Baseline,
+    /// Position of the peak in the curve; `None`: the peak is the base.
+    peak_pos: Option<usize>,
+    persistent: Persistent,
+}
+
+/// Takes the trace and its main device's curve; gives the baseline: the peak and where it
+/// is, iteration time, and what is persistent (from the graph profile where there are
+/// operators, else from the blocks' stacks).
+fn measure_baseline(trace: &Trace, device: u8, c: &Curve) -> Measured {
     let (peak, peak_pos) = {
         let measured: Vec<i64> = c.alloc.iter().map(|&a| a as i64).collect();
         c.peak_of(&measured)
@@ -1644,7 +1688,7 @@ pub fn advise(trace: &Trace, opts: &AdviceOptions) -> AdviceReport {
     let persistent = profile.as_ref().and_then(persistent_from_profile).unwrap_or_else(|| {
         let state: u64 =
             c.blocks.iter().filter(|b| c.is_optimizer_state(b) && peak_pos.is_some_and(|p| c.alive_at(b, p))).map(|b| b.size_bytes).sum();
-        let weights = weights_from_stacks(&c, peak_pos);
+        let weights = weights_from_stacks(c, peak_pos);
         Persistent { weights, gradients: None, optimizer_state: (state > 0).then_some(state), floor: weights.map(|w| w + state) }
     });
     let activations_at_peak: u64 =
@@ -1672,26 +1716,30 @@ pub fn advise(trace: &Trace, opts: &AdviceOptions) -> AdviceReport {
         activations_at_peak_bytes: activations_at_peak,
         operator_data,
     };
-    let has_tensor_ids = trace.tensors.iter().any(|t| t.storage_id != 0);
-    let has_activations = c.blocks.iter().any(|b| c.is_activation(b));
-    let ctx = Ctx {
-        c,
-        peak,
-        peak_pos,
-        budget: opts.budget_bytes,
-        target: opts.budget_bytes.filter(|&b| peak > b),
-        persistent,
-        iteration_time_s,
-        activations_at_peak,
-        has_tensor_ids,
-    };
+    Measured { baseline, peak_pos, persistent }
+}
 
+/// The advice before ranking.
+struct Advice {
+    suggestions: Vec<Suggestion>,
+    candidates: Vec<CheckpointCandidate>,
+    notes: Vec<String>,
+    not_available: Vec<String>,
+}
+
+/// Takes the measured context; gives every suggestion that applies (checkpointing, AMP and a
+/// smaller batch where there are operators and activations; set-to-none, optimizer and
+/// fragmentation advice always), with notes and what cannot be advised.
+fn suggest(trace: &Trace, ctx: &Ctx, baseline: &Baseline, opts: &AdviceOptions) -> Advice {
+    let mut notes = Vec::new();
+    let mut not_available = Vec::new();
     let mut suggestions = Vec::new();
     let mut candidates = Vec::new();
     if ctx.c.len() == 0 {
         notes.push("the trace has no memory events: there is nothing to replay".to_owned());
     }
-    if !operator_data {
+    let has_activations = ctx.c.blocks.iter().any(|b| ctx.c.is_activation(b));
+    if !baseline.operator_data {
         let format = trace.meta.source_format.as_str();
         for (kind, needs) in [
             ("checkpoint", "which allocations each module's forward makes and when its backward starts (module scopes and operators)"),
@@ -1716,19 +1764,24 @@ pub fn advise(trace: &Trace, opts: &AdviceOptions) -> AdviceReport {
                     .to_owned(),
             );
         } else {
-            candidates = checkpoint_advice(&ctx, &defs, &times, &mut suggestions, &mut notes);
+            candidates = checkpoint_advice(ctx, &defs, &times, &mut suggestions, &mut notes);
         }
-        amp_advice(&ctx, &defs, &times, &mut suggestions);
-        batch_advice(&ctx, trace.meta.batch_size, &mut suggestions, &mut notes);
+        amp_advice(ctx, &defs, &times, &mut suggestions);
+        batch_advice(ctx, trace.meta.batch_size, &mut suggestions, &mut notes);
     }
-    set_to_none_advice(&ctx, &mut suggestions);
-    optimizer_advice(&ctx, &mut suggestions);
-    fragmentation_advice(&ctx, &baseline, opts.fragmentation_threshold, &mut suggestions, &mut notes, &mut not_available);
+    set_to_none_advice(ctx, &mut suggestions);
+    optimizer_advice(ctx, &mut suggestions);
+    fragmentation_advice(ctx, baseline, opts.fragmentation_threshold, &mut suggestions, &mut notes, &mut not_available);
+    Advice { suggestions, candidates, notes, not_available }
+}
 
-    let budget_met = opts.budget_bytes.map(|_| suggestions.iter().any(|s| s.meets_budget == Some(true)));
-    if let Some(b) = opts.budget_bytes {
-        if peak <= b {
-            notes.insert(0, format!("the measured peak {} already fits the budget {}", format_bytes(peak), format_bytes(b)));
+/// Takes the suggestions and the budget; gives whether any suggestion meets the budget, and
+/// puts first in `notes` that the peak already fits it or why nothing can meet it.
+fn budget_notes(ctx: &Ctx, budget_bytes: Option<u64>, suggestions: &[Suggestion], notes: &mut Vec<String>) -> Option<bool> {
+    let budget_met = budget_bytes.map(|_| suggestions.iter().any(|s| s.meets_budget == Some(true)));
+    if let Some(b) = budget_bytes {
+        if ctx.peak <= b {
+            notes.insert(0, format!("the measured peak {} already fits the budget {}", format_bytes(ctx.peak), format_bytes(b)));
         } else if budget_met == Some(false) {
             let mut why = format!("no suggestion meets the budget {}", format_bytes(b));
             if let Some(f) = ctx.persistent.floor.filter(|&f| b < f) {
@@ -1741,24 +1794,7 @@ pub fn advise(trace: &Trace, opts: &AdviceOptions) -> AdviceReport {
             notes.insert(0, why);
         }
     }
-    rank(&mut suggestions, opts.budget_bytes);
-    suggestions.truncate(opts.top);
-    candidates.sort_by(|a, b| {
-        b.activation_bytes_at_peak
-            .cmp(&a.activation_bytes_at_peak)
-            .then(b.activation_bytes.cmp(&a.activation_bytes))
-            .then(a.layer.cmp(&b.layer))
-    });
-    candidates.truncate(opts.top);
-    AdviceReport {
-        baseline,
-        budget_bytes: opts.budget_bytes,
-        budget_met,
-        suggestions,
-        checkpoint_candidates: candidates,
-        not_available,
-        notes,
-    }
+    budget_met
 }
 
 fn parts_text(p: &Persistent) -> String {

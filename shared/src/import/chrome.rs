@@ -385,7 +385,29 @@ pub fn import_reader(reader: impl Read) -> Result<Trace, ImportError> {
     read(serde_json::Deserializer::from_reader(std::io::BufReader::with_capacity(64 << 10, reader)))
 }
 
-fn read<'de, R: serde_json::de::Read<'de>>(mut de: serde_json::Deserializer<R>) -> Result<Trace, ImportError> {
+/// Parses a Chrome trace, then places its slices and memory events into the trace in stages.
+fn read<'de, R: serde_json::de::Read<'de>>(de: serde_json::Deserializer<R>) -> Result<Trace, ImportError> {
+    let Reading { mut trace, mut slices, mut memory, has_modules, device, .. } = parse(de)?;
+    if let Some(p) = device {
+        trace.meta.device_name = p.name;
+        trace.meta.device_total_memory_bytes = p.total_global_mem;
+    }
+    let contexts = attribute_slices(&mut trace, &mut slices, &mut memory, has_modules);
+    memory_events(&mut trace, &memory, &contexts)?;
+    if !trace.events.is_empty() && trace.streams.is_empty() {
+        trace.stream_index("default");
+    }
+    let bases = bases_before_first_events(&trace);
+    rebase(&mut trace, bases);
+    trace.scopes.sort_by_key(|s| (s.start_ns, std::cmp::Reverse(s.end_ns)));
+    trace.ops.sort_by_key(|o| (o.start_ns, std::cmp::Reverse(o.end_ns)));
+    trace.finish();
+    Ok(trace)
+}
+
+/// Takes the JSON document; gives what reading its events kept (operators and module paths
+/// already in the trace, slices by thread, `[memory]` events), or the first error.
+fn parse<'de, R: serde_json::de::Read<'de>>(mut de: serde_json::Deserializer<R>) -> Result<Reading, ImportError> {
     let mut r = Reading {
         trace: Trace::new(TraceMeta::new(SourceFormat::ChromeTrace)),
         slices: HashMap::new(),
@@ -413,120 +435,153 @@ fn read<'de, R: serde_json::de::Read<'de>>(mut de: serde_json::Deserializer<R>) 
             ImportError::json(&e)
         }
     })?;
-    let Reading { mut trace, mut slices, mut memory, has_modules, device, .. } = r;
-    if let Some(p) = device {
-        trace.meta.device_name = p.name;
-        trace.meta.device_total_memory_bytes = p.total_global_mem;
-    }
+    Ok(r)
+}
 
-    // Phase of each slice: inside an autograd node = backward, inside Optimizer.step = optimizer,
-    // inside zero_grad = other, otherwise forward.
+/// The phase and layer that a memory event, an op or a scope ran in.
+#[derive(Clone, Copy)]
+struct Context {
+    phase: Phase,
+    layer: StrId,
+}
+
+const NO_CONTEXT: Context = Context { phase: Phase::Other, layer: StrId::NONE };
+
+/// Phase a slice's name sets for what runs inside it: inside an autograd node = backward,
+/// inside Optimizer.step = optimizer, inside zero_grad = other; `None`: its parent's.
+fn phase_of_name(trace: &Trace, id: StrId) -> Option<Phase> {
+    let n = trace.str(id);
+    if n.starts_with("autograd::engine::evaluate_function") {
+        Some(Phase::Backward)
+    } else if n.starts_with("Optimizer.step") {
+        Some(Phase::Optimizer)
+    } else if n.starts_with("Optimizer.zero_grad") {
+        Some(Phase::Other)
+    } else {
+        None
+    }
+}
+
+/// Takes the slices by thread and the memory events; sorts both by time, gives every op its
+/// phase and layer, adds a scope per module or annotation slice, and gives the context of each
+/// memory event (in the sorted order). Memory events on threads without slices keep
+/// [`NO_CONTEXT`].
+fn attribute_slices(trace: &mut Trace, slices: &mut HashMap<u64, Vec<Slice>>, memory: &mut [MemRec], has_modules: bool) -> Vec<Context> {
     let mut tids: Vec<u64> = slices.keys().copied().collect();
     tids.sort_unstable();
     for list in slices.values_mut() {
         list.sort_by_key(|s| (s.start_ns, std::cmp::Reverse(s.end_ns)));
     }
-    let phase_of_name = |trace: &Trace, id: StrId| -> Option<Phase> {
-        let n = trace.str(id);
-        if n.starts_with("autograd::engine::evaluate_function") {
-            Some(Phase::Backward)
-        } else if n.starts_with("Optimizer.step") {
-            Some(Phase::Optimizer)
-        } else if n.starts_with("Optimizer.zero_grad") {
-            Some(Phase::Other)
-        } else {
-            None
-        }
-    };
     memory.sort_by_key(|m| m.ts_ns);
     // Memory events grouped by thread, keeping their global order index.
     let mut mem_by_tid: HashMap<u64, Vec<usize>> = HashMap::new();
     for (k, rec) in memory.iter().enumerate() {
         mem_by_tid.entry(rec.tid).or_default().push(k);
     }
-    let mut mem_ctx: Vec<(Phase, StrId)> = vec![(Phase::Other, StrId::NONE); memory.len()];
+    let mut contexts = vec![NO_CONTEXT; memory.len()];
     for tid in &tids {
         let list = &slices[tid];
         let mem = mem_by_tid.get(tid).map(Vec::as_slice).unwrap_or(&[]);
-        // Module path of the stack as each slice is pushed (`StrId::NONE`: no module), built
-        // from its parent's path so that deep nesting costs one join per slice. Interned in
-        // this first pass, in slice order, so the string table reads as it always has.
-        let mut module_path: Vec<StrId> = Vec::new();
-        if has_modules {
-            module_path.reserve_exact(list.len());
-            let mut st: Vec<usize> = Vec::new();
-            for (i, s) in list.iter().enumerate() {
-                while st.last().is_some_and(|&t| list[t].end_ns <= s.start_ns) {
-                    st.pop();
-                }
-                let parent = st.last().map_or(StrId::NONE, |&t| module_path[t]);
-                let path = if s.kind != SliceKind::Module {
-                    parent
-                } else if parent == StrId::NONE {
-                    s.name
-                } else {
-                    let (head, name) = (trace.str(parent), trace.str(s.name));
-                    if head.len() + 1 + name.len() > MAX_MODULE_PATH_BYTES {
-                        parent
-                    } else {
-                        let joined = format!("{head}.{name}");
-                        trace.strings.intern(&joined)
-                    }
-                };
-                module_path.push(path);
-                st.push(i);
-            }
+        let module_path = if has_modules { module_paths(trace, list) } else { Vec::new() };
+        walk_thread(trace, ThreadSlices { tid: *tid, list, module_path: &module_path }, memory, mem, &mut contexts);
+    }
+    contexts
+}
+
+/// Takes one thread's slices in start order; gives the module path of the stack as each slice
+/// is pushed (`StrId::NONE`: no module), built from its parent's path so that deep nesting
+/// costs one join per slice. Interned in slice order, so the string table reads as it always
+/// has.
+fn module_paths(trace: &mut Trace, list: &[Slice]) -> Vec<StrId> {
+    let mut module_path: Vec<StrId> = Vec::with_capacity(list.len());
+    let mut st: Vec<usize> = Vec::new();
+    for (i, s) in list.iter().enumerate() {
+        while st.last().is_some_and(|&t| list[t].end_ns <= s.start_ns) {
+            st.pop();
         }
-        // The open slices, each with the context it gives what runs inside it: the phase of
-        // its innermost autograd/optimizer ancestor (else forward) and its layer (the module
-        // path, else the outermost slice's name).
-        struct Open {
-            slice: usize,
-            phase: Phase,
-            layer: StrId,
-        }
-        let mut stack: Vec<Open> = Vec::new();
-        let mut m = 0;
-        // One pass over the slices and a final step (`None`) that drains the memory events
-        // after the last slice starts.
-        for (i, s) in list.iter().map(Some).chain(std::iter::once(None)).enumerate() {
-            // Memory events before this slice starts see the current stack.
-            while m < mem.len() && s.is_none_or(|s| memory[mem[m]].ts_ns < s.start_ns) {
-                let ts = memory[mem[m]].ts_ns;
-                while stack.last().is_some_and(|t| list[t.slice].end_ns < ts) {
-                    stack.pop();
-                }
-                mem_ctx[mem[m]] = stack.last().map_or((Phase::Other, StrId::NONE), |t| (t.phase, t.layer));
-                m += 1;
+        let parent = st.last().map_or(StrId::NONE, |&t| module_path[t]);
+        let path = if s.kind != SliceKind::Module {
+            parent
+        } else if parent == StrId::NONE {
+            s.name
+        } else {
+            let (head, name) = (trace.str(parent), trace.str(s.name));
+            if head.len() + 1 + name.len() > MAX_MODULE_PATH_BYTES {
+                parent
+            } else {
+                let joined = format!("{head}.{name}");
+                trace.strings.intern(&joined)
             }
-            let Some(s) = s else { break };
-            while stack.last().is_some_and(|t| list[t.slice].end_ns <= s.start_ns) {
+        };
+        module_path.push(path);
+        st.push(i);
+    }
+    module_path
+}
+
+/// One thread's slices, sorted by start, with their module paths (empty without modules).
+struct ThreadSlices<'a> {
+    tid: u64,
+    list: &'a [Slice],
+    module_path: &'a [StrId],
+}
+
+/// Takes one thread's slices and its memory events (`mem`, indices into `memory` in time
+/// order); sets the context of its ops, pushes its scopes, and writes the context of each
+/// of its memory events into `contexts`.
+fn walk_thread(trace: &mut Trace, thread: ThreadSlices, memory: &[MemRec], mem: &[usize], contexts: &mut [Context]) {
+    let list = thread.list;
+    // The open slices, each with the context it gives what runs inside it: the phase of its
+    // innermost autograd/optimizer ancestor (else forward) and its layer (the module path,
+    // else the outermost slice's name).
+    struct Open {
+        slice: usize,
+        context: Context,
+    }
+    let mut stack: Vec<Open> = Vec::new();
+    let mut m = 0;
+    // One pass over the slices and a final step (`None`) that drains the memory events after
+    // the last slice starts.
+    for (i, s) in list.iter().map(Some).chain(std::iter::once(None)).enumerate() {
+        // Memory events before this slice starts see the current stack.
+        while m < mem.len() && s.is_none_or(|s| memory[mem[m]].ts_ns < s.start_ns) {
+            let ts = memory[mem[m]].ts_ns;
+            while stack.last().is_some_and(|t| list[t.slice].end_ns < ts) {
                 stack.pop();
             }
-            let phase = phase_of_name(&trace, s.name).unwrap_or(stack.last().map_or(Phase::Forward, |t| t.phase));
-            let path = module_path.get(i).copied().unwrap_or(StrId::NONE);
-            let layer = if path != StrId::NONE { path } else { stack.first().map_or(s.name, |t| list[t.slice].name) };
-            stack.push(Open { slice: i, phase, layer });
-            if let Some(op) = s.op {
-                trace.ops[op].phase = phase;
-                trace.ops[op].layer = layer;
-            }
-            if s.kind != SliceKind::Op {
-                trace.scopes.push(LayerScope {
-                    name: if s.kind == SliceKind::Module { layer } else { s.name },
-                    start_ns: s.start_ns,
-                    end_ns: s.end_ns,
-                    depth: (stack.len() - 1).min(u16::MAX as usize) as u16,
-                    phase,
-                    thread: *tid,
-                });
-            }
+            contexts[mem[m]] = stack.last().map_or(NO_CONTEXT, |t| t.context);
+            m += 1;
+        }
+        let Some(s) = s else { break };
+        while stack.last().is_some_and(|t| list[t.slice].end_ns <= s.start_ns) {
+            stack.pop();
+        }
+        let phase = phase_of_name(trace, s.name).unwrap_or(stack.last().map_or(Phase::Forward, |t| t.context.phase));
+        let path = thread.module_path.get(i).copied().unwrap_or(StrId::NONE);
+        let layer = if path != StrId::NONE { path } else { stack.first().map_or(s.name, |t| list[t.slice].name) };
+        stack.push(Open { slice: i, context: Context { phase, layer } });
+        if let Some(op) = s.op {
+            trace.ops[op].phase = phase;
+            trace.ops[op].layer = layer;
+        }
+        if s.kind != SliceKind::Op {
+            trace.scopes.push(LayerScope {
+                name: if s.kind == SliceKind::Module { layer } else { s.name },
+                start_ns: s.start_ns,
+                end_ns: s.end_ns,
+                depth: (stack.len() - 1).min(u16::MAX as usize) as u16,
+                phase,
+                thread: thread.tid,
+            });
         }
     }
-    // Memory events on threads without slices keep (Other, none).
+}
 
+/// Takes the `[memory]` events in time order and their contexts; gives the trace an event
+/// for each, on a device per (Device Type, Device Id).
+fn memory_events(trace: &mut Trace, memory: &[MemRec], contexts: &[Context]) -> Result<(), ImportError> {
     let mut devices: HashMap<(i64, i64), u8> = HashMap::new();
-    for (k, rec) in memory.iter().enumerate() {
+    for (rec, context) in memory.iter().zip(contexts) {
         let ts = rec.ts_ns;
         let a = rec.args.as_ref().ok_or_else(|| ImportError::Chrome {
             path: "traceEvents[[memory]].args".into(),
@@ -561,24 +616,25 @@ fn read<'de, R: serde_json::de::Read<'de>>(mut de: serde_json::Deserializer<R>) 
             (Some(al), rs) => Some(Totals { allocated_bytes: al.max(0) as u64, reserved_bytes: rs.unwrap_or(0).max(0) as u64 }),
             _ => None,
         };
-        let (phase, layer) = mem_ctx[k];
         trace.events.push(EventRecord {
             ts_ns: ts,
             event_type: if bytes >= 0 { EventType::Alloc } else { EventType::Free },
-            phase,
+            phase: context.phase,
             size_bytes: bytes.unsigned_abs(),
             address: a.addr.unwrap_or(0) as u64,
-            layer,
+            layer: context.layer,
             device: dev,
             stream: 0,
             totals,
         });
     }
-    if !trace.events.is_empty() && trace.streams.is_empty() {
-        trace.stream_index("default");
-    }
-    // The first memory event's totals include memory from before profiling began: make the
-    // base equal to its totals minus its own delta, so that derived values agree from the start.
+    Ok(())
+}
+
+/// Takes the trace with its events; gives each device's base totals: the first memory event's
+/// totals include memory from before profiling began, so the base is its totals minus its own
+/// delta, and derived values agree from the start.
+fn bases_before_first_events(trace: &Trace) -> Vec<Totals> {
     let mut seen = vec![false; trace.devices.len()];
     let mut bases = trace.events.base_totals.clone();
     let mut cursor = trace.events.cursor();
@@ -595,12 +651,7 @@ fn read<'de, R: serde_json::de::Read<'de>>(mut de: serde_json::Deserializer<R>) 
             };
         }
     }
-    drop(cursor);
-    rebase(&mut trace, bases);
-    trace.scopes.sort_by_key(|s| (s.start_ns, std::cmp::Reverse(s.end_ns)));
-    trace.ops.sort_by_key(|o| (o.start_ns, std::cmp::Reverse(o.end_ns)));
-    trace.finish();
-    Ok(trace)
+    bases
 }
 
 /// Sets new base totals and drops overrides that the running sum now predicts.

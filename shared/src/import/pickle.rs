@@ -582,197 +582,280 @@ pub fn parse(data: &[u8]) -> Result<Pickle, ImportError> {
 /// Parses a pickle read from `src`, passing every list item through `hook`. `size_hint` is the
 /// input's length when known: it caps the arena's growth (see [`Arena`]).
 pub fn parse_stream(src: impl Read, size_hint: Option<u64>, hook: &mut impl Hook) -> Result<Pickle, ImportError> {
-    let mut r = Input::new(src);
-    let mut a = Arena { small: vec![None; 259], ..Arena::default() };
-    let mut stack: Vec<ValueId> = Vec::new();
-    let mut marks: Vec<usize> = Vec::new();
-    let mut protocol = 0u8;
-
-    macro_rules! push {
-        ($v:expr) => {{
-            let v = $v;
-            let id = a.alloc(v, size_hint).map_err(|e| r.err(r.pos(), e))?;
-            stack.push(id);
-        }};
-    }
-    // None, True, False and the one-byte ints are immutable: one shared slot each, so that a
-    // list of a billion Nones costs its list, not a billion values.
-    macro_rules! push_small {
-        ($k:expr, $v:expr) => {{
-            let k: usize = $k;
-            let id = match a.small[k] {
-                Some(id) => {
-                    a.add_ref(id);
-                    id
-                }
-                None => {
-                    let id = a.alloc($v, size_hint).map_err(|e| r.err(r.pos(), e))?;
-                    a.pin(id);
-                    a.small[k] = Some(id);
-                    id
-                }
-            };
-            stack.push(id);
-        }};
-    }
-
+    let mut vm = Vm {
+        r: Input::new(src),
+        a: Arena { small: vec![None; 259], ..Arena::default() },
+        stack: Vec::new(),
+        marks: Vec::new(),
+        protocol: 0,
+        size_hint,
+        hook,
+    };
     loop {
-        let at = r.pos();
-        let Some(op) = r.opcode()? else {
+        let at = vm.r.pos();
+        let Some(op) = vm.r.opcode()? else {
             return Err(perr(at, "truncated: the pickle ends before its STOP opcode"));
         };
-        // Values below the last MARK belong to it: no opcode but the mark's own may take them
-        // (as in CPython's unpickler, "unpickling stack underflow").
-        let floor = marks.last().copied().unwrap_or(0);
-        let pop = |stack: &mut Vec<ValueId>| {
-            if stack.len() <= floor {
-                return Err(perr(at, format!("opcode 0x{op:02x} needs a value but the stack is empty above its last MARK")));
-            }
-            stack.pop().ok_or_else(|| perr(at, format!("opcode 0x{op:02x} needs a value but the stack is empty")))
-        };
-        let pop_mark =
-            |marks: &mut Vec<usize>| marks.pop().ok_or_else(|| perr(at, format!("opcode 0x{op:02x} needs a MARK but there is none")));
+        if op == b'.' {
+            return vm.stop(op, at);
+        }
+        vm.step(op, at)?;
+    }
+}
+
+/// The pickle machine: the input, the arena, the stack and its marks. Its methods take the
+/// opcode and its offset (`at`, for errors), read the opcode's arguments and apply it.
+struct Vm<'h, R, H> {
+    r: Input<R>,
+    a: Arena,
+    stack: Vec<ValueId>,
+    /// Stack lengths at each MARK.
+    marks: Vec<usize>,
+    protocol: u8,
+    size_hint: Option<u64>,
+    hook: &'h mut H,
+}
+
+/// Control: one step, the stack and the end.
+impl<R: Read, H: Hook> Vm<'_, R, H> {
+    /// Applies opcode `op` (anything but STOP), sending it to the method of its kind.
+    #[inline(always)]
+    fn step(&mut self, op: u8, at: usize) -> Result<(), ImportError> {
         match op {
-            0x80 => {
-                protocol = r.u8()?;
-                if protocol > 5 {
-                    return Err(perr(at, format!("unsupported pickle protocol {protocol}; expected 0 to 5")));
-                }
+            0x80 | 0x95 => self.framing(op, at),
+            b'(' | b'0' | b'1' | b'2' => self.stack_op(op, at),
+            b'N' | 0x88 | 0x89 | b'I' | b'J' | b'K' | b'M' | b'L' | 0x8a | 0x8b | b'F' | b'G' => self.number(op, at),
+            b'S' | b'T' | b'U' | b'V' | b'X' | 0x8c | 0x8d | b'B' | b'C' | 0x8e | 0x96 => self.text(op, at),
+            b']' | b')' | b'}' | 0x8f | b'l' | b't' | 0x91 | b'd' | 0x85..=0x87 => self.build(op, at),
+            b'a' | b'e' | 0x90 | b's' | b'u' => self.fill(op, at),
+            b'p' | b'q' | b'r' | 0x94 | b'g' | b'h' | b'j' => self.memo(op, at),
+            b'c' | 0x93 | b'i' | b'R' | b'b' | b'o' | 0x81 | 0x92 | b'P' | b'Q' | 0x82 | 0x83 | 0x84 | 0x97 | 0x98 => {
+                self.refuse_object(op, at)
             }
-            0x95 => {
-                r.u64()?;
+            _ => Err(perr(at, format!("unknown pickle opcode 0x{op:02x}"))),
+        }
+    }
+
+    /// PROTO (checks the version) and FRAME (ignored: the input is read as one stream).
+    fn framing(&mut self, op: u8, at: usize) -> Result<(), ImportError> {
+        if op == 0x80 {
+            self.protocol = self.r.u8()?;
+            if self.protocol > 5 {
+                return Err(perr(at, format!("unsupported pickle protocol {}; expected 0 to 5", self.protocol)));
             }
-            b'.' => {
-                let root = pop(&mut stack)?;
-                let input_bytes = r.offset;
-                let rest = r.remaining()?;
-                if rest > 0 {
-                    return Err(perr(at, format!("{rest} bytes follow the STOP opcode; expected the pickle to end there")));
-                }
-                return Ok(Pickle { arena: a, root, protocol, input_bytes });
-            }
-            b'(' => marks.push(stack.len()),
+        } else {
+            self.r.u64()?;
+        }
+        Ok(())
+    }
+
+    /// STOP: takes the machine; gives the pickle whose root is the top of the stack, if the
+    /// input ends there.
+    fn stop(mut self, op: u8, at: usize) -> Result<Pickle, ImportError> {
+        let root = self.pop(op, at)?;
+        let input_bytes = self.r.offset;
+        let rest = self.r.remaining()?;
+        if rest > 0 {
+            return Err(perr(at, format!("{rest} bytes follow the STOP opcode; expected the pickle to end there")));
+        }
+        Ok(Pickle { arena: self.a, root, protocol: self.protocol, input_bytes })
+    }
+
+    /// MARK, POP, POP_MARK and DUP.
+    fn stack_op(&mut self, op: u8, at: usize) -> Result<(), ImportError> {
+        match op {
+            b'(' => self.marks.push(self.stack.len()),
             // POP of a MARK with nothing above it drops the mark (CPython's load_pop).
-            b'0' if marks.last() == Some(&stack.len()) && !marks.is_empty() => {
-                marks.pop();
+            b'0' if self.marks.last() == Some(&self.stack.len()) && !self.marks.is_empty() => {
+                self.marks.pop();
             }
             b'0' => {
-                pop(&mut stack)?;
+                self.pop(op, at)?;
             }
             b'1' => {
-                let m = pop_mark(&mut marks)?;
-                stack.truncate(m);
+                let m = self.pop_mark(op, at)?;
+                self.stack.truncate(m);
             }
-            b'2' => {
-                let top = top_above(&stack, floor).ok_or_else(|| perr(at, "DUP on an empty stack"))?;
-                a.add_ref(top);
-                stack.push(top);
+            _ => {
+                let top = top_above(&self.stack, self.floor()).ok_or_else(|| perr(at, "DUP on an empty stack"))?;
+                self.a.add_ref(top);
+                self.stack.push(top);
             }
-            b'N' => push_small!(256, Value::None),
-            0x88 => push_small!(257, Value::Bool(true)),
-            0x89 => push_small!(258, Value::Bool(false)),
+        }
+        Ok(())
+    }
+
+    /// Stack length at the last MARK: values below it belong to the mark, and no opcode but the
+    /// mark's own may take them (as in CPython's unpickler, "unpickling stack underflow").
+    #[inline]
+    fn floor(&self) -> usize {
+        self.marks.last().copied().unwrap_or(0)
+    }
+
+    #[inline]
+    fn pop(&mut self, op: u8, at: usize) -> Result<ValueId, ImportError> {
+        if self.stack.len() <= self.floor() {
+            return Err(perr(at, format!("opcode 0x{op:02x} needs a value but the stack is empty above its last MARK")));
+        }
+        self.stack.pop().ok_or_else(|| perr(at, format!("opcode 0x{op:02x} needs a value but the stack is empty")))
+    }
+
+    #[inline]
+    fn pop_mark(&mut self, op: u8, at: usize) -> Result<usize, ImportError> {
+        self.marks.pop().ok_or_else(|| perr(at, format!("opcode 0x{op:02x} needs a MARK but there is none")))
+    }
+
+    /// Puts `v` in a new slot on the stack.
+    #[inline]
+    fn push(&mut self, v: Value) -> Result<(), ImportError> {
+        let id = self.a.alloc(v, self.size_hint).map_err(|e| self.r.err(self.r.pos(), e))?;
+        self.stack.push(id);
+        Ok(())
+    }
+
+    /// Puts the shared slot `k` of an immutable value (None, True, False, the one-byte ints)
+    /// on the stack, so that a list of a billion Nones costs its list, not a billion values.
+    #[inline]
+    fn push_small(&mut self, k: usize, v: Value) -> Result<(), ImportError> {
+        let id = match self.a.small[k] {
+            Some(id) => {
+                self.a.add_ref(id);
+                id
+            }
+            None => {
+                let id = self.a.alloc(v, self.size_hint).map_err(|e| self.r.err(self.r.pos(), e))?;
+                self.a.pin(id);
+                self.a.small[k] = Some(id);
+                id
+            }
+        };
+        self.stack.push(id);
+        Ok(())
+    }
+}
+
+/// Values: numbers and strings.
+impl<R: Read, H: Hook> Vm<'_, R, H> {
+    /// None, the bools, and the integer and float opcodes.
+    fn number(&mut self, op: u8, at: usize) -> Result<(), ImportError> {
+        match op {
+            b'N' => self.push_small(256, Value::None),
+            0x88 => self.push_small(257, Value::Bool(true)),
+            0x89 => self.push_small(258, Value::Bool(false)),
             b'I' => {
-                let s = r.line()?;
+                let s = self.r.line()?;
                 let v = match s {
                     "01" => Value::Bool(true),
                     "00" => Value::Bool(false),
                     _ => Value::Int(s.parse().map_err(|_| perr(at, format!("INT argument {s:?} is not an integer")))?),
                 };
-                push!(v)
+                self.push(v)
             }
             b'J' => {
-                let v = r.u32()? as i32;
-                push!(Value::Int(v as i64))
+                let v = self.r.u32()? as i32;
+                self.push(Value::Int(v as i64))
             }
             b'K' => {
-                let v = r.u8()?;
-                push_small!(v as usize, Value::Int(v as i64))
+                let v = self.r.u8()?;
+                self.push_small(v as usize, Value::Int(v as i64))
             }
             b'M' => {
-                let v = r.u16()?;
-                push!(Value::Int(v as i64))
+                let v = self.r.u16()?;
+                self.push(Value::Int(v as i64))
             }
             b'L' => {
-                let s = r.line()?;
+                let s = self.r.line()?;
                 let s = s.strip_suffix('L').unwrap_or(s);
                 let v = s.parse::<i64>().map_err(|_| perr(at, format!("LONG argument {s:?} is not a 64-bit integer")))?;
-                push!(Value::Int(v))
+                self.push(Value::Int(v))
             }
             0x8a => {
-                let n = r.u8()? as usize;
-                let b = r.take(n, "LONG1 bytes")?;
-                push!(Value::Int(long_from_le(b, at)?))
+                let n = self.r.u8()? as usize;
+                let b = self.r.take(n, "LONG1 bytes")?;
+                let v = long_from_le(b, at)?;
+                self.push(Value::Int(v))
             }
             0x8b => {
-                let n = r.u32()? as u64;
-                let n = r.len(n)?;
-                let b = r.take(n, "LONG4 bytes")?;
-                push!(Value::Int(long_from_le(b, at)?))
+                let n = self.r.u32()? as u64;
+                let n = self.r.len(n)?;
+                let b = self.r.take(n, "LONG4 bytes")?;
+                let v = long_from_le(b, at)?;
+                self.push(Value::Int(v))
             }
             b'F' => {
-                let s = r.line()?;
+                let s = self.r.line()?;
                 let v = s.parse::<f64>().map_err(|_| perr(at, format!("FLOAT argument {s:?} is not a number")))?;
-                push!(Value::Float(v))
+                self.push(Value::Float(v))
             }
-            b'G' => {
-                let b = r.take(8, "BINFLOAT")?;
+            _ => {
+                let b = self.r.take(8, "BINFLOAT")?;
                 let mut x = [0u8; 8];
                 x.copy_from_slice(b);
-                push!(Value::Float(f64::from_be_bytes(x)))
+                self.push(Value::Float(f64::from_be_bytes(x)))
             }
+        }
+    }
+
+    /// The string and bytes opcodes.
+    fn text(&mut self, op: u8, at: usize) -> Result<(), ImportError> {
+        let v = match op {
             b'S' => {
-                let s = r.line()?;
+                let s = self.r.line()?;
                 let s = s
                     .strip_prefix(['\'', '"'])
                     .and_then(|s| s.strip_suffix(['\'', '"']))
                     .ok_or_else(|| perr(at, "STRING argument is not quoted"))?
                     .to_owned();
-                push!(Value::Str(s))
+                Value::Str(s)
             }
             b'T' | b'U' => {
-                let n = if op == b'T' { r.u32()? as u64 } else { r.u8()? as u64 };
-                let n = r.len(n)?;
-                let b = r.take(n, "a string")?;
+                let n = if op == b'T' { self.r.u32()? as u64 } else { self.r.u8()? as u64 };
+                let n = self.r.len(n)?;
+                let b = self.r.take(n, "a string")?;
                 // Protocol 2 byte strings are Latin-1 in Python 3.
-                let s: String = b.iter().map(|&c| c as char).collect();
-                push!(Value::Str(s))
+                Value::Str(b.iter().map(|&c| c as char).collect())
             }
-            b'V' => {
-                let s = r.line()?.to_owned();
-                push!(Value::Str(s))
-            }
+            b'V' => Value::Str(self.r.line()?.to_owned()),
             b'X' | 0x8c | 0x8d => {
                 let n = match op {
-                    b'X' => r.u32()? as u64,
-                    0x8c => r.u8()? as u64,
-                    _ => r.u64()?,
+                    b'X' => self.r.u32()? as u64,
+                    0x8c => self.r.u8()? as u64,
+                    _ => self.r.u64()?,
                 };
-                let n = r.len(n)?;
-                let b = r.take(n, "a unicode string")?;
-                let s = match std::str::from_utf8(b) {
-                    Ok(s) => s.to_owned(),
+                let n = self.r.len(n)?;
+                let b = self.r.take(n, "a unicode string")?;
+                match std::str::from_utf8(b) {
+                    Ok(s) => Value::Str(s.to_owned()),
                     Err(e) => return Err(perr(at, format!("string is not UTF-8: {e}"))),
-                };
-                push!(Value::Str(s))
+                }
             }
-            b'B' | b'C' | 0x8e | 0x96 => {
+            _ => {
                 let n = match op {
-                    b'B' => r.u32()? as u64,
-                    b'C' => r.u8()? as u64,
-                    _ => r.u64()?,
+                    b'B' => self.r.u32()? as u64,
+                    b'C' => self.r.u8()? as u64,
+                    _ => self.r.u64()?,
                 };
-                let n = r.len(n)?;
-                let b = r.take(n, "bytes")?.to_vec();
-                push!(Value::Bytes(b))
+                let n = self.r.len(n)?;
+                Value::Bytes(self.r.take(n, "bytes")?.to_vec())
             }
-            b']' => push!(Value::List(Vec::new())),
-            b')' => push!(Value::Tuple(Vec::new())),
-            b'}' => push!(Value::Dict(Vec::new())),
-            0x8f => push!(Value::Set(Vec::new())),
+        };
+        self.push(v)
+    }
+}
+
+/// Containers: building them and filling them.
+impl<R: Read, H: Hook> Vm<'_, R, H> {
+    /// The empty containers, and those built from the values above a MARK or the top 1 to 3.
+    fn build(&mut self, op: u8, at: usize) -> Result<(), ImportError> {
+        let v = match op {
+            b']' => Value::List(Vec::new()),
+            b')' => Value::Tuple(Vec::new()),
+            b'}' => Value::Dict(Vec::new()),
+            0x8f => Value::Set(Vec::new()),
             b'l' | b't' | 0x91 | b'd' => {
-                let m = pop_mark(&mut marks)?;
-                let items: Vec<ValueId> = stack.split_off(m);
-                let v = match op {
+                let m = self.pop_mark(op, at)?;
+                let items: Vec<ValueId> = self.stack.split_off(m);
+                match op {
                     b'l' => Value::List(items),
                     b't' => Value::Tuple(items),
                     0x91 => Value::Set(items),
@@ -782,37 +865,44 @@ pub fn parse_stream(src: impl Read, size_hint: Option<u64>, hook: &mut impl Hook
                         }
                         Value::Dict(items.chunks(2).map(|c| (c[0], c[1])).collect())
                     }
-                };
-                push!(v)
+                }
             }
-            0x85..=0x87 => {
+            _ => {
                 let n = (op - 0x84) as usize;
-                if stack.len() < floor + n {
+                if self.stack.len() < self.floor() + n {
                     return Err(perr(at, format!("TUPLE{n} needs {n} values on the stack")));
                 }
-                let items = stack.split_off(stack.len() - n);
-                push!(Value::Tuple(items))
+                Value::Tuple(self.stack.split_off(self.stack.len() - n))
             }
+        };
+        self.push(v)
+    }
+
+    /// APPEND, APPENDS, ADDITEMS, SETITEM and SETITEMS: list items pass through the hook.
+    fn fill(&mut self, op: u8, at: usize) -> Result<(), ImportError> {
+        match op {
             b'a' => {
-                let v = pop(&mut stack)?;
-                let target = top_above(&stack, floor).ok_or_else(|| perr(at, "APPEND without a list"))?;
+                let v = self.pop(op, at)?;
+                let target = top_above(&self.stack, self.floor()).ok_or_else(|| perr(at, "APPEND without a list"))?;
+                let a = &mut self.a;
                 match a.get(target) {
                     Value::List(_) => {}
                     other => return Err(perr(at, format!("APPEND to a {}, expected a list", other.type_name()))),
                 }
-                let v = hook.append(&mut a, target, v)?;
+                let v = self.hook.append(a, target, v)?;
                 if let Some(Value::List(l)) = a.get_mut(target) {
                     l.push(v);
                 }
             }
             b'e' | 0x90 => {
-                let m = pop_mark(&mut marks)?;
-                let mut items = stack.split_off(m);
-                let target = top_above(&stack, marks.last().copied().unwrap_or(0)).ok_or_else(|| perr(at, "APPENDS without a list"))?;
+                let m = self.pop_mark(op, at)?;
+                let mut items = self.stack.split_off(m);
+                let target = top_above(&self.stack, self.floor()).ok_or_else(|| perr(at, "APPENDS without a list"))?;
+                let a = &mut self.a;
                 match a.get(target) {
                     Value::List(_) => {
                         for item in &mut items {
-                            *item = hook.append(&mut a, target, *item)?;
+                            *item = self.hook.append(a, target, *item)?;
                         }
                     }
                     Value::Set(_) => {}
@@ -823,77 +913,88 @@ pub fn parse_stream(src: impl Read, size_hint: Option<u64>, hook: &mut impl Hook
                 }
             }
             b's' => {
-                let v = pop(&mut stack)?;
-                let k = pop(&mut stack)?;
-                let target = top_above(&stack, floor).ok_or_else(|| perr(at, "SETITEM without a dict"))?;
+                let v = self.pop(op, at)?;
+                let k = self.pop(op, at)?;
+                let target = top_above(&self.stack, self.floor()).ok_or_else(|| perr(at, "SETITEM without a dict"))?;
+                let a = &mut self.a;
                 match a.get_mut(target) {
                     Some(Value::Dict(d)) => d.push((k, v)),
                     _ => return Err(perr(at, format!("SETITEM on a {}, expected a dict", a.get(target).type_name()))),
                 }
             }
-            b'u' => {
-                let m = pop_mark(&mut marks)?;
-                let items = stack.split_off(m);
+            _ => {
+                let m = self.pop_mark(op, at)?;
+                let items = self.stack.split_off(m);
                 if !items.len().is_multiple_of(2) {
                     return Err(perr(at, "SETITEMS needs an even number of items"));
                 }
-                let target = top_above(&stack, marks.last().copied().unwrap_or(0)).ok_or_else(|| perr(at, "SETITEMS without a dict"))?;
+                let target = top_above(&self.stack, self.floor()).ok_or_else(|| perr(at, "SETITEMS without a dict"))?;
+                let a = &mut self.a;
                 match a.get_mut(target) {
                     Some(Value::Dict(d)) => d.extend(items.chunks(2).map(|c| (c[0], c[1]))),
                     _ => return Err(perr(at, format!("SETITEMS on a {}, expected a dict", a.get(target).type_name()))),
                 }
             }
+        }
+        Ok(())
+    }
+}
+
+/// The memo, and the opcodes that would run Python code.
+impl<R: Read, H: Hook> Vm<'_, R, H> {
+    /// PUT, BINPUT, LONG_BINPUT and MEMOIZE name the top of the stack; GET, BINGET and
+    /// LONG_BINGET push what a key names.
+    fn memo(&mut self, op: u8, at: usize) -> Result<(), ImportError> {
+        match op {
             b'p' | b'q' | b'r' | 0x94 => {
                 let key = match op {
                     b'p' => {
-                        let s = r.line()?;
+                        let s = self.r.line()?;
                         s.parse::<u32>().map_err(|_| perr(at, format!("PUT index {s:?} is not a number")))?
                     }
-                    b'q' => r.u8()? as u32,
-                    b'r' => r.u32()?,
-                    _ => a.memo.count,
+                    b'q' => self.r.u8()? as u32,
+                    b'r' => self.r.u32()?,
+                    _ => self.a.memo.count,
                 };
-                let top = top_above(&stack, floor).ok_or_else(|| perr(at, "memoize on an empty stack"))?;
-                let kept = a.memoize(key, top);
-                if let Some(last) = stack.last_mut() {
+                let top = top_above(&self.stack, self.floor()).ok_or_else(|| perr(at, "memoize on an empty stack"))?;
+                let kept = self.a.memoize(key, top);
+                if let Some(last) = self.stack.last_mut() {
                     *last = kept;
                 }
             }
-            b'g' | b'h' | b'j' => {
+            _ => {
                 let key = match op {
                     b'g' => {
-                        let s = r.line()?;
+                        let s = self.r.line()?;
                         s.parse::<u32>().map_err(|_| perr(at, format!("GET index {s:?} is not a number")))?
                     }
-                    b'h' => r.u8()? as u32,
-                    _ => r.u32()?,
+                    b'h' => self.r.u8()? as u32,
+                    _ => self.r.u32()?,
                 };
-                let id = a.memo.get(key).ok_or_else(|| perr(at, format!("memo entry {key} is used before it is defined")))?;
-                a.add_ref(id);
-                stack.push(id);
-            }
-            b'c' | 0x93 | b'i' => {
-                let what = if op == b'c' || op == b'i' {
-                    let module = r.line()?.to_owned();
-                    let name = r.line()?;
-                    format!("{module}.{name}")
-                } else {
-                    "a class named on the stack".to_owned()
-                };
-                return Err(r.err(
-                    at,
-                    format!("the pickle constructs a Python object ({what}); expected plain data (dicts, lists, strings, numbers)"),
-                ));
-            }
-            b'R' | b'b' | b'o' | 0x81 | 0x92 | b'P' | b'Q' | 0x82 | 0x83 | 0x84 | 0x97 | 0x98 => {
-                return Err(
-                    r.err(at, format!("opcode 0x{op:02x} builds Python objects; expected plain data (dicts, lists, strings, numbers)"))
-                );
-            }
-            _ => {
-                return Err(perr(at, format!("unknown pickle opcode 0x{op:02x}")));
+                let id = self.a.memo.get(key).ok_or_else(|| perr(at, format!("memo entry {key} is used before it is defined")))?;
+                self.a.add_ref(id);
+                self.stack.push(id);
             }
         }
+        Ok(())
+    }
+
+    /// GLOBAL, STACK_GLOBAL, INST and the opcodes that call or build objects: always the
+    /// error that refuses them, naming the class where the pickle spells it out.
+    fn refuse_object(&mut self, op: u8, at: usize) -> Result<(), ImportError> {
+        if !matches!(op, b'c' | 0x93 | b'i') {
+            return Err(self
+                .r
+                .err(at, format!("opcode 0x{op:02x} builds Python objects; expected plain data (dicts, lists, strings, numbers)")));
+        }
+        let what = if op == b'c' || op == b'i' {
+            let module = self.r.line()?.to_owned();
+            let name = self.r.line()?;
+            format!("{module}.{name}")
+        } else {
+            "a class named on the stack".to_owned()
+        };
+        Err(self.r.err(at, format!("the pickle constructs a Python object ({what}); expected plain data (dicts, lists, strings, numbers)")))
     }
 }
 

@@ -588,11 +588,19 @@ impl pickle::Hook for Compactor {
     }
 }
 
+/// A stack in the trace's tables, with the phase and layer it names.
+#[derive(Clone, Copy)]
+struct InternedStack {
+    stack: u32,
+    phase: Phase,
+    layer: StrId,
+}
+
 /// Interns the entries' stacks into the trace's tables, in the order the entries are walked.
 #[derive(Default)]
 struct StackInterner {
     frames: HashMap<u32, u32>,
-    stacks: HashMap<u32, (u32, Phase, StrId)>,
+    stacks: HashMap<u32, InternedStack>,
     /// Frame lists that were left as values, by slot.
     values: HashMap<ValueId, u32>,
 }
@@ -605,7 +613,7 @@ impl StackInterner {
         trace: &mut Trace,
         frames: Frames,
         path: &dyn Fn() -> String,
-    ) -> Result<(u32, Phase, StrId), ImportError> {
+    ) -> Result<InternedStack, ImportError> {
         let sid = match frames {
             Frames::Local(sid) => sid,
             Frames::Value(list) => match self.values.get(&list) {
@@ -650,9 +658,9 @@ impl StackInterner {
             ids.push(id);
         }
         let (phase, layer) = classify_stack(trace, &ids);
-        let stack = trace.stacks.intern_stack(ids);
-        self.stacks.insert(sid, (stack, phase, layer));
-        Ok((stack, phase, layer))
+        let interned = InternedStack { stack: trace.stacks.intern_stack(ids), phase, layer };
+        self.stacks.insert(sid, interned);
+        Ok(interned)
     }
 }
 
@@ -700,48 +708,100 @@ pub fn import_reader(src: impl std::io::Read) -> Result<Trace, ImportError> {
     import_stream(src, None)
 }
 
+/// Imports a snapshot pickle read from `src`: the pickle is parsed (its entries compacted as
+/// they stream), then walked and replayed in stages.
 fn import_stream(src: impl std::io::Read, size_hint: Option<u64>) -> Result<Trace, ImportError> {
     let mut compactor = Compactor::default();
     let p = pickle::parse_stream(src, size_hint, &mut compactor)?;
-    let input_bytes = usize::try_from(p.input_bytes).unwrap_or(usize::MAX);
     let v = View { p: &p };
-    let root = p.root;
-    let Value::Dict(items) = p.get(root) else {
-        return Err(ImportError::NotASnapshot { found: format!("a pickled {}", p.get(root).type_name()) });
-    };
-    let (Some(segments_id), Some(traces_id)) = (p.dict_get(root, "segments"), p.dict_get(root, "device_traces")) else {
-        let keys: Vec<String> = items
-            .iter()
-            .take(8)
-            .map(|(k, _)| match p.get(*k) {
-                Value::Str(s) => format!("'{s}'"),
-                other => other.type_name().to_owned(),
-            })
-            .collect();
-        return Err(ImportError::NotASnapshot { found: format!("a dict with keys [{}]", keys.join(", ")) });
-    };
-
-    let settings = p.dict_get(root, "allocator_settings");
+    let root = RootIds::find(&p)?;
+    let settings = p.dict_get(p.root, "allocator_settings");
     let config = config_from_settings(&v, settings);
     let mut meta = TraceMeta::new(SourceFormat::PytorchSnapshot);
     let mut settings_budget = SETTINGS_NODE_BUDGET;
     meta.allocator_settings = settings.map(|s| to_json(&p, s, 0, &mut settings_budget));
     let mut trace = Trace::new(meta);
 
-    // Final state.
-    struct FinalSeg {
-        address: u64,
-        size: u64,
-        device: usize,
-        stream: i64,
-        pool: Pool,
-        blocks: Vec<(u64, u64, bool)>, // address, size, allocated (active)
-    }
+    let input_bytes = usize::try_from(p.input_bytes).unwrap_or(usize::MAX);
     let mut budget = WalkBudget { left: input_bytes, input_bytes };
+    let finals = final_segments(&v, root.segments, &mut budget)?;
+    let entries = walk_device_traces(&v, root.device_traces, &mut compactor, &mut budget, &mut trace)?;
+    add_devices(&mut trace, &finals, &entries)?;
+    let pre = PreExisting::scan(&entries, &compactor.streams);
+    let mut streams = Streams::default();
+    let start = StartState::build(&finals, &pre, &config, &mut streams, &mut trace)?;
+    let states = allocator_states(&mut trace, start.initial, &start.loose_allocated, &config);
+
+    // External annotations (e.g. `Optimizer.step#SGD.step`) become scopes.
+    if let Some(ann) = p.dict_get(p.root, "external_annotations") {
+        import_annotations(&v, &mut trace, ann, &mut budget)?;
+    }
+    let mut replay = Replay::new(&trace, &finals, &config, states, start.loose_allocated, streams);
+    replay.run(&v, entries, &mut compactor, &mut trace)?;
+    if replay.estimated > 0 {
+        trace
+            .meta
+            .warnings
+            .push(format!("{} frees of blocks not seen allocated were sized by rounding the requested size", replay.estimated));
+    }
+    trace.meta.start_unix_ns = trace.events.ts_ns.first().copied();
+    trace.finish();
+    Ok(trace)
+}
+
+/// The two keys a snapshot's root dict must have.
+struct RootIds {
+    segments: ValueId,
+    device_traces: ValueId,
+}
+
+impl RootIds {
+    /// Takes the parsed pickle; gives its `segments` and `device_traces`, or what was found
+    /// instead of a snapshot.
+    fn find(p: &Pickle) -> Result<Self, ImportError> {
+        let root = p.root;
+        let Value::Dict(items) = p.get(root) else {
+            return Err(ImportError::NotASnapshot { found: format!("a pickled {}", p.get(root).type_name()) });
+        };
+        let (Some(segments), Some(device_traces)) = (p.dict_get(root, "segments"), p.dict_get(root, "device_traces")) else {
+            let keys: Vec<String> = items
+                .iter()
+                .take(8)
+                .map(|(k, _)| match p.get(*k) {
+                    Value::Str(s) => format!("'{s}'"),
+                    other => other.type_name().to_owned(),
+                })
+                .collect();
+            return Err(ImportError::NotASnapshot { found: format!("a dict with keys [{}]", keys.join(", ")) });
+        };
+        Ok(Self { segments, device_traces })
+    }
+}
+
+/// A segment of the final state (`segments`).
+struct FinalSeg {
+    address: u64,
+    size: u64,
+    device: usize,
+    stream: i64,
+    pool: Pool,
+    blocks: Vec<FinalBlock>,
+}
+
+/// A block of a final segment.
+struct FinalBlock {
+    address: u64,
+    size_bytes: u64,
+    /// Allocated (its state is `active_*`).
+    active: bool,
+}
+
+/// Takes the `segments` list; gives the final state it describes.
+fn final_segments(v: &View, segments_id: ValueId, budget: &mut WalkBudget) -> Result<Vec<FinalSeg>, ImportError> {
     let mut finals = Vec::new();
     for (i, &s) in v.list(segments_id, "segments")?.iter().enumerate() {
         let path = format!("segments[{i}]");
-        budget.charge(&v, s, &path)?;
+        budget.charge(v, s, &path)?;
         let address = v.size(s, "address", &path)?;
         let size = v.size(s, "total_size", &path)?;
         let device = v.size(s, "device", &path)?;
@@ -759,20 +819,37 @@ fn import_stream(src: impl std::io::Read, size_hint: Option<u64>) -> Result<Trac
         let blocks_id = v.field(s, "blocks", &path)?;
         for (j, &b) in v.list(blocks_id, &format!("{path}.blocks"))?.iter().enumerate() {
             let bpath = format!("{path}.blocks[{j}]");
-            budget.charge(&v, b, &bpath)?;
+            budget.charge(v, b, &bpath)?;
             let state = v.str(b, "state", &bpath)?;
             let address = v.opt_int(b, "address").map(|a| a as u64);
-            let bsize = v.size(b, "size", &bpath)?;
+            let size_bytes = v.size(b, "size", &bpath)?;
             // Older snapshots omit block addresses; blocks are contiguous from the segment start.
-            let addr = address.unwrap_or_else(|| address_from_previous(&blocks, s, &v));
-            blocks.push((addr, bsize, state.starts_with("active")));
+            let address = address.unwrap_or_else(|| address_from_previous(&blocks, s, v));
+            blocks.push(FinalBlock { address, size_bytes, active: state.starts_with("active") });
         }
         finals.push(FinalSeg { address, size, device, stream, pool, blocks });
     }
+    Ok(finals)
+}
 
-    // Trace entries of every device, merged by time.
-    // Compacted entries are placed where the walk finds them: the first time in place, again
-    // as a copy; any the walk never finds are dropped.
+fn address_from_previous(blocks: &[FinalBlock], seg: ValueId, v: &View) -> u64 {
+    match blocks.last() {
+        Some(b) => b.address.saturating_add(b.size_bytes),
+        None => v.opt_int(seg, "address").unwrap_or(0) as u64,
+    }
+}
+
+/// Takes `device_traces` and the compacted entries; gives the trace entries of every device,
+/// merged by time. Compacted entries are placed where the walk finds them: the first time in
+/// place, again as a copy; any the walk never finds are dropped. Unknown actions are counted
+/// in the trace's warnings.
+fn walk_device_traces(
+    v: &View,
+    traces_id: ValueId,
+    compactor: &mut Compactor,
+    budget: &mut WalkBudget,
+    trace: &mut Trace,
+) -> Result<Vec<Entry>, ImportError> {
     let mut entries = std::mem::take(&mut compactor.entries);
     let compacted = entries.len();
     let mut skipped: HashMap<String, usize> = HashMap::default();
@@ -796,50 +873,11 @@ fn import_stream(src: impl std::io::Read, size_hint: Option<u64>) -> Result<Trac
                 }
                 continue;
             }
-            budget.charge(&v, e, &path)?;
-            if !matches!(p.get(e), Value::Dict(_)) {
-                return Err(v.err(&path, format!("expected a dict, found {}", p.get(e).type_name())));
+            budget.charge(v, e, &path)?;
+            match read_entry(v, e, EntryPlace { device: dev as u8, index }, &mut compactor.streams, &path)? {
+                ReadEntry::Known(entry) => entries.push(entry),
+                ReadEntry::UnknownAction(action) => *skipped.entry(action.to_owned()).or_default() += 1,
             }
-            // One pass over the entry's keys (a snapshot has hundreds of thousands of entries).
-            let [action_v, addr_v, size_v, stream_v, time_v, frames] =
-                p.dict_pick(e, ["action", "addr", "size", "stream", "time_us", "frames"]);
-            let key_err = |key: &str, reason: String| v.err(&|| format!("{}.{key}", path()), reason);
-            let action_s = match action_v.map(|x| p.get(x)) {
-                Some(Value::Str(s)) => s.as_str(),
-                Some(other) => return Err(key_err("action", format!("expected a string, found {}", other.type_name()))),
-                None => return Err(v.err(&path, "expected key 'action', which is missing")),
-            };
-            let Some(action) = parse_action(action_s) else {
-                *skipped.entry(action_s.to_owned()).or_default() += 1;
-                continue;
-            };
-            let int = |x: Option<ValueId>| match x.map(|x| p.get(x)) {
-                Some(Value::Int(i)) => Some(*i),
-                _ => None,
-            };
-            let size = match entry_size(action, size_v.map(|x| p.get(x))) {
-                Ok(size) => size,
-                Err(Some(reason)) => return Err(key_err("size", reason)),
-                Err(None) => return Err(v.err(&path, "expected key 'size', which is missing")),
-            };
-            entries.push(Entry {
-                device: dev as u8,
-                index,
-                action,
-                addr: int(addr_v).unwrap_or(0) as u64,
-                size,
-                stream: compactor.streams.id(int(stream_v).unwrap_or(0)).ok_or_else(|| ImportError::Snapshot {
-                    path: "device_traces".into(),
-                    reason: format!("more than {} distinct streams", u16::MAX as usize + 1),
-                })?,
-                time_us: int(time_v).unwrap_or(0),
-                frames: PackedFrames::new(match frames {
-                    Some(f) if pickle::is_opaque(f) => Compactor::local_stack(f).map(Frames::Local),
-                    Some(f) if matches!(p.get(f), Value::List(l) if l.is_empty()) => None,
-                    f => f.map(Frames::Value),
-                }),
-                items: 0, // charged above
-            });
         }
     }
     let mut skipped: Vec<(String, usize)> = skipped.into_iter().collect();
@@ -850,7 +888,80 @@ fn import_stream(src: impl std::io::Read, size_hint: Option<u64>) -> Result<Trac
     entries.retain(|e| e.index != UNPLACED);
     // Each device's order for equal times, as a stable sort of the walk's order would keep it.
     entries.sort_unstable_by_key(|e| (e.time_us, e.device, e.index));
+    Ok(entries)
+}
 
+/// Where the walk found an entry.
+#[derive(Clone, Copy)]
+struct EntryPlace {
+    device: u8,
+    /// Position in its device's trace.
+    index: u32,
+}
+
+/// A trace entry left as a pickle value, read.
+enum ReadEntry<'a> {
+    Known(Entry),
+    /// Its action, which this importer does not know: the entry is skipped.
+    UnknownAction(&'a str),
+}
+
+/// Takes a trace entry that the compactor left as a value; gives its record, or the error a
+/// walk reports for it.
+fn read_entry<'a>(
+    v: &View<'a>,
+    e: ValueId,
+    place: EntryPlace,
+    streams: &mut LocalStreams,
+    path: &impl Fn() -> String,
+) -> Result<ReadEntry<'a>, ImportError> {
+    let p = v.p;
+    if !matches!(p.get(e), Value::Dict(_)) {
+        return Err(v.err(path, format!("expected a dict, found {}", p.get(e).type_name())));
+    }
+    // One pass over the entry's keys (a snapshot has hundreds of thousands of entries).
+    let [action_v, addr_v, size_v, stream_v, time_v, frames] = p.dict_pick(e, ["action", "addr", "size", "stream", "time_us", "frames"]);
+    let key_err = |key: &str, reason: String| v.err(&|| format!("{}.{key}", path()), reason);
+    let action_s = match action_v.map(|x| p.get(x)) {
+        Some(Value::Str(s)) => s.as_str(),
+        Some(other) => return Err(key_err("action", format!("expected a string, found {}", other.type_name()))),
+        None => return Err(v.err(path, "expected key 'action', which is missing")),
+    };
+    let Some(action) = parse_action(action_s) else {
+        return Ok(ReadEntry::UnknownAction(action_s));
+    };
+    let int = |x: Option<ValueId>| match x.map(|x| p.get(x)) {
+        Some(Value::Int(i)) => Some(*i),
+        _ => None,
+    };
+    let size = match entry_size(action, size_v.map(|x| p.get(x))) {
+        Ok(size) => size,
+        Err(Some(reason)) => return Err(key_err("size", reason)),
+        Err(None) => return Err(v.err(path, "expected key 'size', which is missing")),
+    };
+    Ok(ReadEntry::Known(Entry {
+        device: place.device,
+        index: place.index,
+        action,
+        addr: int(addr_v).unwrap_or(0) as u64,
+        size,
+        stream: streams.id(int(stream_v).unwrap_or(0)).ok_or_else(|| ImportError::Snapshot {
+            path: "device_traces".into(),
+            reason: format!("more than {} distinct streams", u16::MAX as usize + 1),
+        })?,
+        time_us: int(time_v).unwrap_or(0),
+        frames: PackedFrames::new(match frames {
+            Some(f) if pickle::is_opaque(f) => Compactor::local_stack(f).map(Frames::Local),
+            Some(f) if matches!(p.get(f), Value::List(l) if l.is_empty()) => None,
+            f => f.map(Frames::Value),
+        }),
+        items: 0, // charged by the walk
+    }))
+}
+
+/// Takes the final segments and the entries; adds a CUDA device to the trace for every index
+/// up to the highest either names.
+fn add_devices(trace: &mut Trace, finals: &[FinalSeg], entries: &[Entry]) -> Result<(), ImportError> {
     let max_device = finals.iter().map(|f| f.device).chain(entries.iter().map(|e| e.device as usize)).max();
     if let Some(max_device) = max_device {
         if max_device > 255 {
@@ -863,60 +974,125 @@ fn import_stream(src: impl std::io::Read, size_hint: Option<u64>) -> Result<Trac
             trace.device_index(Device { kind: "cuda".into(), index: d as i32, rank: None });
         }
     }
+    Ok(())
+}
 
-    // What existed before the first entry: segments the trace never allocates and blocks it
-    // frees before allocating (or never touches, if they are alive at the end).
-    let mut seg_seen: HashSet<(usize, u64)> = HashSet::default();
-    let mut pre_segments: Vec<(usize, u64, u64, i64)> = Vec::new(); // device, addr, size, stream
-    let mut block_first: HashMap<(usize, u64), Action> = HashMap::default();
-    let mut pre_blocks: Vec<(usize, u64, u64)> = Vec::new(); // device, addr, requested size
-    for e in &entries {
-        match e.action {
-            Action::SegmentAlloc | Action::SegmentMap => {
-                seg_seen.insert((e.device as usize, e.addr));
-            }
-            Action::SegmentFree | Action::SegmentUnmap if seg_seen.insert((e.device as usize, e.addr)) => {
-                pre_segments.push((e.device as usize, e.addr, e.size, compactor.streams.raw(e.stream)));
-            }
-            Action::Alloc => {
-                block_first.entry((e.device as usize, e.addr)).or_insert(Action::Alloc);
-            }
-            Action::FreeRequested | Action::FreeCompleted | Action::Free => {
-                if let std::collections::hash_map::Entry::Vacant(slot) = block_first.entry((e.device as usize, e.addr)) {
-                    slot.insert(e.action);
-                    pre_blocks.push((e.device as usize, e.addr, e.size));
+/// A segment the trace frees (or unmaps) before it allocates it.
+struct PreSegment {
+    device: usize,
+    address: u64,
+    size_bytes: u64,
+    /// The snapshot's stream id.
+    stream: i64,
+}
+
+/// A block the trace frees before it allocates it.
+struct PreBlock {
+    device: usize,
+    address: u64,
+    requested_bytes: u64,
+}
+
+/// What the entries show existed before the first of them.
+struct PreExisting {
+    /// Every (device, address) a segment entry names.
+    seg_seen: HashSet<(usize, u64)>,
+    pre_segments: Vec<PreSegment>,
+    /// The first action on each block (device, address).
+    block_first: HashMap<(usize, u64), Action>,
+    pre_blocks: Vec<PreBlock>,
+}
+
+impl PreExisting {
+    /// Takes the entries in time order; gives the segments and blocks they free before
+    /// allocating.
+    fn scan(entries: &[Entry], local_streams: &LocalStreams) -> Self {
+        let mut seg_seen: HashSet<(usize, u64)> = HashSet::default();
+        let mut pre_segments = Vec::new();
+        let mut block_first: HashMap<(usize, u64), Action> = HashMap::default();
+        let mut pre_blocks = Vec::new();
+        for e in entries {
+            let device = e.device as usize;
+            match e.action {
+                Action::SegmentAlloc | Action::SegmentMap => {
+                    seg_seen.insert((device, e.addr));
                 }
+                Action::SegmentFree | Action::SegmentUnmap if seg_seen.insert((device, e.addr)) => {
+                    pre_segments.push(PreSegment { device, address: e.addr, size_bytes: e.size, stream: local_streams.raw(e.stream) });
+                }
+                Action::Alloc => {
+                    block_first.entry((device, e.addr)).or_insert(Action::Alloc);
+                }
+                Action::FreeRequested | Action::FreeCompleted | Action::Free => {
+                    if let std::collections::hash_map::Entry::Vacant(slot) = block_first.entry((device, e.addr)) {
+                        slot.insert(e.action);
+                        pre_blocks.push(PreBlock { device, address: e.addr, requested_bytes: e.size });
+                    }
+                }
+                _ => {}
             }
-            _ => {}
         }
+        Self { seg_seen, pre_segments, block_first, pre_blocks }
     }
-    let mut streams = Streams::default();
-    let mut initial: Vec<SegmentInfo> = Vec::new();
-    for f in &finals {
-        if seg_seen.contains(&(f.device, f.address)) {
-            continue;
+}
+
+/// The memory that existed before the first entry.
+struct StartState {
+    /// Sorted by (device, address).
+    initial: Vec<SegmentInfo>,
+    /// Bytes of blocks alive at the start that no known segment holds, by (device, address).
+    loose_allocated: HashMap<(usize, u64), u64>,
+}
+
+impl StartState {
+    /// Takes the final segments and what existed before the entries; gives the segments and
+    /// blocks alive at the start: segments the trace never allocates and blocks it frees
+    /// before allocating (or never touches, if they are alive at the end).
+    fn build(
+        finals: &[FinalSeg],
+        pre: &PreExisting,
+        config: &AllocatorConfig,
+        streams: &mut Streams,
+        trace: &mut Trace,
+    ) -> Result<Self, ImportError> {
+        let mut initial: Vec<SegmentInfo> = Vec::new();
+        for f in finals {
+            if pre.seg_seen.contains(&(f.device, f.address)) {
+                continue;
+            }
+            let blocks = f
+                .blocks
+                .iter()
+                .filter(|b| b.active && !pre.block_first.contains_key(&(f.device, b.address)))
+                .map(|b| BlockInfo { address: b.address, size_bytes: b.size_bytes, state: BlockState::Allocated })
+                .collect();
+            let stream = streams.index(trace, f.stream)?;
+            initial.push(SegmentInfo { address: f.address, size_bytes: f.size, device: f.device as u8, stream, pool: f.pool, blocks });
         }
-        let blocks = f
-            .blocks
-            .iter()
-            .filter(|&&(a, _, active)| active && !block_first.contains_key(&(f.device, a)))
-            .map(|&(a, s, _)| BlockInfo { address: a, size_bytes: s, state: BlockState::Allocated })
-            .collect();
-        let stream = streams.index(&mut trace, f.stream)?;
-        initial.push(SegmentInfo { address: f.address, size_bytes: f.size, device: f.device as u8, stream, pool: f.pool, blocks });
+        for s in &pre.pre_segments {
+            let stream = streams.index(trace, s.stream)?;
+            initial.push(SegmentInfo {
+                address: s.address,
+                size_bytes: s.size_bytes,
+                device: s.device as u8,
+                stream,
+                pool: pool_for_segment(s.size_bytes),
+                blocks: Vec::new(),
+            });
+        }
+        let loose_allocated = place_pre_blocks(&mut initial, &pre.pre_blocks, config);
+        for s in &mut initial {
+            s.blocks.sort_by_key(|b| b.address);
+            s.blocks.dedup_by_key(|b| b.address);
+        }
+        initial.sort_by_key(|s| (s.device, s.address));
+        Ok(Self { initial, loose_allocated })
     }
-    for &(device, addr, size, stream) in &pre_segments {
-        let stream = streams.index(&mut trace, stream)?;
-        initial.push(SegmentInfo {
-            address: addr,
-            size_bytes: size,
-            device: device as u8,
-            stream,
-            pool: pool_for_segment(size),
-            blocks: Vec::new(),
-        });
-    }
-    // Blocks freed before being allocated were alive at the start; place them in their segment.
+}
+
+/// Takes the start segments and the blocks freed before being allocated, which were alive at
+/// the start; adds each block to its segment and gives the sizes of those that have none.
+fn place_pre_blocks(initial: &mut [SegmentInfo], pre_blocks: &[PreBlock], config: &AllocatorConfig) -> HashMap<(usize, u64), u64> {
     // Segments sorted by (device, address) so that each block finds its segment in O(log n):
     // the one starting nearest below it (segments do not overlap; of equal starts the first
     // wins, as a linear search would).
@@ -924,28 +1100,32 @@ fn import_stream(src: impl std::io::Read, size_hint: Option<u64>) -> Result<Trac
     by_start.sort_by_key(|&k| (initial[k].device, initial[k].address));
     by_start.dedup_by_key(|k| (initial[*k].device, initial[*k].address));
     let mut loose_allocated: HashMap<(usize, u64), u64> = HashMap::default();
-    for &(device, addr, requested) in &pre_blocks {
-        let size = config.round_size(requested);
-        let key = (device as u8, addr);
+    for b in pre_blocks {
+        let size = config.round_size(b.requested_bytes);
+        let key = (b.device as u8, b.address);
         let after = by_start.partition_point(|&k| (initial[k].device, initial[k].address) <= key);
         let seg = after
             .checked_sub(1)
             .map(|i| by_start[i])
-            .filter(|&k| initial[k].device == key.0 && addr < initial[k].address.saturating_add(initial[k].size_bytes));
+            .filter(|&k| initial[k].device == key.0 && b.address < initial[k].address.saturating_add(initial[k].size_bytes));
         match seg.map(|k| &mut initial[k]) {
-            Some(seg) => seg.blocks.push(BlockInfo { address: addr, size_bytes: size, state: BlockState::Allocated }),
+            Some(seg) => seg.blocks.push(BlockInfo { address: b.address, size_bytes: size, state: BlockState::Allocated }),
             None => {
-                loose_allocated.insert((device, addr), size);
+                loose_allocated.insert((b.device, b.address), size);
             }
         }
     }
-    for s in &mut initial {
-        s.blocks.sort_by_key(|b| b.address);
-        s.blocks.dedup_by_key(|b| b.address);
-    }
-    initial.sort_by_key(|s| (s.device, s.address));
+    loose_allocated
+}
 
-    // One allocator model per device.
+/// Takes the start state; gives one allocator model per device holding it, sets the trace's
+/// base totals and initial segments, and warns of memory allocated before recording.
+fn allocator_states(
+    trace: &mut Trace,
+    initial: Vec<SegmentInfo>,
+    loose_allocated: &HashMap<(usize, u64), u64>,
+    config: &AllocatorConfig,
+) -> Vec<AllocatorState> {
     let n_dev = trace.devices.len();
     let mut states: Vec<AllocatorState> = (0..n_dev).map(|_| AllocatorState::new(config.clone())).collect();
     for s in &initial {
@@ -965,62 +1145,159 @@ fn import_stream(src: impl std::io::Read, size_hint: Option<u64>) -> Result<Trac
             .push(format!("{pre_allocated} bytes were allocated before recording began (recovered from the final segment state)"));
     }
     trace.initial_segments = initial;
+    states
+}
 
-    // External annotations (e.g. `Optimizer.step#SGD.step`) become scopes.
-    if let Some(ann) = p.dict_get(root, "external_annotations") {
-        import_annotations(&v, &mut trace, ann, &mut budget)?;
-    }
-    let optimizer_spans: Vec<(u64, u64, StrId)> =
-        trace.scopes.iter().filter(|s| trace.str(s.name).starts_with("Optimizer.step")).map(|s| (s.start_ns, s.end_ns, s.name)).collect();
+/// An `Optimizer.step*` scope.
+struct OptimizerSpan {
+    start_ns: u64,
+    end_ns: u64,
+    name: StrId,
+}
 
-    // The first final segment at each (device, address), as a linear search would find it.
-    let mut final_pool: HashMap<(usize, u64), Pool> = HashMap::default();
-    for f in &finals {
-        final_pool.entry((f.device, f.address)).or_insert(f.pool);
-    }
-    let mut interner = StackInterner::default();
-    let mut estimated = 0usize;
-    let mut pending_free: HashMap<(usize, u64), u64> = HashMap::default();
-    let mut span_cursor = 0;
-    // Entries are taken from the back in time order, and their vector shrinks as the trace's
-    // columns grow, so that the two are not both held whole.
-    entries.reverse();
-    let mut taken = 0usize;
-    while let Some(e) = entries.pop() {
-        taken += 1;
-        if taken.is_multiple_of(1 << 18) && entries.capacity() > entries.len() + entries.len() / 4 {
-            entries.shrink_to_fit();
+/// An entry as a trace event: its type and the bytes the allocator counts.
+struct SizedEvent {
+    event_type: EventType,
+    size_bytes: u64,
+}
+
+/// Who made an event: its stack, and the phase and layer it ran in.
+struct Attribution {
+    stack: Option<u32>,
+    phase: Phase,
+    layer: StrId,
+}
+
+/// The replay of the entries in time order through one allocator model per device.
+struct Replay<'c> {
+    config: &'c AllocatorConfig,
+    states: Vec<AllocatorState>,
+    /// Blocks alive at the start that no known segment holds, until freed.
+    loose_allocated: HashMap<(usize, u64), u64>,
+    /// Sizes of blocks whose free was requested and not yet completed.
+    pending_free: HashMap<(usize, u64), u64>,
+    /// The first final segment at each (device, address), as a linear search would find it.
+    final_pool: HashMap<(usize, u64), Pool>,
+    /// Sorted by start.
+    optimizer_spans: Vec<OptimizerSpan>,
+    /// Entries come in time order, so one cursor walks the optimizer spans.
+    span_cursor: usize,
+    interner: StackInterner,
+    streams: Streams,
+    /// Frees sized by rounding the requested size.
+    estimated: usize,
+}
+
+impl<'c> Replay<'c> {
+    /// Takes the trace (with its scopes), the final segments and the start state.
+    fn new(
+        trace: &Trace,
+        finals: &[FinalSeg],
+        config: &'c AllocatorConfig,
+        states: Vec<AllocatorState>,
+        loose_allocated: HashMap<(usize, u64), u64>,
+        streams: Streams,
+    ) -> Self {
+        let optimizer_spans = trace
+            .scopes
+            .iter()
+            .filter(|s| trace.str(s.name).starts_with("Optimizer.step"))
+            .map(|s| OptimizerSpan { start_ns: s.start_ns, end_ns: s.end_ns, name: s.name })
+            .collect();
+        let mut final_pool: HashMap<(usize, u64), Pool> = HashMap::default();
+        for f in finals {
+            final_pool.entry((f.device, f.address)).or_insert(f.pool);
         }
-        let e = &e;
+        Replay {
+            config,
+            states,
+            loose_allocated,
+            pending_free: HashMap::default(),
+            final_pool,
+            optimizer_spans,
+            span_cursor: 0,
+            interner: StackInterner::default(),
+            streams,
+            estimated: 0,
+        }
+    }
+
+    /// Takes the entries in time order; gives the trace its events.
+    fn run(&mut self, v: &View, mut entries: Vec<Entry>, compactor: &mut Compactor, trace: &mut Trace) -> Result<(), ImportError> {
+        // Entries are taken from the back in time order, and their vector shrinks as the trace's
+        // columns grow, so that the two are not both held whole.
+        entries.reverse();
+        let mut taken = 0usize;
+        while let Some(e) = entries.pop() {
+            taken += 1;
+            if taken.is_multiple_of(1 << 18) && entries.capacity() > entries.len() + entries.len() / 4 {
+                entries.shrink_to_fit();
+            }
+            let e = &e;
+            let dev = e.device as usize;
+            let sized = self.size_event(e, &compactor.streams, trace)?;
+            let ts_ns = (e.time_us.max(0) as u64).saturating_mul(1000);
+            let by = self.attribute(v, e, ts_ns, &mut compactor.local, trace)?;
+            let stream = self.streams.index(trace, compactor.streams.raw(e.stream))?;
+            let index = trace.events.len() as u32;
+            let rec = EventRecord {
+                ts_ns,
+                event_type: sized.event_type,
+                phase: by.phase,
+                size_bytes: sized.size_bytes,
+                address: e.addr,
+                layer: by.layer,
+                device: dev as u8,
+                stream,
+                totals: None,
+            };
+            trace.events.push(rec);
+            if let Some(s) = by.stack {
+                trace.stacks.event_stacks.push((index, s));
+            }
+            if e.action == Action::Free {
+                // Older snapshots free in one step: record the completion too, so replays of the
+                // segment state see the block released.
+                trace.events.push(EventRecord { event_type: EventType::FreeCompleted, ..rec });
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes an entry; applies it to its device's allocator model and gives the event it makes.
+    fn size_event(&mut self, e: &Entry, local_streams: &LocalStreams, trace: &mut Trace) -> Result<SizedEvent, ImportError> {
         let dev = e.device as usize;
-        let state = &mut states[dev];
-        let (event_type, size) = match e.action {
+        let config = self.config;
+        let state = &mut self.states[dev];
+        let (event_type, size_bytes) = match e.action {
             Action::Alloc => (EventType::Alloc, state.alloc(e.addr, e.size)),
             Action::FreeRequested | Action::Free => {
-                let size = match state.allocated_block(e.addr).or_else(|| loose_allocated.remove(&(dev, e.addr))) {
+                let size = match state.allocated_block(e.addr).or_else(|| self.loose_allocated.remove(&(dev, e.addr))) {
                     Some(s) => s,
                     None => {
-                        estimated += 1;
+                        self.estimated += 1;
                         config.round_size(e.size)
                     }
                 };
                 if e.action == Action::Free {
                     state.free(e.addr);
                 } else {
-                    pending_free.insert((dev, e.addr), size);
+                    self.pending_free.insert((dev, e.addr), size);
                 }
                 (EventType::Free, size)
             }
             Action::FreeCompleted => {
-                let size =
-                    state.free(e.addr).or_else(|| pending_free.get(&(dev, e.addr)).copied()).unwrap_or_else(|| config.round_size(e.size));
-                pending_free.remove(&(dev, e.addr));
+                let size = state
+                    .free(e.addr)
+                    .or_else(|| self.pending_free.get(&(dev, e.addr)).copied())
+                    .unwrap_or_else(|| config.round_size(e.size));
+                self.pending_free.remove(&(dev, e.addr));
                 (EventType::FreeCompleted, size)
             }
             Action::SegmentAlloc | Action::SegmentMap => {
-                let stream = streams.index(&mut trace, compactor.streams.raw(e.stream))?;
-                let pool = final_pool.get(&(dev, e.addr)).copied().unwrap_or_else(|| pool_for_segment(e.size));
-                states[dev].segment_alloc(e.addr, e.size, dev as u8, stream, pool);
+                let stream = self.streams.index(trace, local_streams.raw(e.stream))?;
+                let pool = self.final_pool.get(&(dev, e.addr)).copied().unwrap_or_else(|| pool_for_segment(e.size));
+                self.states[dev].segment_alloc(e.addr, e.size, dev as u8, stream, pool);
                 let et = if e.action == Action::SegmentAlloc { EventType::SegmentAlloc } else { EventType::SegmentMap };
                 (et, e.size)
             }
@@ -1032,51 +1309,37 @@ fn import_stream(src: impl std::io::Read, size_hint: Option<u64>) -> Result<Trac
             Action::Snapshot => (EventType::Snapshot, 0),
             Action::Oom => (EventType::Oom, e.size),
         };
-        let ts_ns = (e.time_us.max(0) as u64).saturating_mul(1000);
-        let (stack, mut phase, mut layer) = match e.frames.get() {
-            Some(f) => {
-                let (s, ph, l) =
-                    interner.stack(&v, &mut compactor.local, &mut trace, f, &|| format!("device_traces[{dev}][{}].frames", e.index))?;
-                (Some(s), ph, l)
-            }
-            None => (None, Phase::Other, StrId::NONE),
-        };
-        // Entries come in time order, so one cursor walks the (sorted) optimizer spans.
-        while span_cursor < optimizer_spans.len() && optimizer_spans[span_cursor].1 < ts_ns {
-            span_cursor += 1;
-        }
-        if let Some(&(start, _, name)) = optimizer_spans.get(span_cursor) {
-            if start <= ts_ns {
-                phase = Phase::Optimizer;
-                layer = name;
-            }
-        }
-        let stream = streams.index(&mut trace, compactor.streams.raw(e.stream))?;
-        let index = trace.events.len() as u32;
-        let rec =
-            EventRecord { ts_ns, event_type, phase, size_bytes: size, address: e.addr, layer, device: dev as u8, stream, totals: None };
-        trace.events.push(rec);
-        if let Some(s) = stack {
-            trace.stacks.event_stacks.push((index, s));
-        }
-        if e.action == Action::Free {
-            // Older snapshots free in one step: record the completion too, so replays of the
-            // segment state see the block released.
-            trace.events.push(EventRecord { event_type: EventType::FreeCompleted, ..rec });
-        }
+        Ok(SizedEvent { event_type, size_bytes })
     }
-    if estimated > 0 {
-        trace.meta.warnings.push(format!("{estimated} frees of blocks not seen allocated were sized by rounding the requested size"));
-    }
-    trace.meta.start_unix_ns = trace.events.ts_ns.first().copied();
-    trace.finish();
-    Ok(trace)
-}
 
-fn address_from_previous(blocks: &[(u64, u64, bool)], seg: ValueId, v: &View) -> u64 {
-    match blocks.last() {
-        Some(&(a, s, _)) => a.saturating_add(s),
-        None => v.opt_int(seg, "address").unwrap_or(0) as u64,
+    /// Takes an entry at `ts_ns`; gives its stack, and the phase and layer the stack names,
+    /// unless an optimizer step was running then.
+    fn attribute(
+        &mut self,
+        v: &View,
+        e: &Entry,
+        ts_ns: u64,
+        local: &mut LocalFrames,
+        trace: &mut Trace,
+    ) -> Result<Attribution, ImportError> {
+        let dev = e.device as usize;
+        let mut by = match e.frames.get() {
+            Some(f) => {
+                let s = self.interner.stack(v, local, trace, f, &|| format!("device_traces[{dev}][{}].frames", e.index))?;
+                Attribution { stack: Some(s.stack), phase: s.phase, layer: s.layer }
+            }
+            None => Attribution { stack: None, phase: Phase::Other, layer: StrId::NONE },
+        };
+        while self.span_cursor < self.optimizer_spans.len() && self.optimizer_spans[self.span_cursor].end_ns < ts_ns {
+            self.span_cursor += 1;
+        }
+        if let Some(span) = self.optimizer_spans.get(self.span_cursor) {
+            if span.start_ns <= ts_ns {
+                by.phase = Phase::Optimizer;
+                by.layer = span.name;
+            }
+        }
+        Ok(by)
     }
 }
 
