@@ -6,6 +6,7 @@
 //! - `cargo xtask install-tools`: only the installs (cached outside the clone).
 //! - `cargo xtask check`: formatting (`cargo fmt --check`), the architecture checks (shared's
 //!   dependencies, wasm32 build, the viewer built by Trunk offline, tidy).
+//! - `cargo xtask tidy`: only tidy (every file opens with `//!`; every path a comment names exists).
 //! - `cargo xtask lint`: clippy with warnings denied, native and wasm32.
 //! - `cargo xtask bench`: import/export benchmarks on the real samples, the graph-profile
 //!   benchmark on a traced ResNet-50, the viewer in headless Chromium, and the timeline at
@@ -14,6 +15,8 @@
 //! - `cargo xtask wheel [--dev]`: the `memory_tracer` Python wheel (pip install it).
 //! - `cargo xtask fuzz [--seconds N] [--runs N] [TARGET...]`: coverage-guided fuzzing of the
 //!   importers (`fuzz/`, cargo-fuzz on nightly), 30 s per target by default.
+
+mod doc_paths;
 
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
@@ -45,6 +48,7 @@ fn main() -> Result<()> {
         Some("install-tools") => install_tools().and_then(|()| install_fuzz_tools()),
         Some("check") => check(),
         Some("lint") => lint(),
+        Some("tidy") => tidy(),
         Some("bench") => {
             build_viewer()?;
             run(Command::new("cargo").args([
@@ -67,7 +71,7 @@ fn main() -> Result<()> {
         Some("wheel") => wheel(args.iter().any(|a| a == "--dev")).map(drop),
         Some("fuzz") => fuzz(&args[1..]),
         _ => {
-            eprintln!("usage: cargo xtask <test|install-tools|check|lint|bench|run|wheel|fuzz>");
+            eprintln!("usage: cargo xtask <test|install-tools|check|lint|tidy|bench|run|wheel|fuzz>");
             std::process::exit(2);
         }
     }
@@ -281,7 +285,8 @@ fn rust_files(dir: &Path) -> Result<Vec<PathBuf>> {
     Ok(out)
 }
 
-/// Every Rust file opens with a `//!` line saying what it is for.
+/// Every Rust file opens with a `//!` line saying what it is for, and every repository path
+/// that a comment, README.md or ARCHITECTURE.md names exists (rules in `doc_paths.rs`).
 fn tidy() -> Result<()> {
     let mut missing = Vec::new();
     for dir in ["shared", "collector", "viewer", "xtask"] {
@@ -294,6 +299,11 @@ fn tidy() -> Result<()> {
     }
     if !missing.is_empty() {
         bail!("these files do not open with a //! line: {}", missing.join(", "));
+    }
+    let stale = doc_paths::stale_paths(Path::new("."))?;
+    if !stale.is_empty() {
+        let list: Vec<String> = stale.iter().map(ToString::to_string).collect();
+        bail!("these comments name paths that do not exist:\n{}", list.join("\n"));
     }
     Ok(())
 }
