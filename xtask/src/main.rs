@@ -285,20 +285,30 @@ fn rust_files(dir: &Path) -> Result<Vec<PathBuf>> {
     Ok(out)
 }
 
-/// Every Rust file opens with a `//!` line saying what it is for, and every repository path
-/// that a comment, README.md or ARCHITECTURE.md names exists (rules in `doc_paths.rs`).
+/// Every Rust file opens with a `//!` line saying what it is for, no item has two doc comments
+/// split by its attributes, and every repository path that a comment, README.md or
+/// ARCHITECTURE.md names exists (rules in `doc_paths.rs`).
 fn tidy() -> Result<()> {
     let mut missing = Vec::new();
+    let mut split = Vec::new();
     for dir in ["shared", "collector", "viewer", "xtask"] {
         for file in rust_files(Path::new(dir))? {
             let text = std::fs::read_to_string(&file)?;
             if !text.trim_start().starts_with("//!") {
                 missing.push(file.display().to_string());
             }
+            split.extend(split_doc_comments(&text).into_iter().map(|line| format!("{}:{line}", file.display())));
         }
     }
     if !missing.is_empty() {
         bail!("these files do not open with a //! line: {}", missing.join(", "));
+    }
+    if !split.is_empty() {
+        bail!(
+            "these doc comments follow attributes that follow another doc comment, so one item has two \
+             (one of them probably belongs to the item above; doc comments go before attributes): {}",
+            split.join(", ")
+        );
     }
     let stale = doc_paths::stale_paths(Path::new("."))?;
     if !stale.is_empty() {
@@ -306,6 +316,21 @@ fn tidy() -> Result<()> {
         bail!("these comments name paths that do not exist:\n{}", list.join("\n"));
     }
     Ok(())
+}
+
+/// Lines where a `///` block starts right after attributes that follow another `///` block:
+/// the mark of a doc comment pasted above the wrong item (as happened in viewer/src/charts.rs,
+/// where a function's doc and `#[allow]` ended up above a type alias).
+fn split_doc_comments(text: &str) -> Vec<usize> {
+    let lines: Vec<&str> = text.lines().map(str::trim_start).collect();
+    let mut out = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        let attributes = lines[..i].iter().rev().take_while(|l| l.starts_with("#[")).count();
+        if line.starts_with("///") && attributes > 0 && i > attributes && lines[i - attributes - 1].starts_with("///") {
+            out.push(i + 1);
+        }
+    }
+    out
 }
 
 fn test() -> Result<()> {
