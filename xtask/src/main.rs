@@ -5,9 +5,10 @@
 //! - `cargo xtask test`: install what is missing, run every check and every test.
 //! - `cargo xtask install-tools`: only the installs (cached outside the clone).
 //! - `cargo xtask check`: formatting (`cargo fmt --check`), the architecture checks (shared's
-//!   dependencies, wasm32 build, the viewer built by Trunk offline, tidy).
-//! - `cargo xtask tidy`: only tidy (every file opens with `//!`; every path a comment names exists).
-//! - `cargo xtask lint`: clippy with warnings denied, native and wasm32.
+//!   dependencies, tidy), the viewer built by Trunk offline, clippy (`lint`, which also checks
+//!   shared for wasm32 and the collector without libtorch).
+//! - `cargo xtask tidy`: only tidy (`//!` openings, doc comments above attributes, paths in comments).
+//! - `cargo xtask lint`: only clippy with warnings denied (native, wasm32, collector without libtorch).
 //! - `cargo xtask bench`: import/export benchmarks on the real samples, the graph-profile
 //!   benchmark on a traced ResNet-50, the viewer in headless Chromium, and the timeline at
 //!   4 million events (full scan against the multi-resolution index).
@@ -227,28 +228,27 @@ fn check() -> Result<()> {
             bail!("{} uses cfg(target_arch); shared must be the same code on native and wasm32", file.display());
         }
     }
-    run(Command::new("cargo").args(["build", "-p", "memory-tracer-shared", "--target", "wasm32-unknown-unknown"]))?;
-    run(Command::new("cargo").args(["build", "-p", "collector", "--no-default-features"]))?;
-    build_viewer()?;
     tidy()?;
+    // The viewer first: the collector's build script embeds dist/ and reruns when it changes,
+    // so clippy then leaves `cargo test` a build script that need not run again.
+    build_viewer()?;
+    // Clippy also stands in for two builds: its wasm32 run compiles shared for wasm32 (as the
+    // viewer's dependency), and its --no-default-features run the collector without libtorch.
+    lint()?;
     eprintln!("xtask: checks passed");
     Ok(())
 }
 
-/// Clippy with warnings as errors: the workspace natively, the viewer for wasm32.
+/// Clippy with warnings as errors: the workspace natively (default features, every target),
+/// the viewer for wasm32 (which checks shared for wasm32 too), and the collector without
+/// libtorch (`--no-default-features`, the wheel's lite collector; only the code that differs
+/// is checked again). Clippy is `cargo check` plus lints, so `cargo test` afterwards reuses
+/// the build scripts' work (libtorch found, the C++ shim compiled).
 fn lint() -> Result<()> {
-    run(Command::new("cargo").args(["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"]))?;
-    run(Command::new("cargo").args([
-        "clippy",
-        "-p",
-        "viewer",
-        "--target",
-        "wasm32-unknown-unknown",
-        "--all-targets",
-        "--",
-        "-D",
-        "warnings",
-    ]))?;
+    let clippy = |args: &[&str]| run(Command::new("cargo").arg("clippy").args(args).args(["--", "-D", "warnings"]));
+    clippy(&["--workspace", "--all-targets"])?;
+    clippy(&["-p", "viewer", "--target", "wasm32-unknown-unknown", "--all-targets"])?;
+    clippy(&["-p", "collector", "--no-default-features"])?;
     eprintln!("xtask: clippy is clean");
     Ok(())
 }
