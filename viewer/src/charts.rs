@@ -108,8 +108,9 @@ fn font(pal: &Palette, size: u32) -> TextStyle<'static> {
     ("sans-serif", size).into_font().color(&pal.text)
 }
 
-/// Memory is a step function: each bucket rises to its maximum at its start and holds its last
-/// level until the next bucket.
+/// Memory through the buckets: at each bucket's start a vertical stroke to its maximum, then a
+/// straight line down to its last level at the next bucket's start, so that a peak inside a
+/// bucket is drawn at the bucket's start and never flattened away.
 fn steps<'a>(
     points: &'a [TimelinePoint],
     end: f64,
@@ -590,6 +591,7 @@ pub struct FlameBox {
     pub h: f64,
 }
 
+/// Height of a flame-graph row in pixels (a box is one less, leaving a gap between rows).
 pub const FLAME_ROW: f64 = 18.0;
 
 /// Lays the icicle out: `focus` spans the full width on the row below its ancestors.

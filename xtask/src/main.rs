@@ -5,8 +5,10 @@
 //! - `cargo xtask test`: install what is missing, run every check and every test.
 //! - `cargo xtask install-tools`: only the installs (cached outside the clone).
 //! - `cargo xtask check`: formatting (`cargo fmt --check`), the architecture checks (shared's
-//!   dependencies, wasm32 build, the viewer built by Trunk offline, tidy).
-//! - `cargo xtask lint`: clippy with warnings denied, native and wasm32.
+//!   dependencies, tidy), the viewer built by Trunk offline, clippy (`lint`, which also checks
+//!   shared for wasm32 and the collector without libtorch).
+//! - `cargo xtask tidy`: only tidy (`//!` openings, doc comments above attributes, paths in comments).
+//! - `cargo xtask lint`: only clippy with warnings denied (native, wasm32, collector without libtorch).
 //! - `cargo xtask bench`: import/export benchmarks on the real samples, the graph-profile
 //!   benchmark on a traced ResNet-50, the viewer in headless Chromium, and the timeline at
 //!   4 million events (full scan against the multi-resolution index).
@@ -14,6 +16,8 @@
 //! - `cargo xtask wheel [--dev]`: the `memory_tracer` Python wheel (pip install it).
 //! - `cargo xtask fuzz [--seconds N] [--runs N] [TARGET...]`: coverage-guided fuzzing of the
 //!   importers (`fuzz/`, cargo-fuzz on nightly), 30 s per target by default.
+
+mod doc_paths;
 
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
@@ -45,6 +49,7 @@ fn main() -> Result<()> {
         Some("install-tools") => install_tools().and_then(|()| install_fuzz_tools()),
         Some("check") => check(),
         Some("lint") => lint(),
+        Some("tidy") => tidy(),
         Some("bench") => {
             build_viewer()?;
             run(Command::new("cargo").args([
@@ -67,7 +72,7 @@ fn main() -> Result<()> {
         Some("wheel") => wheel(args.iter().any(|a| a == "--dev")).map(drop),
         Some("fuzz") => fuzz(&args[1..]),
         _ => {
-            eprintln!("usage: cargo xtask <test|install-tools|check|lint|bench|run|wheel|fuzz>");
+            eprintln!("usage: cargo xtask <test|install-tools|check|lint|tidy|bench|run|wheel|fuzz>");
             std::process::exit(2);
         }
     }
@@ -223,28 +228,27 @@ fn check() -> Result<()> {
             bail!("{} uses cfg(target_arch); shared must be the same code on native and wasm32", file.display());
         }
     }
-    run(Command::new("cargo").args(["build", "-p", "memory-tracer-shared", "--target", "wasm32-unknown-unknown"]))?;
-    run(Command::new("cargo").args(["build", "-p", "collector", "--no-default-features"]))?;
-    build_viewer()?;
     tidy()?;
+    // The viewer first: the collector's build script embeds dist/ and reruns when it changes,
+    // so clippy then leaves `cargo test` a build script that need not run again.
+    build_viewer()?;
+    // Clippy also stands in for two builds: its wasm32 run compiles shared for wasm32 (as the
+    // viewer's dependency), and its --no-default-features run the collector without libtorch.
+    lint()?;
     eprintln!("xtask: checks passed");
     Ok(())
 }
 
-/// Clippy with warnings as errors: the workspace natively, the viewer for wasm32.
+/// Clippy with warnings as errors: the workspace natively (default features, every target),
+/// the viewer for wasm32 (which checks shared for wasm32 too), and the collector without
+/// libtorch (`--no-default-features`, the wheel's lite collector; only the code that differs
+/// is checked again). Clippy is `cargo check` plus lints, so `cargo test` afterwards reuses
+/// the build scripts' work (libtorch found, the C++ shim compiled).
 fn lint() -> Result<()> {
-    run(Command::new("cargo").args(["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"]))?;
-    run(Command::new("cargo").args([
-        "clippy",
-        "-p",
-        "viewer",
-        "--target",
-        "wasm32-unknown-unknown",
-        "--all-targets",
-        "--",
-        "-D",
-        "warnings",
-    ]))?;
+    let clippy = |args: &[&str]| run(Command::new("cargo").arg("clippy").args(args).args(["--", "-D", "warnings"]));
+    clippy(&["--workspace", "--all-targets"])?;
+    clippy(&["-p", "viewer", "--target", "wasm32-unknown-unknown", "--all-targets"])?;
+    clippy(&["-p", "collector", "--no-default-features"])?;
     eprintln!("xtask: clippy is clean");
     Ok(())
 }
@@ -281,21 +285,52 @@ fn rust_files(dir: &Path) -> Result<Vec<PathBuf>> {
     Ok(out)
 }
 
-/// Every Rust file opens with a `//!` line saying what it is for.
+/// Every Rust file opens with a `//!` line saying what it is for, no item has two doc comments
+/// split by its attributes, and every repository path that a comment, README.md or
+/// ARCHITECTURE.md names exists (rules in `doc_paths.rs`).
 fn tidy() -> Result<()> {
     let mut missing = Vec::new();
+    let mut split = Vec::new();
     for dir in ["shared", "collector", "viewer", "xtask"] {
         for file in rust_files(Path::new(dir))? {
             let text = std::fs::read_to_string(&file)?;
             if !text.trim_start().starts_with("//!") {
                 missing.push(file.display().to_string());
             }
+            split.extend(split_doc_comments(&text).into_iter().map(|line| format!("{}:{line}", file.display())));
         }
     }
     if !missing.is_empty() {
         bail!("these files do not open with a //! line: {}", missing.join(", "));
     }
+    if !split.is_empty() {
+        bail!(
+            "these doc comments follow attributes that follow another doc comment, so one item has two \
+             (one of them probably belongs to the item above; doc comments go before attributes): {}",
+            split.join(", ")
+        );
+    }
+    let stale = doc_paths::stale_paths(Path::new("."))?;
+    if !stale.is_empty() {
+        let list: Vec<String> = stale.iter().map(ToString::to_string).collect();
+        bail!("these comments name paths that do not exist:\n{}", list.join("\n"));
+    }
     Ok(())
+}
+
+/// Lines where a `///` block starts right after attributes that follow another `///` block:
+/// the mark of a doc comment pasted above the wrong item (as happened in viewer/src/charts.rs,
+/// where a function's doc and `#[allow]` ended up above a type alias).
+fn split_doc_comments(text: &str) -> Vec<usize> {
+    let lines: Vec<&str> = text.lines().map(str::trim_start).collect();
+    let mut out = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        let attributes = lines[..i].iter().rev().take_while(|l| l.starts_with("#[")).count();
+        if line.starts_with("///") && attributes > 0 && i > attributes && lines[i - attributes - 1].starts_with("///") {
+            out.push(i + 1);
+        }
+    }
+    out
 }
 
 fn test() -> Result<()> {

@@ -234,9 +234,9 @@ fn entry_size(action: Action, size: Option<&Value>) -> Result<u64, Option<String
     }
 }
 
-/// One trace entry, decoded.
+/// One trace entry, decoded. 40 bytes: a snapshot's entries are held until they are sorted by
+/// time.
 #[derive(Clone)]
-/// 40 bytes: a snapshot's entries are held until they are sorted by time.
 struct Entry {
     addr: u64,
     size: u64,
