@@ -56,16 +56,28 @@ impl std::fmt::Display for Stale {
 /// Every stale path named in the repository at `root`.
 pub fn stale_paths(root: &Path) -> Result<Vec<Stale>> {
     let top_level: Vec<String> = dirs_in(root)?.into_iter().filter(|d| d != ".git").collect();
-    let crates: Vec<PathBuf> = top_level
+    let mut crates: Vec<PathBuf> = top_level
         .iter()
         .map(|d| root.join(d))
         .filter(|d| d.join("Cargo.toml").is_file())
         .map(|d| d.strip_prefix(root).unwrap_or(&d).to_path_buf())
         .collect();
+    // Crates nested one level in a crate's folder (collector/protocol, collector/capture).
+    let mut nested = Vec::new();
+    for krate in &crates {
+        for d in dirs_in(&root.join(krate))? {
+            if root.join(krate).join(&d).join("Cargo.toml").is_file() {
+                nested.push(krate.join(d));
+            }
+        }
+    }
     let mut files = vec![PathBuf::from("README.md"), PathBuf::from("ARCHITECTURE.md")];
     for krate in &crates {
         walk(root, krate, &mut files)?;
     }
+    crates.extend(nested);
+    // The innermost crate first, so a file is matched to the crate it is in.
+    crates.sort_by_key(|c| std::cmp::Reverse(c.components().count()));
     let mut stale = Vec::new();
     for file in files {
         let text = std::fs::read_to_string(root.join(&file)).with_context(|| format!("cannot read {}", file.display()))?;

@@ -31,6 +31,12 @@ const BINARYEN_VERSION: &str = "132.0.0";
 const PY_TEST_DEPS: [&str; 4] = ["torchvision==0.26.0", "transformers==5.17.0", "pytest==8.4.2", "requests"];
 const PACKAGE_VERSION: &str = "0.1.0";
 
+/// What links libtorch: only `collector-capture` may depend on these.
+const LIBTORCH_DEPS: [&str; 2] = ["tch", "torch-sys"];
+
+/// Crates the wire contract must never depend on (the viewer compiles it for wasm32).
+const PROTOCOL_FORBIDDEN_DEPS: [&str; 6] = ["tokio", "axum", "tch", "torch-sys", "hyper", "leptos"];
+
 /// Crates `shared` must never depend on (it compiles for wasm32 and does no I/O).
 const SHARED_FORBIDDEN_DEPS: [&str; 8] = ["tokio", "axum", "tch", "torch-sys", "leptos", "web-sys", "clap", "hyper"];
 
@@ -52,19 +58,8 @@ fn main() -> Result<()> {
         Some("tidy") => tidy(),
         Some("bench") => {
             build_viewer()?;
-            run(Command::new("cargo").args([
-                "bench",
-                "-p",
-                "collector",
-                "--bench",
-                "import",
-                "--bench",
-                "profile",
-                "--bench",
-                "viewer",
-                "--bench",
-                "serve",
-            ]))?;
+            run(Command::new("cargo").args(["bench", "-p", "collector", "--bench", "import", "--bench", "viewer", "--bench", "serve"]))?;
+            run(Command::new("cargo").args(["bench", "-p", "collector-capture", "--bench", "profile"]))?;
             run(Command::new("cargo").args(["bench", "-p", "memory-tracer-shared", "--bench", "timeline"]))?;
             bench_capture()
         }
@@ -221,6 +216,14 @@ fn check() -> Result<()> {
             bail!("shared depends on {name}, which it must not (see ARCHITECTURE.md invariants)");
         }
     }
+    // Only collector-capture links libtorch; the wire contract stays free of runtimes too.
+    for (package, forbidden) in [("collector", &LIBTORCH_DEPS[..]), ("memory-tracer-protocol", &PROTOCOL_FORBIDDEN_DEPS[..])] {
+        let tree = output(Command::new("cargo").args(["tree", "-p", package, "-e", "normal", "--prefix", "none", "--target", "all"]))
+            .with_context(|| format!("cargo tree -p {package} failed"))?;
+        if let Some(name) = tree.lines().filter_map(|l| l.split_whitespace().next()).find(|n| forbidden.contains(n)) {
+            bail!("{package} depends on {name}, which it must not (see ARCHITECTURE.md invariants)");
+        }
+    }
     // No target-specific code in shared.
     for file in rust_files(Path::new("shared/src"))? {
         let text = std::fs::read_to_string(&file)?;
@@ -233,7 +236,7 @@ fn check() -> Result<()> {
     // so clippy then leaves `cargo test` a build script that need not run again.
     build_viewer()?;
     // Clippy also stands in for two builds: its wasm32 run compiles shared for wasm32 (as the
-    // viewer's dependency), and its --no-default-features run the collector without libtorch.
+    // viewer's dependency), and its --no-default-features run the collector without the shim.
     lint()?;
     eprintln!("xtask: checks passed");
     Ok(())
@@ -241,8 +244,8 @@ fn check() -> Result<()> {
 
 /// Clippy with warnings as errors: the workspace natively (default features, every target),
 /// the viewer for wasm32 (which checks shared for wasm32 too), and the collector without
-/// libtorch (`--no-default-features`, the wheel's lite collector; only the code that differs
-/// is checked again). Clippy is `cargo check` plus lints, so `cargo test` afterwards reuses
+/// the C++ shim (`--no-default-features`: no libtorch even at build time; only the code that
+/// differs is checked again). Clippy is `cargo check` plus lints, so `cargo test` afterwards reuses
 /// the build scripts' work (libtorch found, the C++ shim compiled).
 fn lint() -> Result<()> {
     let clippy = |args: &[&str]| run(Command::new("cargo").arg("clippy").args(args).args(["--", "-D", "warnings"]));
@@ -359,28 +362,27 @@ fn bench_capture() -> Result<()> {
 }
 
 /// Builds the `memory_tracer` wheel into `target/wheels/`: the package and capture library the
-/// collector carries, plus a collector for analysis. `dev`: reuse the debug collector that
-/// `cargo test` built (links the venv's libtorch; for tests on this machine); otherwise a
-/// release collector without libtorch (starts fast, needs only torch in the user's Python).
+/// collector carries, plus that collector for analysis (it never links libtorch: it starts
+/// fast and needs only torch in the user's Python). `dev`: reuse the debug collector that
+/// `cargo test` built; otherwise a release one, stripped.
 fn wheel(dev: bool) -> Result<PathBuf> {
     let pkg = Path::new("target/wheel-pkg");
     let _ = std::fs::remove_dir_all(pkg);
-    let (traced, lite) = if dev {
+    let (collector, lite) = if dev {
         run(Command::new("cargo").args(["build", "-p", "collector"]))?;
         (PathBuf::from("target/debug/collector"), PathBuf::from("target/debug/collector"))
     } else {
         run(Command::new("cargo").args(["build", "--release", "-p", "collector"]))?;
-        run(Command::new("cargo").args(["build", "--release", "-p", "collector", "--no-default-features", "--target-dir", "target/lite"]))?;
         // Debug line tables are most of the binary; the wheel ships it stripped (when strip is there).
-        let stripped = PathBuf::from("target/lite/release/collector.stripped");
-        let lite = if run(Command::new("strip").arg("-o").arg(&stripped).arg("target/lite/release/collector")).is_ok() {
+        let stripped = PathBuf::from("target/release/collector.stripped");
+        let lite = if run(Command::new("strip").arg("-o").arg(&stripped).arg("target/release/collector")).is_ok() {
             stripped
         } else {
-            PathBuf::from("target/lite/release/collector")
+            PathBuf::from("target/release/collector")
         };
         (PathBuf::from("target/release/collector"), lite)
     };
-    run(Command::new(&traced).args(["python-package", "--out"]).arg(pkg))?;
+    run(Command::new(&collector).args(["python-package", "--out"]).arg(pkg))?;
     let wheel = output(
         Command::new(torch_venv().join("bin/python"))
             .args(["collector/python/build_wheel.py"])
@@ -420,7 +422,8 @@ fn main_job(args: &[String]) -> Result<()> {
     // The collector embeds the viewer, so the viewer is built first.
     install_tools()?;
     build_viewer()?;
-    run(Command::new("cargo").args(["build", "--release", "-p", "collector"]))?;
+    // collector-capture runs the built-in model; collector finds it beside itself.
+    run(Command::new("cargo").args(["build", "--release", "-p", "collector", "-p", "collector-capture"]))?;
     let exe = Path::new("target/release/collector");
     eprintln!("xtask: starting collector serve; it traces {model} and prints the viewer's URL (Ctrl-C stops it)");
     let mut server =
