@@ -138,13 +138,21 @@ pub fn print_summary(trace: &Trace, top: usize, json: bool, mut out: impl Write)
         writeln!(out)?;
         return Ok(());
     }
+    print_peaks(trace, &s, top, &mut out)?;
+    print_run(trace, &s, &mut out)?;
+    print_top_layers(&tops, &mut out)
+}
+
+/// The summary's head: what was traced, the out-of-memory explanation, the peaks and PyTorch's
+/// and the driver's own counters.
+fn print_peaks(trace: &Trace, s: &Summary, top: usize, out: &mut dyn Write) -> anyhow::Result<()> {
     let device = trace.meta.device_name.clone().or(s.peak_device.clone()).unwrap_or_else(|| "unknown device".into());
     writeln!(out, "Memory trace ({}, {device})", s.source_format)?;
     if let Some(m) = &trace.meta.model {
         writeln!(out, "  model              {m}")?;
     }
     if let Some(o) = shared::analysis::oom::oom(trace, top) {
-        print_oom(&o, &mut out)?;
+        print_oom(&o, &mut *out)?;
     }
     let at = |t: f64| format_seconds(t);
     writeln!(
@@ -191,6 +199,12 @@ pub fn print_summary(trace: &Trace, top: usize, json: bool, mut out: impl Write)
             trace.device_samples.len()
         )?;
     }
+    Ok(())
+}
+
+/// The rest of the run: leaks, each device's peaks, fragmentation, counts and notes.
+fn print_run(trace: &Trace, s: &Summary, out: &mut dyn Write) -> anyhow::Result<()> {
+    let at = |t: f64| format_seconds(t);
     let leaks = shared::analysis::leaks::leaks(trace, 3);
     if leaks.iterations >= 3 {
         writeln!(out, "  leaks              {}", leaks.verdict)?;
@@ -243,6 +257,11 @@ pub fn print_summary(trace: &Trace, top: usize, json: bool, mut out: impl Write)
     for w in &trace.meta.warnings {
         writeln!(out, "  note: {w}")?;
     }
+    Ok(())
+}
+
+/// The table of the layers with the highest peaks.
+fn print_top_layers(tops: &[&LayerMemoryStats], out: &mut dyn Write) -> anyhow::Result<()> {
     if !tops.is_empty() {
         writeln!(out, "\nTop layers by peak allocated:")?;
         let width = tops.iter().map(|l| l.layer_name.chars().count()).max().unwrap_or(5).clamp(5, 60);

@@ -110,7 +110,9 @@ fn ops_all_records_every_operator_with_its_tensors_and_module() {
     assert!(t.ops.is_empty());
     assert!(layer_names(&t).iter().any(|l| l == "layer1.0.conv1"));
     let (out, _, _) = trace("ops_bad", &["--ops", "some"], &py("resnet18_train.py", &[]));
-    assert!(text(&out.stderr).contains("invalid --ops `some`; expected all, backward or none"));
+    let err = text(&out.stderr);
+    assert!(err.contains("invalid value 'some' for '--ops <MODE>'") && err.contains("[possible values: all, backward, none]"), "{err}");
+    assert!(!out.status.success());
 }
 
 #[test]

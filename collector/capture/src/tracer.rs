@@ -1,9 +1,9 @@
-//! `MemoryTracer`: the library API for people embedding the collector, mirroring the seed
+//! `MemoryTracer`: the library API for people embedding the capture in Rust, mirroring the seed
 //! service's Python class. Wrap any tch code in [`MemoryTracer::trace`], name layers with
 //! [`MemoryTracer::scope`] or [`MemoryTracer::trace_module`], then query or export.
 //!
 //! ```no_run
-//! use collector::tracer::MemoryTracer;
+//! use capture::tracer::MemoryTracer;
 //! use tch::{nn, nn::Module, Device, Kind, Tensor};
 //! let tracer = MemoryTracer::new(100_000, "cpu", true).unwrap();
 //! let vs = nn::VarStore::new(Device::Cpu);

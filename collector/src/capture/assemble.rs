@@ -69,165 +69,301 @@ struct TensorTmp {
     dims: Vec<i64>,
 }
 
+/// Where the tensor records that follow an operator's enter or exit go.
 enum Target {
     None,
     Inputs(usize),
     Outputs(usize),
 }
 
-/// Builds the trace. `meta` carries what the caller knows (model, device name, ...).
-pub fn assemble(c: &Captured, meta: TraceMeta) -> Trace {
-    let mut trace = Trace::new(meta);
-    if let Some(stats) = c.cuda_stats {
-        let r = &mut trace.meta.reported;
-        r.insert("cuda.max_memory_allocated".into(), stats.allocated_peak);
-        r.insert("cuda.max_memory_reserved".into(), stats.reserved_peak);
-        r.insert("cuda.memory_allocated".into(), stats.allocated_current);
-        r.insert("cuda.memory_reserved".into(), stats.reserved_current);
-        r.insert("cuda.num_alloc_retries".into(), stats.num_alloc_retries);
-        r.insert("cuda.num_ooms".into(), stats.num_ooms);
+/// A layer scope open on the thread being walked.
+struct OpenScope {
+    name: u32,
+    start_ns: u64,
+    phase: u8,
+    /// The autograd sequence number when it opened.
+    first_seq: i64,
+}
+
+/// The autograd sequence numbers `first..end` made inside a scope (its module's forward).
+#[derive(Clone, Copy)]
+struct SeqScope {
+    first: i64,
+    end: i64,
+    name: u32,
+}
+
+/// An iteration mark: `begin` (else end) of iteration `index`.
+struct IterationMark {
+    ts_ns: u64,
+    begin: bool,
+    index: i64,
+}
+
+/// The shim's string ids to the trace's, each interned once, on first use.
+struct Strings<'c> {
+    shim: &'c [String],
+    map: Vec<Option<StrId>>,
+}
+
+impl<'c> Strings<'c> {
+    fn new(shim: &'c [String]) -> Self {
+        Self { shim, map: vec![None; shim.len() + 1] }
     }
-    let unattributed = trace.strings.intern(UNATTRIBUTED);
-    let stream = trace.stream_index("default");
-    let mut str_map: Vec<Option<StrId>> = vec![None; c.strings.len() + 1];
-    let mut s = |trace: &mut Trace, id: u32| -> StrId {
-        let Some(slot) = str_map.get_mut(id as usize) else {
+
+    fn get(&mut self, trace: &mut Trace, id: u32) -> StrId {
+        let shim = self.shim;
+        let Some(slot) = self.map.get_mut(id as usize) else {
             return StrId::NONE;
         };
         if id == 0 {
             return StrId::NONE;
         }
-        *slot.get_or_insert_with(|| trace.strings.intern(&c.strings[id as usize - 1]))
-    };
-    let rel = |ts: u64| ts.saturating_sub(c.start_ns);
+        *slot.get_or_insert_with(|| trace.strings.intern(&shim[id as usize - 1]))
+    }
+}
 
+/// Builds the trace. `meta` carries what the caller knows (model, device name, ...). Stages:
+/// walk the records thread by thread ([`walk_records`]: operators with their tensors, scopes,
+/// marks, memory records set aside), give every operator its layer ([`attribute_layers`]),
+/// write the operators, then the memory events in time order, then iterations and what the
+/// shim dropped.
+pub fn assemble(c: &Captured, meta: TraceMeta) -> Trace {
+    let mut trace = Trace::new(meta);
+    if let Some(stats) = c.cuda_stats {
+        report_cuda_counters(&mut trace, &stats);
+    }
+    // Interned first, as they always were: the string and stream tables keep their order.
+    let unattributed = trace.strings.intern(UNATTRIBUTED);
+    let stream = trace.stream_index("default");
+    let mut strings = Strings::new(&c.strings);
     for (device, totals) in &c.base_totals {
         let d = trace.device_index(device.clone());
         trace.events.set_base_totals(d as usize, *totals);
     }
+    let mut walk = walk_records(c, &mut trace, &mut strings);
+    let layers = attribute_layers(&mut walk.ops, &mut walk.seq_scopes);
+    push_operators(&mut trace, &mut strings, &walk.ops, &layers.of_op);
+    let to = MemoryTarget { unattributed, stream };
+    push_memory_events(&mut trace, &mut strings, c, &walk.mem, &layers, to);
+    push_iterations(&mut trace, walk.iteration_marks);
+    warn_of_drops(&mut trace, &c.counters);
+    trace.finish();
+    trace
+}
 
-    // Records of one thread are in order; threads interleave. Group by thread, keeping order.
+/// The CUDA caching allocator's own counters, into `meta.reported`.
+fn report_cuda_counters(trace: &mut Trace, stats: &ffi::MtDeviceStats) {
+    let r = &mut trace.meta.reported;
+    r.insert("cuda.max_memory_allocated".into(), stats.allocated_peak);
+    r.insert("cuda.max_memory_reserved".into(), stats.reserved_peak);
+    r.insert("cuda.memory_allocated".into(), stats.allocated_current);
+    r.insert("cuda.memory_reserved".into(), stats.reserved_current);
+    r.insert("cuda.num_alloc_retries".into(), stats.num_alloc_retries);
+    r.insert("cuda.num_ooms".into(), stats.num_ooms);
+}
+
+/// What one walk over the records found.
+#[derive(Default)]
+struct Walk {
+    ops: Vec<OpTmp>,
+    /// Indices of the memory records (allocations, frees, OOMs).
+    mem: Vec<usize>,
+    iteration_marks: Vec<IterationMark>,
+    /// Per forward thread: the sequence numbers each scope made.
+    seq_scopes: HashMap<u64, Vec<SeqScope>>,
+}
+
+/// The walk's state: the open operator's tensor target and the thread's open scopes.
+struct Walker<'c, 's> {
+    c: &'c Captured,
+    strings: &'s mut Strings<'c>,
+    walk: Walk,
+    op_index: HashMap<u32, usize>,
+    target: Target,
+    open: Vec<OpenScope>,
+    scopes: Vec<LayerScope>,
+    user_marks: Vec<(u64, u32, i64)>,
+    iteration_begin: Option<u32>,
+    iteration_end: Option<u32>,
+}
+
+/// Walks the records thread by thread (each thread's records are in order; threads
+/// interleave): operators with their tensors, layer scopes (into `trace.scopes`), user marks
+/// (into `trace.marks`), iteration marks and memory records (for the later stages).
+fn walk_records<'c>(c: &'c Captured, trace: &mut Trace, strings: &mut Strings<'c>) -> Walk {
     let mut order: Vec<usize> = (0..c.records.len()).collect();
     order.sort_by_key(|&i| c.records[i].thread);
-
-    let mut ops: Vec<OpTmp> = Vec::new();
-    let mut op_index: HashMap<u32, usize> = HashMap::new();
-    let mut mem: Vec<usize> = Vec::new();
-    let mut scopes: Vec<LayerScope> = Vec::new();
-    let mut iteration_marks: Vec<(u64, bool, i64)> = Vec::new();
-    let mut user_marks: Vec<(u64, u32, i64)> = Vec::new();
-    let iteration_begin = c.strings.iter().position(|x| x == ITERATION_BEGIN).map(|i| i as u32 + 1);
-    let iteration_end = c.strings.iter().position(|x| x == ITERATION_END).map(|i| i as u32 + 1);
-
-    let mut target = Target::None;
-    let mut scope_stack: Vec<(u32, u64, u8, i64)> = Vec::new();
-    // Per forward thread: (first, end) autograd sequence numbers made inside a scope, its name.
-    let mut seq_scopes: HashMap<u64, Vec<(i64, i64, u32)>> = HashMap::new();
+    let id_of = |name: &str| c.strings.iter().position(|x| x == name).map(|i| i as u32 + 1);
+    let mut w = Walker {
+        c,
+        strings,
+        walk: Walk::default(),
+        op_index: HashMap::new(),
+        target: Target::None,
+        open: Vec::new(),
+        scopes: Vec::new(),
+        user_marks: Vec::new(),
+        iteration_begin: id_of(ITERATION_BEGIN),
+        iteration_end: id_of(ITERATION_END),
+    };
     let mut current_thread = u32::MAX;
     for &i in &order {
         let r = &c.records[i];
         if r.thread != current_thread {
-            close_open_scopes(&mut scope_stack, &mut scopes, &mut trace, &mut s, u64::from(current_thread), None);
+            w.close_scopes(trace, u64::from(current_thread), None);
             current_thread = r.thread;
-            target = Target::None;
+            w.target = Target::None;
         }
+        w.record(trace, i);
+    }
+    w.close_scopes(trace, u64::from(current_thread), None);
+    w.scopes.sort_by_key(|x| (x.start_ns, x.depth));
+    trace.scopes = std::mem::take(&mut w.scopes);
+    w.user_marks.sort_by_key(|m| m.0);
+    for (ts_ns, name, value) in std::mem::take(&mut w.user_marks) {
+        let name = w.strings.get(trace, name);
+        trace.marks.push(shared::model::Mark { ts_ns, name, value, rank: None });
+    }
+    w.walk
+}
+
+impl Walker<'_, '_> {
+    fn rel(&self, ts: u64) -> u64 {
+        ts.saturating_sub(self.c.start_ns)
+    }
+
+    fn record(&mut self, trace: &mut Trace, i: usize) {
+        let r = &self.c.records[i];
         match r.kind {
-            ffi::MT_MEM | ffi::MT_OOM => mem.push(i),
-            ffi::MT_OP_ENTER => {
-                op_index.insert(r.id as u32, ops.len());
-                target = Target::Inputs(ops.len());
-                ops.push(OpTmp {
-                    id: r.id as u32,
-                    name: r.name,
-                    seq_nr: r.value,
-                    fwd_thread: r.a,
-                    parent: r.b as u32,
-                    scope: r.op,
-                    backward_node: r.device_type == ffi::RECORD_SCOPE_BACKWARD_FUNCTION,
-                    start_ns: rel(r.ts_ns),
-                    end_ns: None,
-                    thread: r.thread,
-                    phase: r.phase,
-                    inputs: Vec::new(),
-                    outputs: Vec::new(),
-                });
-            }
+            ffi::MT_MEM | ffi::MT_OOM => self.walk.mem.push(i),
+            ffi::MT_OP_ENTER => self.op_enter(r),
             ffi::MT_OP_EXIT => {
-                target = match op_index.get(&(r.id as u32)) {
+                self.target = match self.op_index.get(&(r.id as u32)) {
                     Some(&k) => {
-                        ops[k].end_ns = Some(rel(r.ts_ns));
+                        self.walk.ops[k].end_ns = Some(self.rel(r.ts_ns));
                         Target::Outputs(k)
                     }
                     None => Target::None,
                 };
             }
-            ffi::MT_TENSOR_IN | ffi::MT_TENSOR_OUT => {
-                let t = TensorRef { storage_id: r.id, size_bytes: r.value.max(0) as u64, shape: u32::MAX };
-                let ndim = r.a.min(64) as usize;
-                let tt = TensorTmp { t, ndim, dims: Vec::with_capacity(ndim) };
-                match (&target, r.kind) {
-                    (Target::Inputs(k), ffi::MT_TENSOR_IN) => ops[*k].inputs.push(tt),
-                    (Target::Outputs(k), ffi::MT_TENSOR_OUT) => ops[*k].outputs.push(tt),
-                    _ => {}
-                }
+            ffi::MT_TENSOR_IN | ffi::MT_TENSOR_OUT => self.tensor(r),
+            ffi::MT_DIMS => self.dims(r),
+            ffi::MT_SCOPE_ENTER => {
+                self.open.push(OpenScope { name: r.name, start_ns: self.rel(r.ts_ns), phase: r.phase, first_seq: r.value })
             }
-            ffi::MT_DIMS => {
-                let last = match target {
-                    Target::Inputs(k) => ops[k].inputs.last_mut(),
-                    Target::Outputs(k) => ops[k].outputs.last_mut(),
-                    Target::None => None,
-                };
-                if let Some(tt) = last {
-                    for d in [r.id as i64, r.value, r.a as i64, r.b as i64] {
-                        if tt.dims.len() < tt.ndim {
-                            tt.dims.push(d);
-                        }
-                    }
-                }
-            }
-            ffi::MT_SCOPE_ENTER => scope_stack.push((r.name, rel(r.ts_ns), r.phase, r.value)),
             ffi::MT_SCOPE_EXIT => {
                 // Pop to the matching scope; scopes left open inside it end with it.
-                if let Some(pos) = scope_stack.iter().rposition(|(n, _, _, _)| *n == r.name) {
-                    let first = scope_stack[pos].3;
+                if let Some(pos) = self.open.iter().rposition(|o| o.name == r.name) {
+                    let first = self.open[pos].first_seq;
                     if r.value > first {
-                        seq_scopes.entry(u64::from(r.thread)).or_default().push((first, r.value, r.name));
+                        self.walk.seq_scopes.entry(u64::from(r.thread)).or_default().push(SeqScope { first, end: r.value, name: r.name });
                     }
-                    close_open_scopes(&mut scope_stack, &mut scopes, &mut trace, &mut s, r.thread as u64, Some((pos, rel(r.ts_ns))));
+                    let at = self.rel(r.ts_ns);
+                    self.close_scopes(trace, r.thread as u64, Some((pos, at)));
                 }
             }
             ffi::MT_MARK => {
-                if Some(r.name) == iteration_begin {
-                    iteration_marks.push((rel(r.ts_ns), true, r.value));
-                } else if Some(r.name) == iteration_end {
-                    iteration_marks.push((rel(r.ts_ns), false, r.value));
+                let ts_ns = self.rel(r.ts_ns);
+                if Some(r.name) == self.iteration_begin {
+                    self.walk.iteration_marks.push(IterationMark { ts_ns, begin: true, index: r.value });
+                } else if Some(r.name) == self.iteration_end {
+                    self.walk.iteration_marks.push(IterationMark { ts_ns, begin: false, index: r.value });
                 } else {
-                    user_marks.push((rel(r.ts_ns), r.name, r.value));
+                    self.user_marks.push((ts_ns, r.name, r.value));
                 }
             }
             _ => {}
         }
     }
-    close_open_scopes(&mut scope_stack, &mut scopes, &mut trace, &mut s, current_thread as u64, None);
-    scopes.sort_by_key(|x| (x.start_ns, x.depth));
-    trace.scopes = scopes;
-    user_marks.sort_by_key(|m| m.0);
-    for (ts_ns, name, value) in user_marks {
-        let name = s(&mut trace, name);
-        trace.marks.push(shared::model::Mark { ts_ns, name, value, rank: None });
+
+    fn op_enter(&mut self, r: &MtRecord) {
+        let k = self.walk.ops.len();
+        self.op_index.insert(r.id as u32, k);
+        self.target = Target::Inputs(k);
+        self.walk.ops.push(OpTmp {
+            id: r.id as u32,
+            name: r.name,
+            seq_nr: r.value,
+            fwd_thread: r.a,
+            parent: r.b as u32,
+            scope: r.op,
+            backward_node: r.device_type == ffi::RECORD_SCOPE_BACKWARD_FUNCTION,
+            start_ns: self.rel(r.ts_ns),
+            end_ns: None,
+            thread: r.thread,
+            phase: r.phase,
+            inputs: Vec::new(),
+            outputs: Vec::new(),
+        });
     }
 
-    // Layers of ops, parents and forward ops first.
+    fn tensor(&mut self, r: &MtRecord) {
+        let t = TensorRef { storage_id: r.id, size_bytes: r.value.max(0) as u64, shape: u32::MAX };
+        let ndim = r.a.min(64) as usize;
+        let tt = TensorTmp { t, ndim, dims: Vec::with_capacity(ndim) };
+        match (&self.target, r.kind) {
+            (Target::Inputs(k), ffi::MT_TENSOR_IN) => self.walk.ops[*k].inputs.push(tt),
+            (Target::Outputs(k), ffi::MT_TENSOR_OUT) => self.walk.ops[*k].outputs.push(tt),
+            _ => {}
+        }
+    }
+
+    fn dims(&mut self, r: &MtRecord) {
+        let last = match self.target {
+            Target::Inputs(k) => self.walk.ops[k].inputs.last_mut(),
+            Target::Outputs(k) => self.walk.ops[k].outputs.last_mut(),
+            Target::None => None,
+        };
+        if let Some(tt) = last {
+            for d in [r.id as i64, r.value, r.a as i64, r.b as i64] {
+                if tt.dims.len() < tt.ndim {
+                    tt.dims.push(d);
+                }
+            }
+        }
+    }
+
+    /// Closes open scopes: all of them at their own start (`until` = None, for scopes never
+    /// closed: they get zero length), or those from `pos` up at `ts`.
+    fn close_scopes(&mut self, trace: &mut Trace, thread: u64, until: Option<(usize, u64)>) {
+        let (pos, end) = until.map_or((0, None), |(p, ts)| (p, Some(ts)));
+        while self.open.len() > pos {
+            let Some(o) = self.open.pop() else { break };
+            let depth = self.open.len() as u16;
+            self.scopes.push(LayerScope {
+                name: self.strings.get(trace, o.name),
+                start_ns: o.start_ns,
+                end_ns: end.unwrap_or(o.start_ns).max(o.start_ns),
+                depth,
+                phase: Phase::from_u8(o.phase).unwrap_or_default(),
+                thread,
+            });
+        }
+    }
+}
+
+/// Every operator's layer (a shim string id, 0: none), with the operators in time order.
+struct Layers {
+    /// By operator, in `ops` order after the sort.
+    of_op: Vec<u32>,
+    /// Operator id → index.
+    op_index: HashMap<u32, usize>,
+}
+
+/// Sorts the operators by start and gives each its layer: a backward node the layer of the
+/// forward op with its sequence number (else the scope that made the number), any other op
+/// its scope, else its parent's.
+fn attribute_layers(ops: &mut [OpTmp], seq_scopes: &mut HashMap<u64, Vec<SeqScope>>) -> Layers {
     ops.sort_by_key(|o| (o.start_ns, o.id));
-    op_index = ops.iter().enumerate().map(|(k, o)| (o.id, k)).collect();
+    let op_index: HashMap<u32, usize> = ops.iter().enumerate().map(|(k, o)| (o.id, k)).collect();
     let mut layer: Vec<u32> = vec![0; ops.len()];
     let mut forward_by_seq: HashMap<(i64, u64), usize> = HashMap::new();
     for list in seq_scopes.values_mut() {
         // Outer scopes before the inner ones that start with them.
-        list.sort_unstable_by_key(|&(first, end, _)| (first, std::cmp::Reverse(end)));
+        list.sort_unstable_by_key(|s| (s.first, std::cmp::Reverse(s.end)));
     }
-    for k in 0..ops.len() {
-        let o = &ops[k];
+    for (k, o) in ops.iter().enumerate() {
         let from_forward = if o.backward_node && o.seq_nr >= 0 {
             forward_by_seq
                 .get(&(o.seq_nr, o.fwd_thread))
@@ -244,7 +380,6 @@ pub fn assemble(c: &Captured, meta: TraceMeta) -> Trace {
             forward_by_seq.insert((o.seq_nr, u64::from(o.thread)), k);
         }
     }
-
     // The engine's `autograd::engine::evaluate_function: X` wrapper allocates on behalf of its
     // node (gradient buffers): give it the node's layer, then let unresolved ops inherit again.
     for k in 0..ops.len() {
@@ -263,8 +398,11 @@ pub fn assemble(c: &Captured, meta: TraceMeta) -> Trace {
             }
         }
     }
+    Layers { of_op: layer, op_index }
+}
 
-    // Operators and their tensors.
+/// The operators and their tensors (shapes interned) into the trace.
+fn push_operators(trace: &mut Trace, strings: &mut Strings, ops: &[OpTmp], layer: &[u32]) {
     let mut shape_ids: HashMap<Vec<i64>, u32> = HashMap::new();
     let mut push_tensors = |trace: &mut Trace, list: &[TensorTmp]| -> (u32, u32) {
         let start = trace.tensors.len() as u32;
@@ -282,10 +420,10 @@ pub fn assemble(c: &Captured, meta: TraceMeta) -> Trace {
     };
     trace.ops.reserve(ops.len());
     for (k, o) in ops.iter().enumerate() {
-        let inputs = push_tensors(&mut trace, &o.inputs);
-        let outputs = push_tensors(&mut trace, &o.outputs);
-        let name = s(&mut trace, o.name);
-        let layer_id = s(&mut trace, layer[k]);
+        let inputs = push_tensors(trace, &o.inputs);
+        let outputs = push_tensors(trace, &o.outputs);
+        let name = strings.get(trace, o.name);
+        let layer_id = strings.get(trace, layer[k]);
         trace.ops.push(OperatorEvent {
             name,
             phase: Phase::from_u8(o.phase).unwrap_or_default(),
@@ -299,10 +437,22 @@ pub fn assemble(c: &Captured, meta: TraceMeta) -> Trace {
             outputs,
         });
     }
+}
 
-    // Memory events in time order.
+/// The layer of memory nothing claims, and the stream every event is on.
+#[derive(Clone, Copy)]
+struct MemoryTarget {
+    unattributed: StrId,
+    stream: u16,
+}
+
+/// The memory records in time order, each with its layer (its operator's, else its scope's;
+/// a free outside both: the layer that allocated the block) and the totals after it.
+fn push_memory_events(trace: &mut Trace, strings: &mut Strings, c: &Captured, mem: &[usize], layers: &Layers, to: MemoryTarget) {
+    let MemoryTarget { unattributed, stream } = to;
+    let rel = |ts: u64| ts.saturating_sub(c.start_ns);
+    let mut mem = mem.to_vec();
     mem.sort_by_key(|&i| c.records[i].ts_ns);
-    let mut oom_notes = Vec::new();
     let mut owner: HashMap<(u8, u64), StrId> = HashMap::new();
     // CPU totals are our own running sums: libtorch's CPU reporter keeps a process-wide count
     // that misses frees made while no one was recording, so it drifts across traces.
@@ -318,12 +468,13 @@ pub fn assemble(c: &Captured, meta: TraceMeta) -> Trace {
             skipped_cpu_frees += 1;
             continue;
         }
-        let layer_id = op_index
+        let layer_id = layers
+            .op_index
             .get(&r.op)
-            .map(|&k| layer[k])
+            .map(|&k| layers.of_op[k])
             .filter(|&l| l != 0)
             .or(if r.name != 0 { Some(r.name) } else { None })
-            .map(|l| s(&mut trace, l));
+            .map(|l| strings.get(trace, l));
         // A free outside every op and scope (a graph released after backward, a dropped
         // tensor) belongs to the layer that allocated the block.
         let layer_id = match (r.kind, r.value >= 0) {
@@ -340,7 +491,7 @@ pub fn assemble(c: &Captured, meta: TraceMeta) -> Trace {
         };
         let (event_type, size) = match r.kind {
             ffi::MT_OOM => {
-                oom_notes.push(format!(
+                trace.meta.warnings.push(format!(
                     "out of memory at {:.3} ms asking for {} with {} allocated and {} reserved",
                     rel(r.ts_ns) as f64 / 1e6,
                     shared::units::format_bytes(r.value.max(0) as u64),
@@ -365,40 +516,45 @@ pub fn assemble(c: &Captured, meta: TraceMeta) -> Trace {
         } else {
             Totals { allocated_bytes: r.a, reserved_bytes: r.b }
         };
+        let phase = Phase::from_u8(r.phase).unwrap_or_default();
+        let totals = Some(totals);
         trace.events.push(EventRecord {
             ts_ns: rel(r.ts_ns),
             event_type,
-            phase: Phase::from_u8(r.phase).unwrap_or_default(),
+            phase,
             size_bytes: size,
             address: r.id,
             layer: layer_id,
             device: d,
             stream,
-            totals: Some(totals),
+            totals,
         });
     }
-    trace.meta.warnings.extend(oom_notes);
     if skipped_cpu_frees > 0 {
         trace.meta.warnings.push(format!(
             "{skipped_cpu_frees} CPU frees of blocks allocated before the trace started were left out (their allocations are not in the totals)"
         ));
     }
+}
 
-    // Iterations: a begin mark opens, the next end mark closes.
+/// Iterations: a begin mark opens, the next end mark closes.
+fn push_iterations(trace: &mut Trace, mut marks: Vec<IterationMark>) {
     let mut open: Option<(u64, i64)> = None;
-    iteration_marks.sort_by_key(|m| m.0);
-    for (ts, begin, value) in iteration_marks {
-        match (begin, open) {
-            (true, _) => open = Some((ts, value)),
+    marks.sort_by_key(|m| m.ts_ns);
+    for m in marks {
+        match (m.begin, open) {
+            (true, _) => open = Some((m.ts_ns, m.index)),
             (false, Some((start, index))) => {
-                trace.iterations.push(IterationSpan { index: index.max(0) as u32, start_ns: start, end_ns: ts });
+                trace.iterations.push(IterationSpan { index: index.max(0) as u32, start_ns: start, end_ns: m.ts_ns });
                 open = None;
             }
             (false, None) => {}
         }
     }
+}
 
-    let counters = c.counters;
+/// Warnings for what the shim dropped (the event limits, a full buffer), and their count.
+fn warn_of_drops(trace: &mut Trace, counters: &MtCounters) {
     if counters.mem_dropped > 0 {
         trace.meta.warnings.push(format!(
             "the event limit kept the first {} allocations and frees and dropped {} later ones; peaks reported by the allocator while dropping: {} allocated, {} reserved",
@@ -421,43 +577,16 @@ pub fn assemble(c: &Captured, meta: TraceMeta) -> Trace {
         ));
     }
     trace.dropped_events = counters.mem_dropped + counters.op_dropped + counters.buffer_dropped;
-    trace.finish();
-    trace
 }
 
 /// The innermost scope whose sequence-number range holds `seq` (the module whose forward made
 /// the autograd node numbered `seq`). Scopes nest and are sorted by start, outer first among
 /// equal starts, so walking back from the last one that starts at or before `seq`, the first
 /// that also ends after it is the innermost.
-fn scope_of_sequence(sorted: Option<&Vec<(i64, i64, u32)>>, seq: i64) -> Option<u32> {
+fn scope_of_sequence(sorted: Option<&Vec<SeqScope>>, seq: i64) -> Option<u32> {
     let list = sorted?;
-    let upto = list.partition_point(|&(first, _, _)| first <= seq);
-    list[..upto].iter().rev().find(|&&(_, end, _)| end > seq).map(|&(_, _, name)| name)
-}
-
-/// Closes scopes on `scope_stack`: all of them at their own start (`until` = None, for scopes
-/// never closed: they get zero length), or those from `pos` up at `ts`.
-fn close_open_scopes(
-    scope_stack: &mut Vec<(u32, u64, u8, i64)>,
-    scopes: &mut Vec<LayerScope>,
-    trace: &mut Trace,
-    s: &mut impl FnMut(&mut Trace, u32) -> StrId,
-    thread: u64,
-    until: Option<(usize, u64)>,
-) {
-    let (pos, end) = until.map_or((0, None), |(p, ts)| (p, Some(ts)));
-    while scope_stack.len() > pos {
-        let Some((name, start, phase, _)) = scope_stack.pop() else { break };
-        let depth = scope_stack.len() as u16;
-        scopes.push(LayerScope {
-            name: s(trace, name),
-            start_ns: start,
-            end_ns: end.unwrap_or(start).max(start),
-            depth,
-            phase: Phase::from_u8(phase).unwrap_or_default(),
-            thread,
-        });
-    }
+    let upto = list.partition_point(|s| s.first <= seq);
+    list[..upto].iter().rev().find(|s| s.end > seq).map(|s| s.name)
 }
 
 #[cfg(test)]
