@@ -58,7 +58,10 @@ fn main() -> Result<()> {
         Some("tidy") => tidy(),
         Some("bench") => {
             build_viewer()?;
-            run(Command::new("cargo").args(["bench", "-p", "collector", "--bench", "import", "--bench", "viewer", "--bench", "serve"]))?;
+            run(Command::new("cargo").args(["build", "--release", "-p", "collector-capture"]))?;
+            run(Command::new("cargo").args([
+                "bench", "-p", "collector", "--bench", "startup", "--bench", "import", "--bench", "viewer", "--bench", "serve",
+            ]))?;
             run(Command::new("cargo").args(["bench", "-p", "collector-capture", "--bench", "profile"]))?;
             run(Command::new("cargo").args(["bench", "-p", "memory-tracer-shared", "--bench", "timeline"]))?;
             bench_capture()
