@@ -28,19 +28,9 @@ pub fn resolve_format(format: Option<ExportFormat>, out: &Path) -> anyhow::Resul
     if let Some(f) = format {
         return Ok(f);
     }
-    let name = out.file_name().and_then(|n| n.to_str()).unwrap_or("").to_ascii_lowercase();
-    let by_suffix = [
-        (".mtrace.json", ExportFormat::Native),
-        (".mtrace", ExportFormat::Native),
-        (".speedscope.json", ExportFormat::Speedscope),
-        (".chrome.json", ExportFormat::Chrome),
-        (".perfetto.json", ExportFormat::Chrome),
-        (".timeline.json", ExportFormat::Timeline),
-        (".csv", ExportFormat::Csv),
-        (".pfw.gz", ExportFormat::Dftracer),
-    ];
-    match by_suffix.iter().find(|(s, _)| name.ends_with(s)) {
-        Some(&(_, f)) => Ok(f),
+    let name = out.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    match ExportFormat::from_file_name(name) {
+        Some((f, _)) => Ok(f),
         None => bail!("cannot tell the output format from '{}'; pass --format with one of: {}", out.display(), names.join(", ")),
     }
 }

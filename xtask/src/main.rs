@@ -60,7 +60,17 @@ fn main() -> Result<()> {
             build_viewer()?;
             run(Command::new("cargo").args(["build", "--release", "-p", "collector-capture"]))?;
             run(Command::new("cargo").args([
-                "bench", "-p", "collector", "--bench", "startup", "--bench", "import", "--bench", "viewer", "--bench", "serve",
+                "bench",
+                "-p",
+                "collector",
+                "--bench",
+                "startup",
+                "--bench",
+                "import",
+                "--bench",
+                "viewer",
+                "--bench",
+                "serve",
             ]))?;
             run(Command::new("cargo").args(["bench", "-p", "collector-capture", "--bench", "profile"]))?;
             run(Command::new("cargo").args(["bench", "-p", "memory-tracer-shared", "--bench", "timeline"]))?;
@@ -321,7 +331,54 @@ fn tidy() -> Result<()> {
         let list: Vec<String> = stale.iter().map(ToString::to_string).collect();
         bail!("these comments name paths that do not exist:\n{}", list.join("\n"));
     }
+    let upward = upward_imports(Path::new("collector/src/serve"), &SERVE_LAYERS)?;
+    if !upward.is_empty() {
+        bail!(
+            "these serve modules import a layer above them (ARCHITECTURE.md: serve's layers import only downward):\n{}",
+            upward.join("\n")
+        );
+    }
     Ok(())
+}
+
+/// `collector serve`'s modules, lowest layer first: each may use only those before it (and
+/// `mod.rs`, the app, uses them all).
+const SERVE_LAYERS: [&str; 8] = ["store", "fault", "isolate", "jobs", "state", "error", "api", "docs"];
+
+/// `file:line: module uses super::higher` for every use of a later layer by an earlier one.
+fn upward_imports(dir: &Path, layers: &[&str]) -> Result<Vec<String>> {
+    let mut found = Vec::new();
+    for (rank, layer) in layers.iter().enumerate() {
+        let file = dir.join(format!("{layer}.rs"));
+        let text = std::fs::read_to_string(&file).with_context(|| format!("cannot read {}", file.display()))?;
+        for (n, line) in text.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or("");
+            for (i, _) in code.match_indices("super::") {
+                let rest = &code[i + "super::".len()..];
+                let name: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+                // `super::{a, b}` lists and `super::Item` (the app's re-exports) count too.
+                let names: Vec<String> = if rest.starts_with('{') {
+                    rest[1..rest.find('}').unwrap_or(rest.len())]
+                        .split(',')
+                        .map(|s| s.trim().split("::").next().unwrap_or("").to_owned())
+                        .collect()
+                } else {
+                    vec![name]
+                };
+                for name in names {
+                    let above = match layers.iter().position(|l| *l == name) {
+                        Some(r) => r > rank,
+                        // Not a layer: an item of mod.rs (the app), which is above every layer.
+                        None => !name.is_empty() && name != "super",
+                    };
+                    if above {
+                        found.push(format!("{}:{}: {layer} uses super::{name}", file.display(), n + 1));
+                    }
+                }
+            }
+        }
+    }
+    Ok(found)
 }
 
 /// Lines where a `///` block starts right after attributes that follow another `///` block:

@@ -68,14 +68,7 @@ fn trace_json_command(a: TraceArgs) -> anyhow::Result<()> {
         Err(e) => return fail(FailureClass::Invalid, format!("{e:#}")),
     };
     let started = std::time::Instant::now();
-    let trace = crate::run::trace_model(&opts, &mut |p| {
-        use crate::run::Progress;
-        emit(&match p {
-            Progress::Started { iterations } => ChildLine::Started { iterations },
-            Progress::Iteration { done, of, seconds } => ChildLine::Iteration { done, of, seconds },
-            Progress::Memory { points } => ChildLine::Memory { points, rank: None },
-        });
-    });
+    let trace = crate::run::trace_model(&opts, &mut |line| emit(&line));
     let trace = match trace {
         Ok(t) => t,
         Err(e) => return fail(error_class(&e), e.to_string()),

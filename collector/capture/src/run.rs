@@ -124,24 +124,11 @@ fn torch_err(e: impl std::fmt::Display) -> RunError {
     RunError::Torch(models::torch_message(&e.to_string()))
 }
 
-/// Progress of a run, for progress bars and live streams.
-#[derive(Clone, Debug)]
-pub enum Progress {
-    Started {
-        iterations: u32,
-    },
-    Iteration {
-        done: u32,
-        of: u32,
-        seconds: f64,
-    },
-    /// Totals after the allocations and frees recorded since the last report (only with
-    /// [`RunOptions::live_memory`]): at most [`LIVE_POINTS_PER_REPORT`] points, decimated
-    /// keeping each bucket's highest allocated total.
-    Memory {
-        points: Vec<LivePoint>,
-    },
-}
+/// Progress of a run, for progress bars and live streams: the lines `--progress-json` prints
+/// (`Started`, `Iteration`, and `Memory` with the totals since the last report, only with
+/// [`RunOptions::live_memory`]: at most [`LIVE_POINTS_PER_REPORT`] points, decimated keeping
+/// each bucket's highest allocated total; `rank` is `None`).
+pub use protocol::ChildLine as Progress;
 
 pub use crate::capture::live::{LivePoint, LIVE_POINTS_PER_REPORT};
 
@@ -245,7 +232,7 @@ pub fn trace_model(opts: &RunOptions, progress: &mut dyn FnMut(Progress)) -> Res
             let records = session.records();
             let points = live.points(&records[(*seen).min(records.len())..]);
             *seen = records.len();
-            (!points.is_empty()).then_some(Progress::Memory { points })
+            (!points.is_empty()).then_some(Progress::Memory { points, rank: None })
         };
         run_loop(opts, device, &mut input_shape, &mut iteration_s, progress, &mut checkpoint)
     });

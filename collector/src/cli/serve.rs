@@ -196,17 +196,9 @@ pub fn serve_command(a: ServeArgs) -> anyhow::Result<()> {
         }
         eprintln!("  API docs: {base}api/docs (ReDoc: {base}api/redoc)");
         eprintln!("  stop with Ctrl-C");
-        if open {
-            let opener = if cfg!(target_os = "macos") { "open" } else { "xdg-open" };
-            let opened = std::process::Command::new(opener)
-                .arg(&url)
-                .stdout(std::process::Stdio::null())
-                .stderr(std::process::Stdio::null())
-                .spawn()
-                .is_ok();
-            if !opened {
-                eprintln!("  (cannot open a browser here: open the viewer's URL yourself)");
-            }
+        // $BROWSER, else the desktop's opener (xdg-open, WSL's wslview, macOS's open).
+        if open && opener::open_browser(&url).is_err() {
+            eprintln!("  (cannot open a browser here: open the viewer's URL yourself)");
         }
     }))
 }

@@ -192,10 +192,12 @@ fn program_stem(command: &[String]) -> String {
 /// `run.mtrace.json` → (`run`, `mtrace.json`); `run.json` → (`run`, `json`): where a rank's tag
 /// goes in a file name.
 fn split_extension(name: &str) -> (&str, &str) {
-    for ext in [".mtrace.json.gz", ".mtrace.json", ".speedscope.json", ".timeline.json", ".chrome.json"] {
-        if let Some(stem) = name.strip_suffix(ext) {
-            return (stem, &ext[1..]);
-        }
+    if let Some(stem) = name.strip_suffix(".mtrace.json.gz") {
+        return (stem, "mtrace.json.gz");
+    }
+    if let Some((_, suffix)) = ExportFormat::from_file_name(name) {
+        let stem = &name[..name.len() - suffix.len()];
+        return (stem, &name[stem.len() + 1..]);
     }
     name.rsplit_once('.').unwrap_or((name, "mtrace.json"))
 }
@@ -409,4 +411,27 @@ fn nothing_traced(a: &TraceArgs, notes: &[String], live: Option<pyrun::LiveClien
         let _ = c.finish(None, &format!("nothing was traced: {why}"));
     }
     std::process::exit(if code == 0 { 1 } else { code });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{program_stem, split_extension};
+
+    #[test]
+    fn rank_tags_go_before_the_formats_ending() {
+        assert_eq!(split_extension("run.mtrace.json"), ("run", "mtrace.json"));
+        assert_eq!(split_extension("run.pfw.gz"), ("run", "pfw.gz"));
+        assert_eq!(split_extension("Run.Speedscope.JSON"), ("Run", "Speedscope.JSON"));
+        assert_eq!(split_extension("run.mtrace.json.gz"), ("run", "mtrace.json.gz"));
+        assert_eq!(split_extension("run.json"), ("run", "json"));
+        assert_eq!(split_extension("run"), ("run", "mtrace.json"));
+    }
+
+    #[test]
+    fn traces_are_named_after_the_script_or_module() {
+        let cmd = |s: &str| s.split(' ').map(str::to_owned).collect::<Vec<_>>();
+        assert_eq!(program_stem(&cmd("python train.py --lr 1")), "train");
+        assert_eq!(program_stem(&cmd("python -m torch.distributed.run --nproc-per-node 2 -m memory_tracer.zoo")), "memory_tracer_zoo");
+        assert_eq!(program_stem(&cmd("/usr/bin/python3")), "python3");
+    }
 }

@@ -115,13 +115,7 @@ impl ServeConfig {
 /// The default data directory: `$XDG_DATA_HOME/memory-tracer`, else
 /// `~/.local/share/memory-tracer`, else `./memory-tracer-data`.
 pub fn default_data_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("XDG_DATA_HOME").filter(|d| !d.is_empty()) {
-        return PathBuf::from(d).join("memory-tracer");
-    }
-    match std::env::var_os("HOME").filter(|d| !d.is_empty()) {
-        Some(h) => PathBuf::from(h).join(".local/share/memory-tracer"),
-        None => PathBuf::from("memory-tracer-data"),
-    }
+    dirs::data_dir().map_or_else(|| PathBuf::from("memory-tracer-data"), |d| d.join("memory-tracer"))
 }
 
 /// `cpu`, `cuda` or `cuda:N` → `cpu` / `cuda:N`.

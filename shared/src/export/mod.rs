@@ -76,7 +76,26 @@ impl ExportFormat {
     pub fn from_name(name: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|f| f.name() == name)
     }
+
+    /// The format a file name's ending names, and that ending (with its dot), ignoring case:
+    /// every [`ExportFormat::extension`], plus `.mtrace` and `.perfetto.json`.
+    pub fn from_file_name(name: &str) -> Option<(Self, &'static str)> {
+        let name = name.to_ascii_lowercase();
+        FILE_SUFFIXES.iter().find(|(s, _)| name.ends_with(s)).map(|&(s, f)| (f, s))
+    }
 }
+
+/// The file name endings that name a format (the one table `collector` reads `-o` names by).
+pub const FILE_SUFFIXES: [(&str, ExportFormat); 8] = [
+    (".mtrace.json", ExportFormat::Native),
+    (".mtrace", ExportFormat::Native),
+    (".speedscope.json", ExportFormat::Speedscope),
+    (".chrome.json", ExportFormat::Chrome),
+    (".perfetto.json", ExportFormat::Chrome),
+    (".timeline.json", ExportFormat::Timeline),
+    (".csv", ExportFormat::Csv),
+    (".pfw.gz", ExportFormat::Dftracer),
+];
 
 /// Writes `trace` in `format`.
 pub fn export(trace: &Trace, format: ExportFormat, out: impl Write) -> Result<(), ExportError> {
