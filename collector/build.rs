@@ -93,13 +93,17 @@ fn main() {
         .file("shim/mt_shim.cpp")
         .include(&include)
         .include(include.join("torch/csrc/api/include"))
+        // libtorch 2.11's headers need C++17.
         .flag("-std=c++17")
         // The PyPI wheel's libtorch is built with the C++11 ABI (torch._C._GLIBCXX_USE_CXX11_ABI).
         .flag("-D_GLIBCXX_USE_CXX11_ABI=1")
         // Required: without NDEBUG, at::RecordFunction's layout differs from libtorch's.
         .define("NDEBUG", None)
+        // The shim runs on every allocation and operator: optimised.
         .flag("-O2")
+        // The same objects go into libmt_shim.so.
         .flag("-fPIC")
+        // libtorch's headers warn in ways the shim cannot fix.
         .flag_if_supported("-Wno-unused-parameter")
         .flag_if_supported("-Wno-deprecated-declarations")
         .warnings(false)

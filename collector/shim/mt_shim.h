@@ -1,6 +1,8 @@
 // Memory Tracer's C++ shim: the one place that talks to libtorch's C++ internals.
-// Rust binds exactly these functions (collector/src/capture/ffi.rs). Every function catches
-// C++ exceptions and reports failure through its return value; none throws.
+// Rust binds these functions in collector/capture/src/shim.rs (the records' layout is in
+// collector/src/capture/ffi.rs), all but mt_stream_*, which the Python package binds with
+// ctypes (collector/python/memory_tracer/_shim.py); keep the three in step. Every function
+// catches C++ exceptions and reports failure through its return value; none throws.
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -16,7 +18,8 @@ enum {
   MT_OP_ENTER = 3,    // id=op id, value=seq nr, a=forward thread id, b=parent op id, name=op name,
                       // op=the innermost layer scope, device_type=the RecordFunction scope
   MT_OP_EXIT = 4,     // id=op id
-  MT_TENSOR_IN = 5,   // follows its op: id=storage ptr, value=storage bytes, a=ndim, b=dims packed below
+  MT_TENSOR_IN = 5,   // follows its op: id=storage ptr, value=storage bytes, a=ndim (b unused);
+                      // the dims follow in MT_DIMS records
   MT_TENSOR_OUT = 6,  // follows MT_OP_EXIT: same fields as MT_TENSOR_IN
   MT_DIMS = 7,        // up to 4 dims of the preceding tensor in id, value, a, b
   MT_SCOPE_ENTER = 8, // name=scope name, value=at::sequence_number::peek() (autograd nodes made inside get numbers from here...)
@@ -30,11 +33,15 @@ typedef struct MtRecord {
   int64_t value;
   uint64_t a;
   uint64_t b;
-  uint32_t op;      // innermost open op of this thread when recorded (0: none)
-  uint32_t name;    // interned string id (op, scope, mark) or the innermost scope for MT_MEM
+  uint32_t op;      // innermost open op of this thread when recorded (0: none); MT_OP_ENTER:
+                    // the innermost layer scope; MT_MEM with capture_ops=2 and no open op: the
+                    // thread's last backward node of this phase
+  uint32_t name;    // interned string id: the op, scope or mark; for every other record, the
+                    // innermost scope
   uint32_t thread;  // RecordFunction thread id
   uint8_t kind;
-  int8_t device_type;   // c10::DeviceType for MT_MEM / MT_OOM / tensors
+  int8_t device_type;   // c10::DeviceType for MT_MEM / MT_OOM / tensors; MT_OP_ENTER: the
+                        // at::RecordScope
   int8_t device_index;
   uint8_t phase;        // the phase set by mt_set_phase when recorded
 } MtRecord;
