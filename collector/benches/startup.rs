@@ -10,7 +10,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// Runs `cmd` once; (wall time, peak RSS in bytes) from wait4's rusage.
+/// Runs `cmd` once; (wall time, peak RSS in bytes) from wait4's rusage. wait4 reaps the
+/// child (std's `wait` cannot return its rusage).
+#[allow(clippy::zombie_processes)]
 fn measure(cmd: &mut Command) -> (Duration, u64) {
     let start = Instant::now();
     let child = cmd.stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
