@@ -122,7 +122,7 @@ fn check_views(b: &Browser, path: &Path) {
     let name = path.file_name().unwrap().to_str().unwrap();
     let mut expect = Vec::new();
     if !trace.events.is_empty() {
-        expect.extend(["timeline-canvas", "flame-canvas", "fragmentation-canvas"]);
+        expect.extend(["timeline-canvas", "active-canvas", "flame-canvas", "fragmentation-canvas"]);
     }
     if shared::analysis::profile::graph_profile(&trace).is_ok() {
         expect.push("rank-canvas");
@@ -158,7 +158,7 @@ fn check_views(b: &Browser, path: &Path) {
 
 /// One screenshot per view, scrolled into place.
 fn screenshot_sections(b: &Browser, dir: &Path, name: &str) {
-    for id in ["summary", "timeline", "flame", "rank", "tables", "fragmentation", "segments"] {
+    for id in ["summary", "timeline", "active", "flame", "rank", "tables", "fragmentation", "segments"] {
         let there = b.exec(&format!("const e = document.getElementById('{id}'); if (e) e.scrollIntoView(); return !!e"), json!([]));
         if there == json!(true) {
             b.screenshot(&dir.join(format!("{name}-{id}.png")));
@@ -686,4 +686,52 @@ fn out_of_memory_first_and_advice_with_predictions() {
     );
     b.exec("document.getElementById('advice').scrollIntoView()", json!([]));
     b.screenshot(&screenshots().join("advice.png"));
+}
+
+/// The Active Memory Timeline: its top is PyTorch's peak, its bands answer hover with a size
+/// and a lifetime, a click pins one with its stack, and the colour and detail controls redraw.
+#[test]
+fn active_memory_bands_hover_and_pin() {
+    let name = "resnet18_sgd_2steps.pickle";
+    let (_server, url) = static_server(&dist());
+    let b = Browser::start(1400, 1000);
+    b.goto(&format!("{url}/index.html"));
+    b.wait_for("return document.querySelector('#trace-file')", 30, "the page");
+    b.upload("#trace-file", &sample(name));
+    wait_drawn(&b, name);
+    let top = b.wait_for("return document.getElementById('active-canvas')?.dataset.maxAllocated", 30, "the active view");
+    assert_eq!(top.as_str().unwrap().parse::<u64>().unwrap(), max_allocated(name), "the stack's top is the peak");
+    let bands: u64 = b.exec("return +document.getElementById('active-canvas').dataset.bands", json!([])).as_u64().unwrap();
+    assert!(bands > 100, "{bands} bands");
+    b.exec("document.getElementById('active').scrollIntoView()", json!([]));
+    // Sweep the pointer over the plot until it is over a band.
+    let found = b.exec(
+        r#"const c = document.getElementById('active-canvas'); const r = c.getBoundingClientRect();
+           for (let fy = 0.85; fy > 0.1; fy -= 0.05) for (let fx = 0.1; fx < 0.95; fx += 0.05) {
+             const at = {clientX: r.left + r.width * fx, clientY: r.top + r.height * fy, bubbles: true};
+             c.dispatchEvent(new MouseEvent('mousemove', at));
+             if (c.dataset.hoverBand) { c.dispatchEvent(new MouseEvent('click', at)); return [fx, fy]; }
+           }
+           return null;"#,
+        json!([]),
+    );
+    assert!(found.is_array(), "no band under the pointer anywhere");
+    let tip = b.wait_for("return document.querySelector('#active .tooltip')?.innerText", 20, "the band's tooltip");
+    let tip = tip.as_str().unwrap();
+    assert!(tip.contains("allocated at") && tip.contains("lives"), "{tip}");
+    let pinned = b.wait_for(
+        "const p = document.querySelector('#active-pinned pre'); return p && p.innerText.length > 0 && p.innerText",
+        20,
+        "the pinned allocation's stack",
+    );
+    assert!(pinned.as_str().unwrap().contains(".py:"), "a snapshot's stack names Python frames: {pinned}");
+    b.screenshot(&screenshots().join("active-pinned.png"));
+    // Fewer bands: the rest fold into the summary band, the top stays the peak.
+    select(&b, "#active-detail", "500");
+    b.wait_for("return +document.getElementById('active-canvas').dataset.bands <= 500", 30, "500 bands");
+    let top = b.exec("return document.getElementById('active-canvas').dataset.maxAllocated", json!([]));
+    assert_eq!(top.as_str().unwrap().parse::<u64>().unwrap(), max_allocated(name));
+    let before = painted(&b, "active-canvas");
+    select(&b, "#active-colour", "stack");
+    assert!(painted(&b, "active-canvas") > 2000 && before > 2000);
 }

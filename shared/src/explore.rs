@@ -146,6 +146,12 @@ pub enum Request {
     DiffDevices { a: u8, b: u8 },
     /// What to change so the shown trace needs less memory, under a budget when given.
     Advice { budget_bytes: Option<u64> },
+    /// The Active Memory Timeline of a window: `detail` largest allocations as bands over
+    /// `columns` pixel columns.
+    Active { start_s: f64, end_s: f64, columns: usize, detail: usize },
+    /// One allocation (an allocation event's index) with its lifetime and stack: answered as
+    /// `Allocations` with it alone.
+    Allocation { event_index: usize },
 }
 
 /// The answers, one per [`Request`] kind.
@@ -161,6 +167,7 @@ pub enum Response {
     Overview(Box<Overview>),
     Diff(Box<TraceDiff>),
     Advice(Box<analysis::advice::AdviceReport>),
+    Active(Box<analysis::active::ActiveTimeline>),
     Error { message: String },
 }
 
@@ -208,6 +215,9 @@ pub struct Session {
     /// The shown trace's timeline at every resolution, so that a window of any width costs
     /// what it draws.
     index: Option<TimelineIndex>,
+    /// The shown device's allocations paired with their frees, made on the first Active
+    /// Memory Timeline request.
+    pairs: Option<analysis::active::Pairs>,
 }
 
 /// Why files could not be opened as the ranks of one job.
@@ -333,6 +343,7 @@ impl Session {
             file_bytes,
             export_stem: export_stem.to_owned(),
             index: None,
+            pairs: None,
         };
         let overview = session.overview(progress);
         Opened::Trace(Box::new(session), Box::new(overview))
@@ -363,6 +374,7 @@ impl Session {
         self.device = device;
         self.ops_at_event = ops_at_event;
         self.index = Some(TimelineIndex::new(self.trace()));
+        self.pairs = None;
         overview
     }
 
@@ -412,11 +424,45 @@ impl Session {
                 Ok(d) => Response::Diff(Box::new(d)),
                 Err(e) => Response::Error { message: e.to_string() },
             },
+            Request::Active { start_s, end_s, columns, detail } => self.active(*start_s, *end_s, *columns, *detail),
+            Request::Allocation { event_index } => self.allocation_at(*event_index),
             Request::Advice { budget_bytes } => {
                 let opts = analysis::advice::AdviceOptions { budget_bytes: *budget_bytes, top: 10, ..Default::default() };
                 Response::Advice(Box::new(analysis::advice::advise(self.trace(), &opts)))
             }
         }
+    }
+
+    fn active(&mut self, start_s: f64, end_s: f64, columns: usize, detail: usize) -> Response {
+        let device = self.device;
+        if self.pairs.as_ref().is_none_or(|p| p.device != device) {
+            self.pairs = Some(analysis::active::Pairs::of(self.trace(), device));
+        }
+        let Some(pairs) = &self.pairs else { return Response::Error { message: "no allocations".into() } };
+        let options = analysis::active::ActiveOptions { start_s, end_s, columns, detail: detail.min(200_000) };
+        let mut a = analysis::active::active_timeline(self.trace(), pairs, &options);
+        for b in &mut a.bands {
+            b.op = self.ops_at_event.get(b.event_index as usize).and_then(|&o| self.trace().opt_str(o)).map(str::to_owned);
+        }
+        Response::Active(Box::new(a))
+    }
+
+    /// One allocation event with its free (from the pairs when made, else a scan forward).
+    fn allocation_at(&self, i: usize) -> Response {
+        let ev = &self.trace().events;
+        if i >= ev.len() || ev.event_type(i) != EventType::Alloc {
+            return Response::Error { message: format!("event {i} is not an allocation") };
+        }
+        let free = match &self.pairs {
+            Some(p) if p.device == ev.device[i] => {
+                let k = p.spans.partition_point(|&(a, _)| (a as usize) < i);
+                p.spans.get(k).filter(|s| s.0 as usize == i && s.1 != u32::MAX).map(|s| s.1 as usize)
+            }
+            _ => (i + 1..ev.len())
+                .find(|&j| ev.device[j] == ev.device[i] && ev.address[j] == ev.address[i] && ev.event_type(j) == EventType::Free),
+        };
+        let t_s = self.secs(ev.ts_ns[i]);
+        Response::Allocations { t_s, allocations: vec![self.allocation(i, free.map(|j| self.secs(ev.ts_ns[j])))] }
     }
 
     fn rank_curves(&self, buckets: usize) -> Response {
@@ -524,29 +570,33 @@ impl Session {
                 }
             }
         }
-        live.into_iter()
-            .map(|i| Allocation {
-                event_index: i,
-                address: ev.address[i],
-                size_bytes: ev.size_bytes[i],
-                alloc_s: self.secs(ev.ts_ns[i]),
-                free_s: freed.get(&i).copied(),
-                layer: self.trace().opt_str(ev.layer[i]).map(str::to_owned),
-                op: self.ops_at_event.get(i).and_then(|&o| self.trace().opt_str(o)).map(str::to_owned),
-                stack: self
-                    .trace()
-                    .stacks
-                    .stack_of_event(i)
-                    .map(|s| {
-                        self.trace()
-                            .stacks
-                            .stack(s)
-                            .map(|f| format!("{} {}:{}", self.trace().str(f.name), self.trace().str(f.filename), f.line))
-                            .collect()
-                    })
-                    .unwrap_or_default(),
-            })
-            .collect()
+        live.into_iter().map(|i| self.allocation(i, freed.get(&i).copied())).collect()
+    }
+
+    /// Allocation event `i` for the page: size, lifetime, layer, operator and stack.
+    fn allocation(&self, i: usize, free_s: Option<f64>) -> Allocation {
+        let ev = &self.trace().events;
+        Allocation {
+            event_index: i,
+            address: ev.address[i],
+            size_bytes: ev.size_bytes[i],
+            alloc_s: self.secs(ev.ts_ns[i]),
+            free_s,
+            layer: self.trace().opt_str(ev.layer[i]).map(str::to_owned),
+            op: self.ops_at_event.get(i).and_then(|&o| self.trace().opt_str(o)).map(str::to_owned),
+            stack: self
+                .trace()
+                .stacks
+                .stack_of_event(i)
+                .map(|s| {
+                    self.trace()
+                        .stacks
+                        .stack(s)
+                        .map(|f| format!("{} {}:{}", self.trace().str(f.name), self.trace().str(f.filename), f.line))
+                        .collect()
+                })
+                .unwrap_or_default(),
+        }
     }
 
     fn export(&self, format: &str) -> Response {

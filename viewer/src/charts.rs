@@ -7,6 +7,7 @@ use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters_canvas::CanvasBackend;
+use shared::analysis::active::{ActiveBand, ActiveTimeline};
 use shared::analysis::diff::{Alignment, DiffCurves};
 use shared::analysis::flame::{FlameGraph, FlameKind};
 use shared::analysis::profile::GraphProfile;
@@ -684,4 +685,150 @@ pub fn painted_pixels(canvas: &HtmlCanvasElement) -> usize {
     let data = img.data();
     let bg = [data.first().copied().unwrap_or(0), data.get(1).copied().unwrap_or(0), data.get(2).copied().unwrap_or(0)];
     data.chunks_exact(4).filter(|p| p[0] != bg[0] || p[1] != bg[1] || p[2] != bg[2]).count()
+}
+
+/// Where the Active Memory Timeline was drawn, to find the band under the pointer.
+#[derive(Clone, Copy, Debug)]
+pub struct ActiveMapping {
+    pub plot: Mapping,
+    /// The bytes at the plot's top edge.
+    pub ymax: f64,
+    pub columns: usize,
+}
+
+impl ActiveMapping {
+    /// The (column, bytes) under pixel (px, py), inside the plot.
+    pub fn at(&self, px: f64, py: f64) -> Option<(usize, f64)> {
+        if !self.plot.contains(px, py) || self.columns == 0 {
+            return None;
+        }
+        let f = ((px - self.plot.px.0) / (self.plot.px.1 - self.plot.px.0).max(1.0)).clamp(0.0, 0.999_999);
+        let bytes = self.ymax * (self.plot.py.1 - py) / (self.plot.py.1 - self.plot.py.0).max(1.0);
+        Some(((f * self.columns as f64) as usize, bytes))
+    }
+}
+
+/// The band under (column, bytes), if any.
+pub fn active_band_at(a: &ActiveTimeline, column: usize, bytes: f64) -> Option<usize> {
+    let holds = |b: &ActiveBand| -> Option<bool> {
+        let bottom = *b.bottoms.get(column.checked_sub(b.first_column as usize)?)? as f64;
+        Some(bytes >= bottom && bytes < bottom + b.size_bytes as f64)
+    };
+    a.bands.iter().position(|b| holds(b).unwrap_or(false))
+}
+
+/// What gives a band its colour.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ColourBy {
+    Layer,
+    Operator,
+    Stack,
+}
+
+impl ColourBy {
+    fn key(self, b: &ActiveBand) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        match self {
+            ColourBy::Layer => b.layer.hash(&mut h),
+            ColourBy::Operator => b.op.hash(&mut h),
+            ColourBy::Stack => b.stack.hash(&mut h),
+        }
+        h.finish()
+    }
+}
+
+/// A colour from a hash: spread hues, middling saturation and lightness, readable on both
+/// themes.
+fn hashed_colour(key: u64) -> RGBColor {
+    let hue = (key % 360) as f64;
+    let (s, l) = (0.55 + ((key >> 16) % 20) as f64 / 100.0, 0.50 + ((key >> 24) % 12) as f64 / 100.0);
+    let c = (1.0 - (2.0 * l - 1.0).abs()) * s;
+    let x = c * (1.0 - ((hue / 60.0) % 2.0 - 1.0).abs());
+    let m = l - c / 2.0;
+    let (r, g, b) = match (hue / 60.0) as u32 {
+        0 => (c, x, 0.0),
+        1 => (x, c, 0.0),
+        2 => (0.0, c, x),
+        3 => (0.0, x, c),
+        4 => (x, 0.0, c),
+        _ => (c, 0.0, x),
+    };
+    let to = |v: f64| ((v + m) * 255.0).round().clamp(0.0, 255.0) as u8;
+    RGBColor(to(r), to(g), to(b))
+}
+
+/// The Active Memory Timeline: the summary band at the bottom, then every drawn allocation
+/// as its own band over the columns it is live in; `pinned` is outlined and the bands that
+/// share its stack (or, without stacks, its layer and size) are lit.
+pub fn draw_active(
+    canvas: &HtmlCanvasElement,
+    pal: &Palette,
+    a: &ActiveTimeline,
+    by: ColourBy,
+    pinned: Option<usize>,
+) -> Res<ActiveMapping> {
+    let root = area(canvas, pal)?;
+    let yt = byte_ticks(a.totals.iter().copied().max().unwrap_or(0) as f64 * 1.02, 6);
+    let ymax = yt.end;
+    let (t0, t1) = (a.start_s, a.end_s.max(a.start_s + 1e-9));
+    let mut chart = ChartBuilder::on(&root)
+        .margin(8)
+        .margin_top(14)
+        .x_label_area_size(28)
+        .y_label_area_size(78)
+        .build_cartesian_2d(t0..t1, TickedAxis::new(ymax, yt.ticks.clone()))
+        .map_err(err)?;
+    draw_mesh(&mut chart, pal, (8, 6), &|v| format_seconds(*v), &|v| yt.label(*v), None)?;
+    let (xr, yr) = chart.plotting_area().get_pixel_range();
+    let columns = a.totals.len();
+    let mapping = ActiveMapping {
+        plot: Mapping { px: (xr.start as f64, xr.end as f64), py: (yr.start as f64, yr.end as f64), x: (t0, t1) },
+        ymax,
+        columns,
+    };
+    if columns == 0 {
+        return Ok(mapping);
+    }
+    let width = (t1 - t0) / columns as f64;
+    let x = |c: usize| t0 + c as f64 * width;
+    // A band over columns first.. with the given bottoms and height, as one polygon of steps.
+    let outline = |first: usize, bottoms: &[u64], height: &dyn Fn(usize) -> u64| -> Vec<(f64, f64)> {
+        let mut pts = Vec::with_capacity(bottoms.len() * 4);
+        for (k, &b) in bottoms.iter().enumerate() {
+            let top = (b + height(k)) as f64;
+            pts.push((x(first + k), top));
+            pts.push((x(first + k + 1), top));
+        }
+        for (k, &b) in bottoms.iter().enumerate().rev() {
+            pts.push((x(first + k + 1), b as f64));
+            pts.push((x(first + k), b as f64));
+        }
+        pts
+    };
+    let zeros = vec![0u64; columns];
+    let summary = outline(0, &zeros, &|k| a.summary[k]);
+    chart.draw_series(std::iter::once(Polygon::new(summary, pal.grid.mix(0.9).filled()))).map_err(err)?;
+    let lit = pinned.and_then(|p| a.bands.get(p)).map(|p| (p.stack, p.layer.clone(), p.size_bytes));
+    let shares = |b: &ActiveBand| match &lit {
+        Some((Some(stack), _, _)) => b.stack == Some(*stack),
+        Some((None, layer, size)) => b.stack.is_none() && &b.layer == layer && b.size_bytes == *size,
+        None => false,
+    };
+    chart
+        .draw_series(a.bands.iter().map(|b| {
+            let colour = hashed_colour(by.key(b));
+            let style = if lit.is_some() && !shares(b) { colour.mix(0.35).filled() } else { colour.filled() };
+            Polygon::new(outline(b.first_column as usize, &b.bottoms, &|_| b.size_bytes), style)
+        }))
+        .map_err(err)?;
+    if let Some(b) = pinned.and_then(|p| a.bands.get(p)) {
+        let mut pts = outline(b.first_column as usize, &b.bottoms, &|_| b.size_bytes);
+        if let Some(&first) = pts.first() {
+            pts.push(first);
+        }
+        chart.draw_series(std::iter::once(PathElement::new(pts, pal.highlight.stroke_width(2)))).map_err(err)?;
+    }
+    root.present().map_err(err)?;
+    Ok(mapping)
 }

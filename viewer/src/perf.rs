@@ -38,7 +38,7 @@ pub fn begin_open() {
 pub fn loaded(o: &Overview) {
     let ms = MARKS.with(|m| {
         let mut m = m.borrow_mut();
-        m.expected = ["timeline", "flame", "fragmentation"].into_iter().collect();
+        m.expected = ["timeline", "active", "flame", "fragmentation"].into_iter().collect();
         if o.profile.is_some() || !o.curves.is_empty() {
             m.expected.insert("rank");
         }
@@ -50,6 +50,7 @@ pub fn loaded(o: &Overview) {
         }
         if o.summary.total_events == 0 {
             m.expected.remove("timeline");
+            m.expected.remove("active");
             m.expected.remove("fragmentation");
             m.expected.remove("flame");
         }

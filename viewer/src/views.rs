@@ -5,6 +5,7 @@ use crate::charts::{self, FlameBox, FlameMetric, Mapping};
 use crate::{bridge, fit_canvas, perf, AppState};
 use leptos::html::Canvas;
 use leptos::prelude::*;
+use shared::analysis::active::ActiveTimeline;
 use shared::explore::{Allocation, Moment, Overview, Request, Response};
 use shared::units::{format_bytes, format_seconds};
 use std::sync::Arc;
@@ -138,6 +139,7 @@ pub fn Report(overview: Arc<Overview>) -> impl IntoView {
         {o.ranks.clone().map(|r| view! { <crate::ranks::RanksSection ranks=Arc::new(r) /> })}
         {has_events.then(|| view! {
             <TimelineSection overview=o.clone() />
+            <ActiveSection overview=o.clone() />
             <FlameSection overview=o.clone() />
         })}
         <section class="card" id="rank">
@@ -473,6 +475,165 @@ fn TimelineSection(overview: Arc<Overview>) -> impl IntoView {
                                 </tbody>
                             </table>
                         }.into_any()
+                    }}
+                </div>
+            })}
+        </section>
+    }
+}
+
+/// The Active Memory Timeline (memory_viz's main view): every allocation as its own band,
+/// stacked in the order they were made; the smaller ones and what predates the trace in one
+/// band at the bottom, so the top is the exact allocated total.
+#[component]
+fn ActiveSection(overview: Arc<Overview>) -> impl IntoView {
+    let state = state();
+    let full = (0.0, overview.duration_s.max(1e-9));
+    let window = RwSignal::new(full);
+    let detail = RwSignal::new(2000usize);
+    let colour_by = RwSignal::new(charts::ColourBy::Layer);
+    let data: RwSignal<Option<Arc<ActiveTimeline>>> = RwSignal::new(None);
+    let mapping: StoredValue<Option<charts::ActiveMapping>> = StoredValue::new(None);
+    let hover: RwSignal<Option<(f64, f64, usize)>> = RwSignal::new(None);
+    let pinned: RwSignal<Option<(usize, Option<Allocation>)>> = RwSignal::new(None);
+    let canvas = NodeRef::<Canvas>::new();
+    Effect::new(move |_| {
+        let (w, d) = (window.get(), detail.get());
+        let Some(c) = canvas.get() else { return };
+        fit_canvas(&c, 360);
+        let columns = (c.width() as usize).saturating_sub(90).max(100);
+        bridge::ask(&Request::Active { start_s: w.0, end_s: w.1, columns, detail: d }, move |r| match r {
+            Response::Active(a) => {
+                pinned.set(None);
+                data.set(Some(Arc::new(*a)));
+            }
+            Response::Error { message } => state.error.set(Some(("active memory".into(), message))),
+            _ => {}
+        });
+    });
+    Effect::new(move |_| {
+        let pal = state.palette();
+        let (by, pin) = (colour_by.get(), pinned.with(|p| p.as_ref().map(|p| p.0)));
+        let Some(c) = canvas.get() else { return };
+        data.with(|d| {
+            let Some(a) = d else { return };
+            fit_canvas(&c, 360);
+            match charts::draw_active(&c, &pal, a, by, pin) {
+                Ok(m) => {
+                    mapping.set_value(Some(m));
+                    // The highest total drawn and the bands, for tests and the benchmark.
+                    let _ = c.set_attribute("data-max-allocated", &a.totals.iter().max().copied().unwrap_or(0).to_string());
+                    let _ = c.set_attribute("data-bands", &a.bands.len().to_string());
+                    perf::drawn("active");
+                }
+                Err(e) => state.error.set(Some(("active memory".into(), e))),
+            }
+        });
+    });
+    let band_at = move |px: f64, py: f64| -> Option<usize> {
+        let (column, bytes) = mapping.get_value()?.at(px, py)?;
+        data.with_untracked(|d| d.as_ref().and_then(|a| charts::active_band_at(a, column, bytes)))
+    };
+    let on_move = move |ev: leptos::ev::MouseEvent| {
+        let (px, py) = (ev.offset_x() as f64, ev.offset_y() as f64);
+        let band = band_at(px, py);
+        // The band under the pointer, at once (the tooltip follows on the next render).
+        if let Some(c) = canvas.get_untracked() {
+            let _ = c.set_attribute("data-hover-band", &band.map_or(String::new(), |b| b.to_string()));
+        }
+        hover.set(band.map(|b| (px, py, b)));
+    };
+    let on_click = move |ev: leptos::ev::MouseEvent| {
+        let Some(b) = band_at(ev.offset_x() as f64, ev.offset_y() as f64) else {
+            pinned.set(None);
+            return;
+        };
+        pinned.set(Some((b, None)));
+        let Some(event_index) = data.with_untracked(|d| d.as_ref().and_then(|a| a.bands.get(b)).map(|x| x.event_index as usize)) else {
+            return;
+        };
+        bridge::ask(&Request::Allocation { event_index }, move |r| {
+            if let Response::Allocations { allocations, .. } = r {
+                pinned.update(|p| {
+                    if let Some(p) = p.as_mut().filter(|p| p.0 == b) {
+                        p.1 = allocations.into_iter().next();
+                    }
+                });
+            }
+        });
+    };
+    let on_wheel = move |ev: leptos::ev::WheelEvent| {
+        let Some(m) = mapping.get_value() else { return };
+        ev.prevent_default();
+        let t = m.plot.x_at(ev.offset_x() as f64);
+        let factor = if ev.delta_y() < 0.0 { 0.8 } else { 1.25 };
+        window.update(|w| {
+            let whole = full.1 - full.0;
+            let span = ((w.1 - w.0) * factor).max(1e-7_f64.min(whole)).min(whole);
+            let f = (t - w.0) / (w.1 - w.0).max(1e-12);
+            let a = window_start(t - span * f, span, full);
+            *w = (a, a + span);
+        });
+    };
+    let tooltip = move || {
+        let (x, y, b) = hover.get()?;
+        let band = data.with(|d| d.as_ref().and_then(|a| a.bands.get(b).cloned()))?;
+        let life = band.free_s.map_or("until the end".to_owned(), |f| format_seconds(f - band.alloc_s));
+        Some(view! {
+            <div class="tooltip" style=format!("left:{}px;top:{}px", x + 14.0, y + 10.0)>
+                <b>{format_bytes(band.size_bytes)}</b><br />
+                "allocated at " {format_seconds(band.alloc_s)} ", lives " {life}<br />
+                {band.layer.map(|l| view! { "layer " <code>{l}</code><br /> })}
+                {band.op.map(|o| view! { "op " <code>{o}</code><br /> })}
+                "click to pin and see its stack"
+            </div>
+        })
+    };
+    let select_colour = move |ev: leptos::ev::Event| {
+        colour_by.set(match event_target_value(&ev).as_str() {
+            "operator" => charts::ColourBy::Operator,
+            "stack" => charts::ColourBy::Stack,
+            _ => charts::ColourBy::Layer,
+        })
+    };
+    let select_detail = move |ev: leptos::ev::Event| detail.set(event_target_value(&ev).parse().unwrap_or(2000));
+    view! {
+        <section class="card" id="active">
+            <div class="card-head">
+                <h2>"Active memory"</h2>
+                <span class="hint">"every allocation as its own band, stacked as made; wheel to zoom, hover for size and lifetime, click to pin"</span>
+                <span class="spacer"></span>
+                <label>"colour by " <select id="active-colour" on:change=select_colour>
+                    <option value="layer">"layer"</option><option value="operator">"operator"</option><option value="stack">"stack"</option>
+                </select></label>
+                <label>" detail " <select id="active-detail" on:change=select_detail>
+                    <option value="500">"500 largest"</option><option value="2000" selected>"2000 largest"</option>
+                    <option value="10000">"10000 largest"</option><option value="50000">"50000 largest"</option>
+                </select></label>
+                <button class="small" on:click=move |_| window.set(full)>"Reset"</button>
+                {png_button(canvas, "active")}
+            </div>
+            <div class="chart-wrap">
+                <canvas class="chart" id="active-canvas" node_ref=canvas on:wheel=on_wheel on:mousemove=on_move on:click=on_click
+                    on:mouseleave=move |_| hover.set(None)></canvas>
+                {tooltip}
+            </div>
+            <p class="sub">{move || data.with(|d| d.as_ref().map(|a| format!(
+                "{} – {}: {} allocations drawn one by one, {} smaller ones (and memory from before the trace) in the grey band",
+                format_seconds(a.start_s), format_seconds(a.end_s), a.bands.len(), a.summarized
+            )))}</p>
+            {move || pinned.get().map(|(_, detail)| view! {
+                <div class="live-list" id="active-pinned">
+                    <h3>"Pinned allocation" <button class="small" on:click=move |_| pinned.set(None)>"×"</button></h3>
+                    {match detail {
+                        None => view! { <p class="hint">"…"</p> }.into_any(),
+                        Some(a) => view! {
+                            <p>{format_bytes(a.size_bytes)} " at " {format_seconds(a.alloc_s)} ", freed "
+                               {a.free_s.map_or("never".to_owned(), format_seconds)} " · " {a.layer.unwrap_or_default()} " "
+                               <code>{a.op.unwrap_or_default()}</code>
+                               " · the bands that share its stack are lit"</p>
+                            <pre>{if a.stack.is_empty() { "no stack recorded".to_owned() } else { a.stack.join("\n") }}</pre>
+                        }.into_any(),
                     }}
                 </div>
             })}

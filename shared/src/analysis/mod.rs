@@ -3,6 +3,7 @@
 //! [`profile`] computes operator ranks, tensor classes and activation liveness; [`sweep`] holds
 //! batch-size sweep results.
 
+pub mod active;
 pub mod advice;
 pub mod diff;
 pub mod flame;

@@ -1,0 +1,243 @@
+//! The Active Memory Timeline, memory_viz's main view: every allocation of a device as its own
+//! band, stacked in the order the allocations were made, so that a band drops when one below
+//! it is freed. The largest allocations (`detail` of them) are drawn one by one; the rest, and
+//! what was allocated before the trace began, form one summary band at the bottom, so the top
+//! of the stack is always the device's exact allocated total.
+//!
+//! Built per window and pixel column: each column shows the moment of its highest allocated
+//! total (so the peak's column shows the peak exactly). [`Pairs`] (which event frees each
+//! allocation) is computed once per device and kept by the caller.
+
+use crate::model::{EventType, Trace};
+use serde::{Deserialize, Serialize};
+
+/// Each allocation of one device with the event that frees it, in allocation order.
+#[derive(Clone, Debug, Default)]
+pub struct Pairs {
+    pub device: u8,
+    /// (allocation event, freeing event or `u32::MAX`: never freed in the trace).
+    pub spans: Vec<(u32, u32)>,
+}
+
+const NEVER: u32 = u32::MAX;
+
+impl Pairs {
+    /// Pairs every allocation of `device` with the free of the same address that follows it.
+    pub fn of(trace: &Trace, device: u8) -> Self {
+        let ev = &trace.events;
+        let mut spans: Vec<(u32, u32)> = Vec::new();
+        let mut open: crate::hash::FastMap<u64, u32> = Default::default();
+        for i in 0..ev.len().min(NEVER as usize - 1) {
+            if ev.device[i] != device {
+                continue;
+            }
+            match ev.event_type(i) {
+                EventType::Alloc => {
+                    open.insert(ev.address[i], spans.len() as u32);
+                    spans.push((i as u32, NEVER));
+                }
+                EventType::Free => {
+                    if let Some(k) = open.remove(&ev.address[i]) {
+                        spans[k as usize].1 = i as u32;
+                    }
+                }
+                _ => {}
+            }
+        }
+        Self { device, spans }
+    }
+}
+
+/// What to draw.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ActiveOptions {
+    pub start_s: f64,
+    pub end_s: f64,
+    /// Pixel columns (at least 1, at most 20 000).
+    pub columns: usize,
+    /// How many of the largest allocations live in the window get a band of their own.
+    pub detail: usize,
+}
+
+/// One allocation drawn as its own band.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ActiveBand {
+    /// The allocation's event (for its stack and details).
+    pub event_index: u32,
+    pub size_bytes: u64,
+    pub alloc_s: f64,
+    /// `None`: never freed in the trace.
+    pub free_s: Option<f64>,
+    pub layer: Option<String>,
+    /// The innermost operator open when it was made (filled by the explorer, which knows).
+    pub op: Option<String>,
+    /// The stack recorded for the allocation (an id into the trace's stacks), if any.
+    pub stack: Option<u32>,
+    /// The first column the band is live in.
+    pub first_column: u32,
+    /// Its bottom, bytes above zero, in each column from `first_column` on.
+    pub bottoms: Vec<u64>,
+}
+
+/// The Active Memory Timeline of one window.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ActiveTimeline {
+    pub start_s: f64,
+    pub end_s: f64,
+    /// Each column's moment (seconds since trace start; `None`: no event yet).
+    pub moments_s: Vec<Option<f64>>,
+    /// Each column's moment as the event index it shows the state after.
+    pub moment_events: Vec<Option<u32>>,
+    /// Each column's allocated total: the top of its stack.
+    pub totals: Vec<u64>,
+    /// Each column's summary band: allocations not drawn one by one, and memory allocated
+    /// before the trace began.
+    pub summary: Vec<u64>,
+    pub bands: Vec<ActiveBand>,
+    /// Allocations (made in the trace) live at some time of the window.
+    pub live: usize,
+    /// Those not drawn one by one: in the summary band.
+    pub summarized: usize,
+}
+
+/// The Active Memory Timeline of `pairs.device` over a window.
+pub fn active_timeline(trace: &Trace, pairs: &Pairs, options: &ActiveOptions) -> ActiveTimeline {
+    let columns = options.columns.clamp(1, 20_000);
+    let start_ns = trace.start_ns();
+    let to_ns = |s: f64| start_ns.saturating_add((s.max(0.0) * 1e9) as u64);
+    let (lo, hi) = (to_ns(options.start_s), to_ns(options.end_s.max(options.start_s)).max(to_ns(options.start_s) + 1));
+    let moments = column_moments(trace, pairs.device, (lo, hi), columns);
+    let secs = |i: u32| trace.events.ts_ns[i as usize].saturating_sub(start_ns) as f64 * 1e-9;
+    // The allocations live in the window: made before its end, freed after its start.
+    let ev = &trace.events;
+    let mut live: Vec<u32> = (0..pairs.spans.len() as u32)
+        .filter(|&k| {
+            let (a, f) = pairs.spans[k as usize];
+            ev.ts_ns[a as usize] < hi && (f == NEVER || ev.ts_ns[f as usize] >= lo)
+        })
+        .collect();
+    let detail = options.detail.min(live.len());
+    if detail < live.len() {
+        live.select_nth_unstable_by_key(detail, |&k| std::cmp::Reverse(ev.size_bytes[pairs.spans[k as usize].0 as usize]));
+    }
+    let (in_window, summarized) = (live.len(), live.len() - detail);
+    live.truncate(detail);
+    live.sort_unstable();
+    let mut bands: Vec<ActiveBand> = live
+        .iter()
+        .map(|&k| {
+            let (a, f) = pairs.spans[k as usize];
+            ActiveBand {
+                event_index: a,
+                size_bytes: ev.size_bytes[a as usize],
+                alloc_s: secs(a),
+                free_s: (f != NEVER).then(|| secs(f)),
+                layer: trace.opt_str(ev.layer[a as usize]).map(str::to_owned),
+                op: None,
+                stack: trace.stacks.stack_of_event(a as usize),
+                first_column: 0,
+                bottoms: Vec::new(),
+            }
+        })
+        .collect();
+    let (summary, totals) = stack_columns(pairs, &live, &moments, &mut bands);
+    bands.retain(|b| !b.bottoms.is_empty());
+    let moments_s = moments.iter().map(|m| m.map(|(i, _)| secs(i))).collect();
+    let moment_events = moments.iter().map(|m| m.map(|(i, _)| i)).collect();
+    ActiveTimeline {
+        start_s: options.start_s,
+        end_s: options.end_s,
+        moments_s,
+        moment_events,
+        totals,
+        summary,
+        bands,
+        live: in_window,
+        summarized,
+    }
+}
+
+/// For each column, the event of `device` with the highest allocated total after it (the
+/// first such), and that total; a column without events shows the state after the last
+/// event before it.
+fn column_moments(trace: &Trace, device: u8, (lo, hi): (u64, u64), columns: usize) -> Vec<Option<(u32, u64)>> {
+    let ev = &trace.events;
+    let first = ev.ts_ns.partition_point(|&t| t < lo);
+    let mut cursor = ev.cursor_near(first.saturating_sub(1));
+    let mut last: Option<(u32, u64)> = None;
+    // The state just before the window.
+    while cursor.position() < first {
+        let i = cursor.position();
+        let t = cursor.advance();
+        if ev.device[i] == device {
+            last = Some((i as u32, t.allocated_bytes));
+        }
+    }
+    let width = (hi - lo) as f64 / columns as f64;
+    let mut out: Vec<Option<(u32, u64)>> = Vec::with_capacity(columns);
+    let mut best: Option<(u32, u64)> = None;
+    let mut column = 0usize;
+    while cursor.position() < ev.len() {
+        let i = cursor.position();
+        let ts = ev.ts_ns[i];
+        if ts >= hi {
+            break;
+        }
+        let c = (((ts - lo) as f64 / width) as usize).min(columns - 1);
+        while column < c {
+            out.push(best.or(last));
+            last = best.or(last);
+            best = None;
+            column += 1;
+        }
+        let t = cursor.advance();
+        if ev.device[i] == device && best.is_none_or(|(_, b)| t.allocated_bytes > b) {
+            best = Some((i as u32, t.allocated_bytes));
+        }
+    }
+    while out.len() < columns {
+        out.push(best.or(last));
+        last = best.or(last);
+        best = None;
+    }
+    out
+}
+
+/// Walks the columns' moments in order with the live drawn bands in allocation order: each
+/// band's bottom is the summary plus the bands below it. Returns (summary, total) per column.
+fn stack_columns(pairs: &Pairs, drawn: &[u32], moments: &[Option<(u32, u64)>], bands: &mut [ActiveBand]) -> (Vec<u64>, Vec<u64>) {
+    let mut summary = Vec::with_capacity(moments.len());
+    let mut totals = Vec::with_capacity(moments.len());
+    // Band indices live at the current moment, in allocation order (= index order).
+    let mut live: Vec<usize> = Vec::new();
+    let mut next = 0;
+    for (c, m) in moments.iter().enumerate() {
+        let Some((at, total)) = *m else {
+            summary.push(0);
+            totals.push(0);
+            continue;
+        };
+        while next < drawn.len() && pairs.spans[drawn[next] as usize].0 <= at {
+            live.push(next);
+            next += 1;
+        }
+        live.retain(|&b| {
+            let f = pairs.spans[drawn[b] as usize].1;
+            f == NEVER || f > at
+        });
+        let drawn_bytes: u64 = live.iter().map(|&b| bands[b].size_bytes).sum();
+        let base = total.saturating_sub(drawn_bytes);
+        let mut bottom = base;
+        for &b in &live {
+            let band = &mut bands[b];
+            if band.bottoms.is_empty() {
+                band.first_column = c as u32;
+            }
+            band.bottoms.push(bottom);
+            bottom += band.size_bytes;
+        }
+        summary.push(base);
+        totals.push(total);
+    }
+    (summary, totals)
+}

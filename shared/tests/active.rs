@@ -1,0 +1,142 @@
+//! The Active Memory Timeline (`shared::analysis::active`) on the real samples, against
+//! independent oracles: each column's bands are exactly the allocations live at its moment
+//! (`analysis::live_allocations_at`), stacked without gaps or overlaps on the summary band; the
+//! top of every column is the device's allocated total, and the highest is PyTorch's peak
+//! (facts.json); the drawn bands are the largest ones; the explorer answers with operators and
+//! an allocation's stack.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
+
+use shared::analysis::active::{active_timeline, ActiveOptions, ActiveTimeline, Pairs};
+use shared::analysis::live_allocations_at;
+use shared::explore::{Opened, Request, Response, Session};
+use shared::{import, ImportOptions, Trace};
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+
+fn data(name: &str) -> Vec<u8> {
+    std::fs::read(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/data").join(name)).unwrap()
+}
+
+fn fact(sample: &str, key: &str) -> u64 {
+    let facts: serde_json::Value = serde_json::from_slice(&data("facts.json")).unwrap();
+    facts["samples"][sample][key].as_u64().unwrap()
+}
+
+const SAMPLES: [&str; 2] = ["mlp_adam_3steps.pickle", "resnet18_sgd_2steps.pickle"];
+
+fn whole(trace: &Trace, pairs: &Pairs, columns: usize, detail: usize) -> ActiveTimeline {
+    let end_s = (trace.end_ns() - trace.start_ns()) as f64 * 1e-9;
+    active_timeline(trace, pairs, &ActiveOptions { start_s: 0.0, end_s, columns, detail })
+}
+
+/// Band indices live in column `c`, bottom first.
+fn column(a: &ActiveTimeline, c: usize) -> Vec<usize> {
+    let mut live: Vec<usize> = (0..a.bands.len())
+        .filter(|&b| {
+            let band = &a.bands[b];
+            c >= band.first_column as usize && c < band.first_column as usize + band.bottoms.len()
+        })
+        .collect();
+    live.sort_by_key(|&b| a.bands[b].bottoms[c - a.bands[b].first_column as usize]);
+    live
+}
+
+#[test]
+fn every_column_stacks_exactly_what_is_live_at_its_moment() {
+    for sample in SAMPLES {
+        let trace = import(&data(sample), &ImportOptions::default()).unwrap();
+        let device = 0;
+        let pairs = Pairs::of(&trace, device);
+        let a = whole(&trace, &pairs, 300, usize::MAX);
+        assert_eq!(a.summarized, 0, "{sample}: every allocation drawn");
+        let start = trace.start_ns();
+        let mut checked = 0;
+        for c in 0..a.totals.len() {
+            let Some(at) = a.moment_events[c] else { continue };
+            let at = at as usize;
+            assert_eq!(trace.events.device[at], device);
+            let t = a.moments_s[c].unwrap();
+            assert!((t - trace.events.ts_ns[at].saturating_sub(start) as f64 * 1e-9).abs() < 1e-9);
+            let live = column(&a, c);
+            // Stacked on the summary without gaps or overlaps, topped by the total.
+            let mut bottom = a.summary[c];
+            for &b in &live {
+                let band = &a.bands[b];
+                assert_eq!(band.bottoms[c - band.first_column as usize], bottom, "{sample} column {c}");
+                bottom += band.size_bytes;
+            }
+            assert_eq!(bottom, a.totals[c], "{sample} column {c}: the top is the allocated total");
+            assert_eq!(a.totals[c], trace.events.totals_at(at).allocated_bytes, "{sample} column {c}");
+            // The same allocations as an independent walk finds live then (made in the trace).
+            let drawn: BTreeSet<usize> = live.iter().map(|&b| a.bands[b].event_index as usize).collect();
+            let oracle: BTreeSet<usize> =
+                live_allocations_at(&trace, at).into_iter().filter(|&i| trace.events.device[i] == device).collect();
+            if drawn == oracle {
+                checked += 1;
+            } else {
+                panic!("{sample} column {c}: drawn {} allocations, {} live", drawn.len(), oracle.len());
+            }
+        }
+        assert!(checked > 100, "{sample}: {checked} columns checked");
+    }
+}
+
+#[test]
+fn the_highest_column_is_pytorchs_peak() {
+    for sample in SAMPLES {
+        let trace = import(&data(sample), &ImportOptions::default()).unwrap();
+        let pairs = Pairs::of(&trace, 0);
+        for (columns, detail) in [(50, 10), (800, 2000), (1, 1)] {
+            let a = whole(&trace, &pairs, columns, detail);
+            assert_eq!(a.totals.iter().max().copied(), Some(fact(sample, "max_allocated")), "{sample} {columns} columns");
+        }
+    }
+}
+
+#[test]
+fn the_drawn_bands_are_the_largest_and_the_rest_are_summarized() {
+    let trace = import(&data("resnet18_sgd_2steps.pickle"), &ImportOptions::default()).unwrap();
+    let pairs = Pairs::of(&trace, 0);
+    let all = whole(&trace, &pairs, 400, usize::MAX);
+    let a = whole(&trace, &pairs, 400, 40);
+    assert!(a.bands.len() <= 40 && a.bands.len() >= 30, "{} bands", a.bands.len());
+    assert_eq!((a.live, all.live, all.summarized), (all.live, a.summarized + 40, 0));
+    let smallest_drawn = a.bands.iter().map(|b| b.size_bytes).min().unwrap();
+    let drawn: BTreeSet<u32> = a.bands.iter().map(|b| b.event_index).collect();
+    let largest_left = all.bands.iter().filter(|b| !drawn.contains(&b.event_index)).map(|b| b.size_bytes).max().unwrap();
+    assert!(smallest_drawn >= largest_left, "{smallest_drawn} < {largest_left}");
+    // Folding bands into the summary moves bytes, never the total.
+    assert_eq!(a.totals, all.totals);
+    for c in 0..a.totals.len() {
+        assert!(a.summary[c] >= all.summary[c]);
+    }
+    // A zoomed window: only what is live in it, the same totals where the columns coincide.
+    let end_s = (trace.end_ns() - trace.start_ns()) as f64 * 1e-9;
+    let z = active_timeline(&trace, &pairs, &ActiveOptions { start_s: end_s * 0.25, end_s: end_s * 0.5, columns: 200, detail: 1000 });
+    assert!(z.bands.iter().all(|b| b.alloc_s < end_s * 0.5 && b.free_s.is_none_or(|f| f >= end_s * 0.25)));
+    assert!(z.totals.iter().max() <= all.totals.iter().max());
+}
+
+#[test]
+fn the_explorer_answers_bands_with_operators_and_an_allocation_with_its_stack() {
+    let name = "resnet18_sgd_2steps.pickle";
+    let (mut session, overview) = match Session::open(name, &data(name), |_| {}).unwrap() {
+        Opened::Trace(s, o) => (*s, *o),
+        Opened::Sweep(_) => panic!("a sweep"),
+    };
+    let r = session.answer(&Request::Active { start_s: 0.0, end_s: overview.duration_s, columns: 500, detail: 100 });
+    let Response::Active(a) = r else { panic!("{r:?}") };
+    assert_eq!(a.totals.iter().max().copied(), Some(overview.summary.peak_allocated_bytes));
+    assert!(a.bands.iter().any(|b| b.stack.is_some()), "snapshots record stacks");
+    let biggest = a.bands.iter().max_by_key(|b| b.size_bytes).unwrap();
+    let r = session.answer(&Request::Allocation { event_index: biggest.event_index as usize });
+    let Response::Allocations { allocations, .. } = r else { panic!("{r:?}") };
+    assert_eq!(allocations.len(), 1);
+    let one = &allocations[0];
+    assert_eq!((one.size_bytes, one.free_s.is_some()), (biggest.size_bytes, biggest.free_s.is_some()));
+    assert!(!one.stack.is_empty());
+    // Not an allocation: a clear error, no panic.
+    let r = session.answer(&Request::Allocation { event_index: usize::MAX });
+    assert!(matches!(r, Response::Error { .. }), "{r:?}");
+}
