@@ -1082,3 +1082,58 @@ fn tokens_from_a_file_or_the_environment_are_never_shown() {
         .unwrap();
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("empty"), "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+/// A stored trace explored over HTTP (what the page does for files larger than it can hold):
+/// the overview and every answer come from the server's own import, with PyTorch's peak; a
+/// session stays open for the next request and closes with the trace.
+#[test]
+fn stored_traces_are_explored_over_http() {
+    let s = Server::start(&scratch("explore"), &[]);
+    let name = "resnet18_sgd_2steps.pickle";
+    let bytes = std::fs::read(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/data").join(name)).unwrap();
+    let (code, stored) = s.post_bytes(&format!("/api/trace/upload?filename={name}"), &bytes);
+    assert_eq!(code, 200, "{stored}");
+    let id = stored["trace_id"].as_str().unwrap().to_owned();
+    let facts: Value =
+        serde_json::from_slice(&std::fs::read(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/data/facts.json")).unwrap())
+            .unwrap();
+    let peak = facts["samples"][name]["max_allocated"].as_u64().unwrap();
+
+    let (code, o) = s.get_json(&format!("/api/trace/{id}/overview"));
+    assert_eq!(code, 200, "{o}");
+    let overview: protocol::Overview = serde_json::from_value(o).unwrap();
+    assert_eq!(overview.summary.peak_allocated_bytes, peak);
+    let ask = |r: &protocol::ExploreRequest| -> protocol::ExploreResponse {
+        let (code, v) = s.post_json(&format!("/api/trace/{id}/explore"), &serde_json::to_value(r).unwrap());
+        assert_eq!(code, 200, "{v}");
+        serde_json::from_value(v).unwrap()
+    };
+    let end_s = overview.duration_s;
+    let protocol::ExploreResponse::Timeline { points, .. } = ask(&protocol::ExploreRequest::Timeline { start_s: 0.0, end_s, buckets: 500 })
+    else {
+        panic!("not a timeline")
+    };
+    assert_eq!(points.iter().map(|p| p.allocated_max_bytes).max(), Some(peak));
+    let active = ask(&protocol::ExploreRequest::Active { start_s: 0.0, end_s, columns: 300, detail: 200 });
+    let protocol::ExploreResponse::Active(a) = active else { panic!("not the active view") };
+    assert_eq!(a.totals.iter().max().copied(), Some(peak));
+    assert!(!a.bands.is_empty());
+    let protocol::ExploreResponse::Allocations { allocations, .. } =
+        ask(&protocol::ExploreRequest::Allocation { event_index: a.bands[0].event_index as usize })
+    else {
+        panic!("not an allocation")
+    };
+    assert_eq!(allocations[0].size_bytes, a.bands[0].size_bytes);
+    // Bad requests: 422 naming what is wrong; an unknown trace: 404.
+    let (code, e) = s.post_json(&format!("/api/trace/{id}/explore"), &json!({"kind": "nonsense"}));
+    assert_eq!(code, 422, "{e}");
+    let (code, _) = s.post_json("/api/trace/t-none/explore", &json!({"kind": "at", "t_s": 0.0}));
+    assert_eq!(code, 404);
+    // Deleted: the session goes with it.
+    let (code, _) = s.delete(&format!("/api/trace/{id}"));
+    assert_eq!(code, 200);
+    let (code, _) = s.post_json(&format!("/api/trace/{id}/explore"), &json!({"kind": "at", "t_s": 0.0}));
+    assert_eq!(code, 404);
+    let (code, _) = s.get_json(&format!("/api/trace/{id}/overview"));
+    assert_eq!(code, 404);
+}

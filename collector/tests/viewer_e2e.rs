@@ -322,6 +322,7 @@ fn click_zoom_and_bad_files() {
     let msg = b.exec("return document.querySelector('#error-panel').innerText", json!([]));
     let msg = msg.as_str().unwrap();
     assert!(msg.contains("2.3 GB") && msg.contains("collector summary huge.pickle"), "{msg}");
+    assert!(msg.contains("collector serve --max-upload-mb") && msg.contains("on server"), "{msg}");
     assert!(msg.contains("Still showing resnet18_sgd_2steps.pickle"), "{msg}");
     assert_eq!(s.peak_allocated_bytes, summary(&trace).peak_allocated_bytes);
 }
@@ -734,4 +735,35 @@ fn active_memory_bands_hover_and_pin() {
     let before = painted(&b, "active-canvas");
     select(&b, "#active-colour", "stack");
     assert!(painted(&b, "active-canvas") > 2000 && before > 2000);
+}
+
+/// A stored trace opened on the server (as files too large for the page are): every view is
+/// drawn from the server's answers, with PyTorch's peak, and zooming asks the server again.
+#[test]
+fn the_served_viewer_explores_a_stored_trace_on_the_server() {
+    let _ = dist();
+    let s = server::Server::start(&tmpdir("serve-remote"), &[]);
+    let name = "resnet18_sgd_2steps.pickle";
+    let (code, v) = s.post_bytes(&format!("/api/trace/upload?filename={name}"), &std::fs::read(sample(name)).unwrap());
+    assert_eq!(code, 200, "{v}");
+    let id = v["trace_id"].as_str().unwrap().to_owned();
+    let b = Browser::start(1400, 1000);
+    b.goto(&format!("{}/", s.base));
+    b.wait_for("return document.querySelector('#server-traces .explore-remote')", 30, "the stored trace's buttons");
+    b.click("#server-traces .explore-remote");
+    // Shown under the name it was uploaded with, like any stored trace.
+    wait_drawn(&b, name);
+    assert!(!id.is_empty());
+    assert_eq!(timeline_top(&b), max_allocated(name));
+    let top = b.wait_for("return document.getElementById('active-canvas')?.dataset.maxAllocated", 30, "the active view");
+    assert_eq!(top.as_str().unwrap().parse::<u64>().unwrap(), max_allocated(name));
+    let painted = b.exec(PAINTED, json!([]));
+    for id in ["timeline-canvas", "active-canvas", "flame-canvas"] {
+        assert!(painted[id].as_u64().unwrap_or(0) > 2000, "{id} blank: {painted}");
+    }
+    // The worker holds nothing: a zoom is answered by the server.
+    let frames_before = b.exec("return (window.__mtFrames || []).length", json!([])).as_u64().unwrap();
+    b.click("#timeline .card-head button:nth-of-type(1)"); // zoom to peak
+    b.wait_for(&format!("return (window.__mtFrames || []).length > {frames_before}"), 30, "a zoom frame from the server's answer");
+    b.screenshot(&screenshots().join("serve-remote.png"));
 }

@@ -26,6 +26,38 @@ thread_local! {
     /// The last files sent to be merged, to merge them anyway when they were refused as
     /// recorded far apart.
     static RANK_FILES: RefCell<Vec<web_sys::File>> = const { RefCell::new(Vec::new()) };
+    /// The stored trace shown, when `collector serve` holds it and answers the requests
+    /// ([`open_remote`]); `None`: the worker holds the shown trace.
+    static REMOTE: RefCell<Option<String>> = const { RefCell::new(None) };
+}
+
+/// Opens a trace stored in `collector serve` there: the server imports it natively and answers
+/// every request (`/api/trace/{id}/overview`, `/api/trace/{id}/explore`), so a file larger than
+/// a page can hold opens all the same. The trace shown before stays if it fails.
+pub fn open_remote(state: AppState, id: &str) {
+    state.begin_loading(id);
+    let id = id.to_owned();
+    leptos::task::spawn_local(async move {
+        let path = format!("api/trace/{}/overview", crate::server::encode(&id));
+        let answer = crate::server::call("GET", &path, None).await;
+        match answer.and_then(|t| {
+            serde_json::from_str::<shared::explore::Overview>(&t).map_err(|e| format!("the server's overview is unreadable: {e}"))
+        }) {
+            Ok(o) => {
+                REMOTE.with(|r| *r.borrow_mut() = Some(id));
+                state.finish_loading(o);
+            }
+            Err(e) => {
+                state.loading.set(None);
+                state.error.set(Some((id, e)));
+            }
+        }
+    });
+}
+
+/// Whether the shown trace is held by the server (explored over HTTP).
+pub fn is_remote() -> bool {
+    REMOTE.with(|r| r.borrow().is_some())
 }
 
 /// Starts the worker (`worker_loader.js`, built by Trunk next to the page).
@@ -111,6 +143,11 @@ pub fn merge_anyway(state: AppState) {
 
 /// Compares the open trace with `file` (the Compare view).
 pub fn compare_file(state: AppState, file: web_sys::File) {
+    if is_remote() {
+        let why = "comparing with a file needs the shown trace in the page; this one is explored on the server: compare stored traces in the server panel";
+        state.error.set(Some((file.name(), why.into())));
+        return;
+    }
     state.error.set(None);
     state.loading.set(Some((file.name(), "starting the comparison".into())));
     send(object(&[("kind", "compare_file".into()), ("file", file.into())]));
@@ -140,9 +177,21 @@ pub fn open_bytes(state: AppState, name: &str, bytes: js_sys::Uint8Array) {
     send(object(&[("kind", "open_bytes".into()), ("name", name.into()), ("bytes", bytes.into())]));
 }
 
-/// Asks the worker; `done` gets the answer.
+/// Asks whoever holds the shown trace (the worker, or the server); `done` gets the answer.
 pub fn ask(request: &Request, done: impl FnOnce(Response) + 'static) {
     let Ok(body) = serde_json::to_string(request) else { return };
+    if let Some(id) = REMOTE.with(|r| r.borrow().clone()) {
+        leptos::task::spawn_local(async move {
+            let path = format!("api/trace/{}/explore", crate::server::encode(&id));
+            let response = match crate::server::call("POST", &path, Some(body)).await {
+                Ok(text) => serde_json::from_str::<Response>(&text)
+                    .unwrap_or_else(|e| Response::Error { message: format!("the server's answer is unreadable: {e}") }),
+                Err(message) => Response::Error { message },
+            };
+            done(response);
+        });
+        return;
+    }
     let id = BRIDGE.with(|b| {
         b.borrow_mut().as_mut().map(|b| {
             let id = b.next_id;
@@ -172,6 +221,8 @@ fn receive(state: AppState, msg: ToPage) {
             }
         }),
         ToPage::Loaded { overview, worker_memory_bytes } => {
+            // The worker holds the shown trace again.
+            REMOTE.with(|r| *r.borrow_mut() = None);
             state.worker_memory.set(worker_memory_bytes);
             crate::perf::set_body("data-worker-memory", &worker_memory_bytes.to_string());
             state.finish_loading(*overview);

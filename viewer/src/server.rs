@@ -35,7 +35,7 @@ fn token() -> Option<String> {
     storage.and_then(|s| s.get_item(TOKEN_KEY).ok().flatten())
 }
 
-fn encode(s: &str) -> String {
+pub fn encode(s: &str) -> String {
     js_sys::encode_uri_component(s).as_string().unwrap_or_default()
 }
 
@@ -50,7 +50,7 @@ fn url_with_token(path: &str) -> String {
 }
 
 /// Calls the API; `Err` holds the server's `detail` (or what went wrong).
-async fn call(method: &str, path: &str, body: Option<String>) -> Result<String, String> {
+pub async fn call(method: &str, path: &str, body: Option<String>) -> Result<String, String> {
     let url = format!("{}{path}", base().unwrap_or_else(|| "./".into()));
     let js = |e: JsValue| format!("{e:?}");
     let init = web_sys::RequestInit::new();
@@ -175,6 +175,10 @@ fn StoredCompare(traces: Vec<TraceRow>) -> impl IntoView {
 fn open_stored(state: AppState, id: &str) {
     bridge::open_url_as(state, &url_with_token(&format!("api/trace/{id}")), id);
 }
+
+/// Files the page's worker should not read itself: the server opens them (a snapshot needs
+/// about 1.7 times its size in the worker's 4 GiB).
+const OPEN_ON_SERVER_BYTES: u64 = 1 << 30;
 
 thread_local! {
     static SOURCE: std::cell::RefCell<Option<web_sys::EventSource>> = const { std::cell::RefCell::new(None) };
@@ -453,7 +457,16 @@ pub fn ServerPanel() -> impl IntoView {
                                     <td class="num">{t.total_events}</td>
                                     <td class="num">{format_bytes(t.file_size_bytes)}</td>
                                     <td>
-                                        <button class="open" on:click=move |_| open_stored(state, &open_id)>"Open"</button>
+                                        {if t.file_size_bytes > OPEN_ON_SERVER_BYTES {
+                                            view! { <button class="open" title="Too large for the page: the server imports it and answers every view" on:click=move |_| bridge::open_remote(state, &open_id)>"Open on the server"</button> }.into_any()
+                                        } else {
+                                            let here_id = open_id.clone();
+                                            view! {
+                                                <button class="open" on:click=move |_| open_stored(state, &open_id)>"Open"</button>
+                                                " "
+                                                <button class="explore-remote" title="The server imports it and answers every view (for files larger than the page holds)" on:click=move |_| bridge::open_remote(state, &here_id)>"on server"</button>
+                                            }.into_any()
+                                        }}
                                         " "
                                         <button on:click=move |_| delete(del_id.clone())>"Delete"</button>
                                     </td>

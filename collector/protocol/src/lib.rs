@@ -19,6 +19,10 @@ pub use run::{Mode, OptimizerKind};
 pub use trace::{trace_info, ExportFile, LayerStatsBody, Origin, StoredTrace, TraceInfo, TraceResponse};
 pub use worker::WorkerAnswer;
 
+/// The viewer's questions about an open trace and their answers (`POST
+/// /api/trace/{id}/explore`): the same messages its worker answers, defined with the explorer.
+pub use shared::explore::{Overview, Request as ExploreRequest, Response as ExploreResponse};
+
 /// The body of every error answer of the API.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

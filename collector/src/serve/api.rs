@@ -454,6 +454,7 @@ pub async fn delete(State(state): State<Arc<AppState>>, Path(trace_id): Path<Str
     let id = trace_id.clone();
     let remaining = blocking(move || st.store.delete(&id).map_err(ApiError::from)).await?;
     state.jobs.forget(&trace_id);
+    state.sessions.forget(&trace_id);
     Ok(axum::Json(DeleteResponse { message: format!("Trace {trace_id} deleted successfully"), remaining_traces: remaining }))
 }
 
@@ -545,6 +546,7 @@ pub async fn upload(
                 let (stored, evicted) = st.store.insert(&id, Origin::Uploaded, name, &tmp, &ext, info).map_err(Fault::from)?;
                 for e in &evicted {
                     st.jobs.forget(e);
+                    st.sessions.forget(e);
                 }
                 Ok(axum::Json(TraceResponse::from(&stored)))
             })
@@ -706,4 +708,54 @@ pub async fn advice(
     })
     .await?;
     Ok(axum::Json(report))
+}
+
+/// `GET /api/trace/{trace_id}/overview`: opens a stored trace for exploring here, imported by
+/// the server (for files larger than a page can hold), and answers what the viewer draws first.
+#[utoipa::path(get, path = "/api/trace/{trace_id}/overview", tag = "traces", params(("trace_id" = String, Path)),
+    responses((status = 200, description = "The viewer's overview of the trace"), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn overview(State(state): State<Arc<AppState>>, Path(trace_id): Path<String>) -> Result<Response, ApiError> {
+    let stored = state.store.get(&trace_id).ok_or_else(|| ApiError::trace_not_found(&trace_id))?;
+    let slot = state.isolation.slot().await?;
+    let st = state.clone();
+    let explored = blocking(move || -> Result<_, ApiError> {
+        let _slot = slot;
+        Ok(st.explore(&stored)?)
+    })
+    .await?;
+    Ok(axum::Json(&*explored.overview).into_response())
+}
+
+/// `POST /api/trace/{trace_id}/explore`: one of the viewer's requests (a timeline window, the
+/// state at a moment, the active memory bands, an export, ...) answered by the server's session
+/// of the stored trace, opened on first use.
+#[utoipa::path(post, path = "/api/trace/{trace_id}/explore", tag = "traces", params(("trace_id" = String, Path)),
+    responses((status = 200, description = "The answer, as the viewer's worker gives it"), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn explore(
+    State(state): State<Arc<AppState>>,
+    Path(trace_id): Path<String>,
+    ApiJson(request): ApiJson<protocol::ExploreRequest>,
+) -> Result<Response, ApiError> {
+    let stored = state.store.get(&trace_id).ok_or_else(|| ApiError::trace_not_found(&trace_id))?;
+    let st = state.clone();
+    let answer = match state.sessions.get(&trace_id) {
+        // An open session answers at once (no import slot needed).
+        Some(e) => {
+            blocking(move || -> Result<_, ApiError> {
+                Ok(e.session.lock().unwrap_or_else(std::sync::PoisonError::into_inner).answer(&request))
+            })
+            .await?
+        }
+        None => {
+            let slot = state.isolation.slot().await?;
+            blocking(move || -> Result<_, ApiError> {
+                let _slot = slot;
+                let e = st.explore(&stored)?;
+                let answer = e.session.lock().unwrap_or_else(std::sync::PoisonError::into_inner).answer(&request);
+                Ok(answer)
+            })
+            .await?
+        }
+    };
+    Ok(axum::Json(answer).into_response())
 }

@@ -27,6 +27,8 @@ use utoipa::OpenApi;
         api::events,
         api::leaks,
         api::advice,
+        api::overview,
+        api::explore,
         api::trace_diff,
         api::jobs,
     ),

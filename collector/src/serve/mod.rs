@@ -153,6 +153,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/api/trace/{trace_id}/events", get(api::events))
         .route("/api/trace/{trace_id}/leaks", get(api::leaks))
         .route("/api/trace/{trace_id}/advice", get(api::advice))
+        .route("/api/trace/{trace_id}/overview", get(api::overview))
+        .route("/api/trace/{trace_id}/explore", post(api::explore))
         .route("/api/jobs", get(api::jobs))
         .layer(DefaultBodyLimit::max(JSON_BODY_LIMIT))
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), require_token));

@@ -152,6 +152,56 @@ pub struct AppState {
     pub(super) token_digest: Option<[u8; 32]>,
     /// Whether models can be traced (`collector-capture` was found).
     pub tracing: bool,
+    /// Stored traces opened for exploring over HTTP (`/api/trace/{id}/explore`).
+    pub sessions: Sessions,
+}
+
+/// An explorer session of a stored trace: the trace imported natively once, its analyses,
+/// and the overview the page draws first.
+pub struct Explored {
+    pub session: std::sync::Mutex<shared::explore::Session>,
+    pub overview: Arc<shared::explore::Overview>,
+}
+
+impl std::fmt::Debug for Explored {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Explored").finish_non_exhaustive()
+    }
+}
+
+/// The stored traces open for exploring, most recent last; the oldest is closed when more than
+/// [`Sessions::KEPT`] are open (each holds its trace in memory).
+#[derive(Debug, Default)]
+pub struct Sessions {
+    open: std::sync::Mutex<std::collections::VecDeque<(String, Arc<Explored>)>>,
+}
+
+impl Sessions {
+    pub const KEPT: usize = 2;
+
+    /// The open session of `id`, made the most recent.
+    pub fn get(&self, id: &str) -> Option<Arc<Explored>> {
+        let mut open = self.open.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let k = open.iter().position(|(i, _)| i == id)?;
+        let e = open.remove(k)?;
+        let found = e.1.clone();
+        open.push_back(e);
+        Some(found)
+    }
+
+    pub fn insert(&self, id: &str, e: Arc<Explored>) {
+        let mut open = self.open.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        open.retain(|(i, _)| i != id);
+        open.push_back((id.to_owned(), e));
+        while open.len() > Self::KEPT {
+            open.pop_front();
+        }
+    }
+
+    /// Closes `id`'s session (its trace was deleted).
+    pub fn forget(&self, id: &str) {
+        self.open.lock().unwrap_or_else(std::sync::PoisonError::into_inner).retain(|(i, _)| i != id);
+    }
 }
 
 impl AppState {
@@ -187,7 +237,8 @@ impl AppState {
         let jobs = Arc::new(jobs::Jobs::new(exe, store.clone(), limits));
         let isolation = isolate::Isolation::new(collector, config.isolation.clone());
         let token_digest = config.token.as_deref().map(|t| sha256(t.as_bytes()));
-        let state = Arc::new(Self { config, store, jobs, device, cuda_devices, isolation, token_digest, tracing });
+        let state =
+            Arc::new(Self { config, store, jobs, device, cuda_devices, isolation, token_digest, tracing, sessions: Sessions::default() });
         if let Err(e) = state.check_device(&state.device) {
             anyhow::bail!("--device {}: {e}", state.device);
         }
@@ -242,6 +293,25 @@ impl AppState {
         let mut o = shared::ImportOptions::default();
         o.max_decompressed_bytes = self.config.max_decompressed_bytes;
         o
+    }
+
+    /// The explorer session of a stored trace, opened (imported natively, in this process)
+    /// on first use. Blocking: run it off the async runtime.
+    pub fn explore(&self, t: &protocol::StoredTrace) -> Result<Arc<Explored>, Fault> {
+        if let Some(e) = self.sessions.get(&t.trace_id) {
+            return Ok(e);
+        }
+        let path = self.store.trace_path(t);
+        let file = std::fs::File::open(&path).map_err(|e| Fault::internal("cannot read a stored trace", e))?;
+        let size = file.metadata().map(|m| m.len()).unwrap_or(0);
+        let name = t.original_name.clone().unwrap_or_else(|| t.file.clone());
+        let opened = shared::explore::Session::open_reader(&name, size, std::io::BufReader::new(file), |_| {}).map_err(Fault::Rejected)?;
+        let shared::explore::Opened::Trace(session, overview) = opened else {
+            return Err(Fault::Rejected(format!("{name} is a sweep (curves only): open one of its traces")));
+        };
+        let e = Arc::new(Explored { session: std::sync::Mutex::new(*session), overview: Arc::new(*overview) });
+        self.sessions.insert(&t.trace_id, e.clone());
+        Ok(e)
     }
 
     /// Reads a stored trace back.
