@@ -132,18 +132,37 @@ fn main() {
     assert_eq!(code, 200);
     let stored = list["count"].as_u64().unwrap();
 
-    let samples = samples.into_inner().unwrap();
+    let run = Run { traces, readers, jobs, wall_s: trace_wall, rss_idle, rss_peak: rss_peak.load(Ordering::Relaxed), hwm, stored };
+    let total_errors = report(samples.into_inner().unwrap(), &run);
+    assert_eq!(total_errors, 0, "requests failed under load");
+    assert_eq!(stored, traces as u64 + 1);
+}
+
+/// What one load run measured besides the per-route samples.
+struct Run {
+    traces: usize,
+    readers: usize,
+    jobs: String,
+    wall_s: f64,
+    rss_idle: u64,
+    rss_peak: u64,
+    hwm: u64,
+    stored: u64,
+}
+
+/// Prints the table and the server's memory, writes `target/bench/serve.json`; the errors.
+fn report(samples: BTreeMap<&'static str, Samples>, run: &Run) -> u64 {
     let mut out = serde_json::Map::new();
     println!(
-        "collector serve under load: {traces} trace requests (mlp, CPU, {jobs} job(s) at a time) + {readers} readers, {:.1} s",
-        trace_wall
+        "collector serve under load: {} trace requests (mlp, CPU, {} job(s) at a time) + {} readers, {:.1} s",
+        run.traces, run.jobs, run.readers, run.wall_s
     );
     println!("{:<26} {:>8} {:>10} {:>9} {:>9} {:>9} {:>7}", "route", "requests", "req/s", "p50 ms", "p99 ms", "max ms", "errors");
     let mut total_errors = 0;
     for (route, mut s) in samples {
         s.ms.sort_by(f64::total_cmp);
         let (p50, p99, max) = (percentile(&s.ms, 0.5), percentile(&s.ms, 0.99), s.ms.last().copied().unwrap_or(f64::NAN));
-        let rate = s.ms.len() as f64 / trace_wall;
+        let rate = s.ms.len() as f64 / run.wall_s;
         println!("{route:<26} {:>8} {rate:>10.1} {p50:>9.2} {p99:>9.2} {max:>9.2} {:>7}", s.ms.len(), s.errors);
         total_errors += s.errors;
         out.insert(
@@ -151,25 +170,24 @@ fn main() {
             json!({"requests": s.ms.len(), "per_s": rate, "p50_ms": p50, "p99_ms": p99, "max_ms": max, "errors": s.errors}),
         );
     }
-    println!("traces stored: {stored} (expected {}); errors: {total_errors}", traces + 1);
+    println!("traces stored: {} (expected {}); errors: {total_errors}", run.stored, run.traces + 1);
     println!(
         "server memory: {:.1} MiB idle, {:.1} MiB highest sampled, {:.1} MiB VmHWM",
-        rss_idle as f64 / 1024.0,
-        rss_peak.load(Ordering::Relaxed) as f64 / 1024.0,
-        hwm as f64 / 1024.0
+        run.rss_idle as f64 / 1024.0,
+        run.rss_peak as f64 / 1024.0,
+        run.hwm as f64 / 1024.0
     );
-    out.insert("traces".into(), json!(traces));
-    out.insert("readers".into(), json!(readers));
-    out.insert("jobs_per_device".into(), json!(jobs));
-    out.insert("wall_s".into(), json!(trace_wall));
-    out.insert("traces_per_s".into(), json!(traces as f64 / trace_wall));
+    out.insert("traces".into(), json!(run.traces));
+    out.insert("readers".into(), json!(run.readers));
+    out.insert("jobs_per_device".into(), json!(run.jobs));
+    out.insert("wall_s".into(), json!(run.wall_s));
+    out.insert("traces_per_s".into(), json!(run.traces as f64 / run.wall_s));
     out.insert("errors".into(), json!(total_errors));
-    out.insert("server_rss_idle_kib".into(), json!(rss_idle));
-    out.insert("server_rss_peak_kib".into(), json!(rss_peak.load(Ordering::Relaxed)));
-    out.insert("server_vmhwm_kib".into(), json!(hwm));
+    out.insert("server_rss_idle_kib".into(), json!(run.rss_idle));
+    out.insert("server_rss_peak_kib".into(), json!(run.rss_peak));
+    out.insert("server_vmhwm_kib".into(), json!(run.hwm));
     let dest = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/bench");
     std::fs::create_dir_all(&dest).unwrap();
     std::fs::write(dest.join("serve.json"), serde_json::to_string_pretty(&out).unwrap()).unwrap();
-    assert_eq!(total_errors, 0, "requests failed under load");
-    assert_eq!(stored, traces as u64 + 1);
+    total_errors
 }

@@ -33,7 +33,18 @@ fn mlp() -> Value {
 fn api_contract_on_cpu() {
     let dir = scratch("serve-contract");
     let s = Server::start(&dir, &[]);
+    contract_health(&s);
+    let id = contract_trace(&s);
+    contract_exports(&s, &id);
+    contract_errors(&s);
+    contract_downloads_stay_in_store(&s, &id);
+    contract_uploads(&s, &dir);
+    contract_delete(&s, &dir, &id);
+    contract_docs(&s);
+}
 
+/// Health: the device, the CUDA facts and tracing.
+fn contract_health(s: &Server) {
     let (code, h) = s.get_json("/api/health");
     assert_eq!(code, 200);
     assert_eq!(h["status"], "healthy");
@@ -41,8 +52,10 @@ fn api_contract_on_cpu() {
     assert_eq!(h["cuda_available"], json!(h["cuda_device_count"].as_u64() > Some(0)));
     assert_eq!(h["tracing_available"], true);
     assert!(h["version"].is_string());
+}
 
-    // Trace: every field of the seed's answer, and numbers equal to the stored trace's.
+/// Trace: every field of the seed's answer, and numbers equal to the stored trace's; its id.
+fn contract_trace(s: &Server) -> String {
     let (code, r) = s.post_json("/api/trace/memory", &mlp());
     assert_eq!(code, 200, "{r}");
     let id = r["trace_id"].as_str().unwrap().to_owned();
@@ -77,14 +90,17 @@ fn api_contract_on_cpu() {
     assert_eq!(code, 200);
     assert_eq!(list["active_traces"], json!([id]));
     assert_eq!(list["count"], 1);
+    id
+}
 
-    // Exports, downloaded byte for byte as announced.
+/// Exports, downloaded byte for byte as announced; unknown formats and traces refused.
+fn contract_exports(s: &Server, id: &str) {
     for (format, check) in
         [("speedscope", "speedscope"), ("timeline", "\"events\""), ("chrome", "traceEvents"), ("csv", "layer_name,peak_allocated")]
     {
         let (code, e) = s.post_json("/api/trace/export", &json!({"trace_id": id, "format": format}));
         assert_eq!(code, 200, "{format}: {e}");
-        assert_eq!(e["trace_id"], id.as_str());
+        assert_eq!(e["trace_id"], id);
         assert_eq!(e["format"], format);
         let url = e["download_url"].as_str().unwrap();
         assert!(url.starts_with("/api/trace/download/"), "{url}");
@@ -104,7 +120,11 @@ fn api_contract_on_cpu() {
     let (code, e) = s.post_json("/api/trace/export", &json!({"trace_id": "trace_1", "format": "speedscope"}));
     assert_eq!(code, 404);
     assert_eq!(detail(&e), "Trace trace_1 not found");
+}
 
+/// 422 names the field and why; the guide's shapes; CUDA where there is none; bodies that are
+/// not JSON, too big or untyped; unknown routes and methods.
+fn contract_errors(s: &Server) {
     // 422 names the field and why.
     for (body, field) in [
         (json!({"input_shape": [16, 784]}), "model_name"),
@@ -137,7 +157,7 @@ fn api_contract_on_cpu() {
     assert_eq!(stored["trace"]["meta"]["input_shape"], json!([2, 784]));
     assert_eq!(s.delete(&format!("/api/trace/{sid}")).0, 200);
     // CUDA asked for where there is none.
-    if h["cuda_device_count"] == 0 {
+    if s.get_json("/api/health").1["cuda_device_count"] == 0 {
         let (code, e) = s.post_json("/api/trace/memory", &json!({"model_name": "mlp", "device": "cuda"}));
         assert_eq!(code, 503, "{e}");
         assert!(detail(&e).contains("CUDA"), "{e}");
@@ -157,8 +177,10 @@ fn api_contract_on_cpu() {
     assert_eq!((code, body.as_str()), (404, r#"{"detail":"Not Found"}"#));
     let r = s.agent.put(s.url("/api/trace/list")).send("").unwrap();
     assert_eq!(r.status().as_u16(), 405);
+}
 
-    // Downloads cannot leave the store.
+/// Downloads cannot leave the store.
+fn contract_downloads_stay_in_store(s: &Server, id: &str) {
     let meta_name = format!("{id}.meta.json");
     for path in [
         "/api/trace/download/..%2F..%2F..%2Fetc%2Fpasswd".to_owned(),
@@ -175,8 +197,11 @@ fn api_contract_on_cpu() {
         assert_eq!(code, 404, "{path}: {body}");
         assert!(!body.contains("root:") && !body.contains("layer_stats"), "{path} leaked: {body}");
     }
+}
 
-    // Uploads: a snapshot as the raw body, a profiler trace as a form, a bad file.
+/// Uploads: a snapshot as the raw body, a profiler trace as a form, a bad file; a stored
+/// trace's event stream says done at once.
+fn contract_uploads(s: &Server, dir: &Path) {
     let snap = std::fs::read(data("resnet18_sgd_2steps.pickle")).unwrap();
     let (code, u) = s.post_bytes("/api/trace/upload?filename=resnet18_sgd_2steps.pickle", &snap);
     assert_eq!(code, 200, "{u}");
@@ -217,8 +242,10 @@ fn api_contract_on_cpu() {
     assert!(ev.contains("event: done") && ev.contains(&uid), "{ev}");
     assert_eq!(s.get("/api/trace/trace_42/events").0, 404);
     assert_eq!(s.get("/api/trace/trace_42").0, 404);
+}
 
-    // Delete removes the files.
+/// Delete removes the files; a second delete and the trace's events answer 404.
+fn contract_delete(s: &Server, dir: &Path, id: &str) {
     let (code, d) = s.delete(&format!("/api/trace/{id}"));
     assert_eq!(code, 200);
     assert_eq!(d["message"], format!("Trace {id} deleted successfully"));
@@ -228,13 +255,15 @@ fn api_contract_on_cpu() {
         .chain(std::fs::read_dir(dir.join("exports")).unwrap())
         .map(|e| e.unwrap().file_name().into_string().unwrap())
         .collect();
-    assert!(!left.iter().any(|f| f.contains(&id)), "files of a deleted trace remain: {left:?}");
+    assert!(!left.iter().any(|f| f.contains(id)), "files of a deleted trace remain: {left:?}");
     let (code, d) = s.delete(&format!("/api/trace/{id}"));
     assert_eq!(code, 404);
     assert_eq!(detail(&d), format!("Trace {id} not found"));
     assert_eq!(s.get(&format!("/api/trace/{id}/events")).0, 404, "a deleted trace's job still answers events");
+}
 
-    // OpenAPI, the docs (served locally) and the viewer.
+/// OpenAPI, the docs (served locally) and the viewer.
+fn contract_docs(s: &Server) {
     let (code, doc) = s.get_json("/api/openapi.json");
     assert_eq!(code, 200);
     let paths: BTreeSet<String> = doc["paths"].as_object().unwrap().keys().cloned().collect();
@@ -252,6 +281,8 @@ fn api_contract_on_cpu() {
         "/api/trace/{trace_id}/events",
         "/api/trace/{trace_id}/leaks",
         "/api/trace/{trace_id}/advice",
+        "/api/trace/{trace_id}/overview",
+        "/api/trace/{trace_id}/explore",
         "/api/trace/diff",
     ]
     .map(String::from)

@@ -547,7 +547,12 @@ fn rank_files_merge_and_two_traces_compare() {
     b.exec("window.scrollTo(0, 0)", json!([]));
     b.screenshot(&shots.join("ranks-merge-error.png"));
 
-    // Rank 1 recorded ten minutes after rank 0: refused as another run, merged when asked.
+    merge_anyway_when_far_apart(&b, &dir, &rank0, (peak0, peak1));
+}
+/// Rank 1 recorded ten minutes after rank 0: refused as another run, merged when asked, each
+/// rank with its own peak.
+fn merge_anyway_when_far_apart(b: &Browser, dir: &Path, rank0: &Path, (peak0, peak1): (u64, u64)) {
+    let mlp = "mlp_adam_3steps.pickle";
     let mut later = shared::import(&std::fs::read(sample(mlp)).unwrap(), &shared::ImportOptions::default()).unwrap();
     later.events.ts_ns.iter_mut().for_each(|t| *t += 600_000_000_000);
     later.scopes.iter_mut().for_each(|s| (s.start_ns, s.end_ns) = (s.start_ns + 600_000_000_000, s.end_ns + 600_000_000_000));
@@ -555,20 +560,19 @@ fn rank_files_merge_and_two_traces_compare() {
     let mut bytes = Vec::new();
     shared::export::native::write(&later, &mut bytes).unwrap();
     std::fs::write(&later_path, bytes).unwrap();
-    b.upload_many("#trace-file", &[&rank0, &later_path]);
+    b.upload_many("#trace-file", &[rank0, &later_path]);
     b.wait_for(
         "return (document.querySelector('#error-panel')?.innerText || '').includes('recorded at different times')",
         60,
         "the disjoint refusal",
     );
     b.exec("document.getElementById('merge-anyway').click()", json!([]));
-    wait_drawn(&b, "rank0.pickle + later.rank1.mtrace.json");
+    wait_drawn(b, "rank0.pickle + later.rank1.mtrace.json");
     let warnings = b.exec("return document.getElementById('rank-warnings').innerText", json!([]));
     assert!(warnings.as_str().unwrap().contains("were recorded far apart in time; merged as asked"), "{warnings}");
     let peaks = b.exec("return [...document.querySelectorAll('#rank-peaks tbody tr')].map(r => r.cells[2].dataset.bytes)", json!([]));
     assert_eq!(peaks, json!([peak0.to_string(), peak1.to_string()]));
 }
-
 #[test]
 fn the_served_viewer_compares_two_stored_traces() {
     let _ = dist();
