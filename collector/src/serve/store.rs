@@ -190,7 +190,10 @@ impl Store {
         sync_dir(root).map_err(io(format!("cannot sync {}", root.display())))?;
         // Half-written files of a previous run (aborted uploads, exports, traces).
         store.clear_tmp();
-        let index = store.recover()?;
+        let mut index = store.recover()?;
+        // A crash between an insert's commit and the evictions it causes leaves the store over
+        // its limits: the evictions happen now, oldest first, as they would have.
+        store.evict(&mut index, u64::MAX);
         *store.index() = index;
         Ok(store)
     }
@@ -617,5 +620,49 @@ mod tests {
         for bad in ["trace_1.meta.json", "trace_12.pickle", "trace_2.pickle", "../trace_1", "trace_1/x"] {
             assert!(!is_trace_file_of("trace_1", bad), "{bad}");
         }
+    }
+
+    fn info() -> TraceInfo {
+        TraceInfo {
+            model_name: "m".into(),
+            total_events: 1,
+            total_layers: 0,
+            peak_allocated_mb: 0.0,
+            peak_reserved_mb: 0.0,
+            avg_fragmentation: 0.0,
+            tracing_time_ms: 0.0,
+            layer_stats: BTreeMap::new(),
+            peak_allocated_bytes: 0,
+            peak_reserved_bytes: 0,
+            device: None,
+            source_format: "memory_tracer".into(),
+            dropped_events: 0,
+        }
+    }
+
+    /// A store left over its limits (a crash between an insert's commit and its evictions, or
+    /// a lower limit at restart) evicts at open, oldest first.
+    #[test]
+    fn opening_evicts_down_to_the_limits() {
+        let root = std::env::temp_dir().join(format!("mt-store-open-evict-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let mut ids = Vec::new();
+        {
+            let store = Store::open(&root, StoreLimits { max_traces: 10, max_bytes: u64::MAX }).unwrap();
+            for _ in 0..4 {
+                let id = store.new_id();
+                let tmp = store.temp_path("t");
+                std::fs::write(&tmp, b"{}").unwrap();
+                store.insert(&id, Origin::Uploaded, None, &tmp, ".mtrace.json", info()).unwrap();
+                ids.push(id);
+            }
+        }
+        let store = Store::open(&root, StoreLimits { max_traces: 3, max_bytes: u64::MAX }).unwrap();
+        let kept: Vec<String> = store.map_all(|t| t.trace_id.clone());
+        assert_eq!(kept, ids[1..].to_vec(), "the oldest goes");
+        assert!(store.get(&ids[0]).is_none());
+        let files = std::fs::read_dir(root.join("traces")).unwrap().count();
+        assert_eq!(files, 2 * 3, "its files went with it");
+        let _ = std::fs::remove_dir_all(&root);
     }
 }
