@@ -174,6 +174,30 @@ impl Ranged for TickedAxis {
     }
 }
 
+/// Bytes over a time window (seconds): the axes and grid drawn, the byte axis up to a round
+/// value above `top_bytes`. Returns the chart, where its plot lies, and the byte axis's end.
+fn window_chart<'a>(
+    root: &'a DrawingArea<CanvasBackend, Shift>,
+    pal: &Palette,
+    window: (f64, f64),
+    top_bytes: u64,
+    margin_top: u32,
+) -> Res<(Chart<'a>, Mapping, f64)> {
+    let yt = byte_ticks(top_bytes as f64 * 1.02, 6);
+    let (t0, t1) = (window.0, window.1.max(window.0 + 1e-9));
+    let mut chart = ChartBuilder::on(root)
+        .margin(8)
+        .margin_top(margin_top)
+        .x_label_area_size(28)
+        .y_label_area_size(78)
+        .build_cartesian_2d(t0..t1, TickedAxis::new(yt.end, yt.ticks.clone()))
+        .map_err(err)?;
+    draw_mesh(&mut chart, pal, (8, 6), &|v| format_seconds(*v), &|v| yt.label(*v), None)?;
+    let (xr, yr) = chart.plotting_area().get_pixel_range();
+    let mapping = Mapping { px: (xr.start as f64, xr.end as f64), py: (yr.start as f64, yr.end as f64), x: (t0, t1) };
+    Ok((chart, mapping, yt.end))
+}
+
 /// Axes and grid in the theme's colours, with `x_labels`/`y_labels` ticks formatted by
 /// `x_fmt`/`y_fmt`, and an optional x axis description.
 fn draw_mesh(
@@ -214,23 +238,10 @@ pub fn draw_timeline(
     selected: Option<f64>,
 ) -> Res<Mapping> {
     let root = area(canvas, pal)?;
-    let yt = byte_ticks(
-        points.iter().map(|p| p.reserved_max_bytes.max(p.allocated_max_bytes)).chain(driver.iter().map(|d| d.1)).max().unwrap_or(0) as f64
-            * 1.02,
-        6,
-    );
-    let ymax = yt.end;
-    let (t0, t1) = (window.0, window.1.max(window.0 + 1e-9));
-    let mut chart = ChartBuilder::on(&root)
-        .margin(8)
-        .margin_top(34)
-        .x_label_area_size(28)
-        .y_label_area_size(78)
-        .build_cartesian_2d(t0..t1, TickedAxis::new(ymax, yt.ticks.clone()))
-        .map_err(err)?;
-    draw_mesh(&mut chart, pal, (8, 6), &|v| format_seconds(*v), &|v| yt.label(*v), None)?;
+    let top = points.iter().map(|p| p.reserved_max_bytes.max(p.allocated_max_bytes)).chain(driver.iter().map(|d| d.1)).max().unwrap_or(0);
+    let (mut chart, mapping, ymax) = window_chart(&root, pal, window, top, 34)?;
+    let (t0, t1) = mapping.x;
     let (xr, yr) = chart.plotting_area().get_pixel_range();
-    let mapping = Mapping { px: (xr.start as f64, xr.end as f64), py: (yr.start as f64, yr.end as f64), x: (t0, t1) };
     let px_per_s = (xr.end - xr.start) as f64 / (t1 - t0);
     // Bands above the plot: phases, then layers with their names where they fit.
     let band_row = |bands: &[Band], row: i32, labels: bool| -> Res<()> {
@@ -769,24 +780,10 @@ pub fn draw_active(
     pinned: Option<usize>,
 ) -> Res<ActiveMapping> {
     let root = area(canvas, pal)?;
-    let yt = byte_ticks(a.totals.iter().copied().max().unwrap_or(0) as f64 * 1.02, 6);
-    let ymax = yt.end;
-    let (t0, t1) = (a.start_s, a.end_s.max(a.start_s + 1e-9));
-    let mut chart = ChartBuilder::on(&root)
-        .margin(8)
-        .margin_top(14)
-        .x_label_area_size(28)
-        .y_label_area_size(78)
-        .build_cartesian_2d(t0..t1, TickedAxis::new(ymax, yt.ticks.clone()))
-        .map_err(err)?;
-    draw_mesh(&mut chart, pal, (8, 6), &|v| format_seconds(*v), &|v| yt.label(*v), None)?;
-    let (xr, yr) = chart.plotting_area().get_pixel_range();
+    let (mut chart, plot, ymax) = window_chart(&root, pal, (a.start_s, a.end_s), a.totals.iter().copied().max().unwrap_or(0), 14)?;
+    let (t0, t1) = plot.x;
     let columns = a.totals.len();
-    let mapping = ActiveMapping {
-        plot: Mapping { px: (xr.start as f64, xr.end as f64), py: (yr.start as f64, yr.end as f64), x: (t0, t1) },
-        ymax,
-        columns,
-    };
+    let mapping = ActiveMapping { plot, ymax, columns };
     if columns == 0 {
         return Ok(mapping);
     }

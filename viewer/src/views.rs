@@ -255,6 +255,15 @@ fn window_start(a: f64, span: f64, full: (f64, f64)) -> f64 {
     a.min(full.1 - span).max(full.0)
 }
 
+/// `w` zoomed by `factor` around `centre` (which stays under the pointer), within `full`.
+fn zoomed(w: (f64, f64), factor: f64, centre: f64, full: (f64, f64)) -> (f64, f64) {
+    let whole = full.1 - full.0;
+    let span = ((w.1 - w.0) * factor).max(1e-7_f64.min(whole)).min(whole);
+    let f = (centre - w.0) / (w.1 - w.0).max(1e-12);
+    let a = window_start(centre - span * f, span, full);
+    (a, a + span)
+}
+
 /// A timeline answer: window start and end, the buckets, the driver's samples.
 type TimelineWindow = (f64, f64, Arc<Vec<shared::analysis::TimelinePoint>>, Arc<Vec<(f64, u64)>>);
 
@@ -331,14 +340,7 @@ fn TimelineSection(overview: Arc<Overview>) -> impl IntoView {
     });
     let zoom = move |factor: f64, centre: Option<f64>| {
         input_at.set_value(Some(perf::now()));
-        window.update(|w| {
-            let c = centre.unwrap_or((w.0 + w.1) / 2.0);
-            let whole = full.1 - full.0;
-            let span = ((w.1 - w.0) * factor).max(1e-7_f64.min(whole)).min(whole);
-            let f = (c - w.0) / (w.1 - w.0).max(1e-12);
-            let a = window_start(c - span * f, span, full);
-            *w = (a, a + span);
-        });
+        window.update(|w| *w = zoomed(*w, factor, centre.unwrap_or((w.0 + w.1) / 2.0), full));
     };
     let pan = move |fraction: f64| {
         input_at.set_value(Some(perf::now()));
@@ -567,13 +569,7 @@ fn ActiveSection(overview: Arc<Overview>) -> impl IntoView {
         ev.prevent_default();
         let t = m.plot.x_at(ev.offset_x() as f64);
         let factor = if ev.delta_y() < 0.0 { 0.8 } else { 1.25 };
-        window.update(|w| {
-            let whole = full.1 - full.0;
-            let span = ((w.1 - w.0) * factor).max(1e-7_f64.min(whole)).min(whole);
-            let f = (t - w.0) / (w.1 - w.0).max(1e-12);
-            let a = window_start(t - span * f, span, full);
-            *w = (a, a + span);
-        });
+        window.update(|w| *w = zoomed(*w, factor, t, full));
     };
     let tooltip = move || {
         let (x, y, b) = hover.get()?;
