@@ -710,20 +710,29 @@ pub async fn advice(
     Ok(axum::Json(report))
 }
 
+/// The explorer session of stored trace `trace_id`: the open one, else imported now (in an
+/// import slot, off the runtime).
+async fn explored(state: &Arc<AppState>, trace_id: &str) -> Result<Arc<super::state::Explored>, ApiError> {
+    let stored = state.store.get(trace_id).ok_or_else(|| ApiError::trace_not_found(trace_id))?;
+    if let Some(e) = state.sessions.get(trace_id) {
+        return Ok(e);
+    }
+    let slot = state.isolation.slot().await?;
+    let st = state.clone();
+    blocking(move || -> Result<_, ApiError> {
+        let _slot = slot;
+        Ok(st.explore(&stored)?)
+    })
+    .await
+}
+
 /// `GET /api/trace/{trace_id}/overview`: opens a stored trace for exploring here, imported by
 /// the server (for files larger than a page can hold), and answers what the viewer draws first.
 #[utoipa::path(get, path = "/api/trace/{trace_id}/overview", tag = "traces", params(("trace_id" = String, Path)),
     responses((status = 200, description = "The viewer's overview of the trace"), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn overview(State(state): State<Arc<AppState>>, Path(trace_id): Path<String>) -> Result<Response, ApiError> {
-    let stored = state.store.get(&trace_id).ok_or_else(|| ApiError::trace_not_found(&trace_id))?;
-    let slot = state.isolation.slot().await?;
-    let st = state.clone();
-    let explored = blocking(move || -> Result<_, ApiError> {
-        let _slot = slot;
-        Ok(st.explore(&stored)?)
-    })
-    .await?;
-    Ok(axum::Json(&*explored.overview).into_response())
+    let e = explored(&state, &trace_id).await?;
+    Ok(axum::Json(&*e.overview).into_response())
 }
 
 /// `POST /api/trace/{trace_id}/explore`: one of the viewer's requests (a timeline window, the
@@ -736,26 +745,10 @@ pub async fn explore(
     Path(trace_id): Path<String>,
     ApiJson(request): ApiJson<protocol::ExploreRequest>,
 ) -> Result<Response, ApiError> {
-    let stored = state.store.get(&trace_id).ok_or_else(|| ApiError::trace_not_found(&trace_id))?;
-    let st = state.clone();
-    let answer = match state.sessions.get(&trace_id) {
-        // An open session answers at once (no import slot needed).
-        Some(e) => {
-            blocking(move || -> Result<_, ApiError> {
-                Ok(e.session.lock().unwrap_or_else(std::sync::PoisonError::into_inner).answer(&request))
-            })
-            .await?
-        }
-        None => {
-            let slot = state.isolation.slot().await?;
-            blocking(move || -> Result<_, ApiError> {
-                let _slot = slot;
-                let e = st.explore(&stored)?;
-                let answer = e.session.lock().unwrap_or_else(std::sync::PoisonError::into_inner).answer(&request);
-                Ok(answer)
-            })
-            .await?
-        }
-    };
+    let e = explored(&state, &trace_id).await?;
+    let answer = blocking(move || -> Result<_, ApiError> {
+        Ok(e.session.lock().unwrap_or_else(std::sync::PoisonError::into_inner).answer(&request))
+    })
+    .await?;
     Ok(axum::Json(answer).into_response())
 }

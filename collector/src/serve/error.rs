@@ -66,8 +66,7 @@ impl ApiError {
 
     /// A real internal fault: logged with its cause, answered without the server's paths.
     pub fn internal(context: &str, cause: impl std::fmt::Display) -> Self {
-        eprintln!("collector serve: internal error: {context}: {cause:#}");
-        Self::new(StatusCode::INTERNAL_SERVER_ERROR, format!("internal error: {context} (see the server's log)"))
+        Fault::internal(context, cause).into()
     }
 }
 
