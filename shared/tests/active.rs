@@ -140,3 +140,17 @@ fn the_explorer_answers_bands_with_operators_and_an_allocation_with_its_stack() 
     let r = session.answer(&Request::Allocation { event_index: usize::MAX });
     assert!(matches!(r, Response::Error { .. }), "{r:?}");
 }
+
+#[test]
+fn any_window_a_request_names_is_answered_without_panic() {
+    let trace = import(&data("mlp_adam_3steps.pickle"), &ImportOptions::default()).unwrap();
+    let pairs = Pairs::of(&trace, 0);
+    for (start_s, end_s) in [(1e300, 1e300), (f64::NAN, f64::NAN), (-5.0, -1.0), (10.0, 2.0), (0.0, f64::MAX), (1e6, 1e7)] {
+        let a = active_timeline(&trace, &pairs, &ActiveOptions { start_s, end_s, columns: 7, detail: 10 });
+        assert_eq!(a.totals.len(), 7, "{start_s}..{end_s}");
+        assert!(a.totals.iter().all(|&t| t <= fact("mlp_adam_3steps.pickle", "max_allocated")));
+    }
+    // A device without events: nothing to pair, nothing drawn.
+    let a = active_timeline(&trace, &Pairs::of(&trace, 200), &ActiveOptions { start_s: 0.0, end_s: 1.0, columns: 3, detail: 10 });
+    assert!(a.bands.is_empty() && a.moments_s.iter().all(Option::is_none));
+}

@@ -105,7 +105,9 @@ pub fn active_timeline(trace: &Trace, pairs: &Pairs, options: &ActiveOptions) ->
     let columns = options.columns.clamp(1, 20_000);
     let start_ns = trace.start_ns();
     let to_ns = |s: f64| start_ns.saturating_add((s.max(0.0) * 1e9) as u64);
-    let (lo, hi) = (to_ns(options.start_s), to_ns(options.end_s.max(options.start_s)).max(to_ns(options.start_s) + 1));
+    // Any window a request can name (NaN, negative, past the end, 1e300 s) is a valid range.
+    let lo = to_ns(options.start_s);
+    let hi = to_ns(options.end_s.max(options.start_s)).max(lo.saturating_add(1));
     let moments = column_moments(trace, pairs.device, (lo, hi), columns);
     let secs = |i: u32| trace.events.ts_ns[i as usize].saturating_sub(start_ns) as f64 * 1e-9;
     // The allocations live in the window: made before its end, freed after its start.
@@ -173,7 +175,7 @@ fn column_moments(trace: &Trace, device: u8, (lo, hi): (u64, u64), columns: usiz
             last = Some((i as u32, t.allocated_bytes));
         }
     }
-    let width = (hi - lo) as f64 / columns as f64;
+    let width = (hi.saturating_sub(lo)).max(1) as f64 / columns as f64;
     let mut out: Vec<Option<(u32, u64)>> = Vec::with_capacity(columns);
     let mut best: Option<(u32, u64)> = None;
     let mut column = 0usize;
