@@ -212,15 +212,7 @@ impl AllocatorState {
     pub fn free(&mut self, address: u64) -> Option<u64> {
         let block = *self.blocks.get(&address).filter(|b| b.allocated)?;
         let size = block.size_bytes;
-        let mut start = address;
         let mut len = block.size_bytes;
-        if let Some((&pa, &pb)) = self.blocks.range(..address).next_back() {
-            if !pb.allocated && pb.segment == block.segment && pa.saturating_add(pb.size_bytes) == address {
-                self.blocks.remove(&pa);
-                start = pa;
-                len += pb.size_bytes;
-            }
-        }
         let next = address.saturating_add(block.size_bytes);
         if let Some(&nb) = self.blocks.get(&next) {
             if !nb.allocated && nb.segment == block.segment {
@@ -228,8 +220,17 @@ impl AllocatorState {
                 len += nb.size_bytes;
             }
         }
-        self.blocks.remove(&address);
-        self.blocks.insert(start, Block { size_bytes: len, allocated: false, segment: block.segment });
+        // Merged into a free block just before it, or freed in place.
+        if let Some((&pa, pb)) = self.blocks.range_mut(..address).next_back() {
+            if !pb.allocated && pb.segment == block.segment && pa.saturating_add(pb.size_bytes) == address {
+                pb.size_bytes += len;
+                self.blocks.remove(&address);
+                return Some(size);
+            }
+        }
+        if let Some(b) = self.blocks.get_mut(&address) {
+            *b = Block { size_bytes: len, allocated: false, segment: block.segment };
+        }
         Some(size)
     }
 

@@ -236,6 +236,13 @@ impl Arena {
         }
     }
 
+    /// Frees `id` if nothing holds or names it (a hook forgot its memo key).
+    fn settle(&mut self, id: ValueId) {
+        if self.refs(id) == 0 && self.flags.get(id as usize).is_some_and(|&f| f & (MEMOIZED | PINNED | FREED) == 0) {
+            self.release(id);
+        }
+    }
+
     /// Frees `id` (held and named by nothing) and, depth first without recursion, every value
     /// that only it held.
     fn release(&mut self, id: ValueId) {
@@ -318,10 +325,307 @@ impl Pickle {
 
 /// Sees every item appended to a list while the pickle is read.
 pub trait Hook {
+    /// True if [`Hook::flat_dict`] may take dicts: the machine then reads ahead at every dict
+    /// that is about to be appended to a list.
+    const TAKES_FLAT_DICTS: bool = false;
+
     /// `item` is about to be appended to the list `list`; returns what to append instead: the
     /// item itself, or an opaque id (with [`OPAQUE`] set) after [`Arena::drop_ref`] gave the
     /// item's reference up (and [`Arena::forget_memo`] pointed its memo key at the opaque id).
     fn append(&mut self, arena: &mut Arena, list: ValueId, item: ValueId) -> Result<ValueId, ImportError>;
+
+    /// A dict about to be appended to a list, read ahead whole before any slot is made for it
+    /// (see [`FlatDict`]). Returns the opaque ids that the dict's memo key, and its fresh list's
+    /// if it has one, are to name instead of values: the dict is then never built, and what
+    /// [`Hook::append`] would have done with it is done. `None` leaves no trace: the dict's
+    /// opcodes then run one by one, and [`Hook::append`] sees it. A hook that took the
+    /// dict may have called [`Arena::forget_memo`] on the values it names.
+    fn flat_dict(&mut self, _arena: &mut Arena, _dict: &FlatDict) -> Option<FlatTaken> {
+        None
+    }
+}
+
+/// What a [`Hook`] that took a [`FlatDict`] makes the memo name.
+pub struct FlatTaken {
+    /// An opaque id, for the dict.
+    pub dict: ValueId,
+    /// An opaque id for the dict's fresh list, or `None` to build that list as usual.
+    pub list: Option<ValueId>,
+}
+
+/// A value of a [`FlatDict`], as its opcodes spell it.
+#[derive(Clone, Copy)]
+enum Flat {
+    /// A memo reference: an arena slot or a hook's opaque id.
+    Id(ValueId),
+    Int(i64),
+    None,
+    Bool(bool),
+    /// A fresh string: its bytes in the window, and whether MEMOIZE follows it.
+    Str {
+        at: u32,
+        len: u32,
+        memo: bool,
+    },
+    /// A fresh list of memo references: its items in `FlatDict::lists`.
+    List {
+        at: u32,
+        len: u32,
+        memo: bool,
+    },
+}
+
+/// A value of a [`FlatDict`], for a hook.
+#[derive(Clone, Copy)]
+pub enum FlatValue<'a> {
+    /// A memo reference: an arena slot or a hook's opaque id.
+    Id(ValueId),
+    Int(i64),
+    None,
+    Bool(bool),
+    /// A fresh string.
+    Str(&'a str),
+    /// A fresh list of memo references.
+    List(&'a [ValueId]),
+}
+
+impl FlatValue<'_> {
+    /// Calls `f` with the value as the arena would hold it; fresh strings and lists come
+    /// without their contents (for a type name or a match on their kind).
+    pub fn with_value<T>(&self, a: &Arena, f: impl FnOnce(&Value) -> T) -> T {
+        match *self {
+            FlatValue::Id(id) => f(a.get(id)),
+            FlatValue::Int(i) => f(&Value::Int(i)),
+            FlatValue::None => f(&Value::None),
+            FlatValue::Bool(b) => f(&Value::Bool(b)),
+            FlatValue::Str(_) => f(&Value::Str(String::new())),
+            FlatValue::List(_) => f(&Value::List(Vec::new())),
+        }
+    }
+
+    /// The integer this is, if it is one.
+    pub fn int(&self, a: &Arena) -> Option<i64> {
+        match *self {
+            FlatValue::Int(i) => Some(i),
+            FlatValue::Id(id) => match a.get(id) {
+                Value::Int(i) => Some(*i),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+}
+
+/// A dict read ahead from the input's window: `} MEMOIZE ( key value ... SETITEMS`, keys memo
+/// references, values memo references, numbers, None, bools, strings, or at most one list of
+/// memo references, as Python writes a snapshot's trace entries. Reading it makes no slot and
+/// changes no memo key; the machine does both only once a hook took it.
+pub struct FlatDict<'a> {
+    window: &'a [u8],
+    items: &'a [(ValueId, Flat)],
+    lists: &'a [ValueId],
+}
+
+impl<'a> FlatDict<'a> {
+    /// Items, duplicate keys included (as a built dict counts them).
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    fn value(&self, v: Flat) -> FlatValue<'a> {
+        match v {
+            Flat::Id(id) => FlatValue::Id(id),
+            Flat::Int(i) => FlatValue::Int(i),
+            Flat::None => FlatValue::None,
+            Flat::Bool(b) => FlatValue::Bool(b),
+            // Checked as UTF-8 when it was read.
+            Flat::Str { at, len, .. } => {
+                FlatValue::Str(std::str::from_utf8(&self.window[at as usize..(at + len) as usize]).unwrap_or_default())
+            }
+            Flat::List { at, len, .. } => FlatValue::List(&self.lists[at as usize..(at + len) as usize]),
+        }
+    }
+
+    /// Looks up several keys in one pass, as [`Arena::dict_pick`] does: `field` gives the
+    /// position in the answer of the key whose memo reference is its argument, if any.
+    pub fn pick<const N: usize>(&self, mut field: impl FnMut(ValueId) -> Option<usize>) -> [Option<FlatValue<'a>>; N] {
+        let mut out = [None; N];
+        for &(k, v) in self.items {
+            if let Some(slot) = field(k).and_then(|i| out.get_mut(i)) {
+                *slot = Some(self.value(v));
+            }
+        }
+        out
+    }
+}
+
+/// Most items a read-ahead dict may have, and most items of its list; larger ones run as
+/// opcodes.
+const FLAT_MAX_ITEMS: usize = 64;
+const FLAT_MAX_LIST: usize = 4096;
+/// Bytes the window must hold ahead of a dict before it is read ahead.
+const FLAT_LOOKAHEAD: usize = 16 << 10;
+
+/// Reads the opcodes of a [`FlatDict`] from `b` (the window after its EMPTY_DICT); `None` if
+/// they are anything else, or run past the window.
+struct FlatReader<'b> {
+    b: &'b [u8],
+    i: usize,
+}
+
+impl FlatReader<'_> {
+    #[inline]
+    fn byte(&mut self) -> Option<u8> {
+        let c = *self.b.get(self.i)?;
+        self.i += 1;
+        Some(c)
+    }
+
+    #[inline]
+    fn bytes(&mut self, n: usize) -> Option<&[u8]> {
+        let s = self.b.get(self.i..self.i.checked_add(n)?)?;
+        self.i += n;
+        Some(s)
+    }
+
+    fn u32(&mut self) -> Option<u32> {
+        let b = self.bytes(4)?;
+        Some(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+
+    /// The opcode at the cursor, past any FRAME (protocol 4 writes them between any two
+    /// opcodes).
+    fn peek(&mut self) -> Option<u8> {
+        while *self.b.get(self.i)? == 0x95 {
+            self.i += 9;
+        }
+        self.b.get(self.i).copied()
+    }
+
+    /// The opcode at the cursor, consumed.
+    fn op(&mut self) -> Option<u8> {
+        self.peek()?;
+        self.byte()
+    }
+
+    /// BINGET or LONG_BINGET at the cursor, resolved through the memo.
+    fn get(&mut self, memo: &Memo) -> Option<ValueId> {
+        let key = match self.op()? {
+            b'h' => self.byte()? as u32,
+            b'j' => self.u32()?,
+            _ => return None,
+        };
+        memo.get(key)
+    }
+
+    /// A MEMOIZE at the cursor, if there is one.
+    fn memoize(&mut self) -> bool {
+        let m = self.peek() == Some(0x94);
+        self.i += usize::from(m);
+        m
+    }
+
+    fn string(&mut self, n: usize) -> Option<Flat> {
+        let at = self.i;
+        std::str::from_utf8(self.bytes(n)?).ok()?;
+        Some(Flat::Str { at: u32::try_from(at).ok()?, len: n as u32, memo: self.memoize() })
+    }
+
+    /// A value; a fresh list's items go to `lists`.
+    fn value(&mut self, memo: &Memo, lists: &mut Vec<ValueId>) -> Option<Flat> {
+        Some(match self.peek()? {
+            b'h' | b'j' => Flat::Id(self.get(memo)?),
+            op => {
+                self.i += 1;
+                match op {
+                    b'K' => Flat::Int(self.byte()? as i64),
+                    b'M' => {
+                        let b = self.bytes(2)?;
+                        Flat::Int(u16::from_le_bytes([b[0], b[1]]) as i64)
+                    }
+                    b'J' => Flat::Int(self.u32()? as i32 as i64),
+                    0x8a => {
+                        let n = self.byte()? as usize;
+                        if n > 9 {
+                            return None;
+                        }
+                        Flat::Int(long_from_le(self.bytes(n)?, 0).ok()?)
+                    }
+                    b'N' => Flat::None,
+                    0x88 => Flat::Bool(true),
+                    0x89 => Flat::Bool(false),
+                    0x8c => {
+                        let n = self.byte()? as usize;
+                        self.string(n)?
+                    }
+                    b'X' => {
+                        let n = self.u32()? as usize;
+                        self.string(n)?
+                    }
+                    b']' => {
+                        let memo_list = self.memoize();
+                        let at = lists.len();
+                        match self.peek() {
+                            Some(b'(') => {
+                                self.i += 1;
+                                while self.peek()? != b'e' {
+                                    if lists.len() - at >= FLAT_MAX_LIST {
+                                        return None;
+                                    }
+                                    lists.push(self.get(memo)?);
+                                }
+                                self.i += 1;
+                            }
+                            // One item: BINGET then APPEND. (A memo reference not followed by
+                            // APPEND is the next key: the list is empty.)
+                            Some(b'h' | b'j') => {
+                                let save = self.i;
+                                let item = self.get(memo)?;
+                                if self.peek() == Some(b'a') {
+                                    self.i += 1;
+                                    lists.push(item);
+                                } else {
+                                    self.i = save;
+                                }
+                            }
+                            _ => {}
+                        }
+                        let len = (lists.len() - at) as u32;
+                        Flat::List { at: at as u32, len, memo: memo_list }
+                    }
+                    _ => return None,
+                }
+            }
+        })
+    }
+
+    /// The dict's items up to its SETITEMS; `None` if it is not a flat dict.
+    fn dict(&mut self, memo: &Memo, items: &mut Vec<(ValueId, Flat)>, lists: &mut Vec<ValueId>) -> Option<()> {
+        if self.op()? != 0x94 || self.op()? != b'(' {
+            return None;
+        }
+        let mut fresh_lists = 0;
+        while self.peek()? != b'u' {
+            if items.len() >= FLAT_MAX_ITEMS {
+                return None;
+            }
+            let k = self.get(memo)?;
+            let v = self.value(memo, lists)?;
+            if matches!(v, Flat::List { .. }) {
+                fresh_lists += 1;
+                if fresh_lists > 1 {
+                    return None;
+                }
+            }
+            items.push((k, v));
+        }
+        self.i += 1;
+        Some(())
+    }
 }
 
 /// Keeps every value.
@@ -590,6 +894,8 @@ pub fn parse_stream(src: impl Read, size_hint: Option<u64>, hook: &mut impl Hook
         protocol: 0,
         size_hint,
         hook,
+        flat_items: Vec::new(),
+        flat_lists: Vec::new(),
     };
     loop {
         let at = vm.r.pos();
@@ -614,6 +920,9 @@ struct Vm<'h, R, H> {
     protocol: u8,
     size_hint: Option<u64>,
     hook: &'h mut H,
+    /// A [`FlatDict`]'s items and list items, kept to save allocations.
+    flat_items: Vec<(ValueId, Flat)>,
+    flat_lists: Vec<ValueId>,
 }
 
 /// Control: one step, the stack and the end.
@@ -622,6 +931,7 @@ impl<R: Read, H: Hook> Vm<'_, R, H> {
     #[inline(always)]
     fn step(&mut self, op: u8, at: usize) -> Result<(), ImportError> {
         match op {
+            b'}' if H::TAKES_FLAT_DICTS && self.appending() && self.flat_dict()? => Ok(()),
             0x80 | 0x95 => self.framing(op, at),
             b'(' | b'0' | b'1' | b'2' => self.stack_op(op, at),
             b'N' | 0x88 | 0x89 | b'I' | b'J' | b'K' | b'M' | b'L' | 0x8a | 0x8b | b'F' | b'G' => self.number(op, at),
@@ -731,6 +1041,77 @@ impl<R: Read, H: Hook> Vm<'_, R, H> {
         };
         self.stack.push(id);
         Ok(())
+    }
+}
+
+/// Dicts read ahead for the hook.
+impl<R: Read, H: Hook> Vm<'_, R, H> {
+    /// True if the values above the last MARK are to be appended to a list (APPENDS), as a
+    /// list's items are.
+    fn appending(&self) -> bool {
+        let floor = self.floor();
+        let below = if self.marks.len() >= 2 { self.marks[self.marks.len() - 2] } else { 0 };
+        !self.marks.is_empty() && floor > below && matches!(self.a.get(self.stack[floor - 1]), Value::List(_))
+    }
+
+    /// After an EMPTY_DICT: reads the dict ahead ([`FlatDict`]) and offers it to the hook. True
+    /// if the hook took it: its opcodes are consumed, the memo names what the generic opcodes
+    /// would have left it naming, and the stack holds the hook's id. False changes nothing.
+    fn flat_dict(&mut self) -> Result<bool, ImportError> {
+        self.r.fill(FLAT_LOOKAHEAD)?;
+        let window = &self.r.buf[self.r.start..self.r.end];
+        self.flat_items.clear();
+        self.flat_lists.clear();
+        let mut reader = FlatReader { b: window, i: 0 };
+        if reader.dict(&self.a.memo, &mut self.flat_items, &mut self.flat_lists).is_none() {
+            return Ok(false);
+        }
+        let consumed = reader.i;
+        let dict = FlatDict { window, items: &self.flat_items, lists: &self.flat_lists };
+        let Some(taken) = self.hook.flat_dict(&mut self.a, &dict) else { return Ok(false) };
+        let a = &mut self.a;
+        // The memo keys, in the order the dict's MEMOIZEs come.
+        a.memoize(a.memo.count, taken.dict);
+        for &(_, v) in &self.flat_items {
+            match v {
+                Flat::Str { at, len, memo: true } => {
+                    let text = std::str::from_utf8(&window[at as usize..(at + len) as usize]).unwrap_or_default();
+                    match a.strings.get(text) {
+                        Some(&first) => {
+                            a.memoize(a.memo.count, first);
+                        }
+                        None => {
+                            let id = a.alloc(Value::Str(text.to_owned()), self.size_hint).map_err(|e| self.r.err(self.r.pos(), e))?;
+                            a.memoize(a.memo.count, id);
+                            a.drop_ref(id);
+                        }
+                    }
+                }
+                Flat::List { memo: true, .. } if taken.list.is_some() => {
+                    a.memoize(a.memo.count, taken.list.unwrap_or(OPAQUE));
+                }
+                Flat::List { at, len, memo: true } => {
+                    let items = self.flat_lists[at as usize..(at + len) as usize].to_vec();
+                    items.iter().for_each(|&i| a.add_ref(i));
+                    let id = a.alloc(Value::List(items), self.size_hint).map_err(|e| self.r.err(self.r.pos(), e))?;
+                    a.memoize(a.memo.count, id);
+                    a.drop_ref(id);
+                }
+                _ => {}
+            }
+        }
+        // What the dict named and no one holds or names now (the hook forgot it) goes, as it
+        // would when a built dict went.
+        for &(k, v) in &self.flat_items {
+            a.settle(k);
+            if let Flat::Id(id) = v {
+                a.settle(id);
+            }
+        }
+        self.flat_lists.iter().for_each(|&id| a.settle(id));
+        self.r.advance(consumed);
+        self.stack.push(taken.dict);
+        Ok(true)
     }
 }
 

@@ -5,7 +5,7 @@
 //! before recording began, recovered from the final `segments` state, so that every event's
 //! `allocated_bytes` is what `torch.cuda.memory_allocated()` said at that moment.
 
-use super::pickle::{self, Pickle, Value, ValueId};
+use super::pickle::{self, FlatDict, FlatTaken, FlatValue, Pickle, Value, ValueId};
 use super::ImportError;
 use crate::allocator::{AllocatorConfig, AllocatorState, SMALL_SEGMENT_BYTES};
 use crate::hash::{FastMap as HashMap, FastSet as HashSet};
@@ -233,6 +233,9 @@ fn entry_size(action: Action, size: Option<&Value>) -> Result<u64, Option<String
         None => Err(None),
     }
 }
+
+/// The fields of a trace entry's dict that its record keeps, in [`Compactor::entry`]'s order.
+const ENTRY_KEYS: [&str; 6] = ["action", "addr", "size", "stream", "time_us", "frames"];
 
 /// One trace entry, decoded. 40 bytes: a snapshot's entries are held until they are sorted by
 /// time.
@@ -475,6 +478,44 @@ struct Compactor {
     streams: LocalStreams,
     /// Entries held in several places, by slot, while a holder remains.
     shared_entries: HashMap<ValueId, u32>,
+    keys: EntryKeys,
+    /// Leaves every entry to [`Compactor::compact`] (the tests compare both ways).
+    no_read_ahead: bool,
+}
+
+/// The [`ENTRY_KEYS`] position of each key string met in a read-ahead entry, by slot: a
+/// snapshot's entries name their keys through the memo, so comparing strings once per slot
+/// is enough.
+#[derive(Default)]
+struct EntryKeys {
+    /// By slot: 0 unknown, [`EntryKeys::NOT_A_FIELD`], or the position plus one. Key strings
+    /// are memoized early, so their slots are small; larger ones are compared each time.
+    slots: Vec<u8>,
+}
+
+impl EntryKeys {
+    const NOT_A_FIELD: u8 = u8::MAX;
+    const MAX_SLOT: usize = 1 << 16;
+
+    /// Position in [`ENTRY_KEYS`] of the key `k`, if it is one of them.
+    #[inline]
+    fn field(&mut self, a: &pickle::Arena, k: ValueId) -> Option<usize> {
+        match self.slots.get(k as usize) {
+            Some(0) | None => {}
+            Some(&Self::NOT_A_FIELD) => return None,
+            Some(&i) => return Some(i as usize - 1),
+        }
+        let Value::Str(s) = a.get(k) else { return None };
+        let i = ENTRY_KEYS.iter().position(|key| key == s);
+        // A named string stays in its slot to the end; others may be given back and reused.
+        if a.is_named(k) && (k as usize) < Self::MAX_SLOT {
+            if self.slots.len() <= k as usize {
+                self.slots.resize(k as usize + 1, 0);
+            }
+            self.slots[k as usize] = i.map_or(Self::NOT_A_FIELD, |i| i as u8 + 1);
+        }
+        i
+    }
 }
 
 impl Compactor {
@@ -488,10 +529,7 @@ impl Compactor {
     }
 
     /// The stack of a frame list: `None` if it is not one the walk would accept.
-    fn frames(&mut self, a: &pickle::Arena, list: ValueId) -> Option<u32> {
-        let (Value::List(frames) | Value::Tuple(frames)) = a.get(list) else {
-            return None;
-        };
+    fn frames(&mut self, a: &pickle::Arena, frames: &[ValueId]) -> Option<u32> {
         let ids = frames.iter().map(|&f| self.local.frame(a, f)).collect::<Option<Vec<u32>>>()?;
         Some(self.local.stack(ids))
     }
@@ -506,48 +544,65 @@ impl Compactor {
             return Some(self.push(a, item, copy));
         }
         let Value::Dict(d) = a.get(item) else { return None };
-        let items = u32::try_from(d.len()).ok()?;
-        let [action_v, addr_v, size_v, stream_v, time_v, frames_v] =
-            a.dict_pick(item, ["action", "addr", "size", "stream", "time_us", "frames"]);
-        let Value::Str(action) = a.get(action_v?) else { return None };
-        let action = parse_action(action)?;
-        let int = |x: Option<ValueId>| match x.map(|x| a.get(x)) {
-            Some(Value::Int(i)) => Some(*i),
-            _ => None,
+        let items = d.len();
+        let fields = a.dict_pick(item, ENTRY_KEYS).map(|v| v.map(FlatValue::Id));
+        let (entry, frames) = self.entry(a, fields, items)?;
+        if let Some((f, sid)) = frames {
+            // Later references to the list or its frames (Python memoizes every dict and
+            // list) get the opaque stack and frames; the values go with their last holder.
+            if let Value::List(items) | Value::Tuple(items) = a.get(f) {
+                let items = items.clone();
+                self.forget_frames(a, &items, sid);
+            }
+            a.forget_memo(f, pickle::OPAQUE | STACK_TAG | sid);
+        }
+        Some(self.push(a, item, entry))
+    }
+
+    /// The record of an entry whose dict has `items` items and these [`ENTRY_KEYS`] fields;
+    /// with its frame list's arena slot and stack if that list is a value, or `None` if the
+    /// walk would refuse the entry (it is then left as a value, for the walk to report).
+    fn entry(
+        &mut self,
+        a: &pickle::Arena,
+        [action_v, addr_v, size_v, stream_v, time_v, frames_v]: [Option<FlatValue>; 6],
+        items: usize,
+    ) -> Option<(Entry, Option<(ValueId, u32)>)> {
+        let action = match action_v? {
+            FlatValue::Str(s) => parse_action(s)?,
+            FlatValue::Id(id) => match a.get(id) {
+                Value::Str(s) => parse_action(s)?,
+                _ => return None,
+            },
+            _ => return None,
         };
-        let size = entry_size(action, size_v.map(|x| a.get(x))).ok()?;
+        let size = size_v.map_or(entry_size(action, None), |v| v.with_value(a, |v| entry_size(action, Some(v)))).ok()?;
+        let int = |x: Option<FlatValue>| x.and_then(|x| x.int(a));
         let (addr, time_us) = (int(addr_v).unwrap_or(0) as u64, int(time_v).unwrap_or(0));
         let stream = self.streams.id(int(stream_v).unwrap_or(0))?;
         let items = u16::try_from(items).ok()?;
         let mut frames_list = None;
         let frames = match frames_v {
             None => None,
-            Some(f) if pickle::is_opaque(f) => Some(Self::local_stack(f)?),
-            Some(f) if matches!(a.get(f), Value::List(l) if l.is_empty()) => None,
-            Some(f) => {
-                let sid = self.frames(a, f)?;
-                frames_list = Some((f, sid));
-                Some(sid)
-            }
+            Some(FlatValue::Id(f)) if pickle::is_opaque(f) => Some(Self::local_stack(f)?),
+            Some(FlatValue::Id(f)) => match a.get(f) {
+                Value::List(l) if l.is_empty() => None,
+                Value::List(l) | Value::Tuple(l) => {
+                    let sid = self.frames(a, l)?;
+                    frames_list = Some((f, sid));
+                    Some(sid)
+                }
+                _ => return None,
+            },
+            Some(FlatValue::List([])) => None,
+            Some(FlatValue::List(l)) => Some(self.frames(a, l)?),
+            Some(_) => return None,
         };
         if self.entries.len() >= FRAME_TAG as usize
             || self.local.stacks.len() >= FRAME_TAG as usize
             || self.local.frames.len() >= FRAME_TAG as usize
         {
             return None;
-        }
-        if let Some((f, sid)) = frames_list {
-            // Later references to the list or its frames (Python memoizes every dict and
-            // list) get the opaque stack and frames; the values go with their last holder.
-            if let Value::List(items) | Value::Tuple(items) = a.get(f) {
-                let frames: Vec<(ValueId, u32)> = items.iter().copied().zip(self.local.stacks[sid as usize].iter().copied()).collect();
-                for (frame, lid) in frames {
-                    if !pickle::is_opaque(frame) && a.forget_memo(frame, pickle::OPAQUE | FRAME_TAG | lid) {
-                        self.local.frame_cache.remove(&frame);
-                    }
-                }
-            }
-            a.forget_memo(f, pickle::OPAQUE | STACK_TAG | sid);
         }
         let entry = Entry {
             device: 0,
@@ -560,7 +615,17 @@ impl Compactor {
             frames: PackedFrames::new(frames.map(Frames::Local)),
             items,
         };
-        Some(self.push(a, item, entry))
+        Some((entry, frames_list))
+    }
+
+    /// Points the memo keys of the frame dicts `frames` (those of stack `sid`) at the opaque
+    /// frames, so that later references get those; the dicts go with their last holder.
+    fn forget_frames(&mut self, a: &mut pickle::Arena, frames: &[ValueId], sid: u32) {
+        for (&frame, &lid) in frames.iter().zip(self.local.stacks[sid as usize].iter()) {
+            if !pickle::is_opaque(frame) && a.forget_memo(frame, pickle::OPAQUE | FRAME_TAG | lid) {
+                self.local.frame_cache.remove(&frame);
+            }
+        }
     }
 
     /// Keeps `entry`, the record of `item`, and gives `item` up.
@@ -580,6 +645,41 @@ impl Compactor {
 }
 
 impl pickle::Hook for Compactor {
+    const TAKES_FLAT_DICTS: bool = true;
+
+    /// A trace entry read ahead: kept as its record, as [`Compactor::compact`] would once it
+    /// was built and appended.
+    fn flat_dict(&mut self, a: &mut pickle::Arena, d: &FlatDict) -> Option<FlatTaken> {
+        if self.no_read_ahead {
+            return None;
+        }
+        let fields = d.pick(|k| self.keys.field(a, k));
+        let (entry, frames) = self.entry(a, fields, d.len())?;
+        let mut list = None;
+        match (frames, fields[5]) {
+            (Some((f, sid)), _) => {
+                if let Value::List(items) | Value::Tuple(items) = a.get(f) {
+                    let items = items.clone();
+                    self.forget_frames(a, &items, sid);
+                }
+                a.forget_memo(f, pickle::OPAQUE | STACK_TAG | sid);
+            }
+            (None, Some(FlatValue::List(items))) if !items.is_empty() => {
+                // A fresh frame list: its stack is the entry's.
+                let sid = entry.frames.get().and_then(|f| match f {
+                    Frames::Local(sid) => Some(sid),
+                    Frames::Value(_) => None,
+                })?;
+                self.forget_frames(a, items, sid);
+                list = Some(pickle::OPAQUE | STACK_TAG | sid);
+            }
+            _ => {}
+        }
+        let k = self.entries.len() as u32;
+        self.entries.push(entry);
+        Some(FlatTaken { dict: pickle::OPAQUE | k, list })
+    }
+
     fn append(&mut self, a: &mut pickle::Arena, _list: ValueId, item: ValueId) -> Result<ValueId, ImportError> {
         if pickle::is_opaque(item) {
             return Ok(item);
@@ -711,7 +811,10 @@ pub fn import_reader(src: impl std::io::Read) -> Result<Trace, ImportError> {
 /// Imports a snapshot pickle read from `src`: the pickle is parsed (its entries compacted as
 /// they stream), then walked and replayed in stages.
 fn import_stream(src: impl std::io::Read, size_hint: Option<u64>) -> Result<Trace, ImportError> {
-    let mut compactor = Compactor::default();
+    import_with(src, size_hint, Compactor::default())
+}
+
+fn import_with(src: impl std::io::Read, size_hint: Option<u64>, mut compactor: Compactor) -> Result<Trace, ImportError> {
     let p = pickle::parse_stream(src, size_hint, &mut compactor)?;
     let v = View { p: &p };
     let root = RootIds::find(&p)?;
@@ -887,7 +990,11 @@ fn walk_device_traces(
     }
     entries.retain(|e| e.index != UNPLACED);
     // Each device's order for equal times, as a stable sort of the walk's order would keep it.
-    entries.sort_unstable_by_key(|e| (e.time_us, e.device, e.index));
+    // One device's trace is already in time order: checking costs a pass, sorting far more.
+    let order = |e: &Entry| (e.time_us, e.device, e.index);
+    if !entries.is_sorted_by_key(order) {
+        entries.sort_unstable_by_key(order);
+    }
     Ok(entries)
 }
 
@@ -920,7 +1027,7 @@ fn read_entry<'a>(
         return Err(v.err(path, format!("expected a dict, found {}", p.get(e).type_name())));
     }
     // One pass over the entry's keys (a snapshot has hundreds of thousands of entries).
-    let [action_v, addr_v, size_v, stream_v, time_v, frames] = p.dict_pick(e, ["action", "addr", "size", "stream", "time_us", "frames"]);
+    let [action_v, addr_v, size_v, stream_v, time_v, frames] = p.dict_pick(e, ENTRY_KEYS);
     let key_err = |key: &str, reason: String| v.err(&|| format!("{}.{key}", path()), reason);
     let action_s = match action_v.map(|x| p.get(x)) {
         Some(Value::Str(s)) => s.as_str(),
@@ -1366,4 +1473,32 @@ fn import_annotations(v: &View, trace: &mut Trace, ann: ValueId, budget: &mut Wa
     }
     trace.scopes.sort_by_key(|s| (s.start_ns, std::cmp::Reverse(s.end_ns)));
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Entries read ahead ([`Compactor::flat_dict`]) give the trace that building each entry
+    /// and compacting it gives, on every snapshot fixture and on a pickle of odd entries.
+    #[test]
+    fn read_ahead_gives_the_trace_that_building_entries_gives() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data");
+        let mut files: Vec<_> =
+            std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|x| x == "pickle")).collect();
+        files.sort();
+        assert!(files.len() >= 7, "{files:?}");
+        for path in files {
+            let data = std::fs::read(&path).unwrap();
+            let fast = import_with(&data[..], None, Compactor::default());
+            let slow = import_with(&data[..], None, Compactor { no_read_ahead: true, ..Compactor::default() });
+            match (fast, slow) {
+                (Ok(fast), Ok(slow)) => {
+                    assert!(!fast.events.is_empty(), "{path:?}");
+                    assert_eq!(serde_json::to_value(&fast).unwrap(), serde_json::to_value(&slow).unwrap(), "{path:?}");
+                }
+                (fast, slow) => assert_eq!(fast.err().map(|e| e.to_string()), slow.err().map(|e| e.to_string()), "{path:?}"),
+            }
+        }
+    }
 }
