@@ -1087,8 +1087,8 @@ impl<R: Read, H: Hook> Vm<'_, R, H> {
                         }
                     }
                 }
-                Flat::List { memo: true, .. } if taken.list.is_some() => {
-                    a.memoize(a.memo.count, taken.list.unwrap_or(OPAQUE));
+                Flat::List { memo: true, .. } if let Some(id) = taken.list => {
+                    a.memoize(a.memo.count, id);
                 }
                 Flat::List { at, len, memo: true } => {
                     let items = self.flat_lists[at as usize..(at + len) as usize].to_vec();

@@ -484,6 +484,13 @@ struct Compactor {
     frame_ids: Vec<u32>,
 }
 
+/// The frame list an entry named, as [`Compactor::entry`] read it into a stack.
+struct FrameList {
+    /// Its arena slot; `None` for a fresh list read ahead.
+    slot: Option<ValueId>,
+    stack: u32,
+}
+
 /// The [`ENTRY_KEYS`] position of each key string met in a read-ahead entry, by slot: a
 /// snapshot's entries name their keys through the memo, so comparing strings once per slot
 /// is enough.
@@ -560,27 +567,21 @@ impl Compactor {
         let items = d.len();
         let fields = a.dict_pick(item, ENTRY_KEYS).map(|v| v.map(FlatValue::Id));
         let (entry, frames) = self.entry(a, fields, items)?;
-        if let Some((f, sid)) = frames {
-            // Later references to the list or its frames (Python memoizes every dict and
-            // list) get the opaque stack and frames; the values go with their last holder.
-            if let Value::List(items) | Value::Tuple(items) = a.get(f) {
-                let items = items.clone();
-                self.forget_frames(a, &items, sid);
-            }
-            a.forget_memo(f, pickle::OPAQUE | STACK_TAG | sid);
+        if let Some(FrameList { slot: Some(list), stack }) = frames {
+            self.forget_frame_list(a, list, stack);
         }
         Some(self.push(a, item, entry))
     }
 
-    /// The record of an entry whose dict has `items` items and these [`ENTRY_KEYS`] fields;
-    /// with its frame list's arena slot and stack if that list is a value, or `None` if the
-    /// walk would refuse the entry (it is then left as a value, for the walk to report).
+    /// The record of an entry whose dict has `items` items and these [`ENTRY_KEYS`] fields,
+    /// with the frame list it read; `None` if the walk would refuse the entry (it is then left as a
+    /// value, for the walk to report).
     fn entry(
         &mut self,
         a: &pickle::Arena,
         [action_v, addr_v, size_v, stream_v, time_v, frames_v]: [Option<FlatValue>; 6],
         items: usize,
-    ) -> Option<(Entry, Option<(ValueId, u32)>)> {
+    ) -> Option<(Entry, Option<FrameList>)> {
         let action = match action_v? {
             FlatValue::Str(s) => parse_action(s)?,
             FlatValue::Id(id) => match a.get(id) {
@@ -602,13 +603,17 @@ impl Compactor {
                 Value::List(l) if l.is_empty() => None,
                 Value::List(l) | Value::Tuple(l) => {
                     let sid = self.frames(a, l)?;
-                    frames_list = Some((f, sid));
+                    frames_list = Some(FrameList { slot: Some(f), stack: sid });
                     Some(sid)
                 }
                 _ => return None,
             },
             Some(FlatValue::List([])) => None,
-            Some(FlatValue::List(l)) => Some(self.frames(a, l)?),
+            Some(FlatValue::List(l)) => {
+                let sid = self.frames(a, l)?;
+                frames_list = Some(FrameList { slot: None, stack: sid });
+                Some(sid)
+            }
             Some(_) => return None,
         };
         if self.entries.len() >= FRAME_TAG as usize
@@ -629,6 +634,17 @@ impl Compactor {
             items,
         };
         Some((entry, frames_list))
+    }
+
+    /// Points the memo key of the frame list `list` (of stack `sid`) and those of its frames
+    /// at the opaque stack and frames: later references (Python memoizes every dict and list)
+    /// get those, and the values go with their last holder.
+    fn forget_frame_list(&mut self, a: &mut pickle::Arena, list: ValueId, sid: u32) {
+        if let Value::List(items) | Value::Tuple(items) = a.get(list) {
+            let items = items.clone();
+            self.forget_frames(a, &items, sid);
+        }
+        a.forget_memo(list, pickle::OPAQUE | STACK_TAG | sid);
     }
 
     /// Points the memo keys of the frame dicts `frames` (those of stack `sid`) at the opaque
@@ -670,21 +686,10 @@ impl pickle::Hook for Compactor {
         let (entry, frames) = self.entry(a, fields, d.len())?;
         let mut list = None;
         match (frames, fields[5]) {
-            (Some((f, sid)), _) => {
-                if let Value::List(items) | Value::Tuple(items) = a.get(f) {
-                    let items = items.clone();
-                    self.forget_frames(a, &items, sid);
-                }
-                a.forget_memo(f, pickle::OPAQUE | STACK_TAG | sid);
-            }
-            (None, Some(FlatValue::List(items))) if !items.is_empty() => {
-                // A fresh frame list: its stack is the entry's.
-                let sid = entry.frames.get().and_then(|f| match f {
-                    Frames::Local(sid) => Some(sid),
-                    Frames::Value(_) => None,
-                })?;
-                self.forget_frames(a, items, sid);
-                list = Some(pickle::OPAQUE | STACK_TAG | sid);
+            (Some(FrameList { slot: Some(slot), stack }), _) => self.forget_frame_list(a, slot, stack),
+            (Some(FrameList { slot: None, stack }), Some(FlatValue::List(items))) => {
+                self.forget_frames(a, items, stack);
+                list = Some(pickle::OPAQUE | STACK_TAG | stack);
             }
             _ => {}
         }
