@@ -1,10 +1,20 @@
 //! The viewer in headless Chromium (Debian's, through chromedriver), on the files named in
 //! `MEMORY_TRACER_VIEWER_BENCH_FILES` (comma-separated; default: the ResNet-18 snapshot
 //! sample). For each file: time from choosing it in the file input to every chart drawn, time
-//! to the worker's overview, the worker's peak wasm memory, and the frame time of 30 timeline
-//! zooms and pans (input to redrawn pixels, worker round trip included).
+//! to the worker's overview, the worker's peak wasm memory, the renderer process's peak
+//! memory, and the frame time of 30 timeline zooms and pans (input to redrawn pixels, worker
+//! round trip included).
 //!
 //!     MEMORY_TRACER_VIEWER_BENCH_FILES=big.pickle cargo bench -p collector --bench viewer
+//!
+//! Side by side with pytorch.org/memory_viz: set `MEMORY_TRACER_MEMORY_VIZ` to its page's
+//! script, `torch/utils/viz/MemoryViz.js` of a pytorch checkout (it is not vendored here; the
+//! script imports d3 5 from a CDN, and the harness serves d3 5.16 from npm instead, installed
+//! once under `~/.cache/memory-tracer/d3`). Each file is then opened `MEMORY_TRACER_BENCH_RUNS`
+//! times (3) in each page, runs interleaved, each in a fresh browser: file chosen → the Active
+//! Memory Timeline's polygons built and the next frame painted (memory_viz) or every chart
+//! drawn (ours), the renderer process's peak memory, and whether it finished within
+//! `MEMORY_TRACER_BENCH_TIMEOUT_S` (600). A table closes the output.
 //!
 //! Needs `dist/` (the viewer built by `cargo xtask check`).
 
@@ -13,8 +23,12 @@
 #[path = "../tests/webdriver/mod.rs"]
 mod webdriver;
 
-use serde_json::json;
-use std::path::PathBuf;
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+const D3_VERSION: &str = "5.16.0";
 
 fn main() {
     let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
@@ -23,60 +37,272 @@ fn main() {
     let files: Vec<PathBuf> = std::env::var("MEMORY_TRACER_VIEWER_BENCH_FILES")
         .map(|v| v.split(',').map(PathBuf::from).collect())
         .unwrap_or_else(|_| vec![repo.join("tests/data/resnet18_sgd_2steps.pickle")]);
+    let runs: usize = std::env::var("MEMORY_TRACER_BENCH_RUNS").ok().and_then(|v| v.parse().ok()).unwrap_or(1);
+    let timeout_s: u64 = std::env::var("MEMORY_TRACER_BENCH_TIMEOUT_S").ok().and_then(|v| v.parse().ok()).unwrap_or(600);
+    let memory_viz = std::env::var("MEMORY_TRACER_MEMORY_VIZ").ok().map(|p| memory_viz_page(Path::new(&p)));
+
     let (_server, url) = webdriver::static_server(&dist);
+    let mv_server = memory_viz.as_ref().map(|dir| webdriver::static_server(dir));
+    let runs = if memory_viz.is_some() { runs.max(1) } else { runs };
     let mut rows = Vec::new();
-    for file in files {
-        // A fresh browser per file: memory and caches start from nothing.
-        let b = webdriver::Browser::start(1400, 1000);
-        b.goto(&format!("{url}/index.html"));
-        b.wait_for("return document.querySelector('#trace-file')", 30, "the page");
+    for file in &files {
         let name = file.file_name().unwrap().to_string_lossy().into_owned();
-        let size = std::fs::metadata(&file).unwrap().len();
-        b.upload("#trace-file", &file);
-        let outcome = b.wait_for(
-            "return document.body.dataset.drawnMs || document.querySelector('#error-panel')?.innerText",
-            600,
-            "the file to open",
-        );
-        let drawn_ms: f64 = match outcome.as_str().unwrap_or("").parse() {
-            Ok(v) => v,
-            Err(_) => {
-                println!("{name}: did not open: {outcome}");
-                rows.push(json!({"file": name, "bytes": size, "error": outcome}));
-                continue;
+        let size = std::fs::metadata(file).unwrap().len();
+        for run in 0..runs {
+            if let Some((_, mv_url)) = &mv_server {
+                let r = open_in_memory_viz(mv_url, file, timeout_s);
+                println!("{name} run {run}: memory_viz {}", describe(&r));
+                rows.push(json!({"file": name, "bytes": size, "page": "memory_viz", "run": run, "result": r}));
             }
-        };
-        let load_ms: f64 = b.exec("return document.body.dataset.loadMs", json!([])).as_str().unwrap().parse().unwrap();
-        let memory: u64 = b.exec("return document.body.dataset.workerMemory", json!([])).as_str().unwrap().parse().unwrap();
-        let events = b.exec(
-            "return [...document.querySelectorAll('#summary dt')].find(d => d.textContent === 'Events')?.nextSibling?.textContent",
-            json!([]),
-        );
-        // Zoom in around the middle, then pan, waiting for each frame.
-        b.exec("document.getElementById('timeline').scrollIntoView(); window.__mtFrames = []", json!([]));
-        for i in 0..30 {
-            let script = if i < 15 {
-                "const c = document.querySelector('#timeline-canvas'); const r = c.getBoundingClientRect();
-                 c.dispatchEvent(new WheelEvent('wheel', {deltaY: -100, clientX: r.left + r.width * 0.55, clientY: r.top + r.height / 2, bubbles: true, cancelable: true}));"
-            } else {
-                "window.dispatchEvent(new KeyboardEvent('keydown', {key: 'ArrowLeft', bubbles: true}));"
-            };
-            b.exec(script, json!([]));
-            b.wait_for(&format!("return window.__mtFrames.length > {i}"), 30, "a frame");
+            let r = open_in_viewer(&url, file, timeout_s);
+            println!("{name} run {run}: viewer {}", describe(&r));
+            rows.push(json!({"file": name, "bytes": size, "page": "viewer", "run": run, "result": r}));
         }
-        let mut frames: Vec<f64> = serde_json::from_value(b.exec("return window.__mtFrames", json!([]))).unwrap();
-        frames.sort_by(f64::total_cmp);
-        let median = frames[frames.len() / 2];
-        let p95 = frames[(frames.len() * 95 / 100).min(frames.len() - 1)];
-        let max = frames[frames.len() - 1];
-        println!(
-            "{name}: {:.1} MB, {} events: overview {load_ms:.0} ms, all views drawn {drawn_ms:.0} ms, worker memory {:.0} MiB, zoom/pan frame median {median:.1} ms, p95 {p95:.1} ms, max {max:.1} ms",
-            size as f64 / 1e6,
-            events.as_str().unwrap_or("?"),
-            memory as f64 / 1048576.0
-        );
-        rows.push(json!({"file": name, "bytes": size, "events": events, "load_ms": load_ms, "drawn_ms": drawn_ms,
-            "worker_memory_bytes": memory, "frame_ms": {"median": median, "p95": p95, "max": max, "n": frames.len()}}));
     }
     println!("{}", serde_json::to_string_pretty(&rows).unwrap());
+    print_table(&rows);
+}
+
+fn describe(r: &Value) -> String {
+    match r["error"].as_str() {
+        Some(e) => format!("did not finish: {e}"),
+        None => format!(
+            "drawn {:.0} ms, renderer peak {:.0} MiB{}{}",
+            r["drawn_ms"].as_f64().unwrap_or(f64::NAN),
+            r["renderer_peak_bytes"].as_f64().unwrap_or(f64::NAN) / 1048576.0,
+            r.get("worker_memory_bytes").map_or(String::new(), |m| format!(
+                ", worker memory {:.0} MiB, overview {:.0} ms",
+                m.as_f64().unwrap_or(f64::NAN) / 1048576.0,
+                r["load_ms"].as_f64().unwrap_or(f64::NAN)
+            )),
+            r.get("frame_ms").map_or(String::new(), |f| format!(
+                ", {} events, zoom/pan frame median {:.1} ms, p95 {:.1} ms, max {:.1} ms",
+                r["events"].as_str().unwrap_or("?"),
+                f["median"].as_f64().unwrap_or(f64::NAN),
+                f["p95"].as_f64().unwrap_or(f64::NAN),
+                f["max"].as_f64().unwrap_or(f64::NAN)
+            )),
+        ),
+    }
+}
+
+/// Markdown: per file and page, the drawn times of every run (or why it did not finish), the
+/// largest renderer peak, and memory_viz's time over ours (medians).
+fn print_table(rows: &[Value]) {
+    let mut files: Vec<(&str, u64)> = Vec::new();
+    for r in rows {
+        let f = (r["file"].as_str().unwrap(), r["bytes"].as_u64().unwrap());
+        if !files.contains(&f) {
+            files.push(f);
+        }
+    }
+    println!("\n| file | MB | page | file chosen → drawn, ms (each run) | renderer peak MiB | memory_viz / ours |");
+    println!("|---|---|---|---|---|---|");
+    for (file, bytes) in files {
+        let median_of = |page: &str| {
+            let mut t: Vec<f64> =
+                rows.iter().filter(|r| r["file"] == file && r["page"] == page).filter_map(|r| r["result"]["drawn_ms"].as_f64()).collect();
+            t.sort_by(f64::total_cmp);
+            t.get(t.len() / 2).copied()
+        };
+        for page in ["memory_viz", "viewer"] {
+            let of_page: Vec<&Value> = rows.iter().filter(|r| r["file"] == file && r["page"] == page).collect();
+            if of_page.is_empty() {
+                continue;
+            }
+            let runs: Vec<String> = of_page
+                .iter()
+                .map(|r| match r["result"]["drawn_ms"].as_f64() {
+                    Some(ms) => format!("{ms:.0}"),
+                    None => format!("failed ({})", r["result"]["error"].as_str().unwrap_or("?")),
+                })
+                .collect();
+            let peak = of_page.iter().filter_map(|r| r["result"]["renderer_peak_bytes"].as_f64()).fold(0.0, f64::max);
+            let ratio = match (page, median_of("memory_viz"), median_of("viewer")) {
+                ("viewer", Some(mv), Some(ours)) => format!("{:.1}×", mv / ours),
+                _ => String::new(),
+            };
+            println!("| {file} | {:.1} | {page} | {} | {:.0} | {ratio} |", bytes as f64 / 1e6, runs.join(", "), peak / 1048576.0);
+        }
+    }
+}
+
+/// Peak resident memory (VmHWM) of the browser's renderer processes, the largest: the page's
+/// process, which holds a dedicated worker too. One browser runs at a time.
+fn renderer_peak_bytes() -> Option<u64> {
+    let mut peak = None;
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        let cmdline = String::from_utf8_lossy(&cmdline);
+        if !cmdline.contains("--type=renderer") || cmdline.contains("--extension-process") {
+            continue;
+        }
+        let status = std::fs::read_to_string(entry.path().join("status")).unwrap_or_default();
+        let kb = status.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok());
+        if let Some(kb) = kb {
+            peak = peak.max(Some(kb * 1024));
+        }
+    }
+    peak
+}
+
+/// Polls `script` until it returns something truthy, the page fails (a crashed tab) or
+/// `timeout_s` passes.
+fn poll(b: &webdriver::Browser, script: &str, timeout_s: u64) -> Result<Value, String> {
+    let deadline = Instant::now() + Duration::from_secs(timeout_s);
+    loop {
+        // A page busy for longer than WebDriver's script timeout (or the client's) is still
+        // working, not failed.
+        match b.try_exec(script, json!([])) {
+            Ok(v) if !(v.is_null() || v == json!(false) || v == json!("")) => return Ok(v),
+            Ok(_) => {}
+            Err(e) if e.contains("timeout") || e.contains("timed out") => {}
+            Err(e) => return Err(e),
+        }
+        if Instant::now() > deadline {
+            return Err(format!("not drawn after {timeout_s} s"));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn open_in_viewer(url: &str, file: &Path, timeout_s: u64) -> Value {
+    // A fresh browser per file: memory and caches start from nothing.
+    let b = webdriver::Browser::start(1400, 1000);
+    b.goto(&format!("{url}/index.html"));
+    b.wait_for("return document.querySelector('#trace-file')", 30, "the page");
+    // A user chooses a file a second or more after the page appears: by then the page has
+    // warmed up (`data-warm`).
+    let _ = poll(&b, "return document.body.dataset.warm", 10);
+    b.upload("#trace-file", file);
+    let outcome = match poll(&b, "return document.body.dataset.drawnMs || document.querySelector('#error-panel')?.innerText", timeout_s) {
+        Ok(v) => v,
+        Err(e) => return json!({"error": e, "renderer_peak_bytes": renderer_peak_bytes()}),
+    };
+    let Ok(drawn_ms) = outcome.as_str().unwrap_or("").parse::<f64>() else {
+        return json!({"error": outcome, "renderer_peak_bytes": renderer_peak_bytes()});
+    };
+    let load_ms: f64 = b.exec("return document.body.dataset.loadMs", json!([])).as_str().unwrap().parse().unwrap();
+    let memory: u64 = b.exec("return document.body.dataset.workerMemory", json!([])).as_str().unwrap().parse().unwrap();
+    let renderer_peak = renderer_peak_bytes();
+    let each = b.exec(
+        "return Object.fromEntries(Object.entries(document.body.dataset).filter(([k]) => /^drawn.+Ms$/.test(k)).map(([k, v]) => [k, Number(v)]))",
+        json!([]),
+    );
+    let marks = b.exec("return (window.__mtMarks || []).concat([['elements', document.getElementsByTagName('*').length]])", json!([]));
+    let events = b.exec(
+        "return [...document.querySelectorAll('#summary dt')].find(d => d.textContent === 'Events')?.nextSibling?.textContent",
+        json!([]),
+    );
+    // Zoom in around the middle, then pan, waiting for each frame.
+    b.exec("document.getElementById('timeline').scrollIntoView(); window.__mtFrames = []", json!([]));
+    for i in 0..30 {
+        let script = if i < 15 {
+            "const c = document.querySelector('#timeline-canvas'); const r = c.getBoundingClientRect();
+             c.dispatchEvent(new WheelEvent('wheel', {deltaY: -100, clientX: r.left + r.width * 0.55, clientY: r.top + r.height / 2, bubbles: true, cancelable: true}));"
+        } else {
+            "window.dispatchEvent(new KeyboardEvent('keydown', {key: 'ArrowLeft', bubbles: true}));"
+        };
+        b.exec(script, json!([]));
+        b.wait_for(&format!("return window.__mtFrames.length > {i}"), 30, "a frame");
+    }
+    let mut frames: Vec<f64> = serde_json::from_value(b.exec("return window.__mtFrames", json!([]))).unwrap();
+    frames.sort_by(f64::total_cmp);
+    let median = frames[frames.len() / 2];
+    let p95 = frames[(frames.len() * 95 / 100).min(frames.len() - 1)];
+    let max = frames[frames.len() - 1];
+    json!({"events": events, "load_ms": load_ms, "drawn_ms": drawn_ms, "worker_memory_bytes": memory,
+        "renderer_peak_bytes": renderer_peak, "drawn_each_ms": each, "marks": marks, "frame_ms": {"median": median, "p95": p95, "max": max, "n": frames.len()}})
+}
+
+/// memory_viz's page as pytorch.org serves it (its script, a `<select>` per snapshot, view and
+/// device, the Active Memory Timeline first), plus a file input that hands the chosen file to
+/// the page's own drop handler, and marks for the harness.
+const MEMORY_VIZ_PAGE: &str = r#"<!DOCTYPE html>
+<html><head><meta charset="utf-8"><title>memory_viz (benchmark copy)</title>
+<script src="d3.min.js"></script>
+<script>
+addEventListener('error', e => { document.documentElement.dataset.mvError = String(e.message || e.error); });
+addEventListener('unhandledrejection', e => { document.documentElement.dataset.mvError = String(e.reason); });
+</script>
+<script type="module" src="MemoryViz.js"></script>
+</head><body>
+<input type="file" id="trace-file" style="position: fixed; right: 0; top: 0">
+<script type="module">
+const input = document.getElementById('trace-file');
+input.addEventListener('change', () => {
+  const t0 = performance.now();
+  const done = () => requestAnimationFrame(() => setTimeout(() => {
+    document.documentElement.dataset.drawnMs = (performance.now() - t0).toFixed(1);
+  }, 0));
+  const observer = new MutationObserver(() => {
+    if (document.querySelector('svg polygon')) { observer.disconnect(); done(); }
+  });
+  observer.observe(document.body, {childList: true, subtree: true});
+  const files = new DataTransfer();
+  files.items.add(input.files[0]);
+  document.body.dispatchEvent(new DragEvent('drop', {dataTransfer: files, bubbles: true, cancelable: true}));
+});
+</script>
+</body></html>
+"#;
+
+/// A folder serving memory_viz: the page above, `MemoryViz.js` with its CDN imports of d3
+/// pointed at the d3 5 bundle (`window.d3`, which has every name it imports), and that bundle.
+fn memory_viz_page(script: &Path) -> PathBuf {
+    let source = std::fs::read_to_string(script).unwrap_or_else(|e| panic!("MEMORY_TRACER_MEMORY_VIZ={}: {e}", script.display()));
+    let mut rewritten = String::with_capacity(source.len());
+    for line in source.lines() {
+        let t = line.trim();
+        if t.starts_with("import ") && t.contains("cdn.skypack.dev/d3") {
+            // `import * as d3 from ".../d3@5";` / `import {axisLeft} from ".../d3-axis@1";`
+            let what = t.trim_start_matches("import ").split(" from ").next().unwrap_or("").trim();
+            match what.strip_prefix("* as ") {
+                Some(name) => rewritten.push_str(&format!("const {name} = window.d3;\n")),
+                None => rewritten.push_str(&format!("const {what} = window.d3;\n")),
+            }
+        } else {
+            rewritten.push_str(line);
+            rewritten.push('\n');
+        }
+    }
+    assert!(!rewritten.contains("cdn.skypack.dev"), "{}: an import the harness does not know", script.display());
+    let cache = PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/memory-tracer/d3");
+    let d3 = cache.join("node_modules/d3/dist/d3.min.js");
+    let installed = std::fs::read_to_string(cache.join("node_modules/d3/package.json")).unwrap_or_default();
+    if !installed.contains(&format!("\"version\": \"{D3_VERSION}\"")) {
+        std::fs::create_dir_all(&cache).unwrap();
+        let status = Command::new("npm")
+            .args(["install", "--no-fund", "--no-audit", &format!("d3@{D3_VERSION}")])
+            .current_dir(&cache)
+            .status()
+            .expect("npm (to install d3 for memory_viz)");
+        assert!(status.success(), "npm install d3@{D3_VERSION} failed");
+    }
+    let dir = std::env::temp_dir().join(format!("memory-viz-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("index.html"), MEMORY_VIZ_PAGE).unwrap();
+    std::fs::write(dir.join("MemoryViz.js"), rewritten).unwrap();
+    std::fs::copy(&d3, dir.join("d3.min.js")).unwrap();
+    dir
+}
+
+fn open_in_memory_viz(url: &str, file: &Path, timeout_s: u64) -> Value {
+    let b = webdriver::Browser::start(1400, 1000);
+    b.goto(&format!("{url}/index.html"));
+    b.wait_for("return document.querySelector('select') && document.querySelector('#trace-file')", 30, "memory_viz's page");
+    b.upload("#trace-file", file);
+    let outcome = poll(&b, "return document.documentElement.dataset.drawnMs || document.documentElement.dataset.mvError", timeout_s);
+    let renderer_peak = renderer_peak_bytes();
+    let outcome = match outcome {
+        Ok(v) => v,
+        Err(e) => return json!({"error": e, "renderer_peak_bytes": renderer_peak}),
+    };
+    match outcome.as_str().unwrap_or("").parse::<f64>() {
+        Ok(drawn_ms) => {
+            let polygons = b.try_exec("return document.querySelectorAll('svg polygon').length", json!([])).unwrap_or_default();
+            json!({"drawn_ms": drawn_ms, "renderer_peak_bytes": renderer_peak, "polygons": polygons})
+        }
+        Err(_) => json!({"error": outcome, "renderer_peak_bytes": renderer_peak}),
+    }
 }

@@ -283,3 +283,63 @@ fn rank_files_that_are_not_one_run_are_refused_with_why() {
     let (_, o) = open_ranks(&apart, &MergeOptions { allow_disjoint: true, ..MergeOptions::default() }).unwrap();
     assert!(o.ranks.unwrap().warnings.iter().any(|w| w.contains("far apart")));
 }
+
+/// The overview and the Active Memory Timeline cross from the worker (or the server) to the
+/// page as JSON in compact forms (the flame graph in columns with each name once, band bottoms
+/// as runs): what arrives equals what was sent, on every sample.
+#[test]
+fn overview_and_active_bands_arrive_as_they_were_sent() {
+    for name in [RESNET, MLP, "read_ahead_cases.pickle"] {
+        let (mut session, overview) = open(name);
+        let json = serde_json::to_string(&overview).unwrap();
+        let back: Overview = serde_json::from_str(&json).unwrap();
+        assert_eq!(back.flame, overview.flame, "{name}");
+        assert!(overview.flame.nodes.len() > 1, "{name}: a flame graph to send");
+        let request = Request::Active { start_s: 0.0, end_s: overview.duration_s, columns: 1200, detail: 2000 };
+        let Response::Active(a) = session.answer(&request) else { panic!("{name}: no active timeline") };
+        assert!(!a.bands.is_empty(), "{name}: bands to send");
+        let json = serde_json::to_string(&a).unwrap();
+        let back: shared::analysis::active::ActiveTimeline = serde_json::from_str(&json).unwrap();
+        // (Seconds may come back a unit in the last place off: serde_json parses floats fast.)
+        let columns = |t: &shared::analysis::active::ActiveTimeline| {
+            t.bands.iter().map(|b| (b.event_index, b.size_bytes, b.first_column, b.bottoms.clone())).collect::<Vec<_>>()
+        };
+        assert!(columns(&back) == columns(&a), "{name}: bands differ after the trip");
+        assert_eq!((&back.totals, &back.summary, back.live), (&a.totals, &a.summary, a.live), "{name}");
+    }
+    // The ResNet's graph repeats its frame names: each is written once.
+    let (_, overview) = open(RESNET);
+    let names: usize = overview.flame.nodes.iter().map(|n| n.name.len()).sum();
+    let json = serde_json::to_string(&overview.flame).unwrap();
+    assert!(json.len() < names / 2, "flame graph JSON {} bytes for {names} bytes of node names", json.len());
+}
+
+/// Compact forms that do not add up are refused with what was expected, not expanded.
+#[test]
+fn malformed_compact_forms_are_refused() {
+    let (_, overview) = open(RESNET);
+    let mut flame = serde_json::to_value(&overview.flame).unwrap();
+    flame["depth"].as_array_mut().unwrap().pop();
+    let e = serde_json::from_value::<shared::analysis::flame::FlameGraph>(flame).unwrap_err().to_string();
+    assert!(e.contains("columns differ in length"), "{e}");
+    let mut flame = serde_json::to_value(&overview.flame).unwrap();
+    flame["parent"][1] = serde_json::json!(5);
+    let e = serde_json::from_value::<shared::analysis::flame::FlameGraph>(flame).unwrap_err().to_string();
+    assert!(e.contains("expected an earlier node"), "{e}");
+    let mut flame = serde_json::to_value(&overview.flame).unwrap();
+    flame["name"][0] = serde_json::json!(u32::MAX);
+    assert!(serde_json::from_value::<shared::analysis::flame::FlameGraph>(flame).is_err());
+    let band = |bottoms: serde_json::Value| {
+        serde_json::json!({"event_index": 0, "size_bytes": 1, "alloc_s": 0.0, "free_s": null, "layer": null, "op": null,
+            "stack": null, "first_column": 0, "bottoms": bottoms})
+    };
+    let ok: shared::analysis::active::ActiveBand = serde_json::from_value(band(serde_json::json!([7, 3, 9, 1]))).unwrap();
+    assert_eq!(ok.bottoms, vec![7, 7, 7, 9]);
+    let e = serde_json::from_value::<shared::analysis::active::ActiveBand>(band(serde_json::json!([7, 3, 9]))).unwrap_err().to_string();
+    assert!(e.contains("pairs"), "{e}");
+    // A run as long as memory: refused before anything is expanded.
+    let e = serde_json::from_value::<shared::analysis::active::ActiveBand>(band(serde_json::json!([7, u64::MAX, 9, 2])))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("at most 20000"), "{e}");
+}

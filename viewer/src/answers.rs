@@ -61,7 +61,7 @@ pub fn AdviceSection() -> impl IntoView {
     let budget_text = RwSignal::new(String::new());
     let ask = move |budget: Option<u64>| {
         busy.set(true);
-        bridge::ask(&Request::Advice { budget_bytes: budget }, move |r| {
+        bridge::ask_when_idle(Request::Advice { budget_bytes: budget }, move |r| {
             busy.set(false);
             match r {
                 Response::Advice(a) => report.set(Some(Arc::new(*a))),

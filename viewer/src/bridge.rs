@@ -18,7 +18,8 @@ struct Bridge {
     /// Messages sent before the worker said it was ready.
     queued: Vec<JsValue>,
     next_id: u32,
-    pending: HashMap<u32, Callback>,
+    /// Callbacks by request id, and whether the warm-up report asked.
+    pending: HashMap<u32, (Callback, bool)>,
 }
 
 thread_local! {
@@ -29,6 +30,8 @@ thread_local! {
     /// The stored trace shown, when `collector serve` holds it and answers the requests
     /// ([`open_remote`]); `None`: the worker holds the shown trace.
     static REMOTE: RefCell<Option<String>> = const { RefCell::new(None) };
+    /// Requests waiting for the ones in flight ([`ask_when_idle`]).
+    static DEFERRED: RefCell<Vec<(Request, Callback, bool)>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Opens a trace stored in `collector serve` there: the server imports it natively and answers
@@ -70,6 +73,7 @@ pub fn start(state: AppState) -> Result<(), String> {
     let worker = web_sys::Worker::new(&url).map_err(|e| format!("cannot start the worker: {e:?}"))?;
     let on_message = Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |e: web_sys::MessageEvent| {
         let Some(text) = e.data().as_string() else { return };
+        crate::perf::mark(&format!("message of {} bytes", text.len()));
         match serde_json::from_str::<ToPage>(&text) {
             Ok(msg) => receive(state, msg),
             Err(err) => state.error.set(Some(("worker".into(), format!("unreadable message from the worker: {err}")))),
@@ -196,12 +200,53 @@ pub fn ask(request: &Request, done: impl FnOnce(Response) + 'static) {
         b.borrow_mut().as_mut().map(|b| {
             let id = b.next_id;
             b.next_id += 1;
-            b.pending.insert(id, Box::new(done));
+            let kind = body.split('"').nth(3).unwrap_or("?").to_owned();
+            crate::perf::mark(&format!("ask {kind} #{id}"));
+            let done: Callback = Box::new(move |r| {
+                crate::perf::mark(&format!("answer {kind} #{id}"));
+                done(r);
+                crate::perf::mark(&format!("handled {kind} #{id}"));
+            });
+            b.pending.insert(id, (done, crate::perf::warming()));
             id
         })
     });
     if let Some(id) = id {
         send(object(&[("kind", "request".into()), ("id", id.into()), ("body", body.into())]));
+    }
+}
+
+/// Asks once the requests in flight are answered, so that work nobody waits for (the advice)
+/// does not hold up the charts: a report being built asks for its charts first.
+pub fn ask_when_idle(request: Request, done: impl FnOnce(Response) + 'static) {
+    if is_remote() {
+        return ask(&request, done);
+    }
+    DEFERRED.with(|d| d.borrow_mut().push((request, Box::new(done), crate::perf::warming())));
+    // After this task, whose effects ask for the charts.
+    let later = Closure::once_into_js(flush_deferred);
+    if let Some(w) = web_sys::window() {
+        let _ = w.set_timeout_with_callback(later.unchecked_ref());
+    }
+}
+
+/// Forgets the warm-up report's requests: their answers, if they come, go nowhere.
+pub fn forget_warmup_requests() {
+    BRIDGE.with(|b| {
+        if let Some(b) = b.borrow_mut().as_mut() {
+            b.pending.retain(|_, (_, warm)| !*warm);
+        }
+    });
+    DEFERRED.with(|d| d.borrow_mut().retain(|(_, _, warm)| !*warm));
+}
+
+/// Sends the deferred requests if nothing is in flight.
+fn flush_deferred() {
+    let idle = BRIDGE.with(|b| b.borrow().as_ref().is_some_and(|b| b.pending.is_empty()));
+    if idle {
+        for (request, done, _) in DEFERRED.with(|d| std::mem::take(&mut *d.borrow_mut())) {
+            ask(&request, done);
+        }
     }
 }
 
@@ -215,17 +260,22 @@ fn receive(state: AppState, msg: ToPage) {
                 }
             }
         }),
-        ToPage::Progress { stage } => state.loading.update(|l| {
-            if let Some(l) = l {
-                l.1 = stage;
-            }
-        }),
+        ToPage::Progress { stage } => {
+            crate::perf::mark(&stage);
+            state.loading.update(|l| {
+                if let Some(l) = l {
+                    l.1 = stage;
+                }
+            })
+        }
         ToPage::Loaded { overview, worker_memory_bytes } => {
             // The worker holds the shown trace again.
             REMOTE.with(|r| *r.borrow_mut() = None);
             state.worker_memory.set(worker_memory_bytes);
             crate::perf::set_body("data-worker-memory", &worker_memory_bytes.to_string());
+            crate::perf::mark("overview received");
             state.finish_loading(*overview);
+            crate::perf::mark("overview set");
         }
         ToPage::Failed { file_name, message, merge_anyway } => {
             state.loading.set(None);
@@ -242,12 +292,14 @@ fn receive(state: AppState, msg: ToPage) {
                 of_open_trace: true,
             })));
         }
+        ToPage::Warmup { overview } => crate::begin_warmup(*overview),
         ToPage::Answer { id, response, worker_memory_bytes } => {
             state.worker_memory.set(worker_memory_bytes);
             let cb = BRIDGE.with(|b| b.borrow_mut().as_mut().and_then(|b| b.pending.remove(&id)));
-            if let Some(cb) = cb {
+            if let Some((cb, _)) = cb {
                 cb(*response);
             }
+            flush_deferred();
         }
     }
 }

@@ -789,17 +789,27 @@ pub fn draw_active(
     }
     let width = (t1 - t0) / columns as f64;
     let x = |c: usize| t0 + c as f64 * width;
-    // A band over columns first.. with the given bottoms and height, as one polygon of steps.
+    // A band over columns first.. with the given bottoms and height, as one polygon of steps:
+    // a corner where the top or the bottom moves, none between equal columns (a band's
+    // bottom only moves when one below it is freed).
     let outline = |first: usize, bottoms: &[u64], height: &dyn Fn(usize) -> u64| -> Vec<(f64, f64)> {
-        let mut pts = Vec::with_capacity(bottoms.len() * 4);
-        for (k, &b) in bottoms.iter().enumerate() {
-            let top = (b + height(k)) as f64;
-            pts.push((x(first + k), top));
-            pts.push((x(first + k + 1), top));
+        let mut pts = Vec::new();
+        let n = bottoms.len();
+        let mut k = 0;
+        while k < n {
+            let top = bottoms[k] + height(k);
+            let end = (k + 1..n).find(|&j| bottoms[j] + height(j) != top).unwrap_or(n);
+            pts.push((x(first + k), top as f64));
+            pts.push((x(first + end), top as f64));
+            k = end;
         }
-        for (k, &b) in bottoms.iter().enumerate().rev() {
-            pts.push((x(first + k + 1), b as f64));
+        let mut k = n;
+        while k > 0 {
+            let b = bottoms[k - 1];
+            let start = (0..k - 1).rev().find(|&j| bottoms[j] != b).map_or(0, |j| j + 1);
             pts.push((x(first + k), b as f64));
+            pts.push((x(first + start), b as f64));
+            k = start;
         }
         pts
     };

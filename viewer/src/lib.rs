@@ -42,6 +42,8 @@ pub struct AppState {
     /// The name in the error panel of rank files refused as recorded far apart, which merge
     /// when asked again.
     pub merge_anyway: RwSignal<Option<String>>,
+    /// The worker's warm-up snapshot, drawn out of sight before any file is chosen.
+    pub warmup: RwSignal<Option<Arc<Overview>>>,
 }
 
 impl AppState {
@@ -56,10 +58,12 @@ impl AppState {
             help: RwSignal::new(false),
             compare: RwSignal::new(None),
             merge_anyway: RwSignal::new(None),
+            warmup: RwSignal::new(None),
         }
     }
 
     pub fn begin_loading(&self, name: &str) {
+        end_warmup();
         perf::begin_open();
         self.error.set(None);
         self.merge_anyway.set(None);
@@ -140,10 +144,37 @@ fn initial_trace_url() -> Option<String> {
         .or_else(|| document().query_selector("meta[name=memory-tracer-trace]").ok().flatten().and_then(|m| m.get_attribute("content")))
 }
 
+thread_local! {
+    static STATE: std::cell::Cell<Option<AppState>> = const { std::cell::Cell::new(None) };
+}
+
+/// Draws the worker's warm-up snapshot out of sight, unless a trace is open or opening (then
+/// the first file is what warms the page up).
+pub fn begin_warmup(overview: Overview) {
+    let Some(state) = STATE.with(|s| s.get()) else { return };
+    if state.overview.with_untracked(Option::is_some) || state.loading.with_untracked(Option::is_some) {
+        return;
+    }
+    perf::begin_warmup(&overview);
+    state.warmup.set(Some(Arc::new(overview)));
+}
+
+/// Removes the warm-up report; its requests still in flight are forgotten.
+pub fn end_warmup() {
+    perf::end_warmup();
+    bridge::forget_warmup_requests();
+    if let Some(state) = STATE.with(|s| s.get()) {
+        if state.warmup.with_untracked(Option::is_some) {
+            state.warmup.set(None);
+        }
+    }
+}
+
 #[component]
 pub fn App() -> impl IntoView {
     let state = AppState::new();
     provide_context(state);
+    STATE.with(|s| s.set(Some(state)));
     if let Err(e) = bridge::start(state) {
         state.error.set(Some(("worker".into(), e)));
     }
@@ -242,6 +273,9 @@ pub fn App() -> impl IntoView {
                 None => view! { <views::Welcome /> }.into_any(),
                 Some(o) => view! { <views::Report overview=o /> }.into_any(),
             }}
+            {move || state.warmup.get().map(|o| view! {
+                <div class="warmup" aria-hidden="true"><views::Report overview=o /></div>
+            })}
         </main>
         <views::Help />
     }

@@ -1,7 +1,8 @@
 //! Timing marks the benchmarks read from the page: `<body data-load-ms>` (file chosen → worker
 //! answered with the overview), `data-drawn-ms` (file chosen → every chart drawn) and
 //! `window.__mtFrames` (milliseconds from each zoom or pan input to its redrawn frame) and
-//! `data-worker-memory` (bytes of the worker's wasm memory, its peak).
+//! `data-worker-memory` (bytes of the worker's wasm memory, its peak); `data-warm` once the
+//! hidden warm-up report ([`crate::protocol::ToPage::Warmup`]) is drawn.
 
 use shared::explore::Overview;
 use std::cell::RefCell;
@@ -17,6 +18,45 @@ struct Marks {
 
 thread_local! {
     static MARKS: RefCell<Marks> = RefCell::new(Marks::default());
+    /// The charts the warm-up report has still to draw; `None` when none is drawing.
+    static WARMING: RefCell<Option<BTreeSet<&'static str>>> = const { RefCell::new(None) };
+}
+
+/// Every chart a report of `o` draws.
+fn charts_of(o: &Overview) -> BTreeSet<&'static str> {
+    let mut expected: BTreeSet<&'static str> = ["timeline", "active", "flame", "fragmentation"].into_iter().collect();
+    if o.profile.is_some() || !o.curves.is_empty() {
+        expected.insert("rank");
+    }
+    if o.has_segments {
+        expected.insert("segments");
+    }
+    if o.ranks.is_some() {
+        expected.insert("ranks");
+    }
+    if o.summary.total_events == 0 {
+        for chart in ["timeline", "active", "fragmentation", "flame"] {
+            expected.remove(chart);
+        }
+    }
+    expected
+}
+
+/// The warm-up report of `o` is being drawn: its charts are not the page's.
+pub fn begin_warmup(o: &Overview) {
+    WARMING.with(|w| *w.borrow_mut() = Some(charts_of(o)));
+}
+
+/// Whether the warm-up report is drawing.
+pub fn warming() -> bool {
+    WARMING.with(|w| w.borrow().is_some())
+}
+
+/// The warm-up is over (drawn, or a file was chosen first).
+pub fn end_warmup() {
+    if WARMING.with(|w| w.borrow_mut().take()).is_some() {
+        set_body("data-warm", "1");
+    }
 }
 
 pub fn now() -> f64 {
@@ -38,22 +78,7 @@ pub fn begin_open() {
 pub fn loaded(o: &Overview) {
     let ms = MARKS.with(|m| {
         let mut m = m.borrow_mut();
-        m.expected = ["timeline", "active", "flame", "fragmentation"].into_iter().collect();
-        if o.profile.is_some() || !o.curves.is_empty() {
-            m.expected.insert("rank");
-        }
-        if o.has_segments {
-            m.expected.insert("segments");
-        }
-        if o.ranks.is_some() {
-            m.expected.insert("ranks");
-        }
-        if o.summary.total_events == 0 {
-            m.expected.remove("timeline");
-            m.expected.remove("active");
-            m.expected.remove("fragmentation");
-            m.expected.remove("flame");
-        }
+        m.expected = charts_of(o);
         (now() - m.opened_at, m.expected.is_empty())
     });
     set_body("data-load-ms", &format!("{:.1}", ms.0));
@@ -65,8 +90,32 @@ pub fn loaded(o: &Overview) {
 
 /// A chart finished drawing.
 pub fn drawn(chart: &'static str) {
+    let warm_done = WARMING.with(|w| {
+        let mut w = w.borrow_mut();
+        let left = w.as_mut()?;
+        left.remove(chart);
+        Some(left.is_empty())
+    });
+    match warm_done {
+        Some(true) => {
+            // After this effect: the report it belongs to goes.
+            let later = wasm_bindgen::closure::Closure::once_into_js(crate::end_warmup);
+            if let Some(w) = web_sys::window() {
+                use wasm_bindgen::JsCast;
+                let _ = w.set_timeout_with_callback(later.unchecked_ref());
+            }
+            return;
+        }
+        Some(false) => return,
+        None => {}
+    }
+    mark(&format!("drawn {chart}"));
     let done = MARKS.with(|m| {
         let mut m = m.borrow_mut();
+        if !m.done && !m.drawn.contains(chart) {
+            // When each chart was first drawn, for the benchmark's breakdown.
+            set_body(&format!("data-drawn-{chart}-ms"), &format!("{:.1}", now() - m.opened_at));
+        }
         m.drawn.insert(chart);
         if !m.done && !m.expected.is_empty() && m.expected.is_subset(&m.drawn) {
             m.done = true;
@@ -92,4 +141,20 @@ pub fn frame(ms: f64) {
     use wasm_bindgen::JsCast;
     let _ = arr.unchecked_into::<js_sys::Array>().push(&ms.into());
     set_body("data-frame-ms", &format!("{ms:.2}"));
+}
+
+/// A point in opening a file, `window.__mtMarks` (`[label, ms since the file was chosen]`), for
+/// the benchmark's breakdown of where the time goes.
+pub fn mark(label: &str) {
+    let Some(w) = web_sys::window() else { return };
+    let at = MARKS.with(|m| now() - m.borrow().opened_at);
+    let key = wasm_bindgen::JsValue::from_str("__mtMarks");
+    let arr = js_sys::Reflect::get(&w, &key).ok().filter(|v| v.is_object()).unwrap_or_else(|| {
+        let a: wasm_bindgen::JsValue = js_sys::Array::new().into();
+        let _ = js_sys::Reflect::set(&w, &key, &a);
+        a
+    });
+    use wasm_bindgen::JsCast;
+    let pair = js_sys::Array::of2(&label.into(), &at.into());
+    let _ = arr.unchecked_into::<js_sys::Array>().push(&pair);
 }

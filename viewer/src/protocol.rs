@@ -43,4 +43,11 @@ pub enum ToPage {
         response: Box<Response>,
         worker_memory_bytes: u64,
     },
+    /// A small real snapshot the worker opened at start, before any file is chosen, and holds
+    /// until one is: the page draws its report where nobody sees it, so that the first file
+    /// chosen runs compiled code (V8 first runs wasm in its baseline compiler; a file opened
+    /// cold took twice as long as one opened second).
+    Warmup {
+        overview: Box<Overview>,
+    },
 }

@@ -129,6 +129,7 @@ pub fn Help() -> impl IntoView {
 /// Every view of a loaded trace, one after another.
 #[component]
 pub fn Report(overview: Arc<Overview>) -> impl IntoView {
+    perf::mark("report built");
     let has_events = overview.summary.total_events > 0;
     let has_rank = overview.profile.is_some() || !overview.curves.is_empty();
     let has_segments = overview.has_segments;
@@ -322,6 +323,7 @@ fn TimelineSection(overview: Arc<Overview>) -> impl IntoView {
         data.with(|d| {
             let Some((a, b, points, driver)) = d else { return };
             fit_canvas(&c, 340);
+            perf::mark("draw timeline");
             match charts::draw_timeline(&c, &pal, (*a, *b), points, driver, &bands.0, &bands.1, sel) {
                 Ok(m) => {
                     mapping.set_value(Some(m));
@@ -520,6 +522,7 @@ fn ActiveSection(overview: Arc<Overview>) -> impl IntoView {
         data.with(|d| {
             let Some(a) = d else { return };
             fit_canvas(&c, 360);
+            perf::mark("draw active");
             match charts::draw_active(&c, &pal, a, by, pin) {
                 Ok(m) => {
                     mapping.set_value(Some(m));
@@ -657,6 +660,7 @@ fn FlameSection(overview: Arc<Overview>) -> impl IntoView {
         let layout = charts::flame_layout(&f2, fo, m, c.width() as f64);
         let rows = layout.iter().map(|b| b.y).fold(0.0f64, f64::max) / charts::FLAME_ROW + 1.0;
         fit_canvas(&c, ((rows * charts::FLAME_ROW) as u32 + 4).clamp(60, 2400));
+        perf::mark("draw flame");
         match charts::draw_flame(&c, &pal, &f2, &layout, &q) {
             Ok(()) => perf::drawn("flame"),
             Err(e) => state.error.set(Some(("flame graph".into(), e))),
@@ -747,6 +751,7 @@ fn RankChart(overview: Arc<Overview>) -> impl IntoView {
         let pal = state.palette();
         let Some(c) = canvas.get() else { return };
         fit_canvas(&c, 340);
+        perf::mark("draw rank");
         match charts::draw_rank(&c, &pal, o.profile.as_ref(), &o.curves) {
             Ok(m) => {
                 mapping.set_value(Some(m));
@@ -821,6 +826,7 @@ fn FragmentationSection(overview: Arc<Overview>) -> impl IntoView {
         let Some(c) = canvas.get() else { return };
         points.with(|p| {
             let Some(p) = p else { return };
+            perf::mark("draw fragmentation");
             match charts::draw_fragmentation(&c, &pal, full, p) {
                 Ok(_) => perf::drawn("fragmentation"),
                 Err(e) => state.error.set(Some(("fragmentation".into(), e))),
@@ -879,6 +885,7 @@ fn SegmentsSection(overview: Arc<Overview>) -> impl IntoView {
             let Some((_, s)) = s else { return };
             const ROW: u32 = 12;
             fit_canvas(&c, (s.len() as u32 * ROW + 6).clamp(40, 600 * ROW));
+            perf::mark("draw segments");
             match charts::draw_segments(&c, &pal, s, ROW) {
                 Ok(n) => {
                     not_drawn.set(n);

@@ -93,11 +93,17 @@ impl Browser {
 
     /// Runs `script` (a function body; `arguments` are `args`) and returns its value.
     pub fn exec(&self, script: &str, args: Value) -> Value {
-        let v = post(&self.agent, &self.url("/execute/sync"), &json!({"script": script, "args": args}));
-        if v["value"].get("error").is_some() {
-            panic!("script failed: {v}\n{script}");
+        self.try_exec(script, args).unwrap_or_else(|e| panic!("script failed: {e}\n{script}"))
+    }
+
+    /// As `exec`, but a failing script or a crashed tab is an `Err` with WebDriver's message
+    /// (benchmarks of pages that may run out of memory).
+    pub fn try_exec(&self, script: &str, args: Value) -> Result<Value, String> {
+        let v = try_post(&self.agent, &self.url("/execute/sync"), &json!({"script": script, "args": args}))?;
+        match v["value"].get("error") {
+            Some(e) => Err(format!("{}: {}", e.as_str().unwrap_or("error"), v["value"]["message"].as_str().unwrap_or_default())),
+            None => Ok(v["value"].clone()),
         }
-        v["value"].clone()
     }
 
     pub fn find(&self, css: &str) -> Option<String> {
@@ -152,6 +158,11 @@ impl Drop for Browser {
     fn drop(&mut self) {
         let _ = self.agent.delete(format!("{}/session/{}", self.base, self.session)).call();
     }
+}
+
+fn try_post(agent: &ureq::Agent, url: &str, body: &Value) -> Result<Value, String> {
+    let mut resp = agent.post(url).send_json(body).map_err(|e| format!("POST {url}: {e}"))?;
+    resp.body_mut().with_config().limit(256 << 20).read_json::<Value>().map_err(|e| format!("POST {url}: bad JSON: {e}"))
 }
 
 fn post(agent: &ureq::Agent, url: &str, body: &Value) -> Value {

@@ -11,6 +11,9 @@
 use crate::model::{EventType, Trace};
 use serde::{Deserialize, Serialize};
 
+/// The most pixel columns a window is drawn in.
+pub const MAX_COLUMNS: usize = 20_000;
+
 /// Each allocation of one device with the event that frees it, in allocation order.
 #[derive(Clone, Debug, Default)]
 pub struct Pairs {
@@ -53,7 +56,7 @@ impl Pairs {
 pub struct ActiveOptions {
     pub start_s: f64,
     pub end_s: f64,
-    /// Pixel columns (at least 1, at most 20 000).
+    /// Pixel columns (at least 1, at most [`MAX_COLUMNS`]).
     pub columns: usize,
     /// How many of the largest allocations live in the window get a band of their own.
     pub detail: usize,
@@ -75,8 +78,44 @@ pub struct ActiveBand {
     pub stack: Option<u32>,
     /// The first column the band is live in.
     pub first_column: u32,
-    /// Its bottom, bytes above zero, in each column from `first_column` on.
+    /// Its bottom, bytes above zero, in each column from `first_column` on. Written as runs
+    /// (`[bottom, columns, bottom, columns, ...]`): a band's bottom only moves when one below
+    /// it is freed, and the answer crosses from the worker to the page on every zoom.
+    #[serde(with = "runs")]
     pub bottoms: Vec<u64>,
+}
+
+/// A column list as `[value, count, ...]` runs.
+mod runs {
+    use serde::de::Error as _;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub fn serialize<S: Serializer>(values: &[u64], s: S) -> Result<S::Ok, S::Error> {
+        let mut flat = Vec::new();
+        let mut rest = values;
+        while let Some(&v) = rest.first() {
+            let n = rest.iter().take_while(|&&x| x == v).count();
+            flat.extend([v, n as u64]);
+            rest = &rest[n..];
+        }
+        flat.serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u64>, D::Error> {
+        let flat = Vec::<u64>::deserialize(d)?;
+        if flat.len() % 2 != 0 {
+            return Err(D::Error::custom(format!("{} numbers: expected [bottom, columns] pairs", flat.len())));
+        }
+        let total = flat.chunks(2).try_fold(0u64, |t, p| t.checked_add(p[1])).unwrap_or(u64::MAX);
+        if total > super::MAX_COLUMNS as u64 {
+            return Err(D::Error::custom(format!("runs of {total} columns: expected at most {}", super::MAX_COLUMNS)));
+        }
+        let mut values = Vec::with_capacity(total as usize);
+        for p in flat.chunks(2) {
+            values.extend(std::iter::repeat_n(p[0], p[1] as usize));
+        }
+        Ok(values)
+    }
 }
 
 /// The Active Memory Timeline of one window.
@@ -102,7 +141,7 @@ pub struct ActiveTimeline {
 
 /// The Active Memory Timeline of `pairs.device` over a window.
 pub fn active_timeline(trace: &Trace, pairs: &Pairs, options: &ActiveOptions) -> ActiveTimeline {
-    let columns = options.columns.clamp(1, 20_000);
+    let columns = options.columns.clamp(1, MAX_COLUMNS);
     let start_ns = trace.start_ns();
     let to_ns = |s: f64| start_ns.saturating_add((s.max(0.0) * 1e9) as u64);
     // Any window a request can name (NaN, negative, past the end, 1e300 s) is a valid range.
