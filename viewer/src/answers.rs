@@ -9,6 +9,8 @@ use shared::analysis::oom::{OomGroup, OomReport};
 use shared::explore::{Request, Response};
 use shared::units::{format_bytes, parse_size};
 use std::sync::Arc;
+use wasm_bindgen::prelude::*;
+use wasm_bindgen::JsCast;
 
 /// The out-of-memory explanation: the verdict, then what was live by layer, phase and frame.
 #[component]
@@ -52,9 +54,13 @@ pub fn OomSection(oom: Arc<OomReport>) -> impl IntoView {
     }
 }
 
+/// Traces with more events than this get their advice when its section comes into view:
+/// replaying them takes about a second per 10 M events, which would hold up the first zoom.
+const ADVISE_ON_SIGHT_EVENTS: u64 = 200_000;
+
 /// Advice: ranked changes with their predicted peaks; a budget asks again.
 #[component]
-pub fn AdviceSection() -> impl IntoView {
+pub fn AdviceSection(events: u64) -> impl IntoView {
     let state = expect_context::<AppState>();
     let report: RwSignal<Option<Arc<AdviceReport>>> = RwSignal::new(None);
     let busy = RwSignal::new(false);
@@ -70,7 +76,28 @@ pub fn AdviceSection() -> impl IntoView {
             }
         });
     };
-    ask(None);
+    let section = NodeRef::<leptos::html::Section>::new();
+    if events <= ADVISE_ON_SIGHT_EVENTS {
+        ask(None);
+    } else {
+        Effect::new(move |_| {
+            let Some(el) = section.get() else { return };
+            let asked = std::rc::Rc::new(std::cell::Cell::new(false));
+            let on_sight = Closure::<dyn FnMut(js_sys::Array, web_sys::IntersectionObserver)>::new(
+                move |entries: js_sys::Array, observer: web_sys::IntersectionObserver| {
+                    let seen = entries.iter().any(|e| e.unchecked_into::<web_sys::IntersectionObserverEntry>().is_intersecting());
+                    if seen && !asked.replace(true) {
+                        observer.disconnect();
+                        ask(None);
+                    }
+                },
+            );
+            if let Ok(observer) = web_sys::IntersectionObserver::new(on_sight.as_ref().unchecked_ref()) {
+                observer.observe(&el);
+            }
+            on_sight.forget(); // one per report shown; it lets go of the observer once used
+        });
+    }
     let on_submit = move |ev: leptos::ev::SubmitEvent| {
         ev.prevent_default();
         let text = budget_text.get_untracked();
@@ -83,7 +110,7 @@ pub fn AdviceSection() -> impl IntoView {
         }
     };
     view! {
-        <section class="card" id="advice">
+        <section class="card" id="advice" node_ref=section>
             <div class="card-head">
                 <h2>"Advice"</h2>
                 <form class="inline" on:submit=on_submit>
@@ -92,7 +119,11 @@ pub fn AdviceSection() -> impl IntoView {
                     <button type="submit" id="advice-button" disabled=move || busy.get()>"Advise"</button>
                 </form>
             </div>
-            {move || report.get().map(|r| view! { <AdviceView report=r /> })}
+            {move || match report.get() {
+                Some(r) => view! { <AdviceView report=r /> }.into_any(),
+                None if busy.get() => view! { <p class="hint">"Replaying the trace with each change…"</p> }.into_any(),
+                None => view! { <p class="hint">"Computed when this section comes into view."</p> }.into_any(),
+            }}
         </section>
     }
 }

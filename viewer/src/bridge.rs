@@ -30,6 +30,11 @@ thread_local! {
     /// The stored trace shown, when `collector serve` holds it and answers the requests
     /// ([`open_remote`]); `None`: the worker holds the shown trace.
     static REMOTE: RefCell<Option<String>> = const { RefCell::new(None) };
+    /// Answers that came with the overview ([`ToPage::Loaded`]'s `first`), by request JSON.
+    static PREFETCHED: RefCell<Vec<(String, Response)>> = const { RefCell::new(Vec::new()) };
+    /// The widths of the timeline, active memory and fragmentation charts, as the warm-up
+    /// report laid them out (the same width as a report's).
+    static CHART_WIDTHS: std::cell::Cell<Option<[u32; 3]>> = const { std::cell::Cell::new(None) };
     /// Requests waiting for the ones in flight ([`ask_when_idle`]).
     static DEFERRED: RefCell<Vec<(Request, Callback, bool)>> = const { RefCell::new(Vec::new()) };
 }
@@ -111,10 +116,35 @@ fn object(pairs: &[(&str, JsValue)]) -> JsValue {
     o.into()
 }
 
+/// Notes the widths of the charts a report draws (from the warm-up report), for the first
+/// answers the worker sends with an overview.
+pub fn note_chart_widths() {
+    let doc = document();
+    let width = |id: &str| {
+        doc.query_selector(&format!(".warmup #{id}"))
+            .ok()
+            .flatten()
+            .and_then(|c| c.dyn_into::<web_sys::HtmlCanvasElement>().ok())
+            .map(|c| c.width())
+    };
+    if let (Some(t), Some(a), Some(f)) = (width("timeline-canvas"), width("active-canvas"), width("fragmentation-canvas")) {
+        CHART_WIDTHS.with(|w| w.set(Some([t, a, f])));
+    }
+}
+
+/// Drops answers kept for a report that was not drawn (another trace is opening).
+pub fn clear_prefetched() {
+    PREFETCHED.with(|p| p.borrow_mut().clear());
+}
+
 /// Opens a local file: the worker reads and imports it.
 pub fn open_file(state: AppState, file: web_sys::File) {
     state.begin_loading(&file.name());
-    send(object(&[("kind", "open_file".into()), ("file", file.into())]));
+    let mut fields = vec![("kind", JsValue::from("open_file")), ("file", file.into())];
+    if let Some([t, a, f]) = CHART_WIDTHS.with(|w| w.get()) {
+        fields.push(("widths", object(&[("timeline", t.into()), ("active", a.into()), ("fragmentation", f.into())])));
+    }
+    send(object(&fields));
 }
 
 /// Opens the files dropped or chosen: one is a trace, several are the ranks of one job (merged
@@ -184,6 +214,17 @@ pub fn open_bytes(state: AppState, name: &str, bytes: js_sys::Uint8Array) {
 /// Asks whoever holds the shown trace (the worker, or the server); `done` gets the answer.
 pub fn ask(request: &Request, done: impl FnOnce(Response) + 'static) {
     let Ok(body) = serde_json::to_string(request) else { return };
+    let ready = PREFETCHED.with(|p| {
+        let mut p = p.borrow_mut();
+        let at = p.iter().position(|(b, _)| *b == body)?;
+        Some(p.swap_remove(at).1)
+    });
+    if let Some(answer) = ready {
+        // Answered as the worker would be: after this task's own work, before the next frame.
+        crate::perf::mark(&format!("prefetched {}", body.split('"').nth(3).unwrap_or("?")));
+        leptos::task::spawn_local(async move { done(answer) });
+        return;
+    }
     if let Some(id) = REMOTE.with(|r| r.borrow().clone()) {
         leptos::task::spawn_local(async move {
             let path = format!("api/trace/{}/explore", crate::server::encode(&id));
@@ -268,7 +309,9 @@ fn receive(state: AppState, msg: ToPage) {
                 }
             })
         }
-        ToPage::Loaded { overview, worker_memory_bytes } => {
+        ToPage::Loaded { overview, worker_memory_bytes, first } => {
+            let first = first.into_iter().filter_map(|(r, a)| Some((serde_json::to_string(&r).ok()?, a))).collect();
+            PREFETCHED.with(|p| *p.borrow_mut() = first);
             // The worker holds the shown trace again.
             REMOTE.with(|r| *r.borrow_mut() = None);
             state.worker_memory.set(worker_memory_bytes);

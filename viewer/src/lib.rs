@@ -64,6 +64,7 @@ impl AppState {
 
     pub fn begin_loading(&self, name: &str) {
         end_warmup();
+        bridge::clear_prefetched();
         perf::begin_open();
         self.error.set(None);
         self.merge_anyway.set(None);
@@ -161,6 +162,9 @@ pub fn begin_warmup(overview: Overview) {
 
 /// Removes the warm-up report; its requests still in flight are forgotten.
 pub fn end_warmup() {
+    if perf::warming() {
+        bridge::note_chart_widths();
+    }
     perf::end_warmup();
     bridge::forget_warmup_requests();
     if let Some(state) = STATE.with(|s| s.get()) {

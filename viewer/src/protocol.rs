@@ -2,12 +2,14 @@
 //!
 //! The page sends plain JS objects (`{kind: "open_file", file}`, `{kind: "open_files", files,
 //! allow_disjoint}`, `{kind: "open_url", url}`, `{kind: "compare_file", file}`, `{kind:
-//! "request", id, body}`), because a `File` cannot travel as JSON. The worker answers with
+//! "request", id, body}`), because a `File` cannot travel as JSON. With a file or URL comes
+//! `widths`: the pixel widths of the timeline, active memory and fragmentation charts, for
+//! [`ToPage::Loaded`]'s first answers. The worker answers with
 //! [`ToPage`] as a JSON string.
 
 use serde::{Deserialize, Serialize};
 use shared::analysis::diff::TraceDiff;
-use shared::explore::{Overview, Response};
+use shared::explore::{Overview, Request, Response};
 
 /// What the worker tells the page.
 #[derive(Debug, Serialize, Deserialize)]
@@ -22,6 +24,10 @@ pub enum ToPage {
     Loaded {
         overview: Box<Overview>,
         worker_memory_bytes: u64,
+        /// The answers to the requests the report asks first (the charts' full windows at the
+        /// widths the page gave with the file), so that it draws without waiting on the worker.
+        #[serde(default)]
+        first: Vec<(Request, Response)>,
     },
     /// Opening (or comparing) failed; the previously loaded trace (if any) is still there.
     Failed {

@@ -152,7 +152,7 @@ pub fn Report(overview: Arc<Overview>) -> impl IntoView {
             }}
         </section>
         <crate::tables::Tables overview=o.clone() />
-        {has_events.then(|| view! { <crate::answers::AdviceSection /> })}
+        {has_events.then(|| view! { <crate::answers::AdviceSection events=o.summary.total_events as u64 /> })}
         {has_events.then(|| view! { <FragmentationSection overview=o.clone() /> })}
         {has_segments.then(|| view! { <SegmentsSection overview=o.clone() /> })}
     }

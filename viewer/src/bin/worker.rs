@@ -45,21 +45,59 @@ fn progress(stage: &str) {
     post(&ToPage::Progress { stage: stage.to_owned() });
 }
 
+thread_local! {
+    /// The chart widths the page sent with the file being opened.
+    static WIDTHS: RefCell<Option<ChartWidths>> = const { RefCell::new(None) };
+}
+
+/// Pixel widths of the charts whose first requests depend on them.
+#[derive(Clone, Copy)]
+struct ChartWidths {
+    timeline: usize,
+    active: usize,
+    fragmentation: usize,
+}
+
+fn widths_of(data: &JsValue) -> Option<ChartWidths> {
+    let w = field(data, "widths");
+    let px = |name: &str| field(&w, name).as_f64().filter(|v| *v >= 1.0 && *v <= 20_000.0).map(|v| v as usize);
+    Some(ChartWidths { timeline: px("timeline")?, active: px("active")?, fragmentation: px("fragmentation")? })
+}
+
+/// The requests a report of `overview` asks first, as `views.rs` makes them, answered.
+fn first_answers(session: &mut Session, overview: &shared::explore::Overview) -> Vec<(Request, Response)> {
+    let Some(w) = WIDTHS.with(|w| w.borrow_mut().take()) else { return Vec::new() };
+    if overview.summary.total_events == 0 {
+        return Vec::new();
+    }
+    let end_s = overview.duration_s.max(1e-9);
+    let mut requests = vec![
+        Request::Timeline { start_s: 0.0, end_s, buckets: w.timeline.max(200) },
+        Request::Active { start_s: 0.0, end_s, columns: w.active.saturating_sub(90).max(100), detail: 2000 },
+        Request::Timeline { start_s: 0.0, end_s, buckets: w.fragmentation },
+    ];
+    if overview.has_segments {
+        requests.push(Request::Segments { t_s: overview.summary.peak_time_s });
+    }
+    requests.into_iter().map(|r| (session.answer(&r), r)).map(|(a, r)| (r, a)).collect()
+}
+
 /// Keeps what was opened and tells the page.
 fn opened(result: Opened) {
-    let overview = match result {
-        Opened::Trace(session, overview) => {
+    let (overview, first) = match result {
+        Opened::Trace(mut session, overview) => {
+            let first = first_answers(&mut session, &overview);
             SESSION.with(|s| *s.borrow_mut() = Some(*session));
-            overview
+            (overview, first)
         }
         Opened::Sweep(overview) => {
             SESSION.with(|s| *s.borrow_mut() = None);
-            overview
+            (overview, Vec::new())
         }
     };
     progress("overview built");
     let t0 = now();
-    post(&ToPage::Loaded { overview, worker_memory_bytes: memory_bytes() });
+    post(&ToPage::Loaded { overview, worker_memory_bytes: memory_bytes(), first });
     progress(&format!("overview posted in {:.1} ms", now() - t0));
 }
 
@@ -244,7 +282,11 @@ fn files_of(value: JsValue) -> Vec<web_sys::File> {
 
 fn on_message(e: MessageEvent) {
     let data = e.data();
-    match field(&data, "kind").as_string().as_deref() {
+    let kind = field(&data, "kind").as_string();
+    if kind.as_deref() != Some("request") {
+        WIDTHS.with(|w| *w.borrow_mut() = widths_of(&data));
+    }
+    match kind.as_deref() {
         Some("open_file") => {
             if let Ok(file) = field(&data, "file").dyn_into::<web_sys::File>() {
                 open_file(file);
