@@ -176,7 +176,7 @@ fn open_file(file: web_sys::File) {
     if size > MAX_FILE_BYTES {
         let message = format!(
             "{name} is {:.1} GB: a page holds traces of files up to about {:.1} GB (a browser gives it 4 GiB). Open it through the server, \
-             which imports it natively and draws every view here: `collector serve --max-upload-mb 16384`, upload it (`curl --data-binary @{name} \
+             which imports it natively and draws every view here: `collector serve --max-upload-mb 16384`, upload it (`curl -X POST -T {name} \
              'http://127.0.0.1:8000/api/trace/upload?filename={name}'`) and press \"on server\" in its row. Or use the native tools, \
              which stream it: `collector summary {name}`, `collector advise {name}`, or `collector convert {name} -o out.csv` for the layer table",
             size / 1e9,
