@@ -743,6 +743,34 @@ fn active_memory_bands_hover_and_pin() {
 
 /// A stored trace opened on the server (as files too large for the page are): every view is
 /// drawn from the server's answers, with PyTorch's peak, and zooming asks the server again.
+/// A file larger than the page holds, chosen in a page `collector serve` serves: the page says
+/// so before reading it and offers the server, which takes the upload, imports it natively and
+/// answers every view (the page's limit lowered to 0.1 MB with `?page_limit_mb=`).
+#[test]
+fn a_file_too_large_for_the_page_opens_on_the_server_that_serves_it() {
+    let _ = dist();
+    let s = server::Server::start(&tmpdir("serve-offer"), &[]);
+    let name = "resnet18_sgd_2steps.pickle";
+    let b = Browser::start(1400, 1000);
+    b.goto(&format!("{}/?page_limit_mb=0.1", s.base));
+    b.wait_for("return document.querySelector('#trace-file')", 30, "the page");
+    b.upload("#trace-file", &sample(name));
+    let said = b.wait_for("return document.querySelector('#error-panel')?.innerText", 30, "the page's refusal");
+    let said = said.as_str().unwrap();
+    let size = std::fs::metadata(sample(name)).unwrap().len();
+    assert!(said.contains("more than this page holds"), "{said}");
+    assert!(said.contains(&shared::units::format_bytes(size)), "the size is named: {said}");
+    assert!(said.contains(&shared::units::format_bytes(100_000)), "the limit is named: {said}");
+    // Nothing was read: the worker holds no trace and no request went to the server yet.
+    let (_, list) = s.get_json("/api/trace/list");
+    assert_eq!(list["count"], 0, "{list}");
+    b.click("#upload-to-server");
+    wait_drawn(&b, name);
+    assert_eq!(timeline_top(&b), max_allocated(name));
+    let (_, list) = s.get_json("/api/trace/list");
+    assert_eq!(list["count"], 1, "stored once: {list}");
+}
+
 #[test]
 fn the_served_viewer_explores_a_stored_trace_on_the_server() {
     let _ = dist();

@@ -35,6 +35,8 @@ thread_local! {
     /// The widths of the timeline, active memory and fragmentation charts, as the warm-up
     /// report laid them out (the same width as a report's).
     static CHART_WIDTHS: std::cell::Cell<Option<[u32; 3]>> = const { std::cell::Cell::new(None) };
+    /// A file too large for the page, waiting for "Upload to the server" ([`upload_offered`]).
+    static OFFERED: RefCell<Option<web_sys::File>> = const { RefCell::new(None) };
     /// Requests waiting for the ones in flight ([`ask_when_idle`]).
     static DEFERRED: RefCell<Vec<(Request, Callback, bool)>> = const { RefCell::new(Vec::new()) };
 }
@@ -132,13 +134,67 @@ pub fn note_chart_widths() {
     }
 }
 
+/// Forgets a file offered for upload.
+fn end_offer(state: AppState) {
+    OFFERED.with(|o| o.borrow_mut().take());
+    if state.offer_upload.with_untracked(Option::is_some) {
+        state.offer_upload.set(None);
+    }
+}
+
 /// Drops answers kept for a report that was not drawn (another trace is opening).
 pub fn clear_prefetched() {
     PREFETCHED.with(|p| p.borrow_mut().clear());
 }
 
-/// Opens a local file: the worker reads and imports it.
+/// The largest file this page opens itself: [`crate::protocol::PAGE_FILE_LIMIT_BYTES`], or
+/// `?page_limit_mb=` (a machine with less memory, and the tests).
+fn page_limit_bytes() -> f64 {
+    crate::query_param("page_limit_mb")
+        .and_then(|v| v.parse::<f64>().ok())
+        .filter(|v| *v > 0.0)
+        .map_or(crate::protocol::PAGE_FILE_LIMIT_BYTES, |mb| mb * 1e6)
+}
+
+/// Uploads the file kept by [`open_file`] to the server that serves the page, and opens it
+/// there: the server imports it natively and answers every view.
+pub fn upload_offered(state: AppState) {
+    let Some(file) = OFFERED.with(|o| o.borrow_mut().take()) else { return };
+    state.offer_upload.set(None);
+    state.error.set(None);
+    let name = file.name();
+    state.loading.set(Some((name.clone(), format!("uploading {} to the server", shared::units::format_bytes(file.size() as u64)))));
+    leptos::task::spawn_local(async move {
+        match crate::server::upload(&file).await {
+            Ok(id) => open_remote(state, &id),
+            Err(e) => {
+                state.loading.set(None);
+                state.error.set(Some((name, format!("the server did not take it: {e}"))));
+            }
+        }
+    });
+}
+
+/// Opens a local file: the worker reads and imports it. A file larger than the page holds,
+/// on a page `collector serve` serves, is kept to upload there instead (the page says so
+/// before reading a byte).
 pub fn open_file(state: AppState, file: web_sys::File) {
+    let limit = page_limit_bytes();
+    if file.size() > limit && crate::server::base().is_some() {
+        end_offer(state);
+        let name = file.name();
+        let message = format!(
+            "{name} is {}: more than this page holds ({}; a browser gives a page 4 GiB). This page is served by \
+             collector serve: upload it there and the server imports it natively and answers every view here.",
+            shared::units::format_bytes(file.size() as u64),
+            shared::units::format_bytes(limit as u64)
+        );
+        OFFERED.with(|o| *o.borrow_mut() = Some(file));
+        state.offer_upload.set(Some(name.clone()));
+        state.error.set(Some((name, message)));
+        return;
+    }
+    end_offer(state);
     state.begin_loading(&file.name());
     let mut fields = vec![("kind", JsValue::from("open_file")), ("file", file.into())];
     if let Some([t, a, f]) = CHART_WIDTHS.with(|w| w.get()) {

@@ -44,6 +44,8 @@ pub struct AppState {
     pub merge_anyway: RwSignal<Option<String>>,
     /// The worker's warm-up snapshot, drawn out of sight before any file is chosen.
     pub warmup: RwSignal<Option<Arc<Overview>>>,
+    /// The name of a file too large for the page, which the server that serves it can take.
+    pub offer_upload: RwSignal<Option<String>>,
 }
 
 impl AppState {
@@ -59,6 +61,7 @@ impl AppState {
             compare: RwSignal::new(None),
             merge_anyway: RwSignal::new(None),
             warmup: RwSignal::new(None),
+            offer_upload: RwSignal::new(None),
         }
     }
 
@@ -264,8 +267,11 @@ pub fn App() -> impl IntoView {
                     <button class="close" title="Dismiss" on:click=move |_| state.error.set(None)>"×"</button>
                     <h2>"Cannot open " {name.clone()}</h2>
                     <p>{message}</p>
-                    {(state.merge_anyway.get() == Some(name)).then(|| view! {
+                    {(state.merge_anyway.get() == Some(name.clone())).then(|| view! {
                         <button id="merge-anyway" on:click=move |_| bridge::merge_anyway(state)>"Merge anyway"</button>
+                    })}
+                    {(state.offer_upload.get() == Some(name)).then(|| view! {
+                        <button id="upload-to-server" on:click=move |_| bridge::upload_offered(state)>"Upload to the server and open it there"</button>
                     })}
                     {move || state.overview.get().map(|o| view! {
                         <p class="hint">"Still showing " {o.file_name.clone()} "."</p>

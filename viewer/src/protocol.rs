@@ -11,6 +11,10 @@ use serde::{Deserialize, Serialize};
 use shared::analysis::diff::TraceDiff;
 use shared::explore::{Overview, Request, Response};
 
+/// The largest file a page opens itself: a snapshot needs about 1.4 times its size in the
+/// worker (1.07 GB: 1.4 GiB measured), and wasm32 gives the worker 4 GiB at most.
+pub const PAGE_FILE_LIMIT_BYTES: f64 = 2.2e9;
+
 /// What the worker tells the page.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]

@@ -51,6 +51,19 @@ fn url_with_token(path: &str) -> String {
 
 /// Calls the API; `Err` holds the server's `detail` (or what went wrong).
 pub async fn call(method: &str, path: &str, body: Option<String>) -> Result<String, String> {
+    call_with(method, path, body.map(|b| (JsValue::from_str(&b), "application/json"))).await
+}
+
+/// Uploads a local file to the server's store (the browser streams the `File`; the page never
+/// holds it) and returns its trace id.
+pub async fn upload(file: &web_sys::File) -> Result<String, String> {
+    let path = format!("api/trace/upload?filename={}", encode(&file.name()));
+    let text = call_with("POST", &path, Some((file.into(), "application/octet-stream"))).await?;
+    let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| format!("the server's answer is unreadable: {e}"))?;
+    v["trace_id"].as_str().map(str::to_owned).ok_or_else(|| format!("the server's answer has no trace_id: {text}"))
+}
+
+async fn call_with(method: &str, path: &str, body: Option<(JsValue, &str)>) -> Result<String, String> {
     let url = format!("{}{path}", base().unwrap_or_else(|| "./".into()));
     let js = |e: JsValue| format!("{e:?}");
     let init = web_sys::RequestInit::new();
@@ -59,9 +72,9 @@ pub async fn call(method: &str, path: &str, body: Option<String>) -> Result<Stri
     if let Some(t) = token() {
         headers.set("Authorization", &format!("Bearer {t}")).map_err(js)?;
     }
-    if let Some(b) = body {
-        headers.set("Content-Type", "application/json").map_err(js)?;
-        init.set_body(&JsValue::from_str(&b));
+    if let Some((b, content_type)) = body {
+        headers.set("Content-Type", content_type).map_err(js)?;
+        init.set_body(&b);
     }
     init.set_headers(&headers);
     let req = web_sys::Request::new_with_str_and_init(&url, &init).map_err(js)?;

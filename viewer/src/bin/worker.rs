@@ -161,10 +161,8 @@ impl std::io::Read for FileSlices {
     }
 }
 
-/// Largest file opened here: a snapshot needs about 1.7 times its size in the worker (the
-/// trace, its stacks and the import's records; measured at 1.8 GiB for 1.07 GB), and wasm32
-/// gives the worker 4 GiB at most.
-const MAX_FILE_BYTES: f64 = 2.2e9;
+/// Largest file opened here (a page served by `collector serve` offers the server first).
+const MAX_FILE_BYTES: f64 = viewer::protocol::PAGE_FILE_LIMIT_BYTES;
 
 fn open_file(file: web_sys::File) {
     let name = file.name();
