@@ -71,6 +71,9 @@ pub fn set_body(name: &str, value: &str) {
 
 pub fn begin_open() {
     MARKS.with(|m| *m.borrow_mut() = Marks { opened_at: now(), ..Marks::default() });
+    if let Some(w) = web_sys::window() {
+        let _ = js_sys::Reflect::set(&w, &"__mtMarks".into(), &js_sys::Array::new());
+    }
     set_body("data-drawn-ms", "");
 }
 
@@ -144,10 +147,16 @@ pub fn frame(ms: f64) {
 }
 
 /// A point in opening a file, `window.__mtMarks` (`[label, ms since the file was chosen]`), for
-/// the benchmark's breakdown of where the time goes.
+/// the benchmark's breakdown of where the time goes: kept from choosing a file until every
+/// chart is drawn (not while zooming, nor for the warm-up), the list restarted per file.
 pub fn mark(label: &str) {
     let Some(w) = web_sys::window() else { return };
-    let at = MARKS.with(|m| now() - m.borrow().opened_at);
+    let Some(at) = MARKS.with(|m| {
+        let m = m.borrow();
+        (m.opened_at > 0.0 && !m.done && !warming()).then(|| now() - m.opened_at)
+    }) else {
+        return;
+    };
     let key = wasm_bindgen::JsValue::from_str("__mtMarks");
     let arr = js_sys::Reflect::get(&w, &key).ok().filter(|v| v.is_object()).unwrap_or_else(|| {
         let a: wasm_bindgen::JsValue = js_sys::Array::new().into();

@@ -61,3 +61,38 @@ pub enum ToPage {
         overview: Box<Overview>,
     },
 }
+
+/// The requests the charts make, built in one place: by the views, and by the worker for a
+/// report's first requests ([`ToPage::Loaded`]'s `first`, matched by their JSON), so both
+/// build the same ones.
+pub mod requests {
+    use shared::explore::{Overview, Request};
+
+    /// How many allocations the Active Memory Timeline draws one by one at first.
+    pub const ACTIVE_DETAIL: usize = 2000;
+
+    /// A report's whole time window.
+    pub fn full_window(o: &Overview) -> (f64, f64) {
+        (0.0, o.duration_s.max(1e-9))
+    }
+
+    /// The timeline over `window` on a canvas `width` pixels wide.
+    pub fn timeline(window: (f64, f64), width: u32) -> Request {
+        Request::Timeline { start_s: window.0, end_s: window.1, buckets: width.max(200) as usize }
+    }
+
+    /// The Active Memory Timeline over `window` on a canvas `width` pixels wide (less its axis).
+    pub fn active(window: (f64, f64), width: u32, detail: usize) -> Request {
+        Request::Active { start_s: window.0, end_s: window.1, columns: (width as usize).saturating_sub(90).max(100), detail }
+    }
+
+    /// The fragmentation chart's timeline (the whole trace) on a canvas `width` pixels wide.
+    pub fn fragmentation(window: (f64, f64), width: u32) -> Request {
+        Request::Timeline { start_s: window.0, end_s: window.1, buckets: width as usize }
+    }
+
+    /// The allocator's segments at `t_s` (the Segments view starts at the peak's time).
+    pub fn segments(t_s: f64) -> Request {
+        Request::Segments { t_s }
+    }
+}

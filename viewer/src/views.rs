@@ -2,6 +2,7 @@
 //! timeline, flame graph, memory vs rank, tables, fragmentation and allocator segments.
 
 use crate::charts::{self, FlameBox, FlameMetric, Mapping};
+use crate::protocol::requests;
 use crate::{bridge, fit_canvas, perf, AppState};
 use leptos::html::Canvas;
 use leptos::prelude::*;
@@ -272,7 +273,7 @@ type TimelineWindow = (f64, f64, Arc<Vec<shared::analysis::TimelinePoint>>, Arc<
 #[component]
 fn TimelineSection(overview: Arc<Overview>) -> impl IntoView {
     let state = state();
-    let full = (0.0, overview.duration_s.max(1e-9));
+    let full = requests::full_window(&overview);
     let window = RwSignal::new(full);
     let data: RwSignal<Option<TimelineWindow>> = RwSignal::new(None);
     let mapping: StoredValue<Option<Mapping>> = StoredValue::new(None);
@@ -296,8 +297,8 @@ fn TimelineSection(overview: Arc<Overview>) -> impl IntoView {
             return;
         }
         in_flight.set_value(true);
-        let buckets = canvas.get_untracked().map_or(1200, |c| c.width().max(200) as usize);
-        bridge::ask(&Request::Timeline { start_s: w.0, end_s: w.1, buckets }, move |r| {
+        let width = canvas.get_untracked().map_or(1200, |c| c.width());
+        bridge::ask(&requests::timeline(w, width), move |r| {
             in_flight.set_value(false);
             if let Response::Timeline { start_s, end_s, points, driver } = r {
                 data.set(Some((start_s, end_s, Arc::new(points), Arc::new(driver))));
@@ -492,9 +493,9 @@ fn TimelineSection(overview: Arc<Overview>) -> impl IntoView {
 #[component]
 fn ActiveSection(overview: Arc<Overview>) -> impl IntoView {
     let state = state();
-    let full = (0.0, overview.duration_s.max(1e-9));
+    let full = requests::full_window(&overview);
     let window = RwSignal::new(full);
-    let detail = RwSignal::new(2000usize);
+    let detail = RwSignal::new(requests::ACTIVE_DETAIL);
     let colour_by = RwSignal::new(charts::ColourBy::Layer);
     let data: RwSignal<Option<Arc<ActiveTimeline>>> = RwSignal::new(None);
     let mapping: StoredValue<Option<charts::ActiveMapping>> = StoredValue::new(None);
@@ -505,8 +506,7 @@ fn ActiveSection(overview: Arc<Overview>) -> impl IntoView {
         let (w, d) = (window.get(), detail.get());
         let Some(c) = canvas.get() else { return };
         fit_canvas(&c, 360);
-        let columns = (c.width() as usize).saturating_sub(90).max(100);
-        bridge::ask(&Request::Active { start_s: w.0, end_s: w.1, columns, detail: d }, move |r| match r {
+        bridge::ask(&requests::active(w, c.width(), d), move |r| match r {
             Response::Active(a) => {
                 pinned.set(None);
                 data.set(Some(Arc::new(*a)));
@@ -811,11 +811,11 @@ fn FragmentationSection(overview: Arc<Overview>) -> impl IntoView {
     let state = state();
     let canvas = NodeRef::<Canvas>::new();
     let points: RwSignal<Option<Arc<Vec<shared::analysis::TimelinePoint>>>> = RwSignal::new(None);
-    let full = (0.0, overview.duration_s.max(1e-9));
+    let full = requests::full_window(&overview);
     Effect::new(move |_| {
         let Some(c) = canvas.get() else { return };
         fit_canvas(&c, 220);
-        bridge::ask(&Request::Timeline { start_s: full.0, end_s: full.1, buckets: c.width() as usize }, move |r| {
+        bridge::ask(&requests::fragmentation(full, c.width()), move |r| {
             if let Response::Timeline { points: p, .. } = r {
                 points.set(Some(Arc::new(p)));
             }
@@ -871,7 +871,7 @@ fn SegmentsSection(overview: Arc<Overview>) -> impl IntoView {
     let segments: RwSignal<Option<(f64, Arc<Vec<shared::model::SegmentInfo>>)>> = RwSignal::new(None);
     Effect::new(move |_| {
         let t = at.get();
-        bridge::ask(&Request::Segments { t_s: t }, move |r| {
+        bridge::ask(&requests::segments(t), move |r| {
             if let Response::Segments { t_s, segments: s, .. } = r {
                 segments.set(Some((t_s, Arc::new(s))));
             }

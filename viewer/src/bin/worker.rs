@@ -6,7 +6,7 @@
 use shared::explore::{Opened, Request, Response, Session};
 use shared::merge::MergeOptions;
 use std::cell::RefCell;
-use viewer::protocol::ToPage;
+use viewer::protocol::{requests, ToPage};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 use web_sys::{DedicatedWorkerGlobalScope, MessageEvent};
@@ -53,33 +53,33 @@ thread_local! {
 /// Pixel widths of the charts whose first requests depend on them.
 #[derive(Clone, Copy)]
 struct ChartWidths {
-    timeline: usize,
-    active: usize,
-    fragmentation: usize,
+    timeline: u32,
+    active: u32,
+    fragmentation: u32,
 }
 
 fn widths_of(data: &JsValue) -> Option<ChartWidths> {
     let w = field(data, "widths");
-    let px = |name: &str| field(&w, name).as_f64().filter(|v| *v >= 1.0 && *v <= 20_000.0).map(|v| v as usize);
+    let px = |name: &str| field(&w, name).as_f64().filter(|v| *v >= 1.0 && *v <= 20_000.0).map(|v| v as u32);
     Some(ChartWidths { timeline: px("timeline")?, active: px("active")?, fragmentation: px("fragmentation")? })
 }
 
-/// The requests a report of `overview` asks first, as `views.rs` makes them, answered.
+/// The requests a report of `overview` asks first (built as the views build them), answered.
 fn first_answers(session: &mut Session, overview: &shared::explore::Overview) -> Vec<(Request, Response)> {
     let Some(w) = WIDTHS.with(|w| w.borrow_mut().take()) else { return Vec::new() };
     if overview.summary.total_events == 0 {
         return Vec::new();
     }
-    let end_s = overview.duration_s.max(1e-9);
-    let mut requests = vec![
-        Request::Timeline { start_s: 0.0, end_s, buckets: w.timeline.max(200) },
-        Request::Active { start_s: 0.0, end_s, columns: w.active.saturating_sub(90).max(100), detail: 2000 },
-        Request::Timeline { start_s: 0.0, end_s, buckets: w.fragmentation },
+    let full = requests::full_window(overview);
+    let mut first = vec![
+        requests::timeline(full, w.timeline),
+        requests::active(full, w.active, requests::ACTIVE_DETAIL),
+        requests::fragmentation(full, w.fragmentation),
     ];
     if overview.has_segments {
-        requests.push(Request::Segments { t_s: overview.summary.peak_time_s });
+        first.push(requests::segments(overview.summary.peak_time_s));
     }
-    requests.into_iter().map(|r| (session.answer(&r), r)).map(|(a, r)| (r, a)).collect()
+    first.into_iter().map(|r| (session.answer(&r), r)).map(|(a, r)| (r, a)).collect()
 }
 
 /// Keeps what was opened and tells the page.
@@ -96,9 +96,7 @@ fn opened(result: Opened) {
         }
     };
     progress("overview built");
-    let t0 = now();
     post(&ToPage::Loaded { overview, worker_memory_bytes: memory_bytes(), first });
-    progress(&format!("overview posted in {:.1} ms", now() - t0));
 }
 
 fn open(file_name: &str, bytes: &[u8]) {
@@ -256,12 +254,7 @@ async fn open_url(url: String) {
     }
 }
 
-fn now() -> f64 {
-    scope().performance().map_or(0.0, |p| p.now())
-}
-
 fn answer(id: u32, body: &str) {
-    let t0 = now();
     let response = match serde_json::from_str::<Request>(body) {
         Ok(req) => SESSION.with(|s| match s.borrow_mut().as_mut() {
             Some(session) => session.answer(&req),
@@ -269,9 +262,7 @@ fn answer(id: u32, body: &str) {
         }),
         Err(e) => Response::Error { message: format!("bad request: {e}") },
     };
-    let t1 = now();
     post(&ToPage::Answer { id, response: Box::new(response), worker_memory_bytes: memory_bytes() });
-    progress(&format!("worker #{id}: answered in {:.1} ms, posted in {:.1} ms", t1 - t0, now() - t1));
 }
 
 fn files_of(value: JsValue) -> Vec<web_sys::File> {
