@@ -855,3 +855,36 @@ fn the_served_viewer_explores_a_stored_trace_on_the_server() {
     b.wait_for(&format!("return (window.__mtFrames || []).length > {frames_before}"), 30, "a zoom frame from the server's answer");
     b.screenshot(&screenshots().join("serve-remote.png"));
 }
+
+/// A file read in several slices (the worker reads 16 MiB at a time into one reused buffer):
+/// a 43 MB snapshot opens in the page with the native importer's peak and event count.
+#[test]
+fn a_file_of_several_slices_opens_as_the_native_importer_reads_it() {
+    let dir = tmpdir("slices");
+    let path = dir.join("scaled.pickle");
+    let python = std::env::var("MEMORY_TRACER_PYTHON").unwrap_or_else(|_| "python3".into());
+    let made = std::process::Command::new(python)
+        .arg(repo().join("tests/bench/scale_snapshot.py"))
+        .arg(sample("resnet18_sgd_2steps.pickle"))
+        .arg("120")
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    let size = std::fs::metadata(&path).unwrap().len();
+    assert!(size > 32 << 20, "more than two slices of 16 MiB: {size}");
+    let trace = shared::import::import_reader(std::io::BufReader::new(std::fs::File::open(&path).unwrap()), &Default::default()).unwrap();
+    let (_server, url) = static_server(&dist());
+    let b = Browser::start(1400, 1000);
+    b.goto(&format!("{url}/index.html"));
+    b.wait_for("return document.querySelector('#trace-file')", 30, "the page");
+    b.upload("#trace-file", &path);
+    wait_drawn(&b, "scaled.pickle");
+    assert_eq!(timeline_top(&b), summary(&trace).peak_allocated_bytes);
+    let events = b.exec(
+        "return [...document.querySelectorAll('#summary dt')].find(d => d.textContent === 'Events')?.nextSibling?.textContent",
+        json!([]),
+    );
+    let digits: String = events.as_str().unwrap_or_default().chars().filter(char::is_ascii_digit).collect();
+    assert_eq!(digits, trace.events.len().to_string(), "events shown: {events}");
+}

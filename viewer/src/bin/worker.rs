@@ -128,8 +128,12 @@ struct FileSlices {
     quiet: bool,
 }
 
-/// Bytes read from the file at once.
-const SLICE_BYTES: f64 = (4 << 20) as f64;
+/// Bytes read from the file at once. Each read is a round trip to the browser process: on a
+/// 295 MB snapshot, 4 MiB slices spent 630 ms of a 1.78 s parse reading, 16 MiB ones 415 ms
+/// of 1.49 s. (A second thread reading ahead, through a `SharedArrayBuffer` in a
+/// cross-origin isolated page, gained nothing more on two cores: the browser process needs
+/// the other one to serve the bytes.)
+const SLICE_BYTES: f64 = (16 << 20) as f64;
 
 impl std::io::Read for FileSlices {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
@@ -144,9 +148,16 @@ impl std::io::Read for FileSlices {
                 .slice_with_f64_and_f64(self.offset, end)
                 .map_err(|_| std::io::Error::other("the browser could not slice the file"))?;
             let buf = self.reader.read_as_array_buffer(&slice).map_err(|_| std::io::Error::other("the browser could not read the file"))?;
-            self.chunk = js_sys::Uint8Array::new(&buf).to_vec();
+            let view = js_sys::Uint8Array::new(&buf);
+            self.chunk.resize(view.length() as usize, 0);
+            view.copy_to(&mut self.chunk);
             self.at = 0;
             self.offset = end;
+            if self.chunk.is_empty() {
+                // The file is shorter than it said (changed while read): its end.
+                self.offset = size;
+                return Ok(0);
+            }
             if !self.quiet && size > 0.0 && (end - self.last_progress >= size / 20.0 || end == size) {
                 self.last_progress = end;
                 progress(&format!("parsing {} ({:.0} % of {:.1} MB)", self.file.name(), end / size * 100.0, size / 1e6));
