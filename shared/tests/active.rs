@@ -154,3 +154,48 @@ fn any_window_a_request_names_is_answered_without_panic() {
     let a = active_timeline(&trace, &Pairs::of(&trace, 200), &ActiveOptions { start_s: 0.0, end_s: 1.0, columns: 3, detail: 10 });
     assert!(a.bands.is_empty() && a.moments_s.iter().all(Option::is_none));
 }
+
+/// The allocations live in a window, by their definition: made before its end, freed at or
+/// after its start (or never).
+fn live_by_definition(trace: &Trace, pairs: &Pairs, lo: u64, hi: u64) -> Vec<u32> {
+    let ts = &trace.events.ts_ns;
+    (0..pairs.spans.len() as u32)
+        .filter(|&k| {
+            let (a, f) = pairs.spans[k as usize];
+            ts[a as usize] < hi && (f == u32::MAX || ts[f as usize] >= lo)
+        })
+        .collect()
+}
+
+#[test]
+fn the_allocations_live_in_a_window_are_found_without_reading_every_event() {
+    for sample in SAMPLES {
+        let mut trace = import(&data(sample), &ImportOptions::default()).unwrap();
+        for shuffled in [false, true] {
+            if shuffled {
+                // Allocations out of time order (a trace merged oddly): no binary search then.
+                let spans = Pairs::of(&trace, 0).spans;
+                let (a, b) = (spans[spans.len() / 3].0 as usize, spans[2 * spans.len() / 3].0 as usize);
+                assert!(trace.events.ts_ns[a] < trace.events.ts_ns[b]);
+                trace.events.ts_ns.swap(a, b);
+            }
+            let pairs = Pairs::of(&trace, 0);
+            assert!(pairs.spans.len() > 100, "{sample}: {} allocations", pairs.spans.len());
+            let ts = &trace.events.ts_ns;
+            let (first, last) = (trace.start_ns(), trace.end_ns());
+            // Windows at event times (edges exact), between them, empty, and past both ends.
+            let mut edges: Vec<u64> = (0..ts.len()).step_by(ts.len() / 40 + 1).map(|i| ts[i]).collect();
+            edges.extend([0, first, first + 1, last - 1, last, last + 1, u64::MAX]);
+            for &lo in &edges {
+                for &hi in &edges {
+                    let hi = hi.max(lo);
+                    assert_eq!(
+                        pairs.live_in(lo, hi),
+                        live_by_definition(&trace, &pairs, lo, hi),
+                        "{sample} {lo}..{hi} shuffled={shuffled}"
+                    );
+                }
+            }
+        }
+    }
+}

@@ -20,9 +20,20 @@ pub struct Pairs {
     pub device: u8,
     /// (allocation event, freeing event or `u32::MAX`: never freed in the trace).
     pub spans: Vec<(u32, u32)>,
+    /// When each span's allocation and free happen (`u64::MAX`: never freed), in span order:
+    /// a window's live allocations are found by reading these in sequence, not the events.
+    alloc_ns: Vec<u64>,
+    free_ns: Vec<u64>,
+    /// The latest free of each run of [`SPAN_BLOCK`] spans: a run that ended before a window
+    /// is skipped whole (most allocations of a training step live for a moment).
+    block_last_free: Vec<u64>,
+    /// Whether allocations are in time order (a trace's events are, unless merged oddly):
+    /// then those made after a window are cut off by a binary search.
+    time_ordered: bool,
 }
 
 const NEVER: u32 = u32::MAX;
+const SPAN_BLOCK: usize = 64;
 
 impl Pairs {
     /// Pairs every allocation of `device` with the free of the same address that follows it.
@@ -47,7 +58,33 @@ impl Pairs {
                 _ => {}
             }
         }
-        Self { device, spans }
+        let alloc_ns: Vec<u64> = spans.iter().map(|&(a, _)| ev.ts_ns[a as usize]).collect();
+        let free_ns: Vec<u64> = spans.iter().map(|&(_, f)| if f == NEVER { u64::MAX } else { ev.ts_ns[f as usize] }).collect();
+        let block_last_free = free_ns.chunks(SPAN_BLOCK).map(|c| c.iter().copied().max().unwrap_or(0)).collect();
+        let time_ordered = alloc_ns.windows(2).all(|w| w[0] <= w[1]);
+        Self { device, spans, alloc_ns, free_ns, block_last_free, time_ordered }
+    }
+
+    /// The spans (indices into [`Pairs::spans`]) of the allocations live at some time of
+    /// `[lo, hi)`: made before `hi`, freed at or after `lo` (or never), in span order.
+    pub fn live_in(&self, lo: u64, hi: u64) -> Vec<u32> {
+        let end = if self.time_ordered { self.alloc_ns.partition_point(|&t| t < hi) } else { self.alloc_ns.len() };
+        let mut live = Vec::new();
+        for (b, &last) in self.block_last_free.iter().enumerate() {
+            let start = b * SPAN_BLOCK;
+            if start >= end {
+                break;
+            }
+            if last < lo {
+                continue;
+            }
+            for k in start..(start + SPAN_BLOCK).min(end) {
+                if self.free_ns[k] >= lo && self.alloc_ns[k] < hi {
+                    live.push(k as u32);
+                }
+            }
+        }
+        live
     }
 }
 
@@ -151,12 +188,7 @@ pub fn active_timeline(trace: &Trace, pairs: &Pairs, options: &ActiveOptions) ->
     let secs = |i: u32| trace.events.ts_ns[i as usize].saturating_sub(start_ns) as f64 * 1e-9;
     // The allocations live in the window: made before its end, freed after its start.
     let ev = &trace.events;
-    let mut live: Vec<u32> = (0..pairs.spans.len() as u32)
-        .filter(|&k| {
-            let (a, f) = pairs.spans[k as usize];
-            ev.ts_ns[a as usize] < hi && (f == NEVER || ev.ts_ns[f as usize] >= lo)
-        })
-        .collect();
+    let mut live = pairs.live_in(lo, hi);
     let detail = options.detail.min(live.len());
     if detail < live.len() {
         live.select_nth_unstable_by_key(detail, |&k| std::cmp::Reverse(ev.size_bytes[pairs.spans[k as usize].0 as usize]));
