@@ -9,7 +9,7 @@
 //! device.
 
 use super::{peak_device, Buckets, TimelineOptions, TimelinePoint};
-use crate::model::{EventStore, Totals, Trace};
+use crate::model::{EventStore, Totals, TotalsCursor, Trace};
 
 /// Events per leaf block.
 pub const BLOCK: usize = 64;
@@ -117,14 +117,26 @@ impl TimelineIndex {
         acc
     }
 
-    /// Replays events `from..to` (`from < len`, from the start of `from`'s block) for device `d`: its totals before `from`,
-    /// the summary of its events, the first of them, and its totals after `to`.
-    fn replay(&self, ev: &EventStore, d: usize, from: usize, to: usize) -> (Totals, Node, Option<usize>, Totals) {
+    /// Replays events `from..to` (`from < len`) for device `d` on `walk`: its totals before
+    /// `from`, the summary of its events, the first of them, and its totals after `to`. The
+    /// walk goes on from where the last replay stopped when that is in `from`'s block at or
+    /// before `from` (a bucket's right edge and the next one's left edge share a block), else
+    /// starts at `from`'s block from its stored totals.
+    fn replay<'a>(
+        &self,
+        walk: &mut Option<TotalsCursor<'a>>,
+        ev: &'a EventStore,
+        d: usize,
+        from: usize,
+        to: usize,
+    ) -> (Totals, Node, Option<usize>, Totals) {
         let block = from / BLOCK;
         let start = block * BLOCK;
-        let running = self.block_totals[block * self.devices..(block + 1) * self.devices].to_vec();
-        let mut cursor = ev.cursor_with(start, running);
-        for _ in start..from {
+        let cursor = match walk {
+            Some(c) if (start..=from).contains(&c.position()) => c,
+            _ => walk.insert(ev.cursor_with(start, self.block_totals[block * self.devices..(block + 1) * self.devices].to_vec())),
+        };
+        while cursor.position() < from {
             cursor.advance();
         }
         let before = cursor.all_devices()[d];
@@ -159,14 +171,14 @@ impl TimelineIndex {
     }
 
     /// Device `d`'s totals before event `i` (after every event for `i` = the event count).
-    fn totals_before(&self, ev: &EventStore, d: usize, i: usize) -> Totals {
+    fn totals_before<'a>(&self, walk: &mut Option<TotalsCursor<'a>>, ev: &'a EventStore, d: usize, i: usize) -> Totals {
         if i >= self.events {
             return self.block_totals[self.block_totals.len() - self.devices + d];
         }
         if i.is_multiple_of(BLOCK) {
             return self.block_totals[i / BLOCK * self.devices + d];
         }
-        self.replay(ev, d, i, i).0
+        self.replay(walk, ev, d, i, i).0
     }
 
     /// What [`super::timeline`] gives for `options`, computed from the index (built from this
@@ -183,26 +195,37 @@ impl TimelineIndex {
         let lo_all = ev.ts_ns.partition_point(|&t| t < buckets.w0);
         let hi_all = ev.ts_ns.partition_point(|&t| t <= buckets.w1);
         let mut out = Vec::new();
+        let mut walk = None;
         let mut lo = lo_all;
         while lo < hi_all {
             let b = buckets.of(ev.ts_ns[lo]);
-            let hi = lo + ev.ts_ns[lo..hi_all].partition_point(|&t| buckets.of(t) <= b);
+            // The bucket's events: a gallop from `lo`, then a binary search in the last step
+            // (a search over the whole rest of the window missed the cache at every probe).
+            let rest = &ev.ts_ns[lo..hi_all];
+            let within = |t: &u64| buckets.of(*t) <= b;
+            let (mut known, mut step) = (0, 1);
+            while known + step < rest.len() && within(&rest[known + step]) {
+                known += step;
+                step *= 2;
+            }
+            let end = (known + step).min(rest.len());
+            let hi = lo + known + rest[known..end].partition_point(within);
             if let Some(first) = self.first_event(ev, device, lo, hi) {
                 let (from_block, to_block) = (first.div_ceil(BLOCK), hi / BLOCK);
                 let (before, node, last) = if from_block >= to_block {
                     // Within a block or two: replayed.
-                    let (before, node, _, last) = self.replay(ev, device, first, hi);
+                    let (before, node, _, last) = self.replay(&mut walk, ev, device, first, hi);
                     (before, node, last)
                 } else {
                     // Partial blocks at the ends replayed, whole blocks from the index.
-                    let (before, mut node, _, _) = self.replay(ev, device, first, from_block * BLOCK);
+                    let (before, mut node, _, _) = self.replay(&mut walk, ev, device, first, from_block * BLOCK);
                     node = node.join(self.blocks(device, from_block, to_block));
                     let last = if to_block * BLOCK < hi {
-                        let (_, right, _, last) = self.replay(ev, device, to_block * BLOCK, hi);
+                        let (_, right, _, last) = self.replay(&mut walk, ev, device, to_block * BLOCK, hi);
                         node = node.join(right);
                         last
                     } else {
-                        self.totals_before(ev, device, hi)
+                        self.totals_before(&mut walk, ev, device, hi)
                     };
                     (before, node, last)
                 };
