@@ -3,8 +3,8 @@
 //! power-of-two run of blocks above them, plus every device's totals at each block start.
 //!
 //! [`TimelineIndex::timeline`] answers what [`super::timeline`] answers, point for point, in
-//! time proportional to the buckets (a bucket costs a few binary searches, two partial blocks
-//! replayed and O(log n) nodes) instead of to the events in the window, so zooming out over
+//! time proportional to the buckets (a bucket costs a gallop to its last event, its partial
+//! blocks replayed and O(log n) nodes) instead of to the events in the window, so zooming out over
 //! millions of events stays as fast as zooming in. It costs about 1.5 bytes per event for one
 //! device.
 
