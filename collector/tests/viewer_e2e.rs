@@ -94,6 +94,16 @@ fn column(b: &Browser, table: &str, col: usize) -> Vec<String> {
     serde_json::from_value(v).unwrap()
 }
 
+/// The viewer served from `dist/` by a static server, open in a fresh headless browser and
+/// ready for a file (the server lives as long as the guard).
+fn static_page() -> (webdriver::Guard, Browser) {
+    let (server, url) = static_server(&dist());
+    let b = Browser::start(1400, 1000);
+    b.goto(&format!("{url}/index.html"));
+    b.wait_for("return document.querySelector('#trace-file')", 30, "the page");
+    (server, b)
+}
+
 /// Waits until `file_name` is loaded and every chart drawn.
 fn wait_drawn(b: &Browser, file_name: &str) {
     b.wait_for(
@@ -189,10 +199,7 @@ fn every_format_opens_and_every_view_draws() {
         "-o",
         sweep_dir.to_str().unwrap(),
     ]);
-    let (_server, url) = static_server(&dist());
-    let b = Browser::start(1400, 1000);
-    b.goto(&format!("{url}/index.html"));
-    b.wait_for("return document.querySelector('#trace-file')", 30, "the page");
+    let (_server, b) = static_page();
     let shots = screenshots();
     let cases =
         [sample("resnet18_sgd_2steps.pickle"), sample("convnet_profiler_trace.json"), sample("dftracer_sample.pfw.gz"), native.clone()];
@@ -247,10 +254,7 @@ fn click_zoom_and_bad_files() {
     let path = sample("resnet18_sgd_2steps.pickle");
     let trace = shared::import(&std::fs::read(&path).unwrap(), &shared::ImportOptions::default()).unwrap();
     let s = summary(&trace);
-    let (_server, url) = static_server(&dist());
-    let b = Browser::start(1400, 1000);
-    b.goto(&format!("{url}/index.html"));
-    b.wait_for("return document.querySelector('#trace-file')", 30, "the page");
+    let (_server, b) = static_page();
     b.upload("#trace-file", &path);
     wait_drawn(&b, "resnet18_sgd_2steps.pickle");
 
@@ -454,10 +458,7 @@ fn rank_files_merge_and_two_traces_compare() {
     let (rank0, rank1) = (dir.join("rank0.pickle"), dir.join("rank1.pickle"));
     std::fs::copy(sample(resnet), &rank0).unwrap();
     std::fs::copy(sample(mlp), &rank1).unwrap();
-    let (_server, url) = static_server(&dist());
-    let b = Browser::start(1400, 1000);
-    b.goto(&format!("{url}/index.html"));
-    b.wait_for("return document.querySelector('#trace-file')", 30, "the page");
+    let (_server, b) = static_page();
     let shots = screenshots();
 
     // Chosen together (given in reverse order: ranks come from the names): merged.
@@ -655,10 +656,7 @@ fn the_served_viewer_follows_every_rank_of_a_distributed_job() {
 /// computes, and a budget below its weights says it cannot be met.
 #[test]
 fn out_of_memory_first_and_advice_with_predictions() {
-    let (_server, url) = static_server(&dist());
-    let b = Browser::start(1400, 1000);
-    b.goto(&format!("{url}/index.html"));
-    b.wait_for("return document.querySelector('#trace-file')", 30, "the page");
+    let (_server, b) = static_page();
     b.upload("#trace-file", &sample("oom_program.mtrace.json"));
     wait_drawn(&b, "oom_program.mtrace.json");
     let order = b.exec("return [...document.querySelectorAll('section.card')].map(s => s.id).slice(0, 2)", json!([]));
@@ -698,10 +696,7 @@ fn out_of_memory_first_and_advice_with_predictions() {
 #[test]
 fn active_memory_bands_hover_and_pin() {
     let name = "resnet18_sgd_2steps.pickle";
-    let (_server, url) = static_server(&dist());
-    let b = Browser::start(1400, 1000);
-    b.goto(&format!("{url}/index.html"));
-    b.wait_for("return document.querySelector('#trace-file')", 30, "the page");
+    let (_server, b) = static_page();
     b.upload("#trace-file", &sample(name));
     wait_drawn(&b, name);
     let top = b.wait_for("return document.getElementById('active-canvas')?.dataset.maxAllocated", 30, "the active view");
@@ -773,10 +768,7 @@ fn a_big_snapshot_opens_in_the_page_when_present() {
         summary(&trace).peak_allocated_bytes
     });
     let name = path.file_name().unwrap().to_string_lossy().into_owned();
-    let (_server, url) = static_server(&dist());
-    let b = Browser::start(1400, 1000);
-    b.goto(&format!("{url}/index.html"));
-    b.wait_for("return document.querySelector('#trace-file')", 30, "the page");
+    let (_server, b) = static_page();
     b.upload("#trace-file", &path);
     b.wait_for(
         &format!(
@@ -874,10 +866,7 @@ fn a_file_of_several_slices_opens_as_the_native_importer_reads_it() {
     let size = std::fs::metadata(&path).unwrap().len();
     assert!(size > 32 << 20, "more than two slices of 16 MiB: {size}");
     let trace = shared::import::import_reader(std::io::BufReader::new(std::fs::File::open(&path).unwrap()), &Default::default()).unwrap();
-    let (_server, url) = static_server(&dist());
-    let b = Browser::start(1400, 1000);
-    b.goto(&format!("{url}/index.html"));
-    b.wait_for("return document.querySelector('#trace-file')", 30, "the page");
+    let (_server, b) = static_page();
     b.upload("#trace-file", &path);
     wait_drawn(&b, "scaled.pickle");
     assert_eq!(timeline_top(&b), summary(&trace).peak_allocated_bytes);
