@@ -294,6 +294,19 @@ impl EventStore {
         self.ts_ns.len()
     }
 
+    /// Room for `additional` more events in every column, exactly: an importer that knows how
+    /// many events come spares the columns' doublings (in a browser's worker, whose memory
+    /// never shrinks, the last doubling of a 19 M-event trace held 1.6 GB of columns for 0.6).
+    pub fn reserve_exact(&mut self, additional: usize) {
+        self.ts_ns.reserve_exact(additional);
+        self.size_bytes.reserve_exact(additional);
+        self.address.reserve_exact(additional);
+        self.layer.reserve_exact(additional);
+        self.tag.reserve_exact(additional);
+        self.device.reserve_exact(additional);
+        self.stream.reserve_exact(additional);
+    }
+
     pub fn is_empty(&self) -> bool {
         self.ts_ns.is_empty()
     }
