@@ -90,7 +90,10 @@ pub fn start(state: AppState) -> Result<(), String> {
     on_message.forget(); // lives as long as the page
     let on_error = Closure::<dyn FnMut(JsValue)>::new(move |_e: JsValue| {
         state.loading.set(None);
-        state.error.set(Some(("worker".into(), "the worker stopped (out of memory?). Reload the page to try again.".into())));
+        let why = "the worker stopped, most likely out of memory (a browser gives it 4 GiB). Reload the page to try again; a trace too \
+                   large for a page opens through collector serve (its page offers the upload) or with the native tools (collector summary, \
+                   advise, convert), which stream it";
+        state.error.set(Some(("worker".into(), why.into())));
     });
     worker.set_onerror(Some(on_error.as_ref().unchecked_ref()));
     on_error.forget();
@@ -156,6 +159,15 @@ fn page_limit_bytes() -> f64 {
         .map_or(crate::protocol::PAGE_FILE_LIMIT_BYTES, |mb| mb * 1e6)
 }
 
+/// The memory the worker may hold once a file is open: [`crate::protocol::WORKER_MEMORY_BYTES`],
+/// or `?page_memory_mb=` (a machine with less memory, and the tests).
+fn page_memory_bytes() -> f64 {
+    crate::query_param("page_memory_mb")
+        .and_then(|v| v.parse::<f64>().ok())
+        .filter(|v| *v > 0.0)
+        .map_or(crate::protocol::WORKER_MEMORY_BYTES as f64, |mb| mb * 1e6)
+}
+
 /// Uploads the file kept by [`open_file`] to the server that serves the page, and opens it
 /// there: the server imports it natively and answers every view.
 pub fn upload_offered(state: AppState) {
@@ -196,7 +208,7 @@ pub fn open_file(state: AppState, file: web_sys::File) {
     }
     end_offer(state);
     state.begin_loading(&file.name());
-    let mut fields = vec![("kind", JsValue::from("open_file")), ("file", file.into())];
+    let mut fields = vec![("kind", JsValue::from("open_file")), ("file", file.into()), ("memory_budget", page_memory_bytes().into())];
     if let Some([t, a, f]) = CHART_WIDTHS.with(|w| w.get()) {
         fields.push(("widths", object(&[("timeline", t.into()), ("active", a.into()), ("fragmentation", f.into())])));
     }

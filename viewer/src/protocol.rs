@@ -1,6 +1,7 @@
 //! Messages between the page and the worker (`src/bin/worker.rs`).
 //!
-//! The page sends plain JS objects (`{kind: "open_file", file}`, `{kind: "open_files", files,
+//! The page sends plain JS objects (`{kind: "open_file", file, memory_budget}`, the budget in
+//! bytes the worker may hold once the file is open; `{kind: "open_files", files,
 //! allow_disjoint}`, `{kind: "open_url", url}`, `{kind: "compare_file", file}`, `{kind:
 //! "request", id, body}`), because a `File` cannot travel as JSON. With a file or URL comes
 //! `widths`: the pixel widths of the timeline, active memory and fragmentation charts, for
@@ -11,9 +12,15 @@ use serde::{Deserialize, Serialize};
 use shared::analysis::diff::TraceDiff;
 use shared::explore::{Overview, Request, Response};
 
-/// The largest file a page opens itself: a snapshot needs about 1.4 times its size in the
-/// worker (1.07 GB: 1.4 GiB measured), and wasm32 gives the worker 4 GiB at most.
-pub const PAGE_FILE_LIMIT_BYTES: f64 = 2.2e9;
+/// The largest file a page opens itself. What a snapshot needs in the worker depends on its
+/// entries more than its bytes (measured: a 3.08 GB one of 15.4 M entries, with a real
+/// `stacks="all"` recording's structure, 1.51 GiB; a 1.46 GB one of 19.2 M entries with short
+/// stacks, 1.91 GiB), and wasm32 gives the worker [`WORKER_MEMORY_BYTES`] at most: files
+/// under this limit that would not fit are stopped while read (`worker.rs`, `check_memory`).
+pub const PAGE_FILE_LIMIT_BYTES: f64 = 4e9;
+
+/// The most memory a worker's wasm can have: wasm32 addresses 4 GiB.
+pub const WORKER_MEMORY_BYTES: u64 = 4 << 30;
 
 /// What the worker tells the page.
 #[derive(Debug, Serialize, Deserialize)]

@@ -5,6 +5,7 @@
 
 use shared::explore::{Opened, Request, Response, Session};
 use shared::merge::MergeOptions;
+use shared::units::format_bytes;
 use std::cell::RefCell;
 use viewer::protocol::{requests, ToPage};
 use wasm_bindgen::prelude::*;
@@ -126,6 +127,8 @@ struct FileSlices {
     last_progress: f64,
     /// No progress messages (the warm-up).
     quiet: bool,
+    /// Bytes the worker may hold once the file is open ([`FileSlices::check_memory`]).
+    memory_budget: f64,
 }
 
 /// Bytes read from the file at once. Each read is a round trip to the browser process: on a
@@ -135,6 +138,35 @@ struct FileSlices {
 /// the other one to serve the bytes.)
 const SLICE_BYTES: f64 = (16 << 20) as f64;
 
+/// What opening a snapshot holds at its end over what its parse held: the trace's columns
+/// (32 bytes an event) and stacks are built while the parsed entries (40 bytes each) are
+/// still held. Measured in the page: 1.51 / 0.96 GiB (3.08 GB, 15.4 M entries of real
+/// `stacks="all"` structure) and 1.91 / 1.20 GiB (1.46 GB, 19.2 M entries, short stacks).
+const OPEN_OVER_PARSE: f64 = 1.6;
+
+impl FileSlices {
+    /// Stops reading once what the worker holds, with what the rest of opening adds, passes
+    /// its budget (a browser ends a worker that asks for more than 4 GiB, and what it was
+    /// doing is lost with it): the error says where, how much the page holds, and the ways
+    /// that open the file. The trace already open stays.
+    fn check_memory(&self, size: f64) -> std::io::Result<()> {
+        let held = memory_bytes();
+        if held as f64 * OPEN_OVER_PARSE <= self.memory_budget {
+            return Ok(());
+        }
+        Err(std::io::Error::other(format!(
+            "stopped at byte {:.0} of {:.0} ({:.0} %): the page's worker holds {}, and opening the file would take it past the {} a \
+             page gets. {}",
+            self.offset,
+            size,
+            self.offset / size.max(1.0) * 100.0,
+            format_bytes(held),
+            format_bytes(self.memory_budget as u64),
+            ways_around(&self.file.name())
+        )))
+    }
+}
+
 impl std::io::Read for FileSlices {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         if self.at == self.chunk.len() {
@@ -142,6 +174,7 @@ impl std::io::Read for FileSlices {
             if self.offset >= size {
                 return Ok(0);
             }
+            self.check_memory(size)?;
             let end = (self.offset + SLICE_BYTES).min(size);
             let slice = self
                 .file
@@ -160,7 +193,13 @@ impl std::io::Read for FileSlices {
             }
             if !self.quiet && size > 0.0 && (end - self.last_progress >= size / 20.0 || end == size) {
                 self.last_progress = end;
-                progress(&format!("parsing {} ({:.0} % of {:.1} MB)", self.file.name(), end / size * 100.0, size / 1e6));
+                progress(&format!(
+                    "parsing {} ({:.0} % of {:.1} MB; the page holds {})",
+                    self.file.name(),
+                    end / size * 100.0,
+                    size / 1e6,
+                    format_bytes(memory_bytes())
+                ));
             }
         }
         let n = buf.len().min(self.chunk.len() - self.at);
@@ -170,10 +209,20 @@ impl std::io::Read for FileSlices {
     }
 }
 
+/// How a file too large for a page opens: on the server, or with the native tools.
+fn ways_around(name: &str) -> String {
+    format!(
+        "Open it through the server, which imports it natively and draws every view here: `collector serve --max-upload-mb 16384`, \
+         upload it (`curl -X POST -T {name} 'http://127.0.0.1:8000/api/trace/upload?filename={name}'`) and press \"on server\" in its \
+         row. Or use the native tools, which stream it: `collector summary {name}`, `collector advise {name}`, or `collector convert \
+         {name} -o out.csv` for the layer table"
+    )
+}
+
 /// Largest file opened here (a page served by `collector serve` offers the server first).
 const MAX_FILE_BYTES: f64 = viewer::protocol::PAGE_FILE_LIMIT_BYTES;
 
-fn open_file(file: web_sys::File) {
+fn open_file(file: web_sys::File, memory_budget: f64) {
     let name = file.name();
     let reader = match web_sys::FileReaderSync::new() {
         Ok(r) => r,
@@ -182,16 +231,14 @@ fn open_file(file: web_sys::File) {
     let size = file.size();
     if size > MAX_FILE_BYTES {
         let message = format!(
-            "{name} is {:.1} GB: a page holds traces of files up to about {:.1} GB (a browser gives it 4 GiB). Open it through the server, \
-             which imports it natively and draws every view here: `collector serve --max-upload-mb 16384`, upload it (`curl -X POST -T {name} \
-             'http://127.0.0.1:8000/api/trace/upload?filename={name}'`) and press \"on server\" in its row. Or use the native tools, \
-             which stream it: `collector summary {name}`, `collector advise {name}`, or `collector convert {name} -o out.csv` for the layer table",
+            "{name} is {:.1} GB: a page holds traces of files up to about {:.1} GB (a browser gives it 4 GiB). {}",
             size / 1e9,
-            MAX_FILE_BYTES / 1e9
+            MAX_FILE_BYTES / 1e9,
+            ways_around(&name)
         );
         return failed(&name, message);
     }
-    let slices = FileSlices { file, reader, offset: 0.0, chunk: Vec::new(), at: 0, last_progress: 0.0, quiet: false };
+    let slices = FileSlices { file, reader, offset: 0.0, chunk: Vec::new(), at: 0, last_progress: 0.0, quiet: false, memory_budget };
     match Session::open_reader(&name, size as u64, slices, progress) {
         Ok(result) => opened(result),
         Err(message) => failed(&name, message),
@@ -289,7 +336,8 @@ fn on_message(e: MessageEvent) {
     match kind.as_deref() {
         Some("open_file") => {
             if let Ok(file) = field(&data, "file").dyn_into::<web_sys::File>() {
-                open_file(file);
+                let budget = field(&data, "memory_budget").as_f64().filter(|b| *b > 0.0);
+                open_file(file, budget.unwrap_or(viewer::protocol::WORKER_MEMORY_BYTES as f64));
             }
         }
         Some("open_files") => open_files(files_of(field(&data, "files")), field(&data, "allow_disjoint").is_truthy()),
@@ -330,7 +378,8 @@ fn warm_up() {
     let Ok(file) = web_sys::File::new_with_u8_array_sequence(&parts, "warmup.pickle") else { return };
     let Ok(reader) = web_sys::FileReaderSync::new() else { return };
     let size = file.size();
-    let slices = FileSlices { file, reader, offset: 0.0, chunk: Vec::new(), at: 0, last_progress: 0.0, quiet: true };
+    let memory_budget = viewer::protocol::WORKER_MEMORY_BYTES as f64;
+    let slices = FileSlices { file, reader, offset: 0.0, chunk: Vec::new(), at: 0, last_progress: 0.0, quiet: true, memory_budget };
     let Ok(Opened::Trace(session, overview)) = Session::open_reader("warmup.pickle", size as u64, slices, |_| {}) else { return };
     SESSION.with(|s| *s.borrow_mut() = Some(*session));
     post(&ToPage::Warmup { overview });
