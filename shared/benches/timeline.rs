@@ -2,7 +2,8 @@
 //! whole trace and for zoomed and panned windows as the viewer asks them (2 000 buckets).
 //! Both must give the same points; prints per-window time (median, p95, max) and the index's
 //! build time and size. Then the Active Memory Timeline over the same windows (1 500 columns,
-//! the 2 000 largest allocations as bands): pairing once, then time per window.
+//! the 2 000 largest allocations as bands): pairing once, then time per window, its columns'
+//! moments walked over the window's events and from the index (both must give the same view).
 //!
 //!     cargo bench -p memory-tracer-shared --bench timeline
 
@@ -63,21 +64,28 @@ fn main() {
     println!("{} windows of 2000 buckets, same points from both:", windows.len());
     println!("  full scan:  {} (whole trace {:.1} ms)", stats(scan_ms.clone()), scan_ms[0]);
     println!("  index:      {} (whole trace {:.2} ms)", stats(index_ms.clone()), index_ms[0]);
-    active(&big, &windows);
+    active(&big, &index, &windows);
 }
 
-fn active(big: &shared::Trace, windows: &[(f64, f64)]) {
+fn active(big: &shared::Trace, index: &TimelineIndex, windows: &[(f64, f64)]) {
     use shared::analysis::active::{active_timeline, ActiveOptions, Pairs};
     let t = Instant::now();
     let pairs = Pairs::of(big, 0);
     println!("active memory: {} allocations paired in {:.0} ms", pairs.spans.len(), t.elapsed().as_secs_f64() * 1e3);
-    let mut ms = Vec::new();
+    let (mut scan_ms, mut ms) = (Vec::new(), Vec::new());
     let mut bands = 0;
     for &(a, b) in windows {
+        let options = ActiveOptions { start_s: a, end_s: b, columns: 1500, detail: 2000 };
         let t = Instant::now();
-        let view = active_timeline(big, &pairs, &ActiveOptions { start_s: a, end_s: b, columns: 1500, detail: 2000 });
+        let scanned = active_timeline(big, &pairs, None, &options);
+        scan_ms.push(t.elapsed().as_secs_f64() * 1e3);
+        let t = Instant::now();
+        let view = active_timeline(big, &pairs, Some(index), &options);
         ms.push(t.elapsed().as_secs_f64() * 1e3);
+        assert_eq!(view, scanned, "window {a}..{b}: the index's column moments are the walk's");
         bands = bands.max(view.bands.len());
     }
-    println!("  {} windows, up to {bands} bands: {} (whole trace {:.1} ms)", windows.len(), stats(ms.clone()), ms[0]);
+    println!("  {} windows, up to {bands} bands, the same from both:", windows.len());
+    println!("    moments walked:   {} (whole trace {:.1} ms)", stats(scan_ms.clone()), scan_ms[0]);
+    println!("    moments indexed:  {} (whole trace {:.1} ms)", stats(ms.clone()), ms[0]);
 }

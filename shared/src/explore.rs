@@ -440,7 +440,7 @@ impl Session {
         }
         let Some(pairs) = &self.pairs else { return Response::Error { message: "no allocations".into() } };
         let options = analysis::active::ActiveOptions { start_s, end_s, columns, detail: detail.min(200_000) };
-        let mut a = analysis::active::active_timeline(self.trace(), pairs, &options);
+        let mut a = analysis::active::active_timeline(self.trace(), pairs, self.index.as_ref(), &options);
         for b in &mut a.bands {
             b.op = self.ops_at_event.get(b.event_index as usize).and_then(|&o| self.trace().opt_str(o)).map(str::to_owned);
         }

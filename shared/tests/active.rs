@@ -27,7 +27,7 @@ const SAMPLES: [&str; 2] = ["mlp_adam_3steps.pickle", "resnet18_sgd_2steps.pickl
 
 fn whole(trace: &Trace, pairs: &Pairs, columns: usize, detail: usize) -> ActiveTimeline {
     let end_s = (trace.end_ns() - trace.start_ns()) as f64 * 1e-9;
-    active_timeline(trace, pairs, &ActiveOptions { start_s: 0.0, end_s, columns, detail })
+    active_timeline(trace, pairs, None, &ActiveOptions { start_s: 0.0, end_s, columns, detail })
 }
 
 /// Band indices live in column `c`, bottom first.
@@ -113,7 +113,7 @@ fn the_drawn_bands_are_the_largest_and_the_rest_are_summarized() {
     }
     // A zoomed window: only what is live in it, the same totals where the columns coincide.
     let end_s = (trace.end_ns() - trace.start_ns()) as f64 * 1e-9;
-    let z = active_timeline(&trace, &pairs, &ActiveOptions { start_s: end_s * 0.25, end_s: end_s * 0.5, columns: 200, detail: 1000 });
+    let z = active_timeline(&trace, &pairs, None, &ActiveOptions { start_s: end_s * 0.25, end_s: end_s * 0.5, columns: 200, detail: 1000 });
     assert!(z.bands.iter().all(|b| b.alloc_s < end_s * 0.5 && b.free_s.is_none_or(|f| f >= end_s * 0.25)));
     assert!(z.totals.iter().max() <= all.totals.iter().max());
 }
@@ -146,12 +146,12 @@ fn any_window_a_request_names_is_answered_without_panic() {
     let trace = import(&data("mlp_adam_3steps.pickle"), &ImportOptions::default()).unwrap();
     let pairs = Pairs::of(&trace, 0);
     for (start_s, end_s) in [(1e300, 1e300), (f64::NAN, f64::NAN), (-5.0, -1.0), (10.0, 2.0), (0.0, f64::MAX), (1e6, 1e7)] {
-        let a = active_timeline(&trace, &pairs, &ActiveOptions { start_s, end_s, columns: 7, detail: 10 });
+        let a = active_timeline(&trace, &pairs, None, &ActiveOptions { start_s, end_s, columns: 7, detail: 10 });
         assert_eq!(a.totals.len(), 7, "{start_s}..{end_s}");
         assert!(a.totals.iter().all(|&t| t <= fact("mlp_adam_3steps.pickle", "max_allocated")));
     }
     // A device without events: nothing to pair, nothing drawn.
-    let a = active_timeline(&trace, &Pairs::of(&trace, 200), &ActiveOptions { start_s: 0.0, end_s: 1.0, columns: 3, detail: 10 });
+    let a = active_timeline(&trace, &Pairs::of(&trace, 200), None, &ActiveOptions { start_s: 0.0, end_s: 1.0, columns: 3, detail: 10 });
     assert!(a.bands.is_empty() && a.moments_s.iter().all(Option::is_none));
 }
 
@@ -198,4 +198,46 @@ fn the_allocations_live_in_a_window_are_found_without_reading_every_event() {
             }
         }
     }
+}
+
+/// The columns' moments from the timeline index are the ones a walk over every event of the
+/// window finds, on both samples and on the two merged as ranks (two devices interleaved),
+/// for windows at every scale, past the ends, and for 1 to 1 500 columns.
+#[test]
+fn the_index_finds_the_moments_a_walk_over_the_window_finds() {
+    use shared::analysis::active::column_moments;
+    use shared::analysis::timeline_index::TimelineIndex;
+    use shared::merge::{merge_with, MergeInput, MergeOptions};
+    let samples: Vec<Trace> = SAMPLES.iter().map(|s| import(&data(s), &ImportOptions::default()).unwrap()).collect();
+    let inputs = samples.iter().enumerate().map(|(k, t)| MergeInput { trace: t.clone(), rank: k as u32, label: SAMPLES[k].into() });
+    let merged = merge_with(inputs.collect(), &MergeOptions { allow_disjoint: true, ..MergeOptions::default() }).unwrap();
+    assert!(merged.events.device.iter().collect::<BTreeSet<_>>().len() >= 2, "two devices interleaved");
+    let mut compared = 0;
+    for trace in samples.iter().chain([&merged]) {
+        let index = TimelineIndex::new(trace);
+        let (start, end) = (trace.start_ns(), trace.end_ns());
+        let span = end - start;
+        let mut windows = vec![(start, end + 1), (0, u64::MAX), (end + 10, end + 20), (start, start + 1)];
+        for k in 1..40u64 {
+            let width = span / (k * k) + 1;
+            let a = start + (span / 41) * k;
+            windows.push((a, a.saturating_add(width)));
+            windows.push((a.saturating_sub(width / 3), a + width / 7 + 1));
+        }
+        let devices: BTreeSet<u8> = trace.events.device.iter().copied().collect();
+        for &device in &devices {
+            for &window in &windows {
+                for columns in [1, 7, 300, 1500] {
+                    let walked = column_moments(trace, device, window, columns);
+                    assert_eq!(
+                        index.column_moments(trace, device, window, columns).as_ref(),
+                        Some(&walked),
+                        "device {device} {window:?} {columns}"
+                    );
+                    compared += 1;
+                }
+            }
+        }
+    }
+    assert!(compared > 900, "{compared} windows compared");
 }

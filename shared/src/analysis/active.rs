@@ -8,6 +8,7 @@
 //! total (so the peak's column shows the peak exactly). [`Pairs`] (which event frees each
 //! allocation) is computed once per device and kept by the caller.
 
+use super::timeline_index::TimelineIndex;
 use crate::model::{EventType, Trace};
 use serde::{Deserialize, Serialize};
 
@@ -27,6 +28,9 @@ pub struct Pairs {
     /// The latest free of each run of [`SPAN_BLOCK`] spans: a run that ended before a window
     /// is skipped whole (most allocations of a training step live for a moment).
     block_last_free: Vec<u64>,
+    /// The largest allocation of each run of [`SPAN_BLOCK`] spans: once a window's largest
+    /// live allocations are found, a run with none larger holds no more of them.
+    block_max_size: Vec<u64>,
     /// Whether allocations are in time order (a trace's events are, unless merged oddly):
     /// then those made after a window are cut off by a binary search.
     time_ordered: bool,
@@ -61,8 +65,58 @@ impl Pairs {
         let alloc_ns: Vec<u64> = spans.iter().map(|&(a, _)| ev.ts_ns[a as usize]).collect();
         let free_ns: Vec<u64> = spans.iter().map(|&(_, f)| if f == NEVER { u64::MAX } else { ev.ts_ns[f as usize] }).collect();
         let block_last_free = free_ns.chunks(SPAN_BLOCK).map(|c| c.iter().copied().max().unwrap_or(0)).collect();
+        let block_max_size =
+            spans.chunks(SPAN_BLOCK).map(|c| c.iter().map(|&(a, _)| ev.size_bytes[a as usize]).max().unwrap_or(0)).collect();
         let time_ordered = alloc_ns.windows(2).all(|w| w[0] <= w[1]);
-        Self { device, spans, alloc_ns, free_ns, block_last_free, time_ordered }
+        Self { device, spans, alloc_ns, free_ns, block_last_free, block_max_size, time_ordered }
+    }
+
+    /// Of the allocations live at some time of `[lo, hi)` (as [`Pairs::live_in`] finds them),
+    /// the `detail` largest, ties going to the earlier made, in span order; and how many are
+    /// live. Allocations are counted in sequence, but sizes are read, and candidates kept,
+    /// only in runs that hold one larger than the smallest kept: zoomed out over millions of
+    /// allocations, a few thousand are looked at, not all of them sorted.
+    pub fn largest_live(&self, trace: &Trace, lo: u64, hi: u64, detail: usize) -> (Vec<u32>, usize) {
+        use std::cmp::Reverse;
+        use std::collections::BinaryHeap;
+        let detail = detail.min(self.spans.len());
+        let size = |k: usize| trace.events.size_bytes[self.spans[k].0 as usize];
+        let end = if self.time_ordered { self.alloc_ns.partition_point(|&t| t < hi) } else { self.alloc_ns.len() };
+        // The kept, smallest (and among equals the latest made) on top.
+        let mut kept: BinaryHeap<Reverse<(u64, Reverse<u32>)>> = BinaryHeap::with_capacity(detail + 1);
+        let mut live = 0usize;
+        for (b, &last) in self.block_last_free.iter().enumerate() {
+            let start = b * SPAN_BLOCK;
+            if start >= end {
+                break;
+            }
+            if last < lo {
+                continue;
+            }
+            let ks = start..(start + SPAN_BLOCK).min(end);
+            // Later allocations win no tie, so a run's equal sizes cannot displace one kept.
+            let full_above = kept.len() == detail && kept.peek().is_none_or(|Reverse((s, _))| self.block_max_size[b] <= *s);
+            if full_above {
+                live += ks.filter(|&k| self.free_ns[k] >= lo && self.alloc_ns[k] < hi).count();
+                continue;
+            }
+            for k in ks {
+                if self.free_ns[k] < lo || self.alloc_ns[k] >= hi {
+                    continue;
+                }
+                live += 1;
+                let candidate = Reverse((size(k), Reverse(k as u32)));
+                if kept.len() < detail {
+                    kept.push(candidate);
+                } else if kept.peek().is_some_and(|smallest| candidate < *smallest) {
+                    kept.pop();
+                    kept.push(candidate);
+                }
+            }
+        }
+        let mut largest: Vec<u32> = kept.into_iter().map(|Reverse((_, Reverse(k)))| k).collect();
+        largest.sort_unstable();
+        (largest, live)
     }
 
     /// The spans (indices into [`Pairs::spans`]) of the allocations live at some time of
@@ -176,26 +230,23 @@ pub struct ActiveTimeline {
     pub summarized: usize,
 }
 
-/// The Active Memory Timeline of `pairs.device` over a window.
-pub fn active_timeline(trace: &Trace, pairs: &Pairs, options: &ActiveOptions) -> ActiveTimeline {
+/// The Active Memory Timeline of `pairs.device` over a window; with `index` (this trace's),
+/// the columns' moments come from it instead of a walk over every event in the window.
+pub fn active_timeline(trace: &Trace, pairs: &Pairs, index: Option<&TimelineIndex>, options: &ActiveOptions) -> ActiveTimeline {
     let columns = options.columns.clamp(1, MAX_COLUMNS);
     let start_ns = trace.start_ns();
     let to_ns = |s: f64| start_ns.saturating_add((s.max(0.0) * 1e9) as u64);
     // Any window a request can name (NaN, negative, past the end, 1e300 s) is a valid range.
     let lo = to_ns(options.start_s);
     let hi = to_ns(options.end_s.max(options.start_s)).max(lo.saturating_add(1));
-    let moments = column_moments(trace, pairs.device, (lo, hi), columns);
+    let moments = index
+        .and_then(|x| x.column_moments(trace, pairs.device, (lo, hi), columns))
+        .unwrap_or_else(|| column_moments(trace, pairs.device, (lo, hi), columns));
     let secs = |i: u32| trace.events.ts_ns[i as usize].saturating_sub(start_ns) as f64 * 1e-9;
     // The allocations live in the window: made before its end, freed after its start.
     let ev = &trace.events;
-    let mut live = pairs.live_in(lo, hi);
-    let detail = options.detail.min(live.len());
-    if detail < live.len() {
-        live.select_nth_unstable_by_key(detail, |&k| std::cmp::Reverse(ev.size_bytes[pairs.spans[k as usize].0 as usize]));
-    }
-    let (in_window, summarized) = (live.len(), live.len() - detail);
-    live.truncate(detail);
-    live.sort_unstable();
+    let (live, in_window) = pairs.largest_live(trace, lo, hi, options.detail);
+    let summarized = in_window - live.len();
     let mut bands: Vec<ActiveBand> = live
         .iter()
         .map(|&k| {
@@ -233,18 +284,22 @@ pub fn active_timeline(trace: &Trace, pairs: &Pairs, options: &ActiveOptions) ->
 /// For each column, the event of `device` with the highest allocated total after it (the
 /// first such), and that total; a column without events shows the state after the last
 /// event before it.
-fn column_moments(trace: &Trace, device: u8, (lo, hi): (u64, u64), columns: usize) -> Vec<Option<(u32, u64)>> {
+pub fn column_moments(trace: &Trace, device: u8, (lo, hi): (u64, u64), columns: usize) -> Vec<Option<(u32, u64)>> {
     let ev = &trace.events;
     let first = ev.ts_ns.partition_point(|&t| t < lo);
-    let mut cursor = ev.cursor_near(first.saturating_sub(1));
+    // The state just before the window: after the device's last event before it (however far
+    // back: another device's events may follow it).
     let mut last: Option<(u32, u64)> = None;
-    // The state just before the window.
-    while cursor.position() < first {
-        let i = cursor.position();
-        let t = cursor.advance();
-        if ev.device[i] == device {
-            last = Some((i as u32, t.allocated_bytes));
+    if let Some(j) = (0..first).rev().find(|&j| ev.device[j] == device) {
+        let mut cursor = ev.cursor_near(j);
+        while cursor.position() < j {
+            cursor.advance();
         }
+        last = Some((j as u32, cursor.advance().allocated_bytes));
+    }
+    let mut cursor = ev.cursor_near(first);
+    while cursor.position() < first {
+        cursor.advance();
     }
     let width = (hi.saturating_sub(lo)).max(1) as f64 / columns as f64;
     let mut out: Vec<Option<(u32, u64)>> = Vec::with_capacity(columns);

@@ -181,6 +181,130 @@ impl TimelineIndex {
         self.replay(walk, ev, d, i, i).0
     }
 
+    /// The first of device `d`'s events in `from..to` with the highest allocated total after
+    /// it, and that total, replayed event by event.
+    fn first_max_replayed<'a>(
+        &self,
+        walk: &mut Option<TotalsCursor<'a>>,
+        ev: &'a EventStore,
+        d: usize,
+        from: usize,
+        to: usize,
+    ) -> Option<(u32, u64)> {
+        if from >= to {
+            return None;
+        }
+        self.replay(walk, ev, d, from, from);
+        let cursor = walk.as_mut()?;
+        let mut best: Option<(u32, u64)> = None;
+        for i in from..to {
+            let t = cursor.advance();
+            if ev.device[i] as usize == d && best.is_none_or(|(_, b)| t.allocated_bytes > b) {
+                best = Some((i as u32, t.allocated_bytes));
+            }
+        }
+        best
+    }
+
+    /// The first of device `d`'s events in `from..to` with the highest allocated total after
+    /// it, and that total: whole blocks from their leaves, the one holding the maximum and the
+    /// partial blocks at the ends replayed.
+    fn first_max<'a>(
+        &self,
+        walk: &mut Option<TotalsCursor<'a>>,
+        ev: &'a EventStore,
+        d: usize,
+        from: usize,
+        to: usize,
+    ) -> Option<(u32, u64)> {
+        let (from_block, to_block) = (from.div_ceil(BLOCK), to / BLOCK);
+        if from_block >= to_block {
+            return self.first_max_replayed(walk, ev, d, from, to);
+        }
+        let left = self.first_max_replayed(walk, ev, d, from, from_block * BLOCK);
+        // The first whole block holding the highest total, and that total.
+        let mut middle: Option<(usize, u64)> = None;
+        for b in from_block..to_block {
+            let node = self.levels[0][b * self.devices + d];
+            if !node.is_empty() && middle.is_none_or(|(_, m)| node.allocated_max > m) {
+                middle = Some((b, node.allocated_max));
+            }
+        }
+        let mut best = left;
+        if let Some((b, m)) = middle.filter(|&(_, m)| best.is_none_or(|(_, l)| m > l)) {
+            let found = self.first_max_replayed(walk, ev, d, b * BLOCK, (b + 1) * BLOCK);
+            debug_assert_eq!(found.map(|f| f.1), Some(m));
+            best = found;
+        }
+        let right = self.first_max_replayed(walk, ev, d, to_block * BLOCK, to);
+        if let Some(r) = right.filter(|&(_, r)| best.is_none_or(|(_, b)| r > b)) {
+            best = Some(r);
+        }
+        best
+    }
+
+    /// The last of device `d`'s events before event `to`, and the allocated total after it.
+    fn last_before<'a>(&self, walk: &mut Option<TotalsCursor<'a>>, ev: &'a EventStore, d: usize, to: usize) -> Option<(u32, u64)> {
+        let mut i = to;
+        while i > 0 {
+            let block = (i - 1) / BLOCK;
+            let start = block * BLOCK;
+            if i == (block + 1) * BLOCK && self.levels[0][block * self.devices + d].is_empty() {
+                i = start;
+                continue;
+            }
+            if let Some(j) = (start..i).rev().find(|&j| ev.device[j] as usize == d) {
+                let (_, _, _, after) = self.replay(walk, ev, d, j, j + 1);
+                return Some((j as u32, after.allocated_bytes));
+            }
+            i = start;
+        }
+        None
+    }
+
+    /// For each of `columns` equal columns of `[lo, hi)` (nanoseconds), the first event of
+    /// `device` with the highest allocated total after it, and that total; a column without
+    /// its events shows the state after the last one before it. What a walk over every event
+    /// in the window gives (`active::column_moments`), in time proportional to the columns
+    /// and the window's blocks. `None` if the index is not this trace's or has no `device`.
+    pub fn column_moments(&self, trace: &Trace, device: u8, (lo, hi): (u64, u64), columns: usize) -> Option<Vec<Option<(u32, u64)>>> {
+        let ev = &trace.events;
+        let d = device as usize;
+        if ev.len() != self.events || d >= self.devices || columns == 0 {
+            return None;
+        }
+        let width = (hi.saturating_sub(lo)).max(1) as f64 / columns as f64;
+        let column = |ts: u64| (((ts - lo) as f64 / width) as usize).min(columns - 1);
+        let first = ev.ts_ns.partition_point(|&t| t < lo);
+        let end = ev.ts_ns.partition_point(|&t| t < hi);
+        let mut walk = None;
+        let mut last = self.last_before(&mut walk, ev, d, first);
+        let mut out = Vec::with_capacity(columns);
+        let mut a = first;
+        while a < end {
+            let c = column(ev.ts_ns[a]);
+            while out.len() < c {
+                out.push(last);
+            }
+            // The column's events: a gallop from `a`, then a binary search in the last step.
+            let rest = &ev.ts_ns[a..end];
+            let within = |t: &u64| column(*t) <= c;
+            let (mut known, mut step) = (0, 1);
+            while known + step < rest.len() && within(&rest[known + step]) {
+                known += step;
+                step *= 2;
+            }
+            let b = a + known + rest[known..(known + step).min(rest.len())].partition_point(within);
+            last = self.first_max(&mut walk, ev, d, a, b).or(last);
+            out.push(last);
+            a = b;
+        }
+        while out.len() < columns {
+            out.push(last);
+        }
+        Some(out)
+    }
+
     /// What [`super::timeline`] gives for `options`, computed from the index (built from this
     /// `trace`).
     pub fn timeline(&self, trace: &Trace, options: &TimelineOptions) -> Vec<TimelinePoint> {
