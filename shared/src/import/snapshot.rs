@@ -280,11 +280,9 @@ impl EntryBlocks {
     fn push(&mut self, e: Entry) {
         match self.blocks.last_mut() {
             Some(b) if b.len() < Self::BLOCK => b.push(e),
-            _ => {
-                let mut b = Vec::with_capacity(Self::BLOCK);
-                b.push(e);
-                self.blocks.push(b);
-            }
+            // Each block grows from empty (to exactly `BLOCK`, a power of two), so a small
+            // snapshot holds what its entries need, not a whole block.
+            _ => self.blocks.push(vec![e]),
         }
         self.len += 1;
     }
