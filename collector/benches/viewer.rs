@@ -1,6 +1,7 @@
 //! The viewer in headless Chromium (Debian's, through chromedriver), on the files named in
 //! `MEMORY_TRACER_VIEWER_BENCH_FILES` (comma-separated; default: the ResNet-18 snapshot
-//! sample). For each file: time from choosing it in the file input to every chart drawn, time
+//! sample). For each file: when the page was warm (its hidden warm-up report drawn, ms after
+//! it started), time from choosing it in the file input to every chart drawn, time
 //! to the worker's overview, the worker's peak wasm memory, the renderer process's peak
 //! memory, and the frame time of 30 timeline zooms and pans (input to redrawn pixels, worker
 //! round trip included).
@@ -71,9 +72,10 @@ fn describe(r: &Value) -> String {
             r["drawn_ms"].as_f64().unwrap_or(f64::NAN),
             r["renderer_peak_bytes"].as_f64().unwrap_or(f64::NAN) / 1048576.0,
             r.get("worker_memory_bytes").map_or(String::new(), |m| format!(
-                ", worker memory {:.0} MiB, overview {:.0} ms",
+                ", worker memory {:.0} MiB, overview {:.0} ms, page warm {:.0} ms after it started",
                 m.as_f64().unwrap_or(f64::NAN) / 1048576.0,
-                r["load_ms"].as_f64().unwrap_or(f64::NAN)
+                r["load_ms"].as_f64().unwrap_or(f64::NAN),
+                r["warm_ms"].as_f64().unwrap_or(f64::NAN)
             )),
             r.get("frame_ms").map_or(String::new(), |f| format!(
                 ", {} events, zoom/pan frame median {:.1} ms, p95 {:.1} ms, max {:.1} ms",
@@ -173,7 +175,7 @@ fn open_in_viewer(url: &str, file: &Path, timeout_s: u64) -> Value {
     b.wait_for("return document.querySelector('#trace-file')", 30, "the page");
     // A user chooses a file a second or more after the page appears: by then the page has
     // warmed up (`data-warm`).
-    let _ = poll(&b, "return document.body.dataset.warm", 10);
+    let warm_ms = poll(&b, "return document.body.dataset.warm", 10).ok().and_then(|v| v.as_str()?.parse::<f64>().ok());
     b.upload("#trace-file", file);
     let outcome = match poll(&b, "return document.body.dataset.drawnMs || document.querySelector('#error-panel')?.innerText", timeout_s) {
         Ok(v) => v,
@@ -211,7 +213,7 @@ fn open_in_viewer(url: &str, file: &Path, timeout_s: u64) -> Value {
     let median = frames[frames.len() / 2];
     let p95 = frames[(frames.len() * 95 / 100).min(frames.len() - 1)];
     let max = frames[frames.len() - 1];
-    json!({"events": events, "load_ms": load_ms, "drawn_ms": drawn_ms, "worker_memory_bytes": memory,
+    json!({"events": events, "warm_ms": warm_ms, "load_ms": load_ms, "drawn_ms": drawn_ms, "worker_memory_bytes": memory,
         "renderer_peak_bytes": renderer_peak, "drawn_each_ms": each, "marks": marks, "frame_ms": {"median": median, "p95": p95, "max": max, "n": frames.len()}})
 }
 

@@ -3,6 +3,9 @@
 //! of opening a file goes, without a browser.
 //!
 //!     cargo run --release -p memory-tracer-shared --example open_stages -- trace.pickle [...]
+//!
+//! `--repeat N` opens each file N times and prints every run (the first is cold; the later
+//! ones are what a warm process does, and a loop to record with `perf`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -10,13 +13,22 @@ use shared::explore::{Opened, Request, Session};
 use std::time::Instant;
 
 fn main() {
-    for path in std::env::args().skip(1) {
-        let size = std::fs::metadata(&path).expect("the file exists").len();
-        let file = std::io::BufReader::new(std::fs::File::open(&path).expect("the file opens"));
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    let repeat = match args.iter().position(|a| a == "--repeat") {
+        Some(at) => {
+            let n = args.get(at + 1).and_then(|n| n.parse().ok()).expect("--repeat N: a count");
+            args.drain(at..at + 2);
+            n
+        }
+        None => 1,
+    };
+    for path in args.iter().flat_map(|p| std::iter::repeat_n(p.as_str(), repeat)) {
+        let size = std::fs::metadata(path).expect("the file exists").len();
+        let file = std::io::BufReader::new(std::fs::File::open(path).expect("the file opens"));
         let start = Instant::now();
         let mut last = (String::from("start"), start);
         let mut lines = Vec::new();
-        let opened = Session::open_reader(&path, size, file, |stage| {
+        let opened = Session::open_reader(path, size, file, |stage| {
             let now = Instant::now();
             lines.push(format!("  {:>9.2} ms  {} (peak RSS then {} MiB)", (now - last.1).as_secs_f64() * 1e3, last.0, peak_rss_mib()));
             last = (stage.to_owned(), now);

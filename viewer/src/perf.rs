@@ -1,8 +1,8 @@
 //! Timing marks the benchmarks read from the page: `<body data-load-ms>` (file chosen → worker
 //! answered with the overview), `data-drawn-ms` (file chosen → every chart drawn) and
 //! `window.__mtFrames` (milliseconds from each zoom or pan input to its redrawn frame) and
-//! `data-worker-memory` (bytes of the worker's wasm memory, its peak); `data-warm` once the
-//! hidden warm-up report ([`crate::protocol::ToPage::Warmup`]) is drawn.
+//! `data-worker-memory` (bytes of the worker's wasm memory, its peak); `data-warm` (ms since the page
+//! started) once the hidden warm-up report ([`crate::protocol::ToPage::Warmup`]) is drawn.
 
 use shared::explore::Overview;
 use std::cell::RefCell;
@@ -52,10 +52,15 @@ pub fn warming() -> bool {
     WARMING.with(|w| w.borrow().is_some())
 }
 
+/// A round of the warm-up is drawn, another follows.
+pub fn pause_warmup() {
+    WARMING.with(|w| w.borrow_mut().take());
+}
+
 /// The warm-up is over (drawn, or a file was chosen first).
 pub fn end_warmup() {
     if WARMING.with(|w| w.borrow_mut().take()).is_some() {
-        set_body("data-warm", "1");
+        set_body("data-warm", &format!("{:.0}", now()));
     }
 }
 
@@ -102,7 +107,7 @@ pub fn drawn(chart: &'static str) {
     match warm_done {
         Some(true) => {
             // After this effect: the report it belongs to goes.
-            let later = wasm_bindgen::closure::Closure::once_into_js(crate::end_warmup);
+            let later = wasm_bindgen::closure::Closure::once_into_js(crate::warmup_drawn);
             if let Some(w) = web_sys::window() {
                 use wasm_bindgen::JsCast;
                 let _ = w.set_timeout_with_callback(later.unchecked_ref());
