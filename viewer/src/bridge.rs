@@ -45,6 +45,7 @@ thread_local! {
 /// every request (`/api/trace/{id}/overview`, `/api/trace/{id}/explore`), so a file larger than
 /// a page can hold opens all the same. The trace shown before stays if it fails.
 pub fn open_remote(state: AppState, id: &str) {
+    crate::perf::begin_open();
     state.begin_loading(id);
     let id = id.to_owned();
     leptos::task::spawn_local(async move {
@@ -207,12 +208,18 @@ pub fn open_file(state: AppState, file: web_sys::File) {
         return;
     }
     end_offer(state);
-    state.begin_loading(&file.name());
+    crate::perf::begin_open();
+    if crate::perf::warming() {
+        note_chart_widths();
+    }
+    let name = file.name();
     let mut fields = vec![("kind", JsValue::from("open_file")), ("file", file.into()), ("memory_budget", page_memory_bytes().into())];
     if let Some([t, a, f]) = CHART_WIDTHS.with(|w| w.get()) {
         fields.push(("widths", object(&[("timeline", t.into()), ("active", a.into()), ("fragmentation", f.into())])));
     }
+    // The worker reads while the page drops its warm-up report and shows the progress.
     send(object(&fields));
+    state.begin_loading(&name);
 }
 
 /// Opens the files dropped or chosen: one is a trace, several are the ranks of one job (merged
@@ -230,9 +237,10 @@ pub fn open_files(state: AppState, files: Vec<web_sys::File>) {
 
 fn send_rank_files(state: AppState, files: Vec<web_sys::File>, allow_disjoint: bool) {
     let names: Vec<String> = files.iter().map(|f| f.name()).collect();
-    state.begin_loading(&names.join(" + "));
+    crate::perf::begin_open();
     let array = files.into_iter().collect::<js_sys::Array>();
     send(object(&[("kind", "open_files".into()), ("files", array.into()), ("allow_disjoint", allow_disjoint.into())]));
+    state.begin_loading(&names.join(" + "));
 }
 
 /// Merges the last files again, although they were recorded far apart in time.
@@ -269,14 +277,16 @@ pub fn open_url(state: AppState, url: &str) {
 /// Opens a trace from a URL, showing `name` while it loads (`collector serve`'s traces, whose
 /// URLs may carry a token).
 pub fn open_url_as(state: AppState, url: &str, name: &str) {
-    state.begin_loading(name);
+    crate::perf::begin_open();
     send(object(&[("kind", "open_url".into()), ("url", url.into())]));
+    state.begin_loading(name);
 }
 
 /// Opens bytes the page already has (a single-file report's trace).
 pub fn open_bytes(state: AppState, name: &str, bytes: js_sys::Uint8Array) {
-    state.begin_loading(name);
+    crate::perf::begin_open();
     send(object(&[("kind", "open_bytes".into()), ("name", name.into()), ("bytes", bytes.into())]));
+    state.begin_loading(name);
 }
 
 /// Asks whoever holds the shown trace (the worker, or the server); `done` gets the answer.

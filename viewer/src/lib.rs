@@ -65,10 +65,12 @@ impl AppState {
         }
     }
 
+    /// Shows `name` loading, the trace shown before staying until it is loaded. The caller
+    /// starts the clock first ([`perf::begin_open`]) and sends the worker its work before
+    /// this: ending the warm-up and drawing the progress then run while the worker reads.
     pub fn begin_loading(&self, name: &str) {
         end_warmup();
         bridge::clear_prefetched();
-        perf::begin_open();
         self.error.set(None);
         self.merge_anyway.set(None);
         self.loading.set(Some((name.to_owned(), "starting".into())));
