@@ -630,8 +630,13 @@ impl StackTable {
 
     /// The frames of stack `id`, innermost first.
     pub fn stack(&self, id: u32) -> impl Iterator<Item = &Frame> {
+        self.stack_frame_ids(id).iter().filter_map(|&f| self.frames.get(f as usize))
+    }
+
+    /// The frame indices of stack `id`, innermost first (empty for an unknown stack).
+    pub fn stack_frame_ids(&self, id: u32) -> &[u32] {
         let (s, e) = self.stacks.get(id as usize).copied().unwrap_or((0, 0));
-        self.frame_ids[s as usize..e as usize].iter().filter_map(|&f| self.frames.get(f as usize))
+        self.frame_ids.get(s as usize..e as usize).unwrap_or(&[])
     }
 
     /// The stack recorded for event `event`, if any.

@@ -45,7 +45,6 @@ thread_local! {
 /// every request (`/api/trace/{id}/overview`, `/api/trace/{id}/explore`), so a file larger than
 /// a page can hold opens all the same. The trace shown before stays if it fails.
 pub fn open_remote(state: AppState, id: &str) {
-    crate::perf::begin_open();
     state.begin_loading(id);
     let id = id.to_owned();
     leptos::task::spawn_local(async move {
@@ -208,7 +207,6 @@ pub fn open_file(state: AppState, file: web_sys::File) {
         return;
     }
     end_offer(state);
-    crate::perf::begin_open();
     if crate::perf::warming() {
         note_chart_widths();
     }
@@ -237,7 +235,6 @@ pub fn open_files(state: AppState, files: Vec<web_sys::File>) {
 
 fn send_rank_files(state: AppState, files: Vec<web_sys::File>, allow_disjoint: bool) {
     let names: Vec<String> = files.iter().map(|f| f.name()).collect();
-    crate::perf::begin_open();
     let array = files.into_iter().collect::<js_sys::Array>();
     send(object(&[("kind", "open_files".into()), ("files", array.into()), ("allow_disjoint", allow_disjoint.into())]));
     state.begin_loading(&names.join(" + "));
@@ -277,14 +274,12 @@ pub fn open_url(state: AppState, url: &str) {
 /// Opens a trace from a URL, showing `name` while it loads (`collector serve`'s traces, whose
 /// URLs may carry a token).
 pub fn open_url_as(state: AppState, url: &str, name: &str) {
-    crate::perf::begin_open();
     send(object(&[("kind", "open_url".into()), ("url", url.into())]));
     state.begin_loading(name);
 }
 
 /// Opens bytes the page already has (a single-file report's trace).
 pub fn open_bytes(state: AppState, name: &str, bytes: js_sys::Uint8Array) {
-    crate::perf::begin_open();
     send(object(&[("kind", "open_bytes".into()), ("name", name.into()), ("bytes", bytes.into())]));
     state.begin_loading(name);
 }
@@ -343,10 +338,7 @@ pub fn ask_when_idle(request: Request, done: impl FnOnce(Response) + 'static) {
     }
     DEFERRED.with(|d| d.borrow_mut().push((request, Box::new(done), crate::perf::warming())));
     // After this task, whose effects ask for the charts.
-    let later = Closure::once_into_js(flush_deferred);
-    if let Some(w) = web_sys::window() {
-        let _ = w.set_timeout_with_callback(later.unchecked_ref());
-    }
+    crate::after_this_task(flush_deferred);
 }
 
 /// Forgets the warm-up report's requests: their answers, if they come, go nowhere.

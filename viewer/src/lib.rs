@@ -65,10 +65,12 @@ impl AppState {
         }
     }
 
-    /// Shows `name` loading, the trace shown before staying until it is loaded. The caller
-    /// starts the clock first ([`perf::begin_open`]) and sends the worker its work before
-    /// this: ending the warm-up and drawing the progress then run while the worker reads.
+    /// Starts the clock ([`perf::begin_open`]) and shows `name` loading, the trace shown
+    /// before staying until it is loaded. A caller that hands the worker its work sends it
+    /// before this: ending the warm-up and drawing the progress then run while the worker
+    /// reads.
     pub fn begin_loading(&self, name: &str) {
+        perf::begin_open();
         end_warmup();
         bridge::clear_prefetched();
         self.error.set(None);
@@ -154,6 +156,15 @@ thread_local! {
     static STATE: std::cell::Cell<Option<AppState>> = const { std::cell::Cell::new(None) };
 }
 
+/// Runs `f` after the task running now (a zero-delay timeout): after its effects, before the
+/// next input.
+pub fn after_this_task(f: impl FnOnce() + 'static) {
+    let later = wasm_bindgen::closure::Closure::once_into_js(f);
+    if let Some(w) = web_sys::window() {
+        let _ = w.set_timeout_with_callback(wasm_bindgen::JsCast::unchecked_ref(&later));
+    }
+}
+
 /// Times the hidden warm-up report is drawn. V8 runs wasm in its baseline compiler until a
 /// function has run enough to be optimised: a file chosen after one warm-up round was drawn
 /// in 161-194 ms, the same file opened again in 52-97 ms (ResNet-18 snapshot, 0.47 MB).
@@ -201,10 +212,7 @@ pub fn warmup_drawn() {
     if let Some(state) = STATE.with(|s| s.get()) {
         state.warmup.set(None);
     }
-    let later = wasm_bindgen::closure::Closure::once_into_js(move || draw_warmup(overview));
-    if let Some(w) = web_sys::window() {
-        let _ = w.set_timeout_with_callback(wasm_bindgen::JsCast::unchecked_ref(&later));
-    }
+    after_this_task(move || draw_warmup(overview));
 }
 
 /// Removes the warm-up report; its requests still in flight are forgotten.

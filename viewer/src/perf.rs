@@ -107,11 +107,7 @@ pub fn drawn(chart: &'static str) {
     match warm_done {
         Some(true) => {
             // After this effect: the report it belongs to goes.
-            let later = wasm_bindgen::closure::Closure::once_into_js(crate::warmup_drawn);
-            if let Some(w) = web_sys::window() {
-                use wasm_bindgen::JsCast;
-                let _ = w.set_timeout_with_callback(later.unchecked_ref());
-            }
+            crate::after_this_task(crate::warmup_drawn);
             return;
         }
         Some(false) => return,

@@ -27,7 +27,6 @@ fn panel_height(ranks: usize) -> u32 {
 /// new overview.
 fn show_rank(state: AppState, rank: Option<u32>) {
     let what = rank.map_or("every rank".to_owned(), |r| format!("rank {r}"));
-    crate::perf::begin_open();
     state.begin_loading(&what);
     state.loading.set(Some((what.clone(), "analysing".into())));
     bridge::ask(&Request::ShowRank { rank }, move |r| match r {

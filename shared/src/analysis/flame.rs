@@ -10,8 +10,9 @@ use crate::hash::{FastMap as HashMap, FastSet};
 use crate::model::{EventType, StrId, Trace};
 use serde::{Deserialize, Serialize};
 
-/// What a node of the flame graph stands for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+/// What a node of the flame graph stands for. Siblings equal in both values and name come in
+/// this order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FlameKind {
     Root,
@@ -162,7 +163,6 @@ struct Builder {
 /// Node names, each once: a graph's names repeat across its nodes, and making one per
 /// allocation group was most of building the graph (ResNet-18 snapshot in the page's worker:
 /// 13 ms).
-#[derive(Default)]
 struct Labels {
     names: Vec<String>,
     index: HashMap<String, u32>,
@@ -171,6 +171,10 @@ struct Labels {
 }
 
 impl Labels {
+    fn new(trace: &Trace) -> Labels {
+        Labels { names: Vec::new(), index: HashMap::default(), of_frame: vec![u32::MAX; trace.stacks.frames.len()] }
+    }
+
     fn of(&mut self, name: &str) -> u32 {
         if let Some(&i) = self.index.get(name) {
             return i;
@@ -185,9 +189,6 @@ impl Labels {
     /// [`crate::model::StackTable::stack`] skips it).
     fn of_frame(&mut self, trace: &Trace, frame: u32) -> Option<u32> {
         let f = trace.stacks.frames.get(frame as usize)?;
-        if self.of_frame.len() != trace.stacks.frames.len() {
-            self.of_frame = vec![u32::MAX; trace.stacks.frames.len()];
-        }
         let l = self.of_frame[frame as usize];
         if l != u32::MAX {
             return Some(l);
@@ -231,7 +232,7 @@ pub fn flame_graph(trace: &Trace, min_share: f64) -> FlameGraph {
         }
     }
 
-    let mut labels = Labels::default();
+    let mut labels = Labels::new(trace);
     let root = labels.of("all");
     let mut tree = vec![Builder { name: root, kind: FlameKind::Root, live: 0, total: 0, children: HashMap::default() }];
     let child = |tree: &mut Vec<Builder>, parent: usize, kind: FlameKind, name: u32| -> usize {
@@ -260,9 +261,8 @@ pub fn flame_graph(trace: &Trace, min_share: f64) -> FlameGraph {
             path.push(node);
         }
         if stack != u32::MAX {
-            let (s, e) = trace.stacks.stacks.get(stack as usize).copied().unwrap_or((0, 0));
             // Outermost first.
-            for &f in trace.stacks.frame_ids[s as usize..e as usize].iter().rev() {
+            for &f in trace.stacks.stack_frame_ids(stack).iter().rev() {
                 let Some(label) = labels.of_frame(trace, f) else { continue };
                 node = child(&mut tree, node, FlameKind::Frame, label);
                 path.push(node);
@@ -314,24 +314,13 @@ pub fn flame_graph(trace: &Trace, min_share: f64) -> FlameGraph {
             (a.total, a.live)
                 .cmp(&(b.total, b.live))
                 .then_with(|| names[b.name as usize].cmp(&names[a.name as usize]))
-                .then(kind_order(b.kind).cmp(&kind_order(a.kind)))
+                .then(b.kind.cmp(&a.kind))
         });
         for &c in &kids {
             stack.push((c, Some(me), depth + 1));
         }
     }
     out
-}
-
-/// Siblings equal in both values and name come in this order.
-fn kind_order(kind: FlameKind) -> u8 {
-    match kind {
-        FlameKind::Root => 0,
-        FlameKind::Module => 1,
-        FlameKind::Op => 2,
-        FlameKind::Frame => 3,
-        FlameKind::Unattributed => 4,
-    }
 }
 
 fn frame_label(trace: &Trace, f: &crate::model::Frame) -> String {
