@@ -103,6 +103,7 @@ pub struct RankCurve {
     pub device_index: u8,
     pub rank: u32,
     pub device: String,
+    #[serde(with = "analysis::timeline_columns")]
     pub points: Vec<TimelinePoint>,
 }
 
@@ -158,17 +159,40 @@ pub enum Request {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Response {
-    Timeline { start_s: f64, end_s: f64, points: Vec<TimelinePoint>, driver: Vec<(f64, u64)> },
+    /// `points` in columns ([`analysis::timeline_columns`]).
+    Timeline {
+        start_s: f64,
+        end_s: f64,
+        #[serde(with = "analysis::timeline_columns")]
+        points: Vec<TimelinePoint>,
+        driver: Vec<(f64, u64)>,
+    },
     At(Moment),
-    Allocations { t_s: f64, allocations: Vec<Allocation> },
-    Segments { t_s: f64, event_index: Option<usize>, segments: Vec<SegmentInfo> },
-    Export { file_name: String, mime: String, text: String },
-    RankCurves { end_s: f64, curves: Vec<RankCurve> },
+    Allocations {
+        t_s: f64,
+        allocations: Vec<Allocation>,
+    },
+    Segments {
+        t_s: f64,
+        event_index: Option<usize>,
+        segments: Vec<SegmentInfo>,
+    },
+    Export {
+        file_name: String,
+        mime: String,
+        text: String,
+    },
+    RankCurves {
+        end_s: f64,
+        curves: Vec<RankCurve>,
+    },
     Overview(Box<Overview>),
     Diff(Box<TraceDiff>),
     Advice(Box<analysis::advice::AdviceReport>),
     Active(Box<analysis::active::ActiveTimeline>),
-    Error { message: String },
+    Error {
+        message: String,
+    },
 }
 
 /// The state at one moment.

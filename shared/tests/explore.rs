@@ -306,6 +306,28 @@ fn overview_and_active_bands_arrive_as_they_were_sent() {
         };
         assert!(columns(&back) == columns(&a), "{name}: bands differ after the trip");
         assert_eq!((&back.totals, &back.summary, back.live), (&a.totals, &a.summary, a.live), "{name}");
+        let request = Request::Timeline { start_s: 0.0, end_s: overview.duration_s, buckets: 1200 };
+        let Response::Timeline { points, .. } = session.answer(&request) else { panic!("{name}: no timeline") };
+        assert!(points.len() > 10, "{name}: points to send");
+        let json = serde_json::to_value(session.answer(&request)).unwrap();
+        assert_eq!(json["points"]["allocated_max_bytes"].as_array().map(Vec::len), Some(points.len()), "{name}: {json}");
+        let Response::Timeline { points: back, .. } = serde_json::from_value(json).unwrap() else { panic!("{name}: not a timeline") };
+        let bytes = |p: &[shared::analysis::TimelinePoint]| {
+            p.iter()
+                .map(|p| {
+                    (
+                        p.allocated_min_bytes,
+                        p.allocated_max_bytes,
+                        p.reserved_max_bytes,
+                        p.allocated_last_bytes,
+                        p.reserved_last_bytes,
+                        p.first_event,
+                    )
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(bytes(&back), bytes(&points), "{name}");
+        assert!(back.iter().zip(&points).all(|(b, p)| (b.t_s - p.t_s).abs() <= p.t_s.abs() * 1e-15), "{name}: times differ");
     }
     // The ResNet's graph repeats its frame names: each is written once.
     let (_, overview) = open(RESNET);
@@ -342,4 +364,10 @@ fn malformed_compact_forms_are_refused() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("at most 20000"), "{e}");
+    let (mut session, overview) = open(RESNET);
+    let mut timeline =
+        serde_json::to_value(session.answer(&Request::Timeline { start_s: 0.0, end_s: overview.duration_s, buckets: 100 })).unwrap();
+    timeline["points"]["reserved_last_bytes"].as_array_mut().unwrap().pop();
+    let e = serde_json::from_value::<Response>(timeline).unwrap_err().to_string();
+    assert!(e.contains("columns differ in length"), "{e}");
 }
