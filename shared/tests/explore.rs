@@ -294,6 +294,12 @@ fn overview_and_active_bands_arrive_as_they_were_sent() {
         let json = serde_json::to_string(&overview).unwrap();
         let back: Overview = serde_json::from_str(&json).unwrap();
         assert_eq!(back.flame, overview.flame, "{name}");
+        for (back, sent) in [(&back.layer_bands, &overview.layer_bands), (&back.phase_bands, &overview.phase_bands)] {
+            let names = |b: &[shared::explore::Band]| b.iter().map(|b| (b.label.clone(), b.phase)).collect::<Vec<_>>();
+            assert_eq!(names(back), names(sent), "{name}");
+            let near = |a: f64, b: f64| (a - b).abs() <= b.abs() * 1e-15;
+            assert!(back.iter().zip(sent).all(|(a, b)| near(a.start_s, b.start_s) && near(a.end_s, b.end_s)), "{name}: band times differ");
+        }
         assert!(overview.flame.nodes.len() > 1, "{name}: a flame graph to send");
         let request = Request::Active { start_s: 0.0, end_s: overview.duration_s, columns: 1200, detail: 2000 };
         let Response::Active(a) = session.answer(&request) else { panic!("{name}: no active timeline") };
@@ -369,5 +375,14 @@ fn malformed_compact_forms_are_refused() {
         serde_json::to_value(session.answer(&Request::Timeline { start_s: 0.0, end_s: overview.duration_s, buckets: 100 })).unwrap();
     timeline["points"]["reserved_last_bytes"].as_array_mut().unwrap().pop();
     let e = serde_json::from_value::<Response>(timeline).unwrap_err().to_string();
+    assert!(e.contains("columns differ in length"), "{e}");
+    assert!(!overview.layer_bands.is_empty());
+    let mut o = serde_json::to_value(&overview).unwrap();
+    o["layer_bands"]["label"][0] = serde_json::json!(99);
+    let e = serde_json::from_value::<Overview>(o).unwrap_err().to_string();
+    assert!(e.contains("band 0 names label 99"), "{e}");
+    let mut o = serde_json::to_value(&overview).unwrap();
+    o["phase_bands"]["end_s"].as_array_mut().unwrap().pop();
+    let e = serde_json::from_value::<Overview>(o).unwrap_err().to_string();
     assert!(e.contains("columns differ in length"), "{e}");
 }
