@@ -305,7 +305,9 @@ impl AppState {
         let file = std::fs::File::open(&path).map_err(|e| Fault::internal("cannot read a stored trace", e))?;
         let size = file.metadata().map(|m| m.len()).unwrap_or(0);
         let name = t.original_name.clone().unwrap_or_else(|| t.file.clone());
-        let opened = shared::explore::Session::open_reader(&name, size, std::io::BufReader::new(file), |_| {}).map_err(Fault::Rejected)?;
+        let file =
+            shared::read_ahead::ReadAhead::new(file).map_err(|e| Fault::internal("cannot start a thread to read a stored trace", e))?;
+        let opened = shared::explore::Session::open_reader(&name, size, file, |_| {}).map_err(Fault::Rejected)?;
         let shared::explore::Opened::Trace(session, overview) = opened else {
             return Err(Fault::Rejected(format!("{name} is a sweep (curves only): open one of its traces")));
         };
