@@ -148,18 +148,16 @@ impl EventType {
         }
     }
 
-    /// A device's totals after this event of `size_bytes` (clamped at zero and at `u64::MAX`).
-    #[inline]
-    fn after(self, t: Totals, size_bytes: u64) -> Totals {
-        let (a, r) = (t.allocated_bytes, t.reserved_bytes);
-        let (allocated_bytes, reserved_bytes) = match self {
-            EventType::Alloc => (a.saturating_add(size_bytes), r),
-            EventType::Free => (a.saturating_sub(size_bytes), r),
-            EventType::SegmentAlloc | EventType::SegmentMap => (a, r.saturating_add(size_bytes)),
-            EventType::SegmentFree | EventType::SegmentUnmap => (a, r.saturating_sub(size_bytes)),
-            _ => (a, r),
-        };
-        Totals { allocated_bytes, reserved_bytes }
+    /// How this event moves the (allocated, reserved) totals of its device.
+    fn deltas(self, size_bytes: u64) -> (i128, i128) {
+        let s = size_bytes as i128;
+        match self {
+            EventType::Alloc => (s, 0),
+            EventType::Free => (-s, 0),
+            EventType::SegmentAlloc | EventType::SegmentMap => (0, s),
+            EventType::SegmentFree | EventType::SegmentUnmap => (0, -s),
+            _ => (0, 0),
+        }
     }
 }
 
@@ -250,6 +248,10 @@ impl Totals {
         }
     }
 
+    fn apply(self, (da, dr): (i128, i128)) -> Totals {
+        let clamp = |v: i128| v.clamp(0, u64::MAX as i128) as u64;
+        Totals { allocated_bytes: clamp(self.allocated_bytes as i128 + da), reserved_bytes: clamp(self.reserved_bytes as i128 + dr) }
+    }
 }
 
 /// Where the source's totals differ from the running sum, the source wins.
@@ -322,7 +324,7 @@ impl EventStore {
             self.checkpoints.extend_from_slice(&self.running);
         }
         let dev = rec.device as usize;
-        let predicted = rec.event_type.after(self.running[dev], rec.size_bytes);
+        let predicted = self.running[dev].apply(rec.event_type.deltas(rec.size_bytes));
         let actual = match rec.totals {
             Some(t) if t != predicted => {
                 self.overrides.push(TotalsOverride { index: i as u32, totals: t });
@@ -398,7 +400,7 @@ impl EventStore {
             }
             let dev = self.device[i] as usize;
             let et = self.event_type(i);
-            self.running[dev] = et.after(self.running[dev], self.size_bytes[i]);
+            self.running[dev] = self.running[dev].apply(et.deltas(self.size_bytes[i]));
             if ov < self.overrides.len() && self.overrides[ov].index as usize == i {
                 self.running[dev] = self.overrides[ov].totals;
                 ov += 1;
@@ -496,13 +498,12 @@ pub struct TotalsCursor<'a> {
 impl TotalsCursor<'_> {
     /// Applies the next event and returns its device's totals after it.
     /// Callers must not call it more than `len()` times.
-    #[inline]
     pub fn advance(&mut self) -> Totals {
         let s = self.store;
         let i = self.next;
         self.next += 1;
         let dev = s.device[i] as usize;
-        let t = s.event_type(i).after(self.running[dev], s.size_bytes[i]);
+        let t = self.running[dev].apply(s.event_type(i).deltas(s.size_bytes[i]));
         let t = match s.overrides.get(self.ov) {
             Some(o) if o.index as usize == i => {
                 self.ov += 1;
