@@ -214,10 +214,11 @@ pub fn flame_graph(trace: &Trace, min_share: f64) -> FlameGraph {
     // Group allocations by (layer, op, stack) first: few distinct keys, many events.
     let mut groups: HashMap<(StrId, StrId, u32), (u64, u64)> = HashMap::default();
     let mut stack_cursor = 0usize;
-    for (i, &op) in innermost_op.iter().enumerate() {
+    for i in 0..ev.len() {
         if ev.device[i] != device || ev.event_type(i) != EventType::Alloc {
             continue;
         }
+        let op = innermost_op.get(i).copied().unwrap_or(StrId(u32::MAX));
         while stack_cursor < trace.stacks.event_stacks.len() && (trace.stacks.event_stacks[stack_cursor].0 as usize) < i {
             stack_cursor += 1;
         }
@@ -334,13 +335,14 @@ fn frame_label(trace: &Trace, f: &crate::model::Frame) -> String {
 }
 
 /// For every event, the innermost operator running at its timestamp (on any thread): the
-/// latest-starting op whose span contains it. `StrId::NONE`-like (`is_none`) when none.
+/// latest-starting op whose span contains it, `StrId(u32::MAX)` when none. Empty when the
+/// trace has no operators (a memory snapshot: 4 bytes an event saved), so read it with `get`.
 pub fn innermost_ops(trace: &Trace) -> Vec<StrId> {
     let ev = &trace.events;
-    let mut out = vec![StrId(u32::MAX); ev.len()];
     if trace.ops.is_empty() {
-        return out;
+        return Vec::new();
     }
+    let mut out = vec![StrId(u32::MAX); ev.len()];
     let mut order: Vec<usize> = (0..trace.ops.len()).collect();
     order.sort_by_key(|&o| trace.ops[o].start_ns);
     let mut next = 0usize;
