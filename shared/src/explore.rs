@@ -161,12 +161,11 @@ mod band_columns {
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Band>, D::Error> {
         let c = Columns::deserialize(d)?;
         let n = c.label.len();
-        let lengths = [c.phase.len(), c.start_s.len(), c.end_s.len()];
-        if lengths.iter().any(|&l| l != n) {
-            return Err(serde::de::Error::custom(format!(
-                "a band list's columns differ in length: {n} labels, then {lengths:?} (phase, start_s, end_s)"
-            )));
-        }
+        crate::analysis::same_lengths(
+            "a band list",
+            &[("label", n), ("phase", c.phase.len()), ("start_s", c.start_s.len()), ("end_s", c.end_s.len())],
+        )
+        .map_err(serde::de::Error::custom)?;
         (0..n)
             .map(|i| {
                 let label = c

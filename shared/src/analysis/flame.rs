@@ -110,10 +110,17 @@ impl TryFrom<FlameWire> for FlameGraph {
 
     fn try_from(w: FlameWire) -> Result<FlameGraph, String> {
         let n = w.name.len();
-        let lengths = [w.kind.len(), w.parent.len(), w.depth.len(), w.live_at_peak_bytes.len(), w.total_allocated_bytes.len()];
-        if lengths.iter().any(|&l| l != n) {
-            return Err(format!("a flame graph's columns differ in length: {n} names, then {lengths:?}"));
-        }
+        super::same_lengths(
+            "a flame graph",
+            &[
+                ("name", n),
+                ("kind", w.kind.len()),
+                ("parent", w.parent.len()),
+                ("depth", w.depth.len()),
+                ("live_at_peak_bytes", w.live_at_peak_bytes.len()),
+                ("total_allocated_bytes", w.total_allocated_bytes.len()),
+            ],
+        )?;
         let mut nodes = Vec::with_capacity(n);
         for i in 0..n {
             let name = w
