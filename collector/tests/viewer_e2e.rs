@@ -15,7 +15,7 @@ mod webdriver;
 
 use serde_json::{json, Value};
 use shared::analysis::{layer_stats, summary, LayerMemoryStats};
-use shared::units::format_bytes;
+use shared::units::{format_bytes, format_seconds};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use webdriver::{static_server, Browser};
@@ -156,6 +156,22 @@ fn check_views(b: &Browser, path: &Path) {
     let leaks = shared::analysis::leaks::leaks(&trace, 8);
     let shown = b.exec("return document.querySelector('#leaks').innerText", json!([]));
     assert!(shown.as_str().unwrap().contains(&leaks.verdict), "{name}: leaks section says {shown}, expected {}", leaks.verdict);
+    // Too few iterations: the verdict says how many and from what, once.
+    let found = format!("{} found from", leaks.iterations);
+    let iterations = format!("{} iterations from", leaks.iterations);
+    let said = shown.as_str().unwrap();
+    let counts = said.matches(&found).count() + said.matches(&iterations).count();
+    assert_eq!(counts, 1, "{name}: the leaks section gives the iteration count {counts} times: {said}");
+    // The peak's time, with its layer when it has one.
+    let at = match &s.peak_layer {
+        Some(layer) => format!("{} ({layer})", format_seconds(s.peak_time_s)),
+        None => format_seconds(s.peak_time_s),
+    };
+    let shown_at = b.exec(
+        "return [...document.querySelectorAll('#summary dt')].find(d => d.textContent === 'at')?.nextSibling?.textContent",
+        json!([]),
+    );
+    assert_eq!(shown_at.as_str(), Some(at.as_str()), "{name}: the peak's time");
     // The layer table has exactly the native rows, in the native order, with the native peaks.
     let want = native_layer_order(&trace);
     let names = column(b, "#layer-table", 0);

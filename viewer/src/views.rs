@@ -162,10 +162,10 @@ pub fn Report(overview: Arc<Overview>) -> impl IntoView {
 #[component]
 fn SummarySection(overview: Arc<Overview>) -> impl IntoView {
     let s = overview.summary.clone();
-    let peak_layer = s.peak_layer.clone().unwrap_or_else(|| "—".into());
     let fields: Vec<(&str, String)> = vec![
         ("Peak allocated", format_bytes(s.peak_allocated_bytes)),
-        ("at", format!("{} ({})", format_seconds(s.peak_time_s), peak_layer)),
+        // A peak outside every layer (a snapshot's frames name none there) shows its time alone.
+        ("at", s.peak_layer.as_ref().map_or_else(|| format_seconds(s.peak_time_s), |l| format!("{} ({l})", format_seconds(s.peak_time_s)))),
         ("Peak reserved", format_bytes(s.peak_reserved_bytes)),
         ("at", format_seconds(s.peak_reserved_time_s)),
         ("Average fragmentation", pct(s.avg_fragmentation)),
@@ -215,7 +215,12 @@ fn SummarySection(overview: Arc<Overview>) -> impl IntoView {
             <div id="leaks">
                 <h3>"Leaks"</h3>
                 <p class=if leaks.leaking { "warning" } else { "sub" }>
-                    {format!("{} ({} iterations from {}, {} as warm-up)", leaks.verdict, leaks.iterations, leaks.iterations_from, leaks.warmup)}
+                    {if leaks.iterations < shared::analysis::leaks::MIN_ITERATIONS {
+                        // The verdict already says how many were found, and from what.
+                        leaks.verdict.clone()
+                    } else {
+                        format!("{} ({} iterations from {}, {} as warm-up)", leaks.verdict, leaks.iterations, leaks.iterations_from, leaks.warmup)
+                    }}
                 </p>
                 {(leaks.leaking && !leaks.survivors.is_empty()).then(|| view! {
                     <table class="data">

@@ -150,6 +150,9 @@ fn user_spans(trace: &Trace, boundaries_s: &[f64]) -> Vec<(u64, u64)> {
         .collect()
 }
 
+/// Iterations a leak verdict needs: growth after a warm-up, seen more than once.
+pub const MIN_ITERATIONS: usize = 3;
+
 /// Finds steady growth across iterations and what causes it.
 pub fn leaks(trace: &Trace, top: usize) -> LeakReport {
     leaks_with(trace, &LeakOptions { top, boundaries_s: None })
@@ -250,8 +253,8 @@ pub fn leaks_with(trace: &Trace, opts: &LeakOptions) -> LeakReport {
     let compared = growths.len();
     let leaking = growth > 0 && compared >= 2 && agreeing * 2 > compared;
     let fmt = |b: i64| format!("{}{}", if b < 0 { "-" } else { "" }, crate::units::format_bytes(b.unsigned_abs()));
-    let verdict = if n < 3 {
-        format!("not enough iterations to tell ({n} found from {from}; leaks need 3 or more)")
+    let verdict = if n < MIN_ITERATIONS {
+        format!("not enough iterations to tell ({n} found from {from}; leaks need {MIN_ITERATIONS} or more)")
     } else if leaking {
         format!("leak: allocated memory grows by {} per iteration ({agreeing} of {compared} iterations after warm-up agree)", fmt(growth))
     } else {
