@@ -503,7 +503,7 @@ fn a_snapshot_gets_fragmentation_and_optimizer_advice_and_names_what_needs_opera
     assert!((b.fragmentation_at_peak - gap as f64 / 260_046_848.0).abs() < 1e-12);
     // 8.4 % is under the default 20 %: a note, not a suggestion.
     assert!(
-        r.notes.iter().any(|n| n.starts_with("at the allocated peak 248.00 MiB is reserved and 227.05 MiB allocated: 20.95 MiB (8.4 % of reserved) is held by the allocator but unused: under the 20 %")),
+        r.notes.iter().any(|n| n.starts_with("at the allocated peak 248.00 MiB is reserved and 227.05 MiB allocated: 20.95 MiB (8.4 % of reserved) is held by the allocator but unused. That is under the 20 %")),
         "{:#?}",
         r.notes
     );

@@ -1559,7 +1559,7 @@ fn fragmentation_advice(
         out.push(s);
     } else {
         notes.push(format!(
-            "{text}: under the {:.0} % at which expandable_segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True) is suggested; it would save at most that",
+            "{text}. That is under the {:.0} % from which expandable_segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True) is suggested, and all it could save",
             100.0 * threshold
         ));
     }
