@@ -6,6 +6,7 @@ use plotters::coord::ranged1d::{DefaultFormatting, KeyPointHint, Ranged};
 use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 use plotters_canvas::CanvasBackend;
 use shared::analysis::active::{ActiveBand, ActiveTimeline};
 use shared::analysis::diff::{Alignment, DiffCurves};
@@ -408,7 +409,8 @@ pub fn draw_rank(canvas: &HtmlCanvasElement, pal: &Palette, profile: Option<&Gra
     let mut chart = ChartBuilder::on(&root)
         .margin(8)
         .margin_top(16)
-        .x_label_area_size(28)
+        // Tick labels and the axis description below them (28 put one over the other).
+        .x_label_area_size(44)
         .y_label_area_size(78)
         .build_cartesian_2d(0f64..n, TickedAxis::new(ymax, yt.ticks.clone()))
         .map_err(err)?;
@@ -444,8 +446,10 @@ pub fn draw_rank(canvas: &HtmlCanvasElement, pal: &Palette, profile: Option<&Gra
         let peak = (p.peak_rank as f64, p.peak_bytes as f64);
         chart.draw_series([Circle::new(peak, 5, pal.highlight.filled())]).map_err(err)?;
         let label = format!("peak {} at rank {}", format_bytes(p.peak_bytes), p.peak_rank);
-        let anchor = if p.peak_rank as f64 > n * 0.6 { peak.0 - n * 0.25 } else { peak.0 + n * 0.01 };
-        chart.draw_series([Text::new(label, (anchor.max(0.0), peak.1 * 0.985), font(pal, 12))]).map_err(err)?;
+        // Above the marker, clear of the curve it marks: left of it when it is far right.
+        let (anchor, h) = if p.peak_rank as f64 > n * 0.6 { (peak.0 - n * 0.01, HPos::Right) } else { (peak.0 + n * 0.01, HPos::Left) };
+        let style = font(pal, 12).pos(Pos::new(h, VPos::Bottom));
+        chart.draw_series([Text::new(label, (anchor.max(0.0), peak.1 + ymax * 0.02), style)]).map_err(err)?;
     }
     let colours = [pal.allocated, pal.reserved, pal.forward, pal.backward, pal.driver, pal.optimizer, pal.highlight];
     for (i, c) in curves.iter().enumerate() {
