@@ -124,15 +124,24 @@ fn native_layer_order(trace: &shared::Trace) -> Vec<LayerMemoryStats> {
 }
 
 /// Checks every view against what `shared` computes natively for the same file. Which charts
-/// must be drawn follows from the data: memory events give the timeline, flame graph and
-/// fragmentation; operators the rank chart; allocator segments the segment view.
+/// must be drawn follows from the data: memory events give the timeline, active memory and
+/// flame graph, and reserved memory the fragmentation chart; operators the rank chart;
+/// allocator segments the segment view.
 fn check_views(b: &Browser, path: &Path) {
     let bytes = std::fs::read(path).unwrap();
     let trace = shared::import(&bytes, &shared::ImportOptions::default()).unwrap();
     let name = path.file_name().unwrap().to_str().unwrap();
     let mut expect = Vec::new();
+    let s = summary(&trace);
     if !trace.events.is_empty() {
-        expect.extend(["timeline-canvas", "active-canvas", "flame-canvas", "fragmentation-canvas"]);
+        expect.extend(["timeline-canvas", "active-canvas", "flame-canvas"]);
+        if s.peak_reserved_bytes > 0 {
+            expect.push("fragmentation-canvas");
+        } else {
+            // Nothing reserved (a CPU trace): a line says why there is no chart.
+            let text = b.exec("return document.querySelector('#fragmentation').innerText", json!([]));
+            assert!(text.as_str().unwrap().contains("Nothing was reserved"), "{name}: fragmentation section: {text}");
+        }
     }
     if shared::analysis::profile::graph_profile(&trace).is_ok() {
         expect.push("rank-canvas");
@@ -149,7 +158,6 @@ fn check_views(b: &Browser, path: &Path) {
         assert!(n > 2000, "{name}: canvas {id} is blank ({n} painted pixels): {painted}");
     }
     // The summary's peak is the native one.
-    let s = summary(&trace);
     let text = b.exec("return document.querySelector('#summary').innerText", json!([]));
     assert!(text.as_str().unwrap().contains(&format_bytes(s.peak_allocated_bytes)), "{name}: summary lacks the peak: {text}");
     // The leak verdict is the native one.

@@ -24,7 +24,10 @@ thread_local! {
 
 /// Every chart a report of `o` draws.
 fn charts_of(o: &Overview) -> BTreeSet<&'static str> {
-    let mut expected: BTreeSet<&'static str> = ["timeline", "active", "flame", "fragmentation"].into_iter().collect();
+    let mut expected: BTreeSet<&'static str> = ["timeline", "active", "flame"].into_iter().collect();
+    if crate::protocol::requests::draws_fragmentation(o) {
+        expected.insert("fragmentation");
+    }
     if o.profile.is_some() || !o.curves.is_empty() {
         expected.insert("rank");
     }

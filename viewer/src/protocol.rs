@@ -93,6 +93,12 @@ pub mod requests {
         Request::Active { start_s: window.0, end_s: window.1, columns: (width as usize).saturating_sub(90).max(100), detail }
     }
 
+    /// Whether a report of `o` draws the fragmentation chart: only where memory was reserved
+    /// (a CPU trace reserves nothing: its chart would be a flat 0 %).
+    pub fn draws_fragmentation(o: &Overview) -> bool {
+        o.summary.total_events > 0 && o.summary.peak_reserved_bytes > 0
+    }
+
     /// The fragmentation chart's timeline (the whole trace) on a canvas `width` pixels wide.
     pub fn fragmentation(window: (f64, f64), width: u32) -> Request {
         Request::Timeline { start_s: window.0, end_s: window.1, buckets: width as usize }

@@ -842,6 +842,20 @@ fn FragmentationSection(overview: Arc<Overview>) -> impl IntoView {
     per_layer.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
     per_layer.truncate(25);
     let f = &overview.fragmentation;
+    if !requests::draws_fragmentation(&overview) {
+        let note = format!(
+            "Nothing was reserved on {} in this trace (the CPU allocator caches nothing, or the file does not record reserved \
+             memory): there is no fragmentation to show.",
+            overview.device
+        );
+        return view! {
+            <section class="card" id="fragmentation">
+                <div class="card-head"><h2>"Fragmentation"</h2></div>
+                <p class="sub">{note}</p>
+            </section>
+        }
+        .into_any();
+    }
     view! {
         <section class="card" id="fragmentation">
             <div class="card-head">
@@ -864,6 +878,7 @@ fn FragmentationSection(overview: Arc<Overview>) -> impl IntoView {
             })}
         </section>
     }
+    .into_any()
 }
 
 /// The allocator's segments and blocks at a chosen moment (snapshots).

@@ -72,11 +72,10 @@ fn first_answers(session: &mut Session, overview: &shared::explore::Overview) ->
         return Vec::new();
     }
     let full = requests::full_window(overview);
-    let mut first = vec![
-        requests::timeline(full, w.timeline),
-        requests::active(full, w.active, requests::ACTIVE_DETAIL),
-        requests::fragmentation(full, w.fragmentation),
-    ];
+    let mut first = vec![requests::timeline(full, w.timeline), requests::active(full, w.active, requests::ACTIVE_DETAIL)];
+    if requests::draws_fragmentation(overview) {
+        first.push(requests::fragmentation(full, w.fragmentation));
+    }
     if overview.has_segments {
         first.push(requests::segments(overview.summary.peak_time_s));
     }
