@@ -155,3 +155,30 @@ fn snapshots_leak_nothing_and_say_so() {
     let r = shared::analysis::leaks::leaks(&t, 5);
     assert!(r.verdict.starts_with("not enough iterations to tell (2 found"), "{}", r.verdict);
 }
+
+/// A snapshot whose trace buffer wrapped holds annotations from long before its first entry
+/// (`tests/data/wrapped_annotations.gen.py` adds them, and some after its last, to the MLP
+/// sample): only what falls within the entries' time is kept, cut there, so the timeline,
+/// the layers and the iterations are those of the memory data.
+#[test]
+fn annotations_outside_the_trace_entries_are_left_out() {
+    let plain = import(&data("mlp_adam_3steps.pickle"), &ImportOptions::default()).unwrap();
+    let wrapped = import(&data("wrapped_annotations.pickle"), &ImportOptions::default()).unwrap();
+    assert_eq!(wrapped.events.ts_ns, plain.events.ts_ns);
+    let (a, b) = (summary(&plain), summary(&wrapped));
+    assert_eq!((b.peak_allocated_bytes, b.peak_time_s), (a.peak_allocated_bytes, a.peak_time_s));
+    assert_eq!(b.duration_s, a.duration_s, "the trace spans its entries, not its annotations");
+    assert_eq!(wrapped.start_ns(), plain.start_ns());
+    // The 110 spans wholly outside are gone; the two that cross an end are cut there.
+    let (first, last) = (*plain.events.ts_ns.first().unwrap(), *plain.events.ts_ns.last().unwrap());
+    assert_eq!(wrapped.scopes.len(), plain.scopes.len() + 2);
+    let cut = |name: &str| wrapped.scopes.iter().find(|s| wrapped.str(s.name) == name).map(|s| (s.start_ns, s.end_ns));
+    assert_eq!(cut("data loading"), Some((first, first + 1_000_000)));
+    assert_eq!(cut("evaluation"), Some((last - 1_000_000, last)));
+    for s in &wrapped.scopes {
+        assert!(s.start_ns >= first && s.end_ns <= last, "{} at {}..{}", wrapped.str(s.name), s.start_ns, s.end_ns);
+    }
+    assert!(wrapped.meta.warnings.iter().any(|w| w.starts_with("110 annotated spans outside")), "{:?}", wrapped.meta.warnings);
+    let iterations = |t: &shared::Trace| shared::analysis::leaks::leaks(t, 3).iterations;
+    assert_eq!(iterations(&wrapped), iterations(&plain), "iterations counted only where there is memory data");
+}
