@@ -160,6 +160,9 @@ fn check_views(b: &Browser, path: &Path) {
     // The summary's peak is the native one.
     let text = b.exec("return document.querySelector('#summary').innerText", json!([]));
     assert!(text.as_str().unwrap().contains(&format_bytes(s.peak_allocated_bytes)), "{name}: summary lacks the peak: {text}");
+    // The importer's notes, as `collector summary` prints them.
+    let notes = b.exec("return [...document.querySelectorAll('#import-notes li')].map(l => l.textContent)", json!([]));
+    assert_eq!(notes, json!(trace.meta.warnings), "{name}: the importer's notes");
     // The leak verdict is the native one.
     let leaks = shared::analysis::leaks::leaks(&trace, 8);
     let shown = b.exec("return document.querySelector('#leaks').innerText", json!([]));

@@ -59,6 +59,10 @@ pub struct Overview {
     /// otherwise.
     #[serde(default)]
     pub ranks: Option<RankSet>,
+    /// What the importer noted about the trace shown (memory allocated before recording,
+    /// entries skipped, annotations left out): `collector summary`'s `note:` lines.
+    #[serde(default)]
+    pub notes: Vec<String>,
 }
 
 /// The ranks of a merged trace: what the Ranks view shows, the same whichever rank the other
@@ -791,6 +795,7 @@ fn overview_of(trace: &Trace, device: u8, file_name: &str, file_bytes: u64, prog
         leaks: analysis::leaks::leaks(trace, 8),
         oom: analysis::oom::oom(trace, 8),
         ranks: None,
+        notes: trace.meta.warnings.clone(),
     }
 }
 

@@ -180,6 +180,8 @@ fn SummarySection(overview: Arc<Overview>) -> impl IntoView {
         ("Duration", format_seconds(s.duration_s)),
     ];
     let warnings = overview.profile.as_ref().map(|p| p.warnings.clone()).unwrap_or_default();
+    // A merged trace's notes are the Ranks view's warnings.
+    let notes = if overview.ranks.is_some() { Vec::new() } else { overview.notes.clone() };
     let devices = (overview.devices.len() > 1).then(|| overview.devices.clone());
     let leaks = overview.leaks.clone();
     view! {
@@ -195,6 +197,9 @@ fn SummarySection(overview: Arc<Overview>) -> impl IntoView {
                 <p class="warning">{format!("{} events were dropped by the recorder: totals after them come from the allocator's own counters, but per-layer counts are incomplete.", s.dropped_events)}</p>
             })}
             {warnings.into_iter().map(|w| view! { <p class="warning">{w}</p> }).collect_view()}
+            {(!notes.is_empty()).then(|| view! {
+                <ul class="import-notes" id="import-notes">{notes.into_iter().map(|n| view! { <li>{n}</li> }).collect_view()}</ul>
+            })}
             {devices.map(|ds| view! {
                 <h3>"Devices"</h3>
                 <table id="devices" class="data">
