@@ -248,7 +248,8 @@ fn print_run(trace: &Trace, s: &Summary, leaks: &shared::analysis::leaks::LeakRe
         s.dropped_events,
         at(s.duration_s)
     )?;
-    if s.total_events == 0 {
+    // A snapshot without entries says why in its own notes.
+    if s.total_events == 0 && trace.meta.source_format != shared::model::SourceFormat::PytorchSnapshot {
         writeln!(
             out,
             "  note: this trace has no memory events (only spans); the layer times below are real, the memory columns are empty"

@@ -316,3 +316,18 @@ fn advise_on_a_snapshot_says_what_needs_operators() {
     assert!(text.contains("checkpoint: needs operator data") && text.contains("amp: needs operator data"), "{text}");
     assert!(text.contains("optimizer with less state"), "{text}");
 }
+
+/// A snapshot taken without the recorder on (`tests/data/no_history.gen.py`): no entries, so
+/// the summary is the allocator's state when it was taken, and says so.
+#[test]
+fn summary_of_a_snapshot_without_history_says_why_it_has_no_events() {
+    let out = collector(&["summary".as_ref(), data("no_history.pickle").as_os_str()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    // The MLP sample's blocks allocated at the end (facts.json's end_allocated).
+    assert!(text.contains("peak allocated     65.00 MiB (68157440 bytes)"), "{text}");
+    assert!(text.contains("this snapshot has no trace entries (PyTorch records them only while"), "{text}");
+    // Its fragmentation is that state's: 108 MiB reserved, 65 MiB of it allocated.
+    assert!(text.contains("avg fragmentation  39.8 %"), "{text}");
+    assert!(!text.contains("only spans"), "{text}");
+}

@@ -163,6 +163,29 @@ fn check_views(b: &Browser, path: &Path) {
     // The importer's notes, as `collector summary` prints them.
     let notes = b.exec("return [...document.querySelectorAll('#import-notes li')].map(l => l.textContent)", json!([]));
     assert_eq!(notes, json!(trace.meta.warnings), "{name}: the importer's notes");
+    if shared::analysis::has_segments(&trace) {
+        // The segments at the peak (or before any event) as the native replay gives them.
+        let segments = match s.peak_event_index {
+            Some(i) => shared::analysis::segments_at(&trace, i, 0),
+            None => shared::analysis::segments_before_events(&trace, 0),
+        };
+        let largest_free = segments
+            .iter()
+            .flat_map(|g| &g.blocks)
+            .filter(|b| b.state == shared::model::BlockState::Free)
+            .map(|b| b.size_bytes)
+            .max()
+            .unwrap_or(0);
+        let stats = b.exec("return document.querySelector('#segments-stats').innerText", json!([]));
+        let want = format!("(largest free block {}).", format_bytes(largest_free));
+        assert!(stats.as_str().unwrap().ends_with(&want), "{name}: segments: {stats}, expected {want}");
+    }
+    if trace.events.is_empty() {
+        // Nothing to call a leak.
+        let shown = b.exec("return document.querySelector('#leaks') === null", json!([]));
+        assert_eq!(shown, json!(true), "{name}: a leaks section without events");
+        return;
+    }
     // The leak verdict is the native one.
     let leaks = shared::analysis::leaks::leaks(&trace, 8);
     let shown = b.exec("return document.querySelector('#leaks').innerText", json!([]));
@@ -228,8 +251,13 @@ fn every_format_opens_and_every_view_draws() {
     ]);
     let (_server, b) = static_page();
     let shots = screenshots();
-    let cases =
-        [sample("resnet18_sgd_2steps.pickle"), sample("convnet_profiler_trace.json"), sample("dftracer_sample.pfw.gz"), native.clone()];
+    let cases = [
+        sample("resnet18_sgd_2steps.pickle"),
+        sample("convnet_profiler_trace.json"),
+        sample("dftracer_sample.pfw.gz"),
+        native.clone(),
+        sample("no_history.pickle"),
+    ];
     for path in &cases {
         b.upload("#trace-file", path);
         let name = path.file_name().unwrap().to_str().unwrap();

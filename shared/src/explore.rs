@@ -500,7 +500,7 @@ impl Session {
                 let idx = self.event_at(*t_s);
                 let segments = match idx {
                     Some(i) => analysis::segments_at(self.trace(), i, self.device),
-                    None => self.trace().initial_segments.iter().filter(|s| s.device == self.device).cloned().collect(),
+                    None => analysis::segments_before_events(self.trace(), self.device),
                 };
                 Response::Segments { t_s: *t_s, event_index: idx, segments }
             }

@@ -183,7 +183,8 @@ fn SummarySection(overview: Arc<Overview>) -> impl IntoView {
     // A merged trace's notes are the Ranks view's warnings.
     let notes = if overview.ranks.is_some() { Vec::new() } else { overview.notes.clone() };
     let devices = (overview.devices.len() > 1).then(|| overview.devices.clone());
-    let leaks = overview.leaks.clone();
+    // Without events (a snapshot taken without its recorder) there is nothing to call a leak.
+    let (leaks, has_events) = (overview.leaks.clone(), s.total_events > 0);
     view! {
         <section class="card" id="summary">
             <h2>{overview.file_name.clone()}</h2>
@@ -217,7 +218,7 @@ fn SummarySection(overview: Arc<Overview>) -> impl IntoView {
                     </tbody>
                 </table>
             })}
-            <div id="leaks">
+            {has_events.then(|| view! { <div id="leaks">
                 <h3>"Leaks"</h3>
                 <p class=if leaks.leaking { "warning" } else { "sub" }>
                     {if leaks.iterations < shared::analysis::leaks::MIN_ITERATIONS {
@@ -244,7 +245,7 @@ fn SummarySection(overview: Arc<Overview>) -> impl IntoView {
                         </tbody>
                     </table>
                 })}
-            </div>
+            </div> })}
         </section>
     }
 }
@@ -950,7 +951,7 @@ fn SegmentsSection(overview: Arc<Overview>) -> impl IntoView {
                 <span class="spacer"></span>
                 {png_button(canvas, "segments")}
             </div>
-            <p class="sub">{stats}</p>
+            <p class="sub" id="segments-stats">{stats}</p>
             <div class="chart-wrap"><canvas class="chart" id="segments-canvas" node_ref=canvas></canvas></div>
             <p class="sub">"One row per segment, scaled to the largest; blue blocks are allocated, grey is cached free space."
                 {move || (not_drawn.get() > 0).then(|| format!(" {} more segments are not drawn.", not_drawn.get()))}</p>

@@ -103,7 +103,8 @@ pub fn summary(trace: &Trace) -> Summary {
         peak_event_index: peak_alloc.1,
         peak_layer: peak_alloc.1.and_then(|i| trace.opt_str(ev.layer[i])).map(str::to_owned),
         peak_device: peak_dev.and_then(|d| trace.devices.get(d)).map(|d| d.to_string()),
-        avg_fragmentation: if ev.is_empty() { 0.0 } else { frag_sum / ev.len() as f64 },
+        // Without events, the state before them (a snapshot taken without its recorder on).
+        avg_fragmentation: if ev.is_empty() { frag(trace, final_totals) } else { frag_sum / ev.len() as f64 },
         final_allocated_bytes: final_totals.allocated_bytes,
         final_reserved_bytes: final_totals.reserved_bytes,
         total_events: ev.len(),
@@ -280,7 +281,17 @@ pub fn fragmentation_stats_with_layers(trace: &Trace, layers: &BTreeMap<String, 
     let ev = &trace.events;
     let mut cursor = ev.cursor();
     let (mut sum, mut max) = (0.0f64, 0.0f64);
+    // The peak may be the state before the first event (as the summary counts it): a snapshot
+    // without trace entries is only that state.
     let mut peak = (0u64, 0u64);
+    for t in &ev.base_totals {
+        if t.allocated_bytes > peak.0 {
+            peak = (t.allocated_bytes, t.reserved_bytes.saturating_sub(t.allocated_bytes));
+        }
+        if ev.is_empty() {
+            max = max.max(frag(trace, *t));
+        }
+    }
     for _ in 0..ev.len() {
         let t = cursor.advance();
         let f = frag(trace, t);
@@ -291,7 +302,8 @@ pub fn fragmentation_stats_with_layers(trace: &Trace, layers: &BTreeMap<String, 
         }
     }
     FragmentationStats {
-        avg_fragmentation: if ev.is_empty() { 0.0 } else { sum / ev.len() as f64 },
+        // Without events: the state before them, as the worst one.
+        avg_fragmentation: if ev.is_empty() { max } else { sum / ev.len() as f64 },
         max_fragmentation: max,
         unused_reserved_at_peak_bytes: peak.1,
         per_layer: layers.iter().map(|(k, v)| (k.clone(), v.avg_fragmentation)).collect(),
@@ -639,12 +651,24 @@ pub fn has_segments(trace: &Trace) -> bool {
 /// Segments and blocks of `device` after event `event_index` (inclusive), replayed from the
 /// state before the first event. Empty for traces without segment information.
 pub fn segments_at(trace: &Trace, event_index: usize, device: u8) -> Vec<SegmentInfo> {
+    replayed_segments(trace, event_index.saturating_add(1), device)
+}
+
+/// Segments and blocks of `device` before the first event: a snapshot's state when recording
+/// began, or, without trace entries, when it was taken. Free space is listed as free blocks,
+/// as [`segments_at`] lists it.
+pub fn segments_before_events(trace: &Trace, device: u8) -> Vec<SegmentInfo> {
+    replayed_segments(trace, 0, device)
+}
+
+/// The segments after the first `events` events of `device`.
+fn replayed_segments(trace: &Trace, events: usize, device: u8) -> Vec<SegmentInfo> {
     let mut state = AllocatorState::new(AllocatorConfig::default());
     for s in trace.initial_segments.iter().filter(|s| s.device == device) {
         state.add_segment_info(s);
     }
     let ev = &trace.events;
-    let end = event_index.saturating_add(1).min(ev.len());
+    let end = events.min(ev.len());
     for i in 0..end {
         if ev.device[i] != device {
             continue;
