@@ -129,14 +129,36 @@ fn print_table(rows: &[Value]) {
     }
 }
 
-/// Peak resident memory (VmHWM) of the browser's renderer processes, the largest: the page's
-/// process, which holds a dedicated worker too. One browser runs at a time.
-fn renderer_peak_bytes() -> Option<u64> {
+/// The parent of process `pid` (from `/proc/PID/stat`: the field after the command's `)`).
+fn parent_pid(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Whether `pid` descends from `root`.
+fn descends_from(mut pid: u32, root: u32) -> bool {
+    for _ in 0..64 {
+        match parent_pid(pid) {
+            Some(p) if p == root => return true,
+            Some(p) if p > 1 => pid = p,
+            _ => return false,
+        }
+    }
+    false
+}
+
+/// Peak resident memory (VmHWM) of `browser`'s renderer processes, the largest: the page's
+/// process, which holds a dedicated worker too. Only this browser's (descendants of its
+/// chromedriver): a renderer of another browser, still exiting or started by something else
+/// on the machine, is not the page's.
+fn renderer_peak_bytes(browser: &webdriver::Browser) -> Option<u64> {
+    let root = browser.driver_pid();
     let mut peak = None;
     for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
         let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
         let cmdline = String::from_utf8_lossy(&cmdline);
-        if !cmdline.contains("--type=renderer") || cmdline.contains("--extension-process") {
+        if !cmdline.contains("--type=renderer") || cmdline.contains("--extension-process") || !descends_from(pid, root) {
             continue;
         }
         let status = std::fs::read_to_string(entry.path().join("status")).unwrap_or_default();
@@ -179,14 +201,14 @@ fn open_in_viewer(url: &str, file: &Path, timeout_s: u64) -> Value {
     b.upload("#trace-file", file);
     let outcome = match poll(&b, "return document.body.dataset.drawnMs || document.querySelector('#error-panel')?.innerText", timeout_s) {
         Ok(v) => v,
-        Err(e) => return json!({"error": e, "renderer_peak_bytes": renderer_peak_bytes()}),
+        Err(e) => return json!({"error": e, "renderer_peak_bytes": renderer_peak_bytes(&b)}),
     };
     let Ok(drawn_ms) = outcome.as_str().unwrap_or("").parse::<f64>() else {
-        return json!({"error": outcome, "renderer_peak_bytes": renderer_peak_bytes()});
+        return json!({"error": outcome, "renderer_peak_bytes": renderer_peak_bytes(&b)});
     };
     let load_ms: f64 = b.exec("return document.body.dataset.loadMs", json!([])).as_str().unwrap().parse().unwrap();
     let memory: u64 = b.exec("return document.body.dataset.workerMemory", json!([])).as_str().unwrap().parse().unwrap();
-    let renderer_peak = renderer_peak_bytes();
+    let renderer_peak = renderer_peak_bytes(&b);
     let each = b.exec(
         "return Object.fromEntries(Object.entries(document.body.dataset).filter(([k]) => /^drawn.+Ms$/.test(k)).map(([k, v]) => [k, Number(v)]))",
         json!([]),
@@ -295,7 +317,7 @@ fn open_in_memory_viz(url: &str, file: &Path, timeout_s: u64) -> Value {
     b.wait_for("return document.querySelector('select') && document.querySelector('#trace-file')", 30, "memory_viz's page");
     b.upload("#trace-file", file);
     let outcome = poll(&b, "return document.documentElement.dataset.drawnMs || document.documentElement.dataset.mvError", timeout_s);
-    let renderer_peak = renderer_peak_bytes();
+    let renderer_peak = renderer_peak_bytes(&b);
     let outcome = match outcome {
         Ok(v) => v,
         Err(e) => return json!({"error": e, "renderer_peak_bytes": renderer_peak}),

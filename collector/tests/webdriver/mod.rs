@@ -55,6 +55,12 @@ pub struct Browser {
 }
 
 impl Browser {
+    /// The process id of this session's chromedriver: the browser and its renderers descend
+    /// from it.
+    pub fn driver_pid(&self) -> u32 {
+        self._driver.0.id()
+    }
+
     /// Starts chromedriver and a headless Chromium session.
     pub fn start(width: u32, height: u32) -> Browser {
         let driver = std::env::var("CHROMEDRIVER").unwrap_or_else(|_| "/usr/bin/chromedriver".into());
