@@ -182,3 +182,45 @@ fn annotations_outside_the_trace_entries_are_left_out() {
     let iterations = |t: &shared::Trace| shared::analysis::leaks::leaks(t, 3).iterations;
     assert_eq!(iterations(&wrapped), iterations(&plain), "iterations counted only where there is memory data");
 }
+
+fn shape_fact(sample: &str, key: &str) -> u64 {
+    let facts: serde_json::Value = serde_json::from_slice(&data("shape_facts.json")).unwrap();
+    facts["samples"][sample][key].as_u64().unwrap_or_else(|| panic!("shape_facts.json lacks {sample}.{key}"))
+}
+
+/// A real snapshot with `expandable_segments:True` (`tests/gpu/shape_snapshots.py`): its
+/// segments grow by `segment_map` entries inside their ranges, so what existed before
+/// recording is each final segment less the ranges the entries map. Counting the whole final
+/// segment as there from the start gave 230 MiB reserved where PyTorch counted 126 MiB.
+#[test]
+fn an_expandable_segments_snapshot_reserves_what_pytorch_counted() {
+    let name = "expandable_mlp.pickle";
+    let trace = import(&data(name), &ImportOptions::default()).unwrap();
+    let s = summary(&trace);
+    assert_eq!(s.peak_allocated_bytes, shape_fact(name, "max_allocated"), "max_allocated");
+    assert_eq!(s.peak_reserved_bytes, shape_fact(name, "max_reserved"), "max_reserved");
+    assert_eq!(s.final_allocated_bytes, shape_fact(name, "end_allocated"), "end_allocated");
+    assert_eq!(s.final_reserved_bytes, shape_fact(name, "end_reserved"), "end_reserved");
+    // The replay ends in the snapshot's own state: every final block, at its address.
+    let segs = segments_at(&trace, trace.events.len() - 1, 0);
+    let reserved: u64 = segs.iter().map(|s| s.size_bytes).sum();
+    assert_eq!(reserved, shape_fact(name, "end_reserved"));
+}
+
+/// A real snapshot whose recorder wrapped (2000 entries of 200 steps): its end state is
+/// exact, its window's peak is PyTorch's (the steps repeat), and the annotations from before
+/// the window are left out.
+#[test]
+fn a_wrapped_recorders_snapshot_ends_in_pytorchs_state() {
+    let name = "wrapped_mlp.pickle";
+    let trace = import(&data(name), &ImportOptions::default()).unwrap();
+    let s = summary(&trace);
+    // The buffer's 2000 entries (counted from a second snapshot taken just after).
+    assert!(trace.events.len().abs_diff(shape_fact(name, "entries") as usize) <= 2, "{} events", trace.events.len());
+    assert_eq!(s.peak_allocated_bytes, shape_fact(name, "max_allocated"), "max_allocated");
+    assert_eq!(s.final_allocated_bytes, shape_fact(name, "end_allocated"), "end_allocated");
+    assert_eq!(s.final_reserved_bytes, shape_fact(name, "end_reserved"), "end_reserved");
+    assert!(trace.meta.warnings.iter().any(|w| w.contains("annotated spans outside the trace entries' time")), "{:?}", trace.meta.warnings);
+    let first = *trace.events.ts_ns.first().unwrap();
+    assert!(trace.scopes.iter().all(|sc| sc.start_ns >= first), "a scope before the first entry");
+}

@@ -1204,6 +1204,8 @@ struct PreBlock {
 struct PreExisting {
     /// Every (device, address) a segment entry names.
     seg_seen: HashSet<(usize, u64)>,
+    /// Every range a segment entry names, by device: sorted by start, overlaps merged.
+    seg_ranges: HashMap<usize, Vec<(u64, u64)>>,
     pre_segments: Vec<PreSegment>,
     /// The first action on each block (device, address).
     block_first: HashMap<(usize, u64), Action>,
@@ -1215,11 +1217,15 @@ impl PreExisting {
     /// allocating.
     fn scan(entries: &EntryBlocks, local_streams: &LocalStreams) -> Self {
         let mut seg_seen: HashSet<(usize, u64)> = HashSet::default();
+        let mut seg_ranges: HashMap<usize, Vec<(u64, u64)>> = HashMap::default();
         let mut pre_segments = Vec::new();
         let mut block_first: HashMap<(usize, u64), Action> = HashMap::default();
         let mut pre_blocks = Vec::new();
         for e in entries.iter() {
             let device = e.device as usize;
+            if matches!(e.action, Action::SegmentAlloc | Action::SegmentMap | Action::SegmentFree | Action::SegmentUnmap) {
+                seg_ranges.entry(device).or_default().push((e.addr, e.addr.saturating_add(e.size)));
+            }
             match e.action {
                 Action::SegmentAlloc | Action::SegmentMap => {
                     seg_seen.insert((device, e.addr));
@@ -1239,7 +1245,44 @@ impl PreExisting {
                 _ => {}
             }
         }
-        Self { seg_seen, pre_segments, block_first, pre_blocks }
+        for ranges in seg_ranges.values_mut() {
+            ranges.sort_unstable();
+            let mut merged: Vec<(u64, u64)> = Vec::with_capacity(ranges.len());
+            for &(a, b) in ranges.iter() {
+                match merged.last_mut() {
+                    Some(last) if a <= last.1 => last.1 = last.1.max(b),
+                    _ => merged.push((a, b)),
+                }
+            }
+            *ranges = merged;
+        }
+        Self { seg_seen, seg_ranges, pre_segments, block_first, pre_blocks }
+    }
+
+    /// The parts of `[start, end)` on `device` that no segment entry names: what of a final
+    /// segment existed before the entries. A segment the trace allocates (or frees and
+    /// allocates again) leaves nothing; an expandable segment (`expandable_segments:True`),
+    /// which grows by `segment_map` entries inside its range, leaves the part mapped before
+    /// recording began.
+    fn unnamed_parts(&self, device: usize, start: u64, end: u64) -> Vec<(u64, u64)> {
+        let ranges = self.seg_ranges.get(&device).map_or(&[][..], Vec::as_slice);
+        // The first range that ends after `start` (ranges are merged: their ends ascend too).
+        let first = ranges.partition_point(|&(_, b)| b <= start);
+        let mut parts = Vec::new();
+        let mut at = start;
+        for &(a, b) in &ranges[first..] {
+            if a >= end {
+                break;
+            }
+            if a > at {
+                parts.push((at, a));
+            }
+            at = at.max(b);
+        }
+        if at < end {
+            parts.push((at, end));
+        }
+        parts
     }
 }
 
@@ -1267,14 +1310,17 @@ impl StartState {
             if pre.seg_seen.contains(&(f.device, f.address)) {
                 continue;
             }
-            let blocks = f
-                .blocks
-                .iter()
-                .filter(|b| b.active && !pre.block_first.contains_key(&(f.device, b.address)))
-                .map(|b| BlockInfo { address: b.address, size_bytes: b.size_bytes, state: BlockState::Allocated })
-                .collect();
-            let stream = streams.index(trace, f.stream)?;
-            initial.push(SegmentInfo { address: f.address, size_bytes: f.size, device: f.device as u8, stream, pool: f.pool, blocks });
+            // Each part of the segment that existed before the entries, with its blocks then.
+            for (start, end) in pre.unnamed_parts(f.device, f.address, f.address.saturating_add(f.size)) {
+                let blocks = f
+                    .blocks
+                    .iter()
+                    .filter(|b| b.active && b.address >= start && b.address < end && !pre.block_first.contains_key(&(f.device, b.address)))
+                    .map(|b| BlockInfo { address: b.address, size_bytes: b.size_bytes, state: BlockState::Allocated })
+                    .collect();
+                let stream = streams.index(trace, f.stream)?;
+                initial.push(SegmentInfo { address: start, size_bytes: end - start, device: f.device as u8, stream, pool: f.pool, blocks });
+            }
         }
         for s in &pre.pre_segments {
             let stream = streams.index(trace, s.stream)?;
