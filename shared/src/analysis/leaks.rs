@@ -251,7 +251,14 @@ pub fn leaks_with(trace: &Trace, opts: &LeakOptions) -> LeakReport {
     survivors.truncate(top);
 
     let compared = growths.len();
-    let leaking = growth > 0 && compared >= 2 && agreeing * 2 > compared;
+    // A steady leak also raises the whole span: at least half of `growth` per iteration from
+    // the first compared end to the last. A cycle (batches of 64, 96, 128 in turn: +64 KiB,
+    // +64 KiB, -128 KiB) has a positive median step but no net growth.
+    let net = match (at_end.get(warmup), at_end.get(n.saturating_sub(1))) {
+        (Some(&first), Some(&last)) => last as i64 - first as i64,
+        _ => 0,
+    };
+    let leaking = growth > 0 && compared >= 2 && agreeing * 2 > compared && net.saturating_mul(2) >= growth.saturating_mul(compared as i64);
     let fmt = |b: i64| format!("{}{}", if b < 0 { "-" } else { "" }, crate::units::format_bytes(b.unsigned_abs()));
     let verdict = if n < MIN_ITERATIONS {
         format!("not enough iterations to tell ({n} found from {from}; leaks need {MIN_ITERATIONS} or more)")
