@@ -819,6 +819,21 @@ fn RankChart(overview: Arc<Overview>) -> impl IntoView {
 /// Fragmentation over time and per layer.
 #[component]
 fn FragmentationSection(overview: Arc<Overview>) -> impl IntoView {
+    // Nothing reserved: a line says so, and nothing is asked or drawn.
+    if !requests::draws_fragmentation(&overview) {
+        let note = format!(
+            "Nothing was reserved on {} in this trace (the CPU allocator caches nothing, or the file does not record reserved \
+             memory): there is no fragmentation to show.",
+            overview.device
+        );
+        return view! {
+            <section class="card" id="fragmentation">
+                <div class="card-head"><h2>"Fragmentation"</h2></div>
+                <p class="sub">{note}</p>
+            </section>
+        }
+        .into_any();
+    }
     let state = state();
     let canvas = NodeRef::<Canvas>::new();
     let points: RwSignal<Option<Arc<Vec<shared::analysis::TimelinePoint>>>> = RwSignal::new(None);
@@ -848,20 +863,6 @@ fn FragmentationSection(overview: Arc<Overview>) -> impl IntoView {
     per_layer.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
     per_layer.truncate(25);
     let f = &overview.fragmentation;
-    if !requests::draws_fragmentation(&overview) {
-        let note = format!(
-            "Nothing was reserved on {} in this trace (the CPU allocator caches nothing, or the file does not record reserved \
-             memory): there is no fragmentation to show.",
-            overview.device
-        );
-        return view! {
-            <section class="card" id="fragmentation">
-                <div class="card-head"><h2>"Fragmentation"</h2></div>
-                <p class="sub">{note}</p>
-            </section>
-        }
-        .into_any();
-    }
     view! {
         <section class="card" id="fragmentation">
             <div class="card-head">

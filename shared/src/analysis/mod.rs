@@ -55,6 +55,14 @@ fn frag(trace: &Trace, t: crate::model::Totals) -> f64 {
     }
 }
 
+/// The totals of every device together.
+fn all_devices(per_device: &[Totals]) -> Totals {
+    per_device.iter().fold(Totals::default(), |a, t| Totals {
+        allocated_bytes: a.allocated_bytes + t.allocated_bytes,
+        reserved_bytes: a.reserved_bytes + t.reserved_bytes,
+    })
+}
+
 /// Computes the [`Summary`].
 pub fn summary(trace: &Trace) -> Summary {
     let start = trace.start_ns();
@@ -90,10 +98,7 @@ pub fn summary(trace: &Trace) -> Summary {
             _ => {}
         }
     }
-    let final_totals = cursor.all_devices().iter().fold(Totals::default(), |a, t| Totals {
-        allocated_bytes: a.allocated_bytes + t.allocated_bytes,
-        reserved_bytes: a.reserved_bytes + t.reserved_bytes,
-    });
+    let final_totals = all_devices(cursor.all_devices());
     let secs = |i: Option<usize>| i.map_or(0.0, |i| ev.ts_ns[i].saturating_sub(start) as f64 * 1e-9);
     Summary {
         peak_allocated_bytes: peak_alloc.0,
@@ -288,9 +293,10 @@ pub fn fragmentation_stats_with_layers(trace: &Trace, layers: &BTreeMap<String, 
         if t.allocated_bytes > peak.0 {
             peak = (t.allocated_bytes, t.reserved_bytes.saturating_sub(t.allocated_bytes));
         }
-        if ev.is_empty() {
-            max = max.max(frag(trace, *t));
-        }
+    }
+    if ev.is_empty() {
+        // All devices together, as the summary's average is.
+        max = frag(trace, all_devices(&ev.base_totals));
     }
     for _ in 0..ev.len() {
         let t = cursor.advance();
