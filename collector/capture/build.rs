@@ -1,4 +1,4 @@
-//! Links the C++ shim that the collector package compiled (`DEP_MT_SHIM_ARCHIVE_DIR`, from its
+//! Links the C++ shim archive that the record crate compiled (`DEP_MT_SHIM_ARCHIVE_DIR`, from its
 //! `links = "mt_shim"` metadata) and the libtorch it was compiled against, which torch-sys also
 //! links for tch.
 
@@ -8,7 +8,7 @@ fn main() {
     let dir = |key: &str| -> PathBuf {
         std::env::var_os(key)
             .map(PathBuf::from)
-            .unwrap_or_else(|| panic!("{key} is not set: the collector package must be built with its python-capture feature (libtorch)"))
+            .unwrap_or_else(|| panic!("{key} is not set: the record crate must be built with its archive feature (libtorch)"))
     };
     let archive = dir("DEP_MT_SHIM_ARCHIVE_DIR");
     let lib = dir("DEP_TCH_LIBTORCH_LIB");

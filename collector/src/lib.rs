@@ -18,6 +18,6 @@ pub mod verify;
 /// The built-in models (`collector trace --model`, `POST /api/trace/memory`'s `model_name`).
 pub const MODEL_ZOO: [&str; 9] = ["resnet18", "resnet34", "resnet50", "resnet101", "resnet152", "vgg16", "transformer", "gpt", "mlp"];
 
-/// The libtorch version Memory Tracer is built against (torch-sys refuses any other; the
-/// shim and the Python package check it).
+/// The libtorch version `collector-capture` (built-in models, TorchScript) links (torch-sys
+/// refuses any other). Traced Python programs may run any supported torch (`record`).
 pub const TORCH_VERSION: &str = "2.11.0";

@@ -43,7 +43,9 @@ def collector(*args):
 
 def test_the_package_comes_from_the_wheel():
     assert "site-packages" in memory_tracer.__file__ or os.environ.get("MEMORY_TRACER_WHEEL_DIR", "") in memory_tracer.__file__
-    assert os.path.isfile(os.path.join(os.path.dirname(memory_tracer.__file__), "_bin", "collector"))
+    # The wheel's own collector (its script, in bin/ beside the package under pip --target).
+    site = os.path.dirname(os.path.dirname(memory_tracer.__file__))
+    assert memory_tracer.collector_path() == os.path.join(site, "bin", "collector")
 
 
 def test_layer_stats_peaks_and_fragmentation_match_the_collector(tmp_path):

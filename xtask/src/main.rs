@@ -6,9 +6,9 @@
 //! - `cargo xtask install-tools`: only the installs (cached outside the clone).
 //! - `cargo xtask check`: formatting (`cargo fmt --check`), the architecture checks (shared's
 //!   dependencies, tidy), the viewer built by Trunk offline, clippy (`lint`, which also checks
-//!   shared for wasm32 and the collector without libtorch).
+//!   shared for wasm32).
 //! - `cargo xtask tidy`: only tidy (`//!` openings, doc comments above attributes, paths in comments).
-//! - `cargo xtask lint`: only clippy with warnings denied (native, wasm32, collector without libtorch).
+//! - `cargo xtask lint`: only clippy with warnings denied (native, wasm32).
 //! - `cargo xtask bench`: import/export benchmarks on the real samples, the graph-profile
 //!   benchmark on a traced ResNet-50, the viewer in headless Chromium, and the timeline at
 //!   4 million events (full scan against the multi-resolution index).
@@ -18,6 +18,8 @@
 //!   importers (`fuzz/`, cargo-fuzz on nightly), 30 s per target by default.
 
 mod doc_paths;
+mod torches;
+mod wheel;
 
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
@@ -29,7 +31,8 @@ const TRUNK_VERSION: &str = "0.21.14";
 const BINARYEN_VERSION: &str = "132.0.0";
 /// What the Python tests and programs need beside torch (pinned: the GPU machines run these).
 const PY_TEST_DEPS: [&str; 4] = ["torchvision==0.26.0", "transformers==5.17.0", "pytest==8.4.2", "requests"];
-const PACKAGE_VERSION: &str = "0.1.0";
+/// What the venvs of the other tested torch releases get beside torch and torchvision.
+const TEST_VENV_PACKAGES: [&str; 5] = ["transformers==5.17.0", "pytest==8.4.2", "requests", "numpy", "setuptools"];
 
 /// What links libtorch: only `collector-capture` may depend on these.
 const LIBTORCH_DEPS: [&str; 2] = ["tch", "torch-sys"];
@@ -112,9 +115,13 @@ fn torch_env() {
     std::env::set_var("PATH", path);
     std::env::set_var("LIBTORCH_USE_PYTORCH", "1");
     std::env::set_var("MEMORY_TRACER_PYTHON", venv.join("bin/python"));
+    // The other tested torch releases' Pythons (collector/tests/torch_versions.rs mixes them).
+    let others: Vec<String> =
+        torches::TEST_TORCHES.iter().map(|t| torches::venv(&cache_dir(), t.torch).join("bin/python").display().to_string()).collect();
+    std::env::set_var("MEMORY_TRACER_TEST_PYTHONS", others.join(":"));
 }
 
-fn run(cmd: &mut Command) -> Result<()> {
+pub(crate) fn run(cmd: &mut Command) -> Result<()> {
     eprintln!("xtask: running {cmd:?}");
     let status = cmd.status().with_context(|| format!("cannot start {cmd:?}"))?;
     if !status.success() {
@@ -124,7 +131,7 @@ fn run(cmd: &mut Command) -> Result<()> {
 }
 
 /// Stdout of a command, or `None` if it cannot run or fails.
-fn output(cmd: &mut Command) -> Option<String> {
+pub(crate) fn output(cmd: &mut Command) -> Option<String> {
     let out = cmd.output().ok()?;
     out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
 }
@@ -162,6 +169,8 @@ fn install_tools() -> Result<()> {
     }
 
     install_torch_venv()?;
+    torches::install_sdks(&cache_dir())?;
+    torches::install_test_venvs(&cache_dir(), &TEST_VENV_PACKAGES)?;
 
     // wasm-bindgen-cli at the Cargo.lock version (no --locked: with it, a dependency its lock
     // file names is missing from the registry and the install fails)
@@ -230,7 +239,11 @@ fn check() -> Result<()> {
         }
     }
     // Only collector-capture links libtorch; the wire contract stays free of runtimes too.
-    for (package, forbidden) in [("collector", &LIBTORCH_DEPS[..]), ("memory-tracer-protocol", &PROTOCOL_FORBIDDEN_DEPS[..])] {
+    for (package, forbidden) in [
+        ("collector", &LIBTORCH_DEPS[..]),
+        ("memory-tracer-record", &LIBTORCH_DEPS[..]),
+        ("memory-tracer-protocol", &PROTOCOL_FORBIDDEN_DEPS[..]),
+    ] {
         let tree = output(Command::new("cargo").args(["tree", "-p", package, "-e", "normal", "--prefix", "none", "--target", "all"]))
             .with_context(|| format!("cargo tree -p {package} failed"))?;
         if let Some(name) = tree.lines().filter_map(|l| l.split_whitespace().next()).find(|n| forbidden.contains(n)) {
@@ -248,23 +261,21 @@ fn check() -> Result<()> {
     // The viewer first: the collector's build script embeds dist/ and reruns when it changes,
     // so clippy then leaves `cargo test` a build script that need not run again.
     build_viewer()?;
-    // Clippy also stands in for two builds: its wasm32 run compiles shared for wasm32 (as the
-    // viewer's dependency), and its --no-default-features run the collector without the shim.
+    // Clippy also stands in for a build: its wasm32 run compiles shared for wasm32 (as the
+    // viewer's dependency).
     lint()?;
     eprintln!("xtask: checks passed");
     Ok(())
 }
 
-/// Clippy with warnings as errors: the workspace natively (default features, every target),
-/// the viewer for wasm32 (which checks shared for wasm32 too), and the collector without
-/// the C++ shim (`--no-default-features`: no libtorch even at build time; only the code that
-/// differs is checked again). Clippy is `cargo check` plus lints, so `cargo test` afterwards reuses
-/// the build scripts' work (libtorch found, the C++ shim compiled).
+/// Clippy with warnings as errors: the workspace natively (every target) and the viewer for
+/// wasm32 (which checks shared for wasm32 too). Clippy is `cargo check` plus lints, so `cargo
+/// test` afterwards reuses the build scripts' work (libtorch found, the C++ shim compiled for
+/// every torch release).
 fn lint() -> Result<()> {
     let clippy = |args: &[&str]| run(Command::new("cargo").arg("clippy").args(args).args(["--", "-D", "warnings"]));
     clippy(&["--workspace", "--all-targets"])?;
     clippy(&["-p", "viewer", "--target", "wasm32-unknown-unknown", "--all-targets"])?;
-    clippy(&["-p", "collector", "--no-default-features"])?;
     eprintln!("xtask: clippy is clean");
     Ok(())
 }
@@ -307,7 +318,7 @@ fn rust_files(dir: &Path) -> Result<Vec<PathBuf>> {
 fn tidy() -> Result<()> {
     let mut missing = Vec::new();
     let mut split = Vec::new();
-    for dir in ["shared", "collector", "viewer", "xtask"] {
+    for dir in ["shared", "record", "collector", "viewer", "xtask"] {
         for file in rust_files(Path::new(dir))? {
             let text = std::fs::read_to_string(&file)?;
             if !text.trim_start().starts_with("//!") {
@@ -406,6 +417,7 @@ fn test() -> Result<()> {
         .env("CHROMEDRIVER", "/usr/bin/chromedriver")
         .current_dir("viewer"))?;
     python_tests()?;
+    other_torches_tests()?;
     // A short run of every importer's fuzz target (the campaign is `cargo xtask fuzz --runs N`).
     fuzz(&["--seconds".into(), "5".into()])?;
     eprintln!("xtask: all tests passed");
@@ -421,38 +433,12 @@ fn bench_capture() -> Result<()> {
     run(Command::new(torch_venv().join("bin/python")).arg("tests/python/bench_capture.py").env("PYTHONPATH", std::fs::canonicalize(pkg)?))
 }
 
-/// Builds the `memory_tracer` wheel into `target/wheels/`: the package and capture library the
-/// collector carries, plus that collector for analysis (it never links libtorch: it starts
-/// fast and needs only torch in the user's Python). `dev`: reuse the debug collector that
-/// `cargo test` built; otherwise a release one, stripped.
+/// Builds the `memory_tracer` wheel into `target/wheels/` with maturin (`wheel.rs`): the
+/// package, its capture libraries and the collector (which never links libtorch: it starts
+/// fast and needs only torch in the user's Python). `dev`: the debug collector for this
+/// machine; otherwise a release one, stripped, tagged manylinux.
 fn wheel(dev: bool) -> Result<PathBuf> {
-    let pkg = Path::new("target/wheel-pkg");
-    let _ = std::fs::remove_dir_all(pkg);
-    let (collector, lite) = if dev {
-        run(Command::new("cargo").args(["build", "-p", "collector"]))?;
-        (PathBuf::from("target/debug/collector"), PathBuf::from("target/debug/collector"))
-    } else {
-        run(Command::new("cargo").args(["build", "--release", "-p", "collector"]))?;
-        // Debug line tables are most of the binary; the wheel ships it stripped (when strip is there).
-        let stripped = PathBuf::from("target/release/collector.stripped");
-        let lite = if run(Command::new("strip").arg("-o").arg(&stripped).arg("target/release/collector")).is_ok() {
-            stripped
-        } else {
-            PathBuf::from("target/release/collector")
-        };
-        (PathBuf::from("target/release/collector"), lite)
-    };
-    run(Command::new(&collector).args(["python-package", "--out"]).arg(pkg))?;
-    let wheel = output(
-        Command::new(torch_venv().join("bin/python"))
-            .args(["collector/python/build_wheel.py"])
-            .arg(pkg)
-            .arg(&lite)
-            .args(["target/wheels", PACKAGE_VERSION]),
-    )
-    .context("building the wheel failed")?;
-    eprintln!("xtask: wheel at {wheel} (pip install {wheel})");
-    Ok(PathBuf::from(wheel))
+    wheel::build(dev)
 }
 
 /// The Python API's tests (pytest, CPU) against the wheel installed into a scratch folder.
@@ -467,9 +453,51 @@ fn python_tests() -> Result<()> {
         .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/python"])
         .env("PYTHONPATH", &site_abs)
         .env("MEMORY_TRACER_WHEEL_DIR", &site_abs)
+        // test_wheel.py installs the wheel itself, as users do.
+        .env("MEMORY_TRACER_WHEEL", std::fs::canonicalize(&wheel)?)
         .env_remove("MEMORY_TRACER_COLLECTOR")
         .env_remove("MEMORY_TRACER_PYTHONPATH"))
 }
+
+/// The Python capture's tests that differ between torch releases, on the other tested ones
+/// (`torches::TEST_TORCHES`: the oldest and the newest supported), each in its venv: the
+/// programs traced by `collector trace` (`python_cpu.rs`) and the pytest suite against the
+/// wheel that `python_tests` installed.
+fn other_torches_tests() -> Result<()> {
+    let site = std::fs::canonicalize("target/wheel-site")?;
+    for t in &torches::TEST_TORCHES {
+        let py = torches::venv(&cache_dir(), t.torch).join("bin/python");
+        eprintln!("xtask: the Python capture's tests on torch {}", t.torch);
+        run(Command::new("cargo")
+            .args(["test", "-p", "collector", "--test", "python_cpu", "--"])
+            .args(OTHER_TORCH_TESTS)
+            .env("MEMORY_TRACER_PYTHON", &py))?;
+        run(Command::new(&py)
+            .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/python"])
+            .env("PYTHONPATH", &site)
+            .env("MEMORY_TRACER_WHEEL_DIR", &site)
+            .env_remove("MEMORY_TRACER_COLLECTOR")
+            .env_remove("MEMORY_TRACER_PYTHONPATH"))?;
+    }
+    Ok(())
+}
+
+/// The `python_cpu.rs` tests run on every tested torch: what the capture records (module
+/// paths, phases, iterations, operators, backward attribution, leaks, torch.compile,
+/// DataLoader workers, torchrun ranks, the recorder fallback); the rest is the collector's
+/// own plumbing, the same on any torch, and runs on the pinned one only.
+const OTHER_TORCH_TESTS: [&str; 10] = [
+    "torchvision_resnet18",
+    "transformers_causal_lm",
+    "ops_all_records_every_operator",
+    "two_optimizers",
+    "inference_loops",
+    "torch_compile",
+    "dataloader_workers",
+    "torchrun_ranks",
+    "leaks_are_found",
+    "recorder_fallback_without_cuda",
+];
 
 /// The main job: build the collector (with the viewer embedded), start `collector serve`,
 /// trace a built-in model on the first GPU if there is one (else the CPU) and open it live in

@@ -9,8 +9,8 @@
 
 use crate::shim;
 pub use collector::capture::assemble::{self, Captured};
-pub use collector::capture::ffi;
 pub use collector::capture::live;
+pub use record as ffi;
 use shared::model::{Device, Phase, Totals};
 use std::ffi::CString;
 use std::marker::PhantomData;

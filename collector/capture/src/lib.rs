@@ -8,6 +8,6 @@ pub mod capture;
 pub mod cli;
 pub mod models;
 pub mod run;
-pub mod shim;
+pub use record::sys as shim;
 pub mod sweep;
 pub mod tracer;

@@ -75,14 +75,34 @@ def is_tracing():
     return cap is not None and cap.enabled
 
 
+def _installed_collectors():
+    """Where the wheel that installed this package put its `collector` script: the path its
+    RECORD names (venvs, --user, --prefix), then `bin/` beside the package (`pip install
+    --target`, whose RECORD paths point outside the target)."""
+    from importlib import metadata
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        dist = metadata.distribution("memory_tracer")
+    except metadata.PackageNotFoundError:
+        dist = None
+    # Only the distribution this very package came from (not one installed elsewhere).
+    if dist is not None and os.path.abspath(str(dist.locate_file("memory_tracer/__init__.py"))) == os.path.join(here, "__init__.py"):
+        for f in dist.files or ():
+            if f.name == "collector":
+                yield os.path.abspath(str(dist.locate_file(f)))
+    yield os.path.join(os.path.dirname(here), "bin", "collector")
+
+
 def collector_path():
-    """The collector binary: $MEMORY_TRACER_COLLECTOR, the one in this package, or PATH."""
+    """The collector binary: $MEMORY_TRACER_COLLECTOR, the one the wheel installed with this
+    package, or PATH."""
     env = os.environ.get("MEMORY_TRACER_COLLECTOR")
     if env:
         return env
-    bundled = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_bin", "collector")
-    if os.path.isfile(bundled) and os.access(bundled, os.X_OK):
-        return bundled
+    for installed in _installed_collectors():
+        if os.path.isfile(installed) and os.access(installed, os.X_OK):
+            return installed
     found = shutil.which("collector")
     if found:
         return found

@@ -1,4 +1,5 @@
-"""`python -m memory_tracer ARGS`: the bundled collector (e.g. `trace -o run.mtrace.json -- python train.py`)."""
+"""`python -m memory_tracer ARGS` and `memory-tracer ARGS`: the collector installed with this package
+(e.g. `trace -o run.mtrace.json -- python train.py`)."""
 
 import os
 import sys
@@ -8,7 +9,10 @@ from . import collector_path
 
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
-    os.environ.setdefault("MEMORY_TRACER_PYTHONPATH", os.path.dirname(here))
+    # Traced programs get this package with its capture libraries; a package without them (a
+    # build from source) leaves the collector its own copy.
+    if os.path.isfile(os.path.join(here, "_lib", "SUPPORTED")):
+        os.environ.setdefault("MEMORY_TRACER_PYTHONPATH", os.path.dirname(here))
     exe = collector_path()
     os.execv(exe, [exe, *sys.argv[1:]])
 

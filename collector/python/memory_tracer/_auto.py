@@ -17,7 +17,8 @@ import sys
 
 from . import _shim
 
-# Exit status when the shim cannot serve this torch (the program does not run).
+# Exit status when no capture can serve this torch (the program does not run): a torch older
+# than every supported release, or `--capture native` with no library and no way to build one.
 EXIT_TORCH_MISMATCH = 97
 
 
@@ -50,31 +51,51 @@ def _send_note(path, note):
         pass
 
 
+def _refuse(path, kind, found, detail):
+    """Stops this process before the program runs: the capture it was asked for cannot run."""
+    _send_note(path, {"kind": kind, "pid": os.getpid(), "executable": sys.executable, "found": found, "supported": _shim.supported(), "detail": detail})
+    sys.stderr.write(f"memory-tracer: error: {detail}\n")
+    sys.stderr.flush()
+    os._exit(EXIT_TORCH_MISMATCH)
+
+
 def install():
     path = os.environ.get("MEMORY_TRACER_SOCKET")
     if not path or _is_multiprocessing_helper():
         return
-    version = _shim.installed_torch_version()
-    if version is None:
+    found = _shim.installed_torch()
+    if found is None:
         _send_note(path, {"kind": "no_torch", "pid": os.getpid(), "executable": sys.executable})
         return
-    problem = _shim.check_torch_version(version)
-    if problem:
-        _send_note(path, {"kind": "torch_mismatch", "pid": os.getpid(), "executable": sys.executable, "found": version, "expected": _shim.built_for(), "detail": problem})
-        sys.stderr.write(f"memory-tracer: error: {problem}\n")
-        sys.stderr.flush()
-        os._exit(EXIT_TORCH_MISMATCH)
-    if "torch" in sys.modules:
-        _start(sys.modules["torch"], path)
+    version = found[0]
+    mode = _options().get("capture") or "auto"
+    if mode == "recorder":
+        start = _recorder_start(path, "forced by --capture recorder")
     else:
-        sys.meta_path.insert(0, _TorchFinder(path))
+        choice = _shim.choose(*found, progress=lambda m: (sys.stderr.write(f"memory-tracer: {m}\n"), sys.stderr.flush()))
+        if choice.refused:
+            _refuse(path, "torch_mismatch", version, choice.refused)
+        if choice.path is None and mode == "native":
+            _refuse(path, "torch_mismatch", version, f"--capture native: {choice.fallback}")
+        if choice.path is None:
+            sys.stderr.write(
+                f"memory-tracer: {choice.fallback}\nmemory-tracer: tracing with PyTorch's own recorder instead "
+                "(CUDA memory only: no CPU memory, no operators, no live view)\n"
+            )
+            start = _recorder_start(path, choice.fallback)
+        else:
+            start = _native_start(path, choice)
+    if "torch" in sys.modules:
+        start(sys.modules["torch"])
+    else:
+        sys.meta_path.insert(0, _TorchFinder(start))
 
 
 class _TorchFinder(importlib.abc.MetaPathFinder):
     """Starts the capture when `import torch` has finished executing torch/__init__.py."""
 
-    def __init__(self, path):
-        self.path = path
+    def __init__(self, start):
+        self.start = start
 
     def find_spec(self, name, path=None, target=None):
         if name != "torch":
@@ -88,23 +109,39 @@ class _TorchFinder(importlib.abc.MetaPathFinder):
             return spec
         loader = spec.loader
         original = loader.exec_module
-        sock_path = self.path
+        start = self.start
 
         def exec_module(module):
             original(module)
-            _start(module, sock_path)
+            start(module)
 
         loader.exec_module = exec_module
         return spec
 
 
-def _start(torch, path):
-    try:
-        from . import _capture
+def _native_start(path, choice):
+    def start(torch):
+        try:
+            from . import _capture
 
-        lib = _shim.load()
-        sock = _connect(path)
-        _capture.begin(lib, sock.detach(), _options(), "auto", {"mode": "auto"})
-    except Exception as e:  # the program runs on, untraced, and the collector is told why
-        sys.stderr.write(f"memory-tracer: the capture could not start ({e}); running untraced\n")
-        _send_note(path, {"kind": "capture_failed", "pid": os.getpid(), "detail": str(e)})
+            lib = _shim.load(choice.path)
+            sock = _connect(path)
+            _capture.begin(lib, sock.detach(), _options(), "auto", {"mode": "auto", "capture": "native", "library": choice.how})
+        except Exception as e:  # the program runs on, untraced, and the collector is told why
+            sys.stderr.write(f"memory-tracer: the capture could not start ({e}); running untraced\n")
+            _send_note(path, {"kind": "capture_failed", "pid": os.getpid(), "detail": str(e)})
+
+    return start
+
+
+def _recorder_start(path, reason):
+    def start(torch):
+        try:
+            from . import _recorder
+
+            _recorder.start(torch, path, _options(), reason)
+        except Exception as e:  # never into the user's program
+            sys.stderr.write(f"memory-tracer: the recorder capture could not start ({e}); running untraced\n")
+            _send_note(path, {"kind": "capture_failed", "pid": os.getpid(), "detail": str(e)})
+
+    return start

@@ -1,17 +1,23 @@
-"""The C++ shim (libmt_shim.so, built against libtorch) bound with ctypes.
+"""The C++ shim (libmt_shim.so, the `record` crate's) bound with ctypes, and the choice of
+which build of it a process loads.
 
-The shim binds to the libtorch that `import torch` already loaded, so it must be loaded after
-torch and only into the torch version it was built for (checked by `check_torch_version`).
+The package carries one library per supported torch minor version (`_lib/<minor>/`), each
+built against that release's headers. The shim binds to the libtorch that `import torch`
+already loaded, so it is loaded after torch, and only the library of the installed torch's
+version; a torch without one (newer, nightly, source build) gets one built on first use from
+`_src/` (`_build.py`), chosen before the program imports torch (`choose`).
 """
 
 import ctypes
 import os
 import re
+import sys
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 LIB_DIR = os.path.join(_HERE, "_lib")
+SRC_DIR = os.path.join(_HERE, "_src")
 
-# Record kinds and frame kinds (collector/shim/mt_shim.h).
+# Frame kinds (record/shim/mt_shim.h).
 FRAME_HELLO, FRAME_RECORDS, FRAME_STRINGS, FRAME_END, FRAME_NOTE = 1, 2, 3, 4, 5
 PHASE_FORWARD, PHASE_BACKWARD, PHASE_OPTIMIZER, PHASE_OTHER = 0, 1, 2, 3
 
@@ -23,17 +29,38 @@ class Counters(ctypes.Structure):
     ]
 
 
-def built_for():
-    """The torch version the shim was built against (written next to it at packaging)."""
+def supported():
+    """The torch releases this package supports, oldest first (`_lib/SUPPORTED`, written from
+    `record/torch-versions.txt`); newer releases build their library on first use."""
     try:
-        with open(os.path.join(LIB_DIR, "TORCH_VERSION")) as f:
-            return f.read().strip()
+        with open(os.path.join(LIB_DIR, "SUPPORTED")) as f:
+            return [line.strip() for line in f if line.strip()]
     except OSError:
-        return None
+        return []
 
 
-def installed_torch_version():
-    """torch's version without importing torch (reads torch/version.py); None without torch."""
+def carried():
+    """{minor: release} of the capture libraries in `_lib/` (`{"2.11": "2.11.0"}`)."""
+    out = {}
+    try:
+        names = os.listdir(LIB_DIR)
+    except OSError:
+        return out
+    for name in names:
+        folder = os.path.join(LIB_DIR, name)
+        try:
+            with open(os.path.join(folder, "TORCH_VERSION")) as f:
+                release = f.read().strip()
+        except OSError:
+            continue
+        if os.path.isfile(os.path.join(folder, "libmt_shim.so")):
+            out[name] = release
+    return out
+
+
+def installed_torch():
+    """(version, git_version, torch folder) of the torch this Python would import, read from
+    torch/version.py without importing torch; None without torch."""
     import importlib.util
 
     try:
@@ -42,38 +69,112 @@ def installed_torch_version():
         return None
     if spec is None or not spec.origin:
         return None
+    folder = os.path.dirname(spec.origin)
     try:
-        with open(os.path.join(os.path.dirname(spec.origin), "version.py")) as f:
+        with open(os.path.join(folder, "version.py")) as f:
             text = f.read()
     except OSError:
-        return "unknown"
-    m = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)['\"]", text, re.M)
-    return m.group(1) if m else "unknown"
+        return ("unknown", None, folder)
+
+    def field(name):
+        m = re.search(rf"^{name}\s*(?::\s*\w+\s*)?=\s*['\"]([^'\"]+)['\"]", text, re.M)
+        return m.group(1) if m else None
+
+    return (field("__version__") or "unknown", field("git_version"), folder)
 
 
-def base_version(v):
-    return (v or "").split("+", 1)[0]
+def installed_torch_version():
+    found = installed_torch()
+    return found[0] if found else None
+
+
+def parse_version(v):
+    """(major, minor, rest) of `2.16.0.dev20261101+cu130` -> (2, 16, ".0.dev20261101+cu130"); None
+    when it does not start with two numbers."""
+    m = re.match(r"(\d+)\.(\d+)(.*)$", v or "")
+    return (int(m.group(1)), int(m.group(2)), m.group(3)) if m else None
+
+
+def is_release(v):
+    """A PyPI-style release (`2.11.0`, `2.11.0+cu130`, `2.11.0+cpu`), not a nightly (`.dev`), a
+    pre-release (`a0`, `rc1`) or a source build (`+git...`): only releases load a prebuilt
+    library, since others may differ in layout from the release they are named after."""
+    m = re.match(r"\d+\.\d+(\.\d+)?(\+([A-Za-z0-9.]+))?$", v or "")
+    return bool(m) and "git" not in (m.group(3) or "")
+
+
+def supported_range():
+    s = supported()
+    return f"{s[0]} to {s[-1]}" if s else "none listed"
+
+
+class Choice:
+    """Which capture library a process loads: `path` (None: no native capture), `how` it was
+    found, or `refused` (the program must not run) or `fallback` (why the recorder runs)."""
+
+    def __init__(self, path=None, how=None, refused=None, fallback=None):
+        self.path, self.how, self.refused, self.fallback = path, how, refused, fallback
+
+
+def choose(version, git_version, torch_dir, progress=None):
+    """The library for this torch: the prebuilt one of its minor version when it is a release,
+    else one built on first use against its own headers (cached); a torch older than every
+    supported release is refused."""
+    forced = os.environ.get("MEMORY_TRACER_SHIM")
+    if forced:
+        return Choice(path=forced, how=f"MEMORY_TRACER_SHIM={forced}")
+    parsed, oldest = parse_version(version), parse_version(next(iter(supported()), ""))
+    if parsed and oldest and parsed[:2] < oldest[:2]:
+        return Choice(
+            refused=f"torch {version} is older than any Memory Tracer supports: supported are torch {supported_range()} "
+            f"and newer releases (built on first use); upgrade torch, or trace with PyTorch's own recorder "
+            f"(torch.cuda.memory._record_memory_history)"
+        )
+    _build = _build_module()
+    have = carried()
+    if parsed and is_release(version):
+        minor = f"{parsed[0]}.{parsed[1]}"
+        if minor in have:
+            path = os.path.join(LIB_DIR, minor, "libmt_shim.so")
+            # The same release can come in both C++ ABIs (PyPI's 2.6 has the old one, PyTorch's
+            # own index a C++11 one): a library of the other ABI would not load.
+            try:
+                same_abi = _build.library_abi(path) in (None, _build.cxx11_abi(torch_dir))
+            except _build.BuildError:
+                same_abi = True
+            if same_abi:
+                return Choice(path=path, how=f"built for torch {have[minor]}")
+    try:
+        path = _build.cached_build(torch_dir, version, git_version, SRC_DIR, progress=progress)
+    except (_build.BuildError, OSError) as e:
+        return Choice(fallback=f"no capture library for torch {version}, and building one failed: {e}")
+    return Choice(path=path, how=f"built on first use for torch {version}")
+
+
+def _build_module():
+    try:
+        from . import _build
+    except ImportError:  # this file loaded alone (record/tests/layout.rs does)
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location("_mt_build", os.path.join(_HERE, "_build.py"))
+        _build = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(_build)
+    return _build
 
 
 def check_torch_version(found):
-    """None if the shim fits `found`, else the message that says why not."""
-    want = built_for()
-    if want is None:
-        return f"the capture library is incomplete ({os.path.join(LIB_DIR, 'TORCH_VERSION')} is missing)"
-    if base_version(found) != base_version(want):
-        return (
-            f"this Python has torch {found}, but Memory Tracer's capture was built for torch {want}; "
-            f"run the program with a Python whose torch is {want} (or rebuild the collector against torch {found})"
-        )
+    """None if a capture library fits `found` (carried, or buildable), else why not."""
+    parsed, oldest = parse_version(found), parse_version(next(iter(supported()), ""))
+    if parsed and oldest and parsed[:2] < oldest[:2]:
+        return f"torch {found} is older than any Memory Tracer supports (torch {supported_range()} and newer)"
     return None
 
 
-def load():
-    """Loads the shim into this process (torch must be imported first)."""
-    path = os.environ.get("MEMORY_TRACER_SHIM") or os.path.join(LIB_DIR, "libmt_shim.so")
-    lib = ctypes.CDLL(path)
-    u32, u64, i32, sz = ctypes.c_uint32, ctypes.c_uint64, ctypes.c_int, ctypes.c_size_t
-    sigs = {
+u32, u64, i32, sz = ctypes.c_uint32, ctypes.c_uint64, ctypes.c_int, ctypes.c_size_t
+# The shim's functions this package calls: (argument types, result type), checked against the
+# header by record/tests/layout.rs.
+SIGNATURES = {
         "mt_reset": ([u64, u64, i32, i32], i32),
         "mt_start": ([], i32),
         "mt_stop": ([], i32),
@@ -89,8 +190,22 @@ def load():
         "mt_stream_send": ([u32, ctypes.c_char_p, sz], i32),
         "mt_stream_close": ([], i32),
         "mt_last_error": ([ctypes.c_char_p, sz], sz),
-    }
-    for name, (args, res) in sigs.items():
+}
+
+
+def load(path=None):
+    """Loads the shim into this process (torch must be imported first): `path`, else the
+    library `choose` picks for the imported torch."""
+    if path is None:
+        found = installed_torch()
+        if found is None:
+            raise RuntimeError("memory-tracer: torch is not installed")
+        choice = choose(*found, progress=lambda m: sys.stderr.write(f"memory-tracer: {m}\n"))
+        if choice.path is None:
+            raise RuntimeError(f"memory-tracer: {choice.refused or choice.fallback}")
+        path = choice.path
+    lib = ctypes.CDLL(path)
+    for name, (args, res) in SIGNATURES.items():
         fn = getattr(lib, name)
         fn.argtypes = args
         fn.restype = res

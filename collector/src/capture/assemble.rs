@@ -12,7 +12,7 @@
 //!   to the innermost scope; a free outside both belongs to the layer that allocated the
 //!   block; what is left is [`UNATTRIBUTED`].
 
-use super::ffi::{self, MtCounters, MtRecord};
+use record::{self as ffi, MtCounters, MtRecord};
 use shared::model::{Device, EventRecord, EventType, IterationSpan, LayerScope, OperatorEvent, Phase, StrId, TensorRef, Totals, TraceMeta};
 use shared::Trace;
 use std::collections::HashMap;

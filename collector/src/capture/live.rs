@@ -2,7 +2,7 @@
 //! serve`'s live chart, `--progress-json`): the same totals the trace will hold, decimated so
 //! a report stays small but keeps every bucket's peak.
 
-use super::ffi::{self, MtRecord};
+use record::{self as ffi, MtRecord};
 
 /// One live sample: nanoseconds since the run started, allocated and reserved bytes.
 pub type LivePoint = [u64; 3];

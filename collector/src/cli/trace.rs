@@ -3,7 +3,7 @@
 //! tracing users' own programs (`collector trace -- COMMAND`), which needs no libtorch here.
 
 use crate::commands::{parse_format, print_summary, resolve_format, write_export};
-use crate::pyrun::{self, OpsMode, PyOptions};
+use crate::pyrun::{self, CaptureMode, OpsMode, PyOptions};
 use anyhow::Context;
 use protocol::{ChildLine, Mode, OptimizerKind};
 use shared::export::ExportFormat;
@@ -116,6 +116,13 @@ pub struct TraceArgs {
     /// unless --memory-only.
     #[arg(long, value_name = "MODE", value_enum)]
     pub ops: Option<OpsMode>,
+    /// Python programs: which capture runs. `auto` (default): the native capture when a capture
+    /// library fits the program's torch (or can be built for it), else PyTorch's recorder;
+    /// `native`: the native capture or the program does not run (exit 97); `recorder`: PyTorch's
+    /// recorder (`torch.cuda.memory._record_memory_history`), which needs no compiled code but
+    /// records CUDA memory only, no operators, and delivers the trace when the process ends.
+    #[arg(long, value_name = "CAPTURE", value_enum, default_value_t = CaptureMode::Auto)]
+    pub capture: CaptureMode,
     /// Also store each trace in a running `collector serve` at this URL (http://HOST:PORT) and
     /// print the viewer's link to it.
     #[arg(long, value_name = "URL")]
@@ -228,6 +235,9 @@ pub fn python_trace_command(a: TraceArgs) -> anyhow::Result<()> {
     if !written.ranks.is_empty() {
         merge_ranks(&mut written, format, &output)?;
     }
+    for line in &written.captures {
+        eprintln!("collector: {line}");
+    }
     for (trace, program, out) in &written.finals {
         if a.progress_json {
             emit(&ChildLine::Done { info: protocol::trace_info(trace, program, started.elapsed().as_secs_f64() * 1e3) });
@@ -261,6 +271,7 @@ fn py_options(a: &TraceArgs) -> anyhow::Result<PyOptions> {
         drain_interval_ms: a.drain_interval_ms.max(1),
         fragmentation: !a.run.no_fragmentation,
         device: a.run.device.as_deref().map(str::parse).transpose().map_err(anyhow::Error::msg)?,
+        capture: a.capture,
         ..PyOptions::default()
     })
 }
@@ -309,14 +320,28 @@ struct Written {
     /// Ranks without a trace, and why.
     missing: std::collections::BTreeMap<u32, String>,
     notes: Vec<String>,
+    /// Which capture ran, one line per kind (`capture: native (torch 2.11)`, with the count of
+    /// processes when several ran it).
+    captures: Vec<String>,
 }
 
 /// Builds and writes each traced process's trace (`FILE.rankN.ext` or `FILE.pidN.ext` when
 /// there are several).
 fn write_processes(outcome: pyrun::Outcome, opts: &PyOptions, format: ExportFormat, output: &Path) -> anyhow::Result<Written> {
     let mut w = Written { notes: outcome.processes.iter().flat_map(pyrun::notes_text).collect(), ..Written::default() };
-    let mut traced: Vec<_> = outcome.processes.into_iter().filter(pyrun::has_capture).collect();
+    for p in outcome.processes.iter().filter(|p| pyrun::recorder::is_recorder(p)) {
+        let who = format!("process {} ({})", p.pid().unwrap_or(0), pyrun::program_name(p));
+        w.notes.extend(pyrun::recorder::stderr_notes(p).into_iter().skip(1).map(|n| format!("{who}: {n}")));
+    }
+    // A recorder process that recorded nothing gets a trace (saying why) only when it is the
+    // command's one process: torchrun's launcher imports torch but never uses CUDA.
+    let lone = outcome.processes.iter().filter(|p| p.hello.is_some()).count() == 1;
+    let keep = |p: &pyrun::wire::ProcessStream| {
+        pyrun::has_capture(p) && (lone || !pyrun::recorder::is_recorder(p) || !pyrun::recorder::recorded_nothing(p))
+    };
+    let mut traced: Vec<_> = outcome.processes.into_iter().filter(keep).collect();
     traced.sort_by_key(|p| (pyrun::rank(p).unwrap_or(u64::MAX), p.pid().unwrap_or(0)));
+    w.captures = capture_lines(&traced);
     // Ranks of a torchrun job are merged even when only one could be traced, so that the
     // merged trace names the missing ones.
     w.world = traced.iter().find_map(pyrun::world_size);
@@ -353,6 +378,20 @@ fn write_processes(outcome: pyrun::Outcome, opts: &PyOptions, format: ExportForm
         }
     }
     Ok(w)
+}
+
+/// One line per capture that ran (`capture: native (torch 2.11)`), with how many processes ran
+/// it when more than one did.
+fn capture_lines(traced: &[pyrun::wire::ProcessStream]) -> Vec<String> {
+    let mut lines: Vec<(String, usize)> = Vec::new();
+    for p in traced {
+        let line = pyrun::capture_line(p);
+        match lines.iter_mut().find(|(l, _)| *l == line) {
+            Some((_, n)) => *n += 1,
+            None => lines.push((line, 1)),
+        }
+    }
+    lines.into_iter().map(|(l, n)| if n > 1 { format!("{l} ({n} processes)") } else { l }).collect()
 }
 
 /// Merges the ranks' traces into `output`, naming the ranks that streamed nothing.

@@ -278,11 +278,12 @@ pub fn ingest_command(a: IngestArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `collector python-package`: the package and capture library this collector carries.
+/// `collector python-package`: the package and capture libraries this collector carries.
 pub fn python_package_command(out: &Path) -> anyhow::Result<()> {
-    let so = crate::pyrun::package::SHIM_SO.context("this collector was built without libtorch and carries no capture library")?;
-    crate::pyrun::package::write_to(out, so)?;
-    eprintln!("wrote the memory_tracer package to {}", out.display());
+    crate::pyrun::package::write_to(out)?;
+    let carried: Vec<&str> = record::CAPTURES.iter().map(|c| c.torch).collect();
+    let carried = if carried.is_empty() { "none: every torch builds it on first use".to_owned() } else { carried.join(", ") };
+    eprintln!("wrote the memory_tracer package to {} (capture libraries for torch {carried})", out.display());
     Ok(())
 }
 

@@ -5,16 +5,19 @@
 //! command that imports torch loads the shim (built against the same libtorch), connects once
 //! and streams its records while it runs ([`wire`]); the collector keeps each process's stream
 //! and, when the command ends, assembles each into a [`Trace`] with the same code as
-//! `collector trace --model` ([`crate::capture::assemble`]). The command's stdin, stdout and
+//! `collector trace --model` ([`crate::capture::assemble`]). A process that runs the recorder
+//! fallback instead (PyTorch's own CUDA memory recorder, [`recorder`]) writes snapshots into
+//! the socket's private folder and names them on its stream. The command's stdin, stdout and
 //! stderr are its own; its exit status becomes the collector's.
 
 pub mod package;
+pub mod recorder;
 pub mod wire;
 
 use crate::capture::assemble::{self, Captured};
-use crate::capture::ffi::{self, MtCounters, MtDeviceStats};
 use crate::capture::live::{decimate, LiveDevice, LivePoint, LiveTotals, LIVE_POINTS_PER_REPORT};
 use anyhow::Context;
+use record::{self as ffi, MtCounters, MtDeviceStats};
 use serde_json::{json, Value};
 use shared::model::{Device, SourceFormat, Totals, TraceMeta};
 use shared::Trace;
@@ -73,6 +76,30 @@ impl std::str::FromStr for OpsMode {
     }
 }
 
+/// Which capture a traced Python process runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum CaptureMode {
+    /// The native capture when a capture library fits the process's torch (or can be built
+    /// for it), else PyTorch's recorder.
+    #[default]
+    Auto,
+    /// The native capture only: a process whose torch no library fits does not run (exit 97).
+    Native,
+    /// PyTorch's recorder (`torch.cuda.memory._record_memory_history`): CUDA memory only, no
+    /// operators, the trace when the process ends.
+    Recorder,
+}
+
+impl CaptureMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Auto => "auto",
+            Self::Native => "native",
+            Self::Recorder => "recorder",
+        }
+    }
+}
+
 /// How to trace a program.
 #[derive(Clone, Debug)]
 pub struct PyOptions {
@@ -92,6 +119,8 @@ pub struct PyOptions {
     pub grace: Duration,
     /// How often the program's drain thread sends what was recorded.
     pub drain_interval_ms: u32,
+    /// Which capture processes run. Default is [`CaptureMode::Auto`].
+    pub capture: CaptureMode,
 }
 
 impl Default for PyOptions {
@@ -106,6 +135,7 @@ impl Default for PyOptions {
             device: None,
             grace: Duration::from_secs(10),
             drain_interval_ms: 20,
+            capture: CaptureMode::Auto,
         }
     }
 }
@@ -124,6 +154,7 @@ impl PyOptions {
             "iteration_marker": self.iteration_marker,
             "buffer_records": self.buffer_records,
             "interval_ms": self.drain_interval_ms,
+            "capture": self.capture.as_str(),
         })
     }
 }
@@ -144,6 +175,9 @@ pub struct Outcome {
     pub processes: Vec<ProcessStream>,
     /// The collector was asked to stop (SIGINT or SIGTERM) while the command ran.
     pub interrupted: bool,
+    /// The socket's folder, where recorder processes left their snapshots: kept until the
+    /// outcome is dropped (after the traces are built).
+    _dir: SocketDir,
 }
 
 impl Outcome {
@@ -179,7 +213,8 @@ fn send_signal(pid: u32, sig: libc::c_int) {
     }
 }
 
-/// A private folder for the socket (mode 0700), removed on drop.
+/// A private folder for the socket (mode 0700) and the recorder's snapshots, removed on drop.
+#[derive(Debug)]
 struct SocketDir(PathBuf);
 
 impl SocketDir {
@@ -334,12 +369,13 @@ pub fn run(command: &[String], opts: &PyOptions, on_live: &mut dyn FnMut(Option<
                 if !in_time && p.end.is_none() {
                     p.error = Some(format!("still streaming {} s after the command exited; cut off", opts.grace.as_secs()));
                 }
+                p.snapshot_dir = Some(dir.0.clone());
                 processes.push(p);
             }
             Err(_) => eprintln!("collector: a capture reader failed"),
         }
     }
-    Ok(Outcome { status, processes, interrupted: SIGNALS.load(Ordering::SeqCst) != 0 })
+    Ok(Outcome { status, processes, interrupted: SIGNALS.load(Ordering::SeqCst) != 0, _dir: dir })
 }
 
 /// Reads one process's stream from an inherited socket (`collector ingest --fd N`, what the
@@ -398,9 +434,21 @@ pub fn world_size(p: &ProcessStream) -> Option<u32> {
     p.hello.as_ref()?.get("env")?.get("WORLD_SIZE")?.as_str()?.parse().ok()
 }
 
-/// Whether the stream carries anything to build a trace from.
+/// Whether the stream carries anything to build a trace from (a recorder process always
+/// does: its trace says what it recorded, or why nothing).
 pub fn has_capture(p: &ProcessStream) -> bool {
-    p.hello.is_some() && !p.records.is_empty()
+    p.hello.is_some() && (!p.records.is_empty() || recorder::is_recorder(p))
+}
+
+/// Which capture ran in the process, as the summary says it: `capture: native (torch 2.11)`,
+/// or the recorder's note (its reason, what it cannot record).
+pub fn capture_line(p: &ProcessStream) -> String {
+    if recorder::is_recorder(p) {
+        return recorder::capture_note(p.hello_str("reason").unwrap_or("no reason given"));
+    }
+    let torch = p.hello_str("torch_version").unwrap_or("unknown");
+    let minor: Vec<&str> = torch.split(['.', '+']).take(2).collect();
+    format!("capture: native (torch {})", minor.join("."))
 }
 
 /// What a process told the collector without a capture (no torch, a torch the shim cannot
@@ -408,6 +456,7 @@ pub fn has_capture(p: &ProcessStream) -> bool {
 pub fn notes_text(p: &ProcessStream) -> Vec<String> {
     p.notes
         .iter()
+        .filter(|n| n.get("kind").and_then(Value::as_str) != Some(recorder::SNAPSHOT_NOTE))
         .map(|n| {
             let pid = n.get("pid").and_then(Value::as_u64).unwrap_or(0);
             let exe = n.get("executable").and_then(Value::as_str).unwrap_or("python");
@@ -466,6 +515,9 @@ fn counters_of(end: Option<&Value>) -> MtCounters {
 
 /// Builds the trace of one process's stream.
 pub fn build_trace(mut p: ProcessStream, opts: &PyOptions) -> Result<Trace, String> {
+    if recorder::is_recorder(&p) {
+        return recorder::build_trace(p, opts);
+    }
     let Some(hello) = p.hello.take() else {
         return Err("the process sent no capture header".into());
     };
@@ -537,14 +589,7 @@ pub fn build_trace(mut p: ProcessStream, opts: &PyOptions) -> Result<Trace, Stri
         cuda_stats,
     };
     let mut trace = assemble::assemble(&captured, meta);
-    if let Some(env) = hello.get("env").and_then(Value::as_object) {
-        for (k, v) in env {
-            if let Some(n) = v.as_str().and_then(|s| s.parse::<u64>().ok()) {
-                trace.meta.reported.insert(format!("env.{k}"), n);
-            }
-        }
-        trace.meta.job = job_of(env);
-    }
+    report_env(&mut trace, &hello);
     if let Some(i) = cuda_index {
         trace.device_samples = device_samples(end.as_ref(), i, start_ns);
     }
@@ -565,6 +610,18 @@ pub fn build_trace(mut p: ProcessStream, opts: &PyOptions) -> Result<Trace, Stri
         trace.meta.warnings.push("the process did not report the CUDA allocator's own counters at its end".into());
     }
     Ok(trace)
+}
+
+/// The process's torchrun variables (numbers, as `env.RANK`, ...) and job, from its header.
+fn report_env(trace: &mut Trace, hello: &Value) {
+    if let Some(env) = hello.get("env").and_then(Value::as_object) {
+        for (k, v) in env {
+            if let Some(n) = v.as_str().and_then(|s| s.parse::<u64>().ok()) {
+                trace.meta.reported.insert(format!("env.{k}"), n);
+            }
+        }
+        trace.meta.job = job_of(env);
+    }
 }
 
 fn http_agent() -> ureq::Agent {

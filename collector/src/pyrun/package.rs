@@ -1,6 +1,8 @@
-//! The `memory_tracer` Python package as the collector carries it: its sources and (in builds
-//! with libtorch) the shim as a shared library, written once into a cache folder that
-//! `collector trace -- python ...` puts on PYTHONPATH.
+//! The `memory_tracer` Python package as the collector carries it: its sources, the capture
+//! library for every torch release this build has one for (`record::CAPTURES`, one folder per
+//! minor version under `memory_tracer/_lib/`), the list of supported releases and the shim's
+//! sources for building it on first use (`memory_tracer/_src/`), written once into a cache
+//! folder that `collector trace -- python ...` puts on PYTHONPATH.
 
 use anyhow::Context;
 use std::path::{Path, PathBuf};
@@ -16,37 +18,28 @@ pub const FILES: &[(&str, &[u8])] = py!(
     "memory_tracer/__init__.py",
     "memory_tracer/__main__.py",
     "memory_tracer/_auto.py",
+    "memory_tracer/_build.py",
     "memory_tracer/_capture.py",
+    "memory_tracer/_recorder.py",
     "memory_tracer/_shim.py",
     "memory_tracer/zoo.py",
     "memory_tracer/_bootstrap/sitecustomize.py",
 );
-
-/// The shim built against the collector's libtorch, when this build has it.
-#[cfg(shim_so)]
-pub const SHIM_SO: Option<&[u8]> = Some(include_bytes!(env!("MT_SHIM_SO")));
-#[cfg(not(shim_so))]
-pub const SHIM_SO: Option<&[u8]> = None;
 
 /// Where the package's folder is: `$MEMORY_TRACER_PYTHONPATH` (an installed wheel, or a
 /// checkout), else the embedded copy written under the cache folder.
 pub fn python_path() -> anyhow::Result<PathBuf> {
     if let Some(dir) = std::env::var_os("MEMORY_TRACER_PYTHONPATH") {
         let dir = PathBuf::from(dir);
-        if !dir.join("memory_tracer/_lib/libmt_shim.so").is_file() {
+        if !dir.join(COMPLETE).is_file() {
             anyhow::bail!(
-                "MEMORY_TRACER_PYTHONPATH={} holds no memory_tracer/_lib/libmt_shim.so; expected the folder that contains the memory_tracer package",
+                "MEMORY_TRACER_PYTHONPATH={} holds no {COMPLETE}; expected the folder that contains the memory_tracer package",
                 dir.display()
             );
         }
         return Ok(dir);
     }
-    let Some(so) = SHIM_SO else {
-        anyhow::bail!(
-            "this collector was built without libtorch, so it carries no capture library; use a collector built with the `tracing` feature, or set MEMORY_TRACER_PYTHONPATH to an installed memory_tracer package's parent folder"
-        );
-    };
-    materialize(&cache_root().join("python"), so)
+    materialize(&cache_root().join("python"))
 }
 
 fn cache_root() -> PathBuf {
@@ -57,8 +50,13 @@ fn cache_root() -> PathBuf {
         .join("memory-tracer")
 }
 
-/// Writes the package (sources, shim, TORCH_VERSION) into `dir` (for wheels).
-pub fn write_to(dir: &Path, so: &[u8]) -> anyhow::Result<()> {
+/// The file written last: a package folder holding it is complete.
+const COMPLETE: &str = "memory_tracer/_lib/SUPPORTED";
+
+/// Writes the package into `dir` (for wheels): sources, `_lib/<minor>/libmt_shim.so` and
+/// `_lib/<minor>/TORCH_VERSION` per carried capture, `_src/` (the shim's sources) and, last,
+/// `_lib/SUPPORTED` (the supported releases, one per line).
+pub fn write_to(dir: &Path) -> anyhow::Result<()> {
     let write = |rel: &str, bytes: &[u8]| -> anyhow::Result<()> {
         let p = dir.join(rel);
         if let Some(parent) = p.parent() {
@@ -69,34 +67,48 @@ pub fn write_to(dir: &Path, so: &[u8]) -> anyhow::Result<()> {
     for (name, bytes) in FILES {
         write(name, bytes)?;
     }
-    write("memory_tracer/_lib/libmt_shim.so", so)?;
-    write("memory_tracer/_lib/TORCH_VERSION", crate::TORCH_VERSION.as_bytes())
+    for capture in record::CAPTURES {
+        write(&format!("memory_tracer/_lib/{}/libmt_shim.so", capture.minor), capture.library)?;
+        write(&format!("memory_tracer/_lib/{}/TORCH_VERSION", capture.minor), capture.torch.as_bytes())?;
+    }
+    for (name, bytes) in record::SHIM_SOURCES {
+        write(&format!("memory_tracer/_src/{name}"), bytes)?;
+    }
+    let supported: String = record::supported_versions().map(|v| format!("{v}\n")).collect();
+    write(COMPLETE, supported.as_bytes())
 }
 
 /// Writes the package into `root/<content hash>/` unless it is already there (a folder is
 /// complete once renamed into place, so concurrent collectors never see half of one).
-pub fn materialize(root: &Path, so: &[u8]) -> anyhow::Result<PathBuf> {
+pub fn materialize(root: &Path) -> anyhow::Result<PathBuf> {
     use std::hash::Hasher;
     let mut hasher = shared::hash::FxHasher::default();
     for (name, bytes) in FILES {
         hasher.write(name.as_bytes());
         hasher.write(bytes);
     }
-    hasher.write(so);
-    hasher.write(crate::TORCH_VERSION.as_bytes());
+    for capture in record::CAPTURES {
+        hasher.write(capture.torch.as_bytes());
+        hasher.write(capture.library);
+    }
+    for (name, bytes) in record::SHIM_SOURCES {
+        hasher.write(name.as_bytes());
+        hasher.write(bytes);
+    }
+    record::supported_versions().for_each(|v| hasher.write(v.as_bytes()));
     let h = hasher.finish();
     let dir = root.join(format!("{h:016x}"));
-    if dir.join("memory_tracer/_lib/libmt_shim.so").is_file() {
+    if dir.join(COMPLETE).is_file() {
         return Ok(dir);
     }
     std::fs::create_dir_all(root).with_context(|| format!("cannot create {}", root.display()))?;
     let tmp = root.join(format!(".tmp-{}-{h:016x}", std::process::id()));
     let _ = std::fs::remove_dir_all(&tmp);
-    write_to(&tmp, so)?;
+    write_to(&tmp)?;
     match std::fs::rename(&tmp, &dir) {
         Ok(()) => Ok(dir),
         // Another collector put the same folder in place first.
-        Err(_) if dir.join("memory_tracer/_lib/libmt_shim.so").is_file() => {
+        Err(_) if dir.join(COMPLETE).is_file() => {
             let _ = std::fs::remove_dir_all(&tmp);
             Ok(dir)
         }

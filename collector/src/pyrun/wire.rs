@@ -3,7 +3,7 @@
 //! (kind, length, record size, string ids in order), so a broken or hostile peer gets an error
 //! naming the frame, never a panic or an unbounded allocation.
 
-use crate::capture::ffi::MtRecord;
+use record::MtRecord;
 use serde_json::Value;
 use std::io::{ErrorKind, Read};
 
@@ -11,6 +11,8 @@ pub const FRAME_HELLO: u32 = 1;
 pub const FRAME_RECORDS: u32 = 2;
 pub const FRAME_STRINGS: u32 = 3;
 pub const FRAME_END: u32 = 4;
+/// A JSON note: why a process is not traced, or (the recorder fallback) a complete snapshot
+/// file it left in the collector's folder.
 pub const FRAME_NOTE: u32 = 5;
 
 /// The largest frame accepted (the shim sends at most 16384 records, 896 KiB, per frame).
@@ -29,6 +31,9 @@ pub struct ProcessStream {
     /// Why the stream stopped early (cut mid-frame, a malformed frame), if it did.
     pub error: Option<String>,
     pub bytes: u64,
+    /// The folder where the process may leave snapshot files, which its notes name (the
+    /// recorder fallback; see `pyrun::recorder`).
+    pub snapshot_dir: Option<std::path::PathBuf>,
 }
 
 impl ProcessStream {

@@ -12,7 +12,16 @@
 #include <ATen/SequenceNumber.h>
 #include <ATen/record_function.h>
 #include <c10/core/Allocator.h>
+#include <torch/version.h>
+// The device-generic allocator API (c10::getDeviceAllocator) arrived in torch 2.9; built
+// against an older torch, the mt_cuda_* functions say so (only collector-capture, which links
+// the pinned torch, calls them).
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 9)
+#define MT_DEVICE_ALLOCATOR 1
 #include <c10/core/CachingDeviceAllocator.h>
+#else
+#define MT_DEVICE_ALLOCATOR 0
+#endif
 #include <c10/util/ThreadLocalDebugInfo.h>
 #include <torch/csrc/jit/runtime/interpreter.h>
 #include <torch/csrc/profiler/orchestration/observer.h>
@@ -749,6 +758,10 @@ void mt_counters(MtCounters* out) {
 }
 
 int mt_cuda_device_stats(int8_t device, MtDeviceStats* out) {
+#if !MT_DEVICE_ALLOCATOR
+  set_error("the CUDA allocator's statistics need torch 2.9 or newer (this capture was built for an older torch)");
+  return -1;
+#else
   try {
     auto* alloc = c10::getDeviceAllocator(c10::DeviceType::CUDA);
     if (alloc == nullptr || !alloc->initialized()) {
@@ -768,9 +781,14 @@ int mt_cuda_device_stats(int8_t device, MtDeviceStats* out) {
     set_error(e.what());
     return -1;
   }
+#endif
 }
 
 int mt_cuda_reset_peak(int8_t device) {
+#if !MT_DEVICE_ALLOCATOR
+  set_error("the CUDA allocator's statistics need torch 2.9 or newer (this capture was built for an older torch)");
+  return -1;
+#else
   try {
     auto* alloc = c10::getDeviceAllocator(c10::DeviceType::CUDA);
     if (alloc == nullptr || !alloc->initialized()) return -1;
@@ -780,9 +798,14 @@ int mt_cuda_reset_peak(int8_t device) {
     set_error(e.what());
     return -1;
   }
+#endif
 }
 
 int mt_cuda_empty_cache(void) {
+#if !MT_DEVICE_ALLOCATOR
+  set_error("the CUDA allocator's statistics need torch 2.9 or newer (this capture was built for an older torch)");
+  return -1;
+#else
   try {
     auto* alloc = c10::getDeviceAllocator(c10::DeviceType::CUDA);
     if (alloc == nullptr || !alloc->initialized()) return -1;
@@ -792,6 +815,7 @@ int mt_cuda_empty_cache(void) {
     set_error(e.what());
     return -1;
   }
+#endif
 }
 
 int mt_stream_open(int fd, uint32_t interval_ms, uint64_t max_buffered_records) {

@@ -1,9 +1,7 @@
-//! The C++ shim's record layout (`shim/mt_shim.h`): what `collector-capture` drains from the
-//! shim linked into it and what traced Python processes stream over their socket. The shim's
-//! functions are bound in the capture crate (`collector/capture/src/shim.rs`). Keep both files
-//! and the header in step.
-
-#![allow(non_camel_case_types)]
+//! The shim's records and counters (`record/shim/mt_shim.h`), as Rust reads them: what
+//! `collector-capture` drains from the shim linked into it and what traced Python processes
+//! stream over their socket. `tests/layout.rs` checks every field's offset and size against
+//! the C header (compiled) and the Python package's ctypes.
 
 pub const MT_MEM: u8 = 1;
 pub const MT_OOM: u8 = 2;

@@ -1,8 +1,10 @@
 // Memory Tracer's C++ shim: the one place that talks to libtorch's C++ internals.
-// Rust binds these functions in collector/capture/src/shim.rs (the records' layout is in
-// collector/src/capture/ffi.rs), all but mt_stream_*, which the Python package binds with
-// ctypes (collector/python/memory_tracer/_shim.py); keep the three in step. Every function
-// catches C++ exceptions and reports failure through its return value; none throws.
+// Rust reads its records in record/src/layout.rs and binds its functions in record/src/sys.rs;
+// the Python package binds them with ctypes (collector/python/memory_tracer/_shim.py).
+// record/tests/layout.rs checks all three against this header. Every function catches C++
+// exceptions and reports failure through its return value; none throws. It compiles against
+// every supported torch release (record/torch-versions.txt; differences behind
+// TORCH_VERSION_* guards in mt_shim.cpp).
 #pragma once
 #include <stddef.h>
 #include <stdint.h>

@@ -1,10 +1,8 @@
-//! The C++ shim's functions (`collector/shim/mt_shim.h`), bound by hand: the one FFI surface
-//! of Memory Tracer. The record types they fill are `collector::capture::ffi`'s. Keep this
-//! file, that one and the header in step.
+//! The shim's functions (`record/shim/mt_shim.h`), for `collector-capture`, which links the
+//! shim's archive (Python processes bind them with ctypes in `memory_tracer/_shim.py`).
+//! `tests/layout.rs` checks these signatures against the header's and the ctypes ones.
 
-#![allow(non_camel_case_types)]
-
-use collector::capture::ffi::{MtCounters, MtDeviceStats, MtRecord};
+use crate::layout::{MtCounters, MtDeviceStats, MtRecord};
 use std::os::raw::{c_char, c_int};
 
 extern "C" {
