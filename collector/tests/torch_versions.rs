@@ -92,6 +92,23 @@ fn a_torch_without_a_carried_library_gets_one_built_on_first_use_then_cached() {
 }
 
 #[test]
+fn a_carried_library_that_does_not_load_here_is_replaced_by_one_built_on_first_use() {
+    let dir = workdir("unloadable");
+    let pkg = collector::pyrun::package::materialize(&dir.join("pkg")).unwrap();
+    // As a library built on a newer glibc than this machine's would: present, but no load.
+    let lib = pkg.join("memory_tracer/_lib").join(torch_minor(&python())).join("libmt_shim.so");
+    std::fs::write(&lib, b"\x7fELF but not a library this loader accepts").unwrap();
+    let (out, t) = trace(&dir, &[("MEMORY_TRACER_PYTHONPATH", &pkg)], &[], &strs(&leaky()));
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("does not load here") && err.contains("building one for this machine"), "{err}");
+    assert!(err.contains("memory-tracer: building the capture for torch "), "{err}");
+    let t = t.expect("a trace");
+    assert_eq!(t.iterations.len(), 6);
+    assert!(t.events.len() > 100, "the native capture recorded: {} events", t.events.len());
+}
+
+#[test]
 fn a_compiler_that_fails_is_shown_then_the_recorder_runs_or_native_refuses() {
     let dir = workdir("bad_compiler");
     let pkg = package_without_this_torch(&dir);

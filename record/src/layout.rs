@@ -36,6 +36,32 @@ pub struct MtRecord {
 
 const _: () = assert!(std::mem::size_of::<MtRecord>() == 56);
 
+impl MtRecord {
+    /// A record as the shim wrote it (little endian, `size_of::<MtRecord>()` bytes; a shorter
+    /// slice reads its missing fields as 0). Offsets are the struct's own.
+    pub fn from_le_bytes(b: &[u8]) -> Self {
+        use std::mem::offset_of;
+        let at = |o: usize, n: usize| b.get(o..o + n).unwrap_or_default();
+        let u64_at = |o: usize| u64::from_le_bytes(at(o, 8).try_into().unwrap_or_default());
+        let u32_at = |o: usize| u32::from_le_bytes(at(o, 4).try_into().unwrap_or_default());
+        let u8_at = |o: usize| b.get(o).copied().unwrap_or_default();
+        MtRecord {
+            ts_ns: u64_at(offset_of!(MtRecord, ts_ns)),
+            id: u64_at(offset_of!(MtRecord, id)),
+            value: u64_at(offset_of!(MtRecord, value)) as i64,
+            a: u64_at(offset_of!(MtRecord, a)),
+            b: u64_at(offset_of!(MtRecord, b)),
+            op: u32_at(offset_of!(MtRecord, op)),
+            name: u32_at(offset_of!(MtRecord, name)),
+            thread: u32_at(offset_of!(MtRecord, thread)),
+            kind: u8_at(offset_of!(MtRecord, kind)),
+            device_type: u8_at(offset_of!(MtRecord, device_type)) as i8,
+            device_index: u8_at(offset_of!(MtRecord, device_index)) as i8,
+            phase: u8_at(offset_of!(MtRecord, phase)),
+        }
+    }
+}
+
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct MtCounters {

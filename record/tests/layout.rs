@@ -270,3 +270,26 @@ fn the_header_parsers_read_what_they_are_given() {
     assert_eq!(f["mt_f"], (vec!["u64".to_owned(), "ptr".to_owned()], "i32".to_owned()));
     assert_eq!(f["mt_g"], (vec![], "void".to_owned()));
 }
+
+/// What travels over the socket is the C struct's bytes: reading them back gives every field.
+#[test]
+fn records_read_back_from_their_bytes() {
+    let r = record::MtRecord {
+        ts_ns: 1,
+        id: 2,
+        value: -3,
+        a: 4,
+        b: 5,
+        op: 6,
+        name: 7,
+        thread: 8,
+        kind: 9,
+        device_type: -1,
+        device_index: 11,
+        phase: 12,
+    };
+    // SAFETY: MtRecord is repr(C) plain data of 56 bytes without padding.
+    let bytes: [u8; 56] = unsafe { std::mem::transmute(r) };
+    let back = record::MtRecord::from_le_bytes(&bytes);
+    assert_eq!(format!("{back:?}"), format!("{r:?}"));
+}

@@ -84,7 +84,7 @@ def install():
             )
             start = _recorder_start(path, choice.fallback)
         else:
-            start = _native_start(path, choice)
+            start = _native_start(path, choice, found)
     if "torch" in sys.modules:
         start(sys.modules["torch"])
     else:
@@ -119,19 +119,42 @@ class _TorchFinder(importlib.abc.MetaPathFinder):
         return spec
 
 
-def _native_start(path, choice):
+def _native_start(path, choice, found):
     def start(torch):
         try:
             from . import _capture
 
-            lib = _shim.load(choice.path)
+            lib, how = _load_or_rebuild(choice, found)
+            if lib is None:  # neither the chosen library nor a fresh build loads: the recorder
+                sys.stderr.write(f"memory-tracer: {how}\nmemory-tracer: tracing with PyTorch's own recorder instead\n")
+                return _recorder_start(path, how)(torch)
             sock = _connect(path)
-            _capture.begin(lib, sock.detach(), _options(), "auto", {"mode": "auto", "capture": "native", "library": choice.how})
+            _capture.begin(lib, sock.detach(), _options(), "auto", {"mode": "auto", "capture": "native", "library": how})
         except Exception as e:  # the program runs on, untraced, and the collector is told why
             sys.stderr.write(f"memory-tracer: the capture could not start ({e}); running untraced\n")
             _send_note(path, {"kind": "capture_failed", "pid": os.getpid(), "detail": str(e)})
 
     return start
+
+
+def _load_or_rebuild(choice, found):
+    """(library, how) for the chosen path; a carried library that does not load here (built on a
+    newer glibc than this machine's, say) is replaced by one built on first use. (None, why)
+    when neither loads."""
+    try:
+        return _shim.load(choice.path), choice.how
+    except OSError as e:
+        first = f"the capture library {choice.path} does not load here ({e})"
+    if choice.how.startswith("built on first use"):
+        return None, first
+    sys.stderr.write(f"memory-tracer: {first}; building one for this machine\n")
+    from . import _build
+
+    try:
+        built = _build.cached_build(found[2], found[0], found[1], _shim.SRC_DIR, progress=lambda m: sys.stderr.write(f"memory-tracer: {m}\n"))
+        return _shim.load(built), f"built on first use for torch {found[0]}"
+    except (_build.BuildError, OSError) as e:
+        return None, f"{first}, and building one failed: {e}"
 
 
 def _recorder_start(path, reason):

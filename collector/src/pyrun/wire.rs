@@ -50,25 +50,6 @@ impl ProcessStream {
     }
 }
 
-fn parse_record(b: &[u8]) -> MtRecord {
-    let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap_or_default());
-    let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap_or_default());
-    MtRecord {
-        ts_ns: u64_at(0),
-        id: u64_at(8),
-        value: u64_at(16) as i64,
-        a: u64_at(24),
-        b: u64_at(32),
-        op: u32_at(40),
-        name: u32_at(44),
-        thread: u32_at(48),
-        kind: b[52],
-        device_type: b[53] as i8,
-        device_index: b[54] as i8,
-        phase: b[55],
-    }
-}
-
 /// Reads frames until the peer closes. `on_records` sees each batch as it arrives (live views).
 /// A stream cut mid-frame or a malformed frame ends the reading; what came before is kept
 /// and [`ProcessStream::error`] says where it stopped.
@@ -122,7 +103,7 @@ fn take_frame(
                 return Err(format!("a records frame must hold whole {RECORD_BYTES}-byte records"));
             }
             let start = s.records.len();
-            s.records.extend(payload.chunks_exact(RECORD_BYTES).map(parse_record));
+            s.records.extend(payload.chunks_exact(RECORD_BYTES).map(MtRecord::from_le_bytes));
             on_records(s.hello.as_ref(), &s.records[start..]);
         }
         FRAME_STRINGS => {
