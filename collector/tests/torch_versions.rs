@@ -206,3 +206,24 @@ fn two_torch_versions_in_one_job_each_load_their_own_library() {
         assert!(err.contains(&format!("capture: native (torch {minor}")), "each process says which library it loaded: {err}");
     }
 }
+
+#[test]
+fn a_broken_torch_install_fails_the_program_with_its_own_error() {
+    let dir = workdir("broken");
+    // A torch whose version the capture reads (a supported one) but whose import fails.
+    let site = dir.join("site");
+    std::fs::create_dir_all(site.join("torch")).unwrap();
+    std::fs::write(
+        site.join("torch/__init__.py"),
+        "raise ImportError('libtorch_cpu.so: cannot open shared object file (broken on purpose)')\n",
+    )
+    .unwrap();
+    std::fs::write(site.join("torch/version.py"), "__version__ = '2.11.0+cu130'\ngit_version = '70d99e998b49'\n").unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_collector"));
+    cmd.current_dir(&dir).env_remove("MEMORY_TRACER_PYTHONPATH").env("PYTHONPATH", &site);
+    let out = cmd.args(["trace", "-q", "--", &python(), "-c", "import torch"]).output().unwrap();
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("ImportError: libtorch_cpu.so: cannot open shared object file (broken on purpose)"), "{err}");
+    assert!(err.contains("Traceback (most recent call last)") && !err.contains("memory-tracer: error"), "{err}");
+}

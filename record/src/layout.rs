@@ -14,6 +14,16 @@ pub const MT_SCOPE_ENTER: u8 = 8;
 pub const MT_SCOPE_EXIT: u8 = 9;
 pub const MT_MARK: u8 = 10;
 
+/// Frame kinds of the stream a shim inside a Python process writes (`MT_FRAME_*`): each
+/// frame is `u32 kind, u32 length` (little endian) and a payload.
+pub const FRAME_HELLO: u32 = 1;
+pub const FRAME_RECORDS: u32 = 2;
+pub const FRAME_STRINGS: u32 = 3;
+pub const FRAME_END: u32 = 4;
+/// A JSON note: why a process is not traced, or (the recorder fallback) a complete snapshot
+/// file it left in the collector's folder.
+pub const FRAME_NOTE: u32 = 5;
+
 /// `at::RecordScope::BACKWARD_FUNCTION` (carried in `device_type` of `MT_OP_ENTER`).
 pub const RECORD_SCOPE_BACKWARD_FUNCTION: i8 = 1;
 

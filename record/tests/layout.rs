@@ -129,7 +129,8 @@ structs = {"MtCounters": m.Counters}
 layout = [[name, f, getattr(cls, f).offset, getattr(cls, f).size] for name, cls in structs.items() for f, _ in cls._fields_]
 layout += [[name, "<size>", 0, ctypes.sizeof(cls)] for name, cls in structs.items()]
 sigs = {n: [[canon(a) for a in args], canon(res)] for n, (args, res) in m.SIGNATURES.items()}
-print(json.dumps({"layout": layout, "signatures": sigs}))
+frames = {n: getattr(m, n) for n in dir(m) if n.startswith("FRAME_")}
+print(json.dumps({"layout": layout, "signatures": sigs, "frames": frames}))
 "#;
     let out = Command::new(python()).arg("-c").arg(script).arg(&shim).output().unwrap();
     assert!(out.status.success(), "loading {}: {}", shim.display(), String::from_utf8_lossy(&out.stderr));
@@ -260,6 +261,56 @@ fn c_rust_and_python_declare_every_function_alike() {
     }
     let unbound: Vec<&String> = c.keys().filter(|n| !rust.contains_key(*n) && !py.contains_key(*n)).collect();
     assert!(unbound.is_empty(), "the header declares functions neither Rust nor Python binds: {unbound:?}");
+}
+
+/// `NAME = value` of every enumerator of the header whose name starts with `prefix`.
+fn header_enum(h: &str, prefix: &str) -> BTreeMap<String, u64> {
+    h.lines()
+        .map(|l| l.split("//").next().unwrap().trim())
+        .filter(|l| l.starts_with(prefix))
+        .map(|l| {
+            let (name, value) = l.trim_end_matches(',').split_once('=').unwrap();
+            (name.trim().to_owned(), value.trim().parse().unwrap())
+        })
+        .collect()
+}
+
+#[test]
+fn c_rust_and_python_number_the_frames_and_records_alike() {
+    let h = header();
+    let frames = header_enum(&h, "MT_FRAME_");
+    let rust: BTreeMap<String, u64> = [
+        ("MT_FRAME_HELLO", record::FRAME_HELLO),
+        ("MT_FRAME_RECORDS", record::FRAME_RECORDS),
+        ("MT_FRAME_STRINGS", record::FRAME_STRINGS),
+        ("MT_FRAME_END", record::FRAME_END),
+        ("MT_FRAME_NOTE", record::FRAME_NOTE),
+    ]
+    .into_iter()
+    .map(|(n, v)| (n.to_owned(), u64::from(v)))
+    .collect();
+    assert_eq!(frames, rust);
+    let py = python_view();
+    let py: BTreeMap<String, u64> =
+        py["frames"].as_object().unwrap().iter().map(|(n, v)| (format!("MT_{n}"), v.as_u64().unwrap())).collect();
+    assert_eq!(frames, py, "_shim.py's FRAME_* differ from the header's");
+    let kinds = header_enum(&h, "MT_").into_iter().filter(|(n, _)| !n.starts_with("MT_FRAME_")).collect::<BTreeMap<_, _>>();
+    let rust: BTreeMap<String, u64> = [
+        ("MT_MEM", record::MT_MEM),
+        ("MT_OOM", record::MT_OOM),
+        ("MT_OP_ENTER", record::MT_OP_ENTER),
+        ("MT_OP_EXIT", record::MT_OP_EXIT),
+        ("MT_TENSOR_IN", record::MT_TENSOR_IN),
+        ("MT_TENSOR_OUT", record::MT_TENSOR_OUT),
+        ("MT_DIMS", record::MT_DIMS),
+        ("MT_SCOPE_ENTER", record::MT_SCOPE_ENTER),
+        ("MT_SCOPE_EXIT", record::MT_SCOPE_EXIT),
+        ("MT_MARK", record::MT_MARK),
+    ]
+    .into_iter()
+    .map(|(n, v)| (n.to_owned(), u64::from(v)))
+    .collect();
+    assert_eq!(kinds, rust, "record kinds differ between the header and record::layout");
 }
 
 #[test]

@@ -424,13 +424,21 @@ fn test() -> Result<()> {
     Ok(())
 }
 
-/// The capture's cost inside a Python process (per operator, per module call), on the CPU.
+/// The capture's cost inside a Python process (per operator, per module call), on the CPU, and
+/// what picking (or building) the capture library costs on every tested torch.
 fn bench_capture() -> Result<()> {
     run(Command::new("cargo").args(["build", "--release", "-p", "collector"]))?;
     let pkg = Path::new("target/bench-pkg");
     let _ = std::fs::remove_dir_all(pkg);
     run(Command::new("target/release/collector").args(["python-package", "--out"]).arg(pkg))?;
-    run(Command::new(torch_venv().join("bin/python")).arg("tests/python/bench_capture.py").env("PYTHONPATH", std::fs::canonicalize(pkg)?))
+    let pkg = std::fs::canonicalize(pkg)?;
+    run(Command::new(torch_venv().join("bin/python")).arg("tests/python/bench_capture.py").env("PYTHONPATH", &pkg))?;
+    // Picking the capture, and building it on first use, on every tested torch.
+    let others = torches::TEST_TORCHES.iter().map(|t| torches::venv(&cache_dir(), t.torch).join("bin/python"));
+    for py in std::iter::once(torch_venv().join("bin/python")).chain(others) {
+        run(Command::new(py).arg("tests/bench/capture_choice.py").env("PYTHONPATH", &pkg))?;
+    }
+    Ok(())
 }
 
 /// Builds the `memory_tracer` wheel into `target/wheels/` with maturin (`wheel.rs`): the

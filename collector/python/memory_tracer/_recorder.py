@@ -39,9 +39,8 @@ import time
 import weakref
 
 from . import _capture
+from ._shim import FRAME_END, FRAME_HELLO, FRAME_NOTE
 
-# Frame kinds of the collector's stream (collector/src/pyrun/wire.rs).
-FRAME_HELLO, FRAME_END, FRAME_NOTE = 1, 4, 5
 FORWARD, BACKWARD, OPTIMIZER, OTHER = 0, 1, 2, 3
 PHASES = ("forward", "backward", "optimizer", "other")
 PREFIX = "memory_tracer:"

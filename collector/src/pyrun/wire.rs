@@ -7,13 +7,7 @@ use record::MtRecord;
 use serde_json::Value;
 use std::io::{ErrorKind, Read};
 
-pub const FRAME_HELLO: u32 = 1;
-pub const FRAME_RECORDS: u32 = 2;
-pub const FRAME_STRINGS: u32 = 3;
-pub const FRAME_END: u32 = 4;
-/// A JSON note: why a process is not traced, or (the recorder fallback) a complete snapshot
-/// file it left in the collector's folder.
-pub const FRAME_NOTE: u32 = 5;
+pub use record::{FRAME_END, FRAME_HELLO, FRAME_NOTE, FRAME_RECORDS, FRAME_STRINGS};
 
 /// The largest frame accepted (the shim sends at most 16384 records, 896 KiB, per frame).
 pub const MAX_FRAME_BYTES: usize = 64 << 20;
