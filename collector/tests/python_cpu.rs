@@ -169,7 +169,8 @@ fn exit_codes_stdout_and_stderr_pass_through_and_the_trace_is_kept() {
     assert_eq!(text(&out.stdout), "to stdout\n");
     assert!(text(&out.stderr).contains("to stderr"));
     let minor = Command::new(python()).args(["-c", "import torch; print('.'.join(torch.__version__.split('.')[:2]))"]).output().unwrap();
-    let capture = format!("collector: capture: native (torch {})", text(&minor.stdout).trim());
+    let minor = text(&minor.stdout).trim().to_owned();
+    let capture = format!("collector: capture: native (torch {minor}, library built for torch {minor}.");
     assert!(text(&out.stderr).contains(&capture), "{capture} in {}", text(&out.stderr));
     assert_eq!(t.expect("a trace").iterations.len(), 1);
 

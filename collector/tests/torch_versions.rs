@@ -88,6 +88,7 @@ fn a_torch_without_a_carried_library_gets_one_built_on_first_use_then_cached() {
     let (out, t) = trace(&dir, &[("MEMORY_TRACER_PYTHONPATH", &pkg)], &[], &strs(&leaky()));
     let err = text(&out.stderr);
     assert!(out.status.success() && !err.contains("building the capture"), "{err}");
+    assert!(err.contains("capture: native (torch ") && err.contains(", library built on first use for torch "), "{err}");
     assert_eq!(t.expect("a trace").iterations.len(), 6);
 }
 
@@ -203,7 +204,8 @@ fn two_torch_versions_in_one_job_each_load_their_own_library() {
         assert_eq!(t.iterations.len(), 6, "{path}");
     }
     for minor in &minors {
-        assert!(err.contains(&format!("capture: native (torch {minor}")), "each process says which library it loaded: {err}");
+        let line = format!("capture: native (torch {minor}, library built for torch {minor}.");
+        assert!(err.contains(&line), "each process says which library it loaded: {line} in {err}");
     }
 }
 

@@ -440,7 +440,8 @@ pub fn has_capture(p: &ProcessStream) -> bool {
     p.hello.is_some() && (!p.records.is_empty() || recorder::is_recorder(p))
 }
 
-/// Which capture ran in the process, as the summary says it: `capture: native (torch 2.11)`,
+/// Which capture ran in the process, as the summary says it: `capture: native (torch 2.11,
+/// library built for torch 2.11.0)` (or `built on first use for torch ...`),
 /// or the recorder's note (its reason, what it cannot record).
 pub fn capture_line(p: &ProcessStream) -> String {
     if recorder::is_recorder(p) {
@@ -448,7 +449,10 @@ pub fn capture_line(p: &ProcessStream) -> String {
     }
     let torch = p.hello_str("torch_version").unwrap_or("unknown");
     let minor: Vec<&str> = torch.split(['.', '+']).take(2).collect();
-    format!("capture: native (torch {})", minor.join("."))
+    match p.hello_str("library") {
+        Some(how) => format!("capture: native (torch {}, library {how})", minor.join(".")),
+        None => format!("capture: native (torch {})", minor.join(".")),
+    }
 }
 
 /// What a process told the collector without a capture (no torch, a torch the shim cannot
