@@ -6,7 +6,7 @@
 //! and only path characters in it, that
 //! - starts with a top-level directory of the repository (`shared/src/model.rs`, `tests/data/`),
 //! - or ends in `.rs`, or in another known extension under a directory that one of the bases
-//!   has (`shim/mt_shim.h` in the collector),
+//!   has (`python/memory_tracer/_shim.py` in the collector),
 //! - or is backticked and starts with such a directory (`capture/` in the collector's `src/`).
 //!
 //! It must exist under one of the bases: the repository root, the file's own directory, and
@@ -289,7 +289,7 @@ mod tests {
         for (word, backticked) in [
             ("shared/src/model.rs", false),
             ("tests/data/", false),
-            ("shim/mt_shim.h", false),
+            ("python/memory_tracer/_shim.py", false),
             ("src/gone.rs", false),
             ("nowhere/gone.rs", false),
             ("pyrun/gone/", true),
