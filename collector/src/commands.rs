@@ -152,6 +152,9 @@ fn print_peaks(trace: &Trace, s: &Summary, top: usize, out: &mut dyn Write) -> a
     if let Some(m) = &trace.meta.model {
         writeln!(out, "  model              {m}")?;
     }
+    if let Some(c) = &trace.meta.capture {
+        writeln!(out, "  capture            {c}")?;
+    }
     if let Some(o) = shared::analysis::oom::oom(trace, top) {
         print_oom(&o, &mut *out)?;
     }

@@ -561,6 +561,7 @@ fn recorder_fallback_without_cuda_runs_the_program_and_says_nothing_was_recorded
     assert!(err.contains(&format!("(exit3.py): {nothing}")), "{err}");
     let t = t.expect("a trace that says why it is empty");
     assert_eq!(t.meta.warnings[..2], [capture.to_owned(), nothing.to_owned()], "{:?}", t.meta.warnings);
+    assert_eq!(t.meta.capture.as_deref(), capture.strip_prefix("capture: "));
     assert!(t.events.is_empty() && t.scopes.is_empty() && t.iterations.is_empty());
     assert_eq!(t.meta.source_format, shared::model::SourceFormat::PytorchSnapshot);
     assert_eq!(t.meta.model.as_deref(), Some("exit3.py"));

@@ -89,7 +89,11 @@ fn a_torch_without_a_carried_library_gets_one_built_on_first_use_then_cached() {
     let err = text(&out.stderr);
     assert!(out.status.success() && !err.contains("building the capture"), "{err}");
     assert!(err.contains("capture: native (torch ") && err.contains(", library built on first use for torch "), "{err}");
-    assert_eq!(t.expect("a trace").iterations.len(), 6);
+    let t = t.expect("a trace");
+    assert_eq!(t.iterations.len(), 6);
+    // The trace file says which capture recorded it, as the summary does.
+    let capture = t.meta.capture.as_deref().unwrap_or_default();
+    assert!(capture.starts_with("native (torch ") && capture.contains("library built on first use for torch "), "{capture}");
 }
 
 #[test]

@@ -752,6 +752,10 @@ pub struct TraceMeta {
     /// Ranks of the job that a merged trace lacks (their reasons are in `warnings`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub missing_ranks: Vec<u32>,
+    /// Which capture recorded a traced program (`native (torch 2.11, library built for torch
+    /// 2.11.0)`, or PyTorch's recorder with why and what it lacks); None for imported files.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capture: Option<String>,
 }
 
 fn yes() -> bool {
@@ -775,6 +779,7 @@ impl TraceMeta {
             fragmentation_tracked: true,
             job: None,
             missing_ranks: Vec::new(),
+            capture: None,
         }
     }
 }

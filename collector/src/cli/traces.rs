@@ -270,6 +270,7 @@ pub fn ingest_command(a: IngestArgs) -> anyhow::Result<()> {
             "peak_memory_per_layer": analysis::peak_memory_per_layer(&trace),
             "fragmentation": analysis::fragmentation_stats_with_layers(&trace, &layers),
             "warnings": trace.meta.warnings,
+            "capture": trace.meta.capture,
             "reported": trace.meta.reported,
             "trace_path": output,
         });

@@ -518,10 +518,15 @@ fn counters_of(end: Option<&Value>) -> MtCounters {
 }
 
 /// Builds the trace of one process's stream.
-pub fn build_trace(mut p: ProcessStream, opts: &PyOptions) -> Result<Trace, String> {
-    if recorder::is_recorder(&p) {
-        return recorder::build_trace(p, opts);
-    }
+pub fn build_trace(p: ProcessStream, opts: &PyOptions) -> Result<Trace, String> {
+    let capture = capture_line(&p);
+    let mut trace = if recorder::is_recorder(&p) { recorder::build_trace(p, opts)? } else { build_native_trace(p, opts)? };
+    trace.meta.capture = Some(capture.strip_prefix("capture: ").unwrap_or(&capture).to_owned());
+    Ok(trace)
+}
+
+/// [`build_trace`] of a process the native capture recorded.
+fn build_native_trace(mut p: ProcessStream, opts: &PyOptions) -> Result<Trace, String> {
     let Some(hello) = p.hello.take() else {
         return Err("the process sent no capture header".into());
     };
