@@ -80,7 +80,11 @@ fn roundup_power2_next_division(size: u64, divisions: u64) -> u64 {
 #[derive(Clone, Copy, Debug)]
 struct Block {
     size_bytes: u64,
+    /// Taken: allocated, or freed and waiting for its streams (`pending`).
     allocated: bool,
+    /// Freed by the program (no longer counted as allocated) but not yet reusable: its free
+    /// waits for work on other streams (`record_stream`), as PyTorch's `active_pending_free`.
+    pending: bool,
     /// Address of the owning segment; blocks merge only within one segment.
     segment: u64,
 }
@@ -111,11 +115,29 @@ impl AllocatorState {
     }
 
     /// Adds a segment as it was (blocks given), e.g. recovered from a snapshot's final state.
+    /// Space no block covers is free: the allocator merges free neighbours, so each gap is one
+    /// free block (an allocation there splits it, as it would split PyTorch's).
     pub fn add_segment_info(&mut self, seg: &SegmentInfo) {
         self.segments.insert(seg.address, Segment { size_bytes: seg.size_bytes, device: seg.device, stream: seg.stream, pool: seg.pool });
-        for b in &seg.blocks {
-            self.blocks
-                .insert(b.address, Block { size_bytes: b.size_bytes, allocated: b.state == BlockState::Allocated, segment: seg.address });
+        let end = seg.address.saturating_add(seg.size_bytes);
+        let mut cursor = seg.address;
+        let mut blocks: Vec<&BlockInfo> = seg.blocks.iter().filter(|b| b.address >= seg.address && b.address < end).collect();
+        blocks.sort_by_key(|b| b.address);
+        for b in blocks {
+            if b.address > cursor {
+                self.blocks
+                    .insert(cursor, Block { size_bytes: b.address - cursor, allocated: false, pending: false, segment: seg.address });
+            }
+            let (allocated, pending) = match b.state {
+                BlockState::Allocated => (true, false),
+                BlockState::PendingFree => (true, true),
+                BlockState::Free => (false, false),
+            };
+            self.blocks.insert(b.address, Block { size_bytes: b.size_bytes, allocated, pending, segment: seg.address });
+            cursor = cursor.max(b.address.saturating_add(b.size_bytes));
+        }
+        if cursor < end {
+            self.blocks.insert(cursor, Block { size_bytes: end - cursor, allocated: false, pending: false, segment: seg.address });
         }
     }
 
@@ -123,7 +145,7 @@ impl AllocatorState {
     pub fn segment_alloc(&mut self, address: u64, size_bytes: u64, device: u8, stream: u16, pool: Pool) {
         self.segment_free(address);
         self.segments.insert(address, Segment { size_bytes, device, stream, pool });
-        self.blocks.insert(address, Block { size_bytes, allocated: false, segment: address });
+        self.blocks.insert(address, Block { size_bytes, allocated: false, pending: false, segment: address });
     }
 
     /// Removes the segment at `address` and its blocks. Returns its size if it was known.
@@ -155,7 +177,7 @@ impl AllocatorState {
         let found =
             self.blocks.range(..=address).next_back().map(|(&a, &b)| (a, b)).filter(|(a, b)| address < a.saturating_add(b.size_bytes));
         let Some((start, block)) = found else {
-            self.blocks.insert(address, Block { size_bytes: rounded, allocated: true, segment: seg_addr });
+            self.blocks.insert(address, Block { size_bytes: rounded, allocated: true, pending: false, segment: seg_addr });
             return rounded;
         };
         let (mut start, mut block) = (start, block);
@@ -169,13 +191,13 @@ impl AllocatorState {
         let size = if block.size_bytes >= rounded && self.config.should_split(pool, block.size_bytes, rounded) {
             self.blocks.insert(
                 start.saturating_add(rounded),
-                Block { size_bytes: block.size_bytes - rounded, allocated: false, segment: block.segment },
+                Block { size_bytes: block.size_bytes - rounded, allocated: false, pending: false, segment: block.segment },
             );
             rounded
         } else {
             block.size_bytes.max(rounded)
         };
-        self.blocks.insert(start, Block { size_bytes: size, allocated: true, segment: block.segment });
+        self.blocks.insert(start, Block { size_bytes: size, allocated: true, pending: false, segment: block.segment });
         size
     }
 
@@ -196,15 +218,29 @@ impl AllocatorState {
             let end = start.saturating_add(block.size_bytes);
             let alloc_end = address.saturating_add(size_bytes);
             if alloc_end < end {
-                self.blocks.insert(alloc_end, Block { size_bytes: end - alloc_end, allocated: false, segment: block.segment });
+                self.blocks
+                    .insert(alloc_end, Block { size_bytes: end - alloc_end, allocated: false, pending: false, segment: block.segment });
             }
         }
-        self.blocks.insert(address, Block { size_bytes, allocated: true, segment: seg_addr });
+        self.blocks.insert(address, Block { size_bytes, allocated: true, pending: false, segment: seg_addr });
     }
 
-    /// Size of the allocated block at `address`, if there is one.
+    /// Size of the allocated block at `address` (not one pending its free), if there is one.
     pub fn allocated_block(&self, address: u64) -> Option<u64> {
-        self.blocks.get(&address).filter(|b| b.allocated).map(|b| b.size_bytes)
+        self.blocks.get(&address).filter(|b| b.allocated && !b.pending).map(|b| b.size_bytes)
+    }
+
+    /// Marks the allocated block at `address` freed by the program but not yet reusable (a
+    /// free waiting for other streams). Returns its size.
+    pub fn free_requested(&mut self, address: u64) -> Option<u64> {
+        let b = self.blocks.get_mut(&address).filter(|b| b.allocated && !b.pending)?;
+        b.pending = true;
+        Some(b.size_bytes)
+    }
+
+    /// Size of the block at `address` waiting for its free to complete, if there is one.
+    pub fn pending_block(&self, address: u64) -> Option<u64> {
+        self.blocks.get(&address).filter(|b| b.allocated && b.pending).map(|b| b.size_bytes)
     }
 
     /// Frees the block at `address` and merges it with free neighbours of the same segment.
@@ -229,14 +265,15 @@ impl AllocatorState {
             }
         }
         if let Some(b) = self.blocks.get_mut(&address) {
-            *b = Block { size_bytes: len, allocated: false, segment: block.segment };
+            *b = Block { size_bytes: len, allocated: false, pending: false, segment: block.segment };
         }
         Some(size)
     }
 
-    /// Bytes in allocated blocks.
+    /// Bytes in allocated blocks, as `torch.cuda.memory_allocated()` counts them: not those
+    /// pending their free.
     pub fn allocated_bytes(&self) -> u64 {
-        self.blocks.values().filter(|b| b.allocated).map(|b| b.size_bytes).sum()
+        self.blocks.values().filter(|b| b.allocated && !b.pending).map(|b| b.size_bytes).sum()
     }
 
     /// Bytes in segments.
@@ -260,7 +297,11 @@ impl AllocatorState {
                     blocks.push(BlockInfo {
                         address: a,
                         size_bytes: b.size_bytes,
-                        state: if b.allocated { BlockState::Allocated } else { BlockState::Free },
+                        state: match (b.allocated, b.pending) {
+                            (true, false) => BlockState::Allocated,
+                            (true, true) => BlockState::PendingFree,
+                            (false, _) => BlockState::Free,
+                        },
                     });
                     cursor = a.saturating_add(b.size_bytes);
                 }

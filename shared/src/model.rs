@@ -665,6 +665,9 @@ impl StackTable {
 pub enum BlockState {
     Allocated,
     Free,
+    /// Freed by the program, not yet reusable: its free waits for work on other streams
+    /// (PyTorch's `active_pending_free`). Not counted as allocated; takes its space.
+    PendingFree,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

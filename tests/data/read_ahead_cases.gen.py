@@ -21,7 +21,7 @@ with_frames[7].update(extra_none=None, extra_true=True, extra_false=False, extra
 with_frames[8]["extra_list"] = []
 with_frames[9]["extra_text"] = "".join(["fresh", "-text"])
 with_frames[10].update({f"k{i}": i for i in range(80)})
-with_frames[11]["action"] = "".join(["al", "loc"])
+next(e for e in with_frames[11:] if e["action"] == "alloc")["action"] = "".join(["al", "loc"])
 trace.insert(len(trace) // 2, dict(with_frames[12], action="not_an_action"))
 last_free = max(i for i, e in enumerate(trace) if e["action"] == "free_completed")
 trace.insert(last_free, trace[last_free])

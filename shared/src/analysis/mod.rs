@@ -690,6 +690,9 @@ fn replayed_segments(trace: &Trace, events: usize, device: u8) -> Vec<SegmentInf
                 state.segment_free(addr);
             }
             EventType::Alloc => state.alloc_block(addr, size),
+            EventType::Free => {
+                state.free_requested(addr);
+            }
             EventType::FreeCompleted => {
                 state.free(addr);
             }

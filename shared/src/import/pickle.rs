@@ -71,6 +71,10 @@ pub enum Value {
     None,
     Bool(bool),
     Int(i64),
+    /// An integer outside `i64` (Python's are unbounded), as its little-endian two's
+    /// complement bytes without redundant sign bytes: a C++ `size_t(-1)` ("unknown line")
+    /// pickles as 9 bytes.
+    BigInt(Box<[u8]>),
     Float(f64),
     Str(String),
     Bytes(Vec<u8>),
@@ -81,11 +85,36 @@ pub enum Value {
 }
 
 impl Value {
+    /// The integer as a `u64`, if it is one in `0..2⁶⁴` (Python's reading, not a wrap).
+    pub fn as_u64(&self) -> Option<u64> {
+        match self {
+            Value::Int(i) => u64::try_from(*i).ok(),
+            Value::Bool(b) => Some(u64::from(*b)),
+            Value::BigInt(b) => {
+                // Non-negative, and at most 8 bytes without its high zero bytes.
+                if b.last().is_some_and(|&x| x & 0x80 != 0) {
+                    return None;
+                }
+                let mut b = &b[..];
+                while let [rest @ .., 0] = b {
+                    b = rest;
+                }
+                if b.len() > 8 {
+                    return None;
+                }
+                let mut a = [0u8; 8];
+                a[..b.len()].copy_from_slice(b);
+                Some(u64::from_le_bytes(a))
+            }
+            _ => None,
+        }
+    }
+
     pub fn type_name(&self) -> &'static str {
         match self {
             Value::None => "None",
             Value::Bool(_) => "bool",
-            Value::Int(_) => "int",
+            Value::Int(_) | Value::BigInt(_) => "int",
             Value::Float(_) => "float",
             Value::Str(_) => "str",
             Value::Bytes(_) => "bytes",
@@ -553,7 +582,7 @@ impl FlatReader<'_> {
                         if n > 9 {
                             return None;
                         }
-                        Flat::Int(long_from_le(self.bytes(n)?, 0).ok()?)
+                        Flat::Int(long_from_le(self.bytes(n)?)?)
                     }
                     b'N' => Flat::None,
                     0x88 => Flat::Bool(true),
@@ -845,23 +874,87 @@ impl Arena {
     }
 }
 
-fn long_from_le(bytes: &[u8], at: usize) -> Result<i64, ImportError> {
+/// A little-endian two's complement integer (LONG1, LONG4) as an `i64`, or `None` when it
+/// needs more than 64 bits.
+fn long_from_le(bytes: &[u8]) -> Option<i64> {
     if bytes.is_empty() {
-        return Ok(0);
+        return Some(0);
     }
     if bytes.len() > 8 {
         // Python's encoder adds a sign byte; accept it when it carries no information.
         let (low, high) = bytes.split_at(8);
         let sign = if low[7] & 0x80 != 0 { 0xff } else { 0 };
         if high.iter().any(|&b| b != sign) {
-            return Err(ImportError::Pickle { offset: at, reason: format!("integer of {} bytes does not fit in 64 bits", bytes.len()) });
+            return None;
         }
-        return long_from_le(low, at);
+        return long_from_le(low);
     }
     let neg = bytes[bytes.len() - 1] & 0x80 != 0;
     let mut a = if neg { [0xffu8; 8] } else { [0u8; 8] };
     a[..bytes.len()].copy_from_slice(bytes);
-    Ok(i64::from_le_bytes(a))
+    Some(i64::from_le_bytes(a))
+}
+
+/// Most digits of a text integer (INT, LONG), as Python's own limit for converting text to int
+/// (`sys.get_int_max_str_digits()`).
+const MAX_DIGITS: usize = 4300;
+
+/// A decimal integer (`-12`, `18446744073709551615`) as Python reads it, or `None` if it is
+/// not one or has more than [`MAX_DIGITS`] digits.
+fn decimal_value(s: &str) -> Option<Value> {
+    if let Ok(v) = s.parse::<i64>() {
+        return Some(Value::Int(v));
+    }
+    let (neg, digits) = match s.strip_prefix('-') {
+        Some(d) => (true, d),
+        None => (false, s.strip_prefix('+').unwrap_or(s)),
+    };
+    if digits.is_empty() || digits.len() > MAX_DIGITS || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    // Magnitude, little-endian, then two's complement with a sign byte.
+    let mut mag: Vec<u8> = vec![0];
+    for d in digits.bytes() {
+        let mut carry = u32::from(d - b'0');
+        for b in &mut mag {
+            let v = u32::from(*b) * 10 + carry;
+            *b = v as u8;
+            carry = v >> 8;
+        }
+        if carry > 0 {
+            mag.push(carry as u8);
+        }
+    }
+    mag.push(0);
+    if neg {
+        let mut carry = 1u16;
+        for b in &mut mag {
+            let v = u16::from(!*b) + carry;
+            *b = v as u8;
+            carry = v >> 8;
+        }
+    }
+    Some(long_value(&mag))
+}
+
+/// An integer of LONG1 or LONG4 bytes, as Python reads it: an `Int` where it fits, else a
+/// `BigInt`.
+fn long_value(bytes: &[u8]) -> Value {
+    match long_from_le(bytes) {
+        Some(v) => Value::Int(v),
+        None => {
+            // Without redundant sign bytes, so that equal integers hold equal bytes.
+            let mut b = bytes;
+            while let [rest @ .., x, last] = b {
+                if (*last == 0 && x & 0x80 == 0) || (*last == 0xff && x & 0x80 != 0) {
+                    b = &b[..rest.len() + 1];
+                } else {
+                    break;
+                }
+            }
+            Value::BigInt(b.into())
+        }
+    }
 }
 
 /// The top of the stack if it lies above the last MARK (`floor`): values below a MARK belong
@@ -1128,7 +1221,8 @@ impl<R: Read, H: Hook> Vm<'_, R, H> {
                 let v = match s {
                     "01" => Value::Bool(true),
                     "00" => Value::Bool(false),
-                    _ => Value::Int(s.parse().map_err(|_| perr(at, format!("INT argument {s:?} is not an integer")))?),
+                    _ => decimal_value(s)
+                        .ok_or_else(|| perr(at, format!("INT argument {s:?} is not an integer of at most {MAX_DIGITS} digits")))?,
                 };
                 self.push(v)
             }
@@ -1147,21 +1241,20 @@ impl<R: Read, H: Hook> Vm<'_, R, H> {
             b'L' => {
                 let s = self.r.line()?;
                 let s = s.strip_suffix('L').unwrap_or(s);
-                let v = s.parse::<i64>().map_err(|_| perr(at, format!("LONG argument {s:?} is not a 64-bit integer")))?;
-                self.push(Value::Int(v))
+                let v = decimal_value(s)
+                    .ok_or_else(|| perr(at, format!("LONG argument {s:?} is not an integer of at most {MAX_DIGITS} digits")))?;
+                self.push(v)
             }
             0x8a => {
                 let n = self.r.u8()? as usize;
-                let b = self.r.take(n, "LONG1 bytes")?;
-                let v = long_from_le(b, at)?;
-                self.push(Value::Int(v))
+                let v = long_value(self.r.take(n, "LONG1 bytes")?);
+                self.push(v)
             }
             0x8b => {
                 let n = self.r.u32()? as u64;
                 let n = self.r.len(n)?;
-                let b = self.r.take(n, "LONG4 bytes")?;
-                let v = long_from_le(b, at)?;
-                self.push(Value::Int(v))
+                let v = long_value(self.r.take(n, "LONG4 bytes")?);
+                self.push(v)
             }
             b'F' => {
                 let s = self.r.line()?;
@@ -1396,6 +1489,25 @@ mod tests {
         let c = p.dict_get(p.root, "c").unwrap();
         let Value::Tuple(t) = p.get(c) else { panic!("c is not a tuple") };
         assert_eq!(p.get(t[2]), &Value::Float(1.5));
+    }
+
+    #[test]
+    fn integers_beyond_64_bits_read_as_python_reads_them() {
+        // pickle.dumps([2**64-1, -2**64, 2**100, 2**63], protocol=2): LONG1 of 9, 9, 13, 9 bytes.
+        let data = b"\x80\x02]q\x00(\x8a\t\xff\xff\xff\xff\xff\xff\xff\xff\x00\x8a\t\x00\x00\x00\x00\x00\x00\x00\x00\xff\x8a\r\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x10\x8a\t\x00\x00\x00\x00\x00\x00\x00\x80\x00e.";
+        let p = parse(data).unwrap();
+        let Value::List(items) = p.get(p.root) else { panic!("not a list") };
+        let u: Vec<Option<u64>> = items.iter().map(|&i| p.get(i).as_u64()).collect();
+        assert_eq!(u, vec![Some(u64::MAX), None, None, Some(1 << 63)]);
+        assert!(items.iter().all(|&i| p.get(i).type_name() == "int"));
+        // The same as text (protocol 0): LONG lines.
+        let p = parse(b"(lp0\nL18446744073709551615L\naL-18446744073709551616L\na.").unwrap();
+        let Value::List(items) = p.get(p.root) else { panic!("not a list") };
+        assert_eq!(p.get(items[0]).as_u64(), Some(u64::MAX));
+        assert!(matches!(p.get(items[1]), Value::BigInt(_)) && p.get(items[1]).as_u64().is_none());
+        // Python's own limit on digits.
+        let long = format!("(lp0\nL{}L\na.", "9".repeat(4301));
+        assert!(parse(long.as_bytes()).unwrap_err().to_string().contains("at most 4300 digits"));
     }
 
     #[test]

@@ -7,7 +7,7 @@
 
 use super::pickle::{self, FlatDict, FlatTaken, FlatValue, Pickle, Value, ValueId};
 use super::ImportError;
-use crate::allocator::{AllocatorConfig, AllocatorState, SMALL_SEGMENT_BYTES};
+use crate::allocator::{AllocatorConfig, AllocatorState, SMALL_REQUEST_BYTES, SMALL_SEGMENT_BYTES};
 use crate::hash::{FastMap as HashMap, FastSet as HashSet};
 use crate::model::{
     BlockInfo, BlockState, Device, EventRecord, EventType, Frame, LayerScope, Phase, Pool, SegmentInfo, SourceFormat, StrId, Totals, Trace,
@@ -67,11 +67,15 @@ impl<'a> View<'a> {
         match self.p.get(v) {
             Value::Int(i) => Ok(*i),
             Value::Bool(b) => Ok(*b as i64),
+            Value::BigInt(_) => Err(self.err(&format!("{}.{key}", path.loc()), "expected a 64-bit integer, found a larger one")),
             other => Err(self.err(&format!("{}.{key}", path.loc()), format!("expected an integer, found {}", other.type_name()))),
         }
     }
 
     fn size(&self, id: ValueId, key: &str, path: &(impl Loc + ?Sized)) -> Result<u64, ImportError> {
+        if let Some(u) = self.p.dict_get(id, key).and_then(|v| self.p.get(v).as_u64()) {
+            return Ok(u);
+        }
         let v = self.int(id, key, path)?;
         u64::try_from(v).map_err(|_| self.err(&format!("{}.{key}", path.loc()), format!("expected a size ≥ 0, found {v}")))
     }
@@ -157,6 +161,7 @@ fn to_json(p: &Pickle, id: ValueId, depth: usize, budget: &mut usize) -> serde_j
         Value::None => J::Null,
         Value::Bool(b) => J::Bool(*b),
         Value::Int(i) => J::from(*i),
+        Value::BigInt(_) => p.get(id).as_u64().map_or_else(|| J::String("<an integer beyond 64 bits>".into()), J::from),
         Value::Float(f) => serde_json::Number::from_f64(*f).map(J::Number).unwrap_or(J::Null),
         Value::Str(s) => J::String(s.clone()),
         Value::Bytes(b) => J::String(format!("<{} bytes>", b.len())),
@@ -229,6 +234,7 @@ fn entry_size(action: Action, size: Option<&Value>) -> Result<u64, Option<String
         Some(Value::Bool(b)) => Ok(u64::from(*b)),
         _ if action == Action::Snapshot => Ok(0),
         Some(Value::Int(i)) => Err(Some(format!("expected a size ≥ 0, found {i}"))),
+        Some(Value::BigInt(_)) => Err(Some("expected a size below 2⁶³ bytes, found a larger integer".to_owned())),
         Some(other) => Err(Some(format!("expected an integer, found {}", other.type_name()))),
         None => Err(None),
     }
@@ -929,6 +935,8 @@ fn import_with(src: impl std::io::Read, size_hint: Option<u64>, mut compactor: C
     let entries = walk_device_traces(&v, root.device_traces, &mut compactor, &mut budget, &mut trace)?;
     add_devices(&mut trace, &finals, &entries)?;
     let pre = PreExisting::scan(&entries, &compactor.streams);
+    // Devices the snapshot names segments of: only there is reserved memory known.
+    let with_segments: HashSet<usize> = finals.iter().map(|f| f.device).chain(pre.seg_ranges.keys().copied()).collect();
     let mut streams = Streams::default();
     let start = StartState::build(&finals, &pre, &config, &mut streams, &mut trace)?;
     let states = allocator_states(&mut trace, start.initial, &start.loose_allocated, &config, entries.len() > 0);
@@ -940,7 +948,7 @@ fn import_with(src: impl std::io::Read, size_hint: Option<u64>, mut compactor: C
         let span = entries.ends().map(|(first, last)| (ns(first), ns(last)));
         import_annotations(&v, &mut trace, ann, span, &mut budget)?;
     }
-    let mut replay = Replay::new(&trace, &finals, &config, states, start.loose_allocated, streams);
+    let mut replay = Replay::new(&trace, &finals, &config, states, start.loose_allocated, start.loose_pending, streams);
     replay.run(&v, entries, &mut compactor, &mut trace)?;
     if replay.estimated > 0 {
         trace
@@ -950,7 +958,57 @@ fn import_with(src: impl std::io::Read, size_hint: Option<u64>, mut compactor: C
     }
     trace.meta.start_unix_ns = trace.events.ts_ns.first().copied();
     trace.finish();
+    check_allocated_within_reserved(&mut trace, &with_segments)?;
     Ok(trace)
+}
+
+/// On a CUDA device every allocated block lies in a reserved segment: a replay where
+/// allocated exceeds reserved misread the entries (frees it did not see, sizes it got wrong),
+/// and its numbers are not results. A device the snapshot names no segment of (trace entries
+/// alone, as some tools write them) has no reserved memory to compare with: it is said so.
+fn check_allocated_within_reserved(trace: &mut Trace, with_segments: &HashSet<usize>) -> Result<(), ImportError> {
+    let ev = &trace.events;
+    let unknown: Vec<usize> = (0..ev.base_totals.len().max(trace.devices.len()))
+        .filter(|d| !with_segments.contains(d) && (0..ev.len()).any(|i| ev.device[i] as usize == *d))
+        .collect();
+    let ev = &trace.events;
+    if let Some((d, t)) = ev.base_totals.iter().enumerate().find(|(d, t)| with_segments.contains(d) && t.allocated_bytes > t.reserved_bytes)
+    {
+        return Err(ImportError::Snapshot {
+            path: "segments".into(),
+            reason: format!(
+                "the memory alive before the first entry is {} bytes allocated inside {} bytes reserved on cuda:{d}; expected allocated blocks to lie inside the segments",
+                t.allocated_bytes, t.reserved_bytes
+            ),
+        });
+    }
+    let mut cursor = ev.cursor();
+    for i in 0..ev.len() {
+        let t = cursor.advance();
+        if t.allocated_bytes > t.reserved_bytes && with_segments.contains(&(ev.device[i] as usize)) {
+            let d = ev.device[i];
+            let first = ev.ts_ns.first().copied().unwrap_or(0);
+            return Err(ImportError::Snapshot {
+                path: format!("device_traces[{d}]"),
+                reason: format!(
+                    "replaying the entries gives {} bytes allocated inside {} bytes reserved on cuda:{d} at {:.3} ms (a {} of {} bytes at 0x{:x}); \
+                     allocated memory lies inside reserved segments, so the entries contradict each other (frees or segment entries missing?)",
+                    t.allocated_bytes,
+                    t.reserved_bytes,
+                    ev.ts_ns[i].saturating_sub(first) as f64 / 1e6,
+                    ev.event_type(i).as_str(),
+                    ev.size_bytes[i],
+                    ev.address[i],
+                ),
+            });
+        }
+    }
+    for d in unknown {
+        trace.meta.warnings.push(format!(
+            "the snapshot names no segment of cuda:{d} (neither in `segments` nor in its trace entries): its reserved memory is unknown and shown as 0"
+        ));
+    }
+    Ok(())
 }
 
 /// The two keys a snapshot's root dict must have.
@@ -996,8 +1054,10 @@ struct FinalSeg {
 struct FinalBlock {
     address: u64,
     size_bytes: u64,
-    /// Allocated (its state is `active_*`).
+    /// Taken (its state is `active_*`).
     active: bool,
+    /// Freed, waiting for other streams (`active_pending_free`): not counted as allocated.
+    pending: bool,
 }
 
 /// Takes the `segments` list; gives the final state it describes.
@@ -1029,7 +1089,7 @@ fn final_segments(v: &View, segments_id: ValueId, budget: &mut WalkBudget) -> Re
             let size_bytes = v.size(b, "size", &bpath)?;
             // Older snapshots omit block addresses; blocks are contiguous from the segment start.
             let address = address.unwrap_or_else(|| address_from_previous(&blocks, s, v));
-            blocks.push(FinalBlock { address, size_bytes, active: state.starts_with("active") });
+            blocks.push(FinalBlock { address, size_bytes, active: state.starts_with("active"), pending: state == "active_pending_free" });
         }
         finals.push(FinalSeg { address, size, device, stream, pool, blocks });
     }
@@ -1139,6 +1199,8 @@ fn read_entry<'a>(
     };
     let int = |x: Option<ValueId>| match x.map(|x| p.get(x)) {
         Some(Value::Int(i)) => Some(*i),
+        // An address or stream id of 2⁶³ or more: its bits.
+        Some(v @ Value::BigInt(_)) => v.as_u64().map(|u| u as i64),
         _ => None,
     };
     let size = match entry_size(action, size_v.map(|x| p.get(x))) {
@@ -1198,6 +1260,10 @@ struct PreBlock {
     device: usize,
     address: u64,
     requested_bytes: u64,
+    /// Its free was requested before recording began and completes during it (the first entry
+    /// is `free_completed` in a trace that records requests): it takes its space, but
+    /// `memory_allocated()` no longer counted it.
+    pending: bool,
 }
 
 /// What the entries show existed before the first of them.
@@ -1239,11 +1305,18 @@ impl PreExisting {
                 Action::FreeRequested | Action::FreeCompleted | Action::Free => {
                     if let std::collections::hash_map::Entry::Vacant(slot) = block_first.entry((device, e.addr)) {
                         slot.insert(e.action);
-                        pre_blocks.push(PreBlock { device, address: e.addr, requested_bytes: e.size });
+                        let pending = e.action == Action::FreeCompleted;
+                        pre_blocks.push(PreBlock { device, address: e.addr, requested_bytes: e.size, pending });
                     }
                 }
                 _ => {}
             }
+        }
+        // A trace without `free_requested` entries (as some tools write them) frees with
+        // `free_completed` alone: there a first `free_completed` is an allocated block's free.
+        let requests: HashSet<usize> = entries.iter().filter(|e| e.action == Action::FreeRequested).map(|e| e.device as usize).collect();
+        for b in &mut pre_blocks {
+            b.pending &= requests.contains(&b.device);
         }
         for ranges in seg_ranges.values_mut() {
             ranges.sort_unstable();
@@ -1292,6 +1365,8 @@ struct StartState {
     initial: Vec<SegmentInfo>,
     /// Bytes of blocks alive at the start that no known segment holds, by (device, address).
     loose_allocated: HashMap<(usize, u64), u64>,
+    /// Bytes of blocks pending their free at the start that no known segment holds.
+    loose_pending: HashMap<(usize, u64), u64>,
 }
 
 impl StartState {
@@ -1316,7 +1391,11 @@ impl StartState {
                     .blocks
                     .iter()
                     .filter(|b| b.active && b.address >= start && b.address < end && !pre.block_first.contains_key(&(f.device, b.address)))
-                    .map(|b| BlockInfo { address: b.address, size_bytes: b.size_bytes, state: BlockState::Allocated })
+                    .map(|b| BlockInfo {
+                        address: b.address,
+                        size_bytes: b.size_bytes,
+                        state: if b.pending { BlockState::PendingFree } else { BlockState::Allocated },
+                    })
                     .collect();
                 let stream = streams.index(trace, f.stream)?;
                 initial.push(SegmentInfo { address: start, size_bytes: end - start, device: f.device as u8, stream, pool: f.pool, blocks });
@@ -1333,26 +1412,53 @@ impl StartState {
                 blocks: Vec::new(),
             });
         }
-        let loose_allocated = place_pre_blocks(&mut initial, &pre.pre_blocks, config);
+        let (loose_allocated, loose_pending) = place_pre_blocks(&mut initial, &pre.pre_blocks, config);
+        let estimated: HashSet<(u8, u64)> = pre.pre_blocks.iter().map(|b| (b.device as u8, b.address)).collect();
         for s in &mut initial {
             s.blocks.sort_by_key(|b| b.address);
             s.blocks.dedup_by_key(|b| b.address);
+            widen_estimated_blocks(s, &estimated, config);
         }
         initial.sort_by_key(|s| (s.device, s.address));
-        Ok(Self { initial, loose_allocated })
+        Ok(Self { initial, loose_allocated, loose_pending })
+    }
+}
+
+/// A block whose size was estimated from its request (freed before it was allocated) holds
+/// the space up to the next block when that space could not be a free block of its own: in
+/// a large segment the allocator splits off only remainders above 1 MiB and frees only blocks
+/// above 1 MiB, so a gap of at most 1 MiB after a block is part of it.
+fn widen_estimated_blocks(seg: &mut SegmentInfo, estimated: &HashSet<(u8, u64)>, config: &AllocatorConfig) {
+    if seg.pool != Pool::Large || config.expandable_segments || config.max_split_bytes.is_some() {
+        return;
+    }
+    let end = seg.address.saturating_add(seg.size_bytes);
+    for k in 0..seg.blocks.len() {
+        let b = &seg.blocks[k];
+        if !estimated.contains(&(seg.device, b.address)) {
+            continue;
+        }
+        let next = seg.blocks.get(k + 1).map_or(end, |n| n.address);
+        let gap = next.saturating_sub(b.address.saturating_add(b.size_bytes));
+        if gap > 0 && gap <= SMALL_REQUEST_BYTES {
+            seg.blocks[k].size_bytes += gap;
+        }
     }
 }
 
 /// Takes the start segments and the blocks freed before being allocated, which were alive at
-/// the start; adds each block to its segment and gives the sizes of those that have none.
-fn place_pre_blocks(initial: &mut [SegmentInfo], pre_blocks: &[PreBlock], config: &AllocatorConfig) -> HashMap<(usize, u64), u64> {
+/// the start; adds each block to its segment and gives the sizes of those that have none
+/// (allocated, and pending their free).
+type Loose = HashMap<(usize, u64), u64>;
+fn place_pre_blocks(initial: &mut [SegmentInfo], pre_blocks: &[PreBlock], config: &AllocatorConfig) -> (Loose, Loose) {
     // Segments sorted by (device, address) so that each block finds its segment in O(log n):
     // the one starting nearest below it (segments do not overlap; of equal starts the first
     // wins, as a linear search would).
     let mut by_start: Vec<usize> = (0..initial.len()).collect();
     by_start.sort_by_key(|&k| (initial[k].device, initial[k].address));
     by_start.dedup_by_key(|k| (initial[*k].device, initial[*k].address));
-    let mut loose_allocated: HashMap<(usize, u64), u64> = HashMap::default();
+    let mut loose_allocated: Loose = HashMap::default();
+    let mut loose_pending: Loose = HashMap::default();
     for b in pre_blocks {
         let size = config.round_size(b.requested_bytes);
         let key = (b.device as u8, b.address);
@@ -1362,13 +1468,19 @@ fn place_pre_blocks(initial: &mut [SegmentInfo], pre_blocks: &[PreBlock], config
             .map(|i| by_start[i])
             .filter(|&k| initial[k].device == key.0 && b.address < initial[k].address.saturating_add(initial[k].size_bytes));
         match seg.map(|k| &mut initial[k]) {
-            Some(seg) => seg.blocks.push(BlockInfo { address: b.address, size_bytes: size, state: BlockState::Allocated }),
+            Some(seg) => {
+                let state = if b.pending { BlockState::PendingFree } else { BlockState::Allocated };
+                seg.blocks.push(BlockInfo { address: b.address, size_bytes: size, state });
+            }
+            None if b.pending => {
+                loose_pending.insert((b.device, b.address), size);
+            }
             None => {
                 loose_allocated.insert((b.device, b.address), size);
             }
         }
     }
-    loose_allocated
+    (loose_allocated, loose_pending)
 }
 
 /// Takes the start state; gives one allocator model per device holding it, sets the trace's
@@ -1420,6 +1532,9 @@ struct OptimizerSpan {
 struct SizedEvent {
     event_type: EventType,
     size_bytes: u64,
+    /// A free in one step (a `free`, or a `free_completed` without a request): its completion
+    /// follows.
+    completes: bool,
 }
 
 /// Who made an event: its stack, and the phase and layer it ran in.
@@ -1435,7 +1550,8 @@ struct Replay<'c> {
     states: Vec<AllocatorState>,
     /// Blocks alive at the start that no known segment holds, until freed.
     loose_allocated: HashMap<(usize, u64), u64>,
-    /// Sizes of blocks whose free was requested and not yet completed.
+    /// Sizes of blocks that no known segment holds whose free was requested and not yet
+    /// completed.
     pending_free: HashMap<(usize, u64), u64>,
     /// The first final segment at each (device, address), as a linear search would find it.
     final_pool: HashMap<(usize, u64), Pool>,
@@ -1457,6 +1573,7 @@ impl<'c> Replay<'c> {
         config: &'c AllocatorConfig,
         states: Vec<AllocatorState>,
         loose_allocated: HashMap<(usize, u64), u64>,
+        loose_pending: HashMap<(usize, u64), u64>,
         streams: Streams,
     ) -> Self {
         let optimizer_spans = trace
@@ -1473,7 +1590,7 @@ impl<'c> Replay<'c> {
             config,
             states,
             loose_allocated,
-            pending_free: HashMap::default(),
+            pending_free: loose_pending,
             final_pool,
             optimizer_spans,
             span_cursor: 0,
@@ -1486,7 +1603,7 @@ impl<'c> Replay<'c> {
     /// Takes the entries in time order; gives the trace its events.
     fn run(&mut self, v: &View, entries: EntryBlocks, compactor: &mut Compactor, trace: &mut Trace) -> Result<(), ImportError> {
         // One event per entry, and a completion after each one-step free.
-        let one_step_frees = entries.iter().filter(|e| e.action == Action::Free).count();
+        let one_step_frees = entries.iter().filter(|e| matches!(e.action, Action::Free | Action::FreeCompleted)).count();
         trace.events.reserve_exact(entries.len() + one_step_frees);
         trace.stacks.event_stacks.reserve_exact(entries.iter().filter(|e| e.frames.get().is_some()).count());
         // Entries are taken in time order and given back as the trace's columns fill, so that
@@ -1529,9 +1646,9 @@ impl<'c> Replay<'c> {
         if let Some(s) = by.stack {
             trace.stacks.event_stacks.push((index, s));
         }
-        if e.action == Action::Free {
-            // Older snapshots free in one step: record the completion too, so replays of the
-            // segment state see the block released.
+        if sized.completes {
+            // Older snapshots (and some tools) free in one step: record the completion too, so
+            // replays of the segment state see the block released.
             trace.events.push(EventRecord { event_type: EventType::FreeCompleted, ..rec });
         }
         Ok(())
@@ -1542,30 +1659,46 @@ impl<'c> Replay<'c> {
         let dev = e.device as usize;
         let config = self.config;
         let state = &mut self.states[dev];
+        let mut completes = false;
         let (event_type, size_bytes) = match e.action {
             Action::Alloc => (EventType::Alloc, state.alloc(e.addr, e.size)),
-            Action::FreeRequested | Action::Free => {
-                let size = match state.allocated_block(e.addr).or_else(|| self.loose_allocated.remove(&(dev, e.addr))) {
+            Action::FreeRequested => {
+                let size = match state.free_requested(e.addr) {
+                    Some(s) => s,
+                    None => {
+                        let size = self.loose_allocated.remove(&(dev, e.addr)).unwrap_or_else(|| {
+                            self.estimated += 1;
+                            config.round_size(e.size)
+                        });
+                        self.pending_free.insert((dev, e.addr), size);
+                        size
+                    }
+                };
+                (EventType::Free, size)
+            }
+            Action::Free => {
+                let size = match state.free(e.addr).or_else(|| self.loose_allocated.remove(&(dev, e.addr))) {
                     Some(s) => s,
                     None => {
                         self.estimated += 1;
                         config.round_size(e.size)
                     }
                 };
-                if e.action == Action::Free {
-                    state.free(e.addr);
-                } else {
-                    self.pending_free.insert((dev, e.addr), size);
-                }
+                completes = true;
                 (EventType::Free, size)
             }
             Action::FreeCompleted => {
-                let size = state
-                    .free(e.addr)
-                    .or_else(|| self.pending_free.get(&(dev, e.addr)).copied())
-                    .unwrap_or_else(|| config.round_size(e.size));
-                self.pending_free.remove(&(dev, e.addr));
-                (EventType::FreeCompleted, size)
+                if let Some(size) = state.pending_block(e.addr).or_else(|| self.pending_free.remove(&(dev, e.addr))) {
+                    state.free(e.addr);
+                    (EventType::FreeCompleted, size)
+                } else if let Some(size) = state.allocated_block(e.addr).or_else(|| self.loose_allocated.remove(&(dev, e.addr))) {
+                    // No request came first: the completion is the free (memory_viz reads it so).
+                    state.free(e.addr);
+                    completes = true;
+                    (EventType::Free, size)
+                } else {
+                    (EventType::FreeCompleted, config.round_size(e.size))
+                }
             }
             Action::SegmentAlloc | Action::SegmentMap => {
                 let stream = self.streams.index(trace, local_streams.raw(e.stream))?;
@@ -1582,7 +1715,7 @@ impl<'c> Replay<'c> {
             Action::Snapshot => (EventType::Snapshot, 0),
             Action::Oom => (EventType::Oom, e.size),
         };
-        Ok(SizedEvent { event_type, size_bytes })
+        Ok(SizedEvent { event_type, size_bytes, completes })
     }
 
     /// Takes an entry at `ts_ns`; gives its stack, and the phase and layer the stack names,
