@@ -106,3 +106,129 @@ fn a_clean_loop_has_no_growth_and_says_so() {
     assert!(!r.leaking && r.verdict.starts_with("no steady growth"), "{}", r.verdict);
     assert!(r.survivors.is_empty(), "{:?}", r.survivors);
 }
+
+/// A loop of `iterations` iterations of `per_iteration` allocations (sizes repeating within
+/// an iteration too), each freed in the iteration except, when `leak`, the iteration's last
+/// (kept, as a list of losses keeps their graphs). With `teardown`, the trace ends as a
+/// returning function's does: every kept block freed, and a last allocation and free.
+fn sized_loop(per_iteration: usize, iterations: usize, leak: bool, teardown: bool) -> (Trace, u64) {
+    let mut t = Trace::new(TraceMeta::new(SourceFormat::PytorchSnapshot));
+    let d = t.device_index(Device { kind: "cuda".into(), index: 0, rank: None });
+    let mut ts = 0u64;
+    let mut push = |t: &mut Trace, ty: EventType, size: u64, addr: u64| {
+        ts += 1000;
+        t.events.push(EventRecord {
+            ts_ns: ts,
+            event_type: ty,
+            phase: Phase::Other,
+            size_bytes: size,
+            address: addr,
+            layer: StrId::NONE,
+            device: d,
+            stream: 0,
+            totals: None,
+        });
+    };
+    // Sizes of one iteration: a few distinct ones, some repeated (as an MLP's are).
+    let sizes: Vec<u64> = (0..per_iteration).map(|k| 512 * (1 + (k as u64 * 7) % 5) * (1 + k as u64 % 3)).collect();
+    let kept_size = sizes[per_iteration - 1];
+    let mut kept = Vec::new();
+    let mut addr = 0x10_0000u64;
+    for _ in 0..iterations {
+        let mut live = Vec::new();
+        for &s in &sizes {
+            addr += 0x1_0000;
+            push(&mut t, EventType::Alloc, s, addr);
+            live.push((s, addr));
+        }
+        if leak {
+            kept.push(live.pop().unwrap());
+        }
+        for (s, a) in live {
+            push(&mut t, EventType::Free, s, a);
+        }
+    }
+    if teardown {
+        for (s, a) in kept.drain(..) {
+            push(&mut t, EventType::Free, s, a);
+        }
+        push(&mut t, EventType::Alloc, 512, 0x9000);
+        push(&mut t, EventType::Free, 512, 0x9000);
+    }
+    t.finish();
+    (t, if leak { kept_size } else { 0 })
+}
+
+/// Periods shorter than any fixed window (3 allocations) up to long ones (40), leaking and
+/// clean, with and without a teardown after the last iteration: every iteration is found,
+/// the teardown is none, and a leak's growth is the kept block's size.
+#[test]
+fn loops_of_3_to_40_allocations_per_iteration_are_cut_at_their_period() {
+    for per_iteration in [3, 4, 5, 7, 8, 11, 12, 13, 20, 31, 40] {
+        for iterations in [6, 9] {
+            for leak in [true, false] {
+                for teardown in [true, false] {
+                    let (t, growth) = sized_loop(per_iteration, iterations, leak, teardown);
+                    let r = leaks(&t, 5);
+                    let case = format!("{per_iteration} per iteration, {iterations} iterations, leak {leak}, teardown {teardown}");
+                    assert_eq!(r.iterations_from, "repeating allocation sizes", "{case}");
+                    assert_eq!(r.iterations, iterations, "{case}: {:?}", r.allocated_at_end_bytes);
+                    assert_eq!(r.leaking, leak, "{case}: {}", r.verdict);
+                    assert_eq!(r.growth_per_iteration_bytes, growth as i64, "{case}: {:?}", r.allocated_at_end_bytes);
+                }
+            }
+        }
+    }
+}
+
+/// Iterations whose sizes change with the data (a batch of 64, then 96, 128 in turn): the
+/// loop is still found, and its cycle is no leak.
+#[test]
+fn a_loop_with_data_dependent_sizes_is_found_and_not_called_a_leak() {
+    let mut t = Trace::new(TraceMeta::new(SourceFormat::PytorchSnapshot));
+    let d = t.device_index(Device { kind: "cuda".into(), index: 0, rank: None });
+    let mut ts = 0u64;
+    for it in 0..9u64 {
+        let batch = [64, 96, 128][it as usize % 3];
+        // Weights-sized temporaries that stay, and batch-sized activations that change.
+        let sizes = [4096, batch * 512, 8192, batch * 2048, 4096, batch * 512, 512, 8192];
+        for (k, &s) in sizes.iter().enumerate() {
+            for ty in [EventType::Alloc, EventType::Free] {
+                ts += 1000;
+                t.events.push(EventRecord {
+                    ts_ns: ts,
+                    event_type: ty,
+                    phase: Phase::Other,
+                    size_bytes: s,
+                    address: 0x1000 * (k as u64 + 1),
+                    layer: StrId::NONE,
+                    device: d,
+                    stream: 0,
+                    totals: None,
+                });
+            }
+        }
+    }
+    t.finish();
+    let r = leaks(&t, 5);
+    assert_eq!(r.iterations_from, "repeating allocation sizes");
+    assert!(r.iterations >= 3, "{r:?}");
+    assert!(!r.leaking, "{}", r.verdict);
+}
+
+/// Real snapshots of a 6-iteration forward-only loop on an H100 (`tests/gpu/leak_loop.py`):
+/// one keeps each iteration's loss and graph (PyTorch's counter grew by 6,291,968 B per
+/// iteration), one keeps nothing; each ends with the frees of the function returning.
+#[test]
+fn real_short_loops_leaking_and_clean_are_told_apart() {
+    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/data");
+    let facts: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("rank_facts.json")).unwrap()).unwrap();
+    for (name, leaking) in [("leak_loop_leaky.pickle.gz", true), ("leak_loop_clean.pickle.gz", false)] {
+        let t = shared::import(&std::fs::read(dir.join(name)).unwrap(), &shared::ImportOptions::default()).unwrap();
+        let r = leaks(&t, 5);
+        let f = &facts["samples"][name];
+        assert_eq!(r.iterations, f["iterations"].as_u64().unwrap() as usize, "{name}: {r:?}");
+        assert_eq!(r.leaking, leaking, "{name}: {}", r.verdict);
+        assert_eq!(r.growth_per_iteration_bytes, f["growth_per_iteration"].as_i64().unwrap(), "{name}: {:?}", r.allocated_at_end_bytes);
+    }
+}

@@ -69,3 +69,39 @@ fn traces_without_an_out_of_memory_have_no_explanation() {
     assert!(oom(&load("resnet18_sgd_2steps.pickle"), 10).is_none());
     assert!(oom(&Trace::new(shared::model::TraceMeta::new(shared::model::SourceFormat::MemoryTracer)), 10).is_none());
 }
+
+/// A real out-of-memory inside a module's forward (`tests/gpu/oom_in_module.py`: an inference
+/// loop keeping every output, under a 1 GiB limit, fails in its 50th call, in `act`'s ReLU as
+/// PyTorch's traceback says): traced by `collector trace` (default capture, and with every
+/// operator) and as PyTorch's snapshot. The report names the module, phase and operator of
+/// the failing request first, and its time shares the trace's origin with everything else.
+#[test]
+fn an_out_of_memory_in_a_module_names_the_module_phase_and_operator_first() {
+    let f: serde_json::Value = serde_json::from_slice(&data("oom_in_module_facts.json")).unwrap();
+    assert!(f["message"].as_str().unwrap().contains("Tried to allocate 64.00 MiB"));
+    for (name, layer, op) in [
+        ("oom_in_module.mtrace.json", Some("act"), None),
+        ("oom_in_module.ops.mtrace.json.gz", Some("act"), Some("aten::clamp_min")),
+        ("oom_in_module.pickle.gz", None, None),
+    ] {
+        let t = load(name);
+        let r = oom(&t, 5).unwrap_or_else(|| panic!("{name} has an out-of-memory"));
+        assert_eq!(r.requested_bytes, 64 << 20, "{name}");
+        assert_eq!(r.phase, "forward", "{name}");
+        if let Some(layer) = layer {
+            assert_eq!(r.layer.as_deref(), Some(layer), "{name}");
+            assert!(r.verdict.contains(&format!("s in {layer} (forward")), "{name}: {}", r.verdict);
+        }
+        assert_eq!(r.operator.as_deref(), op, "{name}");
+        if name.ends_with("pickle.gz") {
+            // Snapshots name the request's Python line: F.relu, called from the model's forward.
+            assert!(r.frame.as_deref().is_some_and(|f| f.starts_with("relu (")), "{name}: {:?}", r.frame);
+        }
+        // One time origin: the report's time is the OOM event's, from the trace's start, and
+        // no note states another.
+        let at = (0..t.events.len()).find(|&i| t.events.event_type(i) == shared::EventType::Oom).unwrap();
+        let secs = (t.events.ts_ns[at] - t.start_ns()) as f64 / 1e9;
+        assert!(r.verdict.starts_with(&format!("out of memory on cuda:0 at {secs:.3} s in ")), "{name}: {}", r.verdict);
+        assert!(t.meta.warnings.iter().all(|w| !w.contains("out of memory at")), "{name}: {:?}", t.meta.warnings);
+    }
+}

@@ -490,16 +490,9 @@ fn push_memory_events(trace: &mut Trace, strings: &mut Strings, c: &Captured, me
             _ => layer_id.unwrap_or(unattributed),
         };
         let (event_type, size) = match r.kind {
-            ffi::MT_OOM => {
-                trace.meta.warnings.push(format!(
-                    "out of memory at {:.3} ms asking for {} with {} allocated and {} reserved",
-                    rel(r.ts_ns) as f64 / 1e6,
-                    shared::units::format_bytes(r.value.max(0) as u64),
-                    shared::units::format_bytes(r.a),
-                    shared::units::format_bytes(r.b)
-                ));
-                (EventType::Oom, r.value.max(0) as u64)
-            }
+            // Explained by the out-of-memory report (analysis::oom), whose time shares the
+            // trace's origin.
+            ffi::MT_OOM => (EventType::Oom, r.value.max(0) as u64),
             _ if r.value >= 0 => (EventType::Alloc, r.value as u64),
             _ => (EventType::Free, r.value.unsigned_abs()),
         };

@@ -26,6 +26,19 @@ pub struct OomReport {
     pub time_s: f64,
     /// Out-of-memory events in the trace (the first is explained).
     pub ooms: usize,
+    /// The module (path) whose request failed, when the request was made inside one.
+    #[serde(default)]
+    pub layer: Option<String>,
+    /// The phase the request was made in: `forward`, `backward`, `optimizer` or `other`.
+    #[serde(default)]
+    pub phase: String,
+    /// The operator running when the request was made (the innermost recorded one), when the
+    /// trace records operators there.
+    #[serde(default)]
+    pub operator: Option<String>,
+    /// The innermost Python frame of the request, when the trace has stacks.
+    #[serde(default)]
+    pub frame: Option<String>,
     /// The request that failed, in bytes (0 when the source did not say).
     pub requested_bytes: u64,
     pub allocated_bytes: u64,
@@ -90,10 +103,24 @@ pub fn oom(trace: &Trace, top: usize) -> Option<OomReport> {
             .max()
             .unwrap_or(0)
     });
+    let layer = trace.opt_str(ev.layer[at]).filter(|l| !l.is_empty() && *l != "unattributed").map(str::to_owned);
+    let ts = ev.ts_ns[at];
+    // The innermost operator open at the request: the latest to start among those spanning it.
+    let operator =
+        trace.ops.iter().filter(|o| o.start_ns <= ts && ts <= o.end_ns).max_by_key(|o| o.start_ns).map(|o| trace.str(o.name).to_owned());
+    let frame = trace
+        .stacks
+        .stack_of_event(at)
+        .and_then(|s| python_frame(trace, s))
+        .map(|f| format!("{} ({}:{})", trace.str(f.name), trace.str(f.filename), f.line));
     let mut r = OomReport {
         device: trace.devices.get(device as usize).map(ToString::to_string).unwrap_or_default(),
-        time_s: ev.ts_ns[at].saturating_sub(start) as f64 / 1e9,
+        time_s: ts.saturating_sub(start) as f64 / 1e9,
         ooms: ooms.len(),
+        layer,
+        phase: ev.phase(at).as_str().to_owned(),
+        operator,
+        frame,
         requested_bytes: ev.size_bytes[at],
         allocated_bytes: totals.allocated_bytes,
         reserved_bytes: totals.reserved_bytes,
@@ -129,8 +156,18 @@ fn phase_name(p: Phase) -> &'static str {
 
 fn verdict(r: &OomReport) -> String {
     use crate::units::format_bytes as b;
+    // Where the request was made first: module, phase, operator (or the Python line).
+    let mut site = match &r.layer {
+        Some(l) => format!("in {l} ({}", r.phase),
+        None => format!("outside every module ({}", r.phase),
+    };
+    match (&r.operator, &r.frame) {
+        (Some(op), _) => site.push_str(&format!(", {op})")),
+        (None, Some(f)) => site.push_str(&format!(", at {f})")),
+        (None, None) => site.push(')'),
+    }
     let mut s = format!(
-        "out of memory on {} at {:.3} s: a request of {} failed with {} allocated and {} reserved",
+        "out of memory on {} at {:.3} s {site}: a request of {} failed with {} allocated and {} reserved",
         r.device,
         r.time_s,
         b(r.requested_bytes),
