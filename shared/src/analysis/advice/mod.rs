@@ -28,6 +28,8 @@
 //! activations there save the most bytes per second of recomputation, as long as the replayed
 //! peak goes down, until the budget is met.
 
+mod autocast;
+
 use crate::analysis::leaks::iteration_spans;
 use crate::analysis::profile::{graph_profile, GraphProfile, IterationRole};
 use crate::analysis::{median_f64, peak_device};
@@ -807,7 +809,9 @@ impl Engine {
 
 /// The candidates of a scenario: `curve` is the replayed curve without checkpoints, `size`
 /// each block's size in it.
-fn scenario(c: &Curve, defs: &[CandidateDef], curve: &[i64], size: &dyn Fn(&Block) -> u64) -> Vec<ScenarioCandidate> {
+/// `copies` are allocations the replay adds (autocast's saved casts): those a module's forward
+/// makes and keeps past it are dropped with its activations.
+fn scenario(c: &Curve, defs: &[CandidateDef], curve: &[i64], size: &dyn Fn(&Block) -> u64, copies: &[Range]) -> Vec<ScenarioCandidate> {
     defs.iter()
         .map(|d| {
             let mut windows = Vec::new();
@@ -828,6 +832,13 @@ fn scenario(c: &Curve, defs: &[CandidateDef], curve: &[i64], size: &dyn Fn(&Bloc
                     let (lo, hi) = (4 * last_fwd + 1, (4 * stop).saturating_sub(1));
                     if lo < hi {
                         windows.push((lo, hi, size(bl) as i64));
+                    }
+                }
+                for &(from, to, bytes) in copies.iter().filter(|r| r.0 >= call.first && r.0 < call.end && r.1 > call.end) {
+                    let _ = from;
+                    let (lo, hi) = (4 * last_fwd + 1, (4 * to.min(call.backward_pos) as u64).saturating_sub(1));
+                    if lo < hi {
+                        windows.push((lo, hi, bytes));
                     }
                 }
                 let level = if call.backward_pos == 0 { c.base_alloc as i64 } else { curve[call.backward_pos - 1] };
@@ -967,19 +978,24 @@ fn autocast_casts(op_name: &str) -> bool {
 /// is cast once and kept (saved for the backward) until the last backward op that reads it, or
 /// the forward's end when none does. Ranges of positions with their bytes, and the bytes of
 /// all copies. `None` without tensor ids.
-fn weight_copies(c: &Curve) -> Option<(Vec<Range>, u64)> {
+fn weight_copies(c: &Curve) -> Option<(Vec<Range>, u64, crate::hash::FastSet<u64>)> {
     let trace = c.trace;
     if !trace.tensors.iter().any(|t| t.storage_id != 0) {
         return None;
     }
-    let first = c.spans.first().map_or(trace.ops.iter().map(|o| o.start_ns).min().unwrap_or(0), |s| s.0);
+    // Before the first forward: model building (an iteration found from the run's own marks
+    // can start at the trace's start, with the weights inside it).
+    let first_forward = trace.ops.iter().filter(|o| o.phase == Phase::Forward).map(|o| o.start_ns).min();
+    let first = first_forward.or_else(|| c.spans.first().map(|s| s.0)).unwrap_or(0);
     let input = trace.strings.lookup(INPUT_LAYER);
+    // Alive throughout: to the trace's end, or to the teardown after the last operator.
     let last_ts = c.ts.last().copied().unwrap_or(0);
+    let last_op = trace.ops.iter().map(|o| o.end_ns).max().unwrap_or(last_ts).min(last_ts);
     // Weights: allocated before the first iteration (not the input batch), alive throughout.
     let weights: FastMap<u64, u64> = c
         .blocks
         .iter()
-        .filter(|b| c.ts[b.alloc_pos] < first && b.free_pos.is_none_or(|f| c.ts[f] >= last_ts))
+        .filter(|b| c.ts[b.alloc_pos] < first && b.free_pos.is_none_or(|f| c.ts[f] >= last_op))
         .filter(|b| Some(trace.events.layer[c.event[b.alloc_pos]]) != input)
         .map(|b| (b.address, b.size_bytes))
         .collect();
@@ -1015,7 +1031,7 @@ fn weight_copies(c: &Curve) -> Option<(Vec<Range>, u64)> {
         cast.insert(addr);
     }
     let total = cast.iter().map(|a| weights.get(a).copied().unwrap_or(0) / 2).sum();
-    Some((ranges, total))
+    Some((ranges, total, weights.keys().copied().collect()))
 }
 
 /// What every part of the advice reads.
@@ -1085,7 +1101,7 @@ fn checkpoint_advice(
 ) -> Vec<CheckpointCandidate> {
     let c = &ctx.c;
     let measured: Vec<i64> = c.alloc.iter().map(|&a| a as i64).collect();
-    let cands = scenario(c, defs, &measured, &|b: &Block| b.size_bytes);
+    let cands = scenario(c, defs, &measured, &|b: &Block| b.size_bytes, &[]);
     let peak_q = ctx.peak_pos.map(|p| 4 * p as u64);
     let rows: Vec<CheckpointCandidate> = defs
         .iter()
@@ -1197,64 +1213,111 @@ fn checkpoint_advice(
     rows
 }
 
-/// The allocated curve under autocast: activations halved, plus the half-precision weight
-/// copies (`weights` is used only where the trace has no tensor ids). With the copies' bytes
-/// and how they were counted.
-fn amp_curve(c: &Curve, weights: Option<u64>) -> (Vec<i64>, u64, String) {
-    let half = |b: &Block| c.is_activation(b).then_some(b.size_bytes / 2);
-    let (extra, copies, copies_text) = match weight_copies(c) {
-        Some((ranges, total)) => (ranges, total, format!("autocast keeps a half-precision copy of each weight a convolution or matmul reads ({} in all) from its forward use to its last backward use", format_bytes(total))),
-        None => {
-            // Without tensor ids: every weight's copy from the forward's start to the backward's end.
-            let w = weights.map_or(0, |w| w / 2);
-            let mut ranges = Vec::new();
-            for k in 0..c.spans.len() {
-                if let (Some((f, _)), Some((_, l))) = (c.bounds(k, Phase::Forward), c.bounds(k, Phase::Backward)) {
-                    ranges.push((f, l + 1, w as i64));
-                }
-            }
-            let text = if w > 0 {
-                format!("autocast's half-precision weight copies ({}) are assumed alive from the forward's start to the backward's end (the trace has no tensor ids)", format_bytes(w))
-            } else {
-                "autocast's half-precision weight copies are not counted (the trace tells neither the weights nor the tensors)".to_owned()
-            };
-            (ranges, w, text)
-        }
-    };
-    (c.replay(&half, &extra), copies, copies_text)
+/// The replay under autocast.
+struct Amp {
+    curve: Vec<i64>,
+    /// Bytes of the weights' half-precision copies.
+    weight_copies: u64,
+    /// What the replay changed, in words.
+    text: String,
+    /// The operator-level model, where the trace has tensor ids.
+    plan: Option<autocast::Plan>,
 }
 
-/// The size of a block under autocast.
-fn amp_size(c: &Curve, b: &Block) -> u64 {
-    if c.is_activation(b) {
-        b.size_bytes / 2
-    } else {
-        b.size_bytes
+impl Amp {
+    /// The size of a block under autocast.
+    fn size(&self, c: &Curve, b: &Block) -> u64 {
+        match &self.plan {
+            Some(p) => p.size(c, b),
+            None if c.is_activation(b) => b.size_bytes / 2,
+            None => b.size_bytes,
+        }
     }
 }
 
+/// The allocated curve under autocast. With tensor ids, the operators' own types under
+/// autocast ([`autocast`]) and the weights' half-precision copies; without them, activations
+/// halved and the weights' copies (`weights`, from the graph profile) alive over each forward
+/// and backward.
+fn amp_curve(c: &Curve, weights: Option<u64>) -> Amp {
+    let half = |b: &Block| c.is_activation(b).then_some(b.size_bytes / 2);
+    if let Some((ranges, total, cast)) = weight_copies(c) {
+        let plan = autocast::plan(c, &cast);
+        let weights_text = format!(
+            "autocast keeps a half-precision copy of each weight a convolution or matmul reads ({}) from its forward use to its last backward use",
+            format_bytes(total)
+        );
+        if plan.typed == 0 {
+            // Tensor ids without shapes: no types to follow; activations halve.
+            let text = format!("activations (allocated in the forward, freed in the backward) halve (the trace tells no tensor's type), and {weights_text}");
+            return Amp { curve: c.replay(&half, &ranges), weight_copies: total, text, plan: None };
+        }
+        let size = |b: &Block| Some(plan.size(c, b)).filter(|&s| s != b.size_bytes);
+        let mut extra = ranges;
+        extra.extend_from_slice(&plan.copies);
+        extra.extend(plan.shortened.values().copied());
+        let curve = c.replay(&size, &extra);
+        let mut text = format!(
+            "each operator's output takes the type autocast gives it ({} operators run in bf16; fp32 for norms, softmax and losses, the promoted type elsewhere), gradients their tensors' types, autocast's copies of fp32 activations for bf16 operators and of bf16 inputs for fp32 ones ({} over the trace) are added while they are kept, fp32 activations only bf16 operators read go once read, and {weights_text}",
+            plan.lower_ops,
+            format_bytes(plan.copy_bytes),
+        );
+        if plan.fused_attention > 0 {
+            text.push_str(&format!(
+                "; {} attention calls the fp32 run computed by the math path run fused in bf16 (only their output and log-sum-exp are kept)",
+                plan.fused_attention
+            ));
+        }
+        return Amp { curve, weight_copies: total, text, plan: Some(plan) };
+    }
+    // Without tensor ids: every weight's copy from the forward's start to the backward's end.
+    let w = weights.map_or(0, |w| w / 2);
+    let mut ranges = Vec::new();
+    for k in 0..c.spans.len() {
+        if let (Some((f, _)), Some((_, l))) = (c.bounds(k, Phase::Forward), c.bounds(k, Phase::Backward)) {
+            ranges.push((f, l + 1, w as i64));
+        }
+    }
+    let text = if w > 0 {
+        format!("activations (allocated in the forward, freed in the backward) halve, and autocast's half-precision weight copies ({}) are assumed alive from the forward's start to the backward's end (the trace has no tensor ids)", format_bytes(w))
+    } else {
+        "activations (allocated in the forward, freed in the backward) halve; autocast's half-precision weight copies are not counted (the trace tells neither the weights nor the tensors)".to_owned()
+    };
+    Amp { curve: c.replay(&half, &ranges), weight_copies: w, text, plan: None }
+}
+
 /// AMP, and checkpointing under AMP where it lowers the AMP peak further.
-fn amp_advice(ctx: &Ctx, defs: &[CandidateDef], times: &[f64], out: &mut Vec<Suggestion>) {
+fn amp_advice(ctx: &Ctx, defs: &[CandidateDef], times: &[f64], out: &mut Vec<Suggestion>, notes: &mut Vec<String>) {
     let c = &ctx.c;
-    let (amp_curve, copies, copies_text) = amp_curve(c, ctx.persistent.weights);
-    let (amp_peak, amp_pos) = c.peak_of(&amp_curve);
+    let amp = amp_curve(c, ctx.persistent.weights);
+    if amp.plan.as_ref().is_some_and(|p| p.lower_ops == 0) {
+        notes.push("mixed precision would not change this run's memory: the trace records no operator autocast runs in bf16 (matmul, linear, convolution, attention)".to_owned());
+        return;
+    }
+    let (amp_peak, amp_pos) = c.peak_of(&amp.curve);
     out.push(ctx.suggestion(
         SuggestionKind::Amp,
         "mixed precision: run the forward under torch.autocast (bf16, or fp16 with a GradScaler)".to_owned(),
         amp_peak,
         format!(
-            "activations (allocated in the forward, freed in the backward; {} alive at the measured peak) halve; parameters, gradients and optimizer state stay fp32, and {copies_text}; replayed, the peak is {} {}. Time is not predicted: on GPUs with tensor cores it usually drops",
+            "parameters, gradients and optimizer state stay fp32; {} ({} of activations alive at the measured peak); replayed, the peak is {} {}. Time is not predicted: on GPUs with tensor cores it usually drops",
+            amp.text,
             format_bytes(ctx.activations_at_peak),
             format_bytes(amp_peak),
             c.describe(amp_pos)
         ),
-        vec![("activation_bytes_at_measured_peak", ctx.activations_at_peak as f64), ("half_precision_weight_copies_bytes", copies as f64)],
+        vec![
+            ("activation_bytes_at_measured_peak", ctx.activations_at_peak as f64),
+            ("half_precision_weight_copies_bytes", amp.weight_copies as f64),
+            ("autocast_copies_bytes", amp.plan.as_ref().map_or(0, |p| p.copy_bytes) as f64),
+        ],
     ));
     if defs.is_empty() || ctx.target.is_some_and(|b| amp_peak <= b) {
         return;
     }
-    let size = |b: &Block| amp_size(c, b);
-    let mut engine = Engine::new(c, &amp_curve, scenario(c, defs, &amp_curve, &size));
+    let size = |b: &Block| amp.size(c, b);
+    let copies = amp.plan.as_ref().map_or(&[][..], |p| &p.copies[..]);
+    let mut engine = Engine::new(c, &amp.curve, scenario(c, defs, &amp.curve, &size, copies));
     let Some(step) = greedy(&mut engine, times, ctx.target, ctx.min_gain()).pop().filter(|s| !s.chosen.is_empty() && s.peak < amp_peak)
     else {
         return;
@@ -1594,19 +1657,22 @@ pub fn predict_peak(trace: &Trace, layers: &[String], amp: bool) -> Option<u64> 
     let outer: BTreeSet<String> = layers.iter().filter(|l| !layers.iter().any(|o| o != *l && under(l, o))).cloned().collect();
     let outer: Vec<String> = outer.into_iter().collect();
     let defs = module_calls(&c, &by_path, &outer, &mut Vec::new());
-    let curve: Vec<i64> = if amp {
+    let amp = amp.then(|| {
         let has_tensor_ids = trace.tensors.iter().any(|t| t.storage_id != 0);
         let weights = if has_tensor_ids {
             None
         } else {
             graph_profile(trace).ok().as_ref().and_then(persistent_from_profile).and_then(|p| p.weights)
         };
-        amp_curve(&c, weights).0
-    } else {
-        c.alloc.iter().map(|&a| a as i64).collect()
+        amp_curve(&c, weights)
+    });
+    let curve: Vec<i64> = match &amp {
+        Some(a) => a.curve.clone(),
+        None => c.alloc.iter().map(|&a| a as i64).collect(),
     };
-    let size = |b: &Block| if amp { amp_size(&c, b) } else { b.size_bytes };
-    let mut engine = Engine::new(&c, &curve, scenario(&c, &defs, &curve, &size));
+    let size = |b: &Block| amp.as_ref().map_or(b.size_bytes, |a| a.size(&c, b));
+    let copies = amp.as_ref().and_then(|a| a.plan.as_ref()).map_or(&[][..], |p| &p.copies[..]);
+    let mut engine = Engine::new(&c, &curve, scenario(&c, &defs, &curve, &size, copies));
     for k in 0..defs.len() {
         engine.set(k, true);
     }
@@ -1766,7 +1832,7 @@ fn suggest(trace: &Trace, ctx: &Ctx, baseline: &Baseline, opts: &AdviceOptions) 
         } else {
             candidates = checkpoint_advice(ctx, &defs, &times, &mut suggestions, &mut notes);
         }
-        amp_advice(ctx, &defs, &times, &mut suggestions);
+        amp_advice(ctx, &defs, &times, &mut suggestions, &mut notes);
         batch_advice(ctx, trace.meta.batch_size, &mut suggestions, &mut notes);
     }
     set_to_none_advice(ctx, &mut suggestions);
