@@ -8,6 +8,9 @@ samples beside this script:
 - unknown_line.pickle.gz: mlp_adam_3steps.pickle with the `line` of the first entry's first
   frame and of its first Python frame set to 2**64-1, C++'s "unknown line", which Python pickles as a 9-byte LONG1 and reads back.
 
+- fsdp2_rank1_late.pickle.gz: fsdp2_rank1.pickle.gz without its first 40 % of trace entries:
+  recording that starts mid-iteration, with memory from before it freed during it.
+
 Run: python3 other_tools.gen.py"""
 import gzip
 import pickle
@@ -35,4 +38,12 @@ with open("mlp_adam_3steps.pickle", "rb") as f:
     snapshot = pickle.load(f)
 snapshot["device_traces"] = [[e for e in t if not e["action"].startswith("free")] for t in snapshot["device_traces"]]
 with gzip.GzipFile("dropped_frees.pickle.gz", "wb", mtime=0) as f:
+    pickle.dump(snapshot, f)
+
+# Recording that starts mid-iteration, with memory from before it freed during it: the FSDP2
+# rank 1 snapshot without its first 40 % of entries (as a recorder turned on late sees it).
+with gzip.open("fsdp2_rank1.pickle.gz", "rb") as f:
+    snapshot = pickle.load(f)
+snapshot["device_traces"] = [t[len(t) * 2 // 5:] for t in snapshot["device_traces"]]
+with gzip.GzipFile("fsdp2_rank1_late.pickle.gz", "wb", mtime=0) as f:
     pickle.dump(snapshot, f)

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Issue 32: small `collector advise --verify` runs whose baselines and measured peaks become
 # tests/data fixtures (shared/tests/advice_amp.rs checks the AMP and checkpoint + AMP
-# predictions against them): a 2-layer Llama-architecture LM with GQA, the GPT-2-shaped
-# decoder at 2 x 256, and ResNet-18 at batch 8.
+# predictions against them): a 2-layer Llama-architecture LM with GQA
+# and ResNet-18 at batch 8.
 #   tests/gpu/amp_fixtures.sh COLLECTOR OUT_DIR
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -22,5 +22,4 @@ verify() {
   gzip -9 -n -c "/tmp/fix-$name/baseline.mtrace.json" > "$final/amp_$name.baseline.mtrace.json.gz"
 }
 verify llama -- "$venv/bin/python" "$here/llama_verify.py" --layers 2 --batch 2 --seq 128 --iterations 3
-verify gpt --model gpt --input-shape 2,256 --device cuda --iterations 3
 verify resnet18 --model resnet18 --batch-size 8 --device cuda --iterations 3
