@@ -225,3 +225,24 @@ fn a_recording_started_mid_iteration_ends_in_pytorchs_state() {
     assert!(s.peak_allocated_bytes <= f("max_allocated"), "{} above PyTorch's {}", s.peak_allocated_bytes, f("max_allocated"));
     assert!(trace.meta.warnings.iter().any(|w| w.contains("allocated before recording began")), "{:?}", trace.meta.warnings);
 }
+
+/// Frees that wait for other streams (`record_stream`): PyTorch stops counting a block at its
+/// free request, but its space stays taken until the free completes. A block still pending at
+/// the snapshot (6 MiB peak, 4 MiB at the end) and one whose request came before recording
+/// (4 MiB at the start, not 6).
+#[test]
+fn blocks_pending_their_free_take_space_but_are_not_allocated() {
+    const MIB: u64 = 1 << 20;
+    for (name, peak, end) in [("pending_free.pickle.gz", 6 * MIB, 4 * MIB), ("pending_before.pickle.gz", 4 * MIB, 0)] {
+        let trace = import(&data(name), &ImportOptions::default()).unwrap();
+        let s = summary(&trace);
+        assert_eq!((s.peak_allocated_bytes, s.final_allocated_bytes), (peak, end), "{name}");
+        assert_eq!(s.peak_reserved_bytes, 20 * MIB, "{name}");
+    }
+    // The pending block is in the segment view, as taken but not allocated.
+    let trace = import(&data("pending_free.pickle.gz"), &ImportOptions::default()).unwrap();
+    let segs = segments_at(&trace, trace.events.len() - 1, 0);
+    let pending: Vec<_> = segs.iter().flat_map(|s| &s.blocks).filter(|b| b.state == BlockState::PendingFree).collect();
+    assert_eq!(pending.len(), 1);
+    assert_eq!(pending[0].size_bytes, 2 * MIB);
+}

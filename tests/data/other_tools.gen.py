@@ -8,6 +8,7 @@ samples beside this script:
 - unknown_line.pickle.gz: mlp_adam_3steps.pickle with the `line` of the first entry's first
   frame and of its first Python frame set to 2**64-1, C++'s "unknown line", which Python pickles as a 9-byte LONG1 and reads back.
 
+- pending_free.pickle.gz, pending_before.pickle.gz: frees waiting for other streams (below).
 - fsdp2_rank1_late.pickle.gz: fsdp2_rank1.pickle.gz without its first 40 % of trace entries:
   recording that starts mid-iteration, with memory from before it freed during it.
 
@@ -47,3 +48,43 @@ with gzip.open("fsdp2_rank1.pickle.gz", "rb") as f:
 snapshot["device_traces"] = [t[len(t) * 2 // 5:] for t in snapshot["device_traces"]]
 with gzip.GzipFile("fsdp2_rank1_late.pickle.gz", "wb", mtime=0) as f:
     pickle.dump(snapshot, f)
+
+# Frees that wait for other streams (record_stream), made by hand as PyTorch writes them:
+# - pending_free.pickle.gz: a 2 MiB block freed (free_requested) and still pending when the
+#   snapshot is taken (`active_pending_free`) beside a live 4 MiB block: PyTorch counts 6 MiB
+#   at the peak and 4 MiB at the end (a request stops counting at once), 20 MiB reserved.
+# - pending_before.pickle.gz: a 2 MiB block whose free was requested before recording and
+#   completes during it (its first entry is free_completed), beside a 4 MiB block freed during
+#   recording: 4 MiB allocated at the start, 0 at the end.
+MIB = 1 << 20
+BASE = 0x7F0000000000
+
+
+def entry(action, addr, size, t):
+    return {"action": action, "addr": addr, "size": size, "stream": 0, "time_us": t, "frames": []}
+
+
+def segment(blocks):
+    return {"device": 0, "address": BASE, "total_size": 20 * MIB, "allocated_size": 0, "active_size": 0,
+            "requested_size": 0, "stream": 0, "segment_type": "large", "segment_pool_id": (0, 0),
+            "is_expandable": False, "frames": [],
+            "blocks": [{"address": a, "size": s, "requested_size": s, "state": st, "frames": []} for a, s, st in blocks]}
+
+
+pending = {
+    "segments": [segment([(BASE, 2 * MIB, "active_pending_free"), (BASE + 2 * MIB, 4 * MIB, "active_allocated"),
+                          (BASE + 6 * MIB, 14 * MIB, "inactive")])],
+    "device_traces": [[entry("segment_alloc", BASE, 20 * MIB, 1), entry("alloc", BASE, 2 * MIB, 2),
+                       entry("alloc", BASE + 2 * MIB, 4 * MIB, 3), entry("free_requested", BASE, 2 * MIB, 4)]],
+    "allocator_settings": {},
+}
+with gzip.GzipFile("pending_free.pickle.gz", "wb", mtime=0) as f:
+    pickle.dump(pending, f)
+before = {
+    "segments": [segment([(BASE, 20 * MIB, "inactive")])],
+    "device_traces": [[entry("free_completed", BASE, 2 * MIB, 1), entry("free_requested", BASE + 2 * MIB, 4 * MIB, 2),
+                       entry("free_completed", BASE + 2 * MIB, 4 * MIB, 3)]],
+    "allocator_settings": {},
+}
+with gzip.GzipFile("pending_before.pickle.gz", "wb", mtime=0) as f:
+    pickle.dump(before, f)
