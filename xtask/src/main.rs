@@ -424,8 +424,9 @@ fn test() -> Result<()> {
     Ok(())
 }
 
-/// The capture's cost inside a Python process (per operator, per module call), on the CPU, and
-/// what picking (or building) the capture library costs on every tested torch.
+/// The capture's cost inside a Python process (per operator, per module call), on the CPU,
+/// what picking (or building) the capture library costs on every tested torch, and what
+/// tracing costs a whole training process (the CPU proxy of tests/gpu/overhead.sh).
 fn bench_capture() -> Result<()> {
     run(Command::new("cargo").args(["build", "--release", "-p", "collector"]))?;
     let pkg = Path::new("target/bench-pkg");
@@ -438,6 +439,13 @@ fn bench_capture() -> Result<()> {
     for py in std::iter::once(torch_venv().join("bin/python")).chain(others) {
         run(Command::new(py).arg("tests/bench/capture_choice.py").env("PYTHONPATH", &pkg))?;
     }
+    // What tracing costs a whole training process, the CPU proxy of the GPU benchmark
+    // (tests/gpu/overhead.sh): an MLP's step time untraced and traced, interleaved rounds.
+    let py = torch_venv().join("bin/python");
+    run(Command::new(&py)
+        .args(["tests/bench/overhead.py", "--collector", "target/release/collector", "--model", "mlp", "--device", "cpu"])
+        .args(["--rounds", "5", "--steps", "40", "--python"])
+        .arg(&py))?;
     Ok(())
 }
 

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Issue 33's whole-process benchmark on one GPU: tests/bench/overhead.py for a model, every
+# mode once per round in a rotated order.
+#   tests/gpu/overhead.sh COLLECTOR OUT_DIR MODEL [BATCH] [ROUNDS]
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+collector=$1
+final=$2
+model=$3
+batch=${4:-}
+rounds=${5:-5}
+venv=${TORCH_VENV:-/opt/torch/.venv}
+sp=$(echo "$venv"/lib/python3*/site-packages)
+export LD_LIBRARY_PATH="$sp/torch/lib:$sp/nvidia/cu13/lib:$sp/nvidia/cudnn/lib:$sp/nvidia/nccl/lib:$sp/nvidia/cusparselt/lib:$sp/nvidia/nvshmem/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export MEMORY_TRACER_PYTHON="$venv/bin/python" PYTHONUNBUFFERED=1
+mkdir -p "$final"
+name=$model${batch:+_b$batch}
+"$venv/bin/python" "$here/../bench/overhead.py" --collector "$collector" --python "$venv/bin/python" --model "$model" \
+  ${batch:+--batch $batch} --rounds "$rounds" --json "$final/overhead_$name.json" | tee "$final/overhead_$name.md"
