@@ -522,6 +522,10 @@ pub(super) fn plan(c: &Curve, weights: &FastSet<u64>) -> Plan {
 
     finish(&decisions, u64::MAX, &mut ending, &mut elem, &mut plan, &mut produced);
     backward_types(c, &seq_inputs, &mut produced);
+    // In time order, for the lookups below (a storage is made anew every iteration).
+    for v in produced.values_mut() {
+        v.sort_unstable_by_key(|&(s, e, _, _)| (s, std::cmp::Reverse(e)));
+    }
     // Each block's size: its producer's element size (the innermost producer open at its
     // allocation), or nothing inside a fused attention but its output.
     for (k, b) in c.blocks.iter().enumerate() {
@@ -530,12 +534,12 @@ pub(super) fn plan(c: &Curve, weights: &FastSet<u64>) -> Plan {
         }
         let ts = c.ts[b.alloc_pos];
         // The outermost producer open at the allocation decided its type.
-        let producer = produced.get(&b.address).and_then(|v| {
-            v.iter().filter(|&&(s, e, _, _)| s <= ts && ts <= e).min_by_key(|&&(s, e, _, _)| (s, std::cmp::Reverse(e))).copied()
-        });
+        let producer = produced.get(&b.address).and_then(|v| outermost_open(v, ts));
         // The fused kernel allocates only its output (sized below) and the log-sum-exp (a
         // copy above).
-        if fused.iter().any(|&(s, e)| s <= ts && ts <= e) && !fused_outputs.contains(&b.address) {
+        // Fused calls come in time order and do not overlap.
+        let in_fused = fused.get(fused.partition_point(|&(s, _)| s <= ts).wrapping_sub(1)).is_some_and(|&(_, e)| ts <= e);
+        if in_fused && !fused_outputs.contains(&b.address) {
             plan.sizes.insert(k, 0);
             continue;
         }
@@ -555,6 +559,21 @@ pub(super) fn plan(c: &Curve, weights: &FastSet<u64>) -> Plan {
         }
     }
     plan
+}
+
+/// Productions of a storage opening at most this far back are weighed (the ops making one
+/// storage nest a few deep; earlier ones belong to earlier iterations).
+const NESTED_PRODUCERS: usize = 64;
+
+/// Of `made` (sorted by start, outer first among equal starts), the outermost production open
+/// at `ts`: the op whose type decision holds for a block allocated then.
+fn outermost_open(made: &[(u64, u64, u64, u64)], ts: u64) -> Option<(u64, u64, u64, u64)> {
+    let upto = made.partition_point(|&(s, _, _, _)| s <= ts);
+    made[upto.saturating_sub(NESTED_PRODUCERS)..upto]
+        .iter()
+        .filter(|&&(_, e, _, _)| ts <= e)
+        .min_by_key(|&&(s, e, _, _)| (s, std::cmp::Reverse(e)))
+        .copied()
 }
 
 /// How a forward op reads a storage.
@@ -577,10 +596,13 @@ fn cast_only_until(
     storage: u64,
     made: u64,
 ) -> Option<u64> {
-    let next = produced.get(&storage).and_then(|v| v.iter().map(|&(s, _, _, _)| s).filter(|&s| s > made).min()).unwrap_or(u64::MAX);
+    let next = produced.get(&storage).and_then(|v| v.get(v.partition_point(|&(s, _, _, _)| s <= made)).map(|p| p.0)).unwrap_or(u64::MAX);
     let mut end = None;
     let mut cast = false;
-    for &(_, e, kind) in readers.get(&storage)?.iter().filter(|&&(s, _, _)| s >= made && s < next) {
+    // Readers come in start order.
+    let all = readers.get(&storage)?;
+    let from = all.partition_point(|&(s, _, _)| s < made);
+    for &(_, e, kind) in all[from..].iter().take_while(|&&(s, _, _)| s < next) {
         match kind {
             Reader::Other => return None,
             Reader::Cast => cast = true,
