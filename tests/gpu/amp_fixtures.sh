@@ -8,9 +8,7 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 collector=$1
 final=$2
-venv=${TORCH_VENV:-/opt/torch/.venv}
-sp=$(echo "$venv"/lib/python3*/site-packages)
-export LD_LIBRARY_PATH="$sp/torch/lib:$sp/nvidia/cu13/lib:$sp/nvidia/cudnn/lib:$sp/nvidia/nccl/lib:$sp/nvidia/cusparselt/lib:$sp/nvidia/nvshmem/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+. "$(dirname "$0")/torch_env.sh"
 export MEMORY_TRACER_PYTHON="$venv/bin/python" PYTHONUNBUFFERED=1
 mkdir -p "$final"
 verify() {

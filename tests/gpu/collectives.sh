@@ -6,9 +6,7 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 collector=$1
 out=$2
-venv=${TORCH_VENV:-/opt/torch/.venv}
-sp=$(echo "$venv"/lib/python3*/site-packages)
-export LD_LIBRARY_PATH="$sp/torch/lib:$sp/nvidia/cu13/lib:$sp/nvidia/cudnn/lib:$sp/nvidia/nccl/lib:$sp/nvidia/cusparselt/lib:$sp/nvidia/nvshmem/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+. "$(dirname "$0")/torch_env.sh"
 export NCCL_NVLS_ENABLE=0
 mkdir -p "$out" /tmp/mt-coll
 "$collector" trace -q --ops all -o /tmp/mt-coll/ddp.mtrace.json -- "$venv/bin/python" -m torch.distributed.run --nproc-per-node 2 "$here/ddp_snapshots.py" ddp /tmp/mt-coll --no-snapshot > "$out/collectives.log" 2>&1

@@ -7,9 +7,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 collector=$1
 final=$2
 out=/tmp/mt-ddp
-venv=${TORCH_VENV:-/opt/torch/.venv}
-sp=$(echo "$venv"/lib/python3*/site-packages)
-export LD_LIBRARY_PATH="$sp/torch/lib:$sp/nvidia/cu13/lib:$sp/nvidia/cudnn/lib:$sp/nvidia/nccl/lib:$sp/nvidia/cusparselt/lib:$sp/nvidia/nvshmem/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+. "$(dirname "$0")/torch_env.sh"
 export NCCL_NVLS_ENABLE=0
 mkdir -p "$out" "$final"
 for mode in ${MODES:-ddp fsdp2}; do

@@ -6,7 +6,5 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 collector=${1:-$here/../../target/release/collector}
 out=${2:-${OUT:-/tmp/memory-tracer-gpu}}
-venv=${TORCH_VENV:-/opt/torch/.venv}
-sp=$(echo "$venv"/lib/python3*/site-packages)
-export LD_LIBRARY_PATH="$sp/torch/lib:$sp/nvidia/cu13/lib:$sp/nvidia/cudnn/lib:$sp/nvidia/nccl/lib:$sp/nvidia/cusparselt/lib:$sp/nvidia/nvshmem/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+. "$(dirname "$0")/torch_env.sh"
 exec "$venv/bin/python" "$here/verify.py" --collector "$collector" --out "$out" "${@:3}"
