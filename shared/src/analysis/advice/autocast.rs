@@ -34,11 +34,13 @@ enum Class {
     Promote,
 }
 
-/// PyTorch's autocast lists (CUDA, `autocast_mode.cpp`), by aten name.
-fn class_of(name: &str) -> Class {
+/// Ops autocast runs in bf16 (its lower-precision list, CUDA: `autocast_mode.h`), by aten
+/// name; their inputs are cast, and their weights' copies cached for the forward.
+pub(super) fn is_lower_precision(name: &str) -> bool {
     let n = name.strip_prefix("aten::").unwrap_or(name);
-    let lower = n.starts_with("conv")
+    n.starts_with("conv")
         || n.starts_with("_convolution")
+        || n.starts_with("_scaled_dot_product")
         || n == "cudnn_convolution"
         || matches!(
             n,
@@ -63,8 +65,13 @@ fn class_of(name: &str) -> Class {
                 | "scaled_dot_product_attention"
                 | "_thnn_fused_lstm_cell"
                 | "_thnn_fused_gru_cell"
-        );
-    if lower {
+        )
+}
+
+/// PyTorch's autocast lists (CUDA, `autocast_mode.h`), by aten name.
+fn class_of(name: &str) -> Class {
+    let n = name.strip_prefix("aten::").unwrap_or(name);
+    if is_lower_precision(name) {
         return Class::Lower;
     }
     let full = matches!(

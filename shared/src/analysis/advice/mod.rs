@@ -944,36 +944,6 @@ fn weights_from_stacks(c: &Curve, pos: Option<usize>) -> Option<u64> {
     any.then_some(total)
 }
 
-/// Ops autocast runs in half precision (its fp16 list), whose weights it casts and caches.
-fn autocast_casts(op_name: &str) -> bool {
-    let n = op_name.strip_prefix("aten::").unwrap_or(op_name);
-    n.starts_with("conv")
-        || n.starts_with("_convolution")
-        || n.starts_with("_scaled_dot_product")
-        || matches!(
-            n,
-            "addmm"
-                | "addmv"
-                | "addr"
-                | "matmul"
-                | "einsum"
-                | "mm"
-                | "mv"
-                | "linear"
-                | "addbmm"
-                | "baddbmm"
-                | "bmm"
-                | "chain_matmul"
-                | "linalg_multi_dot"
-                | "prelu"
-                | "lstm_cell"
-                | "gru_cell"
-                | "rnn_tanh_cell"
-                | "rnn_relu_cell"
-                | "scaled_dot_product_attention"
-        )
-}
-
 /// Autocast's half-precision weight copies: each weight a half-precision op reads in a forward
 /// is cast once and kept (saved for the backward) until the last backward op that reads it, or
 /// the forward's end when none does. Ranges of positions with their bytes, and the bytes of
@@ -1002,7 +972,7 @@ fn weight_copies(c: &Curve) -> Option<(Vec<Range>, u64, crate::hash::FastSet<u64
     // (iteration, address) → (first forward read, last backward read).
     let mut uses: BTreeMap<(Option<u32>, u64), (u64, Option<u64>)> = BTreeMap::new();
     for o in &trace.ops {
-        let fwd = o.phase == Phase::Forward && autocast_casts(trace.str(o.name));
+        let fwd = o.phase == Phase::Forward && autocast::is_lower_precision(trace.str(o.name));
         if !fwd && o.phase != Phase::Backward {
             continue;
         }
