@@ -968,10 +968,6 @@ fn import_with(src: impl std::io::Read, size_hint: Option<u64>, mut compactor: C
 /// alone, as some tools write them) has no reserved memory to compare with: it is said so.
 fn check_allocated_within_reserved(trace: &mut Trace, with_segments: &HashSet<usize>) -> Result<(), ImportError> {
     let ev = &trace.events;
-    let unknown: Vec<usize> = (0..ev.base_totals.len().max(trace.devices.len()))
-        .filter(|d| !with_segments.contains(d) && (0..ev.len()).any(|i| ev.device[i] as usize == *d))
-        .collect();
-    let ev = &trace.events;
     if let Some((d, t)) = ev.base_totals.iter().enumerate().find(|(d, t)| with_segments.contains(d) && t.allocated_bytes > t.reserved_bytes)
     {
         return Err(ImportError::Snapshot {
@@ -982,8 +978,11 @@ fn check_allocated_within_reserved(trace: &mut Trace, with_segments: &HashSet<us
             ),
         });
     }
+    // Devices with events, for the warning about those without segments.
+    let mut has_events = [false; MAX_DEVICES];
     let mut cursor = ev.cursor();
     for i in 0..ev.len() {
+        has_events[ev.device[i] as usize] = true;
         let t = cursor.advance();
         if t.allocated_bytes > t.reserved_bytes && with_segments.contains(&(ev.device[i] as usize)) {
             let d = ev.device[i];
@@ -1003,7 +1002,7 @@ fn check_allocated_within_reserved(trace: &mut Trace, with_segments: &HashSet<us
             });
         }
     }
-    for d in unknown {
+    for d in (0..MAX_DEVICES).filter(|d| has_events[*d] && !with_segments.contains(d)) {
         trace.meta.warnings.push(format!(
             "the snapshot names no segment of cuda:{d} (neither in `segments` nor in its trace entries): its reserved memory is unknown and shown as 0"
         ));

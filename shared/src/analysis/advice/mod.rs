@@ -834,8 +834,7 @@ fn scenario(c: &Curve, defs: &[CandidateDef], curve: &[i64], size: &dyn Fn(&Bloc
                         windows.push((lo, hi, size(bl) as i64));
                     }
                 }
-                for &(from, to, bytes) in copies.iter().filter(|r| r.0 >= call.first && r.0 < call.end && r.1 > call.end) {
-                    let _ = from;
+                for &(_, to, bytes) in copies.iter().filter(|r| r.0 >= call.first && r.0 < call.end && r.1 > call.end) {
                     let (lo, hi) = (4 * last_fwd + 1, (4 * to.min(call.backward_pos) as u64).saturating_sub(1));
                     if lo < hi {
                         windows.push((lo, hi, bytes));
