@@ -107,27 +107,38 @@ fn a_clean_loop_has_no_growth_and_says_so() {
     assert!(r.survivors.is_empty(), "{:?}", r.survivors);
 }
 
+/// An empty trace with one CUDA device and no marks, as a snapshot without annotations is.
+fn snapshot_like() -> Trace {
+    let mut t = Trace::new(TraceMeta::new(SourceFormat::PytorchSnapshot));
+    t.device_index(Device { kind: "cuda".into(), index: 0, rank: None });
+    t
+}
+
+/// One memory event on device 0, outside every layer and phase.
+fn push_event(t: &mut Trace, ts_ns: u64, event_type: EventType, size_bytes: u64, address: u64) {
+    t.events.push(EventRecord {
+        ts_ns,
+        event_type,
+        phase: Phase::Other,
+        size_bytes,
+        address,
+        layer: StrId::NONE,
+        device: 0,
+        stream: 0,
+        totals: None,
+    });
+}
+
 /// A loop of `iterations` iterations of `per_iteration` allocations (sizes repeating within
 /// an iteration too), each freed in the iteration except, when `leak`, the iteration's last
 /// (kept, as a list of losses keeps their graphs). With `teardown`, the trace ends as a
 /// returning function's does: every kept block freed, and a last allocation and free.
 fn sized_loop(per_iteration: usize, iterations: usize, leak: bool, teardown: bool) -> (Trace, u64) {
-    let mut t = Trace::new(TraceMeta::new(SourceFormat::PytorchSnapshot));
-    let d = t.device_index(Device { kind: "cuda".into(), index: 0, rank: None });
+    let mut t = snapshot_like();
     let mut ts = 0u64;
     let mut push = |t: &mut Trace, ty: EventType, size: u64, addr: u64| {
         ts += 1000;
-        t.events.push(EventRecord {
-            ts_ns: ts,
-            event_type: ty,
-            phase: Phase::Other,
-            size_bytes: size,
-            address: addr,
-            layer: StrId::NONE,
-            device: d,
-            stream: 0,
-            totals: None,
-        });
+        push_event(t, ts, ty, size, addr);
     };
     // Sizes of one iteration: a few distinct ones, some repeated (as an MLP's are).
     let sizes: Vec<u64> = (0..per_iteration).map(|k| 512 * (1 + (k as u64 * 7) % 5) * (1 + k as u64 % 3)).collect();
@@ -185,8 +196,7 @@ fn loops_of_3_to_40_allocations_per_iteration_are_cut_at_their_period() {
 /// loop is still found, and its cycle is no leak.
 #[test]
 fn a_loop_with_data_dependent_sizes_is_found_and_not_called_a_leak() {
-    let mut t = Trace::new(TraceMeta::new(SourceFormat::PytorchSnapshot));
-    let d = t.device_index(Device { kind: "cuda".into(), index: 0, rank: None });
+    let mut t = snapshot_like();
     let mut ts = 0u64;
     for it in 0..9u64 {
         let batch = [64, 96, 128][it as usize % 3];
@@ -195,17 +205,7 @@ fn a_loop_with_data_dependent_sizes_is_found_and_not_called_a_leak() {
         for (k, &s) in sizes.iter().enumerate() {
             for ty in [EventType::Alloc, EventType::Free] {
                 ts += 1000;
-                t.events.push(EventRecord {
-                    ts_ns: ts,
-                    event_type: ty,
-                    phase: Phase::Other,
-                    size_bytes: s,
-                    address: 0x1000 * (k as u64 + 1),
-                    layer: StrId::NONE,
-                    device: d,
-                    stream: 0,
-                    totals: None,
-                });
+                push_event(&mut t, ts, ty, s, 0x1000 * (k as u64 + 1));
             }
         }
     }
