@@ -146,10 +146,12 @@ pub fn repeating_spans(trace: &Trace) -> Vec<(u64, u64)> {
 /// Earlier iterations put in front of `starts`: each begins with the first iteration's two
 /// first sizes, up to two periods back (a first iteration may allocate more or less: caches,
 /// workspaces, state it creates), and holds at least half of a period's sizes; of such
-/// beginnings, the one holding the most, then the one a period back.
+/// beginnings, the one holding the most, then the one a period back; at most [`MAX_EARLIER`].
 fn extend_back(sizes: &[u64], period: usize, starts: &mut Vec<usize>) {
     let anchor = period.min(2);
-    while let Some(&first) = starts.first() {
+    let mut taken = 0;
+    while let Some(&first) = starts.first().filter(|_| taken < MAX_EARLIER) {
+        taken += 1;
         let from = first.saturating_sub(2 * period);
         let mut wanted: FastMap<u64, usize> = FastMap::default();
         for &x in &sizes[first..first + period] {
@@ -185,6 +187,10 @@ fn extend_back(sizes: &[u64], period: usize, starts: &mut Vec<usize>) {
         }
     }
 }
+
+/// Earlier iterations taken in front of the repeating ones, at most: each phase tried weighs
+/// them, so a trace made to repeat only late cannot cost a pass per allocation.
+const MAX_EARLIER: usize = 16;
 
 /// Periods up to which every phase is tried.
 const MAX_PHASES: usize = 256;
