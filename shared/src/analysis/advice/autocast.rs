@@ -266,9 +266,9 @@ fn add_copy(c: &Curve, plan: &mut Plan, from_ns: u64, to_ns: u64, bytes: u64) {
     }
 }
 
-/// Rounds as the caching allocator does (512-byte blocks).
+/// Rounds as the caching allocator does (its default rounding: 512-byte blocks).
 fn round(bytes: u64) -> u64 {
-    bytes.div_ceil(512).max(1) * 512
+    crate::allocator::AllocatorConfig::default().round_size(bytes)
 }
 
 /// Builds the plan from the trace's forward operators; `weights` are the storages whose
