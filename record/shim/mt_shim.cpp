@@ -23,6 +23,7 @@
 #define MT_DEVICE_ALLOCATOR 0
 #endif
 #include <c10/util/ThreadLocalDebugInfo.h>
+#include <torch/csrc/autograd/function.h>
 #include <torch/csrc/jit/runtime/interpreter.h>
 #include <torch/csrc/profiler/orchestration/observer.h>
 
@@ -70,12 +71,14 @@ struct Global {
   std::atomic<bool> torchscript{false};
   bool capture_tensors = true;
   bool capture_ops = true;
-  // Only autograd nodes (RecordScope::BACKWARD_FUNCTION) are recorded: forward allocations
-  // take their layer from the module scope, backward nodes from the scope whose sequence
-  // number range holds theirs (scope records carry at::sequence_number::peek()).
+  // Only autograd nodes are recorded, and without a RecordFunction callback (whose mere
+  // presence makes the autograd engine rebuild its callback lists twice per node): a memory
+  // record made while the engine evaluates a node (torch::autograd::get_current_node) names
+  // that node, which is recorded as an operator the first time one of its records is made.
+  // Forward allocations take their layer from the module scope, backward nodes from the
+  // scope whose sequence number range holds theirs (scope records carry
+  // at::sequence_number::peek()).
   bool backward_only = false;
-  // Bumped by every phase change: a thread's "last backward node" is stale after one.
-  std::atomic<uint32_t> phase_epoch{1};
   uint64_t max_mem = UINT64_MAX, max_op = UINT64_MAX;
   std::atomic<uint64_t> mem_kept{0}, mem_dropped{0}, op_kept{0}, op_dropped{0};
   std::atomic<uint64_t> peak_allocated{0}, peak_reserved{0};
@@ -108,10 +111,17 @@ struct ThreadState {
   uint64_t generation = 0;
   std::vector<OpFrame> ops;
   std::vector<uint32_t> scopes;
-  // Backward-only capture: the node this thread finished last, for allocations between
-  // nodes (gradient accumulation in the engine), valid while `last_backward_epoch` is current.
-  uint32_t last_backward = 0;
-  uint32_t last_backward_epoch = 0;
+  // Backward-only capture: the autograd node this thread's last memory record was made in
+  // (compared with its sequence number and forward thread too: a freed node's address comes
+  // back), its op id, and the time of its last record (its op ends there).
+  const void* node = nullptr;
+  uint64_t node_seq = 0, node_fwd_thread = 0, node_last_ns = 0;
+  uint32_t node_op = 0;
+  // The name Python gave the custom autograd Function running on this thread (0: none);
+  // a PyNode's own name() takes the GIL, which the allocator's callback must never wait for.
+  uint32_t python_node_name = 0;
+  // Node type -> interned name.
+  std::unordered_map<const std::type_info*, uint32_t> node_names;
   // name pointer -> (string id, interned copy) cache so interning an op name is a lookup.
   std::unordered_map<const void*, std::pair<uint32_t, const std::string*>> names;
   ThreadState() {
@@ -363,10 +373,6 @@ void on_exit(const at::RecordFunction& fn, at::ObserverContext*) {
   fill_common(r, MT_OP_EXIT, fn.threadId());
   r->id = id;
   publish();
-  if (G.backward_only) {
-    tls.last_backward = id;
-    tls.last_backward_epoch = G.phase_epoch.load(std::memory_order_relaxed);
-  }
   if (G.capture_tensors) {
     const uint32_t thread = r->thread;
     const uint64_t ts = r->ts_ns;
@@ -387,17 +393,83 @@ void update_peak(std::atomic<uint64_t>& peak, uint64_t v) {
   }
 }
 
+// The interned name of an autograd node. A PyNode (a custom torch.autograd.Function) takes
+// the name Python set for this thread; its name() would take the GIL.
+uint32_t node_name(const torch::autograd::Node& node) {
+  ThreadState& t = tls;
+  const std::type_info* type = &typeid(node);
+  if (std::strcmp(type->name(), "N5torch8autograd6PyNodeE") == 0) {
+    return t.python_node_name != 0 ? t.python_node_name : intern_cached("PyNode");
+  }
+  auto it = t.node_names.find(type);
+  if (it != t.node_names.end()) return it->second;
+  uint32_t id;
+  {
+    const std::string name = node.name();
+    std::lock_guard<std::mutex> lock(g().mu);
+    id = intern_locked(name);
+  }
+  t.node_names.emplace(type, id);
+  return id;
+}
+
+// The op id of the autograd node this thread evaluates (0: none), writing its MT_OP_ENTER
+// record (and the previous node's MT_OP_EXIT, at that node's last record) when it changes.
+uint32_t current_node_op(uint64_t thread) {
+  auto& G = g();
+  ThreadState& t = tls;
+  auto current = torch::autograd::get_current_node();
+  const torch::autograd::Node* node = current.get();
+  if (node == nullptr) return 0;
+  const uint64_t seq = node->sequence_nr(), fwd_thread = node->thread_id();
+  if (node == t.node && seq == t.node_seq && fwd_thread == t.node_fwd_thread) return t.node_op;
+  if (t.node_op != 0) {
+    MtRecord* e = slot();
+    if (e != nullptr) {
+      fill_common(e, MT_OP_EXIT, thread);
+      e->ts_ns = t.node_last_ns;
+      e->id = t.node_op;
+      publish();
+    }
+  }
+  t.node = node;
+  t.node_seq = seq;
+  t.node_fwd_thread = fwd_thread;
+  t.node_op = 0;
+  if (G.op_kept.load(std::memory_order_relaxed) >= G.max_op) {
+    G.op_dropped.fetch_add(1, std::memory_order_relaxed);
+    return 0;
+  }
+  MtRecord* r = slot();
+  if (r == nullptr) return 0;
+  G.op_kept.fetch_add(1, std::memory_order_relaxed);
+  const uint32_t id = G.next_op.fetch_add(1, std::memory_order_relaxed);
+  const uint32_t name = node_name(*node);
+  fill_common(r, MT_OP_ENTER, thread);
+  r->id = id;
+  r->value = static_cast<int64_t>(seq);
+  r->a = fwd_thread;
+  r->b = 0;
+  r->name = name;
+  r->op = t.scopes.empty() ? 0 : t.scopes.back();  // the layer scope, as in on_enter
+  r->device_type = static_cast<int8_t>(at::RecordScope::BACKWARD_FUNCTION);
+  publish();
+  t.node_op = id;
+  t.node_last_ns = r->ts_ns;
+  return id;
+}
+
 // Writes one MT_MEM or MT_OOM record (`value` is the signed size or the requested size).
 void record_memory(uint8_t kind, void* ptr, int64_t value, size_t total_allocated,
                    size_t total_reserved, c10::Device device) {
+  const uint64_t thread = at::RecordFunction::currentThreadId();
+  const uint32_t node_op = g().backward_only ? current_node_op(thread) : 0;
   MtRecord* r = slot();
   if (r == nullptr) return;
-  fill_common(r, kind, at::RecordFunction::currentThreadId());
-  if (r->op == 0 && g().backward_only) {
-    ThreadState& t = tls;
-    if (t.last_backward != 0 && t.last_backward_epoch == g().phase_epoch.load(std::memory_order_relaxed)) {
-      r->op = t.last_backward;
-    }
+  fill_common(r, kind, thread);
+  if (node_op != 0) {
+    r->op = node_op;
+    tls.node_last_ns = r->ts_ns;
   }
   r->id = reinterpret_cast<uint64_t>(ptr);
   r->value = value;
@@ -451,6 +523,12 @@ struct Reporter final : public torch::profiler::impl::ProfilerStateBase {
     return g().active.load(std::memory_order_relaxed);
   }
 };
+
+// The one reporter every thread that records holds (it does nothing while tracing is off).
+const std::shared_ptr<Reporter>& reporter() {
+  static auto* instance = new std::shared_ptr<Reporter>(std::make_shared<Reporter>());
+  return *instance;
+}
 
 // The streaming side (a shim loaded into a Python process): one thread drains the buffers
 // and writes frames to the collector's socket. Writers of records never wait for it.
@@ -593,14 +671,12 @@ int mt_start(void) {
     if (G.active.load()) return 0;
     tls.ops.clear();
     tls.scopes.clear();
-    c10::ThreadLocalDebugInfo::_push(c10::DebugInfoKind::PROFILER_STATE,
-                                     std::make_shared<Reporter>());
-    if (G.capture_ops && G.callback == at::INVALID_CALLBACK_HANDLE) {
+    c10::ThreadLocalDebugInfo::_push(c10::DebugInfoKind::PROFILER_STATE, reporter());
+    if (G.capture_ops && !G.backward_only && G.callback == at::INVALID_CALLBACK_HANDLE) {
       auto cb = at::RecordFunctionCallback(on_enter_guarded, on_exit_guarded)
                     .needsInputs(G.capture_tensors)
                     .needsOutputs(G.capture_tensors)
                     .needsIds(true);
-      if (G.backward_only) cb.scopes({at::RecordScope::BACKWARD_FUNCTION});
       G.callback = at::addGlobalCallback(std::move(cb));
     }
     G.active.store(true);
@@ -630,10 +706,23 @@ int mt_stop(void) {
 
 int mt_is_active(void) { return g().active.load() ? 1 : 0; }
 
-void mt_set_phase(uint8_t phase) {
-  g().phase.store(phase, std::memory_order_relaxed);
-  g().phase_epoch.fetch_add(1, std::memory_order_relaxed);
+int mt_thread_attach(void) {
+  try {
+    // A thread started by the program (not by libtorch, which hands its threads the starting
+    // thread's debug info) reports its allocations too; a thread that already has a profiler
+    // state (ours, or PyTorch's profiler) keeps it.
+    if (c10::ThreadLocalDebugInfo::get(c10::DebugInfoKind::PROFILER_STATE) != nullptr) return 0;
+    c10::ThreadLocalDebugInfo::_push(c10::DebugInfoKind::PROFILER_STATE, reporter());
+    return 1;
+  } catch (const std::exception& e) {
+    set_error(e.what());
+    return -1;
+  }
 }
+
+void mt_set_phase(uint8_t phase) { g().phase.store(phase, std::memory_order_relaxed); }
+
+void mt_python_node(uint32_t name) { tls.python_node_name = name; }
 
 void mt_set_torchscript(int enabled) { g().torchscript.store(enabled != 0); }
 
@@ -676,7 +765,6 @@ void mt_scope_enter(uint32_t name) {
       publish();
     }
     tls.scopes.push_back(name);
-    tls.last_backward = 0;
   } catch (...) {
   }
 }

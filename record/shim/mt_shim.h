@@ -36,8 +36,8 @@ typedef struct MtRecord {
   uint64_t a;
   uint64_t b;
   uint32_t op;      // innermost open op of this thread when recorded (0: none); MT_OP_ENTER:
-                    // the innermost layer scope; MT_MEM with capture_ops=2 and no open op: the
-                    // thread's last backward node of this phase
+                    // the innermost layer scope; MT_MEM with capture_ops=2: the autograd node
+                    // the engine evaluates on this thread
   uint32_t name;    // interned string id: the op, scope or mark; for every other record, the
                     // innermost scope
   uint32_t thread;  // RecordFunction thread id
@@ -63,16 +63,23 @@ typedef struct MtDeviceStats {
 
 // Clears all buffers and strings; mem and op records beyond the limits are dropped and counted.
 // capture_ops = 0 records memory only (no operator callback at all), 1 every operator, 2 only
-// autograd nodes (RecordScope::BACKWARD_FUNCTION; no tensors), attributed through the
+// the autograd nodes that allocate or free (found at the memory record, no operator callback;
+// no tensors; a node's op spans its first to its last memory record), attributed through the
 // sequence numbers that scope records carry.
 int mt_reset(uint64_t max_mem_records, uint64_t max_op_records, int capture_tensors, int capture_ops);
 // Installs the callbacks on the calling thread (memory) and globally (operators).
 int mt_start(void);
 int mt_stop(void);
 int mt_is_active(void);
+// Makes the calling thread report its allocations (mt_start does it for its own thread);
+// 1: attached, 0: it already had a profiler state, -1: error.
+int mt_thread_attach(void);
 void mt_set_phase(uint8_t phase);
 // 1: attribute operators to TorchScript module hierarchies (costs an allocation per op).
 void mt_set_torchscript(int enabled);
+// Names the custom autograd Function (PyNode) this thread runs the backward of (0: none), for
+// capture_ops=2: a PyNode's own name() takes the GIL.
+void mt_python_node(uint32_t name);
 uint32_t mt_intern(const char* s);
 const char* mt_string(uint32_t id, size_t* len);
 uint32_t mt_string_count(void);

@@ -119,11 +119,13 @@ class MemoryTracer:
     ops: "backward" (default: autograd nodes only; every allocation still gets its module,
         phase and iteration), "all" (every operator with its tensors; costs about a
         microsecond per operator) or "none" (allocations and module scopes only).
+    module_scopes: False records no module paths (allocations keep their phase and
+        iteration); with ops="none", the cheapest capture.
     """
 
     _OPS = {"none": 0, "all": 1, "backward": 2}
 
-    def __init__(self, max_events=100_000, device=None, enable_fragmentation_tracking=True, enable_fragmentation=None, capture_tensors=True, ops="backward"):
+    def __init__(self, max_events=100_000, device=None, enable_fragmentation_tracking=True, enable_fragmentation=None, capture_tensors=True, ops="backward", module_scopes=True):
         if ops not in self._OPS:
             raise ValueError(f"memory-tracer: invalid ops {ops!r}; expected one of {sorted(self._OPS)}")
         self.ops = ops
@@ -133,6 +135,7 @@ class MemoryTracer:
         self.device = device
         self.enable_fragmentation_tracking = bool(enable_fragmentation_tracking if enable_fragmentation is None else enable_fragmentation)
         self.capture_tensors = bool(capture_tensors)
+        self.module_scopes = bool(module_scopes)
         self._result = None
         self._dir = None
         self._trace_path = None
@@ -180,7 +183,7 @@ class MemoryTracer:
             cmd.append("--no-fragmentation")
         proc = subprocess.Popen(cmd, pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         theirs.close()
-        options = {"max_events": self.max_events, "capture_tensors": self.capture_tensors and self.ops == "all", "capture_ops": self._OPS[self.ops]}
+        options = {"max_events": self.max_events, "capture_tensors": self.capture_tensors and self.ops == "all", "capture_ops": self._OPS[self.ops], "module_scopes": self.module_scopes}
         try:
             cap = _capture.begin(_shim.load(), ours.detach(), options, "api", {"mode": "api", "device": dev}, reset_peak_device=index)
         except BaseException:

@@ -1,10 +1,10 @@
 """One process's capture: the shim streaming to a collector, plus the Python-side hooks that
 name layers (nn.Module paths), set phases (forward, backward, optimizer) and mark iterations.
 
-The hooks are global (torch.nn.modules.module.register_module_forward_pre_hook and friends,
-torch.optim.optimizer.register_optimizer_step_pre_hook), so programs need no changes. They
-do nothing while torch.compile traces (so compiled graphs do not break on them) and nothing
-in forked children (DataLoader workers).
+The hooks are process-wide (a wrapper around nn.Module.__call__, the global optimizer step
+hooks, wrappers around torch.autograd.backward/grad), so programs need no changes. They do
+nothing while torch.compile traces (so compiled graphs do not break on them) and nothing in
+forked children (DataLoader workers).
 """
 
 import atexit
@@ -40,7 +40,7 @@ class Capture:
         self.enabled = False
         self.finished = False
         self.phase = PHASE_OTHER
-        self.depth = 0
+        self.local = threading.local()  # .depth: the thread's open module calls
         # id(module) -> (path, interned id, weakref to the module): a plain dict lookup per
         # module call (a WeakKeyDictionary costs a weakref per lookup); the weakref tells a
         # reused id from the module it was given for.
@@ -155,36 +155,66 @@ class Capture:
         cap = self
         lib = self.lib
 
-        def pre(module, args):
+        # Module scopes: nn.Module.__call__ itself is wrapped, not hooked globally (global
+        # module hooks take every module call off _call_impl's fast path, which costs more than
+        # the scope). The wrapper also opens each forward pass (phase, iteration) at a
+        # thread's outermost module call; with `module_scopes` off it does only that.
+        nn = nn_module.Module
+        wrapped_call = nn.__call__
+        scopes = bool(self.options.get("module_scopes", True))
+        names = self.names
+        marker = self.marker
+        enter, leave = lib.mt_scope_enter, lib.mt_scope_exit
+        local = self.local
+
+        def module_call(module, *args, **kwargs):
             if not cap.enabled or compiling():
-                return None
-            entry = cap.names.get(id(module))
-            if entry is None or entry[2]() is not module:
-                entry = cap.name_root(module)
-            if cap.depth == 0:
+                return wrapped_call(module, *args, **kwargs)
+            depth = getattr(local, "depth", 0)
+            if depth == 0:
                 if cap.phase == PHASE_OTHER:
                     cap.set_phase(PHASE_FORWARD)
-                if cap.marker is None and not cap.iteration_open:
+                if marker is None and not cap.iteration_open:
                     cap.begin_iteration()
-            if cap.marker is not None and cap.is_marker(module, entry[0]):
-                cap.begin_iteration()
-            cap.depth += 1
-            lib.mt_scope_enter(entry[1])
-            return None
+            entry = None
+            if scopes or marker is not None:
+                entry = names.get(id(module))
+                if entry is None or entry[2]() is not module:
+                    entry = cap.name_root(module)
+                if marker is not None and cap.is_marker(module, entry[0]):
+                    cap.begin_iteration()
+            local.depth = depth + 1
+            if scopes:
+                enter(entry[1])
+            try:
+                return wrapped_call(module, *args, **kwargs)
+            finally:
+                if scopes:
+                    leave(entry[1])
+                local.depth = depth
+                if depth == 0 and cap.phase == PHASE_FORWARD:
+                    cap.set_phase(PHASE_OTHER)
+                if marker is not None and cap.is_marker(module, entry[0]):
+                    cap.end_iteration()
 
-        def post(module, args, output):
-            if not cap.enabled or compiling():
-                return None
-            entry = cap.names.get(id(module))
-            if entry is None or entry[2]() is not module:
-                return None
-            lib.mt_scope_exit(entry[1])
-            cap.depth = max(0, cap.depth - 1)
-            if cap.depth == 0 and cap.phase == PHASE_FORWARD:
-                cap.set_phase(PHASE_OTHER)
-            if cap.marker is not None and cap.is_marker(module, entry[0]):
-                cap.end_iteration()
-            return None
+        # A thread the program starts while tracing reports its allocations too (libtorch's
+        # own threads inherit the starting thread's reporter; a Python thread does not): its
+        # first Python call attaches it, then gives the thread the profile function it would
+        # have had. Threads already running when tracing starts are not recorded.
+        previous_profile = threading.getprofile() if hasattr(threading, "getprofile") else getattr(threading, "_profile_hook", None)
+
+        def attach_thread(frame, event, arg):
+            sys.setprofile(previous_profile)
+            if cap.enabled:
+                lib.mt_thread_attach()
+
+        threading.setprofile(attach_thread)
+        self.patches.append((threading, "_profile_hook", previous_profile, attach_thread))
+
+        module_call.__wrapped__ = wrapped_call
+        module_call.__name__ = getattr(wrapped_call, "__name__", "__call__")
+        nn.__call__ = module_call
+        self.patches.append((nn, "__call__", wrapped_call, module_call))
 
         def opt_entry(opt):
             e = cap.optimizers.get(opt)
@@ -211,8 +241,6 @@ class Capture:
             cap.after_step(opt, e)
             return None
 
-        self.handles.append(nn_module.register_module_forward_pre_hook(pre))
-        self.handles.append(nn_module.register_module_forward_hook(post, always_call=True))
         self.handles.append(optim_module.register_optimizer_step_pre_hook(opt_pre))
         self.handles.append(optim_module.register_optimizer_step_post_hook(opt_post))
 
@@ -239,7 +267,31 @@ class Capture:
         for attr in ("backward", "grad"):
             orig = getattr(autograd, attr)
             setattr(autograd, attr, phased(orig))
-            self.patches.append((autograd, attr, orig))
+            self.patches.append((autograd, attr, orig, getattr(autograd, attr)))
+
+        # Autograd nodes only (capture_ops=2): the shim finds the node at each memory record,
+        # but a custom Function's node (PyNode) is named here, where the GIL is held.
+        if int(self.options.get("capture_ops", 1)) == 2:
+            from torch.autograd.function import BackwardCFunction
+
+            orig_apply = BackwardCFunction.apply
+            node_ids = {}
+
+            def backward_apply(ctx, *args):
+                if not cap.enabled:
+                    return orig_apply(ctx, *args)
+                cls = type(ctx)
+                name = node_ids.get(cls)
+                if name is None:
+                    name = node_ids[cls] = cap.intern(cls.__name__)
+                lib.mt_python_node(name)
+                try:
+                    return orig_apply(ctx, *args)
+                finally:
+                    lib.mt_python_node(0)
+
+            BackwardCFunction.apply = backward_apply
+            self.patches.append((BackwardCFunction, "apply", orig_apply, backward_apply))
 
         # GradScaler.step skips optimizer.step when gradients overflowed (AMP's first steps):
         # the iteration still ends there.
@@ -261,7 +313,7 @@ class Capture:
                             cap.after_step(optimizer, e)
 
             GradScaler.step = scaler_step
-            self.patches.append((GradScaler, "step", orig_step))
+            self.patches.append((GradScaler, "step", orig_step, scaler_step))
 
     def after_step(self, opt, entry):
         entry[2] += 1
@@ -280,8 +332,11 @@ class Capture:
             except Exception:
                 pass
         self.handles.clear()
-        for obj, attr, orig in reversed(self.patches):
-            setattr(obj, attr, orig)
+        # A patch someone made on top of ours stays (ours beneath it passes calls through
+        # once the capture is off).
+        for obj, attr, orig, ours in reversed(self.patches):
+            if getattr(obj, attr, None) is ours:
+                setattr(obj, attr, orig)
         self.patches.clear()
 
     # -- life cycle ----------------------------------------------------------------------

@@ -179,8 +179,10 @@ SIGNATURES = {
         "mt_start": ([], i32),
         "mt_stop": ([], i32),
         "mt_is_active": ([], i32),
+        "mt_thread_attach": ([], i32),
         "mt_set_phase": ([ctypes.c_uint8], None),
         "mt_intern": ([ctypes.c_char_p], u32),
+        "mt_python_node": ([u32], None),
         "mt_scope_enter": ([u32], None),
         "mt_scope_exit": ([u32], None),
         "mt_mark": ([u32, ctypes.c_int64], None),
@@ -191,6 +193,11 @@ SIGNATURES = {
         "mt_stream_close": ([], i32),
         "mt_last_error": ([ctypes.c_char_p, sz], sz),
 }
+
+
+# Called on the traced program's hot path; each returns at once (no I/O, no waiting on a lock
+# held for long).
+HOT = {"mt_thread_attach", "mt_set_phase", "mt_python_node", "mt_scope_enter", "mt_scope_exit", "mt_mark", "mt_now_ns", "mt_intern"}
 
 
 def load(path=None):
@@ -205,10 +212,14 @@ def load(path=None):
             raise RuntimeError(f"memory-tracer: {choice.refused or choice.fallback}")
         path = choice.path
     lib = ctypes.CDLL(path)
+    # The calls made per module call, phase change or mark keep the GIL (PyDLL): they never
+    # block, and releasing the GIL around each would hand it to another thread mid-forward.
+    keep_gil = ctypes.PyDLL(path)
     for name, (args, res) in SIGNATURES.items():
-        fn = getattr(lib, name)
+        fn = getattr(keep_gil if name in HOT else lib, name)
         fn.argtypes = args
         fn.restype = res
+        setattr(lib, name, fn)
     return lib
 
 

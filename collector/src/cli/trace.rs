@@ -116,6 +116,10 @@ pub struct TraceArgs {
     /// unless --memory-only.
     #[arg(long, value_name = "MODE", value_enum)]
     pub ops: Option<OpsMode>,
+    /// Python programs: no module scopes. Allocations keep their phase and iteration but not
+    /// the module that made them; with `--ops none`, the cheapest capture.
+    #[arg(long)]
+    pub no_module_scopes: bool,
     /// Python programs: which capture runs. `auto` (default): the native capture when a capture
     /// library fits the program's torch (or can be built for it), else PyTorch's recorder;
     /// `native`: the native capture or the program does not run (exit 97); `recorder`: PyTorch's
@@ -266,6 +270,7 @@ fn py_options(a: &TraceArgs) -> anyhow::Result<PyOptions> {
         max_events: a.run.max_events,
         capture_tensors: !a.run.no_tensors,
         ops: if a.run.memory_only { OpsMode::None } else { a.ops.unwrap_or(OpsMode::Backward) },
+        module_scopes: !a.no_module_scopes,
         iteration_marker: a.iteration_marker.clone(),
         buffer_records: a.buffer_records,
         drain_interval_ms: a.drain_interval_ms.max(1),

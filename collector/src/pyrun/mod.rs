@@ -106,6 +106,9 @@ pub struct PyOptions {
     pub max_events: u64,
     pub capture_tensors: bool,
     pub ops: OpsMode,
+    /// Each nn.Module call opens a scope (its path); off: allocations keep their phase and
+    /// iteration but no module (the cheapest capture).
+    pub module_scopes: bool,
     /// A module path or class name whose every call is one iteration (programs without an
     /// optimizer).
     pub iteration_marker: Option<String>,
@@ -129,6 +132,7 @@ impl Default for PyOptions {
             max_events: 5_000_000,
             capture_tensors: true,
             ops: OpsMode::Backward,
+            module_scopes: true,
             iteration_marker: None,
             buffer_records: 8_000_000,
             fragmentation: true,
@@ -151,6 +155,7 @@ impl PyOptions {
                 OpsMode::All => 1,
                 OpsMode::Backward => 2,
             },
+            "module_scopes": self.module_scopes,
             "iteration_marker": self.iteration_marker,
             "buffer_records": self.buffer_records,
             "interval_ms": self.drain_interval_ms,
