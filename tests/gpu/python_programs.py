@@ -71,13 +71,18 @@ def parse_args(argv=None):
     g.add_argument("--batch", type=positive_int, default=4)
     g.add_argument("--seq", type=positive_int, default=512, help=f"sequence length, at most {GPT2_MAX_POSITIONS}")
     g.add_argument("--iters", type=positive_int, default=3)
+    l = sub.add_parser("llama", help="a Llama-architecture LM (transformers, random weights), AdamW, autocast bfloat16")
+    l.add_argument("--batch", type=positive_int, default=4)
+    l.add_argument("--seq", type=positive_int, default=512)
+    l.add_argument("--iters", type=positive_int, default=3)
+    l.add_argument("--checkpointing", action="store_true", help="gradient checkpointing (the layers' forward runs again in backward)")
     o = sub.add_parser("overhead", help="traced vs untraced vs PyTorch's recorder, resnet50 steps")
     o.add_argument("--batch", type=positive_int, default=32)
     o.add_argument("--steps", type=positive_int, default=24, help="measured steps per kind")
     o.add_argument("--warmup", type=non_negative_int, default=5, help="warm-up rounds (one step of each kind each), not measured")
     o.add_argument("--flat", type=non_negative_int, default=0, help="then N consecutive traced steps (0: none)")
     o.add_argument("--pt-max-entries", type=positive_int, default=1_000_000, help="max_entries of PyTorch's recorder")
-    for sp in (r, g, o):
+    for sp in (r, g, l, o):
         sp.add_argument("--seed", type=int, default=0)
     a = p.parse_args(argv)
     if a.workload == "gpt2" and a.seq > GPT2_MAX_POSITIONS:
@@ -127,8 +132,11 @@ class LeafForwardPeaks:
                 self.handles.append(m.register_forward_pre_hook(self._pre(torch, name, peak)))
                 self.handles.append(m.register_forward_hook(self._post(torch, name)))
 
+    # A forward run again in backward (gradient checkpointing) is not the forward measured.
     def _pre(self, torch, name, peak):
         def hook(module, args):
+            if torch._C._current_graph_task_id() != -1:
+                return
             self.starts[name] = torch.cuda.memory_allocated()
             peak.reset()  # folds the current max into the running peak first
 
@@ -136,6 +144,8 @@ class LeafForwardPeaks:
 
     def _post(self, torch, name):
         def hook(module, args, output):
+            if torch._C._current_graph_task_id() != -1:
+                return
             v = torch.cuda.max_memory_allocated()
             self.peaks[name] = max(self.peaks.get(name, 0), v)
             self.calls[name] = self.calls.get(name, 0) + 1
@@ -216,6 +226,32 @@ def gpt2_workload(a):
         opt.step()
 
     extra = {"workload": "gpt2", "batch": a.batch, "seq": a.seq, "attn_implementation": getattr(model.config, "_attn_implementation", None)}
+    train(torch, model, step, a.iters, extra)
+
+
+def llama_workload(a):
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    torch = setup(a.seed)
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    dev = torch.device("cuda")
+    cfg = LlamaConfig(hidden_size=512, intermediate_size=1376, num_hidden_layers=6, num_attention_heads=8,
+                      num_key_value_heads=4, vocab_size=32000, max_position_embeddings=1024, attn_implementation="sdpa")
+    model = LlamaForCausalLM(cfg).to(dev).train()
+    if a.checkpointing:
+        model.gradient_checkpointing_enable()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    ids = torch.randint(0, cfg.vocab_size, (a.batch, a.seq), device=dev)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model(input_ids=ids, labels=ids, use_cache=False).loss
+        loss.backward()
+        opt.step()
+
+    extra = {"workload": "llama" + ("_checkpointing" if a.checkpointing else ""), "batch": a.batch, "seq": a.seq}
     train(torch, model, step, a.iters, extra)
 
 
@@ -321,7 +357,7 @@ def overhead_workload(a):
 
 def main(argv=None):
     a = parse_args(argv)
-    {"resnet50": resnet50_workload, "gpt2": gpt2_workload, "overhead": overhead_workload}[a.workload](a)
+    {"resnet50": resnet50_workload, "gpt2": gpt2_workload, "llama": llama_workload, "overhead": overhead_workload}[a.workload](a)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@
 
     COLLECTOR=./collector python3 tests/gpu/python_verify.py --out DIR
 
-For resnet50 (batch 8, 3 iterations) and gpt2 (GPT-2 small, batch 4, seq 512, 3 iterations)
+For resnet50 (batch 8, 3 iterations), gpt2 (GPT-2 small, batch 4, seq 512, 3 iterations) and
+a Llama-architecture LM with and without gradient checkpointing (batch 4, seq 512, 3 iterations)
 of tests/gpu/python_programs.py, traced by `$COLLECTOR trace -q -o DIR/<name>.mtrace.json`:
 
 (a) the trace's peak allocated bytes (`collector summary --json`) equals the program's
@@ -32,6 +33,8 @@ PROGRAM = "tests/gpu/python_programs.py"
 WORKLOADS = {
     "resnet50": ["--batch", "8", "--iters", "3"],
     "gpt2": ["--batch", "4", "--seq", "512", "--iters", "3"],
+    "llama": ["--batch", "4", "--seq", "512", "--iters", "3"],
+    "llama_checkpointing": ["--batch", "4", "--seq", "512", "--iters", "3", "--checkpointing"],
 }
 OVERHEAD_ARGS = ["--batch", "32", "--steps", "24", "--warmup", "5", "--flat", "200"]
 TOLERANCE = 0.05  # (b): relative error per module
@@ -145,7 +148,7 @@ def compare_modules(hook, traced):
 
 def check_workload(name, args, a, env):
     out_trace = os.path.join(a.out, f"{name}.mtrace.json")
-    cmd = [a.collector, "trace", "-q", "-o", out_trace, "--", a.python, PROGRAM, name] + args
+    cmd = [a.collector, "trace", "-q", "-o", out_trace, "--", a.python, PROGRAM, name.split("_")[0]] + args
     code, stdout = run(cmd, os.path.join(a.out, f"{name}.log"), env, a.timeout)
     r = {"command": " ".join(cmd), "exit_code": code, "ok": False}
     result = parse_result(stdout)
@@ -213,7 +216,7 @@ def main():
     p.add_argument("--out", required=True, help="folder for the traces, logs and python_verify.json")
     p.add_argument("--collector", default=os.environ.get("COLLECTOR", "./collector"), help="collector binary [$COLLECTOR or ./collector]")
     p.add_argument("--python", default=os.environ.get("PYTHON", "python3"), help="Python that runs the programs [$PYTHON or python3]")
-    p.add_argument("--only", default="resnet50,gpt2,overhead", help="comma-separated subset of resnet50,gpt2,overhead")
+    p.add_argument("--only", default="resnet50,gpt2,llama,llama_checkpointing,overhead", help="comma-separated subset of resnet50,gpt2,llama,llama_checkpointing,overhead")
     p.add_argument("--timeout", type=int, default=900, help="seconds per traced run")
     a = p.parse_args()
     only = [x for x in a.only.split(",") if x]

@@ -1,0 +1,114 @@
+"""What tracing costs a training step, measured inside one process: the modes take turns in
+blocks of steps (every mode once per round, in a rotated order), so the differences between
+processes (CPU placement and speed, cuDNN's choices, clocks: up to ±25 % on the GPU machines)
+cancel and what is left is each mode's own cost per step.
+
+    PYTHONPATH=<memory_tracer package> MEMORY_TRACER_COLLECTOR=<collector> \\
+        python tests/bench/inprocess.py --model resnet50 [--batch 32] [--rounds 10] \\
+        [--block 6] [--device cuda] [--json OUT]
+
+Modes: untraced (no capture installed: every hook is taken out between blocks);
+MemoryTracer's default (ops="backward": every allocation with module path, phase, iteration,
+backward attributed to modules); ops="none"; ops="none" with module_scopes=False (phases and
+iterations only); and, on CUDA, PyTorch's recorder with stacks="all", stacks="python" and
+context=None. A block starts its mode, runs `--block` steps (the first one not measured), and
+stops it; starting and stopping are not timed. Prints a markdown table: each mode's median
+step time, host time (until the step's work was queued) and host CPU time (what the Python
+thread spent queuing it, which waiting for a core does not lengthen) over all its measured
+steps, and the overhead against untraced: of the medians of all steps, and the median and
+range of the per-round ratios."""
+import argparse
+import json
+import os
+import statistics
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import train_steps  # noqa: E402
+
+import memory_tracer  # noqa: E402
+
+p = argparse.ArgumentParser()
+p.add_argument("--model", required=True, choices=["resnet50", "llama", "mlp"])
+p.add_argument("--batch", type=int)
+p.add_argument("--rounds", type=int, default=10)
+p.add_argument("--block", type=int, default=6)
+p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+p.add_argument("--json")
+a = p.parse_args()
+if a.block < 2:
+    p.error("--block must be at least 2 (a block's first step is not measured)")
+dev = torch.device(a.device)
+if dev.type == "cpu":
+    torch.set_num_threads(1)
+model, loss_fn, opt, amp = train_steps.build(a.model, a.batch, dev)
+
+TRACERS = {
+    "memory_tracer (default)": {},
+    "memory_tracer ops=none": {"ops": "none"},
+    "memory_tracer ops=none, module_scopes=False": {"ops": "none", "module_scopes": False},
+}
+RECORDERS = {'recorder stacks="all"': "all", 'recorder stacks="python"': "python", "recorder context=None": "none"}
+modes = ["untraced"] + list(TRACERS) + (list(RECORDERS) if dev.type == "cuda" else [])
+
+
+def block(mode):
+    """Runs one block in `mode`; its measured steps' (host ms, step ms, host CPU ms)."""
+    steps = []
+    if mode in TRACERS:
+        tracer = memory_tracer.MemoryTracer(device=str(dev), max_events=10_000_000, **TRACERS[mode])
+        with tracer.trace(model):
+            for _ in range(a.block):
+                steps.append(train_steps.timed_step(dev, loss_fn, opt, amp))
+    else:
+        if mode in RECORDERS:
+            train_steps.recorder(RECORDERS[mode])
+        for _ in range(a.block):
+            steps.append(train_steps.timed_step(dev, loss_fn, opt, amp))
+        if mode in RECORDERS:
+            train_steps.recorder(None)
+    return steps[1:]
+
+
+for _ in range(3):  # warm-up: cuDNN, the allocator's pool, the capture library's first load
+    train_steps.timed_step(dev, loss_fn, opt, amp)
+block("memory_tracer (default)")
+
+per_round = {m: [] for m in modes}  # per round: (median host, median step, median host CPU)
+every = {m: ([], [], []) for m in modes}
+for r in range(a.rounds):
+    order = modes[r % len(modes):] + modes[: r % len(modes)]
+    for m in order:
+        steps = block(m)
+        columns = [[s[k] for s in steps] for k in range(3)]
+        for k in range(3):
+            every[m][k].extend(columns[k])
+        per_round[m].append(tuple(statistics.median(c) for c in columns))
+    print(f"round {r + 1}: " + ", ".join(f"{m} {per_round[m][-1][1]:.2f} ms" for m in modes), file=sys.stderr, flush=True)
+
+
+def rel(m, k):
+    return [(x[k] / b[k] - 1) * 100 for x, b in zip(per_round[m], per_round["untraced"])]
+
+
+title = f"{a.model}{' b' + str(a.batch) if a.batch else ''} on {dev.type}, {a.rounds} rounds × {a.block - 1} steps"
+COLUMNS = [(1, "step"), (0, "host time"), (2, "host CPU time")]
+print(f"| {title} | " + " | ".join(f"{n} | overhead | per-round median (range)" for _, n in COLUMNS) + " |")
+print("|---|" + "---|---|---|" * len(COLUMNS))
+result = {"model": a.model, "batch": a.batch, "device": dev.type, "rounds": a.rounds, "block": a.block, "modes": {}}
+for m in modes:
+    cells = []
+    for k, _ in COLUMNS:
+        med, base = statistics.median(every[m][k]), statistics.median(every["untraced"][k])
+        if m == "untraced":
+            cells.append(f"{med:.2f} ms | | ")
+        else:
+            r = rel(m, k)
+            cells.append(f"{med:.2f} ms | {(med / base - 1) * 100:+.1f} % | {statistics.median(r):+.1f} % ({min(r):+.1f} … {max(r):+.1f})")
+    print(f"| {m} | " + " | ".join(cells) + " |")
+    result["modes"][m] = {"step_ms": every[m][1], "host_ms": every[m][0], "host_cpu_ms": every[m][2], "round_medians": per_round[m]}
+if a.json:
+    with open(a.json, "w") as f:
+        json.dump(result, f, indent=1)
