@@ -60,7 +60,7 @@ def main():
     cap = _capture.begin(lib, sink().detach(), {"capture_ops": 0}, "api", {"mode": "bench"})
     traced = per_call_ns(calls, 100 * 201)
     cap.finish("bench")
-    print(f"nn.Module call: untraced {base:.0f} ns, +{traced - base:.0f} ns with module scopes (global hooks)")
+    print(f"nn.Module call: untraced {base:.0f} ns, +{traced - base:.0f} ns with module scopes")
 
 
 if __name__ == "__main__":
