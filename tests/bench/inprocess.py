@@ -5,7 +5,13 @@ cancel and what is left is each mode's own cost per step.
 
     PYTHONPATH=<memory_tracer package> MEMORY_TRACER_COLLECTOR=<collector> \\
         python tests/bench/inprocess.py --model resnet50 [--batch 32] [--rounds 10] \\
-        [--block 6] [--device cuda] [--json OUT]
+        [--block 6] [--pairs N] [--device cuda] [--json OUT]
+
+With `--pairs N` each mode instead runs N pairs of steps, one traced and one untraced, in
+alternating order (the capture paused, which takes every hook out, and resumed around its
+step; the recorder turned on and off), and its overhead is the median over the pairs of
+traced / untraced - 1: neighbouring steps share the machine's state, so the pairs cancel
+what drifts.
 
 Modes: untraced (no capture installed: every hook is taken out between blocks);
 MemoryTracer's default (ops="backward": every allocation with module path, phase, iteration,
@@ -36,6 +42,7 @@ p.add_argument("--batch", type=int)
 p.add_argument("--rounds", type=int, default=10)
 p.add_argument("--block", type=int, default=6)
 p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+p.add_argument("--pairs", type=int, default=0)
 p.add_argument("--json")
 a = p.parse_args()
 if a.block < 2:
@@ -72,9 +79,55 @@ def block(mode):
     return steps[1:]
 
 
+def paired(mode):
+    """N (traced, untraced) pairs of `mode`: [(host, step, host CPU) traced, ... untraced]."""
+    pairs = []
+    step = lambda: train_steps.timed_step(dev, loss_fn, opt, amp)  # noqa: E731
+    if mode in TRACERS:
+        tracer = memory_tracer.MemoryTracer(device=str(dev), max_events=10_000_000, **TRACERS[mode])
+        with tracer.trace(model):
+            memory_tracer.pause()
+
+            def traced():
+                memory_tracer.resume()
+                r = step()
+                memory_tracer.pause()
+                return r
+
+            for i in range(a.pairs):
+                pairs.append((traced(), step()) if i % 2 == 0 else tuple(reversed((step(), traced()))))
+    else:
+        def traced():
+            train_steps.recorder(RECORDERS[mode])
+            r = step()
+            train_steps.recorder(None)
+            return r
+
+        for i in range(a.pairs):
+            pairs.append((traced(), step()) if i % 2 == 0 else tuple(reversed((step(), traced()))))
+    return pairs
+
+
 for _ in range(3):  # warm-up: cuDNN, the allocator's pool, the capture library's first load
     train_steps.timed_step(dev, loss_fn, opt, amp)
 block("memory_tracer (default)")
+
+if a.pairs > 0:
+    title = f"{a.model}{' b' + str(a.batch) if a.batch else ''} on {dev.type}, {a.pairs} pairs of steps"
+    print(f"| {title} | traced step | untraced step | overhead: median of pairs | host CPU overhead: median of pairs |")
+    print("|---|---|---|---|---|")
+    result = {"model": a.model, "batch": a.batch, "device": dev.type, "pairs": a.pairs, "modes": {}}
+    for m in modes[1:]:
+        ps = paired(m)
+        step_rel = [(t[1] / u[1] - 1) * 100 for t, u in ps]
+        cpu_rel = [(t[2] / u[2] - 1) * 100 for t, u in ps]
+        print(f"| {m} | {statistics.median(t[1] for t, _ in ps):.2f} ms | {statistics.median(u[1] for _, u in ps):.2f} ms "
+              f"| {statistics.median(step_rel):+.1f} % | {statistics.median(cpu_rel):+.1f} % |", flush=True)
+        result["modes"][m] = {"pairs": ps}
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(result, f, indent=1)
+    sys.exit(0)
 
 per_round = {m: [] for m in modes}  # per round: (median host, median step, median host CPU)
 every = {m: ([], [], []) for m in modes}

@@ -200,3 +200,34 @@ def test_module_scopes_off_keeps_phases_and_iterations(tmp_path):
 
 
 PHASES = ["forward", "backward", "optimizer", "other"]
+
+
+def test_pause_takes_the_hooks_out_and_resume_puts_them_back(tmp_path):
+    import memory_tracer
+
+    original = nn.Module.__call__
+    model = Net()
+    tracer = MemoryTracer(device="cpu")
+    try:
+        with tracer.trace(model):
+            model(torch.randn(8, 32))
+            memory_tracer.pause()
+            assert nn.Module.__call__ is original, "a paused program runs untouched"
+            model(torch.randn(8, 32))  # neither recorded nor scoped
+            memory_tracer.resume()
+            first = nn.Module.__call__
+
+            def theirs(self, *args, **kwargs):  # someone patches on top of ours...
+                return first(self, *args, **kwargs)
+
+            nn.Module.__call__ = theirs
+            memory_tracer.pause()  # ...so ours stays beneath theirs, off
+            memory_tracer.resume()  # and a new one wraps theirs
+            assert nn.Module.__call__ not in (theirs, first)
+            model(torch.randn(8, 32))
+    finally:
+        nn.Module.__call__ = original
+    s = [(name, depth) for name, depth, _, _ in scopes(saved(tracer, tmp_path))]
+    # Two recorded calls, each one Net scope with its fc inside: none while paused, and none
+    # twice (the wrapper left beneath stays off).
+    assert s.count(("Net", 0)) == 2 and s.count(("fc", 1)) == 2, s

@@ -29,6 +29,13 @@ def current():
     return _current
 
 
+class Live:
+    __slots__ = ("on",)
+
+    def __init__(self):
+        self.on = True
+
+
 class Capture:
     """Records this process into the collector at the other end of `sock_fd`."""
 
@@ -40,7 +47,7 @@ class Capture:
         self.enabled = False
         self.finished = False
         self.phase = PHASE_OTHER
-        self.local = threading.local()  # .depth: the thread's open module calls
+        self.depths = {}  # thread id -> its open module calls
         # id(module) -> (path, interned id, weakref to the module): a plain dict lookup per
         # module call (a WeakKeyDictionary costs a weakref per lookup); the weakref tells a
         # reused id from the module it was given for.
@@ -57,6 +64,7 @@ class Capture:
         self.notes = []
         self.handles = []
         self.patches = []
+        self.live = None
         self.pid = os.getpid()
         self._ids = {}
         self.sampler = None
@@ -154,6 +162,9 @@ class Capture:
         compiling = getattr(torch.compiler, "is_compiling", lambda: False)
         cap = self
         lib = self.lib
+        # What this installation's hooks test: off once they are taken out, so one left
+        # beneath someone else's patch passes calls through even after a later install.
+        live = self.live = Live()
 
         # Module scopes: nn.Module.__call__ itself is wrapped, not hooked globally (global
         # module hooks take every module call off _call_impl's fast path, which costs more than
@@ -161,37 +172,47 @@ class Capture:
         # thread's outermost module call; with `module_scopes` off it does only that.
         nn = nn_module.Module
         wrapped_call = nn.__call__
+        # PyTorch's own __call__ (no one else's patch beneath ours): its one step, choosing
+        # the compiled or the plain _call_impl, is done here, so the wrapper costs no frame
+        # more than it.
+        direct = wrapped_call is getattr(nn, "_wrapped_call_impl", None)
         scopes = bool(self.options.get("module_scopes", True))
         names = self.names
         marker = self.marker
         enter, leave = lib.mt_scope_enter, lib.mt_scope_exit
-        local = self.local
+        depths = self.depths
+        get_ident = threading.get_ident
 
         def module_call(module, *args, **kwargs):
-            if not cap.enabled or compiling():
+            if not live.on or compiling():
                 return wrapped_call(module, *args, **kwargs)
-            depth = getattr(local, "depth", 0)
+            thread = get_ident()
+            depth = depths.get(thread, 0)
             if depth == 0:
                 if cap.phase == PHASE_OTHER:
                     cap.set_phase(PHASE_FORWARD)
                 if marker is None and not cap.iteration_open:
                     cap.begin_iteration()
-            entry = None
             if scopes or marker is not None:
                 entry = names.get(id(module))
                 if entry is None or entry[2]() is not module:
                     entry = cap.name_root(module)
                 if marker is not None and cap.is_marker(module, entry[0]):
                     cap.begin_iteration()
-            local.depth = depth + 1
+            depths[thread] = depth + 1
             if scopes:
                 enter(entry[1])
             try:
+                if direct:
+                    compiled = module._compiled_call_impl
+                    if compiled is None:
+                        return module._call_impl(*args, **kwargs)
+                    return compiled(*args, **kwargs)
                 return wrapped_call(module, *args, **kwargs)
             finally:
                 if scopes:
                     leave(entry[1])
-                local.depth = depth
+                depths[thread] = depth
                 if depth == 0 and cap.phase == PHASE_FORWARD:
                     cap.set_phase(PHASE_OTHER)
                 if marker is not None and cap.is_marker(module, entry[0]):
@@ -205,7 +226,7 @@ class Capture:
 
         def attach_thread(frame, event, arg):
             sys.setprofile(previous_profile)
-            if cap.enabled:
+            if live.on:
                 lib.mt_thread_attach()
 
         threading.setprofile(attach_thread)
@@ -225,7 +246,7 @@ class Capture:
             return e
 
         def opt_pre(opt, args, kwargs):
-            if not cap.enabled or compiling():
+            if not live.on or compiling():
                 return None
             e = opt_entry(opt)
             cap.set_phase(PHASE_OPTIMIZER)
@@ -233,7 +254,7 @@ class Capture:
             return None
 
         def opt_post(opt, args, kwargs):
-            if not cap.enabled or compiling():
+            if not live.on or compiling():
                 return None
             e = opt_entry(opt)
             lib.mt_scope_exit(e[1])
@@ -250,7 +271,7 @@ class Capture:
 
         def phased(fn):
             def wrapper(*args, **kwargs):
-                if not cap.enabled:
+                if not live.on:
                     return fn(*args, **kwargs)
                 prev = cap.phase
                 cap.set_phase(PHASE_BACKWARD)
@@ -278,7 +299,7 @@ class Capture:
             node_ids = {}
 
             def backward_apply(ctx, *args):
-                if not cap.enabled:
+                if not live.on:
                     return orig_apply(ctx, *args)
                 cls = type(ctx)
                 name = node_ids.get(cls)
@@ -303,11 +324,11 @@ class Capture:
             orig_step = GradScaler.step
 
             def scaler_step(scaler, optimizer, *args, **kwargs):
-                before = cap.optimizers.get(optimizer, [None, None, 0])[2] if cap.enabled else 0
+                before = cap.optimizers.get(optimizer, [None, None, 0])[2] if live.on else 0
                 try:
                     return orig_step(scaler, optimizer, *args, **kwargs)
                 finally:
-                    if cap.enabled:
+                    if live.on:
                         e = opt_entry(optimizer)
                         if e[2] == before:
                             cap.after_step(optimizer, e)
@@ -326,6 +347,8 @@ class Capture:
             self.end_iteration()
 
     def uninstall(self):
+        if self.live is not None:
+            self.live.on = False
         for h in self.handles:
             try:
                 h.remove()
@@ -383,15 +406,18 @@ class Capture:
             self.sampler = DeviceSampler(lib, self.options.get("device_sample_ms", 100) / 1000.0)
 
     def pause(self):
+        """Stops recording and takes the hooks out: a paused program runs as if untraced."""
         if self.enabled:
             self.lib.mt_stop()
             self.enabled = False
+            self.uninstall()
 
     def resume(self):
         if not self.enabled and not self.finished:
             if self.lib.mt_start() != 0:
                 raise RuntimeError(f"memory-tracer: cannot resume: {_shim.last_error(self.lib)}")
             self.enabled = True
+            self.install()
 
     def finish(self, reason="exit"):
         """Stops recording and sends the end of the stream; idempotent, never raises."""
