@@ -446,10 +446,10 @@ fn bench_capture() -> Result<()> {
         .args(["tests/bench/overhead.py", "--collector", "target/release/collector", "--model", "mlp", "--device", "cpu"])
         .args(["--rounds", "5", "--steps", "40", "--python"])
         .arg(&py))?;
-    // The same inside one process, the modes taking turns in blocks of steps (the CPU proxy of
-    // tests/bench/inprocess.py on the GPU).
+    // The same inside one process, each mode in pairs of neighbouring traced and untraced
+    // steps (the CPU proxy of `tests/bench/inprocess.py --pairs` on the GPU).
     run(Command::new(&py)
-        .args(["tests/bench/inprocess.py", "--model", "mlp", "--device", "cpu", "--rounds", "10"])
+        .args(["tests/bench/inprocess.py", "--model", "mlp", "--device", "cpu", "--pairs", "60"])
         .env("PYTHONPATH", &pkg)
         .env("MEMORY_TRACER_COLLECTOR", std::fs::canonicalize("target/release/collector")?))?;
     Ok(())
