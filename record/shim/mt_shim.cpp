@@ -27,6 +27,7 @@
 #include <torch/csrc/jit/runtime/interpreter.h>
 #include <torch/csrc/profiler/orchestration/observer.h>
 
+#include <dlfcn.h>
 #include <pthread.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -782,6 +783,65 @@ void mt_scope_exit(uint32_t name) {
     }
   } catch (...) {
   }
+}
+
+// Scope enter/exit as Python builtin functions (METH_O, taking the scope id): a call costs
+// what calling a builtin does, a fraction of a ctypes call. The shim is loaded into a Python
+// process but links no libpython: the few C API functions it needs are found at run time, and
+// the method table is the stable ABI's PyMethodDef.
+namespace py {
+struct MethodDef {
+  const char* name;
+  void* meth;
+  int flags;
+  const char* doc;
+};
+static_assert(sizeof(MethodDef) == 4 * sizeof(void*), "PyMethodDef is four pointers wide");
+constexpr int kMethO = 0x0008;
+using Object = void;
+unsigned long (*as_unsigned_long)(Object*) = nullptr;
+Object* (*err_occurred)() = nullptr;
+void (*incref)(Object*) = nullptr;
+Object* none = nullptr;
+
+Object* done() {
+  incref(none);
+  return none;
+}
+
+Object* scope_enter(Object*, Object* arg) {
+  const unsigned long id = as_unsigned_long(arg);
+  if (id == static_cast<unsigned long>(-1) && err_occurred() != nullptr) return nullptr;
+  mt_scope_enter(static_cast<uint32_t>(id));
+  return done();
+}
+
+Object* scope_exit(Object*, Object* arg) {
+  const unsigned long id = as_unsigned_long(arg);
+  if (id == static_cast<unsigned long>(-1) && err_occurred() != nullptr) return nullptr;
+  mt_scope_exit(static_cast<uint32_t>(id));
+  return done();
+}
+
+MethodDef methods[] = {
+    {"scope_enter", reinterpret_cast<void*>(&scope_enter), kMethO, "mt_scope_enter(id)"},
+    {"scope_exit", reinterpret_cast<void*>(&scope_exit), kMethO, "mt_scope_exit(id)"},
+};
+}  // namespace py
+
+const void* mt_py_methods(void) {
+  if (py::none == nullptr) {
+    py::as_unsigned_long = reinterpret_cast<unsigned long (*)(py::Object*)>(dlsym(RTLD_DEFAULT, "PyLong_AsUnsignedLong"));
+    py::err_occurred = reinterpret_cast<py::Object* (*)()>(dlsym(RTLD_DEFAULT, "PyErr_Occurred"));
+    py::incref = reinterpret_cast<void (*)(py::Object*)>(dlsym(RTLD_DEFAULT, "Py_IncRef"));
+    void* none = dlsym(RTLD_DEFAULT, "_Py_NoneStruct");
+    if (py::as_unsigned_long == nullptr || py::err_occurred == nullptr || py::incref == nullptr || none == nullptr) {
+      set_error("the Python C API is not in this process");
+      return nullptr;
+    }
+    py::none = none;
+  }
+  return py::methods;
 }
 
 void mt_mark(uint32_t name, int64_t value) {

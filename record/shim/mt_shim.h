@@ -84,6 +84,9 @@ uint32_t mt_intern(const char* s);
 const char* mt_string(uint32_t id, size_t* len);
 uint32_t mt_string_count(void);
 void mt_scope_enter(uint32_t name);
+// Two PyMethodDef entries (METH_O): scope_enter(id) and scope_exit(id), for a Python process
+// to make builtin functions of (PyCFunction_NewEx); null, with the error set, outside one.
+const void* mt_py_methods(void);
 void mt_scope_exit(uint32_t name);
 void mt_mark(uint32_t name, int64_t value);
 uint64_t mt_now_ns(void);

@@ -231,3 +231,16 @@ def test_pause_takes_the_hooks_out_and_resume_puts_them_back(tmp_path):
     # Two recorded calls, each one Net scope with its fc inside: none while paused, and none
     # twice (the wrapper left beneath stays off).
     assert s.count(("Net", 0)) == 2 and s.count(("fc", 1)) == 2, s
+
+
+def test_scope_calls_are_python_builtins_not_ctypes_calls():
+    from memory_tracer import _shim
+
+    enter, leave = _shim.scope_functions(_shim.load())
+    # A builtin call costs a fraction of a ctypes call; the ctypes fallback is for a shim that
+    # cannot find the C API.
+    assert type(enter).__name__ == type(len).__name__ and type(leave).__name__ == type(len).__name__
+    enter(7)
+    leave(7)
+    with pytest.raises(OverflowError):
+        enter(-1)

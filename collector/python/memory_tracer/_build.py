@@ -131,6 +131,7 @@ def command(torch_dir, src_dir, out, compiler):
         os.path.join(torch_dir, "lib"),
         "-ltorch_cpu",
         "-lc10",
+        "-ldl",  # dlsym (mt_py_methods), in libdl before glibc 2.34
         "-Wl,-s",
     ]
 

@@ -179,7 +179,7 @@ class Capture:
         scopes = bool(self.options.get("module_scopes", True))
         names = self.names
         marker = self.marker
-        enter, leave = lib.mt_scope_enter, lib.mt_scope_exit
+        enter, leave = _shim.scope_functions(lib)
         depths = self.depths
         get_ident = threading.get_ident
 

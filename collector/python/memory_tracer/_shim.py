@@ -184,6 +184,7 @@ SIGNATURES = {
         "mt_intern": ([ctypes.c_char_p], u32),
         "mt_python_node": ([u32], None),
         "mt_scope_enter": ([u32], None),
+        "mt_py_methods": ([], ctypes.c_void_p),
         "mt_scope_exit": ([u32], None),
         "mt_mark": ([u32, ctypes.c_int64], None),
         "mt_now_ns": ([], u64),
@@ -221,6 +222,22 @@ def load(path=None):
         fn.restype = res
         setattr(lib, name, fn)
     return lib
+
+
+def scope_functions(lib):
+    """(enter, exit): the shim's scope calls as Python builtins (a fraction of a ctypes call's
+    cost), else, where the shim cannot make them, its ctypes functions."""
+    try:
+        methods = lib.mt_py_methods()
+        if methods:
+            new = ctypes.pythonapi.PyCFunction_NewEx
+            new.argtypes = [ctypes.c_void_p, ctypes.py_object, ctypes.py_object]
+            new.restype = ctypes.py_object
+            size = 4 * ctypes.sizeof(ctypes.c_void_p)  # PyMethodDef: name, meth, flags, doc
+            return new(methods, None, None), new(methods + size, None, None)
+    except (AttributeError, OSError, TypeError):
+        pass
+    return lib.mt_scope_enter, lib.mt_scope_exit
 
 
 def last_error(lib):
