@@ -192,18 +192,19 @@ uint32_t intern_cached(const char* s) {
 // A slot for one record in this thread's buffer, or null when the undrained buffers are full
 // (the record is then dropped and counted).
 inline MtRecord* slot() {
+  ThreadState& t = tls;  // one TLS lookup (the shim is dlopen-ed: each is a call)
   auto& G = g();
   uint64_t gen = G.generation.load(std::memory_order_acquire);
-  if (tls.generation != gen || !tls.buf) {
-    tls.buf = std::make_shared<ThreadBuf>();
-    tls.buf->generation = gen;
-    tls.cur = nullptr;
-    tls.generation = gen;
+  if (t.generation != gen || !t.buf) {
+    t.buf = std::make_shared<ThreadBuf>();
+    t.buf->generation = gen;
+    t.cur = nullptr;
+    t.generation = gen;
     std::lock_guard<std::mutex> lock(G.mu);
-    G.bufs.push_back(tls.buf);
+    G.bufs.push_back(t.buf);
     G.recording_threads.store(G.bufs.size(), std::memory_order_relaxed);
   }
-  Chunk* c = tls.cur;
+  Chunk* c = t.cur;
   if (c == nullptr || c->count.load(std::memory_order_relaxed) == kChunkRecords) {
     uint64_t max = G.max_chunks.load(std::memory_order_relaxed);
     if (max != 0 && G.live_chunks.load(std::memory_order_relaxed) >=
@@ -226,25 +227,27 @@ inline MtRecord* slot() {
       fresh = std::make_unique<Chunk>();
     }
     c = fresh.get();
-    std::lock_guard<std::mutex> lock(tls.buf->mu);
-    tls.buf->chunks.push_back(std::move(fresh));
-    tls.cur = c;
+    std::lock_guard<std::mutex> lock(t.buf->mu);
+    t.buf->chunks.push_back(std::move(fresh));
+    t.cur = c;
   }
   return &c->recs[c->count.load(std::memory_order_relaxed)];
 }
 
 inline void publish() {
-  Chunk* c = tls.cur;
+  ThreadState& t = tls;  // one TLS lookup (the shim is dlopen-ed: each is a call)
+  Chunk* c = t.cur;
   c->count.store(c->count.load(std::memory_order_relaxed) + 1, std::memory_order_release);
 }
 
 inline void fill_common(MtRecord* r, uint8_t kind, uint64_t thread) {
+  ThreadState& t = tls;  // one TLS lookup (the shim is dlopen-ed: each is a call)
   r->ts_ns = now_ns();
   r->kind = kind;
   r->phase = g().phase.load(std::memory_order_relaxed);
   r->thread = static_cast<uint32_t>(thread);
-  r->op = tls.ops.empty() ? 0 : tls.ops.back().id;
-  r->name = tls.scopes.empty() ? 0 : tls.scopes.back();
+  r->op = t.ops.empty() ? 0 : t.ops.back().id;
+  r->name = t.scopes.empty() ? 0 : t.scopes.back();
   r->device_type = -1;
   r->device_index = -1;
   r->id = 0;
