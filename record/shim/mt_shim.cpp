@@ -116,7 +116,7 @@ struct ThreadState {
   // (compared with its sequence number and forward thread too: a freed node's address comes
   // back), its op id, and the time of its last record (its op ends there).
   const void* node = nullptr;
-  uint64_t node_seq = 0, node_fwd_thread = 0, node_last_ns = 0;
+  uint64_t node_seq = 0, node_fwd_thread = 0, node_last_ns = 0, node_generation = 0;
   uint32_t node_op = 0;
   // The name Python gave the custom autograd Function running on this thread (0: none);
   // a PyNode's own name() takes the GIL, which the allocator's callback must never wait for.
@@ -422,6 +422,12 @@ uint32_t node_name(const torch::autograd::Node& node) {
 uint32_t current_node_op(uint64_t thread) {
   auto& G = g();
   ThreadState& t = tls;
+  const uint64_t generation = G.generation.load(std::memory_order_acquire);
+  if (t.node_generation != generation) {  // a new capture (mt_reset): its op ids start over
+    t.node = nullptr;
+    t.node_op = 0;
+    t.node_generation = generation;
+  }
   auto current = torch::autograd::get_current_node();
   const torch::autograd::Node* node = current.get();
   if (node == nullptr) return 0;
