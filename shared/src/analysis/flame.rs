@@ -294,10 +294,15 @@ pub fn flame_graph(trace: &Trace, min_share: f64) -> FlameGraph {
         tree[0].live += before;
     }
 
+    flatten(&tree, &labels.names, min_share)
+}
+
+/// The tree as nodes, parents before children, the largest child first; subtrees below
+/// `min_share` of the root in both values are left out (and counted).
+fn flatten(tree: &[Builder], names: &[String], min_share: f64) -> FlameGraph {
     let mut out = FlameGraph { nodes: Vec::new(), min_share, nodes_left_out: 0 };
     let (root_live, root_total) = (tree[0].live.max(1) as f64, tree[0].total.max(1) as f64);
     let mut stack: Vec<(usize, Option<u32>, u16)> = vec![(0, None, 0)];
-    let names = &labels.names;
     let mut kids: Vec<usize> = Vec::new();
     while let Some((b, parent, depth)) = stack.pop() {
         let node = &tree[b];

@@ -315,9 +315,60 @@ pub fn leaks_with(trace: &Trace, opts: &LeakOptions) -> LeakReport {
     let device_name = trace.devices.get(device as usize).map(|d| d.to_string()).unwrap_or_default();
     let n = spans.len();
     let warmup = usize::from(n >= 3);
-    let ev = &trace.events;
+    let (at_end, live) = ends_and_survivors(trace, device, &spans);
 
-    // Allocated at each iteration's end, and the allocations never freed (with their birth).
+    let growths: Vec<i64> = (warmup + 1..n).map(|k| at_end[k] as i64 - at_end[k - 1] as i64).collect();
+    let growth = {
+        let mut g = growths.clone();
+        g.sort_unstable();
+        g.get(g.len() / 2).copied().unwrap_or(0)
+    };
+    let close = |g: i64| (g - growth).unsigned_abs() <= (growth.unsigned_abs() / 20).max(4096);
+    let agreeing = growths.iter().filter(|&&g| close(g)).count();
+
+    let survivors = survivor_groups(trace, &spans, warmup, &live, top);
+
+    let compared = growths.len();
+    // A steady leak also raises the whole span: at least half of `growth` per iteration from
+    // the first compared end to the last. A cycle (batches of 64, 96, 128 in turn: +64 KiB,
+    // +64 KiB, -128 KiB) has a positive median step but no net growth.
+    let net = match (at_end.get(warmup), at_end.get(n.saturating_sub(1))) {
+        (Some(&first), Some(&last)) => last as i64 - first as i64,
+        _ => 0,
+    };
+    let leaking = growth > 0 && compared >= 2 && agreeing * 2 > compared && net.saturating_mul(2) >= growth.saturating_mul(compared as i64);
+    let fmt = |b: i64| format!("{}{}", if b < 0 { "-" } else { "" }, crate::units::format_bytes(b.unsigned_abs()));
+    let verdict = if n < MIN_ITERATIONS {
+        format!("not enough iterations to tell ({n} found from {from}; leaks need {MIN_ITERATIONS} or more)")
+    } else if leaking {
+        format!("leak: allocated memory grows by {} per iteration ({agreeing} of {compared} iterations after warm-up agree)", fmt(growth))
+    } else {
+        let spread = growths.iter().map(|g| g.unsigned_abs()).max().unwrap_or(0);
+        format!(
+            "no steady growth: allocated memory at iteration ends moves by at most {} after warm-up",
+            crate::units::format_bytes(spread)
+        )
+    };
+    LeakReport {
+        iterations_from: from.to_owned(),
+        iterations: n,
+        warmup,
+        device: device_name,
+        allocated_at_end_bytes: at_end,
+        growth_per_iteration_bytes: growth,
+        agreeing,
+        compared,
+        leaking,
+        survivors,
+        verdict,
+    }
+}
+
+/// Allocated bytes on `device` at each span's end, and the allocations never freed (address →
+/// event index of their birth).
+fn ends_and_survivors(trace: &Trace, device: u8, spans: &[(u64, u64)]) -> (Vec<u64>, FastMap<u64, usize>) {
+    let ev = &trace.events;
+    let n = spans.len();
     let mut at_end = vec![0u64; n];
     let mut allocated = ev.base_totals.get(device as usize).map_or(0, |t| t.allocated_bytes);
     let mut live: FastMap<u64, usize> = FastMap::default();
@@ -347,16 +398,14 @@ pub fn leaks_with(trace: &Trace, opts: &LeakOptions) -> LeakReport {
         at_end[next_end] = allocated;
         next_end += 1;
     }
+    (at_end, live)
+}
 
-    let growths: Vec<i64> = (warmup + 1..n).map(|k| at_end[k] as i64 - at_end[k - 1] as i64).collect();
-    let growth = {
-        let mut g = growths.clone();
-        g.sort_unstable();
-        g.get(g.len() / 2).copied().unwrap_or(0)
-    };
-    let close = |g: i64| (g - growth).unsigned_abs() <= (growth.unsigned_abs() / 20).max(4096);
-    let agreeing = growths.iter().filter(|&&g| close(g)).count();
-
+/// The survivors born after warm-up, grouped by (layer, innermost operator, innermost frame),
+/// those that grew in most iterations first, at most `top`.
+fn survivor_groups(trace: &Trace, spans: &[(u64, u64)], warmup: usize, live: &FastMap<u64, usize>, top: usize) -> Vec<LeakGroup> {
+    let ev = &trace.events;
+    let n = spans.len();
     // Survivors born after warm-up, by (layer, innermost operator, innermost frame).
     let iteration_of = |ts: u64| spans.partition_point(|s| s.1 < ts);
     let ops = super::flame::innermost_ops(trace);
@@ -395,39 +444,5 @@ pub fn leaks_with(trace: &Trace, opts: &LeakOptions) -> LeakReport {
     // Groups that grew in most iterations first: a steady leak shows in every one.
     survivors.sort_by(|a, b| b.iterations.cmp(&a.iterations).then(b.bytes.cmp(&a.bytes)));
     survivors.truncate(top);
-
-    let compared = growths.len();
-    // A steady leak also raises the whole span: at least half of `growth` per iteration from
-    // the first compared end to the last. A cycle (batches of 64, 96, 128 in turn: +64 KiB,
-    // +64 KiB, -128 KiB) has a positive median step but no net growth.
-    let net = match (at_end.get(warmup), at_end.get(n.saturating_sub(1))) {
-        (Some(&first), Some(&last)) => last as i64 - first as i64,
-        _ => 0,
-    };
-    let leaking = growth > 0 && compared >= 2 && agreeing * 2 > compared && net.saturating_mul(2) >= growth.saturating_mul(compared as i64);
-    let fmt = |b: i64| format!("{}{}", if b < 0 { "-" } else { "" }, crate::units::format_bytes(b.unsigned_abs()));
-    let verdict = if n < MIN_ITERATIONS {
-        format!("not enough iterations to tell ({n} found from {from}; leaks need {MIN_ITERATIONS} or more)")
-    } else if leaking {
-        format!("leak: allocated memory grows by {} per iteration ({agreeing} of {compared} iterations after warm-up agree)", fmt(growth))
-    } else {
-        let spread = growths.iter().map(|g| g.unsigned_abs()).max().unwrap_or(0);
-        format!(
-            "no steady growth: allocated memory at iteration ends moves by at most {} after warm-up",
-            crate::units::format_bytes(spread)
-        )
-    };
-    LeakReport {
-        iterations_from: from.to_owned(),
-        iterations: n,
-        warmup,
-        device: device_name,
-        allocated_at_end_bytes: at_end,
-        growth_per_iteration_bytes: growth,
-        agreeing,
-        compared,
-        leaking,
-        survivors,
-        verdict,
-    }
+    survivors
 }
