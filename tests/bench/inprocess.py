@@ -24,6 +24,7 @@ thread spent queuing it, which waiting for a core does not lengthen) over all it
 steps, and the overhead against untraced: of the medians of all steps, and the median and
 range of the per-round ratios."""
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -81,28 +82,23 @@ def block(mode):
 
 def paired(mode):
     """N (traced, untraced) pairs of `mode`: [(host, step, host CPU) traced, ... untraced]."""
-    pairs = []
     step = lambda: train_steps.timed_step(dev, loss_fn, opt, amp)  # noqa: E731
     if mode in TRACERS:
         tracer = memory_tracer.MemoryTracer(device=str(dev), max_events=10_000_000, **TRACERS[mode])
-        with tracer.trace(model):
-            memory_tracer.pause()
-
-            def traced():
-                memory_tracer.resume()
-                r = step()
-                memory_tracer.pause()
-                return r
-
-            for i in range(a.pairs):
-                pairs.append((traced(), step()) if i % 2 == 0 else tuple(reversed((step(), traced()))))
+        session, on, off = tracer.trace(model), memory_tracer.resume, memory_tracer.pause
     else:
-        def traced():
-            train_steps.recorder(RECORDERS[mode])
-            r = step()
-            train_steps.recorder(None)
-            return r
+        session = contextlib.nullcontext()
+        on, off = lambda: train_steps.recorder(RECORDERS[mode]), lambda: train_steps.recorder(None)  # noqa: E731
 
+    def traced():
+        on()
+        r = step()
+        off()
+        return r
+
+    pairs = []
+    with session:
+        off()  # a tracer starts recording: untraced until its first step
         for i in range(a.pairs):
             pairs.append((traced(), step()) if i % 2 == 0 else tuple(reversed((step(), traced()))))
     return pairs

@@ -206,43 +206,13 @@ def resnet50_workload(a):
     train(torch, model, step, a.iters, {"workload": "resnet50", "batch": a.batch})
 
 
-def gpt2_workload(a):
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    torch = setup(a.seed)
-    from transformers import GPT2Config, GPT2LMHeadModel
-
+def train_causal_lm(torch, model, vocab_size, a, extra):
+    """Trains a Hugging Face causal LM on random tokens (AdamW, bf16 autocast, which needs no
+    GradScaler) through `train`."""
     dev = torch.device("cuda")
-    cfg = GPT2Config()  # GPT-2 small: 12 layers, 768 wide, 50257 tokens
-    model = GPT2LMHeadModel(cfg).to(dev).train()
+    model = model.to(dev).train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    ids = torch.randint(0, cfg.vocab_size, (a.batch, a.seq), device=dev)
-
-    def step():
-        opt.zero_grad(set_to_none=True)
-        with torch.autocast("cuda", dtype=torch.bfloat16):  # bf16 needs no GradScaler
-            loss = model(input_ids=ids, labels=ids, use_cache=False).loss
-        loss.backward()
-        opt.step()
-
-    extra = {"workload": "gpt2", "batch": a.batch, "seq": a.seq, "attn_implementation": getattr(model.config, "_attn_implementation", None)}
-    train(torch, model, step, a.iters, extra)
-
-
-def llama_workload(a):
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    torch = setup(a.seed)
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    dev = torch.device("cuda")
-    cfg = LlamaConfig(hidden_size=512, intermediate_size=1376, num_hidden_layers=6, num_attention_heads=8,
-                      num_key_value_heads=4, vocab_size=32000, max_position_embeddings=1024, attn_implementation="sdpa")
-    model = LlamaForCausalLM(cfg).to(dev).train()
-    if a.checkpointing:
-        model.gradient_checkpointing_enable()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    ids = torch.randint(0, cfg.vocab_size, (a.batch, a.seq), device=dev)
+    ids = torch.randint(0, vocab_size, (a.batch, a.seq), device=dev)
 
     def step():
         opt.zero_grad(set_to_none=True)
@@ -251,8 +221,33 @@ def llama_workload(a):
         loss.backward()
         opt.step()
 
-    extra = {"workload": "llama" + ("_checkpointing" if a.checkpointing else ""), "batch": a.batch, "seq": a.seq}
-    train(torch, model, step, a.iters, extra)
+    train(torch, model, step, a.iters, {"batch": a.batch, "seq": a.seq, **extra})
+
+
+def gpt2_workload(a):
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    torch = setup(a.seed)
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    cfg = GPT2Config()  # GPT-2 small: 12 layers, 768 wide, 50257 tokens
+    model = GPT2LMHeadModel(cfg)
+    extra = {"workload": "gpt2", "attn_implementation": getattr(model.config, "_attn_implementation", None)}
+    train_causal_lm(torch, model, cfg.vocab_size, a, extra)
+
+
+def llama_workload(a):
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    torch = setup(a.seed)
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(hidden_size=512, intermediate_size=1376, num_hidden_layers=6, num_attention_heads=8,
+                      num_key_value_heads=4, vocab_size=32000, max_position_embeddings=1024, attn_implementation="sdpa")
+    model = LlamaForCausalLM(cfg)
+    if a.checkpointing:
+        model.gradient_checkpointing_enable()
+    train_causal_lm(torch, model, cfg.vocab_size, a, {"workload": "llama" + ("_checkpointing" if a.checkpointing else "")})
 
 
 def median(xs):
