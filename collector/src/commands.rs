@@ -135,8 +135,55 @@ pub fn print_summary(trace: &Trace, top: usize, json: bool, mut out: impl Write)
         return Ok(());
     }
     print_peaks(trace, &s, top, &mut out)?;
+    print_pools(trace, &s, &mut out)?;
     print_run(trace, &s, &leaks, &mut out)?;
     print_top_layers(&tops, &mut out)
+}
+
+/// Private pools, pinned host memory and annotations, where the trace has them.
+fn print_pools(trace: &Trace, s: &Summary, out: &mut dyn Write) -> anyhow::Result<()> {
+    if let Some(h) = &s.pinned_host {
+        writeln!(
+            out,
+            "  pinned host        peak {} allocated, {} reserved; at end {} allocated (not part of the GPU numbers)",
+            format_bytes(h.peak_allocated_bytes),
+            format_bytes(h.peak_reserved_bytes),
+            format_bytes(h.final_allocated_bytes)
+        )?;
+    }
+    for p in &s.pools {
+        let kind = if p.index.is_some() { "private pool" } else { "default pool" };
+        writeln!(
+            out,
+            "  {kind:<18} {} on {}: peak {} allocated, {} reserved; at end {} allocated, {} reserved; {} allocations",
+            p.pool,
+            p.device,
+            format_bytes(p.totals.peak_allocated_bytes),
+            format_bytes(p.totals.peak_reserved_bytes),
+            format_bytes(p.totals.final_allocated_bytes),
+            format_bytes(p.totals.final_reserved_bytes),
+            p.allocations
+        )?;
+    }
+    let n = &s.notes;
+    if !n.is_empty() {
+        writeln!(
+            out,
+            "  notes              {} annotations, {} events with user metadata, {} allocator tags",
+            n.annotations, n.user_metadata, n.internal
+        )?;
+        for note in trace.event_notes.iter().filter(|x| x.kind == shared::model::NoteKind::Annotation).take(5) {
+            let i = note.event as usize;
+            writeln!(
+                out,
+                "    \"{}\" on {} at 0x{:x}",
+                trace.str(note.text).chars().take(80).collect::<String>(),
+                format_bytes(trace.events.size_bytes[i]),
+                trace.events.address[i]
+            )?;
+        }
+    }
+    Ok(())
 }
 
 /// A scoped thread's result; its panic goes on in this thread, as it would have without it.

@@ -24,11 +24,23 @@ pub struct AllocatorConfig {
     /// `roundup_power2_divisions`, indexed by log2 of the size in MiB (index 0 = below 2 MiB).
     pub roundup_power2_divisions: Vec<u64>,
     pub expandable_segments: bool,
+    /// Pinned host memory (`CachingHostAllocator`): every block is a whole segment of the size
+    /// the trace gives (requests are rounded up to powers of two before they are recorded), and
+    /// nothing is split.
+    pub whole_segments: bool,
 }
 
 impl AllocatorConfig {
+    /// The host allocator's model: one block per segment, sizes as recorded.
+    pub fn pinned_host() -> Self {
+        Self { whole_segments: true, ..Self::default() }
+    }
+
     /// The block size the allocator uses for a request (`round_size`).
     pub fn round_size(&self, requested_bytes: u64) -> u64 {
+        if self.whole_segments {
+            return requested_bytes;
+        }
         if requested_bytes < MIN_BLOCK_BYTES {
             return MIN_BLOCK_BYTES;
         }
@@ -52,7 +64,9 @@ impl AllocatorConfig {
 
     fn should_split(&self, pool: Pool, block_bytes: u64, size_bytes: u64) -> bool {
         let remaining = block_bytes - size_bytes;
-        if pool == Pool::Small || self.expandable_segments {
+        if self.whole_segments {
+            false
+        } else if pool == Pool::Small || self.expandable_segments {
             remaining >= MIN_BLOCK_BYTES
         } else {
             self.max_split_bytes.is_none_or(|m| size_bytes < m) && remaining > SMALL_REQUEST_BYTES
@@ -95,6 +109,7 @@ struct Segment {
     device: u8,
     stream: u16,
     pool: Pool,
+    private_pool: Option<u16>,
 }
 
 /// Segments and blocks at one moment. Keys are addresses.
@@ -118,7 +133,8 @@ impl AllocatorState {
     /// Space no block covers is free: the allocator merges free neighbours, so each gap is one
     /// free block (an allocation there splits it, as it would split PyTorch's).
     pub fn add_segment_info(&mut self, seg: &SegmentInfo) {
-        self.segments.insert(seg.address, Segment { size_bytes: seg.size_bytes, device: seg.device, stream: seg.stream, pool: seg.pool });
+        let (size_bytes, device, stream, pool, private_pool) = (seg.size_bytes, seg.device, seg.stream, seg.pool, seg.private_pool);
+        self.segments.insert(seg.address, Segment { size_bytes, device, stream, pool, private_pool });
         let end = seg.address.saturating_add(seg.size_bytes);
         let mut cursor = seg.address;
         let mut blocks: Vec<&BlockInfo> = seg.blocks.iter().filter(|b| b.address >= seg.address && b.address < end).collect();
@@ -144,8 +160,20 @@ impl AllocatorState {
     /// A new segment: one free block spanning it.
     pub fn segment_alloc(&mut self, address: u64, size_bytes: u64, device: u8, stream: u16, pool: Pool) {
         self.segment_free(address);
-        self.segments.insert(address, Segment { size_bytes, device, stream, pool });
+        self.segments.insert(address, Segment { size_bytes, device, stream, pool, private_pool: None });
         self.blocks.insert(address, Block { size_bytes, allocated: false, pending: false, segment: address });
+    }
+
+    /// Gives the segment at `address` to a private pool (index into `Trace::pools`).
+    pub fn set_private_pool(&mut self, address: u64, private_pool: Option<u16>) {
+        if let Some(seg) = self.segments.get_mut(&address) {
+            seg.private_pool = private_pool;
+        }
+    }
+
+    /// The private pool of the segment holding `address`, if it is in one.
+    pub fn private_pool_at(&self, address: u64) -> Option<u16> {
+        self.segment_of(address).and_then(|(_, s)| s.private_pool)
     }
 
     /// Removes the segment at `address` and its blocks. Returns its size if it was known.
@@ -308,7 +336,8 @@ impl AllocatorState {
                 if cursor < end {
                     blocks.push(BlockInfo { address: cursor, size_bytes: end - cursor, state: BlockState::Free });
                 }
-                SegmentInfo { address: addr, size_bytes: seg.size_bytes, device: seg.device, stream: seg.stream, pool: seg.pool, blocks }
+                let (size_bytes, device, stream, pool, private_pool) = (seg.size_bytes, seg.device, seg.stream, seg.pool, seg.private_pool);
+                SegmentInfo { address: addr, size_bytes, device, stream, pool, blocks, private_pool }
             })
             .collect()
     }

@@ -373,10 +373,24 @@ fn merge_events(inputs: &[MergeInput], maps: &[InputMap], out: &mut Trace) {
         order.extend((0..ev.len()).map(|i| MergedEvent { ts_ns: maps[k].at(ev.ts_ns[i]), input: k, index: i }));
     }
     order.sort_unstable();
+    // Where each event went, for inputs whose pools and notes name events.
+    let mut new_of: Vec<Vec<u32>> = inputs
+        .iter()
+        .map(|x| {
+            if x.trace.event_pools.is_empty() && x.trace.event_notes.is_empty() {
+                Vec::new()
+            } else {
+                vec![u32::MAX; x.trace.events.len()]
+            }
+        })
+        .collect();
     for MergedEvent { ts_ns, input: k, index: i } in order {
         let (t, m) = (&inputs[k].trace, &maps[k]);
         let rec = t.events.record(i);
         let new_index = out.events.len() as u32;
+        if let Some(slot) = new_of[k].get_mut(i) {
+            *slot = new_index;
+        }
         out.events.push(EventRecord {
             ts_ns,
             layer: m.str(rec.layer),
@@ -386,13 +400,84 @@ fn merge_events(inputs: &[MergeInput], maps: &[InputMap], out: &mut Trace) {
             ..rec
         });
         if let Some(stack) = t.stacks.stack_of_event(i) {
-            let frames: Vec<u32> = t
-                .stacks
-                .stack(stack)
-                .map(|f| out.stacks.intern_frame(Frame { name: m.str(f.name), filename: m.str(f.filename), line: f.line }))
-                .collect();
-            let ns = out.stacks.intern_stack(frames);
+            let ns = copy_stack(out, t, m, stack);
             out.stacks.event_stacks.push((new_index, ns));
+        }
+    }
+    for (k, input) in inputs.iter().enumerate() {
+        let new_of = &new_of[k];
+        let new_index = |i: u32| new_of.get(i as usize).copied().filter(|&n| n != u32::MAX);
+        carry_pools_and_notes(out, &input.trace, &new_index, &mut MergedIds(&input.trace, &maps[k]));
+    }
+    out.event_pools.sort_by_key(|&(e, _)| e);
+    out.event_notes.sort_by_key(|n| (n.event, n.ts_ns));
+}
+
+/// Stack `stack` of `t` in `out`'s tables.
+fn copy_stack(out: &mut Trace, t: &Trace, m: &InputMap, stack: u32) -> u32 {
+    let frames: Vec<u32> = t
+        .stacks
+        .stack(stack)
+        .map(|f| out.stacks.intern_frame(Frame { name: m.str(f.name), filename: m.str(f.filename), line: f.line }))
+        .collect();
+    out.stacks.intern_stack(frames)
+}
+
+/// How one trace's strings and stacks appear in another.
+pub trait IdMap {
+    fn text(&mut self, out: &mut Trace, id: StrId) -> StrId;
+    fn stack(&mut self, out: &mut Trace, stack: u32) -> u32;
+}
+
+/// The same tables (a trace cut from another with its strings and stacks).
+struct SameIds;
+
+impl IdMap for SameIds {
+    fn text(&mut self, _: &mut Trace, id: StrId) -> StrId {
+        id
+    }
+    fn stack(&mut self, _: &mut Trace, stack: u32) -> u32 {
+        stack
+    }
+}
+
+/// An input's ids in the merged trace.
+struct MergedIds<'a>(&'a Trace, &'a InputMap);
+
+impl IdMap for MergedIds<'_> {
+    fn text(&mut self, _: &mut Trace, id: StrId) -> StrId {
+        self.1.str(id)
+    }
+    fn stack(&mut self, out: &mut Trace, stack: u32) -> u32 {
+        copy_stack(out, self.0, self.1, stack)
+    }
+}
+
+/// Appends to `out` the pools and notes of `src`'s events, where event `i` of `src` became
+/// `new_index(i)` (`None`: left out), with strings and stacks mapped by `ids`. Pools are
+/// shared by id (a device tells two processes' apart). Leaves both lists unsorted.
+pub fn carry_pools_and_notes(out: &mut Trace, src: &Trace, new_index: &dyn Fn(u32) -> Option<u32>, ids: &mut dyn IdMap) {
+    let pools: Vec<u16> = src
+        .pools
+        .iter()
+        .map(|id| match out.pools.iter().position(|p| p == id) {
+            Some(k) => k as u16,
+            None => {
+                out.pools.push(*id);
+                (out.pools.len() - 1) as u16
+            }
+        })
+        .collect();
+    for &(e, p) in &src.event_pools {
+        if let (Some(n), Some(&p)) = (new_index(e), pools.get(p as usize)) {
+            out.event_pools.push((n, p));
+        }
+    }
+    for note in &src.event_notes {
+        if let Some(n) = new_index(note.event) {
+            let stack = note.stack.map(|s| ids.stack(out, s));
+            let text = ids.text(out, note.text);
+            out.event_notes.push(crate::model::EventNote { event: n, text, stack, ..*note });
         }
     }
 }
@@ -493,6 +578,8 @@ pub fn rank_trace(trace: &Trace, rank: u32) -> Option<Trace> {
     out.stacks.stacks = trace.stacks.stacks.clone();
     out.stacks.frame_ids = trace.stacks.frame_ids.clone();
     let mut cur = trace.events.cursor();
+    let mut new_of =
+        if trace.event_pools.is_empty() && trace.event_notes.is_empty() { Vec::new() } else { vec![u32::MAX; trace.events.len()] };
     for i in 0..trace.events.len() {
         let totals = cur.advance();
         let rec = trace.events.record(i);
@@ -500,8 +587,14 @@ pub fn rank_trace(trace: &Trace, rank: u32) -> Option<Trace> {
         if let Some(stack) = trace.stacks.stack_of_event(i) {
             out.stacks.event_stacks.push((out.events.len() as u32, stack));
         }
+        if let Some(slot) = new_of.get_mut(i) {
+            *slot = out.events.len() as u32;
+        }
         out.events.push(EventRecord { device, totals: Some(totals), ..rec });
     }
+    let new_index = |i: u32| new_of.get(i as usize).copied().filter(|&n| n != u32::MAX);
+    carry_pools_and_notes(&mut out, trace, &new_index, &mut SameIds);
+    out.pools = trace.pools.clone();
     let mine = |thread: u64| rank_of_thread(thread) == Some(rank);
     out.shapes = trace.shapes.clone();
     out.tensors = trace.tensors.clone();

@@ -149,7 +149,7 @@ impl EventType {
     }
 
     /// How this event moves the (allocated, reserved) totals of its device.
-    fn deltas(self, size_bytes: u64) -> (i128, i128) {
+    pub fn deltas(self, size_bytes: u64) -> (i128, i128) {
         let s = size_bytes as i128;
         match self {
             EventType::Alloc => (s, 0),
@@ -198,6 +198,17 @@ pub struct Device {
     /// two ranks' `cuda:0` on different hosts stay two devices.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rank: Option<u32>,
+}
+
+impl Device {
+    /// The kind of pinned host memory's device (`CachingHostAllocator`, in snapshots of torch
+    /// 2.14+ recorded with `record_pinned_host_memory=True`).
+    pub const PINNED_HOST: &'static str = "pinned host";
+
+    /// Pinned host memory: its totals are its own, never added to a GPU's.
+    pub fn is_pinned_host(&self) -> bool {
+        self.kind == Self::PINNED_HOST
+    }
 }
 
 impl std::fmt::Display for Device {
@@ -688,6 +699,10 @@ pub struct SegmentInfo {
     /// `small` (2 MiB segments for requests ≤ 1 MiB) or `large`.
     pub pool: Pool,
     pub blocks: Vec<BlockInfo>,
+    /// The private memory pool that owns the segment (index into [`Trace::pools`]); `None` for
+    /// the device's default pool.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub private_pool: Option<u16>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -816,6 +831,56 @@ pub struct Trace {
     /// Named moments the program marked (`memory_tracer.mark("name")`), in time order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub marks: Vec<Mark>,
+    /// Private memory pools of the caching allocator (CUDA graphs, `torch.cuda.MemPool`), by
+    /// PyTorch's id (`MempoolId_t`, a pair); the default pool `(0, 0)` is not listed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pools: Vec<PoolId>,
+    /// Events of a private pool: (event index, index into [`Trace::pools`]), sorted by event.
+    /// Events not listed belong to their device's default pool.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub event_pools: Vec<(u32, u16)>,
+    /// Text attached to events (user metadata, annotations, allocator tags), sorted by event.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub event_notes: Vec<EventNote>,
+}
+
+/// A memory pool's id as PyTorch gives it (`MempoolId_t`): `(0, 0)` is a device's default
+/// pool; CUDA graph captures and `torch.cuda.MemPool`s own private ones.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct PoolId(pub i64, pub i64);
+
+impl std::fmt::Display for PoolId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "({}, {})", self.0, self.1)
+    }
+}
+
+/// What kind of text an [`EventNote`] is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NoteKind {
+    /// The thread's metadata when the event happened (`torch.cuda.memory._set_memory_metadata`):
+    /// text, or compact JSON text when a dict was set.
+    UserMetadata,
+    /// Attached later to the live allocation the event made
+    /// (`torch.cuda.memory._annotate_tensor`), at `ts_ns`, from the stack `stack`.
+    Annotation,
+    /// A tag of the allocator's own (`internal_metadata`, e.g. `mallocWithAddress`).
+    Internal,
+}
+
+/// Text attached to one event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventNote {
+    /// Index of the event: for an annotation, the allocation it names.
+    pub event: u32,
+    pub kind: NoteKind,
+    pub text: StrId,
+    /// When the text was attached (the event's own time, or the annotation's).
+    pub ts_ns: u64,
+    /// The annotating call's stack (index into [`StackTable::stacks`]), for annotations.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stack: Option<u32>,
 }
 
 /// A named moment of a run.
@@ -866,7 +931,22 @@ impl Trace {
             iterations: Vec::new(),
             device_samples: Vec::new(),
             marks: Vec::new(),
+            pools: Vec::new(),
+            event_pools: Vec::new(),
+            event_notes: Vec::new(),
         }
+    }
+
+    /// The private pool of event `i` (index into [`Trace::pools`]), `None` for the default pool.
+    pub fn event_pool(&self, i: usize) -> Option<u16> {
+        self.event_pools.binary_search_by_key(&(i as u32), |&(e, _)| e).ok().map(|k| self.event_pools[k].1)
+    }
+
+    /// The notes of event `i`.
+    pub fn notes_of(&self, i: usize) -> &[EventNote] {
+        let from = self.event_notes.partition_point(|n| (n.event as usize) < i);
+        let to = from + self.event_notes[from..].partition_point(|n| n.event as usize == i);
+        &self.event_notes[from..to]
     }
 
     /// Index of `device`, adding it if new. At most 256 devices.

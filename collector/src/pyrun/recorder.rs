@@ -505,10 +505,15 @@ fn rebuild(src: Option<&Trace>, device: Option<&Device>, spans: &Spans, mut out:
         let annotated = !spans.is_empty();
         let mut owner: HashMap<u64, StrId> = HashMap::default();
         let mut totals = src.events.cursor();
+        let extras = !src.event_pools.is_empty() || !src.event_notes.is_empty();
+        let mut new_of = if extras { vec![u32::MAX; src.events.len()] } else { Vec::new() };
         for i in 0..src.events.len() {
             let after = totals.advance();
             if src.events.device[i] as usize != si {
                 continue;
+            }
+            if let Some(slot) = new_of.get_mut(i) {
+                *slot = out.events.len() as u32;
             }
             let mut rec = src.events.record(i);
             if annotated {
@@ -526,6 +531,10 @@ fn rebuild(src: Option<&Trace>, device: Option<&Device>, spans: &Spans, mut out:
                 out.stacks.event_stacks.push((index, stack));
             }
         }
+        let new_index = |i: u32| new_of.get(i as usize).copied().filter(|&n| n != u32::MAX);
+        out.pools = src.pools.clone();
+        shared::merge::carry_pools_and_notes(&mut out, src, &new_index, &mut copy);
+        out.event_notes.sort_by_key(|n| (n.event, n.ts_ns));
     }
     out.scopes = scopes;
     out.finish();
@@ -587,8 +596,13 @@ impl<'t> Copier<'t> {
             self.next_stack += 1;
         }
         let &(_, stack) = list.get(self.next_stack).filter(|(e, _)| *e as usize == event)?;
+        Some(self.copy_stack(out, stack))
+    }
+
+    /// The rebuilt trace's stack of the source's stack `stack`.
+    fn copy_stack(&mut self, out: &mut Trace, stack: u32) -> u32 {
         if let Some(&s) = self.stacks.get(&stack) {
-            return Some(s);
+            return s;
         }
         let frames: Vec<u32> = self
             .src
@@ -604,7 +618,16 @@ impl<'t> Copier<'t> {
             .collect();
         let s = out.stacks.intern_stack(frames);
         self.stacks.insert(stack, s);
-        Some(s)
+        s
+    }
+}
+
+impl shared::merge::IdMap for Copier<'_> {
+    fn text(&mut self, out: &mut Trace, id: StrId) -> StrId {
+        self.string(out, id)
+    }
+    fn stack(&mut self, out: &mut Trace, stack: u32) -> u32 {
+        self.copy_stack(out, stack)
     }
 }
 

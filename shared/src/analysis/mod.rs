@@ -9,6 +9,7 @@ pub mod diff;
 pub mod flame;
 pub mod leaks;
 pub mod oom;
+pub mod pools;
 pub mod profile;
 pub mod sweep;
 pub mod timeline_index;
@@ -43,6 +44,16 @@ pub struct Summary {
     pub dropped_events: u64,
     pub duration_s: f64,
     pub source_format: String,
+    /// Pinned host memory's own totals (never part of the numbers above, which are the GPUs').
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pinned_host: Option<pools::MemoryTotals>,
+    /// Every private pool's totals (CUDA graphs, `torch.cuda.MemPool`), and the default pool's
+    /// beside them, when the trace has private pools.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pools: Vec<pools::PoolTotals>,
+    /// Annotations (`_annotate_tensor`) and events with user metadata.
+    #[serde(default, skip_serializing_if = "pools::NoteCounts::is_empty")]
+    pub notes: pools::NoteCounts,
 }
 
 /// The fragmentation ratio of `t`, or 0 where the trace was recorded without fragmentation
@@ -70,7 +81,12 @@ pub fn summary(trace: &Trace) -> Summary {
     let mut peak_alloc = (0u64, None::<usize>);
     let mut peak_res = (0u64, None::<usize>);
     let mut peak_dev = None;
+    // Pinned host memory has totals of its own, reported apart.
+    let host = trace.devices.iter().position(crate::model::Device::is_pinned_host);
     for (d, t) in ev.base_totals.iter().enumerate() {
+        if Some(d) == host {
+            continue;
+        }
         if t.allocated_bytes > peak_alloc.0 {
             peak_alloc = (t.allocated_bytes, None);
             peak_dev = Some(d);
@@ -80,10 +96,14 @@ pub fn summary(trace: &Trace) -> Summary {
         }
     }
     let mut frag_sum = 0.0;
-    let (mut allocs, mut frees) = (0, 0);
+    let (mut allocs, mut frees, mut host_events) = (0, 0, 0);
     let mut cursor = ev.cursor();
     for i in 0..ev.len() {
         let t = cursor.advance();
+        if Some(ev.device[i] as usize) == host {
+            host_events += 1;
+            continue;
+        }
         if t.allocated_bytes > peak_alloc.0 {
             peak_alloc = (t.allocated_bytes, Some(i));
             peak_dev = Some(ev.device[i] as usize);
@@ -98,7 +118,9 @@ pub fn summary(trace: &Trace) -> Summary {
             _ => {}
         }
     }
-    let final_totals = all_devices(cursor.all_devices());
+    let gpus: Vec<Totals> = cursor.all_devices().iter().enumerate().filter(|&(d, _)| Some(d) != host).map(|(_, t)| *t).collect();
+    let final_totals = all_devices(&gpus);
+    let gpu_events = ev.len() - host_events;
     let secs = |i: Option<usize>| i.map_or(0.0, |i| ev.ts_ns[i].saturating_sub(start) as f64 * 1e-9);
     Summary {
         peak_allocated_bytes: peak_alloc.0,
@@ -109,7 +131,7 @@ pub fn summary(trace: &Trace) -> Summary {
         peak_layer: peak_alloc.1.and_then(|i| trace.opt_str(ev.layer[i])).map(str::to_owned),
         peak_device: peak_dev.and_then(|d| trace.devices.get(d)).map(|d| d.to_string()),
         // Without events, the state before them (a snapshot taken without its recorder on).
-        avg_fragmentation: if ev.is_empty() { frag(trace, final_totals) } else { frag_sum / ev.len() as f64 },
+        avg_fragmentation: if gpu_events == 0 { frag(trace, final_totals) } else { frag_sum / gpu_events as f64 },
         final_allocated_bytes: final_totals.allocated_bytes,
         final_reserved_bytes: final_totals.reserved_bytes,
         total_events: ev.len(),
@@ -120,6 +142,9 @@ pub fn summary(trace: &Trace) -> Summary {
         dropped_events: trace.dropped_events,
         duration_s: trace.end_ns().saturating_sub(start) as f64 * 1e-9,
         source_format: trace.meta.source_format.as_str().to_owned(),
+        pinned_host: host.map(|d| pools::device_totals(trace, d)),
+        pools: if trace.pools.is_empty() { Vec::new() } else { pools::pool_totals(trace) },
+        notes: pools::NoteCounts::of(trace),
     }
 }
 

@@ -196,6 +196,22 @@ fn validate(t: &Trace) -> Result<(), ImportError> {
         if s.device as usize >= t.devices.len() {
             return Err(bad(format!("trace.initial_segments[{k}].device"), "device out of range"));
         }
+        if s.private_pool.is_some_and(|p| p as usize >= t.pools.len()) {
+            return Err(bad(format!("trace.initial_segments[{k}].private_pool"), "pool index out of range of trace.pools"));
+        }
+    }
+    for (k, &(ev, p)) in t.event_pools.iter().enumerate() {
+        if ev as usize >= n || p as usize >= t.pools.len() || (k > 0 && ev <= t.event_pools[k - 1].0) {
+            return Err(bad(format!("trace.event_pools[{k}]"), "expected increasing event indices and pools of trace.pools"));
+        }
+    }
+    for (k, note) in t.event_notes.iter().enumerate() {
+        if note.event as usize >= n || (k > 0 && note.event < t.event_notes[k - 1].event) {
+            return Err(bad(format!("trace.event_notes[{k}].event"), "expected event indices in order, within trace.events"));
+        }
+        if note.text.is_none() || !str_ok(note.text) || note.stack.is_some_and(|s| s as usize >= st.stacks.len()) {
+            return Err(bad(format!("trace.event_notes[{k}]"), "text or stack out of range"));
+        }
     }
     for (k, it) in t.iterations.iter().enumerate() {
         if it.end_ns < it.start_ns {

@@ -669,6 +669,8 @@ impl Hook for KeepAll {
 /// Longest string, bytes or integer argument read: the window holds one whole, and no plain
 /// data a snapshot holds comes near it.
 const MAX_ARGUMENT_BYTES: usize = 64 << 20;
+/// What is kept of a longer unicode string.
+const CUT_STRING_KEEPS: usize = 64 << 10;
 
 /// The input, read through a window that grows only to the longest argument.
 struct Input<R> {
@@ -1270,6 +1272,32 @@ impl<R: Read, H: Hook> Vm<'_, R, H> {
         }
     }
 
+    /// A unicode string longer than the window holds (a program's metadata text of 100 MB):
+    /// its first [`CUT_STRING_KEEPS`] bytes and how long it was; the rest is read past in
+    /// pieces, so memory stays bounded.
+    fn cut_string(&mut self, n: u64) -> Result<(), ImportError> {
+        let truncated = |e: ImportError| match e {
+            ImportError::Pickle { offset, reason } if reason.starts_with("truncated") => ImportError::Pickle {
+                offset,
+                reason: format!("truncated: a unicode string of {n} bytes (more than {} MiB, read in pieces) ends early", MAX_ARGUMENT_BYTES >> 20),
+            },
+            e => e,
+        };
+        let kept = self.r.take(CUT_STRING_KEEPS, "a unicode string").map_err(truncated)?;
+        let valid = match std::str::from_utf8(kept) {
+            Ok(s) => s,
+            Err(e) => std::str::from_utf8(&kept[..e.valid_up_to()]).unwrap_or_default(),
+        };
+        let s = format!("{valid}… (cut from {n} bytes)");
+        let mut left = n - CUT_STRING_KEEPS as u64;
+        while left > 0 {
+            let piece = left.min(1 << 20) as usize;
+            self.r.take(piece, "a unicode string").map_err(truncated)?;
+            left -= piece as u64;
+        }
+        self.push(Value::Str(s))
+    }
+
     /// The string and bytes opcodes.
     fn text(&mut self, op: u8, at: usize) -> Result<(), ImportError> {
         let v = match op {
@@ -1296,6 +1324,9 @@ impl<R: Read, H: Hook> Vm<'_, R, H> {
                     0x8c => self.r.u8()? as u64,
                     _ => self.r.u64()?,
                 };
+                if n > MAX_ARGUMENT_BYTES as u64 {
+                    return self.cut_string(n);
+                }
                 let n = self.r.len(n)?;
                 let b = self.r.take(n, "a unicode string")?;
                 match std::str::from_utf8(b) {
@@ -1534,6 +1565,8 @@ mod tests {
         let e = parse(b"\x80\x04\x95").unwrap_err().to_string();
         assert!(e.contains("truncated"), "{e}");
         let e = parse(b"\x80\x04X\xff\xff\xff\x7f").unwrap_err().to_string();
+        assert!(e.contains("2147483647 bytes") && e.contains("truncated"), "{e}");
+        let e = parse(b"\x80\x04B\xff\xff\xff\x7f").unwrap_err().to_string();
         assert!(e.contains("2147483647 bytes") && e.contains("at most 64 MiB"), "{e}");
     }
 }

@@ -5,14 +5,17 @@
 //! before recording began, recovered from the final `segments` state, so that every event's
 //! `allocated_bytes` is what `torch.cuda.memory_allocated()` said at that moment.
 
+mod extras;
+
 use super::pickle::{self, FlatDict, FlatTaken, FlatValue, Pickle, Value, ValueId};
 use super::ImportError;
 use crate::allocator::{AllocatorConfig, AllocatorState, SMALL_REQUEST_BYTES, SMALL_SEGMENT_BYTES};
 use crate::hash::{FastMap as HashMap, FastSet as HashSet};
 use crate::model::{
-    BlockInfo, BlockState, Device, EventRecord, EventType, Frame, LayerScope, Phase, Pool, SegmentInfo, SourceFormat, StrId, Totals, Trace,
-    TraceMeta,
+    BlockInfo, BlockState, Device, EventNote, EventRecord, EventType, Frame, LayerScope, NoteKind, Phase, Pool, SegmentInfo, SourceFormat,
+    StrId, Totals, Trace, TraceMeta,
 };
+use extras::Extras;
 
 /// Where a value is, as a JSON-like path (`device_traces[0][12]`), built only when an error
 /// needs it: a snapshot has hundreds of thousands of entries and frames.
@@ -145,6 +148,9 @@ impl WalkBudget {
 
 /// Most devices a snapshot may name (device indices are stored in a byte).
 const MAX_DEVICES: usize = 256;
+/// The device index pinned host memory's entries and segments take while the importer reads
+/// them (CUDA devices are below it); it becomes the device after the last CUDA one.
+const HOST_DEVICE: u8 = 255;
 
 /// Converts a pickle value to JSON for display (allocator settings); past `depth` 16 or the
 /// node budget, values become `null`.
@@ -232,7 +238,7 @@ fn entry_size(action: Action, size: Option<&Value>) -> Result<u64, Option<String
     match size {
         Some(Value::Int(i)) if *i >= 0 => Ok(*i as u64),
         Some(Value::Bool(b)) => Ok(u64::from(*b)),
-        _ if action == Action::Snapshot => Ok(0),
+        _ if matches!(action, Action::Snapshot | Action::Annotate) => Ok(0),
         Some(Value::Int(i)) => Err(Some(format!("expected a size ≥ 0, found {i}"))),
         Some(Value::BigInt(_)) => Err(Some("expected a size below 2⁶³ bytes, found a larger integer".to_owned())),
         Some(other) => Err(Some(format!("expected an integer, found {}", other.type_name()))),
@@ -241,7 +247,7 @@ fn entry_size(action: Action, size: Option<&Value>) -> Result<u64, Option<String
 }
 
 /// The fields of a trace entry's dict that its record keeps, in [`Compactor::entry`]'s order.
-const ENTRY_KEYS: [&str; 6] = ["action", "addr", "size", "stream", "time_us", "frames"];
+const ENTRY_KEYS: [&str; 9] = ["action", "addr", "size", "stream", "time_us", "frames", "pool_id", "user_metadata", "internal_metadata"];
 
 /// One trace entry, decoded. 40 bytes: a snapshot's entries are held until they are sorted by
 /// time.
@@ -258,6 +264,8 @@ struct Entry {
     items: u16,
     /// In [`LocalStreams`].
     stream: u16,
+    /// Its pool and metadata, in [`Extras`] (0: none).
+    extra: u16,
     device: u8,
     action: Action,
 }
@@ -320,6 +328,10 @@ impl EntryBlocks {
 
     fn iter(&self) -> impl Iterator<Item = &Entry> {
         self.blocks.iter().flatten()
+    }
+
+    fn for_each_mut(&mut self, f: impl FnMut(&mut Entry)) {
+        self.blocks.iter_mut().flatten().for_each(f);
     }
 
     /// The first and the last entry (blocks may differ in length: not through [`Self::get`]).
@@ -416,6 +428,8 @@ enum Action {
     SegmentUnmap,
     Snapshot,
     Oom,
+    /// Metadata attached to the live allocation at `addr` (torch 2.14+).
+    Annotate,
 }
 
 fn parse_action(s: &str) -> Option<Action> {
@@ -430,6 +444,7 @@ fn parse_action(s: &str) -> Option<Action> {
         "segment_unmap" => Action::SegmentUnmap,
         "snapshot" => Action::Snapshot,
         "oom" => Action::Oom,
+        "annotate" => Action::Annotate,
         _ => return None,
     })
 }
@@ -568,6 +583,8 @@ struct Compactor {
     no_read_ahead: bool,
     /// [`Compactor::frames`]'s frame ids, kept to save an allocation per entry.
     frame_ids: Vec<u32>,
+    /// The entries' pools and metadata.
+    extras: Extras,
 }
 
 /// The frame list an entry named, as [`Compactor::entry`] read it into a stack.
@@ -665,7 +682,7 @@ impl Compactor {
     fn entry(
         &mut self,
         a: &pickle::Arena,
-        [action_v, addr_v, size_v, stream_v, time_v, frames_v]: [Option<FlatValue>; 6],
+        [action_v, addr_v, size_v, stream_v, time_v, frames_v, pool_v, user_v, internal_v]: [Option<FlatValue>; 9],
         items: usize,
     ) -> Option<(Entry, Option<FrameList>)> {
         let action = match action_v? {
@@ -708,6 +725,7 @@ impl Compactor {
         {
             return None;
         }
+        let extra = self.extras.read(a, pool_v, user_v, internal_v);
         let entry = Entry {
             device: 0,
             index: UNPLACED,
@@ -718,6 +736,7 @@ impl Compactor {
             time_us,
             frames: PackedFrames::new(frames.map(Frames::Local)),
             items,
+            extra,
         };
         Some((entry, frames_list))
     }
@@ -931,15 +950,25 @@ fn import_with(src: impl std::io::Read, size_hint: Option<u64>, mut compactor: C
 
     let input_bytes = usize::try_from(p.input_bytes).unwrap_or(usize::MAX);
     let mut budget = WalkBudget { left: input_bytes, input_bytes };
-    let finals = final_segments(&v, root.segments, &mut budget)?;
-    let entries = walk_device_traces(&v, root.device_traces, &mut compactor, &mut budget, &mut trace)?;
-    add_devices(&mut trace, &finals, &entries)?;
+    let mut finals = final_segments(&v, root.segments, false, &mut compactor.extras, &mut budget)?;
+    if let Some(host) = p.dict_get(p.root, "host_segments") {
+        finals.extend(final_segments(&v, host, true, &mut compactor.extras, &mut budget)?);
+    }
+    let traces = Traces { device: root.device_traces, host: p.dict_get(p.root, "host_traces") };
+    if traces.host.is_some() && p.dict_get(p.root, "host_segments").is_none() {
+        trace.meta.warnings.push(
+            "the snapshot has `host_traces` but no `host_segments`: pinned host memory alive before recording began is unknown and taken as none"
+                .to_owned(),
+        );
+    }
+    let mut entries = walk_device_traces(&v, &traces, &mut compactor, &mut budget, &mut trace)?;
+    let host = add_devices(&mut trace, &mut finals, &mut entries);
     let pre = PreExisting::scan(&entries, &compactor.streams);
     // Devices the snapshot names segments of: only there is reserved memory known.
     let with_segments: HashSet<usize> = finals.iter().map(|f| f.device).chain(pre.seg_ranges.keys().copied()).collect();
     let mut streams = Streams::default();
     let start = StartState::build(&finals, &pre, &config, &mut streams, &mut trace)?;
-    let states = allocator_states(&mut trace, start.initial, &start.loose_allocated, &config, entries.len() > 0);
+    let states = allocator_states(&mut trace, start.initial, &start.loose_allocated, &config, host, entries.len() > 0);
 
     // External annotations (e.g. `Optimizer.step#SGD.step`) become scopes, within the trace
     // entries' time (the entries are sorted by time by now).
@@ -950,6 +979,7 @@ fn import_with(src: impl std::io::Read, size_hint: Option<u64>, mut compactor: C
     }
     let mut replay = Replay::new(&trace, &finals, &config, states, start.loose_allocated, start.loose_pending, streams);
     replay.run(&v, entries, &mut compactor, &mut trace)?;
+    replay.finish(&mut compactor.extras, &mut trace);
     if replay.estimated > 0 {
         trace
             .meta
@@ -958,7 +988,7 @@ fn import_with(src: impl std::io::Read, size_hint: Option<u64>, mut compactor: C
     }
     trace.meta.start_unix_ns = trace.events.ts_ns.first().copied();
     trace.finish();
-    check_allocated_within_reserved(&mut trace, &with_segments)?;
+    check_allocated_within_reserved(&mut trace, &with_segments, host)?;
     Ok(trace)
 }
 
@@ -966,17 +996,25 @@ fn import_with(src: impl std::io::Read, size_hint: Option<u64>, mut compactor: C
 /// allocated exceeds reserved misread the entries (frees it did not see, sizes it got wrong),
 /// and its numbers are not results. A device the snapshot names no segment of (trace entries
 /// alone, as some tools write them) has no reserved memory to compare with: it is said so.
-fn check_allocated_within_reserved(trace: &mut Trace, with_segments: &HashSet<usize>) -> Result<(), ImportError> {
+/// Pinned host memory is checked the same way, but a contradiction there is a warning: it must
+/// not cost the reader the GPU's memory.
+fn check_allocated_within_reserved(trace: &mut Trace, with_segments: &HashSet<usize>, host: Option<usize>) -> Result<(), ImportError> {
     let ev = &trace.events;
+    let mut host_contradiction = None;
     if let Some((d, t)) = ev.base_totals.iter().enumerate().find(|(d, t)| with_segments.contains(d) && t.allocated_bytes > t.reserved_bytes)
     {
-        return Err(ImportError::Snapshot {
+        if Some(d) == host {
+            host_contradiction =
+                Some(format!("{} bytes allocated inside {} bytes reserved before the first entry", t.allocated_bytes, t.reserved_bytes));
+        } else {
+            return Err(ImportError::Snapshot {
             path: "segments".into(),
             reason: format!(
-                "the memory alive before the first entry is {} bytes allocated inside {} bytes reserved on cuda:{d}; expected allocated blocks to lie inside the segments",
-                t.allocated_bytes, t.reserved_bytes
+                "the memory alive before the first entry is {} bytes allocated inside {} bytes reserved on {}; expected allocated blocks to lie inside the segments",
+                t.allocated_bytes, t.reserved_bytes, trace.devices[d]
             ),
         });
+        }
     }
     // Devices with events, for the warning about those without segments.
     let mut has_events = [false; MAX_DEVICES];
@@ -986,11 +1024,25 @@ fn check_allocated_within_reserved(trace: &mut Trace, with_segments: &HashSet<us
         let t = cursor.advance();
         if t.allocated_bytes > t.reserved_bytes && with_segments.contains(&(ev.device[i] as usize)) {
             let d = ev.device[i];
+            if Some(d as usize) == host {
+                if host_contradiction.is_none() {
+                    host_contradiction = Some(format!(
+                        "{} bytes allocated inside {} bytes reserved at event {i} (a {} of {} bytes at 0x{:x})",
+                        t.allocated_bytes,
+                        t.reserved_bytes,
+                        ev.event_type(i).as_str(),
+                        ev.size_bytes[i],
+                        ev.address[i]
+                    ));
+                }
+                continue;
+            }
+            let name = &trace.devices[d as usize];
             let first = ev.ts_ns.first().copied().unwrap_or(0);
             return Err(ImportError::Snapshot {
                 path: format!("device_traces[{d}]"),
                 reason: format!(
-                    "replaying the entries gives {} bytes allocated inside {} bytes reserved on cuda:{d} at {:.3} ms (a {} of {} bytes at 0x{:x}); \
+                    "replaying the entries gives {} bytes allocated inside {} bytes reserved on {name} at {:.3} ms (a {} of {} bytes at 0x{:x}); \
                      allocated memory lies inside reserved segments, so the entries contradict each other (frees or segment entries missing?)",
                     t.allocated_bytes,
                     t.reserved_bytes,
@@ -1002,9 +1054,15 @@ fn check_allocated_within_reserved(trace: &mut Trace, with_segments: &HashSet<us
             });
         }
     }
+    if let Some(what) = host_contradiction {
+        trace.meta.warnings.push(format!(
+            "pinned host memory's entries contradict its segments ({what}): its totals are shown as replayed, the GPUs' are not affected"
+        ));
+    }
     for d in (0..MAX_DEVICES).filter(|d| has_events[*d] && !with_segments.contains(d)) {
         trace.meta.warnings.push(format!(
-            "the snapshot names no segment of cuda:{d} (neither in `segments` nor in its trace entries): its reserved memory is unknown and shown as 0"
+            "the snapshot names no segment of {} (neither in `segments` nor in its trace entries): its reserved memory is unknown and shown as 0",
+            trace.devices[d]
         ));
     }
     Ok(())
@@ -1046,6 +1104,8 @@ struct FinalSeg {
     device: usize,
     stream: i64,
     pool: Pool,
+    /// Its private pool (index into [`Extras::pools`]), from `segment_pool_id`.
+    private_pool: Option<u16>,
     blocks: Vec<FinalBlock>,
 }
 
@@ -1059,17 +1119,25 @@ struct FinalBlock {
     pending: bool,
 }
 
-/// Takes the `segments` list; gives the final state it describes.
-fn final_segments(v: &View, segments_id: ValueId, budget: &mut WalkBudget) -> Result<Vec<FinalSeg>, ImportError> {
+/// Takes the `segments` list (or `host_segments`, when `host`); gives the final state it
+/// describes.
+fn final_segments(
+    v: &View,
+    segments_id: ValueId,
+    host: bool,
+    extras: &mut Extras,
+    budget: &mut WalkBudget,
+) -> Result<Vec<FinalSeg>, ImportError> {
     let mut finals = Vec::new();
-    for (i, &s) in v.list(segments_id, "segments")?.iter().enumerate() {
-        let path = format!("segments[{i}]");
+    let name = if host { "host_segments" } else { "segments" };
+    for (i, &s) in v.list(segments_id, name)?.iter().enumerate() {
+        let path = format!("{name}[{i}]");
         budget.charge(v, s, &path)?;
         let address = v.size(s, "address", &path)?;
         let size = v.size(s, "total_size", &path)?;
-        let device = v.size(s, "device", &path)?;
-        if device >= MAX_DEVICES as u64 {
-            return Err(v.err(&format!("{path}.device"), format!("device index {device} is out of range (at most {})", MAX_DEVICES - 1)));
+        let device = if host { HOST_DEVICE as u64 } else { v.size(s, "device", &path)? };
+        if !host && device >= HOST_DEVICE as u64 {
+            return Err(v.err(&format!("{path}.device"), format!("device index {device} is out of range (at most {})", HOST_DEVICE - 1)));
         }
         let device = device as usize;
         let stream = v.opt_int(s, "stream").unwrap_or(0);
@@ -1077,6 +1145,13 @@ fn final_segments(v: &View, segments_id: ValueId, budget: &mut WalkBudget) -> Re
             Some("small") => Pool::Small,
             Some("large") => Pool::Large,
             _ => pool_for_segment(size),
+        };
+        let private_pool = match v.p.dict_get(s, "segment_pool_id") {
+            None => None,
+            Some(id) => match extras.read(&v.p.arena, Some(FlatValue::Id(id)), None, None) {
+                0 => None,
+                k => extras.get(k).pool,
+            },
         };
         let mut blocks = Vec::new();
         let blocks_id = v.field(s, "blocks", &path)?;
@@ -1090,7 +1165,7 @@ fn final_segments(v: &View, segments_id: ValueId, budget: &mut WalkBudget) -> Re
             let address = address.unwrap_or_else(|| address_from_previous(&blocks, s, v));
             blocks.push(FinalBlock { address, size_bytes, active: state.starts_with("active"), pending: state == "active_pending_free" });
         }
-        finals.push(FinalSeg { address, size, device, stream, pool, blocks });
+        finals.push(FinalSeg { address, size, device, stream, pool, private_pool, blocks });
     }
     Ok(finals)
 }
@@ -1108,43 +1183,24 @@ fn address_from_previous(blocks: &[FinalBlock], seg: ValueId, v: &View) -> u64 {
 /// in the trace's warnings.
 fn walk_device_traces(
     v: &View,
-    traces_id: ValueId,
+    traces: &Traces,
     compactor: &mut Compactor,
     budget: &mut WalkBudget,
     trace: &mut Trace,
 ) -> Result<EntryBlocks, ImportError> {
-    let mut entries = std::mem::take(&mut compactor.entries);
-    let compacted = entries.len();
-    // Entries placed a second time and those read from values, after the compacted ones.
-    let mut more = Vec::new();
-    let mut skipped: HashMap<String, usize> = HashMap::default();
-    let device_traces = v.list(traces_id, "device_traces")?;
-    if device_traces.len() > MAX_DEVICES {
-        return Err(v.err("device_traces", format!("{} devices; expected at most {MAX_DEVICES}", device_traces.len())));
+    let mut walk = Walk { entries: std::mem::take(&mut compactor.entries), more: Vec::new(), skipped: HashMap::default() };
+    let device_traces = v.list(traces.device, "device_traces")?;
+    if device_traces.len() >= HOST_DEVICE as usize {
+        return Err(v.err("device_traces", format!("{} devices; expected at most {}", device_traces.len(), HOST_DEVICE)));
     }
     for (dev, &t) in device_traces.iter().enumerate() {
-        for (i, &e) in v.list(t, &format!("device_traces[{dev}]"))?.iter().enumerate() {
-            let path = || format!("device_traces[{dev}][{i}]");
-            let index =
-                u32::try_from(i).ok().filter(|&i| i != UNPLACED).ok_or_else(|| v.err(&path, "more entries than a trace can hold"))?;
-            if let Some(k) = Compactor::entry_index(e).filter(|&k| k < compacted) {
-                let entry = entries.get_mut(k);
-                budget.charge_items(entry.items as usize, &path)?;
-                if entry.index == UNPLACED {
-                    entry.device = dev as u8;
-                    entry.index = index;
-                } else {
-                    more.push(Entry { device: dev as u8, index, ..entry.clone() });
-                }
-                continue;
-            }
-            budget.charge(v, e, &path)?;
-            match read_entry(v, e, EntryPlace { device: dev as u8, index }, &mut compactor.streams, &path)? {
-                ReadEntry::Known(entry) => more.push(entry),
-                ReadEntry::UnknownAction(action) => *skipped.entry(action.to_owned()).or_default() += 1,
-            }
-        }
+        let list = v.list(t, &format!("device_traces[{dev}]"))?;
+        walk.device(v, list, dev as u8, &|i| format!("device_traces[{dev}][{i}]"), compactor, budget)?;
     }
+    if let Some(host) = traces.host {
+        walk.device(v, v.list(host, "host_traces")?, HOST_DEVICE, &|i| format!("host_traces[{i}]"), compactor, budget)?;
+    }
+    let Walk { mut entries, more, skipped } = walk;
     let mut skipped: Vec<(String, usize)> = skipped.into_iter().collect();
     skipped.sort();
     for (action, n) in &skipped {
@@ -1155,6 +1211,63 @@ fn walk_device_traces(
     // Each device's order for equal times, as a stable sort of the walk's order would keep it.
     entries.sort_by_key(|e: &Entry| (e.time_us, e.device, e.index));
     Ok(entries)
+}
+
+/// The lists of trace entries: one per CUDA device, and pinned host memory's (torch 2.14+,
+/// recorded with `record_pinned_host_memory=True`).
+struct Traces {
+    device: ValueId,
+    host: Option<ValueId>,
+}
+
+/// The entries as the walk places them.
+struct Walk {
+    /// The compacted entries, placed where the walk finds them.
+    entries: EntryBlocks,
+    /// Entries placed a second time and those read from values, after the compacted ones.
+    more: Vec<Entry>,
+    /// Entries of unknown actions, by action.
+    skipped: HashMap<String, usize>,
+}
+
+impl Walk {
+    /// Places the entries of one device's list. Compacted entries are placed where the walk
+    /// finds them: the first time in place, again as a copy; any the walk never finds are
+    /// dropped. Unknown actions are counted.
+    fn device(
+        &mut self,
+        v: &View,
+        list: &[ValueId],
+        dev: u8,
+        path_of: &dyn Fn(usize) -> String,
+        compactor: &mut Compactor,
+        budget: &mut WalkBudget,
+    ) -> Result<(), ImportError> {
+        let compacted = self.entries.len();
+        for (i, &e) in list.iter().enumerate() {
+            let path = || path_of(i);
+            let index =
+                u32::try_from(i).ok().filter(|&i| i != UNPLACED).ok_or_else(|| v.err(&path, "more entries than a trace can hold"))?;
+            if let Some(k) = Compactor::entry_index(e).filter(|&k| k < compacted) {
+                let entry = self.entries.get_mut(k);
+                budget.charge_items(entry.items as usize, &path)?;
+                if entry.index == UNPLACED {
+                    entry.device = dev;
+                    entry.index = index;
+                } else {
+                    self.more.push(Entry { device: dev, index, ..entry.clone() });
+                }
+                continue;
+            }
+            budget.charge(v, e, &path)?;
+            let place = EntryPlace { device: dev, index };
+            match read_entry(v, e, place, &mut compactor.streams, &mut compactor.extras, &path)? {
+                ReadEntry::Known(entry) => self.more.push(entry),
+                ReadEntry::UnknownAction(action) => *self.skipped.entry(action.to_owned()).or_default() += 1,
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Where the walk found an entry.
@@ -1179,6 +1292,7 @@ fn read_entry<'a>(
     e: ValueId,
     place: EntryPlace,
     streams: &mut LocalStreams,
+    extras: &mut Extras,
     path: &impl Fn() -> String,
 ) -> Result<ReadEntry<'a>, ImportError> {
     let p = v.p;
@@ -1186,7 +1300,7 @@ fn read_entry<'a>(
         return Err(v.err(path, format!("expected a dict, found {}", p.get(e).type_name())));
     }
     // One pass over the entry's keys (a snapshot has hundreds of thousands of entries).
-    let [action_v, addr_v, size_v, stream_v, time_v, frames] = p.dict_pick(e, ENTRY_KEYS);
+    let [action_v, addr_v, size_v, stream_v, time_v, frames, pool_v, user_v, internal_v] = p.dict_pick(e, ENTRY_KEYS);
     let key_err = |key: &str, reason: String| v.err(&|| format!("{}.{key}", path()), reason);
     let action_s = match action_v.map(|x| p.get(x)) {
         Some(Value::Str(s)) => s.as_str(),
@@ -1224,25 +1338,34 @@ fn read_entry<'a>(
             f => f.map(Frames::Value),
         }),
         items: 0, // charged by the walk
+        extra: extras.read(&p.arena, pool_v.map(FlatValue::Id), user_v.map(FlatValue::Id), internal_v.map(FlatValue::Id)),
     }))
 }
 
 /// Takes the final segments and the entries; adds a CUDA device to the trace for every index
-/// up to the highest either names.
-fn add_devices(trace: &mut Trace, finals: &[FinalSeg], entries: &EntryBlocks) -> Result<(), ImportError> {
-    let max_device = finals.iter().map(|f| f.device).chain(entries.iter().map(|e| e.device as usize)).max();
-    if let Some(max_device) = max_device {
-        if max_device > 255 {
-            return Err(ImportError::Snapshot {
-                path: "segments".into(),
-                reason: format!("device index {max_device} is out of range (at most 255)"),
-            });
-        }
+/// up to the highest either names, and then pinned host memory's device if there is any, to
+/// which the segments and entries of [`HOST_DEVICE`] move. Gives the host's device index.
+fn add_devices(trace: &mut Trace, finals: &mut [FinalSeg], entries: &mut EntryBlocks) -> Option<usize> {
+    let host = HOST_DEVICE as usize;
+    let cuda = finals.iter().map(|f| f.device).chain(entries.iter().map(|e| e.device as usize)).filter(|&d| d != host);
+    if let Some(max_device) = cuda.max() {
         for d in 0..=max_device {
             trace.device_index(Device { kind: "cuda".into(), index: d as i32, rank: None });
         }
     }
-    Ok(())
+    if !finals.iter().any(|f| f.device == host) && !entries.iter().any(|e| e.device == HOST_DEVICE) {
+        return None;
+    }
+    let index = trace.device_index(Device { kind: Device::PINNED_HOST.into(), index: -1, rank: None });
+    for f in finals.iter_mut().filter(|f| f.device == host) {
+        f.device = index as usize;
+    }
+    entries.for_each_mut(|e| {
+        if e.device == HOST_DEVICE {
+            e.device = index;
+        }
+    });
+    Some(index as usize)
 }
 
 /// A segment the trace frees (or unmaps) before it allocates it.
@@ -1397,7 +1520,8 @@ impl StartState {
                     })
                     .collect();
                 let stream = streams.index(trace, f.stream)?;
-                initial.push(SegmentInfo { address: start, size_bytes: end - start, device: f.device as u8, stream, pool: f.pool, blocks });
+                let (device, size_bytes, private_pool) = (f.device as u8, end - start, f.private_pool);
+                initial.push(SegmentInfo { address: start, size_bytes, device, stream, pool: f.pool, blocks, private_pool });
             }
         }
         for s in &pre.pre_segments {
@@ -1409,6 +1533,7 @@ impl StartState {
                 stream,
                 pool: pool_for_segment(s.size_bytes),
                 blocks: Vec::new(),
+                private_pool: None,
             });
         }
         let (loose_allocated, loose_pending) = place_pre_blocks(&mut initial, &pre.pre_blocks, config);
@@ -1490,10 +1615,12 @@ fn allocator_states(
     initial: Vec<SegmentInfo>,
     loose_allocated: &HashMap<(usize, u64), u64>,
     config: &AllocatorConfig,
+    host: Option<usize>,
     recorded: bool,
 ) -> Vec<AllocatorState> {
     let n_dev = trace.devices.len();
-    let mut states: Vec<AllocatorState> = (0..n_dev).map(|_| AllocatorState::new(config.clone())).collect();
+    let config_of = |d| if Some(d) == host { AllocatorConfig::pinned_host() } else { config.clone() };
+    let mut states: Vec<AllocatorState> = (0..n_dev).map(config_of).map(AllocatorState::new).collect();
     for s in &initial {
         states[s.device as usize].add_segment_info(s);
     }
@@ -1546,6 +1673,8 @@ struct Attribution {
 /// The replay of the entries in time order through one allocator model per device.
 struct Replay<'c> {
     config: &'c AllocatorConfig,
+    /// Pinned host memory's model: one block per segment, sizes as recorded.
+    host_config: AllocatorConfig,
     states: Vec<AllocatorState>,
     /// Blocks alive at the start that no known segment holds, until freed.
     loose_allocated: HashMap<(usize, u64), u64>,
@@ -1562,6 +1691,16 @@ struct Replay<'c> {
     streams: Streams,
     /// Frees sized by rounding the requested size.
     estimated: usize,
+    /// The private pool of the first final segment at each (device, address).
+    final_private: HashMap<(usize, u64), u16>,
+    /// Each live allocation's event and pool, by (device, address), while annotations or
+    /// pools need them.
+    live: HashMap<(u8, u64), (u32, Option<u16>)>,
+    track_live: bool,
+    /// Annotations of addresses no allocation of the trace held then.
+    annotations_not_live: usize,
+    /// Frees whose `pool_id` is not their allocation's.
+    pool_mismatches: usize,
 }
 
 impl<'c> Replay<'c> {
@@ -1582,11 +1721,16 @@ impl<'c> Replay<'c> {
             .map(|s| OptimizerSpan { start_ns: s.start_ns, end_ns: s.end_ns, name: s.name })
             .collect();
         let mut final_pool: HashMap<(usize, u64), Pool> = HashMap::default();
+        let mut final_private: HashMap<(usize, u64), u16> = HashMap::default();
         for f in finals {
             final_pool.entry((f.device, f.address)).or_insert(f.pool);
+            if let Some(p) = f.private_pool {
+                final_private.entry((f.device, f.address)).or_insert(p);
+            }
         }
         Replay {
             config,
+            host_config: AllocatorConfig::pinned_host(),
             states,
             loose_allocated,
             pending_free: loose_pending,
@@ -1596,6 +1740,30 @@ impl<'c> Replay<'c> {
             interner: StackInterner::default(),
             streams,
             estimated: 0,
+            final_private,
+            live: HashMap::default(),
+            track_live: false,
+            annotations_not_live: 0,
+            pool_mismatches: 0,
+        }
+    }
+
+    /// Gives the trace its pools, its notes in event order, and what could not be attached.
+    fn finish(&mut self, extras: &mut Extras, trace: &mut Trace) {
+        trace.pools = std::mem::take(&mut extras.pools);
+        trace.event_notes.sort_by_key(|n| (n.event, n.ts_ns));
+        trace.meta.warnings.extend(extras.warnings());
+        if self.annotations_not_live > 0 {
+            trace.meta.warnings.push(format!(
+                "{} annotations name an address no allocation of the trace held then (freed, or allocated before recording began): left out",
+                self.annotations_not_live
+            ));
+        }
+        if self.pool_mismatches > 0 {
+            trace.meta.warnings.push(format!(
+                "{} frees name a pool other than their allocation's: they are counted in the allocation's pool",
+                self.pool_mismatches
+            ));
         }
     }
 
@@ -1603,6 +1771,7 @@ impl<'c> Replay<'c> {
     fn run(&mut self, v: &View, entries: EntryBlocks, compactor: &mut Compactor, trace: &mut Trace) -> Result<(), ImportError> {
         // One event per entry, and a completion after each one-step free.
         let one_step_frees = entries.iter().filter(|e| matches!(e.action, Action::Free | Action::FreeCompleted)).count();
+        self.track_live = entries.iter().any(|e| e.action == Action::Annotate || compactor.extras.get(e.extra).pool_given);
         trace.events.reserve_exact(entries.len() + one_step_frees);
         trace.stacks.event_stacks.reserve_exact(entries.iter().filter(|e| e.frames.get().is_some()).count());
         // Entries are taken in time order and given back as the trace's columns fill, so that
@@ -1622,9 +1791,15 @@ impl<'c> Replay<'c> {
         Ok(())
     }
 
-    /// Replays one entry: its event, its stack, and the completion of a one-step free.
+    /// Replays one entry: its event, its stack, its pool and notes, and the completion of a
+    /// one-step free.
     fn replay_entry(&mut self, v: &View, e: &Entry, compactor: &mut Compactor, trace: &mut Trace) -> Result<(), ImportError> {
+        if e.action == Action::Annotate {
+            return self.annotate(v, e, compactor, trace);
+        }
         let dev = e.device as usize;
+        let extra = compactor.extras.get(e.extra);
+        let segment_pool = self.states[dev].private_pool_at(e.addr);
         let sized = self.size_event(e, &compactor.streams, trace)?;
         let ts_ns = (e.time_us.max(0) as u64).saturating_mul(1000);
         let by = self.attribute(v, e, ts_ns, &mut compactor.local, trace)?;
@@ -1645,18 +1820,80 @@ impl<'c> Replay<'c> {
         if let Some(s) = by.stack {
             trace.stacks.event_stacks.push((index, s));
         }
+        let pool = self.pool_of(e, extra, segment_pool, index);
+        if let Some(p) = pool {
+            trace.event_pools.push((index, p));
+        }
+        for (text, kind) in [(extra.user, NoteKind::UserMetadata), (extra.internal, NoteKind::Internal)] {
+            if let Some(k) = text {
+                let text = compactor.extras.trace_text(k, trace);
+                trace.event_notes.push(EventNote { event: index, kind, text, ts_ns, stack: None });
+            }
+        }
         if sized.completes {
             // Older snapshots (and some tools) free in one step: record the completion too, so
             // replays of the segment state see the block released.
             trace.events.push(EventRecord { event_type: EventType::FreeCompleted, ..rec });
+            if let Some(p) = pool {
+                trace.event_pools.push((index + 1, p));
+            }
         }
+        Ok(())
+    }
+
+    /// The private pool of entry `e` (event `index`), given the pool of the segment that held
+    /// its address before it: an allocation's free is in its allocation's pool; otherwise
+    /// the entry's own `pool_id` (torch 2.12+) wins over its segment's (older snapshots name
+    /// pools only on final segments).
+    fn pool_of(&mut self, e: &Entry, extra: extras::Extra, segment_pool: Option<u16>, index: u32) -> Option<u16> {
+        let dev = e.device as usize;
+        let given = extra.pool_given.then_some(extra.pool);
+        match e.action {
+            Action::Alloc => {
+                let pool = given.unwrap_or_else(|| self.states[dev].private_pool_at(e.addr));
+                if self.track_live {
+                    self.live.insert((e.device, e.addr), (index, pool));
+                }
+                pool
+            }
+            Action::FreeRequested | Action::Free | Action::FreeCompleted => {
+                let allocated = if self.track_live { self.live.remove(&(e.device, e.addr)).map(|(_, p)| p) } else { None };
+                if let (Some(a), Some(g)) = (allocated, given) {
+                    if a != g {
+                        self.pool_mismatches += 1;
+                    }
+                }
+                allocated.or(given).unwrap_or(segment_pool)
+            }
+            Action::SegmentAlloc | Action::SegmentMap => {
+                let pool = given.unwrap_or_else(|| self.final_private.get(&(dev, e.addr)).copied());
+                self.states[dev].set_private_pool(e.addr, pool);
+                pool
+            }
+            Action::SegmentFree | Action::SegmentUnmap => segment_pool.or(given.flatten()),
+            Action::Snapshot | Action::Oom | Action::Annotate => given.flatten(),
+        }
+    }
+
+    /// An `annotate` entry: its text becomes a note of the live allocation at its address,
+    /// with the annotating call's stack.
+    fn annotate(&mut self, v: &View, e: &Entry, compactor: &mut Compactor, trace: &mut Trace) -> Result<(), ImportError> {
+        let Some(&(event, _)) = self.live.get(&(e.device, e.addr)) else {
+            self.annotations_not_live += 1;
+            return Ok(());
+        };
+        let Some(text) = compactor.extras.get(e.extra).user else { return Ok(()) };
+        let ts_ns = (e.time_us.max(0) as u64).saturating_mul(1000);
+        let stack = self.attribute(v, e, ts_ns, &mut compactor.local, trace)?.stack;
+        let text = compactor.extras.trace_text(text, trace);
+        trace.event_notes.push(EventNote { event, kind: NoteKind::Annotation, text, ts_ns, stack });
         Ok(())
     }
 
     /// Takes an entry; applies it to its device's allocator model and gives the event it makes.
     fn size_event(&mut self, e: &Entry, local_streams: &LocalStreams, trace: &mut Trace) -> Result<SizedEvent, ImportError> {
         let dev = e.device as usize;
-        let config = self.config;
+        let config = if self.states[dev].config().whole_segments { &self.host_config } else { self.config };
         let state = &mut self.states[dev];
         let mut completes = false;
         let (event_type, size_bytes) = match e.action {
@@ -1711,7 +1948,7 @@ impl<'c> Replay<'c> {
                 let et = if e.action == Action::SegmentFree { EventType::SegmentFree } else { EventType::SegmentUnmap };
                 (et, e.size)
             }
-            Action::Snapshot => (EventType::Snapshot, 0),
+            Action::Snapshot | Action::Annotate => (EventType::Snapshot, 0),
             Action::Oom => (EventType::Oom, e.size),
         };
         Ok(SizedEvent { event_type, size_bytes, completes })
@@ -1816,6 +2053,7 @@ mod tests {
             frames: PackedFrames::new(None),
             items: 0,
             stream: 0,
+            extra: 0,
             device: 0,
             action: Action::Alloc,
         };

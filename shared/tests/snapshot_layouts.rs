@@ -1,0 +1,199 @@
+//! Snapshots in the layouts torch 2.12–2.15 write (tests/data/snapshot_layouts.gen.py, whose
+//! own allocator simulation wrote the expected numbers): every device's, pool's and pinned
+//! host memory's peak and final totals, annotations, metadata, and the notes the hostile
+//! variants must give.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use serde_json::Value;
+use shared::analysis::pools::{device_totals, pool_totals, MemoryTotals};
+use shared::model::{NoteKind, Trace};
+use std::path::PathBuf;
+
+fn data() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/data")
+}
+
+fn expected() -> Value {
+    serde_json::from_slice(&std::fs::read(data().join("snapshot_layouts.expected.json")).unwrap()).unwrap()
+}
+
+fn import(name: &str) -> Trace {
+    let bytes = std::fs::read(data().join(name)).unwrap();
+    shared::import::snapshot::import(&bytes).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+fn totals_of(v: &Value) -> MemoryTotals {
+    let n = |k: &str| v[k].as_u64().unwrap_or_else(|| panic!("{k} in {v}"));
+    MemoryTotals {
+        peak_allocated_bytes: n("peak_allocated"),
+        peak_reserved_bytes: n("peak_reserved"),
+        final_allocated_bytes: n("final_allocated"),
+        final_reserved_bytes: n("final_reserved"),
+    }
+}
+
+fn device(t: &Trace, name: &str) -> usize {
+    t.devices.iter().position(|d| d.to_string() == name).unwrap_or_else(|| panic!("no device {name} in {:?}", t.devices))
+}
+
+/// Every file's numbers as the generator's simulation gave them.
+fn check(name: &str, want: &Value) {
+    let t = import(name);
+    for (d, dv) in want["devices"].as_object().unwrap() {
+        let dev = device(&t, &format!("cuda:{d}"));
+        assert_eq!(device_totals(&t, dev), totals_of(dv), "{name} cuda:{d}");
+        let pools = pool_totals(&t);
+        for (pool, pv) in dv["pools"].as_object().unwrap() {
+            let id = format!("({})", pool.replace(',', ", "));
+            match pools.iter().find(|p| p.pool == id && p.device == format!("cuda:{d}")) {
+                Some(p) => assert_eq!(p.totals, totals_of(pv), "{name} cuda:{d} pool {id}"),
+                // A device without private pools: its default pool is the device.
+                None => {
+                    assert!(!pools.iter().any(|p| p.device == format!("cuda:{d}")), "{name} cuda:{d}: pool {id} missing");
+                    assert_eq!(device_totals(&t, dev), totals_of(pv), "{name} cuda:{d} default pool");
+                }
+            }
+        }
+    }
+    let summary = shared::analysis::summary(&t);
+    match want.get("host").filter(|h| !h.is_null()) {
+        Some(h) => {
+            let host = device(&t, "pinned host");
+            assert_eq!(device_totals(&t, host), totals_of(h), "{name} pinned host");
+            assert_eq!(summary.pinned_host, Some(totals_of(h)), "{name}");
+            // Never added to a GPU's: the summary's peak is the highest GPU's.
+            let gpu_peak = want["devices"].as_object().unwrap().values().map(|d| d["peak_allocated"].as_u64().unwrap()).max().unwrap();
+            assert_eq!(summary.peak_allocated_bytes, gpu_peak, "{name}");
+        }
+        None => assert!(!t.devices.iter().any(|d| d.is_pinned_host()), "{name}"),
+    }
+    let first_us = t.events.ts_ns.first().copied().unwrap_or(0);
+    let annotations: Vec<_> = t.event_notes.iter().filter(|n| n.kind == NoteKind::Annotation).collect();
+    let want_ann = want["annotations"].as_array().unwrap();
+    assert_eq!(annotations.len(), want_ann.len(), "{name}: annotations");
+    for a in want_ann {
+        let text = a["text"].as_str().unwrap();
+        let note = annotations.iter().find(|n| t.str(n.text) == text).unwrap_or_else(|| panic!("{name}: annotation {text}"));
+        let ev = note.event as usize;
+        assert_eq!(t.events.address[ev], a["address"].as_u64().unwrap(), "{name}: {text}");
+        assert_eq!(t.events.size_bytes[ev], a["alloc_block_size"].as_u64().unwrap(), "{name}: {text}");
+        assert_eq!(t.events.ts_ns[ev], a["alloc_time_us"].as_u64().unwrap() * 1000, "{name}: {text}");
+        assert_eq!(note.ts_ns, a["time_us"].as_u64().unwrap() * 1000, "{name}: {text}");
+        assert!(note.stack.is_some(), "{name}: {text} keeps its frames");
+        assert!(note.ts_ns >= first_us);
+    }
+    let mut user = std::collections::BTreeMap::<String, u64>::new();
+    for n in t.event_notes.iter().filter(|n| n.kind == NoteKind::UserMetadata) {
+        *user.entry(t.str(n.text).to_owned()).or_default() += 1;
+    }
+    let want_user: std::collections::BTreeMap<String, u64> =
+        want["user_metadata_counts"].as_object().unwrap().iter().map(|(k, v)| (k.clone(), v.as_u64().unwrap())).collect();
+    assert_eq!(user, want_user, "{name}: user metadata");
+    let internal = t.event_notes.iter().filter(|n| n.kind == NoteKind::Internal).count() as u64;
+    assert_eq!(internal, want["internal_metadata_entries"].as_u64().unwrap(), "{name}: internal metadata");
+    // Each defect is named in the warnings; a clean file has none about pools or notes.
+    let warnings = t.meta.warnings.join("\n");
+    for d in want["defects"].as_array().unwrap() {
+        let needle = match d["kind"].as_str().unwrap() {
+            "pool_id_not_a_pair" => "not a pair of integers",
+            "annotate_not_live" => "annotations name an address no allocation",
+            "host_traces_without_host_segments" => "no `host_segments`",
+            "free_pool_differs_from_alloc" => "frees name a pool other than their allocation's",
+            other => panic!("unknown defect kind {other}"),
+        };
+        assert!(warnings.contains(needle), "{name}: expected a warning containing {needle:?}, got:\n{warnings}");
+    }
+    if want["defects"].as_array().unwrap().is_empty() {
+        for needle in ["pool", "annotation", "unknown action", "contradict", "host"] {
+            assert!(!warnings.contains(needle), "{name}: unexpected warning about {needle}:\n{warnings}");
+        }
+    }
+}
+
+#[test]
+fn layouts_of_torch_2_12_to_2_15_read_in_full() {
+    let want = expected();
+    let mut n = 0;
+    for (name, w) in want.as_object().unwrap() {
+        if name.ends_with(".pickle") {
+            check(name, w);
+            n += 1;
+        }
+    }
+    assert!(n >= 9, "{n} files");
+}
+
+/// Protocol 5 (Python 3.14's default) and 4 give the same trace.
+#[test]
+fn protocol_5_and_4_give_the_same_trace() {
+    let a = serde_json::to_value(import("layout_2_15.pickle")).unwrap();
+    let b = serde_json::to_value(import("layout_2_15.protocol4.pickle")).unwrap();
+    assert_eq!(a, b);
+}
+
+/// Pools, notes and pinned host memory survive the own format.
+#[test]
+fn pools_notes_and_pinned_host_round_trip_through_the_own_format() {
+    let t = import("layout_2_15.pickle");
+    assert!(!t.pools.is_empty() && !t.event_pools.is_empty() && !t.event_notes.is_empty());
+    let mut out = Vec::new();
+    shared::export::native::write(&t, &mut out).unwrap();
+    let back = shared::import::native::import(&out).unwrap();
+    assert_eq!(back.pools, t.pools);
+    assert_eq!(back.event_pools, t.event_pools);
+    assert_eq!(back.event_notes, t.event_notes);
+    assert_eq!(back.devices, t.devices);
+    assert_eq!(shared::analysis::summary(&back), shared::analysis::summary(&t));
+}
+
+/// A 100 MB metadata text is cut, and the file imports in bounded memory.
+#[test]
+fn huge_user_metadata_is_cut() {
+    let dir = std::env::temp_dir().join(format!("mt-huge-meta-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("huge.pickle");
+    let script = data().join("snapshot_layouts.gen.py");
+    let python = std::env::var("MEMORY_TRACER_PYTHON").unwrap_or_else(|_| "python3".into());
+    let ok = std::process::Command::new(python).arg(&script).arg("--huge").arg(&path).arg("100").status().map(|s| s.success());
+    if ok.ok() != Some(true) {
+        panic!("could not run {} --huge", script.display());
+    }
+    let t = shared::import::snapshot::import(&std::fs::read(&path).unwrap()).unwrap();
+    std::fs::remove_dir_all(&dir).ok();
+    let longest = t.event_notes.iter().map(|n| t.str(n.text).len()).max().unwrap();
+    assert!(longest < 70 << 10, "{longest}");
+    assert!(t.meta.warnings.iter().any(|w| w.contains("longer than 64 KiB were cut")), "{:?}", t.meta.warnings);
+}
+
+/// Real snapshots of private pools (tests/gpu/graph_snapshots.py on one H200, torch 2.11: a
+/// training step captured in a CUDA graph, `torch.compile(mode="reduce-overhead")`, and a
+/// `torch.cuda.MemPool`): the device's peaks and finals equal PyTorch's counters to the byte,
+/// and every pool's final totals equal the allocator's own segments by pool. Torch 2.11 names
+/// pools on segments only, so the pools come from the segments.
+#[test]
+fn real_private_pools_match_the_allocator() {
+    let facts: Value = serde_json::from_slice(&std::fs::read(data().join("pool_facts.json")).unwrap()).unwrap();
+    let mut n = 0;
+    for (name, f) in facts.as_object().unwrap().iter().filter(|(k, _)| k.ends_with(".gz")) {
+        let gz = std::fs::read(data().join(name)).unwrap();
+        let t = shared::import::snapshot::import_reader(flate2::read::GzDecoder::new(&gz[..])).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let n_ = |k: &str| f[k].as_u64().unwrap();
+        let s = shared::analysis::summary(&t);
+        assert_eq!(s.peak_allocated_bytes, n_("max_memory_allocated"), "{name}");
+        assert_eq!(s.peak_reserved_bytes, n_("max_memory_reserved"), "{name}");
+        assert_eq!(s.final_allocated_bytes, n_("memory_allocated"), "{name}");
+        assert_eq!(s.final_reserved_bytes, n_("memory_reserved"), "{name}");
+        let pools = pool_totals(&t);
+        let at_end = f["pools_at_end"].as_object().unwrap();
+        assert_eq!(pools.len(), at_end.len(), "{name}: {pools:?}");
+        for (id, want) in at_end {
+            let id = format!("({})", id.replace(',', ", "));
+            let p = pools.iter().find(|p| p.pool == id).unwrap_or_else(|| panic!("{name}: no pool {id} in {pools:?}"));
+            assert_eq!(p.totals.final_allocated_bytes, want["allocated"].as_u64().unwrap(), "{name} {id}");
+            assert_eq!(p.totals.final_reserved_bytes, want["reserved"].as_u64().unwrap(), "{name} {id}");
+        }
+        n += 1;
+    }
+    assert_eq!(n, 3);
+}
