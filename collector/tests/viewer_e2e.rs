@@ -147,7 +147,7 @@ fn check_views(b: &Browser, path: &Path) {
         expect.push("rank-canvas");
     }
     if shared::analysis::has_segments(&trace) {
-        expect.push("segments-canvas");
+        expect.extend(["segments-canvas", "pools-canvas"]);
     }
     assert!(!expect.is_empty(), "{name} has nothing to draw");
     // Charts are drawn, and only those.
@@ -218,7 +218,7 @@ fn check_views(b: &Browser, path: &Path) {
 
 /// One screenshot per view, scrolled into place.
 fn screenshot_sections(b: &Browser, dir: &Path, name: &str) {
-    for id in ["summary", "timeline", "active", "flame", "rank", "tables", "fragmentation", "segments"] {
+    for id in ["summary", "timeline", "active", "flame", "rank", "tables", "fragmentation", "segments", "pools"] {
         let there = b.exec(&format!("const e = document.getElementById('{id}'); if (e) e.scrollIntoView(); return !!e"), json!([]));
         if there == json!(true) {
             b.screenshot(&dir.join(format!("{name}-{id}.png")));
@@ -987,4 +987,46 @@ fn a_file_of_several_slices_opens_as_the_native_importer_reads_it() {
     );
     let digits: String = events.as_str().unwrap_or_default().chars().filter(char::is_ascii_digit).collect();
     assert_eq!(digits, trace.events.len().to_string(), "events shown: {events}");
+}
+
+/// A torch 2.15 snapshot with a private pool, pinned host memory and annotations: the Pools
+/// view draws one panel per (device, pool, stream) with the native peaks, says pinned host
+/// memory's totals apart, and the segment map shows one pool at a time.
+#[test]
+fn pools_view_and_the_segment_map_of_each_pool() {
+    let (_server, b) = static_page();
+    let path = sample("layout_2_15.pickle");
+    b.upload("#trace-file", &path);
+    wait_drawn(&b, "layout_2_15.pickle");
+    check_views(&b, &path);
+    let trace = shared::import(&std::fs::read(&path).unwrap(), &shared::ImportOptions::default()).unwrap();
+    let curves = shared::analysis::pools::pool_curves(&trace, 500);
+    assert!(curves.iter().any(|c| c.private), "the sample has a private pool");
+    let pools = column(&b, "#pools-table", 1);
+    assert_eq!(pools.len(), curves.len(), "one row per panel: {pools:?}");
+    let peaks = column(&b, "#pools-table", 3);
+    assert_eq!(peaks, curves.iter().map(|c| format_bytes(c.peak_allocated_bytes)).collect::<Vec<_>>(), "pool peaks");
+    let host = summary(&trace).pinned_host.unwrap();
+    let said = b.exec("return document.querySelector('#pools-host').innerText", json!([]));
+    assert!(said.as_str().unwrap().contains(&format_bytes(host.peak_allocated_bytes)), "pinned host: {said}");
+    // The segment map of the private pool alone: its segments at the end of the trace.
+    let at_end = shared::analysis::segments_at(&trace, trace.events.len() - 1, 0);
+    let k = 0u16;
+    let mine = at_end.iter().filter(|g| g.private_pool == Some(k)).count();
+    assert!(mine > 0 && mine < at_end.len(), "{mine} of {}", at_end.len());
+    b.exec(
+        "const r = document.querySelector('#segments-time'); r.value = r.max; r.dispatchEvent(new Event('input', {bubbles: true}));",
+        json!([]),
+    );
+    b.wait_for(
+        &format!("return document.querySelector('#segments-stats').innerText.includes(': {} segments,')", at_end.len()),
+        20,
+        "every segment at the end",
+    );
+    select(&b, "#segments-pool", &k.to_string());
+    b.wait_for(
+        &format!("return document.querySelector('#segments-stats').innerText.includes(': {mine} segments,')"),
+        20,
+        "the private pool's segments",
+    );
 }

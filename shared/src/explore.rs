@@ -219,6 +219,8 @@ pub enum Request {
     /// One allocation (an allocation event's index) with its lifetime and stack: answered as
     /// `Allocations` with it alone.
     Allocation { event_index: usize },
+    /// Allocated and reserved memory per (device, pool, stream) over the whole trace.
+    Pools { buckets: usize },
 }
 
 /// The answers, one per [`Request`] kind.
@@ -251,6 +253,10 @@ pub enum Response {
     RankCurves {
         end_s: f64,
         curves: Vec<RankCurve>,
+    },
+    Pools {
+        end_s: f64,
+        curves: Vec<analysis::pools::PoolCurve>,
     },
     Overview(Box<Overview>),
     Diff(Box<TraceDiff>),
@@ -287,6 +293,12 @@ pub struct Allocation {
     pub op: Option<String>,
     /// Frames, innermost first.
     pub stack: Vec<String>,
+    /// The private pool it came from (`(0, 1)`); `None` for the default pool.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<String>,
+    /// Annotations, user metadata and allocator tags attached to it, as `kind: text`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 /// An imported trace with the analyses computed once.
@@ -516,6 +528,9 @@ impl Session {
             },
             Request::Active { start_s, end_s, columns, detail } => self.active(*start_s, *end_s, *columns, *detail),
             Request::Allocation { event_index } => self.allocation_at(*event_index),
+            Request::Pools { buckets } => {
+                Response::Pools { end_s: duration_s(self.trace()), curves: analysis::pools::pool_curves(self.trace(), *buckets) }
+            }
             Request::Advice { budget_bytes } => {
                 let opts = analysis::advice::AdviceOptions { budget_bytes: *budget_bytes, top: 10, ..Default::default() };
                 Response::Advice(Box::new(analysis::advice::advise(self.trace(), &opts)))
@@ -686,6 +701,20 @@ impl Session {
                         .collect()
                 })
                 .unwrap_or_default(),
+            pool: self.trace().event_pool(i).and_then(|p| self.trace().pools.get(p as usize)).map(ToString::to_string),
+            notes: self
+                .trace()
+                .notes_of(i)
+                .iter()
+                .map(|n| {
+                    let kind = match n.kind {
+                        crate::model::NoteKind::Annotation => "annotation",
+                        crate::model::NoteKind::UserMetadata => "user metadata",
+                        crate::model::NoteKind::Internal => "allocator",
+                    };
+                    format!("{kind}: {}", self.trace().str(n.text))
+                })
+                .collect(),
         }
     }
 

@@ -46,6 +46,19 @@ fn check(name: &str, want: &Value) {
         let pools = pool_totals(&t);
         for (pool, pv) in dv["pools"].as_object().unwrap() {
             let id = format!("({})", pool.replace(',', ", "));
+            // The Pools view's panels of this pool (one per stream) reach its peaks.
+            let curves: Vec<_> = shared::analysis::pools::pool_curves(&t, 500)
+                .into_iter()
+                .filter(|c| c.pool == id && c.device == format!("cuda:{d}"))
+                .collect();
+            let want_pool = totals_of(pv);
+            assert!(!curves.is_empty(), "{name} cuda:{d} pool {id}: no panel");
+            if curves.len() == 1 {
+                assert_eq!(curves[0].peak_allocated_bytes, want_pool.peak_allocated_bytes, "{name} cuda:{d} pool {id} panel");
+                assert_eq!(curves[0].peak_reserved_bytes, want_pool.peak_reserved_bytes, "{name} cuda:{d} pool {id} panel");
+                let top = curves[0].points.iter().map(|p| p.allocated_max_bytes).max().unwrap();
+                assert_eq!(top, want_pool.peak_allocated_bytes, "{name} cuda:{d} pool {id} panel points");
+            }
             match pools.iter().find(|p| p.pool == id && p.device == format!("cuda:{d}")) {
                 Some(p) => assert_eq!(p.totals, totals_of(pv), "{name} cuda:{d} pool {id}"),
                 // A device without private pools: its default pool is the device.
@@ -192,6 +205,12 @@ fn real_private_pools_match_the_allocator() {
             let p = pools.iter().find(|p| p.pool == id).unwrap_or_else(|| panic!("{name}: no pool {id} in {pools:?}"));
             assert_eq!(p.totals.final_allocated_bytes, want["allocated"].as_u64().unwrap(), "{name} {id}");
             assert_eq!(p.totals.final_reserved_bytes, want["reserved"].as_u64().unwrap(), "{name} {id}");
+            // The segment map at the end: the allocator's segments of this pool.
+            let at_end = shared::analysis::segments_at(&t, t.events.len() - 1, 0);
+            let k = p.index;
+            let mine: Vec<_> = at_end.iter().filter(|g| g.private_pool == k).collect();
+            assert_eq!(mine.len() as u64, want["segments"].as_u64().unwrap(), "{name} {id}: segments at the end");
+            assert_eq!(mine.iter().map(|g| g.size_bytes).sum::<u64>(), want["reserved"].as_u64().unwrap(), "{name} {id}");
         }
         n += 1;
     }

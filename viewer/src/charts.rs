@@ -520,6 +520,48 @@ pub fn draw_rank_curves(canvas: &HtmlCanvasElement, pal: &Palette, end_s: f64, c
     Ok(mappings)
 }
 
+/// The Pools view: one panel per (device, pool, stream) on the trace's time axis, each on its
+/// own byte scale (a private pool is often far smaller than the default one): reserved as a
+/// line, allocated as an area; private pools in the highlight colour.
+pub fn draw_pool_curves(canvas: &HtmlCanvasElement, pal: &Palette, end_s: f64, curves: &[shared::analysis::pools::PoolCurve]) -> Res<()> {
+    let root = area(canvas, pal)?;
+    let t1 = end_s.max(1e-9);
+    let panels = root.split_evenly((curves.len().max(1), 1));
+    for (c, panel) in curves.iter().zip(&panels) {
+        let top = c.peak_reserved_bytes.max(c.peak_allocated_bytes);
+        let yt = byte_ticks(top as f64 * 1.05, 2);
+        let colour = if c.private { pal.highlight } else { pal.allocated };
+        let mut chart = ChartBuilder::on(panel)
+            .margin(6)
+            .margin_top(20)
+            .x_label_area_size(22)
+            .y_label_area_size(78)
+            .build_cartesian_2d(0.0..t1, TickedAxis::new(yt.end, yt.ticks.clone()))
+            .map_err(err)?;
+        draw_mesh(&mut chart, pal, (8, 2), &|v| format_seconds(*v), &|v| yt.label(*v), None)?;
+        if !c.points.is_empty() {
+            chart.draw_series(AreaSeries::new(held_steps(&c.points, t1), 0.0, colour.mix(0.25)).border_style(colour)).map_err(err)?;
+            let reserved = c.points.iter().enumerate().flat_map(|(i, p)| {
+                let next = c.points.get(i + 1).map_or(t1, |n| n.t_s);
+                [(p.t_s, p.reserved_max_bytes as f64), (next, p.reserved_last_bytes as f64)]
+            });
+            chart.draw_series(LineSeries::new(reserved, pal.reserved)).map_err(err)?;
+        }
+        let kind = if c.private { "private pool" } else { "default pool" };
+        let label = format!(
+            "{} · {kind} {} · stream {} · peak {} allocated, {} reserved",
+            c.device,
+            c.pool,
+            c.stream,
+            format_bytes(c.peak_allocated_bytes),
+            format_bytes(c.peak_reserved_bytes)
+        );
+        panel.draw(&Text::new(label, (84, 3), font(pal, 12).color(&colour))).map_err(err)?;
+    }
+    root.present().map_err(err)?;
+    Ok(())
+}
+
 /// The Compare view's chart: A's and B's allocated memory (each bucket's maximum) on the
 /// diff's aligned x axis, labelled by how it was aligned.
 pub fn draw_diff_curves(canvas: &HtmlCanvasElement, pal: &Palette, curves: &DiffCurves, labels: (&str, &str)) -> Res<Mapping> {

@@ -15,6 +15,7 @@ pub mod bridge;
 pub mod charts;
 pub mod compare;
 pub mod perf;
+mod pools;
 pub mod protocol;
 mod ranks;
 pub mod server;

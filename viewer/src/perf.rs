@@ -33,6 +33,7 @@ fn charts_of(o: &Overview) -> BTreeSet<&'static str> {
     }
     if o.has_segments {
         expected.insert("segments");
+        expected.insert("pools");
     }
     if o.ranks.is_some() {
         expected.insert("ranks");

@@ -156,6 +156,7 @@ pub fn Report(overview: Arc<Overview>) -> impl IntoView {
         {has_events.then(|| view! { <crate::answers::AdviceSection events=o.summary.total_events as u64 /> })}
         {has_events.then(|| view! { <FragmentationSection overview=o.clone() /> })}
         {has_segments.then(|| view! { <SegmentsSection overview=o.clone() /> })}
+        {has_segments.then(|| view! { <crate::pools::PoolsSection overview=o.clone() /> })}
     }
 }
 
@@ -483,7 +484,9 @@ fn TimelineSection(overview: Arc<Overview>) -> impl IntoView {
                                         <td class="num">{format_seconds(a.alloc_s)}</td>
                                         <td class="num">{a.free_s.map_or("never".to_owned(), format_seconds)}</td>
                                         <td class="num">{life}</td>
-                                        <td>{a.layer.unwrap_or_default()} " " <code>{a.op.unwrap_or_default()}</code></td>
+                                        <td>{a.layer.unwrap_or_default()} " " <code>{a.op.unwrap_or_default()}</code>
+                                            {a.pool.map(|p| view! { " " <span class="tag">{format!("pool {p}")}</span> })}
+                                            {(!a.notes.is_empty()).then(|| view! { <div class="notes">{a.notes.join(" · ")}</div> })}</td>
                                         <td><details><summary>{a.stack.first().cloned().unwrap_or_else(|| "—".into())}</summary>
                                             <pre>{a.stack.join("\n")}</pre></details></td>
                                     </tr> }
@@ -641,7 +644,9 @@ fn ActiveSection(overview: Arc<Overview>) -> impl IntoView {
                             <p>{format_bytes(a.size_bytes)} " at " {format_seconds(a.alloc_s)} ", freed "
                                {a.free_s.map_or("never".to_owned(), format_seconds)} " · " {a.layer.unwrap_or_default()} " "
                                <code>{a.op.unwrap_or_default()}</code>
+                               {a.pool.map(|p| format!(" · pool {p}"))}
                                " · the bands that share its stack are lit"</p>
+                            {(!a.notes.is_empty()).then(|| view! { <p class="notes" id="active-pinned-notes">{a.notes.join(" · ")}</p> })}
                             <pre>{if a.stack.is_empty() { "no stack recorded".to_owned() } else { a.stack.join("\n") }}</pre>
                         }.into_any(),
                     }}
@@ -895,14 +900,48 @@ fn SegmentsSection(overview: Arc<Overview>) -> impl IntoView {
     let canvas = NodeRef::<Canvas>::new();
     let duration = overview.duration_s.max(1e-9);
     let at = RwSignal::new(overview.summary.peak_time_s);
-    let segments: RwSignal<Option<(f64, Arc<Vec<shared::model::SegmentInfo>>)>> = RwSignal::new(None);
+    let all: RwSignal<Option<(f64, Arc<Vec<shared::model::SegmentInfo>>)>> = RwSignal::new(None);
+    // Which pool's segment map: `None` every pool, `Some(None)` the default pools, `Some(Some(k))` private pool k.
+    let pool: RwSignal<Option<Option<u16>>> = RwSignal::new(None);
     Effect::new(move |_| {
         let t = at.get();
         bridge::ask(&requests::segments(t), move |r| {
             if let Response::Segments { t_s, segments: s, .. } = r {
-                segments.set(Some((t_s, Arc::new(s))));
+                all.set(Some((t_s, Arc::new(s))));
             }
         });
+    });
+    let segments = Memo::new(move |_| {
+        all.with(|a| {
+            a.as_ref().map(|(t, s)| match pool.get() {
+                None => (*t, s.clone()),
+                Some(p) => (*t, Arc::new(s.iter().filter(|g| g.private_pool == p).cloned().collect())),
+            })
+        })
+    });
+    let private_pools: Vec<(u16, String)> =
+        overview.summary.pools.iter().filter_map(|p| Some((p.index?, p.pool.clone()))).fold(Vec::new(), |mut v, (k, name)| {
+            if !v.iter().any(|(j, _)| *j == k) {
+                v.push((k, name));
+            }
+            v
+        });
+    let on_pool = move |ev: leptos::ev::Event| {
+        let v = event_target_value(&ev);
+        pool.set(match v.as_str() {
+            "all" => None,
+            "default" => Some(None),
+            k => k.parse::<u16>().ok().map(Some),
+        });
+    };
+    let pool_select = (!private_pools.is_empty()).then(|| {
+        view! {
+            <select id="segments-pool" on:change=on_pool>
+                <option value="all" selected=true>"all pools"</option>
+                <option value="default">"default pools"</option>
+                {private_pools.into_iter().map(|(k, name)| view! { <option value=k.to_string()>{format!("private pool {name}")}</option> }).collect_view()}
+            </select>
+        }
     });
     let not_drawn = RwSignal::new(0usize);
     Effect::new(move |_| {
@@ -949,6 +988,7 @@ fn SegmentsSection(overview: Arc<Overview>) -> impl IntoView {
                     prop:value=move || at.get().to_string()
                     on:input=move |ev| { if let Ok(v) = event_target_value(&ev).parse::<f64>() { at.set(v) } } />
                 <button class="small" on:click=move |_| at.set(overview.summary.peak_time_s)>"At the peak"</button>
+                {pool_select}
                 <span class="spacer"></span>
                 {png_button(canvas, "segments")}
             </div>

@@ -149,3 +149,128 @@ impl NoteCounts {
         *self == Self::default()
     }
 }
+
+/// One (device, pool, stream)'s allocated and reserved memory over time: the Pools view's
+/// panel, as memory_viz splits private pools.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PoolCurve {
+    pub device_index: u8,
+    pub device: String,
+    /// `(0, 0)` for the default pool.
+    pub pool: String,
+    pub private: bool,
+    pub stream: String,
+    pub peak_allocated_bytes: u64,
+    pub peak_reserved_bytes: u64,
+    /// A point per bucket with events of this panel, and one at the start.
+    #[serde(with = "super::timeline_columns")]
+    pub points: Vec<super::TimelinePoint>,
+}
+
+/// Most panels the Pools view is given (the largest pools by peak reserved first).
+pub const MAX_POOL_CURVES: usize = 64;
+
+/// Every (device, pool, stream) that holds memory, over `buckets` equal spans of the trace;
+/// pinned host memory is its own device. Largest peak reserved first, at most
+/// [`MAX_POOL_CURVES`].
+pub fn pool_curves(trace: &Trace, buckets: usize) -> Vec<PoolCurve> {
+    use crate::hash::FastMap;
+    let buckets = buckets.clamp(1, 20_000);
+    let start = trace.start_ns();
+    let span = trace.end_ns().saturating_sub(start).max(1) as f64;
+    let bucket_of = |ts: u64| ((ts.saturating_sub(start) as f64 / span * buckets as f64) as usize).min(buckets - 1);
+    let t_of = |b: usize| b as f64 * span / buckets as f64 * 1e-9;
+    struct Panel {
+        running: Totals,
+        points: Vec<super::TimelinePoint>,
+        peak: Totals,
+    }
+    let mut panels: FastMap<(u8, Option<u16>, u16), Panel> = FastMap::default();
+    let new_panel = |t: Totals| Panel {
+        running: t,
+        points: vec![super::TimelinePoint {
+            t_s: 0.0,
+            allocated_min_bytes: t.allocated_bytes,
+            allocated_max_bytes: t.allocated_bytes,
+            reserved_max_bytes: t.reserved_bytes,
+            allocated_last_bytes: t.allocated_bytes,
+            reserved_last_bytes: t.reserved_bytes,
+            first_event: 0,
+        }],
+        peak: t,
+    };
+    let mut initial: FastMap<(u8, Option<u16>, u16), Totals> = FastMap::default();
+    for s in &trace.initial_segments {
+        let t = initial.entry((s.device, s.private_pool, s.stream)).or_default();
+        t.reserved_bytes += s.size_bytes;
+        t.allocated_bytes += s.blocks.iter().filter(|b| b.state == BlockState::Allocated).map(|b| b.size_bytes).sum::<u64>();
+    }
+    for (k, t) in initial {
+        panels.insert(k, new_panel(t));
+    }
+    let ev = &trace.events;
+    let mut pools = trace.event_pools.iter().peekable();
+    for i in 0..ev.len() {
+        let mut pool = None;
+        while let Some(&&(e, p)) = pools.peek() {
+            if e as usize > i {
+                break;
+            }
+            if e as usize == i {
+                pool = Some(p);
+            }
+            pools.next();
+        }
+        let panel = panels.entry((ev.device[i], pool, ev.stream[i])).or_insert_with(|| new_panel(Totals::default()));
+        let (da, dr) = ev.event_type(i).deltas(ev.size_bytes[i]);
+        let t = &mut panel.running;
+        t.allocated_bytes = (t.allocated_bytes as i128 + da).clamp(0, u64::MAX as i128) as u64;
+        t.reserved_bytes = (t.reserved_bytes as i128 + dr).clamp(0, u64::MAX as i128) as u64;
+        let t = *t;
+        panel.peak.allocated_bytes = panel.peak.allocated_bytes.max(t.allocated_bytes);
+        panel.peak.reserved_bytes = panel.peak.reserved_bytes.max(t.reserved_bytes);
+        let t_s = t_of(bucket_of(ev.ts_ns[i]));
+        match panel.points.last_mut() {
+            Some(p) if p.t_s == t_s && i > 0 && p.first_event <= i => {
+                p.allocated_min_bytes = p.allocated_min_bytes.min(t.allocated_bytes);
+                p.allocated_max_bytes = p.allocated_max_bytes.max(t.allocated_bytes);
+                p.reserved_max_bytes = p.reserved_max_bytes.max(t.reserved_bytes);
+                p.allocated_last_bytes = t.allocated_bytes;
+                p.reserved_last_bytes = t.reserved_bytes;
+            }
+            _ => panel.points.push(super::TimelinePoint {
+                t_s,
+                allocated_min_bytes: t.allocated_bytes,
+                allocated_max_bytes: t.allocated_bytes,
+                reserved_max_bytes: t.reserved_bytes,
+                allocated_last_bytes: t.allocated_bytes,
+                reserved_last_bytes: t.reserved_bytes,
+                first_event: i,
+            }),
+        }
+    }
+    let mut out: Vec<PoolCurve> = panels
+        .into_iter()
+        .filter(|(_, p)| p.peak != Totals::default())
+        .map(|((d, pool, stream), p)| PoolCurve {
+            device_index: d,
+            device: trace.devices.get(d as usize).map(ToString::to_string).unwrap_or_default(),
+            pool: pool.map_or_else(|| "(0, 0)".to_owned(), |k| trace.pools.get(k as usize).map(ToString::to_string).unwrap_or_default()),
+            private: pool.is_some(),
+            stream: trace.streams.get(stream as usize).map(|&s| trace.str(s).to_owned()).unwrap_or_default(),
+            peak_allocated_bytes: p.peak.allocated_bytes,
+            peak_reserved_bytes: p.peak.reserved_bytes,
+            points: p.points,
+        })
+        .collect();
+    out.sort_by(|a, b| {
+        (a.device_index, std::cmp::Reverse(a.peak_reserved_bytes), &a.pool, &a.stream).cmp(&(
+            b.device_index,
+            std::cmp::Reverse(b.peak_reserved_bytes),
+            &b.pool,
+            &b.stream,
+        ))
+    });
+    out.truncate(MAX_POOL_CURVES);
+    out
+}
