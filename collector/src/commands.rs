@@ -83,6 +83,9 @@ pub struct SummaryJson<'a> {
     /// Why the run ran out of memory, when it did.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub oom: Option<shared::analysis::oom::OomReport>,
+    /// Bytes of each allocation category alive at the peak (parameter, buffer, gradient,
+    /// activation, optimizer_state, temporary, other).
+    pub categories_at_peak: std::collections::BTreeMap<&'static str, u64>,
 }
 
 /// The out-of-memory explanation, first in `summary`.
@@ -110,12 +113,14 @@ pub fn print_oom(o: &shared::analysis::oom::OomReport, mut out: impl Write) -> a
 /// Prints the `print_summary` table (or one JSON object with `json`).
 pub fn print_summary(trace: &Trace, top: usize, json: bool, mut out: impl Write) -> anyhow::Result<()> {
     // Three walks of every event, on as many cores (a 3 GB snapshot's are 15 M events).
-    let (s, stats, leaks) = std::thread::scope(|scope| {
+    let (s, stats, leaks, categorized) = std::thread::scope(|scope| {
         let leaks = scope.spawn(|| shared::analysis::leaks::leaks(trace, if json { 5 } else { 3 }));
         let stats = scope.spawn(|| layer_stats(trace));
+        let categorized = scope.spawn(|| shared::analysis::categories::categorize(trace));
         let s = summary(trace);
-        (s, joined(stats), joined(leaks))
+        (s, joined(stats), joined(leaks), joined(categorized))
     });
+    let categories = shared::analysis::categories::bytes_at(trace, &categorized, s.peak_event_index);
     let tops = top_layers_by_peak(&stats, top);
     if json {
         let j = SummaryJson {
@@ -129,12 +134,21 @@ pub fn print_summary(trace: &Trace, top: usize, json: bool, mut out: impl Write)
             devices: shared::analysis::device_peaks(trace),
             leaks,
             oom: shared::analysis::oom::oom(trace, 10),
+            categories_at_peak: categories.iter().map(|&(c, b)| (c.as_str(), b)).collect(),
         };
         serde_json::to_writer_pretty(&mut out, &j)?;
         writeln!(out)?;
         return Ok(());
     }
     print_peaks(trace, &s, top, &mut out)?;
+    if categories.iter().any(|&(_, b)| b > 0) {
+        let parts: Vec<String> = categories
+            .iter()
+            .filter(|&&(_, b)| b > 0)
+            .map(|&(c, b)| format!("{} {}", c.as_str().replace('_', " "), format_bytes(b)))
+            .collect();
+        writeln!(out, "  at the peak        {}", parts.join(", "))?;
+    }
     print_pools(trace, &s, &mut out)?;
     print_run(trace, &s, &leaks, &mut out)?;
     print_top_layers(&tops, &mut out)
@@ -424,6 +438,7 @@ pub fn print_diff(
     row(&mut out, "events, operators", format!("{}, {}", a.events, a.ops), format!("{}, {}", b.events, b.ops), String::new())?;
     print_diff_layers(d, top, &mut out)?;
     print_diff_classes(&d.classes, &mut out)?;
+    print_diff_categories(&d.categories, &mut out)?;
     if let Some(ops) = &d.ops {
         for (side, list) in [("A", &ops.only_in_a), ("B", &ops.only_in_b)] {
             let names: Vec<String> = list.iter().take(top).map(|o| format!("{} x{}", o.name, o.count)).collect();
@@ -476,6 +491,25 @@ fn print_diff_layers(d: &shared::analysis::diff::TraceDiff, top: usize, out: &mu
             format_delta(l.peak_delta_bytes),
             side(l.a, |x| x.allocations.to_string()),
             side(l.b, |x| x.allocations.to_string()),
+        )?;
+    }
+    Ok(())
+}
+
+/// Bytes per allocation category at each side's peak, where either side has any.
+fn print_diff_categories(rows: &[shared::analysis::diff::CategoryRow], out: &mut dyn Write) -> anyhow::Result<()> {
+    if rows.iter().all(|r| r.a_bytes == 0 && r.b_bytes == 0) {
+        return Ok(());
+    }
+    writeln!(out, "Categories at each side's peak:")?;
+    for r in rows.iter().filter(|r| r.a_bytes > 0 || r.b_bytes > 0) {
+        let name = r.category.as_str().replace('_', " ");
+        writeln!(
+            out,
+            "  {name:<18} {:>12}  {:>12}  {:>13}",
+            format_bytes(r.a_bytes),
+            format_bytes(r.b_bytes),
+            format_delta(r.delta_bytes)
         )?;
     }
     Ok(())

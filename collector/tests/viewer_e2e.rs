@@ -1029,4 +1029,28 @@ fn pools_view_and_the_segment_map_of_each_pool() {
         20,
         "the private pool's segments",
     );
+    // What the memory at the peak is for, as the native categorisation says.
+    let categorized = shared::analysis::categories::categorize(&trace);
+    let want: Vec<(String, u64)> = shared::analysis::categories::bytes_at(&trace, &categorized, summary(&trace).peak_event_index)
+        .into_iter()
+        .filter(|&(_, b)| b > 0)
+        .map(|(c, b)| (c.as_str().to_owned(), b))
+        .collect();
+    let chips = b.exec(
+        "return [...document.querySelectorAll('#categories-at-peak .chip')].map(c => [c.dataset.category, Number(c.dataset.bytes)])",
+        json!([]),
+    );
+    assert_eq!(chips, json!(want), "categories at the peak");
+    // Colour by category: the bands take the categories' colours.
+    let checksum = "const d = document.getElementById('active-canvas').getContext('2d').getImageData(0, 0, 4000, 4000).data; \
+        let s = 0; for (let i = 0; i < d.length; i += 4) s = (s + d[i] + 3 * d[i+1] + 7 * d[i+2]) % 1000000007; return s;";
+    let before = b.exec(checksum, json!([]));
+    select(&b, "#active-colour", "category");
+    b.wait_for(&format!("{{ const f = () => {{ {checksum} }}; return f() !== {before}; }}"), 20, "the active view in category colours");
+    // A search: the annotation's text finds its allocation, and the count is said.
+    b.exec(
+        "const i = document.querySelector('#active-search'); i.value = 'graph input'; i.dispatchEvent(new Event('change', {bubbles: true}));",
+        json!([]),
+    );
+    b.wait_for("return document.querySelector('#active-found').innerText.startsWith('1 allocations match')", 20, "the search's count");
 }

@@ -63,6 +63,10 @@ pub struct Overview {
     /// entries skipped, annotations left out): `collector summary`'s `note:` lines.
     #[serde(default)]
     pub notes: Vec<String>,
+    /// Bytes of each allocation category alive at the peak
+    /// ([`analysis::categories::bytes_at`]).
+    #[serde(default)]
+    pub categories_at_peak: Vec<(analysis::categories::Category, u64)>,
 }
 
 /// The ranks of a merged trace: what the Ranks view shows, the same whichever rank the other
@@ -221,6 +225,9 @@ pub enum Request {
     Allocation { event_index: usize },
     /// Allocated and reserved memory per (device, pool, stream) over the whole trace.
     Pools { buckets: usize },
+    /// Allocations by address, stack frame, module path or note text
+    /// ([`analysis::search::find`]).
+    Find { query: String, limit: usize },
 }
 
 /// The answers, one per [`Request`] kind.
@@ -258,6 +265,7 @@ pub enum Response {
         end_s: f64,
         curves: Vec<analysis::pools::PoolCurve>,
     },
+    Found(Box<analysis::search::FindResult>),
     Overview(Box<Overview>),
     Diff(Box<TraceDiff>),
     Advice(Box<analysis::advice::AdviceReport>),
@@ -320,6 +328,8 @@ pub struct Session {
     /// The shown device's allocations paired with their frees, made on the first Active
     /// Memory Timeline request.
     pairs: Option<analysis::active::Pairs>,
+    /// Every allocation's category, in event order.
+    categories: Vec<analysis::categories::Categorized>,
 }
 
 /// Why files could not be opened as the ranks of one job.
@@ -446,6 +456,7 @@ impl Session {
             export_stem: export_stem.to_owned(),
             index: None,
             pairs: None,
+            categories: Vec::new(),
         };
         let overview = session.overview(progress);
         Opened::Trace(Box::new(session), Box::new(overview))
@@ -472,7 +483,11 @@ impl Session {
         let device = analysis::peak_device(trace);
         let ops_at_event = innermost_ops(trace);
         let mut overview = overview_of(trace, device, &self.name(), self.file_bytes, progress);
+        progress("categorising allocations");
+        let categories = analysis::categories::categorize(trace);
+        overview.categories_at_peak = analysis::categories::bytes_at(trace, &categories, overview.summary.peak_event_index);
         overview.ranks = rank_set(&self.whole, rank);
+        self.categories = categories;
         self.device = device;
         self.ops_at_event = ops_at_event;
         self.index = Some(TimelineIndex::new(self.trace()));
@@ -528,6 +543,7 @@ impl Session {
             },
             Request::Active { start_s, end_s, columns, detail } => self.active(*start_s, *end_s, *columns, *detail),
             Request::Allocation { event_index } => self.allocation_at(*event_index),
+            Request::Find { query, limit } => Response::Found(Box::new(analysis::search::find(self.trace(), query, (*limit).min(1000)))),
             Request::Pools { buckets } => {
                 Response::Pools { end_s: duration_s(self.trace()), curves: analysis::pools::pool_curves(self.trace(), *buckets) }
             }
@@ -548,6 +564,8 @@ impl Session {
         let mut a = analysis::active::active_timeline(self.trace(), pairs, self.index.as_ref(), &options);
         for b in &mut a.bands {
             b.op = self.ops_at_event.get(b.event_index as usize).and_then(|&o| self.trace().opt_str(o)).map(str::to_owned);
+            let k = self.categories.partition_point(|c| c.event < b.event_index);
+            b.category = self.categories.get(k).filter(|c| c.event == b.event_index).map(|c| c.category);
         }
         Response::Active(Box::new(a))
     }
@@ -825,6 +843,7 @@ fn overview_of(trace: &Trace, device: u8, file_name: &str, file_bytes: u64, prog
         oom: analysis::oom::oom(trace, 8),
         ranks: None,
         notes: trace.meta.warnings.clone(),
+        categories_at_peak: Vec::new(),
     }
 }
 

@@ -216,3 +216,39 @@ fn real_private_pools_match_the_allocator() {
     }
     assert_eq!(n, 3);
 }
+
+/// `find` answers by address (anywhere inside the block), annotation text, stack frame and
+/// module path, counting every match.
+#[test]
+fn search_finds_by_address_note_frame_and_layer() {
+    use shared::analysis::search::{find, MatchedBy};
+    let t = import("layout_2_15.pickle");
+    let ann = t.event_notes.iter().find(|n| t.str(n.text) == "graph input").unwrap();
+    let (ev, addr, size) = (ann.event as usize, t.events.address[ann.event as usize], t.events.size_bytes[ann.event as usize]);
+    let by_note = find(&t, "GRAPH INPUT", 10);
+    assert_eq!((by_note.total, by_note.matches[0].event_index, by_note.matches[0].by), (1, ev, MatchedBy::Note));
+    // Any address inside the block finds it (and every other allocation that held it).
+    let inside = find(&t, &format!("0x{:x}", addr + size - 1), 10);
+    assert!(inside.matches.iter().any(|m| m.event_index == ev && m.by == MatchedBy::Address), "{inside:?}");
+    let outside = find(&t, &format!("0x{:x}", addr + size), 10);
+    assert!(!outside.matches.iter().any(|m| m.event_index == ev), "{outside:?}");
+    // A frame's file:line: every allocation whose stack has it, and only those.
+    let frame = t.stacks.stack(t.stacks.stack_of_event(ev).unwrap()).next().unwrap();
+    let q = format!("{}:{}", t.str(frame.filename), frame.line);
+    let by_frame = find(&t, &q, 1000);
+    let want = (0..t.events.len())
+        .filter(|&i| t.events.event_type(i) == shared::model::EventType::Alloc)
+        .filter(|&i| {
+            let layer = t.opt_str(t.events.layer[i]).unwrap_or("").to_lowercase();
+            let in_stack = t.stacks.stack_of_event(i).is_some_and(|s| {
+                t.stacks
+                    .stack(s)
+                    .any(|f| format!("{} {}:{}", t.str(f.name), t.str(f.filename), f.line).to_lowercase().contains(&q.to_lowercase()))
+            });
+            layer.contains(&q.to_lowercase()) || in_stack
+        })
+        .count();
+    assert_eq!(by_frame.total, want, "{q}");
+    assert!(by_frame.total >= 1 && by_frame.events.len() == by_frame.total);
+    assert_eq!(find(&t, "   ", 10).total, 0);
+}

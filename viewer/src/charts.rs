@@ -785,6 +785,22 @@ pub enum ColourBy {
     Layer,
     Operator,
     Stack,
+    /// What the allocation is for (parameter, gradient, activation, ...): fixed colours.
+    Category,
+}
+
+/// A category's colour in every view, and the legend's.
+pub fn category_colour(c: Option<shared::analysis::categories::Category>) -> RGBColor {
+    use shared::analysis::categories::Category as C;
+    match c {
+        Some(C::Parameter) => RGBColor(0x4f, 0x9d, 0xff),
+        Some(C::Buffer) => RGBColor(0x3b, 0xc9, 0xdb),
+        Some(C::Gradient) => RGBColor(0xf2, 0xa5, 0x41),
+        Some(C::Activation) => RGBColor(0x6c, 0xc6, 0x6b),
+        Some(C::OptimizerState) => RGBColor(0xb4, 0x8e, 0xf0),
+        Some(C::Temporary) => RGBColor(0xe8, 0x6b, 0x6b),
+        Some(C::Other) | None => RGBColor(0x9a, 0xa3, 0xb0),
+    }
 }
 
 impl ColourBy {
@@ -795,8 +811,17 @@ impl ColourBy {
             ColourBy::Layer => b.layer.hash(&mut h),
             ColourBy::Operator => b.op.hash(&mut h),
             ColourBy::Stack => b.stack.hash(&mut h),
+            ColourBy::Category => b.category.hash(&mut h),
         }
         h.finish()
+    }
+
+    /// A band's colour: fixed per category, else from the hash of its key.
+    pub fn colour(self, b: &ActiveBand) -> RGBColor {
+        match self {
+            ColourBy::Category => category_colour(b.category),
+            _ => hashed_colour(self.key(b)),
+        }
     }
 }
 
@@ -822,13 +847,15 @@ fn hashed_colour(key: u64) -> RGBColor {
 
 /// The Active Memory Timeline: the summary band at the bottom, then every drawn allocation
 /// as its own band over the columns it is live in; `pinned` is outlined and the bands that
-/// share its stack (or, without stacks, its layer and size) are lit.
+/// share its stack (or, without stacks, its layer and size) are lit; with `found` (a search's
+/// allocation events, sorted) the others are dimmed.
 pub fn draw_active(
     canvas: &HtmlCanvasElement,
     pal: &Palette,
     a: &ActiveTimeline,
     by: ColourBy,
     pinned: Option<usize>,
+    found: Option<&[u32]>,
 ) -> Res<ActiveMapping> {
     let root = area(canvas, pal)?;
     let (mut chart, plot, ymax) = window_chart(&root, pal, (a.start_s, a.end_s), a.totals.iter().copied().max().unwrap_or(0), 14)?;
@@ -868,6 +895,8 @@ pub fn draw_active(
     let summary = outline(0, &zeros, &|k| a.summary[k]);
     chart.draw_series(std::iter::once(Polygon::new(summary, pal.grid.mix(0.9).filled()))).map_err(err)?;
     let lit = pinned.and_then(|p| a.bands.get(p)).map(|p| (p.stack, p.layer.clone(), p.size_bytes));
+    // A search's matches stay lit, the rest dimmed.
+    let unmatched = |b: &ActiveBand| found.is_some_and(|f| f.binary_search(&b.event_index).is_err());
     let shares = |b: &ActiveBand| match &lit {
         Some((Some(stack), _, _)) => b.stack == Some(*stack),
         Some((None, layer, size)) => b.stack.is_none() && &b.layer == layer && b.size_bytes == *size,
@@ -875,8 +904,8 @@ pub fn draw_active(
     };
     chart
         .draw_series(a.bands.iter().map(|b| {
-            let colour = hashed_colour(by.key(b));
-            let style = if lit.is_some() && !shares(b) { colour.mix(0.35).filled() } else { colour.filled() };
+            let colour = by.colour(b);
+            let style = if (lit.is_some() && !shares(b)) || unmatched(b) { colour.mix(0.2).filled() } else { colour.filled() };
             Polygon::new(outline(b.first_column as usize, &b.bottoms, &|_| b.size_bytes), style)
         }))
         .map_err(err)?;

@@ -186,6 +186,24 @@ fn SummarySection(overview: Arc<Overview>) -> impl IntoView {
     let devices = (overview.devices.len() > 1).then(|| overview.devices.clone());
     // Without events (a snapshot taken without its recorder) there is nothing to call a leak.
     let (leaks, has_events) = (overview.leaks.clone(), s.total_events > 0);
+    // What the memory at the peak is for: one coloured chip per category that holds any.
+    let categories = overview.categories_at_peak.iter().any(|&(_, b)| b > 0).then(|| {
+        let chips = overview
+            .categories_at_peak
+            .iter()
+            .filter(|&&(_, b)| b > 0)
+            .map(|&(c, b)| {
+                let plotters::style::RGBColor(r, g, bl) = charts::category_colour(Some(c));
+                view! {
+                    <span class="chip" data-category=c.as_str() data-bytes=b.to_string()>
+                        <span class="swatch" style=format!("background:rgb({r},{g},{bl})")></span>
+                        {format!("{} {}", c.as_str().replace('_', " "), format_bytes(b))}
+                    </span>
+                }
+            })
+            .collect_view();
+        view! { <p class="sub" id="categories-at-peak">"At the peak: " {chips}</p> }
+    });
     view! {
         <section class="card" id="summary">
             <h2>{overview.file_name.clone()}</h2>
@@ -195,6 +213,7 @@ fn SummarySection(overview: Arc<Overview>) -> impl IntoView {
             <dl class="summary">
                 {fields.into_iter().map(|(k, v)| view! { <div><dt>{k}</dt><dd>{v}</dd></div> }).collect_view()}
             </dl>
+            {categories}
             {(s.dropped_events > 0).then(|| view! {
                 <p class="warning">{format!("{} events were dropped by the recorder: totals after them come from the allocator's own counters, but per-layer counts are incomplete.", s.dropped_events)}</p>
             })}
@@ -501,6 +520,9 @@ fn TimelineSection(overview: Arc<Overview>) -> impl IntoView {
     }
 }
 
+/// A search's allocation events (sorted), how many allocations matched, and the query.
+type Found = (Arc<Vec<u32>>, usize, String);
+
 /// The Active Memory Timeline (memory_viz's main view): every allocation as its own band,
 /// stacked in the order they were made; the smaller ones and what predates the trace in one
 /// band at the bottom, so the top is the exact allocated total.
@@ -515,7 +537,20 @@ fn ActiveSection(overview: Arc<Overview>) -> impl IntoView {
     let mapping: StoredValue<Option<charts::ActiveMapping>> = StoredValue::new(None);
     let hover: RwSignal<Option<(f64, f64, usize)>> = RwSignal::new(None);
     let pinned: RwSignal<Option<(usize, Option<Allocation>)>> = RwSignal::new(None);
+    let found: RwSignal<Option<Found>> = RwSignal::new(None);
     let canvas = NodeRef::<Canvas>::new();
+    let search = move |ev: leptos::ev::Event| {
+        let query = event_target_value(&ev);
+        if query.trim().is_empty() {
+            found.set(None);
+            return;
+        }
+        bridge::ask(&Request::Find { query, limit: 0 }, move |r| match r {
+            Response::Found(f) => found.set(Some((Arc::new(f.events), f.total, f.query))),
+            Response::Error { message } => state.error.set(Some(("the search".into(), message))),
+            _ => {}
+        });
+    };
     Effect::new(move |_| {
         let (w, d) = (window.get(), detail.get());
         let Some(c) = canvas.get() else { return };
@@ -532,12 +567,13 @@ fn ActiveSection(overview: Arc<Overview>) -> impl IntoView {
     Effect::new(move |_| {
         let pal = state.palette();
         let (by, pin) = (colour_by.get(), pinned.with(|p| p.as_ref().map(|p| p.0)));
+        let hits = found.get().map(|(e, _, _)| e);
         let Some(c) = canvas.get() else { return };
         data.with(|d| {
             let Some(a) = d else { return };
             fit_canvas(&c, 360);
             perf::mark("draw active");
-            match charts::draw_active(&c, &pal, a, by, pin) {
+            match charts::draw_active(&c, &pal, a, by, pin, hits.as_deref().map(Vec::as_slice)) {
                 Ok(m) => {
                     mapping.set_value(Some(m));
                     // The highest total drawn and the bands, for tests and the benchmark.
@@ -598,6 +634,7 @@ fn ActiveSection(overview: Arc<Overview>) -> impl IntoView {
                 "allocated at " {format_seconds(band.alloc_s)} ", lives " {life}<br />
                 {band.layer.map(|l| view! { "layer " <code>{l}</code><br /> })}
                 {band.op.map(|o| view! { "op " <code>{o}</code><br /> })}
+                {band.category.map(|c| view! { "category " {c.as_str().replace('_', " ")}<br /> })}
                 "click to pin and see its stack"
             </div>
         })
@@ -606,6 +643,7 @@ fn ActiveSection(overview: Arc<Overview>) -> impl IntoView {
         colour_by.set(match event_target_value(&ev).as_str() {
             "operator" => charts::ColourBy::Operator,
             "stack" => charts::ColourBy::Stack,
+            "category" => charts::ColourBy::Category,
             _ => charts::ColourBy::Layer,
         })
     };
@@ -616,8 +654,11 @@ fn ActiveSection(overview: Arc<Overview>) -> impl IntoView {
                 <h2>"Active memory"</h2>
                 <span class="hint">"every allocation as its own band, stacked as made; wheel to zoom, hover for size and lifetime, click to pin"</span>
                 <span class="spacer"></span>
+                <input type="search" id="active-search" placeholder="find: 0x address, file:line, module, metadata" on:change=search />
+                <span class="hint" id="active-found">{move || found.get().map(|(_, n, q)| format!("{n} allocations match {q:?}"))}</span>
                 <label>"colour by " <select id="active-colour" on:change=select_colour>
                     <option value="layer">"layer"</option><option value="operator">"operator"</option><option value="stack">"stack"</option>
+                    <option value="category">"category"</option>
                 </select></label>
                 <label>" detail " <select id="active-detail" on:change=select_detail>
                     <option value="500">"500 largest"</option><option value="2000" selected>"2000 largest"</option>

@@ -77,6 +77,9 @@ pub enum Command {
     ServeWorker(serve::ServeWorkerArgs),
     /// Print peak memory, fragmentation and the top layers of a trace.
     Summary(traces::SummaryArgs),
+    /// Find allocations: by address (`0x7f3a…`, anywhere inside the block), stack frame or
+    /// `file:line`, module path, or user metadata and annotation text.
+    Find(traces::FindArgs),
 }
 
 /// How much a gzip'd input may inflate to (every command that reads a trace).
@@ -125,6 +128,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Advise(a) => traces::advise_command(a),
         Command::Merge(a) => traces::merge_command(a),
         Command::Summary(a) => traces::summary_command(a),
+        Command::Find(a) => traces::find_command(a),
         Command::Sweep(_) | Command::Overhead(_) => unreachable!("runs_in_capture"),
     }
 }

@@ -167,6 +167,9 @@ pub struct ActiveBand {
     pub op: Option<String>,
     /// The stack recorded for the allocation (an id into the trace's stacks), if any.
     pub stack: Option<u32>,
+    /// What the allocation is for (filled by the explorer, which categorised the trace).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub category: Option<super::categories::Category>,
     /// The first column the band is live in.
     pub first_column: u32,
     /// Its bottom, bytes above zero, in each column from `first_column` on. Written as runs
@@ -259,6 +262,7 @@ pub fn active_timeline(trace: &Trace, pairs: &Pairs, index: Option<&TimelineInde
                 layer: trace.opt_str(ev.layer[a as usize]).map(str::to_owned),
                 op: None,
                 stack: trace.stacks.stack_of_event(a as usize),
+                category: None,
                 first_column: 0,
                 bottoms: Vec::new(),
             }

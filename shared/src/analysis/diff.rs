@@ -62,6 +62,10 @@ pub struct TraceDiff {
     /// Both sides have the same layer names (vacuously true when neither has layers).
     pub layers_match: bool,
     pub classes: ClassesDiff,
+    /// Bytes of each allocation category alive at each side's peak
+    /// ([`super::categories`]), every category in order.
+    #[serde(default)]
+    pub categories: Vec<CategoryRow>,
     /// Operators by name; `None` unless both sides have operators (the notes say why).
     pub ops: Option<OpsDiff>,
     pub curves: DiffCurves,
@@ -194,6 +198,23 @@ pub struct ClassRow {
     pub a_bytes: u64,
     pub b_bytes: u64,
     pub delta_bytes: i64,
+}
+
+/// One allocation category at both sides' peaks.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CategoryRow {
+    pub category: super::categories::Category,
+    pub a_bytes: u64,
+    pub b_bytes: u64,
+    /// B minus A.
+    pub delta_bytes: i64,
+}
+
+/// Bytes of each category at the shown device's peak.
+fn categories_at_peak(v: &View) -> Vec<(super::categories::Category, u64)> {
+    let t = v.trace.as_ref();
+    let c = super::categories::categorize(t);
+    super::categories::bytes_at(t, &c, super::summary(t).peak_event_index)
 }
 
 /// The per-class comparison: `rows` only when both sides are available.
@@ -435,6 +456,11 @@ fn compare(va: &View, vb: &View) -> TraceDiff {
     let ops = (!a.ops.is_empty() && !b.ops.is_empty()).then(|| ops_diff(&a.ops, &b.ops));
     let curves = curves(&a, &b);
     let notes = notes(&a, &b, va, vb, &classes, curves.alignment);
+    let categories = categories_at_peak(va)
+        .into_iter()
+        .zip(categories_at_peak(vb))
+        .map(|((category, a_bytes), (_, b_bytes))| CategoryRow { category, a_bytes, b_bytes, delta_bytes: delta(a_bytes, b_bytes) })
+        .collect();
     TraceDiff {
         peak_allocated_delta_bytes: delta(a.facts.peak_allocated_bytes, b.facts.peak_allocated_bytes),
         peak_reserved_delta_bytes: delta(a.facts.peak_reserved_bytes, b.facts.peak_reserved_bytes),
@@ -443,6 +469,7 @@ fn compare(va: &View, vb: &View) -> TraceDiff {
         layers,
         layers_match,
         classes,
+        categories,
         ops,
         curves,
         notes,

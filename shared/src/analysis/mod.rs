@@ -5,12 +5,14 @@
 
 pub mod active;
 pub mod advice;
+pub mod categories;
 pub mod diff;
 pub mod flame;
 pub mod leaks;
 pub mod oom;
 pub mod pools;
 pub mod profile;
+pub mod search;
 pub mod sweep;
 pub mod timeline_index;
 
@@ -710,6 +712,7 @@ fn replayed_segments(trace: &Trace, events: usize, device: u8) -> Vec<SegmentInf
                 let pool =
                     if size == crate::allocator::SMALL_SEGMENT_BYTES { crate::model::Pool::Small } else { crate::model::Pool::Large };
                 state.segment_alloc(addr, size, device, ev.stream[i], pool);
+                state.set_private_pool(addr, trace.event_pool(i));
             }
             EventType::SegmentFree | EventType::SegmentUnmap => {
                 state.segment_free(addr);

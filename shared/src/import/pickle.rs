@@ -1279,7 +1279,10 @@ impl<R: Read, H: Hook> Vm<'_, R, H> {
         let truncated = |e: ImportError| match e {
             ImportError::Pickle { offset, reason } if reason.starts_with("truncated") => ImportError::Pickle {
                 offset,
-                reason: format!("truncated: a unicode string of {n} bytes (more than {} MiB, read in pieces) ends early", MAX_ARGUMENT_BYTES >> 20),
+                reason: format!(
+                    "truncated: a unicode string of {n} bytes (more than {} MiB, read in pieces) ends early",
+                    MAX_ARGUMENT_BYTES >> 20
+                ),
             },
             e => e,
         };
