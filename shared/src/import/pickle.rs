@@ -402,6 +402,12 @@ enum Flat {
         len: u32,
         memo: bool,
     },
+    /// A fresh pair of integers (`TUPLE2`), as a snapshot's `pool_id` (torch 2.12+).
+    Pair {
+        a: i64,
+        b: i64,
+        memo: bool,
+    },
 }
 
 /// A value of a [`FlatDict`], for a hook.
@@ -416,6 +422,8 @@ pub enum FlatValue<'a> {
     Str(&'a str),
     /// A fresh list of memo references.
     List(&'a [ValueId]),
+    /// A fresh pair of integers.
+    Pair(i64, i64),
 }
 
 impl FlatValue<'_> {
@@ -429,6 +437,7 @@ impl FlatValue<'_> {
             FlatValue::Bool(b) => f(&Value::Bool(b)),
             FlatValue::Str(_) => f(&Value::Str(String::new())),
             FlatValue::List(_) => f(&Value::List(Vec::new())),
+            FlatValue::Pair(..) => f(&Value::Tuple(Vec::new())),
         }
     }
 
@@ -476,6 +485,7 @@ impl<'a> FlatDict<'a> {
                 FlatValue::Str(std::str::from_utf8(&self.window[at as usize..(at + len) as usize]).unwrap_or_default())
             }
             Flat::List { at, len, .. } => FlatValue::List(&self.lists[at as usize..(at + len) as usize]),
+            Flat::Pair { a, b, .. } => FlatValue::Pair(a, b),
         }
     }
 
@@ -558,6 +568,18 @@ impl FlatReader<'_> {
         m
     }
 
+    /// The argument of BININT1 (`K`), BININT2 (`M`) or BININT (`J`), the opcode consumed.
+    fn small_int(&mut self, op: u8) -> Option<i64> {
+        Some(match op {
+            b'K' => self.byte()? as i64,
+            b'M' => {
+                let b = self.bytes(2)?;
+                u16::from_le_bytes([b[0], b[1]]) as i64
+            }
+            _ => self.u32()? as i32 as i64,
+        })
+    }
+
     fn string(&mut self, n: usize) -> Option<Flat> {
         let at = self.i;
         std::str::from_utf8(self.bytes(n)?).ok()?;
@@ -571,12 +593,29 @@ impl FlatReader<'_> {
             op => {
                 self.i += 1;
                 match op {
-                    b'K' => Flat::Int(self.byte()? as i64),
-                    b'M' => {
-                        let b = self.bytes(2)?;
-                        Flat::Int(u16::from_le_bytes([b[0], b[1]]) as i64)
+                    b'K' | b'M' | b'J' => {
+                        let a = self.small_int(op)?;
+                        // Two integers and TUPLE2: a fresh pair.
+                        let save = self.i;
+                        let pair = match self.peek() {
+                            Some(op @ (b'K' | b'M' | b'J')) => {
+                                self.i += 1;
+                                let b = self.small_int(op)?;
+                                (self.peek() == Some(0x86)).then_some(b)
+                            }
+                            _ => None,
+                        };
+                        match pair {
+                            Some(b) => {
+                                self.i += 1;
+                                Flat::Pair { a, b, memo: self.memoize() }
+                            }
+                            None => {
+                                self.i = save;
+                                Flat::Int(a)
+                            }
+                        }
                     }
-                    b'J' => Flat::Int(self.u32()? as i32 as i64),
                     0x8a => {
                         let n = self.byte()? as usize;
                         if n > 9 {
@@ -991,6 +1030,7 @@ pub fn parse_stream(src: impl Read, size_hint: Option<u64>, hook: &mut impl Hook
         hook,
         flat_items: Vec::new(),
         flat_lists: Vec::new(),
+        pairs: Default::default(),
     };
     loop {
         let at = vm.r.pos();
@@ -1018,6 +1058,8 @@ struct Vm<'h, R, H> {
     /// A [`FlatDict`]'s items and list items, kept to save allocations.
     flat_items: Vec<(ValueId, Flat)>,
     flat_lists: Vec<ValueId>,
+    /// The tuple each fresh pair of integers read ahead stands for, by value.
+    pairs: crate::hash::FastMap<(i64, i64), ValueId>,
 }
 
 /// Control: one step, the stack and the end.
@@ -1183,6 +1225,23 @@ impl<R: Read, H: Hook> Vm<'_, R, H> {
                     }
                 }
                 Flat::List { memo: true, .. } if let Some(id) = taken.list => {
+                    a.memoize(a.memo.count, id);
+                }
+                Flat::Pair { a: x, b: y, memo: true } => {
+                    // One pinned tuple per distinct pair (a snapshot writes a fresh `pool_id`
+                    // per entry): what the memo names is equal, which is all a reader sees.
+                    let id = match self.pairs.get(&(x, y)) {
+                        Some(&id) => id,
+                        None => {
+                            let err = |e| self.r.err(self.r.pos(), e);
+                            let ix = a.alloc(Value::Int(x), self.size_hint).map_err(err)?;
+                            let iy = a.alloc(Value::Int(y), self.size_hint).map_err(err)?;
+                            let id = a.alloc(Value::Tuple(vec![ix, iy]), self.size_hint).map_err(err)?;
+                            a.pin(id);
+                            self.pairs.insert((x, y), id);
+                            id
+                        }
+                    };
                     a.memoize(a.memo.count, id);
                 }
                 Flat::List { at, len, memo: true } => {

@@ -192,6 +192,9 @@ impl Extras {
 
 /// A `pool_id`: a pair of integers (a tuple, or a list as other tools write it).
 fn read_pool(a: &Arena, v: FlatValue) -> Option<PoolId> {
+    if let FlatValue::Pair(x, y) = v {
+        return Some(PoolId(x, y));
+    }
     let items = match v {
         FlatValue::Id(id) => match a.get(id) {
             Value::Tuple(items) | Value::List(items) => items.as_slice(),
