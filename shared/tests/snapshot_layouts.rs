@@ -252,3 +252,22 @@ fn search_finds_by_address_note_frame_and_layer() {
     assert!(by_frame.total >= 1 && by_frame.events.len() == by_frame.total);
     assert_eq!(find(&t, "   ", 10).total, 0);
 }
+
+/// The Chrome export carries each private pool's counter track and every annotation.
+#[test]
+fn chrome_export_has_pool_tracks_and_annotations() {
+    let t = import("layout_2_15.pickle");
+    let mut out = Vec::new();
+    shared::export::chrome::write(&t, &mut out).unwrap();
+    let v: Value = serde_json::from_slice(&out).unwrap();
+    let events = v["traceEvents"].as_array().unwrap();
+    let want_pool = pool_totals(&t).into_iter().find(|p| p.index.is_some()).unwrap();
+    let track = format!("memory {} pool {}", want_pool.device, want_pool.pool);
+    let peak = events.iter().filter(|e| e["name"] == track.as_str()).map(|e| e["args"]["allocated_bytes"].as_u64().unwrap()).max();
+    // Without the pool's memory from before recording (none in this file), its peak.
+    assert_eq!(peak, Some(want_pool.totals.peak_allocated_bytes), "{track}");
+    let annotations: Vec<&str> = events.iter().filter(|e| e["cat"] == "annotation").map(|e| e["name"].as_str().unwrap()).collect();
+    let want = t.event_notes.iter().filter(|n| n.kind == NoteKind::Annotation).count();
+    assert_eq!(annotations.len(), want);
+    assert!(annotations.contains(&"graph input"), "{annotations:?}");
+}

@@ -1,5 +1,6 @@
 //! Chrome trace JSON that Perfetto and chrome://tracing open: a counter track of allocated and
-//! reserved bytes per device, and slices for layer scopes and operators per thread.
+//! reserved bytes per device (and per private pool), instant events for annotations and
+//! allocator tags, and slices for layer scopes and operators per thread.
 
 use super::ExportError;
 use crate::analysis::nested_spans;
@@ -34,6 +35,35 @@ pub fn write(trace: &Trace, out: impl Write) -> Result<(), ExportError> {
             &mut w,
             json!({"ph": "C", "name": format!("memory {dev}"), "pid": PID, "tid": 0, "ts": us(ev.ts_ns[i]),
                    "args": {"allocated_bytes": t.allocated_bytes, "reserved_bytes": t.reserved_bytes}}),
+        )?;
+    }
+    // Private pools: a counter track each, fed by their own events.
+    if !trace.pools.is_empty() {
+        let mut running: crate::hash::FastMap<(u8, u16), crate::model::Totals> = crate::hash::FastMap::default();
+        for &(i, p) in &trace.event_pools {
+            let i = i as usize;
+            let t = running.entry((ev.device[i], p)).or_default();
+            let (da, dr) = ev.event_type(i).deltas(ev.size_bytes[i]);
+            t.allocated_bytes = (t.allocated_bytes as i128 + da).max(0) as u64;
+            t.reserved_bytes = (t.reserved_bytes as i128 + dr).max(0) as u64;
+            let dev = trace.devices.get(ev.device[i] as usize).map(|d| d.to_string()).unwrap_or_default();
+            let pool = trace.pools.get(p as usize).map(|p| p.to_string()).unwrap_or_default();
+            emit(
+                &mut w,
+                json!({"ph": "C", "name": format!("memory {dev} pool {pool}"), "pid": PID, "tid": 0, "ts": us(ev.ts_ns[i]),
+                       "args": {"allocated_bytes": t.allocated_bytes, "reserved_bytes": t.reserved_bytes}}),
+            )?;
+        }
+    }
+    // Annotations and allocator tags, where they were attached (user metadata rides on every
+    // event of its thread: the own format keeps it).
+    for n in trace.event_notes.iter().filter(|n| n.kind != crate::model::NoteKind::UserMetadata) {
+        let i = n.event as usize;
+        let kind = if n.kind == crate::model::NoteKind::Annotation { "annotation" } else { "allocator" };
+        emit(
+            &mut w,
+            json!({"ph": "i", "s": "p", "name": trace.str(n.text), "cat": kind, "pid": PID, "tid": 0, "ts": us(n.ts_ns.max(start)),
+                   "args": {"address": format!("0x{:x}", ev.address[i]), "size_bytes": ev.size_bytes[i]}}),
         )?;
     }
     for (tid, spans) in nested_spans(trace) {
