@@ -1168,3 +1168,39 @@ fn stored_traces_are_explored_over_http() {
     let (code, _) = s.get_json(&format!("/api/trace/{id}/overview"));
     assert_eq!(code, 404);
 }
+
+/// A torch 2.15 snapshot over HTTP: the overview has its pools, pinned host memory and the
+/// categories at the peak; the explore API finds an annotation and draws the pools.
+#[test]
+fn pools_categories_and_search_over_http() {
+    let s = Server::start(&scratch("pools"), &[]);
+    let name = "layout_2_15.pickle";
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/data").join(name);
+    let bytes = std::fs::read(&path).unwrap();
+    let (code, stored) = s.post_bytes(&format!("/api/trace/upload?filename={name}"), &bytes);
+    assert_eq!(code, 200, "{stored}");
+    let id = stored["trace_id"].as_str().unwrap().to_owned();
+    let trace = shared::import::snapshot::import(&bytes).unwrap();
+    let (code, o) = s.get_json(&format!("/api/trace/{id}/overview"));
+    assert_eq!(code, 200, "{o}");
+    let overview: protocol::Overview = serde_json::from_value(o).unwrap();
+    assert_eq!(overview.summary.pools, shared::analysis::pools::pool_totals(&trace));
+    assert_eq!(overview.summary.pinned_host, shared::analysis::summary(&trace).pinned_host);
+    let sum: u64 = overview.categories_at_peak.iter().map(|&(_, b)| b).sum();
+    assert_eq!(sum, overview.summary.peak_allocated_bytes);
+    let (code, v) = s.post_json(&format!("/api/trace/{id}/explore"), &json!({"kind": "find", "query": "graph input", "limit": 5}));
+    assert_eq!(code, 200, "{v}");
+    let protocol::ExploreResponse::Found(f) = serde_json::from_value(v).unwrap() else { panic!("not a search") };
+    assert_eq!((f.total, f.matches[0].text.as_str()), (1, "graph input"));
+    let (code, v) = s.post_json(&format!("/api/trace/{id}/explore"), &json!({"kind": "pools", "buckets": 200}));
+    assert_eq!(code, 200, "{v}");
+    let protocol::ExploreResponse::Pools { curves, .. } = serde_json::from_value(v).unwrap() else { panic!("not the pools") };
+    // Times cross JSON (parsed to the nearest few ulps): compare the panels and their bytes.
+    let key = |c: &shared::analysis::pools::PoolCurve| {
+        let bytes: Vec<(u64, u64)> = c.points.iter().map(|p| (p.allocated_max_bytes, p.reserved_max_bytes)).collect();
+        (c.device.clone(), c.pool.clone(), c.stream.clone(), c.peak_allocated_bytes, c.peak_reserved_bytes, bytes)
+    };
+    let want = shared::analysis::pools::pool_curves(&trace, 200);
+    assert_eq!(curves.iter().map(key).collect::<Vec<_>>(), want.iter().map(key).collect::<Vec<_>>());
+    assert!(curves.iter().any(|c| c.private));
+}
