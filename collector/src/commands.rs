@@ -165,7 +165,21 @@ fn print_pools(trace: &Trace, s: &Summary, out: &mut dyn Write) -> anyhow::Resul
             format_bytes(h.final_allocated_bytes)
         )?;
     }
-    for p in &s.pools {
+    // Without segments (a traced run records allocations only) a pool's reserved memory is unknown.
+    let reserved_known = shared::analysis::has_segments(trace);
+    for p in s.pools.iter().filter(|_| !reserved_known) {
+        let kind = if p.index.is_some() { "private pool" } else { "default pool" };
+        writeln!(
+            out,
+            "  {kind:<18} {} on {}: peak {} allocated; at end {} allocated; {} allocations",
+            p.pool,
+            p.device,
+            format_bytes(p.totals.peak_allocated_bytes),
+            format_bytes(p.totals.final_allocated_bytes),
+            p.allocations
+        )?;
+    }
+    for p in s.pools.iter().filter(|_| reserved_known) {
         let kind = if p.index.is_some() { "private pool" } else { "default pool" };
         writeln!(
             out,

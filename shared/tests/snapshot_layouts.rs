@@ -271,3 +271,26 @@ fn chrome_export_has_pool_tracks_and_annotations() {
     assert_eq!(annotations.len(), want);
     assert!(annotations.contains(&"graph input"), "{annotations:?}");
 }
+
+/// `collector trace` of the same programs (tests/gpu/pool_trace.sh, same H200): the native
+/// capture knows private pools from their segments at the end, and each pool's allocated
+/// bytes at the end equal the allocator's own, as does the peak PyTorch's counter.
+#[test]
+fn traced_runs_know_their_private_pools() {
+    let facts: Value = serde_json::from_slice(&std::fs::read(data().join("pool_facts.json")).unwrap()).unwrap();
+    for (traced, snapshot) in
+        [("pool_graph.mtrace.json.gz", "pool_graph.pickle.gz"), ("pool_mempool.mtrace.json.gz", "pool_mempool.pickle.gz")]
+    {
+        let t = shared::import(&std::fs::read(data().join(traced)).unwrap(), &shared::ImportOptions::default()).unwrap();
+        let f = &facts[snapshot];
+        assert_eq!(shared::analysis::summary(&t).peak_allocated_bytes, f["max_memory_allocated"].as_u64().unwrap(), "{traced}");
+        let pools = pool_totals(&t);
+        let at_end = f["pools_at_end"].as_object().unwrap();
+        assert_eq!(pools.len(), at_end.len(), "{traced}: {pools:?}");
+        for (id, want) in at_end {
+            let id = format!("({})", id.replace(',', ", "));
+            let p = pools.iter().find(|p| p.pool == id).unwrap_or_else(|| panic!("{traced}: no pool {id}"));
+            assert_eq!(p.totals.final_allocated_bytes, want["allocated"].as_u64().unwrap(), "{traced} {id}");
+        }
+    }
+}

@@ -439,6 +439,7 @@ class Capture:
             end["notes"] = self.notes
             end["optimizers"] = sorted(e[0] for e in self.optimizers.values())
             end["cuda"] = _cuda_stats()
+            end["private_pools"] = _private_pool_segments()
             if self.sampler is not None:
                 end["device_samples"] = self.sampler.stop()
             self.send(_shim.FRAME_END, end)
@@ -499,6 +500,27 @@ class DeviceSampler:
         self.stopping.set()
         self.thread.join(timeout=2 * self.interval + 1)
         return list(self.samples)
+
+
+def _private_pool_segments(limit=100000):
+    """The CUDA allocator's segments of private pools (CUDA graphs, `torch.cuda.MemPool`) at
+    the end: the collector gives the allocations made inside them their pool."""
+    import torch
+
+    out = []
+    try:
+        if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
+            return out
+        for seg in torch.cuda.memory_snapshot():
+            pool = tuple(seg.get("segment_pool_id") or (0, 0))
+            if pool == (0, 0) or len(pool) != 2:
+                continue
+            out.append({"device": int(seg["device"]), "address": int(seg["address"]), "size": int(seg["total_size"]), "pool": [int(pool[0]), int(pool[1])]})
+            if len(out) >= limit:
+                break
+    except Exception:
+        pass
+    return out
 
 
 def _cuda_stats():

@@ -19,7 +19,7 @@ use crate::capture::live::{decimate, LiveDevice, LivePoint, LiveTotals, LIVE_POI
 use anyhow::Context;
 use record::{self as ffi, MtCounters, MtDeviceStats};
 use serde_json::{json, Value};
-use shared::model::{Device, SourceFormat, Totals, TraceMeta};
+use shared::model::{Device, EventType, SourceFormat, Totals, TraceMeta};
 use shared::Trace;
 use std::io::ErrorKind;
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -606,6 +606,7 @@ fn build_native_trace(mut p: ProcessStream, opts: &PyOptions) -> Result<Trace, S
     report_env(&mut trace, &hello);
     if let Some(i) = cuda_index {
         trace.device_samples = device_samples(end.as_ref(), i, start_ns);
+        attach_private_pools(&mut trace, end.as_ref(), i);
     }
     match &end {
         Some(e) => {
@@ -624,6 +625,55 @@ fn build_native_trace(mut p: ProcessStream, opts: &PyOptions) -> Result<Trace, S
         trace.meta.warnings.push("the process did not report the CUDA allocator's own counters at its end".into());
     }
     Ok(trace)
+}
+
+/// Gives the allocations made inside a private pool's segment (CUDA graphs,
+/// `torch.cuda.MemPool`; the segments the process reported at its end, `private_pools`) that
+/// pool. A segment freed before the end is not known, nor is a pool's reserved memory over
+/// time: the capture records allocations, not segments.
+fn attach_private_pools(trace: &mut Trace, end: Option<&Value>, index: i8) {
+    let rows = end.and_then(|e| e.get("private_pools")).and_then(Value::as_array);
+    let mut ranges: Vec<(u64, u64, shared::model::PoolId)> = rows
+        .into_iter()
+        .flatten()
+        .filter(|r| r.get("device").and_then(Value::as_i64) == Some(i64::from(index)))
+        .filter_map(|r| {
+            let (a, n) = (r.get("address")?.as_u64()?, r.get("size")?.as_u64()?);
+            let p = r.get("pool")?.as_array()?;
+            Some((a, a.saturating_add(n), shared::model::PoolId(p.first()?.as_i64()?, p.get(1)?.as_i64()?)))
+        })
+        .collect();
+    if ranges.is_empty() {
+        return;
+    }
+    ranges.sort_unstable();
+    let ev = &trace.events;
+    let mut pools: Vec<shared::model::PoolId> = Vec::new();
+    let mut event_pools = Vec::new();
+    for i in 0..ev.len() {
+        if !matches!(ev.event_type(i), EventType::Alloc | EventType::Free | EventType::FreeCompleted) {
+            continue;
+        }
+        let a = ev.address[i];
+        let k = ranges.partition_point(|r| r.0 <= a);
+        let Some(&(_, end, id)) = k.checked_sub(1).and_then(|k| ranges.get(k)) else { continue };
+        if a >= end {
+            continue;
+        }
+        let p = match pools.iter().position(|&q| q == id) {
+            Some(p) => p,
+            None => {
+                pools.push(id);
+                pools.len() - 1
+            }
+        };
+        event_pools.push((i as u32, p as u16));
+    }
+    trace.pools = pools;
+    trace.event_pools = event_pools;
+    trace.meta.warnings.push(
+        "private pools (CUDA graphs, MemPool) are known from their segments at the end of the run: allocations in segments freed earlier count in the default pool, and pools' reserved memory is not recorded".into(),
+    );
 }
 
 /// The process's torchrun variables (numbers, as `env.RANK`, ...) and job, from its header.
@@ -764,5 +814,51 @@ impl LiveClient {
                 anyhow::bail!("{error}")
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shared::model::{EventRecord, Phase, StrId};
+
+    /// Allocations inside a private pool's segment (as the process reported them at its end)
+    /// take that pool, their frees too; others stay in the default pool; other devices' segments
+    /// are ignored.
+    #[test]
+    fn allocations_in_private_segments_take_their_pool() {
+        let mut t = Trace::new(TraceMeta::new(SourceFormat::MemoryTracer));
+        let d = t.device_index(Device { kind: "cuda".into(), index: 0, rank: None });
+        let s = t.stream_index("default");
+        let push = |t: &mut Trace, ts, event_type, address| {
+            t.events.push(EventRecord {
+                ts_ns: ts,
+                event_type,
+                phase: Phase::Other,
+                size_bytes: 512,
+                address,
+                layer: StrId::NONE,
+                device: d,
+                stream: s,
+                totals: None,
+            })
+        };
+        push(&mut t, 1, EventType::Alloc, 0x1000);
+        push(&mut t, 2, EventType::Alloc, 0x20_0000);
+        push(&mut t, 3, EventType::Free, 0x20_0000);
+        push(&mut t, 4, EventType::Alloc, 0x40_0000);
+        let end = json!({"private_pools": [
+            {"device": 0, "address": 0x20_0000, "size": 0x20_0000, "pool": [1, 0]},
+            {"device": 1, "address": 0x40_0000, "size": 0x20_0000, "pool": [0, 2]},
+            {"device": 0, "address": "bad"}
+        ]});
+        attach_private_pools(&mut t, Some(&end), 0);
+        assert_eq!(t.pools, vec![shared::model::PoolId(1, 0)]);
+        assert_eq!(t.event_pools, vec![(1, 0), (2, 0)]);
+        assert!(t.meta.warnings.iter().any(|w| w.contains("known from their segments at the end")));
+        // Nothing reported: nothing changes.
+        let mut u = Trace::new(TraceMeta::new(SourceFormat::MemoryTracer));
+        attach_private_pools(&mut u, Some(&json!({})), 0);
+        assert!(u.pools.is_empty() && u.meta.warnings.is_empty());
     }
 }
