@@ -1203,4 +1203,18 @@ fn pools_categories_and_search_over_http() {
     let want = shared::analysis::pools::pool_curves(&trace, 200);
     assert_eq!(curves.iter().map(key).collect::<Vec<_>>(), want.iter().map(key).collect::<Vec<_>>());
     assert!(curves.iter().any(|c| c.private));
+    // An allocation made under dict metadata: its metadata decoded.
+    let n = trace
+        .event_notes
+        .iter()
+        .find(|n| {
+            trace.str(n.text).starts_with("{\"step\"") && trace.events.event_type(n.event as usize) == shared::model::EventType::Alloc
+        })
+        .unwrap();
+    let (code, v) = s.post_json(&format!("/api/trace/{id}/explore"), &json!({"kind": "allocation", "event_index": n.event}));
+    assert_eq!(code, 200, "{v}");
+    let protocol::ExploreResponse::Allocations { allocations, .. } = serde_json::from_value(v).unwrap() else {
+        panic!("not an allocation")
+    };
+    assert_eq!(allocations[0].user_metadata.as_ref().and_then(|m| m.get("step")), Some(&json!(3)), "{:?}", allocations[0]);
 }

@@ -307,6 +307,10 @@ pub struct Allocation {
     /// Annotations, user metadata and allocator tags attached to it, as `kind: text`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+    /// Its user metadata decoded, when the text is JSON (what `_set_memory_metadata` writes
+    /// for a dict).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_metadata: Option<serde_json::Value>,
 }
 
 /// An imported trace with the analyses computed once.
@@ -733,6 +737,13 @@ impl Session {
                     format!("{kind}: {}", self.trace().str(n.text))
                 })
                 .collect(),
+            user_metadata: self
+                .trace()
+                .notes_of(i)
+                .iter()
+                .filter(|n| n.kind == crate::model::NoteKind::UserMetadata)
+                .find_map(|n| serde_json::from_str::<serde_json::Value>(self.trace().str(n.text)).ok())
+                .filter(|v| v.is_object() || v.is_array()),
         }
     }
 
