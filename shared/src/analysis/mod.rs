@@ -213,11 +213,13 @@ pub fn layer_stats(trace: &Trace) -> BTreeMap<String, LayerMemoryStats> {
     };
     let mut acc: BTreeMap<u32, Acc> = BTreeMap::new();
     let ev = &trace.events;
+    // Pinned host memory's totals are not a GPU's: its events make no layer's peaks.
+    let host = trace.devices.iter().position(crate::model::Device::is_pinned_host);
     let mut cursor = ev.cursor();
     for i in 0..ev.len() {
         let t = cursor.advance();
         let l = ev.layer[i];
-        if l.is_none() {
+        if l.is_none() || Some(ev.device[i] as usize) == host {
             continue;
         }
         let a = acc.entry(l.0).or_insert_with(fresh);
