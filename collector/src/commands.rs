@@ -166,32 +166,18 @@ fn print_pools(trace: &Trace, s: &Summary, out: &mut dyn Write) -> anyhow::Resul
         )?;
     }
     // Without segments (a traced run records allocations only) a pool's reserved memory is unknown.
-    let reserved_known = shared::analysis::has_segments(trace);
-    for p in s.pools.iter().filter(|_| !reserved_known) {
+    for p in &s.pools {
         let kind = if p.index.is_some() { "private pool" } else { "default pool" };
-        writeln!(
-            out,
-            "  {kind:<18} {} on {}: peak {} allocated; at end {} allocated; {} allocations",
-            p.pool,
-            p.device,
-            format_bytes(p.totals.peak_allocated_bytes),
-            format_bytes(p.totals.final_allocated_bytes),
-            p.allocations
-        )?;
-    }
-    for p in s.pools.iter().filter(|_| reserved_known) {
-        let kind = if p.index.is_some() { "private pool" } else { "default pool" };
-        writeln!(
-            out,
-            "  {kind:<18} {} on {}: peak {} allocated, {} reserved; at end {} allocated, {} reserved; {} allocations",
-            p.pool,
-            p.device,
-            format_bytes(p.totals.peak_allocated_bytes),
-            format_bytes(p.totals.peak_reserved_bytes),
-            format_bytes(p.totals.final_allocated_bytes),
-            format_bytes(p.totals.final_reserved_bytes),
-            p.allocations
-        )?;
+        let t = &p.totals;
+        let (peak, at_end) = if p.reserved_known {
+            (
+                format!("{} allocated, {} reserved", format_bytes(t.peak_allocated_bytes), format_bytes(t.peak_reserved_bytes)),
+                format!("{} allocated, {} reserved", format_bytes(t.final_allocated_bytes), format_bytes(t.final_reserved_bytes)),
+            )
+        } else {
+            (format!("{} allocated", format_bytes(t.peak_allocated_bytes)), format!("{} allocated", format_bytes(t.final_allocated_bytes)))
+        };
+        writeln!(out, "  {kind:<18} {} on {}: peak {peak}; at end {at_end}; {} allocations", p.pool, p.device, p.allocations)?;
     }
     let n = &s.notes;
     if !n.is_empty() {
@@ -510,6 +496,12 @@ fn print_diff_layers(d: &shared::analysis::diff::TraceDiff, top: usize, out: &mu
     Ok(())
 }
 
+/// One row of bytes on both sides and their difference.
+fn diff_row(out: &mut dyn Write, name: &str, a: u64, b: u64, delta: i64) -> anyhow::Result<()> {
+    writeln!(out, "  {name:<18} {:>12}  {:>12}  {:>13}", format_bytes(a), format_bytes(b), format_delta(delta))?;
+    Ok(())
+}
+
 /// Bytes per allocation category at each side's peak, where either side has any.
 fn print_diff_categories(rows: &[shared::analysis::diff::CategoryRow], out: &mut dyn Write) -> anyhow::Result<()> {
     if rows.iter().all(|r| r.a_bytes == 0 && r.b_bytes == 0) {
@@ -518,13 +510,7 @@ fn print_diff_categories(rows: &[shared::analysis::diff::CategoryRow], out: &mut
     writeln!(out, "Categories at each side's peak:")?;
     for r in rows.iter().filter(|r| r.a_bytes > 0 || r.b_bytes > 0) {
         let name = r.category.as_str().replace('_', " ");
-        writeln!(
-            out,
-            "  {name:<18} {:>12}  {:>12}  {:>13}",
-            format_bytes(r.a_bytes),
-            format_bytes(r.b_bytes),
-            format_delta(r.delta_bytes)
-        )?;
+        diff_row(out, &name, r.a_bytes, r.b_bytes, r.delta_bytes)?;
     }
     Ok(())
 }
@@ -555,13 +541,7 @@ fn print_diff_classes(c: &shared::analysis::diff::ClassesDiff, out: &mut dyn Wri
             shared::analysis::profile::TensorClass::Act => "activations",
             shared::analysis::profile::TensorClass::Other => "other",
         };
-        writeln!(
-            out,
-            "  {name:<18} {:>12}  {:>12}  {:>13}",
-            format_bytes(r.a_bytes),
-            format_bytes(r.b_bytes),
-            format_delta(r.delta_bytes)
-        )?;
+        diff_row(out, name, r.a_bytes, r.b_bytes, r.delta_bytes)?;
     }
     Ok(())
 }

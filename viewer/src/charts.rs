@@ -491,14 +491,7 @@ pub fn draw_rank_curves(canvas: &HtmlCanvasElement, pal: &Palette, end_s: f64, c
     for (c, panel) in curves.iter().zip(&panels) {
         let marked = c.device_index == highest;
         let colour = if marked { pal.highlight } else { pal.allocated };
-        let mut chart = ChartBuilder::on(panel)
-            .margin(6)
-            .margin_top(20)
-            .x_label_area_size(22)
-            .y_label_area_size(78)
-            .build_cartesian_2d(0.0..t1, TickedAxis::new(yt.end, yt.ticks.clone()))
-            .map_err(err)?;
-        draw_mesh(&mut chart, pal, (8, 3), &|v| format_seconds(*v), &|v| yt.label(*v), None)?;
+        let mut chart = small_multiple(panel, pal, t1, &yt, 3)?;
         let peak = c.points.iter().reduce(|best, p| if p.allocated_max_bytes > best.allocated_max_bytes { p } else { best });
         if !c.points.is_empty() {
             let series = held_steps(&c.points, t1);
@@ -520,6 +513,25 @@ pub fn draw_rank_curves(canvas: &HtmlCanvasElement, pal: &Palette, end_s: f64, c
     Ok(mappings)
 }
 
+/// One panel of small multiples over `0..t1` seconds, bytes on `yt`'s ticks, with its mesh.
+fn small_multiple<'a>(
+    panel: &'a DrawingArea<CanvasBackend, Shift>,
+    pal: &Palette,
+    t1: f64,
+    yt: &shared::units::ByteTicks,
+    y_labels: usize,
+) -> Res<Chart<'a>> {
+    let mut chart = ChartBuilder::on(panel)
+        .margin(6)
+        .margin_top(20)
+        .x_label_area_size(22)
+        .y_label_area_size(78)
+        .build_cartesian_2d(0.0..t1, TickedAxis::new(yt.end, yt.ticks.clone()))
+        .map_err(err)?;
+    draw_mesh(&mut chart, pal, (8, y_labels), &|v| format_seconds(*v), &|v| yt.label(*v), None)?;
+    Ok(chart)
+}
+
 /// The Pools view: one panel per (device, pool, stream) on the trace's time axis, each on its
 /// own byte scale (a private pool is often far smaller than the default one): reserved as a
 /// line, allocated as an area; private pools in the highlight colour.
@@ -531,14 +543,7 @@ pub fn draw_pool_curves(canvas: &HtmlCanvasElement, pal: &Palette, end_s: f64, c
         let top = c.peak_reserved_bytes.max(c.peak_allocated_bytes);
         let yt = byte_ticks(top as f64 * 1.05, 2);
         let colour = if c.private { pal.highlight } else { pal.allocated };
-        let mut chart = ChartBuilder::on(panel)
-            .margin(6)
-            .margin_top(20)
-            .x_label_area_size(22)
-            .y_label_area_size(78)
-            .build_cartesian_2d(0.0..t1, TickedAxis::new(yt.end, yt.ticks.clone()))
-            .map_err(err)?;
-        draw_mesh(&mut chart, pal, (8, 2), &|v| format_seconds(*v), &|v| yt.label(*v), None)?;
+        let mut chart = small_multiple(panel, pal, t1, &yt, 2)?;
         if !c.points.is_empty() {
             chart.draw_series(AreaSeries::new(held_steps(&c.points, t1), 0.0, colour.mix(0.25)).border_style(colour)).map_err(err)?;
             let reserved = c.points.iter().enumerate().flat_map(|(i, p)| {

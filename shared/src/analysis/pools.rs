@@ -43,6 +43,32 @@ pub struct PoolTotals {
     #[serde(flatten)]
     pub totals: MemoryTotals,
     pub allocations: usize,
+    /// False where the trace has no segments (a traced run records allocations only): the
+    /// reserved fields are then 0, not measured.
+    #[serde(default = "known")]
+    pub reserved_known: bool,
+}
+
+fn known() -> bool {
+    true
+}
+
+/// Every event's private pool (index into `Trace::pools`), in event order.
+pub fn event_pools(trace: &Trace) -> impl Iterator<Item = Option<u16>> + '_ {
+    let mut listed = trace.event_pools.iter().peekable();
+    (0..trace.events.len()).map(move |i| {
+        let mut pool = None;
+        while let Some(&&(e, p)) = listed.peek() {
+            if e as usize > i {
+                break;
+            }
+            if e as usize == i {
+                pool = Some(p);
+            }
+            listed.next();
+        }
+        pool
+    })
 }
 
 /// The totals of device `d` (its own events only).
@@ -81,18 +107,7 @@ pub fn pool_totals(trace: &Trace) -> Vec<PoolTotals> {
     let mut totals: Vec<MemoryTotals> = running.iter().map(|&t| MemoryTotals::start(t)).collect();
     let mut used = vec![false; running.len()];
     let ev = &trace.events;
-    let mut pools = trace.event_pools.iter().peekable();
-    for i in 0..ev.len() {
-        let mut pool = None;
-        while let Some(&&(e, p)) = pools.peek() {
-            if e as usize > i {
-                break;
-            }
-            if e as usize == i {
-                pool = Some(p);
-            }
-            pools.next();
-        }
+    for (i, pool) in event_pools(trace).enumerate() {
         let k = slot(ev.device[i], pool);
         let (da, dr) = ev.event_type(i).deltas(ev.size_bytes[i]);
         let t = &mut running[k];
@@ -104,6 +119,7 @@ pub fn pool_totals(trace: &Trace) -> Vec<PoolTotals> {
             allocations[k] += 1;
         }
     }
+    let reserved_known = super::has_segments(trace);
     let mut out = Vec::new();
     for (d, device) in trace.devices.iter().enumerate() {
         let has_private = (1..slots).any(|p| used[d * slots + p] || running[d * slots + p] != Totals::default());
@@ -115,7 +131,14 @@ pub fn pool_totals(trace: &Trace) -> Vec<PoolTotals> {
             }
             let index = (p > 0).then(|| (p - 1) as u16);
             let pool = index.map_or_else(|| "(0, 0)".to_owned(), |i| trace.pools[i as usize].to_string());
-            out.push(PoolTotals { pool, index, device: device.to_string(), totals: totals[k], allocations: allocations[k] });
+            out.push(PoolTotals {
+                pool,
+                index,
+                device: device.to_string(),
+                totals: totals[k],
+                allocations: allocations[k],
+                reserved_known,
+            });
         }
     }
     out
@@ -209,18 +232,7 @@ pub fn pool_curves(trace: &Trace, buckets: usize) -> Vec<PoolCurve> {
         panels.insert(k, new_panel(t));
     }
     let ev = &trace.events;
-    let mut pools = trace.event_pools.iter().peekable();
-    for i in 0..ev.len() {
-        let mut pool = None;
-        while let Some(&&(e, p)) = pools.peek() {
-            if e as usize > i {
-                break;
-            }
-            if e as usize == i {
-                pool = Some(p);
-            }
-            pools.next();
-        }
+    for (i, pool) in event_pools(trace).enumerate() {
         let panel = panels.entry((ev.device[i], pool, ev.stream[i])).or_insert_with(|| new_panel(Totals::default()));
         let (da, dr) = ev.event_type(i).deltas(ev.size_bytes[i]);
         let t = &mut panel.running;
