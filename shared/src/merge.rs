@@ -453,12 +453,9 @@ impl IdMap for MergedIds<'_> {
     }
 }
 
-/// Appends to `out` the pools and notes of `src`'s events, where event `i` of `src` became
-/// `new_index(i)` (`None`: left out), with strings and stacks mapped by `ids`. Pools are
-/// shared by id (a device tells two processes' apart). Leaves both lists unsorted.
-pub fn carry_pools_and_notes(out: &mut Trace, src: &Trace, new_index: &dyn Fn(u32) -> Option<u32>, ids: &mut dyn IdMap) {
-    let pools: Vec<u16> = src
-        .pools
+/// Each of `src`'s pools as an index into `out`'s, added there if new: pools are one by id.
+pub fn pool_map(out: &mut Trace, src: &Trace) -> Vec<u16> {
+    src.pools
         .iter()
         .map(|id| match out.pools.iter().position(|p| p == id) {
             Some(k) => k as u16,
@@ -467,7 +464,14 @@ pub fn carry_pools_and_notes(out: &mut Trace, src: &Trace, new_index: &dyn Fn(u3
                 (out.pools.len() - 1) as u16
             }
         })
-        .collect();
+        .collect()
+}
+
+/// Appends to `out` the pools and notes of `src`'s events, where event `i` of `src` became
+/// `new_index(i)` (`None`: left out), with strings and stacks mapped by `ids`. Pools are
+/// shared by id (a device tells two processes' apart). Leaves both lists unsorted.
+pub fn carry_pools_and_notes(out: &mut Trace, src: &Trace, new_index: &dyn Fn(u32) -> Option<u32>, ids: &mut dyn IdMap) {
+    let pools = pool_map(out, src);
     for &(e, p) in &src.event_pools {
         if let (Some(n), Some(&p)) = (new_index(e), pools.get(p as usize)) {
             out.event_pools.push((n, p));
@@ -518,10 +522,12 @@ fn append_records(out: &mut Trace, input: &MergeInput, m: &InputMap) {
         sc.thread = thread_of(input.rank, sc.thread);
         out.scopes.push(sc);
     }
+    let pools = pool_map(out, t);
     for seg in &t.initial_segments {
         let mut seg = seg.clone();
         seg.device = m.devices[seg.device as usize];
         seg.stream = m.streams.get(seg.stream as usize).copied().unwrap_or(0);
+        seg.private_pool = seg.private_pool.and_then(|p| pools.get(p as usize).copied());
         out.initial_segments.push(seg);
     }
     for d in &t.device_samples {
@@ -593,8 +599,8 @@ pub fn rank_trace(trace: &Trace, rank: u32) -> Option<Trace> {
         out.events.push(EventRecord { device, totals: Some(totals), ..rec });
     }
     let new_index = |i: u32| new_of.get(i as usize).copied().filter(|&n| n != u32::MAX);
+    // Into an empty list, the pools keep their indices, as the segments copied below expect.
     carry_pools_and_notes(&mut out, trace, &new_index, &mut SameIds);
-    out.pools = trace.pools.clone();
     let mine = |thread: u64| rank_of_thread(thread) == Some(rank);
     out.shapes = trace.shapes.clone();
     out.tensors = trace.tensors.clone();

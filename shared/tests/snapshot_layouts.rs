@@ -294,3 +294,38 @@ fn traced_runs_know_their_private_pools() {
         }
     }
 }
+
+/// Merged ranks keep every event's and every segment's pool by its id, though the ranks list
+/// their pools in different orders.
+#[test]
+fn merged_ranks_keep_their_pools() {
+    use shared::merge::{merge, MergeInput};
+    use shared::model::PoolId;
+    let a = import("layout_2_15.pickle");
+    // Rank 1: the same run, with one more pool listed first, and a segment alive from the start
+    // in its private pool.
+    let mut b = a.clone();
+    b.pools.insert(0, PoolId(7, 7));
+    b.event_pools.iter_mut().for_each(|(_, p)| *p += 1);
+    let private = b.pools.iter().position(|&p| p == PoolId(0, 1)).unwrap() as u16;
+    let seg = b.initial_segments.iter_mut().find(|s| s.device == 0).unwrap();
+    seg.private_pool = Some(private);
+    let seg_address = seg.address;
+    let pool_of = |t: &Trace, i: usize| t.event_pool(i).map(|p| t.pools[p as usize]);
+    let want: Vec<(u64, Option<PoolId>)> = [&a, &b]
+        .iter()
+        .flat_map(|t| (0..t.events.len()).map(move |i| (t.events.ts_ns[i], pool_of(t, i))))
+        .filter(|(_, p)| p.is_some())
+        .collect();
+    let merged =
+        merge(vec![MergeInput { trace: a, rank: 0, label: "a".into() }, MergeInput { trace: b, rank: 1, label: "b".into() }]).unwrap();
+    let mut got: Vec<(u64, Option<PoolId>)> =
+        (0..merged.events.len()).map(|i| (merged.events.ts_ns[i], pool_of(&merged, i))).filter(|(_, p)| p.is_some()).collect();
+    let mut want = want;
+    got.sort();
+    want.sort();
+    assert_eq!(got.len(), want.len());
+    assert_eq!(got.iter().map(|g| g.1).collect::<Vec<_>>(), want.iter().map(|w| w.1).collect::<Vec<_>>());
+    let seg = merged.initial_segments.iter().find(|s| s.address == seg_address && s.private_pool.is_some()).unwrap();
+    assert_eq!(merged.pools[seg.private_pool.unwrap() as usize], PoolId(0, 1));
+}
