@@ -149,7 +149,7 @@ impl EventType {
     }
 
     /// How this event moves the (allocated, reserved) totals of its device.
-    pub fn deltas(self, size_bytes: u64) -> (i128, i128) {
+    fn deltas(self, size_bytes: u64) -> (i128, i128) {
         let s = size_bytes as i128;
         match self {
             EventType::Alloc => (s, 0),
@@ -257,6 +257,11 @@ impl Totals {
         } else {
             self.reserved_bytes.saturating_sub(self.allocated_bytes) as f64 / self.reserved_bytes as f64
         }
+    }
+
+    /// The totals after an event of this type and size (as the event store derives them).
+    pub fn after(self, event_type: EventType, size_bytes: u64) -> Totals {
+        self.apply(event_type.deltas(size_bytes))
     }
 
     fn apply(self, (da, dr): (i128, i128)) -> Totals {

@@ -210,13 +210,6 @@ pub struct CategoryRow {
     pub delta_bytes: i64,
 }
 
-/// Bytes of each category at the shown device's peak.
-fn categories_at_peak(v: &View) -> Vec<(super::categories::Category, u64)> {
-    let t = v.trace.as_ref();
-    let c = super::categories::categorize(t);
-    super::categories::bytes_at(t, &c, super::summary(t).peak_event_index)
-}
-
 /// The per-class comparison: `rows` only when both sides are available.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ClassesDiff {
@@ -386,6 +379,8 @@ struct Analysed {
     curve_times_ns: Vec<(u64, u64, u64)>,
     start_ns: u64,
     end_ns: u64,
+    /// Bytes of each allocation category at the peak.
+    categories: Vec<(super::categories::Category, u64)>,
 }
 
 fn analyse(view: &View) -> Analysed {
@@ -424,6 +419,7 @@ fn analyse(view: &View) -> Analysed {
         spans,
         start_ns,
         end_ns: trace.end_ns(),
+        categories: super::categories::bytes_at(trace, &super::categories::categorize(trace), sum.peak_event_index),
     }
 }
 
@@ -456,10 +452,11 @@ fn compare(va: &View, vb: &View) -> TraceDiff {
     let ops = (!a.ops.is_empty() && !b.ops.is_empty()).then(|| ops_diff(&a.ops, &b.ops));
     let curves = curves(&a, &b);
     let notes = notes(&a, &b, va, vb, &classes, curves.alignment);
-    let categories = categories_at_peak(va)
-        .into_iter()
-        .zip(categories_at_peak(vb))
-        .map(|((category, a_bytes), (_, b_bytes))| CategoryRow { category, a_bytes, b_bytes, delta_bytes: delta(a_bytes, b_bytes) })
+    let categories = a
+        .categories
+        .iter()
+        .zip(&b.categories)
+        .map(|(&(category, a_bytes), &(_, b_bytes))| CategoryRow { category, a_bytes, b_bytes, delta_bytes: delta(a_bytes, b_bytes) })
         .collect();
     TraceDiff {
         peak_allocated_delta_bytes: delta(a.facts.peak_allocated_bytes, b.facts.peak_allocated_bytes),

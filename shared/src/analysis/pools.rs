@@ -71,6 +71,12 @@ pub fn event_pools(trace: &Trace) -> impl Iterator<Item = Option<u16>> + '_ {
     })
 }
 
+/// Adds a segment that existed before the first event: its size reserved, its allocated blocks.
+fn add_segment(t: &mut Totals, s: &crate::model::SegmentInfo) {
+    t.reserved_bytes += s.size_bytes;
+    t.allocated_bytes += s.blocks.iter().filter(|b| b.state == BlockState::Allocated).map(|b| b.size_bytes).sum::<u64>();
+}
+
 /// The totals of device `d` (its own events only).
 pub fn device_totals(trace: &Trace, d: usize) -> MemoryTotals {
     let ev = &trace.events;
@@ -95,9 +101,7 @@ pub fn pool_totals(trace: &Trace) -> Vec<PoolTotals> {
     let mut running = vec![Totals::default(); trace.devices.len() * slots];
     let mut allocations = vec![0usize; running.len()];
     for s in &trace.initial_segments {
-        let t = &mut running[slot(s.device, s.private_pool)];
-        t.reserved_bytes += s.size_bytes;
-        t.allocated_bytes += s.blocks.iter().filter(|b| b.state == BlockState::Allocated).map(|b| b.size_bytes).sum::<u64>();
+        add_segment(&mut running[slot(s.device, s.private_pool)], s);
     }
     // Memory alive before the first event outside every known segment counts in the default pool.
     for (d, base) in trace.events.base_totals.iter().enumerate().take(trace.devices.len()) {
@@ -109,10 +113,8 @@ pub fn pool_totals(trace: &Trace) -> Vec<PoolTotals> {
     let ev = &trace.events;
     for (i, pool) in event_pools(trace).enumerate() {
         let k = slot(ev.device[i], pool);
-        let (da, dr) = ev.event_type(i).deltas(ev.size_bytes[i]);
         let t = &mut running[k];
-        t.allocated_bytes = (t.allocated_bytes as i128 + da).clamp(0, u64::MAX as i128) as u64;
-        t.reserved_bytes = (t.reserved_bytes as i128 + dr).clamp(0, u64::MAX as i128) as u64;
+        *t = t.after(ev.event_type(i), ev.size_bytes[i]);
         totals[k].see(*t);
         used[k] = true;
         if ev.event_type(i) == EventType::Alloc {
@@ -224,9 +226,7 @@ pub fn pool_curves(trace: &Trace, buckets: usize) -> Vec<PoolCurve> {
     };
     let mut initial: FastMap<(u8, Option<u16>, u16), Totals> = FastMap::default();
     for s in &trace.initial_segments {
-        let t = initial.entry((s.device, s.private_pool, s.stream)).or_default();
-        t.reserved_bytes += s.size_bytes;
-        t.allocated_bytes += s.blocks.iter().filter(|b| b.state == BlockState::Allocated).map(|b| b.size_bytes).sum::<u64>();
+        add_segment(initial.entry((s.device, s.private_pool, s.stream)).or_default(), s);
     }
     for (k, t) in initial {
         panels.insert(k, new_panel(t));
@@ -234,16 +234,13 @@ pub fn pool_curves(trace: &Trace, buckets: usize) -> Vec<PoolCurve> {
     let ev = &trace.events;
     for (i, pool) in event_pools(trace).enumerate() {
         let panel = panels.entry((ev.device[i], pool, ev.stream[i])).or_insert_with(|| new_panel(Totals::default()));
-        let (da, dr) = ev.event_type(i).deltas(ev.size_bytes[i]);
-        let t = &mut panel.running;
-        t.allocated_bytes = (t.allocated_bytes as i128 + da).clamp(0, u64::MAX as i128) as u64;
-        t.reserved_bytes = (t.reserved_bytes as i128 + dr).clamp(0, u64::MAX as i128) as u64;
-        let t = *t;
+        panel.running = panel.running.after(ev.event_type(i), ev.size_bytes[i]);
+        let t = panel.running;
         panel.peak.allocated_bytes = panel.peak.allocated_bytes.max(t.allocated_bytes);
         panel.peak.reserved_bytes = panel.peak.reserved_bytes.max(t.reserved_bytes);
         let t_s = t_of(bucket_of(ev.ts_ns[i]));
         match panel.points.last_mut() {
-            Some(p) if p.t_s == t_s && i > 0 && p.first_event <= i => {
+            Some(p) if p.t_s == t_s && i > 0 => {
                 p.allocated_min_bytes = p.allocated_min_bytes.min(t.allocated_bytes);
                 p.allocated_max_bytes = p.allocated_max_bytes.max(t.allocated_bytes);
                 p.reserved_max_bytes = p.reserved_max_bytes.max(t.reserved_bytes);

@@ -43,9 +43,7 @@ pub fn write(trace: &Trace, out: impl Write) -> Result<(), ExportError> {
         for &(i, p) in &trace.event_pools {
             let i = i as usize;
             let t = running.entry((ev.device[i], p)).or_default();
-            let (da, dr) = ev.event_type(i).deltas(ev.size_bytes[i]);
-            t.allocated_bytes = (t.allocated_bytes as i128 + da).max(0) as u64;
-            t.reserved_bytes = (t.reserved_bytes as i128 + dr).max(0) as u64;
+            *t = t.after(ev.event_type(i), ev.size_bytes[i]);
             let dev = trace.devices.get(ev.device[i] as usize).map(|d| d.to_string()).unwrap_or_default();
             let pool = trace.pools.get(p as usize).map(|p| p.to_string()).unwrap_or_default();
             emit(

@@ -87,6 +87,18 @@ impl Extras {
         self.combo(Extra { pool, pool_given, user, internal })
     }
 
+    /// A segment's private pool, from its `segment_pool_id`; `None` for the default pool or
+    /// an id that is not a pair (counted as such).
+    pub fn segment_pool(&mut self, a: &Arena, id: super::ValueId) -> Option<u16> {
+        match read_pool(a, FlatValue::Id(id)) {
+            Some(pool) => self.pool(pool),
+            None => {
+                self.bad_pools += 1;
+                None
+            }
+        }
+    }
+
     fn combo(&mut self, e: Extra) -> u16 {
         if let Some(&k) = self.combo_index.get(&e) {
             return k;

@@ -977,7 +977,7 @@ fn import_with(src: impl std::io::Read, size_hint: Option<u64>, mut compactor: C
         let span = entries.ends().map(|(first, last)| (ns(first), ns(last)));
         import_annotations(&v, &mut trace, ann, span, &mut budget)?;
     }
-    let mut replay = Replay::new(&trace, &finals, &config, states, start.loose_allocated, start.loose_pending, streams);
+    let mut replay = Replay::new(&trace, &finals, states, start.loose_allocated, start.loose_pending, streams);
     replay.run(&v, entries, &mut compactor, &mut trace)?;
     replay.finish(&mut compactor.extras, &mut trace);
     if replay.estimated > 0 {
@@ -1146,13 +1146,7 @@ fn final_segments(
             Some("large") => Pool::Large,
             _ => pool_for_segment(size),
         };
-        let private_pool = match v.p.dict_get(s, "segment_pool_id") {
-            None => None,
-            Some(id) => match extras.read(&v.p.arena, Some(FlatValue::Id(id)), None, None) {
-                0 => None,
-                k => extras.get(k).pool,
-            },
-        };
+        let private_pool = v.p.dict_get(s, "segment_pool_id").and_then(|id| extras.segment_pool(&v.p.arena, id));
         let mut blocks = Vec::new();
         let blocks_id = v.field(s, "blocks", &path)?;
         for (j, &b) in v.list(blocks_id, &format!("{path}.blocks"))?.iter().enumerate() {
@@ -1671,10 +1665,7 @@ struct Attribution {
 }
 
 /// The replay of the entries in time order through one allocator model per device.
-struct Replay<'c> {
-    config: &'c AllocatorConfig,
-    /// Pinned host memory's model: one block per segment, sizes as recorded.
-    host_config: AllocatorConfig,
+struct Replay {
     states: Vec<AllocatorState>,
     /// Blocks alive at the start that no known segment holds, until freed.
     loose_allocated: HashMap<(usize, u64), u64>,
@@ -1703,12 +1694,11 @@ struct Replay<'c> {
     pool_mismatches: usize,
 }
 
-impl<'c> Replay<'c> {
+impl Replay {
     /// Takes the trace (with its scopes), the final segments and the start state.
     fn new(
         trace: &Trace,
         finals: &[FinalSeg],
-        config: &'c AllocatorConfig,
         states: Vec<AllocatorState>,
         loose_allocated: HashMap<(usize, u64), u64>,
         loose_pending: HashMap<(usize, u64), u64>,
@@ -1729,8 +1719,6 @@ impl<'c> Replay<'c> {
             }
         }
         Replay {
-            config,
-            host_config: AllocatorConfig::pinned_host(),
             states,
             loose_allocated,
             pending_free: loose_pending,
@@ -1893,7 +1881,6 @@ impl<'c> Replay<'c> {
     /// Takes an entry; applies it to its device's allocator model and gives the event it makes.
     fn size_event(&mut self, e: &Entry, local_streams: &LocalStreams, trace: &mut Trace) -> Result<SizedEvent, ImportError> {
         let dev = e.device as usize;
-        let config = if self.states[dev].config().whole_segments { &self.host_config } else { self.config };
         let state = &mut self.states[dev];
         let mut completes = false;
         let (event_type, size_bytes) = match e.action {
@@ -1904,7 +1891,7 @@ impl<'c> Replay<'c> {
                     None => {
                         let size = self.loose_allocated.remove(&(dev, e.addr)).unwrap_or_else(|| {
                             self.estimated += 1;
-                            config.round_size(e.size)
+                            state.config().round_size(e.size)
                         });
                         self.pending_free.insert((dev, e.addr), size);
                         size
@@ -1917,7 +1904,7 @@ impl<'c> Replay<'c> {
                     Some(s) => s,
                     None => {
                         self.estimated += 1;
-                        config.round_size(e.size)
+                        state.config().round_size(e.size)
                     }
                 };
                 completes = true;
@@ -1933,7 +1920,7 @@ impl<'c> Replay<'c> {
                     completes = true;
                     (EventType::Free, size)
                 } else {
-                    (EventType::FreeCompleted, config.round_size(e.size))
+                    (EventType::FreeCompleted, state.config().round_size(e.size))
                 }
             }
             Action::SegmentAlloc | Action::SegmentMap => {
