@@ -2,7 +2,7 @@
 //! `file:line`, by module path, or by the text of their user metadata and annotations, as
 //! memory_viz searches a snapshot.
 
-use crate::model::{EventType, Trace};
+use crate::model::{EventType, StrId, Trace};
 use serde::{Deserialize, Serialize};
 
 /// Why an allocation matched.
@@ -56,11 +56,9 @@ pub const MAX_HIGHLIGHTED: usize = 200_000;
 pub fn find(trace: &Trace, query: &str, limit: usize) -> FindResult {
     let q = query.trim();
     let address = q.strip_prefix("0x").or_else(|| q.strip_prefix("0X")).and_then(|h| u64::from_str_radix(h, 16).ok());
-    let needle = q.to_lowercase();
     let ev = &trace.events;
     let start = trace.start_ns();
-    // Each stack's matching frame, decided once per stack.
-    let mut stack_hit: Vec<Option<Option<String>>> = vec![None; trace.stacks.stacks.len()];
+    let mut matcher = Matcher::new(trace, &q.to_lowercase());
     let mut out = FindResult { query: q.to_owned(), total: 0, matches: Vec::new(), events: Vec::new() };
     if q.is_empty() {
         return out;
@@ -70,16 +68,16 @@ pub fn find(trace: &Trace, query: &str, limit: usize) -> FindResult {
             continue;
         }
         let hit = match address {
-            Some(a) => (ev.address[i] <= a && a < ev.address[i].saturating_add(ev.size_bytes[i].max(1)))
-                .then(|| (MatchedBy::Address, format!("0x{:x}", ev.address[i]))),
-            None => match_text(trace, i, &needle, &mut stack_hit),
+            Some(a) => (ev.address[i] <= a && a < ev.address[i].saturating_add(ev.size_bytes[i].max(1))).then_some(Hit::Address),
+            None => matcher.hit(i),
         };
-        let Some((by, text)) = hit else { continue };
+        let Some(hit) = hit else { continue };
         out.total += 1;
         if out.events.len() < MAX_HIGHLIGHTED {
             out.events.push(i as u32);
         }
         if out.matches.len() < limit {
+            let (by, text) = matcher.describe(hit, i);
             out.matches.push(Found {
                 event_index: i,
                 t_s: ev.ts_ns[i].saturating_sub(start) as f64 * 1e-9,
@@ -95,19 +93,71 @@ pub fn find(trace: &Trace, query: &str, limit: usize) -> FindResult {
     out
 }
 
-/// Allocation `i`'s layer, stack frame or note that contains `needle` (lower case).
-fn match_text(trace: &Trace, i: usize, needle: &str, stack_hit: &mut [Option<Option<String>>]) -> Option<(MatchedBy, String)> {
-    let contains = |s: &str| s.to_lowercase().contains(needle);
-    if let Some(layer) = trace.opt_str(trace.events.layer[i]).filter(|l| contains(l)) {
-        return Some((MatchedBy::Layer, layer.to_owned()));
+/// What matched an allocation, resolved to text only for the matches listed.
+#[derive(Clone, Copy)]
+enum Hit {
+    Address,
+    Layer(StrId),
+    /// The stack's matching frame (in [`Matcher::stacks`]).
+    Stack(u32),
+    Note(StrId),
+}
+
+/// Text matching with what was decided cached: each string and each stack is looked at once
+/// (a trace repeats its layers and stacks over millions of events).
+struct Matcher<'t> {
+    trace: &'t Trace,
+    needle: String,
+    /// By string id: 0 not looked at, 1 no, 2 contains the needle.
+    strings: Vec<u8>,
+    /// By stack: its first frame (`name file:line`) containing the needle, once looked at.
+    stacks: Vec<Option<Option<String>>>,
+}
+
+impl<'t> Matcher<'t> {
+    fn new(trace: &'t Trace, needle: &str) -> Self {
+        Self { trace, needle: needle.to_owned(), strings: vec![0; trace.strings.len()], stacks: vec![None; trace.stacks.stacks.len()] }
     }
-    if let Some(s) = trace.stacks.stack_of_event(i) {
-        let hit = stack_hit[s as usize].get_or_insert_with(|| {
-            trace.stacks.stack(s).map(|f| format!("{} {}:{}", trace.str(f.name), trace.str(f.filename), f.line)).find(|f| contains(f))
-        });
-        if let Some(frame) = hit {
-            return Some((MatchedBy::Stack, frame.clone()));
+
+    fn has(&mut self, id: StrId) -> bool {
+        let Some(slot) = self.strings.get_mut(id.0 as usize).filter(|_| !id.is_none()) else { return false };
+        if *slot == 0 {
+            *slot = if self.trace.str(id).to_lowercase().contains(&self.needle) { 2 } else { 1 };
+        }
+        *slot == 2
+    }
+
+    /// Allocation `i`'s layer, stack frame or note that contains the needle.
+    fn hit(&mut self, i: usize) -> Option<Hit> {
+        let trace = self.trace;
+        let layer = trace.events.layer[i];
+        if self.has(layer) {
+            return Some(Hit::Layer(layer));
+        }
+        let needle = &self.needle;
+        if let Some(s) = trace.stacks.stack_of_event(i) {
+            let frame = self.stacks[s as usize].get_or_insert_with(|| {
+                trace
+                    .stacks
+                    .stack(s)
+                    .map(|f| format!("{} {}:{}", trace.str(f.name), trace.str(f.filename), f.line))
+                    .find(|f| f.to_lowercase().contains(needle.as_str()))
+            });
+            if frame.is_some() {
+                return Some(Hit::Stack(s));
+            }
+        }
+        trace.notes_of(i).iter().map(|n| n.text).find(|&t| self.has(t)).map(Hit::Note)
+    }
+
+    /// How allocation `i` matched, and the text that did.
+    fn describe(&self, hit: Hit, i: usize) -> (MatchedBy, String) {
+        let t = self.trace;
+        match hit {
+            Hit::Address => (MatchedBy::Address, format!("0x{:x}", t.events.address[i])),
+            Hit::Layer(id) => (MatchedBy::Layer, t.str(id).to_owned()),
+            Hit::Stack(s) => (MatchedBy::Stack, self.stacks[s as usize].clone().flatten().unwrap_or_default()),
+            Hit::Note(id) => (MatchedBy::Note, t.str(id).to_owned()),
         }
     }
-    trace.notes_of(i).iter().map(|n| trace.str(n.text)).find(|t| contains(t)).map(|t| (MatchedBy::Note, t.to_owned()))
 }
