@@ -36,6 +36,7 @@
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <memory>
@@ -121,6 +122,9 @@ struct ThreadState {
   // The name Python gave the custom autograd Function running on this thread (0: none);
   // a PyNode's own name() takes the GIL, which the allocator's callback must never wait for.
   uint32_t python_node_name = 0;
+  // Open nn.Module calls on this thread (the module-call wrapper's depth).
+  uint32_t module_depth = 0;
+  uint64_t rf_thread = 0;  // at::RecordFunction::currentThreadId(), once known
   // Node type -> interned name.
   std::unordered_map<const std::type_info*, uint32_t> node_names;
   // name pointer -> (string id, interned copy) cache so interning an op name is a lookup.
@@ -191,8 +195,7 @@ uint32_t intern_cached(const char* s) {
 
 // A slot for one record in this thread's buffer, or null when the undrained buffers are full
 // (the record is then dropped and counted).
-inline MtRecord* slot() {
-  ThreadState& t = tls;  // one TLS lookup (the shim is dlopen-ed: each is a call)
+inline MtRecord* slot(ThreadState& t) {
   auto& G = g();
   uint64_t gen = G.generation.load(std::memory_order_acquire);
   if (t.generation != gen || !t.buf) {
@@ -234,14 +237,12 @@ inline MtRecord* slot() {
   return &c->recs[c->count.load(std::memory_order_relaxed)];
 }
 
-inline void publish() {
-  ThreadState& t = tls;  // one TLS lookup (the shim is dlopen-ed: each is a call)
+inline void publish(ThreadState& t) {
   Chunk* c = t.cur;
   c->count.store(c->count.load(std::memory_order_relaxed) + 1, std::memory_order_release);
 }
 
-inline void fill_common(MtRecord* r, uint8_t kind, uint64_t thread) {
-  ThreadState& t = tls;  // one TLS lookup (the shim is dlopen-ed: each is a call)
+inline void fill_common(ThreadState& t, MtRecord* r, uint8_t kind, uint64_t thread) {
   r->ts_ns = now_ns();
   r->kind = kind;
   r->phase = g().phase.load(std::memory_order_relaxed);
@@ -254,6 +255,18 @@ inline void fill_common(MtRecord* r, uint8_t kind, uint64_t thread) {
   r->value = 0;
   r->a = 0;
   r->b = 0;
+}
+
+// The same, for callers that have not looked the thread's state up (each lookup is a call:
+// the shim is dlopen-ed).
+inline MtRecord* slot() { return slot(tls); }
+inline void publish() { publish(tls); }
+inline void fill_common(MtRecord* r, uint8_t kind, uint64_t thread) { fill_common(tls, r, kind, thread); }
+
+// RecordFunction's id of this thread, kept in its state.
+inline uint64_t thread_id(ThreadState& t) {
+  if (__builtin_expect(t.rf_thread == 0, 0)) t.rf_thread = at::RecordFunction::currentThreadId();
+  return t.rf_thread;
 }
 
 // A tensor record follows its op's record on the same thread and shares its time; only the
@@ -419,9 +432,8 @@ uint32_t node_name(const torch::autograd::Node& node) {
 
 // The op id of the autograd node this thread evaluates (0: none), writing its MT_OP_ENTER
 // record (and the previous node's MT_OP_EXIT, at that node's last record) when it changes.
-uint32_t current_node_op(uint64_t thread) {
+uint32_t current_node_op(ThreadState& t, uint64_t thread) {
   auto& G = g();
-  ThreadState& t = tls;
   const uint64_t generation = G.generation.load(std::memory_order_acquire);
   if (t.node_generation != generation) {  // a new capture (mt_reset): its op ids start over
     t.node = nullptr;
@@ -434,12 +446,12 @@ uint32_t current_node_op(uint64_t thread) {
   const uint64_t seq = node->sequence_nr(), fwd_thread = node->thread_id();
   if (node == t.node && seq == t.node_seq && fwd_thread == t.node_fwd_thread) return t.node_op;
   if (t.node_op != 0) {
-    MtRecord* e = slot();
+    MtRecord* e = slot(t);
     if (e != nullptr) {
-      fill_common(e, MT_OP_EXIT, thread);
+      fill_common(t, e, MT_OP_EXIT, thread);
       e->ts_ns = t.node_last_ns;
       e->id = t.node_op;
-      publish();
+      publish(t);
     }
   }
   t.node = node;
@@ -450,12 +462,12 @@ uint32_t current_node_op(uint64_t thread) {
     G.op_dropped.fetch_add(1, std::memory_order_relaxed);
     return 0;
   }
-  MtRecord* r = slot();
+  MtRecord* r = slot(t);
   if (r == nullptr) return 0;
   G.op_kept.fetch_add(1, std::memory_order_relaxed);
   const uint32_t id = G.next_op.fetch_add(1, std::memory_order_relaxed);
   const uint32_t name = node_name(*node);
-  fill_common(r, MT_OP_ENTER, thread);
+  fill_common(t, r, MT_OP_ENTER, thread);
   r->id = id;
   r->value = static_cast<int64_t>(seq);
   r->a = fwd_thread;
@@ -463,7 +475,7 @@ uint32_t current_node_op(uint64_t thread) {
   r->name = name;
   r->op = t.scopes.empty() ? 0 : t.scopes.back();  // the layer scope, as in on_enter
   r->device_type = static_cast<int8_t>(at::RecordScope::BACKWARD_FUNCTION);
-  publish();
+  publish(t);
   t.node_op = id;
   t.node_last_ns = r->ts_ns;
   return id;
@@ -472,14 +484,15 @@ uint32_t current_node_op(uint64_t thread) {
 // Writes one MT_MEM or MT_OOM record (`value` is the signed size or the requested size).
 void record_memory(uint8_t kind, void* ptr, int64_t value, size_t total_allocated,
                    size_t total_reserved, c10::Device device) {
-  const uint64_t thread = at::RecordFunction::currentThreadId();
-  const uint32_t node_op = g().backward_only ? current_node_op(thread) : 0;
-  MtRecord* r = slot();
+  ThreadState& t = tls;
+  const uint64_t thread = thread_id(t);
+  const uint32_t node_op = g().backward_only ? current_node_op(t, thread) : 0;
+  MtRecord* r = slot(t);
   if (r == nullptr) return;
-  fill_common(r, kind, thread);
+  fill_common(t, r, kind, thread);
   if (node_op != 0) {
     r->op = node_op;
-    tls.node_last_ns = r->ts_ns;
+    t.node_last_ns = r->ts_ns;
   }
   r->id = reinterpret_cast<uint64_t>(ptr);
   r->value = value;
@@ -487,7 +500,7 @@ void record_memory(uint8_t kind, void* ptr, int64_t value, size_t total_allocate
   r->b = total_reserved;
   r->device_type = static_cast<int8_t>(device.type());
   r->device_index = static_cast<int8_t>(device.index());
-  publish();
+  publish(t);
 }
 
 // libtorch reads whatever sits in the PROFILER_STATE slot as a ProfilerStateBase (for example
@@ -763,32 +776,34 @@ uint32_t mt_string_count(void) {
 
 void mt_scope_enter(uint32_t name) {
   try {
+    ThreadState& t = tls;
     if (g().active.load(std::memory_order_relaxed)) {
-      MtRecord* r = slot();
+      MtRecord* r = slot(t);
       if (r == nullptr) {
-        tls.scopes.push_back(name);
+        t.scopes.push_back(name);
         return;
       }
-      fill_common(r, MT_SCOPE_ENTER, at::RecordFunction::currentThreadId());
+      fill_common(t, r, MT_SCOPE_ENTER, thread_id(t));
       r->name = name;
       r->value = static_cast<int64_t>(at::sequence_number::peek());
-      publish();
+      publish(t);
     }
-    tls.scopes.push_back(name);
+    t.scopes.push_back(name);
   } catch (...) {
   }
 }
 
 void mt_scope_exit(uint32_t name) {
   try {
-    if (!tls.scopes.empty()) tls.scopes.pop_back();
+    ThreadState& t = tls;
+    if (!t.scopes.empty()) t.scopes.pop_back();
     if (g().active.load(std::memory_order_relaxed)) {
-      MtRecord* r = slot();
+      MtRecord* r = slot(t);
       if (r == nullptr) return;
-      fill_common(r, MT_SCOPE_EXIT, at::RecordFunction::currentThreadId());
+      fill_common(t, r, MT_SCOPE_EXIT, thread_id(t));
       r->name = name;
       r->value = static_cast<int64_t>(at::sequence_number::peek());
-      publish();
+      publish(t);
     }
   } catch (...) {
   }
@@ -798,6 +813,7 @@ void mt_scope_exit(uint32_t name) {
 // what calling a builtin does, a fraction of a ctypes call. The shim is loaded into a Python
 // process but links no libpython: the few C API functions it needs are found at run time, and
 // the method table is the stable ABI's PyMethodDef.
+extern "C++" {
 namespace py {
 struct MethodDef {
   const char* name;
@@ -807,11 +823,60 @@ struct MethodDef {
 };
 static_assert(sizeof(MethodDef) == 4 * sizeof(void*), "PyMethodDef is four pointers wide");
 constexpr int kMethO = 0x0008;
+constexpr int kMethFastcall = 0x0080;
+constexpr int kMethKeywords = 0x0002;
 using Object = void;
+using Ssize = intptr_t;
 unsigned long (*as_unsigned_long)(Object*) = nullptr;
+unsigned long long (*as_unsigned_long_long)(Object*) = nullptr;
+Object* (*from_long)(long) = nullptr;
 Object* (*err_occurred)() = nullptr;
+void (*err_fetch)(Object**, Object**, Object**) = nullptr;
+void (*err_restore)(Object*, Object*, Object*) = nullptr;
+void (*err_set_string)(Object*, const char*) = nullptr;
+Object* type_error = nullptr;
 void (*incref)(Object*) = nullptr;
+void (*decref)(Object*) = nullptr;
+int (*is_true)(Object*) = nullptr;
+Ssize (*tuple_size)(Object*) = nullptr;
+Object* (*vectorcall)(Object*, Object* const*, size_t, Object*) = nullptr;
+Object* (*vectorcall_method)(Object*, Object* const*, size_t, Object*) = nullptr;
+Object* (*get_attr)(Object*, Object*) = nullptr;
+Object* (*intern)(const char*) = nullptr;
+Object* (*descr_new_method)(Object*, MethodDef*) = nullptr;
+Object* (*weakref_new)(Object*, Object*) = nullptr;
+Object* (*weakref_get_object)(Object*) = nullptr;  // borrowed (before 3.13's PyWeakref_GetRef)
+int (*weakref_get_ref)(Object*, Object**) = nullptr;  // 3.13+
 Object* none = nullptr;
+
+template <typename F>
+bool find(F& out, const char* name) {
+  out = reinterpret_cast<F>(dlsym(RTLD_DEFAULT, name));
+  return out != nullptr;
+}
+
+// Finds the C API functions the builtins use (the shim links no libpython); false, with the
+// error set, outside a Python process.
+bool load() {
+  static int state = 0;  // 0: not tried, 1: found, -1: missing (under the GIL: no race)
+  if (state == 0) {
+    Object** type_error_ptr = nullptr;
+    bool ok = find(as_unsigned_long, "PyLong_AsUnsignedLong") && find(as_unsigned_long_long, "PyLong_AsUnsignedLongLong") &&
+              find(from_long, "PyLong_FromLong") && find(err_occurred, "PyErr_Occurred") && find(err_fetch, "PyErr_Fetch") &&
+              find(err_restore, "PyErr_Restore") && find(err_set_string, "PyErr_SetString") &&
+              find(type_error_ptr, "PyExc_TypeError") && find(incref, "Py_IncRef") && find(decref, "Py_DecRef") &&
+              find(is_true, "PyObject_IsTrue") && find(tuple_size, "PyTuple_Size") && find(vectorcall, "PyObject_Vectorcall") &&
+              find(vectorcall_method, "PyObject_VectorcallMethod") && find(get_attr, "PyObject_GetAttr") &&
+              find(intern, "PyUnicode_InternFromString") && find(descr_new_method, "PyDescr_NewMethod") &&
+              find(weakref_new, "PyWeakref_NewRef") && find(none, "_Py_NoneStruct");
+    find(weakref_get_ref, "PyWeakref_GetRef");
+    if (weakref_get_ref == nullptr) ok = ok && find(weakref_get_object, "PyWeakref_GetObject");
+    if (ok) type_error = *type_error_ptr;
+    state = ok ? 1 : -1;
+  }
+  if (state < 0) set_error("the Python C API is not in this process");
+  return state > 0;
+}
 
 Object* done() {
   incref(none);
@@ -836,21 +901,234 @@ MethodDef methods[] = {
     {"scope_enter", reinterpret_cast<void*>(&scope_enter), kMethO, "mt_scope_enter(id)"},
     {"scope_exit", reinterpret_cast<void*>(&scope_exit), kMethO, "mt_scope_exit(id)"},
 };
-}  // namespace py
 
-const void* mt_py_methods(void) {
-  if (py::none == nullptr) {
-    py::as_unsigned_long = reinterpret_cast<unsigned long (*)(py::Object*)>(dlsym(RTLD_DEFAULT, "PyLong_AsUnsignedLong"));
-    py::err_occurred = reinterpret_cast<py::Object* (*)()>(dlsym(RTLD_DEFAULT, "PyErr_Occurred"));
-    py::incref = reinterpret_cast<void (*)(py::Object*)>(dlsym(RTLD_DEFAULT, "Py_IncRef"));
-    void* none = dlsym(RTLD_DEFAULT, "_Py_NoneStruct");
-    if (py::as_unsigned_long == nullptr || py::err_occurred == nullptr || py::incref == nullptr || none == nullptr) {
-      set_error("the Python C API is not in this process");
+// nn.Module.__call__ as a method descriptor made here: a module call costs a C call, a
+// lookup and the two scope records, not a Python frame. Everything rare (a thread's outermost
+// call: phase and iteration; a module not yet named; an iteration-marker module) is left to
+// Python's `before(module, depth) -> info` and `after(module, depth, info)`; `info` is the
+// module's scope id (low 32 bits) and kMarker. All of it runs under the GIL.
+constexpr uint64_t kMarker = 1ull << 32;
+enum : uint32_t { kLive = 1, kDirect = 2, kScopes = 4, kTrack = 8 };
+struct Named {
+  Object* ref;  // weak reference to the module: a reused address is not the module named
+  uint64_t info;
+};
+struct ModuleCall {
+  uint32_t flags = 0;
+  Object* before = nullptr;
+  Object* after = nullptr;
+  Object* orig = nullptr;  // the __call__ this one replaced (called when not kDirect)
+  Object* descr = nullptr;
+  Object* call_impl = nullptr;  // "_call_impl"
+  Object* compiled = nullptr;   // "_compiled_call_impl"
+  std::unordered_map<Object*, Named> named;
+};
+ModuleCall& mc = *new ModuleCall();  // never destroyed: modules may be called at exit
+
+bool referent_is(Object* ref, Object* obj) {
+  if (weakref_get_ref != nullptr) {
+    Object* got = nullptr;
+    if (weakref_get_ref(ref, &got) < 0) return false;
+    if (got != nullptr) decref(got);
+    return got == obj;
+  }
+  return weakref_get_object(ref) == obj;
+}
+
+void forget_named() {
+  for (auto& [module, n] : mc.named) decref(n.ref);
+  mc.named.clear();
+}
+
+// (self, *args) as one array: `stack` if it fits, else a heap copy the caller frees.
+Object* const* with_self(Object* self, Object* const* args, Ssize n, Object** stack, size_t room, Object*** heap) {
+  Object** out = stack;
+  if (static_cast<size_t>(n) + 1 > room) {
+    out = *heap = static_cast<Object**>(std::malloc((n + 1) * sizeof(Object*)));
+    if (out == nullptr) return nullptr;
+  }
+  out[0] = self;
+  if (n > 0) std::memcpy(out + 1, args, n * sizeof(Object*));
+  return out;
+}
+
+Object* call_module(Object* self, Object* const* args, Ssize nargs, Object* kwnames) {
+  const Ssize nkw = kwnames != nullptr ? tuple_size(kwnames) : 0;
+  Object* stack[16];
+  Object** heap = nullptr;
+  Object* const* all = with_self(self, args, nargs + nkw, stack, 16, &heap);
+  if (all == nullptr) {
+    err_set_string(type_error, "memory-tracer: out of memory calling a module");
+    return nullptr;
+  }
+  Object* result;
+  if (mc.flags & kDirect) {
+    // What nn.Module._wrapped_call_impl does: the compiled call if torch.compile set one.
+    Object* compiled = get_attr(self, mc.compiled);
+    if (compiled == nullptr) {
+      result = nullptr;
+    } else if (compiled != none) {
+      result = vectorcall(compiled, all + 1, static_cast<size_t>(nargs), kwnames);
+      decref(compiled);
+    } else {
+      decref(compiled);
+      result = vectorcall_method(mc.call_impl, all, static_cast<size_t>(nargs + 1), kwnames);
+    }
+  } else {
+    result = vectorcall(mc.orig, all, static_cast<size_t>(nargs + 1), kwnames);
+  }
+  std::free(heap);
+  return result;
+}
+
+// Calls `hook(module, depth[, info])`, keeping an exception already raised (the module's own).
+Object* call_hook(Object* hook, Object* module, uint32_t depth, const uint64_t* info) {
+  Object* d = from_long(static_cast<long>(depth));
+  if (d == nullptr) return nullptr;
+  Object* i = nullptr;
+  if (info != nullptr) {
+    i = from_long(static_cast<long>(*info));
+    if (i == nullptr) {
+      decref(d);
       return nullptr;
     }
-    py::none = none;
   }
+  Object* argv[3] = {module, d, i};
+  Object* r = vectorcall(hook, argv, info != nullptr ? 3 : 2, nullptr);
+  decref(d);
+  if (i != nullptr) decref(i);
+  return r;
+}
+
+Object* module_call(Object* self, Object* const* args, Ssize nargs, Object* kwnames) {
+  const uint32_t flags = mc.flags;
+  if (!(flags & kLive)) return call_module(self, args, nargs, kwnames);
+  ThreadState& t = tls;
+  const uint32_t depth = t.module_depth;
+  uint64_t info = 0;
+  bool ask = depth == 0;
+  if (flags & kTrack) {
+    auto it = mc.named.find(self);
+    if (it != mc.named.end() && referent_is(it->second.ref, self)) {
+      info = it->second.info;
+      ask = ask || (info & kMarker);
+    } else {
+      ask = true;
+    }
+  }
+  if (ask) {
+    Object* r = call_hook(mc.before, self, depth, nullptr);
+    if (r == nullptr) return nullptr;
+    info = as_unsigned_long_long(r);
+    decref(r);
+    if (info == static_cast<unsigned long long>(-1) && err_occurred() != nullptr) return nullptr;
+    if (flags & kTrack) {
+      auto it = mc.named.find(self);
+      if (it == mc.named.end() || !referent_is(it->second.ref, self)) {
+        Object* ref = weakref_new(self, nullptr);
+        if (ref == nullptr) {  // a module that takes no weak reference is asked at every call
+          Object *type = nullptr, *value = nullptr, *trace = nullptr;
+          err_fetch(&type, &value, &trace);
+          if (type) decref(type);
+          if (value) decref(value);
+          if (trace) decref(trace);
+        } else if (it != mc.named.end()) {
+          decref(it->second.ref);
+          it->second = Named{ref, info};
+        } else {
+          mc.named.emplace(self, Named{ref, info});
+        }
+      }
+    }
+  }
+  const uint32_t scope = static_cast<uint32_t>(info);
+  const bool scoped = (flags & kScopes) && scope != 0;
+  t.module_depth = depth + 1;
+  if (scoped) mt_scope_enter(scope);
+  Object* result = call_module(self, args, nargs, kwnames);
+  if (scoped) mt_scope_exit(scope);
+  tls.module_depth = depth;
+  if (depth == 0 || (info & kMarker)) {
+    Object *type = nullptr, *value = nullptr, *trace = nullptr;
+    if (result == nullptr) err_fetch(&type, &value, &trace);
+    Object* r = call_hook(mc.after, self, depth, &info);
+    if (r != nullptr) {
+      decref(r);
+    } else if (result != nullptr) {
+      decref(result);
+      result = nullptr;
+    } else {  // the module's own exception wins over the hook's
+      Object *t2 = nullptr, *v2 = nullptr, *tb2 = nullptr;
+      err_fetch(&t2, &v2, &tb2);
+      if (t2) decref(t2);
+      if (v2) decref(v2);
+      if (tb2) decref(tb2);
+    }
+    if (result == nullptr && type != nullptr) err_restore(type, value, trace);
+  }
+  return result;
+}
+
+MethodDef module_call_def = {"__call__", reinterpret_cast<void*>(&module_call), kMethFastcall | kMethKeywords,
+                             "__call__($self, /, *args, **kwargs)\n--\n\n"
+                             "nn.Module.__call__ with Memory Tracer's module scopes"};
+
+void set(Object*& slot, Object* value) {
+  incref(value);
+  if (slot != nullptr) decref(slot);
+  slot = value;
+}
+
+// setup(module_type, orig, before, after, flags) -> the descriptor to set as
+// module_type.__call__ (one per process, made on the first call).
+Object* module_call_setup(Object*, Object* const* args, Ssize nargs) {
+  if (nargs != 5) {
+    err_set_string(type_error, "module_call_setup(module_type, orig, before, after, flags)");
+    return nullptr;
+  }
+  const unsigned long flags = as_unsigned_long(args[4]);
+  if (flags == static_cast<unsigned long>(-1) && err_occurred() != nullptr) return nullptr;
+  if (mc.descr == nullptr) {
+    mc.call_impl = intern("_call_impl");
+    mc.compiled = intern("_compiled_call_impl");
+    if (mc.call_impl == nullptr || mc.compiled == nullptr) return nullptr;
+    mc.descr = descr_new_method(args[0], &module_call_def);
+    if (mc.descr == nullptr) return nullptr;
+  }
+  set(mc.orig, args[1]);
+  set(mc.before, args[2]);
+  set(mc.after, args[3]);
+  forget_named();
+  mc.flags = static_cast<uint32_t>(flags);
+  incref(mc.descr);
+  return mc.descr;
+}
+
+// live(flag): off, the descriptor only passes calls on (it stays wherever someone copied it).
+Object* module_call_live(Object*, Object* arg) {
+  const int on = is_true(arg);
+  if (on < 0) return nullptr;
+  mc.flags = on ? (mc.flags | kLive) : (mc.flags & ~kLive);
+  if (!on) forget_named();
+  return done();
+}
+
+MethodDef module_call_methods[] = {
+    {"module_call_setup", reinterpret_cast<void*>(&module_call_setup), kMethFastcall,
+     "module_call_setup(module_type, orig, before, after, flags)"},
+    {"module_call_live", reinterpret_cast<void*>(&module_call_live), kMethO, "module_call_live(flag)"},
+};
+}  // namespace py
+}  // extern "C++"
+
+const void* mt_py_methods(void) {
+  if (!py::load()) return nullptr;
   return py::methods;
+}
+
+const void* mt_py_module_call(void) {
+  if (!py::load()) return nullptr;
+  return py::module_call_methods;
 }
 
 void mt_mark(uint32_t name, int64_t value) {

@@ -87,6 +87,10 @@ void mt_scope_enter(uint32_t name);
 // Two PyMethodDef entries (METH_O): scope_enter(id) and scope_exit(id), for a Python process
 // to make builtin functions of (PyCFunction_NewEx); null, with the error set, outside one.
 const void* mt_py_methods(void);
+// Two PyMethodDef entries: module_call_setup(module_type, orig, before, after, flags) (METH_FASTCALL),
+// which returns a method descriptor to set as nn.Module.__call__, and module_call_live(flag)
+// (METH_O); null, with the error set, outside a Python process.
+const void* mt_py_module_call(void);
 void mt_scope_exit(uint32_t name);
 void mt_mark(uint32_t name, int64_t value);
 uint64_t mt_now_ns(void);

@@ -110,15 +110,16 @@ block("memory_tracer (default)")
 
 if a.pairs > 0:
     title = f"{a.model}{' b' + str(a.batch) if a.batch else ''} on {dev.type}, {a.pairs} pairs of steps"
-    print(f"| {title} | traced step | untraced step | overhead: median of pairs | host CPU overhead: median of pairs |")
+    print(f"| {title} | traced step | untraced step | overhead: median of pairs (interquartile range) | host CPU overhead: median of pairs |")
     print("|---|---|---|---|---|")
     result = {"model": a.model, "batch": a.batch, "device": dev.type, "pairs": a.pairs, "modes": {}}
     for m in modes[1:]:
         ps = paired(m)
         step_rel = [(t[1] / u[1] - 1) * 100 for t, u in ps]
         cpu_rel = [(t[2] / u[2] - 1) * 100 for t, u in ps]
+        q1, _, q3 = statistics.quantiles(step_rel, n=4)
         print(f"| {m} | {statistics.median(t[1] for t, _ in ps):.2f} ms | {statistics.median(u[1] for _, u in ps):.2f} ms "
-              f"| {statistics.median(step_rel):+.1f} % | {statistics.median(cpu_rel):+.1f} % |", flush=True)
+              f"| {statistics.median(step_rel):+.1f} % ({q1:+.1f} … {q3:+.1f}) | {statistics.median(cpu_rel):+.1f} % |", flush=True)
         result["modes"][m] = {"pairs": ps}
     if a.json:
         with open(a.json, "w") as f:

@@ -1,7 +1,9 @@
-"""Module scopes without global module hooks (issue 33): nn.Module.__call__ is wrapped while a
+"""Module scopes without global module hooks (issue 33): nn.Module.__call__ is replaced while a
 trace runs and restored after; scopes stay right for the cases hooks used to get right
 (exceptions inside forward, recursion, threads, per-instance forward, custom autograd
-Functions in backward) and `module_scopes=False` keeps phases and iterations."""
+Functions in backward, torch.compile) and `module_scopes=False` keeps phases and iterations.
+Every test runs twice: with the shim's C method descriptor and with the Python wrapper (what a
+shim without the descriptor gets)."""
 
 import json
 import threading
@@ -12,6 +14,15 @@ import torch.nn as nn
 from torch.nn.modules import module as nn_module
 
 from memory_tracer import MemoryTracer
+
+
+@pytest.fixture(autouse=True, params=["c", "python"])
+def module_call(request, monkeypatch):
+    from memory_tracer import _shim
+
+    if request.param == "python":
+        monkeypatch.setattr(_shim, "module_call_functions", lambda lib: None)
+    return request.param
 
 
 def saved(tracer, tmp_path, name="t"):
@@ -46,7 +57,7 @@ class Net(nn.Module):
         return self.fc(x)
 
 
-def test_no_global_hooks_run_and_the_call_is_restored_after():
+def test_no_global_hooks_run_and_the_call_is_restored_after(module_call):
     original = nn.Module.__call__
     seen = {}
     tracer = MemoryTracer(device="cpu")
@@ -54,6 +65,10 @@ def test_no_global_hooks_run_and_the_call_is_restored_after():
         seen["call"] = nn.Module.__call__
         seen["hooks"] = len(nn_module._global_forward_pre_hooks) + len(nn_module._global_forward_hooks)
     assert seen["call"] is not original, "tracing wraps nn.Module.__call__"
+    # torch.compile before 2.10 traces only a Python function as __call__: the wrapper there
+    c = module_call == "c" and tuple(int(v) for v in torch.__version__.split(".")[:2]) >= (2, 10)
+    kind = "method_descriptor" if c else "function"
+    assert type(seen["call"]).__name__ == kind
     assert seen["hooks"] == 0, "global module hooks take every module call off _call_impl's fast path"
     assert nn.Module.__call__ is original
 
@@ -244,3 +259,19 @@ def test_scope_calls_are_python_builtins_not_ctypes_calls():
     leave(7)
     with pytest.raises(OverflowError):
         enter(-1)
+
+
+def test_torch_compile_traces_through_the_module_call_without_a_graph_break(tmp_path):
+    torch._dynamo.reset()
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    tracer = MemoryTracer(device="cpu")
+    with tracer.trace(model):
+        # fullgraph=True raises at a graph break: inner module calls are traced, not called
+        compiled = torch.compile(model, fullgraph=True, backend="eager")
+        out = compiled(torch.randn(2, 8))
+        inner = torch.compile(lambda x: model[2](model[1](model[0](x))), fullgraph=True, backend="eager")
+        again = inner(torch.randn(2, 8))
+        model(torch.randn(2, 8))  # and eager calls still open scopes
+    assert out.shape == again.shape == (2, 4)
+    names = {n for n, _, _, _ in scopes(saved(tracer, tmp_path))}
+    assert {"0", "1", "2"} <= names, names

@@ -21,12 +21,37 @@ from ._shim import PHASE_BACKWARD, PHASE_FORWARD, PHASE_OPTIMIZER, PHASE_OTHER
 ITERATION_BEGIN = "iteration.begin"
 ITERATION_END = "iteration.end"
 
+# The C module call's flags (mt_shim.cpp, py::ModuleCall) and its info bit for the marker.
+C_LIVE, C_DIRECT, C_SCOPES, C_TRACK = 1, 2, 4, 8
+MARKER = 1 << 32
+
 _current = None  # the process's active Capture
+_taught = set()  # ids of the C module calls torch.compile was given a Python stand-in for
 _lock = threading.Lock()
 
 
 def current():
     return _current
+
+
+def _teach_dynamo(descr, wrapped_call):
+    """torch.compile traces Python, not a C descriptor: it is given `wrapped_call` (PyTorch's
+    own __call__) to trace in its place (`substitute_in_graph`, once per process), and its
+    record of the unpatched __call__ (taken when it was imported, maybe ours) is put back."""
+    try:
+        import torch._dynamo.decorators as decorators
+        import torch._dynamo.utils as dynamo_utils
+        if id(descr) not in _taught:
+            def module_call(self, *args, **kwargs):
+                return wrapped_call(self, *args, **kwargs)
+
+            decorators.substitute_in_graph(descr, skip_signature_check=True)(module_call)
+            _taught.add(id(descr))
+        for mod in (dynamo_utils, sys.modules.get("torch._dynamo.variables.nn_module")):
+            if mod is not None and getattr(mod, "unpatched_nn_module_call", None) is descr:
+                mod.unpatched_nn_module_call = wrapped_call
+    except Exception as e:  # an older or newer dynamo: compiled code breaks its graph at module calls
+        sys.stderr.write(f"memory-tracer: torch.compile cannot trace through the module scopes ({e}); compiled models still run\n")
 
 
 class Live:
@@ -65,6 +90,7 @@ class Capture:
         self.handles = []
         self.patches = []
         self.live = None
+        self.c_live = None  # the C module call's switch, while it is installed
         self.pid = os.getpid()
         self._ids = {}
         self.sampler = None
@@ -166,10 +192,13 @@ class Capture:
         # beneath someone else's patch passes calls through even after a later install.
         live = self.live = Live()
 
-        # Module scopes: nn.Module.__call__ itself is wrapped, not hooked globally (global
+        # Module scopes: nn.Module.__call__ itself is replaced, not hooked globally (global
         # module hooks take every module call off _call_impl's fast path, which costs more than
-        # the scope). The wrapper also opens each forward pass (phase, iteration) at a
-        # thread's outermost module call; with `module_scopes` off it does only that.
+        # the scope). The replacement also opens each forward pass (phase, iteration) at a
+        # thread's outermost module call; with `module_scopes` off it does only that. It is
+        # the shim's C method descriptor where the shim has one (a module call then costs a C
+        # call and a lookup; Python runs only at a thread's outermost call, for a module not
+        # yet named and for the iteration marker), else a Python wrapper.
         nn = nn_module.Module
         wrapped_call = nn.__call__
         # PyTorch's own __call__ (no one else's patch beneath ours): its one step, choosing
@@ -179,44 +208,57 @@ class Capture:
         scopes = bool(self.options.get("module_scopes", True))
         names = self.names
         marker = self.marker
-        enter, leave = _shim.scope_functions(lib)
         depths = self.depths
         get_ident = threading.get_ident
+        # The C descriptor is one per process: it replaces only PyTorch's own __call__ (on top
+        # of someone else's patch, which may call a paused descriptor of ours, it would call
+        # itself); torch.compile before 2.10 traces only a Python function there; and it keeps
+        # its state under the GIL (a free-threaded Python gets the wrapper).
+        fast = None
+        if direct and self.options.get("c_module_call", True) and getattr(sys, "_is_gil_enabled", lambda: True)() and (_shim.parse_version(torch.__version__) or (0, 0))[:2] >= (2, 10):
+            fast = _shim.module_call_functions(lib)
+        if fast is not None:
+            module_call = self._c_module_call(fast, nn, wrapped_call, direct, scopes)
+        else:
+            enter, leave = _shim.scope_functions(lib)
 
-        def module_call(module, *args, **kwargs):
-            if not live.on or compiling():
-                return wrapped_call(module, *args, **kwargs)
-            thread = get_ident()
-            depth = depths.get(thread, 0)
-            if depth == 0:
-                if cap.phase == PHASE_OTHER:
-                    cap.set_phase(PHASE_FORWARD)
-                if marker is None and not cap.iteration_open:
-                    cap.begin_iteration()
-            if scopes or marker is not None:
-                entry = names.get(id(module))
-                if entry is None or entry[2]() is not module:
-                    entry = cap.name_root(module)
-                if marker is not None and cap.is_marker(module, entry[0]):
-                    cap.begin_iteration()
-            depths[thread] = depth + 1
-            if scopes:
-                enter(entry[1])
-            try:
-                if direct:
-                    compiled = module._compiled_call_impl
-                    if compiled is None:
-                        return module._call_impl(*args, **kwargs)
-                    return compiled(*args, **kwargs)
-                return wrapped_call(module, *args, **kwargs)
-            finally:
+            def module_call(module, *args, **kwargs):
+                if not live.on or compiling():
+                    return wrapped_call(module, *args, **kwargs)
+                thread = get_ident()
+                depth = depths.get(thread, 0)
+                if depth == 0:
+                    if cap.phase == PHASE_OTHER:
+                        cap.set_phase(PHASE_FORWARD)
+                    if marker is None and not cap.iteration_open:
+                        cap.begin_iteration()
+                if scopes or marker is not None:
+                    entry = names.get(id(module))
+                    if entry is None or entry[2]() is not module:
+                        entry = cap.name_root(module)
+                    if marker is not None and cap.is_marker(module, entry[0]):
+                        cap.begin_iteration()
+                depths[thread] = depth + 1
                 if scopes:
-                    leave(entry[1])
-                depths[thread] = depth
-                if depth == 0 and cap.phase == PHASE_FORWARD:
-                    cap.set_phase(PHASE_OTHER)
-                if marker is not None and cap.is_marker(module, entry[0]):
-                    cap.end_iteration()
+                    enter(entry[1])
+                try:
+                    if direct:
+                        compiled = module._compiled_call_impl
+                        if compiled is None:
+                            return module._call_impl(*args, **kwargs)
+                        return compiled(*args, **kwargs)
+                    return wrapped_call(module, *args, **kwargs)
+                finally:
+                    if scopes:
+                        leave(entry[1])
+                    depths[thread] = depth
+                    if depth == 0 and cap.phase == PHASE_FORWARD:
+                        cap.set_phase(PHASE_OTHER)
+                    if marker is not None and cap.is_marker(module, entry[0]):
+                        cap.end_iteration()
+
+            module_call.__wrapped__ = wrapped_call
+            module_call.__name__ = getattr(wrapped_call, "__name__", "__call__")
 
         # A thread the program starts while tracing reports its allocations too (libtorch's
         # own threads inherit the starting thread's reporter; a Python thread does not): its
@@ -232,8 +274,6 @@ class Capture:
         threading.setprofile(attach_thread)
         self.patches.append((threading, "_profile_hook", previous_profile, attach_thread))
 
-        module_call.__wrapped__ = wrapped_call
-        module_call.__name__ = getattr(wrapped_call, "__name__", "__call__")
         nn.__call__ = module_call
         self.patches.append((nn, "__call__", wrapped_call, module_call))
 
@@ -336,6 +376,49 @@ class Capture:
             GradScaler.step = scaler_step
             self.patches.append((GradScaler, "step", orig_step, scaler_step))
 
+    def _c_module_call(self, fast, nn, wrapped_call, direct, scopes):
+        """nn.Module.__call__ as the shim's C method descriptor (see `install`)."""
+        setup, live_fn = fast
+        cap = self
+        names = self.names
+        marker = self.marker
+        track = scopes or marker is not None
+        polyfilled = [False]
+
+        def before(module, depth):
+            if depth == 0:
+                if cap.phase == PHASE_OTHER:
+                    cap.set_phase(PHASE_FORWARD)
+                if marker is None and not cap.iteration_open:
+                    cap.begin_iteration()
+                if not polyfilled[0] and "torch._dynamo" in sys.modules:
+                    polyfilled[0] = True
+                    _teach_dynamo(descr, wrapped_call)
+            if not track:
+                return 0
+            entry = names.get(id(module))
+            if entry is None or entry[2]() is not module:
+                entry = cap.name_root(module)
+            info = entry[1] if scopes else 0
+            if marker is not None and cap.is_marker(module, entry[0]):
+                cap.begin_iteration()
+                info |= MARKER
+            return info
+
+        def after(module, depth, info):
+            if depth == 0 and cap.phase == PHASE_FORWARD:
+                cap.set_phase(PHASE_OTHER)
+            if info & MARKER:
+                cap.end_iteration()
+
+        flags = C_LIVE | (C_DIRECT if direct else 0) | (C_SCOPES if scopes else 0) | (C_TRACK if track else 0)
+        descr = setup(nn, wrapped_call, before, after, flags)
+        if "torch._dynamo" in sys.modules:
+            polyfilled[0] = True
+            _teach_dynamo(descr, wrapped_call)
+        self.c_live = live_fn
+        return descr
+
     def after_step(self, opt, entry):
         entry[2] += 1
         self.steps += 1
@@ -349,6 +432,9 @@ class Capture:
     def uninstall(self):
         if self.live is not None:
             self.live.on = False
+        if self.c_live is not None:
+            self.c_live(False)
+            self.c_live = None
         for h in self.handles:
             try:
                 h.remove()

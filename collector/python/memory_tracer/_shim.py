@@ -240,6 +240,25 @@ def scope_functions(lib):
     return lib.mt_scope_enter, lib.mt_scope_exit
 
 
+def module_call_functions(lib):
+    """(setup, live): the shim's nn.Module.__call__ as a C method descriptor (see
+    `mt_py_module_call`), or None where this shim (an older build) or process has none."""
+    try:
+        fn = lib.mt_py_module_call
+        fn.argtypes = []
+        fn.restype = ctypes.c_void_p
+        methods = fn()
+        if not methods:
+            return None
+        new = ctypes.pythonapi.PyCFunction_NewEx
+        new.argtypes = [ctypes.c_void_p, ctypes.py_object, ctypes.py_object]
+        new.restype = ctypes.py_object
+        size = 4 * ctypes.sizeof(ctypes.c_void_p)
+        return new(methods, None, None), new(methods + size, None, None)
+    except (AttributeError, OSError, TypeError):
+        return None
+
+
 def last_error(lib):
     buf = ctypes.create_string_buffer(4096)
     n = lib.mt_last_error(buf, len(buf))
