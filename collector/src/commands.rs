@@ -11,7 +11,7 @@ use std::path::Path;
 /// Reads and imports a trace file of any supported format.
 pub fn load_trace(path: &Path, options: &ImportOptions) -> anyhow::Result<Trace> {
     let file = std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
-    let file = shared::read_ahead::ReadAhead::new(file).context("cannot start a thread to read the file")?;
+    let file = crate::read_ahead::ReadAhead::new(file).context("cannot start a thread to read the file")?;
     shared::import::import_reader(file, options).with_context(|| format!("cannot import {}", path.display()))
 }
 

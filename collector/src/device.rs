@@ -10,6 +10,19 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// `cpu`, `cuda` or `cuda:N` → `cpu` / `cuda:N`.
+pub fn parse(s: &str) -> Result<String, String> {
+    let bad = || format!("unknown device `{s}`; expected cpu, cuda or cuda:N");
+    match s {
+        "cpu" => Ok("cpu".into()),
+        "cuda" => Ok("cuda:0".into()),
+        _ => {
+            let n = s.strip_prefix("cuda:").ok_or_else(bad)?;
+            n.parse::<u32>().ok().filter(|&n| n < 256).map(|n| format!("cuda:{n}")).ok_or_else(bad)
+        }
+    }
+}
+
 /// What the driver says about one device.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DeviceFacts {

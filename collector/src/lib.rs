@@ -11,6 +11,7 @@ pub mod commands;
 pub mod device;
 pub mod plots;
 pub mod pyrun;
+pub mod read_ahead;
 pub mod report;
 pub mod serve;
 pub mod verify;

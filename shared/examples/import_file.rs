@@ -20,7 +20,7 @@ fn main() {
         let size = std::fs::metadata(&path).expect("the file exists").len();
         let file = std::fs::File::open(&path).expect("the file opens");
         let start = Instant::now();
-        let trace = shared::import::import_reader(shared::read_ahead::ReadAhead::new(file).unwrap(), &shared::ImportOptions::default())
+        let trace = shared::import::import_reader(std::io::BufReader::with_capacity(4 << 20, file), &shared::ImportOptions::default())
             .unwrap_or_else(|e| panic!("{path}: {e}"));
         let secs = start.elapsed().as_secs_f64();
         let import_peak = peak_rss_bytes();

@@ -13,8 +13,7 @@ pub mod import;
 pub mod merge;
 pub mod model;
 pub mod rank_files;
-#[cfg(not(target_arch = "wasm32"))]
-pub mod read_ahead;
+pub mod ranks;
 pub mod units;
 
 pub use import::{import, ImportError, ImportOptions};

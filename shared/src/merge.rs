@@ -2,13 +2,15 @@
 //! trace: each input's devices become their own devices tagged with its rank, strings,
 //! streams, stacks, tensors and threads are renumbered, and clocks are aligned on the inputs'
 //! wall-clock starts (`TraceMeta::start_unix_ns`) when every input has one, else on each
-//! rank's first iteration. [`rank_trace`] takes one rank back out.
+//! rank's first iteration. [`crate::ranks::rank_trace`] takes one rank back out.
 //!
 //! Totals stay each device's own (every event carries its device's allocated and reserved
 //! bytes as its source reported them), so each rank's peak in the merged trace is its peak
 //! in its own trace, to the byte.
 
 use crate::model::{Device, EventRecord, Frame, IterationSpan, Mark, StrId, Totals, Trace, TraceMeta};
+use crate::ranks::thread_of;
+pub use crate::ranks::{carry_pools_and_notes, pool_map, rank_trace, ranks, IdMap};
 use std::collections::BTreeMap;
 
 /// One process's trace and its rank.
@@ -57,16 +59,6 @@ const WALL_CLOCK_NS: i128 = 100_000_000_000_000_000;
 /// Inputs whose recordings are further apart than this (and than the longest of them) are
 /// not ranks of one run.
 const DISJOINT_AFTER_NS: i128 = 60_000_000_000;
-
-/// Threads of different processes get distinct ids: the rank goes in the top bits.
-fn thread_of(rank: u32, thread: u64) -> u64 {
-    (u64::from(rank) + 1) << 48 | (thread & ((1 << 48) - 1))
-}
-
-/// The rank a merged thread id belongs to.
-fn rank_of_thread(thread: u64) -> Option<u32> {
-    u32::try_from(thread >> 48).ok()?.checked_sub(1)
-}
 
 /// Where a trace's time 0 lies on the wall clock and where its first event lies on it:
 /// (start, start) for traces timed from their start (native capture), (0, first event) for
@@ -423,24 +415,6 @@ fn copy_stack(out: &mut Trace, t: &Trace, m: &InputMap, stack: u32) -> u32 {
     out.stacks.intern_stack(frames)
 }
 
-/// How one trace's strings and stacks appear in another.
-pub trait IdMap {
-    fn text(&mut self, out: &mut Trace, id: StrId) -> StrId;
-    fn stack(&mut self, out: &mut Trace, stack: u32) -> u32;
-}
-
-/// The same tables (a trace cut from another with its strings and stacks).
-struct SameIds;
-
-impl IdMap for SameIds {
-    fn text(&mut self, _: &mut Trace, id: StrId) -> StrId {
-        id
-    }
-    fn stack(&mut self, _: &mut Trace, stack: u32) -> u32 {
-        stack
-    }
-}
-
 /// An input's ids in the merged trace.
 struct MergedIds<'a>(&'a Trace, &'a InputMap);
 
@@ -450,39 +424,6 @@ impl IdMap for MergedIds<'_> {
     }
     fn stack(&mut self, out: &mut Trace, stack: u32) -> u32 {
         copy_stack(out, self.0, self.1, stack)
-    }
-}
-
-/// Each of `src`'s pools as an index into `out`'s, added there if new: pools are one by id.
-pub fn pool_map(out: &mut Trace, src: &Trace) -> Vec<u16> {
-    src.pools
-        .iter()
-        .map(|id| match out.pools.iter().position(|p| p == id) {
-            Some(k) => k as u16,
-            None => {
-                out.pools.push(*id);
-                (out.pools.len() - 1) as u16
-            }
-        })
-        .collect()
-}
-
-/// Appends to `out` the pools and notes of `src`'s events, where event `i` of `src` became
-/// `new_index(i)` (`None`: left out), with strings and stacks mapped by `ids`. Pools are
-/// shared by id (a device tells two processes' apart). Leaves both lists unsorted.
-pub fn carry_pools_and_notes(out: &mut Trace, src: &Trace, new_index: &dyn Fn(u32) -> Option<u32>, ids: &mut dyn IdMap) {
-    let pools = pool_map(out, src);
-    for &(e, p) in &src.event_pools {
-        if let (Some(n), Some(&p)) = (new_index(e), pools.get(p as usize)) {
-            out.event_pools.push((n, p));
-        }
-    }
-    for note in &src.event_notes {
-        if let Some(n) = new_index(note.event) {
-            let stack = note.stack.map(|s| ids.stack(out, s));
-            let text = ids.text(out, note.text);
-            out.event_notes.push(crate::model::EventNote { event: n, text, stack, ..*note });
-        }
     }
 }
 
@@ -539,79 +480,4 @@ fn append_records(out: &mut Trace, input: &MergeInput, m: &InputMap) {
     for mk in &t.marks {
         out.marks.push(Mark { ts_ns: m.at(mk.ts_ns), name: m.str(mk.name), value: mk.value, rank: Some(input.rank) });
     }
-}
-
-/// The ranks of a merged trace, ascending (empty for a trace of one process).
-pub fn ranks(trace: &Trace) -> Vec<u32> {
-    let mut r: Vec<u32> = trace.devices.iter().filter_map(|d| d.rank).collect();
-    r.sort_unstable();
-    r.dedup();
-    r
-}
-
-/// One rank of a merged trace as a trace of its own: its devices, events (with their
-/// totals), stacks, operators, scopes, segments, samples and marks; the job's iterations.
-/// `None` when the trace has no such rank.
-pub fn rank_trace(trace: &Trace, rank: u32) -> Option<Trace> {
-    let keep: Vec<bool> = trace.devices.iter().map(|d| d.rank == Some(rank)).collect();
-    if !keep.contains(&true) {
-        return None;
-    }
-    let mut meta = trace.meta.clone();
-    let prefix = format!("rank{rank}.");
-    meta.reported = trace.meta.reported.iter().filter_map(|(k, v)| Some((k.strip_prefix(&prefix)?.to_owned(), *v))).collect();
-    let said = format!("rank {rank}: ");
-    meta.warnings = trace.meta.warnings.iter().filter_map(|w| w.strip_prefix(&said).map(str::to_owned)).collect();
-    meta.missing_ranks.clear();
-    let mut out = Trace::new(meta);
-    out.strings = trace.strings.clone();
-    out.streams = trace.streams.clone();
-    let devices: Vec<u8> = trace
-        .devices
-        .iter()
-        .enumerate()
-        .map(|(k, d)| {
-            if !keep[k] {
-                return u8::MAX;
-            }
-            let nd = out.device_index(d.clone());
-            out.events.set_base_totals(nd as usize, trace.events.base_totals.get(k).copied().unwrap_or_default());
-            nd
-        })
-        .collect();
-    let kept = |d: u8| devices.get(d as usize).copied().filter(|&n| n != u8::MAX);
-    out.stacks.frames = trace.stacks.frames.clone();
-    out.stacks.stacks = trace.stacks.stacks.clone();
-    out.stacks.frame_ids = trace.stacks.frame_ids.clone();
-    let mut cur = trace.events.cursor();
-    let mut new_of =
-        if trace.event_pools.is_empty() && trace.event_notes.is_empty() { Vec::new() } else { vec![u32::MAX; trace.events.len()] };
-    for i in 0..trace.events.len() {
-        let totals = cur.advance();
-        let rec = trace.events.record(i);
-        let Some(device) = kept(rec.device) else { continue };
-        if let Some(stack) = trace.stacks.stack_of_event(i) {
-            out.stacks.event_stacks.push((out.events.len() as u32, stack));
-        }
-        if let Some(slot) = new_of.get_mut(i) {
-            *slot = out.events.len() as u32;
-        }
-        out.events.push(EventRecord { device, totals: Some(totals), ..rec });
-    }
-    let new_index = |i: u32| new_of.get(i as usize).copied().filter(|&n| n != u32::MAX);
-    // Into an empty list, the pools keep their indices, as the segments copied below expect.
-    carry_pools_and_notes(&mut out, trace, &new_index, &mut SameIds);
-    let mine = |thread: u64| rank_of_thread(thread) == Some(rank);
-    out.shapes = trace.shapes.clone();
-    out.tensors = trace.tensors.clone();
-    out.ops = trace.ops.iter().filter(|o| mine(o.thread)).cloned().collect();
-    out.scopes = trace.scopes.iter().filter(|s| mine(s.thread)).cloned().collect();
-    out.initial_segments =
-        trace.initial_segments.iter().filter_map(|s| Some(crate::model::SegmentInfo { device: kept(s.device)?, ..s.clone() })).collect();
-    out.device_samples =
-        trace.device_samples.iter().filter_map(|s| Some(crate::model::DeviceSample { device: kept(s.device)?, ..*s })).collect();
-    out.marks = trace.marks.iter().filter(|m| m.rank == Some(rank)).map(|m| Mark { rank: None, ..*m }).collect();
-    out.iterations = trace.iterations.clone();
-    out.finish();
-    Some(out)
 }

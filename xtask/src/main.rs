@@ -18,6 +18,7 @@
 //!   importers (`fuzz/`, cargo-fuzz on nightly), 30 s per target by default.
 
 mod doc_paths;
+mod layers;
 mod torches;
 mod wheel;
 
@@ -250,11 +251,14 @@ fn check() -> Result<()> {
             bail!("{package} depends on {name}, which it must not (see ARCHITECTURE.md invariants)");
         }
     }
-    // No target-specific code in shared.
-    for file in rust_files(Path::new("shared/src"))? {
+    // No target-specific code in shared (`cfg(target_arch`, `cfg(not(target_arch`, `cfg!(…)`).
+    for file in rust_files(Path::new("shared"))? {
         let text = std::fs::read_to_string(&file)?;
-        if text.contains("cfg(target_arch") {
-            bail!("{} uses cfg(target_arch); shared must be the same code on native and wasm32", file.display());
+        if text.contains("target_arch") || text.contains("target_family") || text.contains("target_os") {
+            bail!(
+                "{} depends on the target (target_arch, target_family or target_os); shared must be the same code on native and wasm32",
+                file.display()
+            );
         }
     }
     tidy()?;
@@ -341,6 +345,16 @@ fn tidy() -> Result<()> {
     if !stale.is_empty() {
         let list: Vec<String> = stale.iter().map(ToString::to_string).collect();
         bail!("these comments name paths that do not exist:\n{}", list.join("\n"));
+    }
+    let mut layered = Vec::new();
+    for crate_layers in &layers::CRATES {
+        layered.extend(layers::upward_uses(Path::new("."), crate_layers)?);
+    }
+    if !layered.is_empty() {
+        bail!(
+            "these modules use a layer above them (ARCHITECTURE.md: each crate's modules import only downward, in xtask/src/layers.rs's order):\n{}",
+            layered.join("\n")
+        );
     }
     let upward = upward_imports(Path::new("collector/src/serve"), &SERVE_LAYERS)?;
     if !upward.is_empty() {

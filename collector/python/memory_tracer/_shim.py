@@ -185,6 +185,7 @@ SIGNATURES = {
         "mt_python_node": ([u32], None),
         "mt_scope_enter": ([u32], None),
         "mt_py_methods": ([], ctypes.c_void_p),
+        "mt_py_module_call": ([], ctypes.c_void_p),
         "mt_scope_exit": ([u32], None),
         "mt_mark": ([u32, ctypes.c_int64], None),
         "mt_now_ns": ([], u64),
@@ -195,6 +196,9 @@ SIGNATURES = {
         "mt_last_error": ([ctypes.c_char_p, sz], sz),
 }
 
+
+# Functions a shim built from older sources lacks (`module_call_functions` falls back).
+OPTIONAL = {"mt_py_module_call"}
 
 # Called on the traced program's hot path; each returns at once (no I/O, no waiting on a lock
 # held for long).
@@ -217,7 +221,12 @@ def load(path=None):
     # block, and releasing the GIL around each would hand it to another thread mid-forward.
     keep_gil = ctypes.PyDLL(path)
     for name, (args, res) in SIGNATURES.items():
-        fn = getattr(keep_gil if name in HOT else lib, name)
+        try:
+            fn = getattr(keep_gil if name in HOT else lib, name)
+        except AttributeError:
+            if name in OPTIONAL:  # a shim built before it: its callers fall back
+                continue
+            raise
         fn.argtypes = args
         fn.restype = res
         setattr(lib, name, fn)
@@ -244,10 +253,7 @@ def module_call_functions(lib):
     """(setup, live): the shim's nn.Module.__call__ as a C method descriptor (see
     `mt_py_module_call`), or None where this shim (an older build) or process has none."""
     try:
-        fn = lib.mt_py_module_call
-        fn.argtypes = []
-        fn.restype = ctypes.c_void_p
-        methods = fn()
+        methods = lib.mt_py_module_call()
         if not methods:
             return None
         new = ctypes.pythonapi.PyCFunction_NewEx

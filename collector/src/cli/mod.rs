@@ -133,22 +133,11 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
-/// The binary that runs models in-process: `$MEMORY_TRACER_CAPTURE`, else `collector-capture`
-/// beside this executable.
-pub fn capture_binary() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("MEMORY_TRACER_CAPTURE") {
-        return Some(PathBuf::from(p));
-    }
-    let exe = std::env::current_exe().ok()?;
-    let beside = exe.parent()?.join("collector-capture");
-    beside.is_file().then_some(beside)
-}
-
 /// Replaces this process with `collector-capture` and the same arguments (its exit status,
 /// output and signals are then the command's own).
 fn run_in_capture() -> anyhow::Result<()> {
     use std::os::unix::process::CommandExt;
-    let Some(capture) = capture_binary() else {
+    let Some(capture) = crate::capture::binary() else {
         anyhow::bail!(
             "this command runs a model through libtorch, which `collector-capture` does, and there is none beside this collector (or in MEMORY_TRACER_CAPTURE); build it with `cargo build -p collector-capture`, or trace a Python program instead: `collector trace -- python train.py`"
         );

@@ -44,7 +44,7 @@ impl std::str::FromStr for DeviceFilter {
         if s == "cuda" {
             return Ok(Self::Cuda(None)); // whichever CUDA device the program uses
         }
-        match crate::serve::parse_device(s)?.strip_prefix("cuda:") {
+        match crate::device::parse(s)?.strip_prefix("cuda:") {
             None => Ok(Self::Cpu),
             Some(n) => n.parse::<i8>().map(|n| Self::Cuda(Some(n))).map_err(|_| format!("device `{s}`: at most 127 CUDA devices")),
         }

@@ -206,7 +206,7 @@ impl Validate for TraceRequest {
         }
         let device = match self.device.as_deref() {
             None => state.device.clone(),
-            Some(d) => super::state::parse_device(d).map_err(|e| field("device", e))?,
+            Some(d) => crate::device::parse(d).map_err(|e| field("device", e))?,
         };
         state.check_device(&device)?;
         let optimizer = self.optimizer.clone().unwrap_or_else(|| "sgd".into());

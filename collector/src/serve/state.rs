@@ -118,19 +118,6 @@ pub fn default_data_dir() -> PathBuf {
     dirs::data_dir().map_or_else(|| PathBuf::from("memory-tracer-data"), |d| d.join("memory-tracer"))
 }
 
-/// `cpu`, `cuda` or `cuda:N` → `cpu` / `cuda:N`.
-pub fn parse_device(s: &str) -> Result<String, String> {
-    let bad = || format!("unknown device `{s}`; expected cpu, cuda or cuda:N");
-    match s {
-        "cpu" => Ok("cpu".into()),
-        "cuda" => Ok("cuda:0".into()),
-        _ => {
-            let n = s.strip_prefix("cuda:").ok_or_else(bad)?;
-            n.parse::<u32>().ok().filter(|&n| n < 256).map(|n| format!("cuda:{n}")).ok_or_else(bad)
-        }
-    }
-}
-
 /// How many CUDA devices the driver reports (0 without a driver).
 fn cuda_device_count() -> u32 {
     crate::device::count().max(0) as u32
@@ -210,7 +197,7 @@ impl AppState {
         use anyhow::Context;
         let cuda_devices = cuda_device_count();
         let device = match &config.device {
-            Some(d) => parse_device(d).map_err(anyhow::Error::msg)?,
+            Some(d) => crate::device::parse(d).map_err(anyhow::Error::msg)?,
             None if cuda_devices > 0 => "cuda:0".into(),
             None => "cpu".into(),
         };
@@ -225,7 +212,7 @@ impl AppState {
         };
         // Models run in `collector-capture` (the trace children exec it); without it the server
         // stores, exports and serves traces only.
-        let tracing = crate::cli::capture_binary().is_some();
+        let tracing = crate::capture::binary().is_some();
         let exe = tracing.then(|| collector.clone());
         let store = Arc::new(store);
         let limits = jobs::JobLimits {
@@ -306,7 +293,7 @@ impl AppState {
         let size = file.metadata().map(|m| m.len()).unwrap_or(0);
         let name = t.original_name.clone().unwrap_or_else(|| t.file.clone());
         let file =
-            shared::read_ahead::ReadAhead::new(file).map_err(|e| Fault::internal("cannot start a thread to read a stored trace", e))?;
+            crate::read_ahead::ReadAhead::new(file).map_err(|e| Fault::internal("cannot start a thread to read a stored trace", e))?;
         let opened = shared::explore::Session::open_reader(&name, size, file, |_| {}).map_err(Fault::Rejected)?;
         let shared::explore::Opened::Trace(session, overview) = opened else {
             return Err(Fault::Rejected(format!("{name} is a sweep (curves only): open one of its traces")));

@@ -10,8 +10,8 @@
 use super::leaks::iteration_spans;
 use super::profile::{graph_profile, TensorClass};
 use super::{fragmentation_stats_with_layers, layer_stats, peak_device, summary, timeline, LayerMemoryStats, Summary, TimelineOptions};
-use crate::merge::rank_trace;
 use crate::model::{EventRecord, SourceFormat, Trace};
+use crate::ranks::rank_trace;
 use crate::units::format_bytes;
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;

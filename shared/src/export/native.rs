@@ -1,10 +1,14 @@
 //! Writes Memory Tracer's own format (see [`crate::import::native`] for the compatibility rule).
 
 use super::ExportError;
-use crate::import::native::{FORMAT_TAG, FORMAT_VERSION};
 use crate::model::Trace;
 use serde::Serialize;
 use std::io::Write;
+
+/// Value of the `format` field.
+pub const FORMAT_TAG: &str = "memory-tracer";
+/// The version this build writes and the newest it reads.
+pub const FORMAT_VERSION: u32 = 1;
 
 #[derive(Serialize)]
 struct File<'a> {

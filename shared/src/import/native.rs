@@ -8,10 +8,7 @@
 use super::ImportError;
 use crate::model::{EventType, Phase, StrId, Trace};
 
-/// Value of the `format` field.
-pub const FORMAT_TAG: &str = "memory-tracer";
-/// The version this build writes and the newest it reads.
-pub const FORMAT_VERSION: u32 = 1;
+pub use crate::export::native::{FORMAT_TAG, FORMAT_VERSION};
 
 /// The file's top-level object, read in one pass: `format` and `version` (written first) are
 /// checked before `trace` is parsed, so that a newer file is refused by version and not by the
@@ -100,6 +97,13 @@ fn bad(path: impl Into<String>, reason: impl Into<String>) -> ImportError {
 
 /// Checks every cross-reference, so that analyses can index without checks.
 fn validate(t: &Trace) -> Result<(), ImportError> {
+    validate_events(t)?;
+    validate_records(t)?;
+    validate_stacks_and_notes(t)
+}
+
+/// The event columns: equal lengths, order, codes, devices, streams and strings.
+fn validate_events(t: &Trace) -> Result<(), ImportError> {
     let e = &t.events;
     let n = e.ts_ns.len();
     for (name, len) in [
@@ -151,6 +155,13 @@ fn validate(t: &Trace) -> Result<(), ImportError> {
             return Err(bad(format!("trace.events.overrides[{k}]"), "indices must be increasing event indices"));
         }
     }
+    Ok(())
+}
+
+/// Streams, operators, tensors, scopes, segments, iterations, marks and device samples.
+fn validate_records(t: &Trace) -> Result<(), ImportError> {
+    let strings = t.strings.len();
+    let str_ok = |id: StrId| id.is_none() || (id.0 as usize) < strings;
     for (k, s) in t.streams.iter().enumerate() {
         if !str_ok(*s) || s.is_none() {
             return Err(bad(format!("trace.streams[{k}]"), "not a string id"));
@@ -173,6 +184,37 @@ fn validate(t: &Trace) -> Result<(), ImportError> {
             return Err(bad(format!("trace.scopes[{k}]"), "name out of range or end before start"));
         }
     }
+    for (k, s) in t.initial_segments.iter().enumerate() {
+        if s.device as usize >= t.devices.len() {
+            return Err(bad(format!("trace.initial_segments[{k}].device"), "device out of range"));
+        }
+        if s.private_pool.is_some_and(|p| p as usize >= t.pools.len()) {
+            return Err(bad(format!("trace.initial_segments[{k}].private_pool"), "pool index out of range of trace.pools"));
+        }
+    }
+    for (k, it) in t.iterations.iter().enumerate() {
+        if it.end_ns < it.start_ns {
+            return Err(bad(format!("trace.iterations[{k}]"), "end before start"));
+        }
+    }
+    for (k, m) in t.marks.iter().enumerate() {
+        if !str_ok(m.name) {
+            return Err(bad(format!("trace.marks[{k}].name"), "string id out of range"));
+        }
+    }
+    for (k, s) in t.device_samples.iter().enumerate() {
+        if s.device as usize >= t.devices.len() {
+            return Err(bad(format!("trace.device_samples[{k}].device"), "device out of range"));
+        }
+    }
+    Ok(())
+}
+
+/// Stacks, and the events' pools and notes.
+fn validate_stacks_and_notes(t: &Trace) -> Result<(), ImportError> {
+    let n = t.events.ts_ns.len();
+    let strings = t.strings.len();
+    let str_ok = |id: StrId| id.is_none() || (id.0 as usize) < strings;
     let st = &t.stacks;
     for (k, f) in st.frames.iter().enumerate() {
         if !str_ok(f.name) || !str_ok(f.filename) {
@@ -192,14 +234,6 @@ fn validate(t: &Trace) -> Result<(), ImportError> {
             return Err(bad(format!("trace.stacks.event_stacks[{k}]"), "event or stack index out of range or unsorted"));
         }
     }
-    for (k, s) in t.initial_segments.iter().enumerate() {
-        if s.device as usize >= t.devices.len() {
-            return Err(bad(format!("trace.initial_segments[{k}].device"), "device out of range"));
-        }
-        if s.private_pool.is_some_and(|p| p as usize >= t.pools.len()) {
-            return Err(bad(format!("trace.initial_segments[{k}].private_pool"), "pool index out of range of trace.pools"));
-        }
-    }
     for (k, &(ev, p)) in t.event_pools.iter().enumerate() {
         if ev as usize >= n || p as usize >= t.pools.len() || (k > 0 && ev <= t.event_pools[k - 1].0) {
             return Err(bad(format!("trace.event_pools[{k}]"), "expected increasing event indices and pools of trace.pools"));
@@ -211,21 +245,6 @@ fn validate(t: &Trace) -> Result<(), ImportError> {
         }
         if note.text.is_none() || !str_ok(note.text) || note.stack.is_some_and(|s| s as usize >= st.stacks.len()) {
             return Err(bad(format!("trace.event_notes[{k}]"), "text or stack out of range"));
-        }
-    }
-    for (k, it) in t.iterations.iter().enumerate() {
-        if it.end_ns < it.start_ns {
-            return Err(bad(format!("trace.iterations[{k}]"), "end before start"));
-        }
-    }
-    for (k, m) in t.marks.iter().enumerate() {
-        if !str_ok(m.name) {
-            return Err(bad(format!("trace.marks[{k}].name"), "string id out of range"));
-        }
-    }
-    for (k, s) in t.device_samples.iter().enumerate() {
-        if s.device as usize >= t.devices.len() {
-            return Err(bad(format!("trace.device_samples[{k}].device"), "device out of range"));
         }
     }
     Ok(())

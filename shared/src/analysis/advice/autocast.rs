@@ -225,6 +225,7 @@ struct Decision {
 }
 
 /// What autocast changes in the analysed device's replay.
+#[derive(Default)]
 pub(super) struct Plan {
     /// Size under autocast of each block (by index in the curve's blocks), where it changes.
     pub sizes: FastMap<usize, u64>,
@@ -281,59 +282,12 @@ pub(super) fn plan(c: &Curve, weights: &FastSet<u64>) -> Plan {
     fwd.sort_by_key(|o| (o.start_ns, std::cmp::Reverse(o.end_ns)));
     let tensors = |r: (u32, u32)| trace.tensors.get(r.0 as usize..r.1 as usize).unwrap_or(&[]);
 
-    // The last backward node of each autograd sequence number (saved tensors are released
-    // when it ran), and the forward ops' own numbers in order, to give each op its range.
-    let mut bwd_end: Vec<(i64, u64)> =
-        trace.ops.iter().filter(|o| o.phase == Phase::Backward && o.seq_nr >= 0).map(|o| (o.seq_nr, o.end_ns)).collect();
-    bwd_end.sort_unstable();
-    let mut fwd_seqs: Vec<i64> = fwd.iter().map(|o| o.seq_nr).filter(|&s| s >= 0).collect();
-    fwd_seqs.sort_unstable();
-    fwd_seqs.dedup();
-    // End of the backward of a forward op of sequence number `s`: its nodes have numbers from
-    // `s` up to the next forward op's.
-    let backward_end = |s: i64| -> Option<u64> {
-        if s < 0 {
-            return None;
-        }
-        let next = fwd_seqs.get(fwd_seqs.partition_point(|&x| x <= s)).copied().unwrap_or(i64::MAX);
-        let from = bwd_end.partition_point(|&(q, _)| q < s);
-        bwd_end[from..].iter().take_while(|&&(q, _)| q < next).map(|&(_, e)| e).max()
-    };
-    // Each storage's forward reads (ends) and new productions (starts), in time order, for
-    // copies that live until their last use before the storage is made anew (the allocator
-    // hands an address out again, iteration after iteration).
-    let mut reads: FastMap<u64, Vec<u64>> = FastMap::default();
-    let mut makes: FastMap<u64, Vec<u64>> = FastMap::default();
-    for o in &fwd {
-        let ins = tensors(o.inputs);
-        for t in ins {
-            reads.entry(t.storage_id).or_default().push(o.end_ns);
-        }
-        for t in tensors(o.outputs).iter().filter(|t| !ins.iter().any(|i| i.storage_id == t.storage_id)) {
-            makes.entry(t.storage_id).or_default().push(o.start_ns);
-        }
-    }
-    for v in reads.values_mut().chain(makes.values_mut()) {
-        v.sort_unstable();
-    }
-    let last_use = |storage: u64, after: u64| -> u64 {
-        let next = makes.get(&storage).and_then(|m| m.get(m.partition_point(|&t| t <= after)).copied()).unwrap_or(u64::MAX);
-        reads.get(&storage).and_then(|r| r[..r.partition_point(|&t| t < next)].last().copied()).unwrap_or(after).max(after)
-    };
+    let lives = Lifetimes::of(trace, &fwd);
+    let backward_end = |s: i64| lives.backward_end(s);
 
-    let mut elem: FastMap<u64, u64> = FastMap::default();
-    let mut produced: FastMap<u64, Vec<(u64, u64, u64, u64)>> = FastMap::default();
     let mut seq_inputs: FastMap<i64, Vec<(u32, u64)>> = FastMap::default();
     let mut readers: FastMap<u64, Vec<(u64, u64, Reader)>> = FastMap::default();
-    let mut plan = Plan {
-        sizes: FastMap::default(),
-        copies: Vec::new(),
-        shortened: FastMap::default(),
-        copy_bytes: 0,
-        fused_attention: 0,
-        lower_ops: 0,
-        typed: 0,
-    };
+    let mut plan = Plan::default();
     // Open ops per thread: (end, class decided by the outermost listed ancestor, inside fused
     // attention).
     let mut open: FastMap<u64, Vec<(u64, Option<Class>, bool)>> = FastMap::default();
@@ -345,61 +299,9 @@ pub(super) fn plan(c: &Curve, weights: &FastSet<u64>) -> Plan {
     // Each storage's element size as recorded, for views whose own bytes do not tell it (a
     // slice's reference counts its whole storage).
     let mut base_map: FastMap<u64, u64> = FastMap::default();
-    let mut ending = std::collections::BinaryHeap::new();
-    // Assigns the outputs' element sizes of the ops that ended by `until`.
-    let finish = |decisions: &[Option<Decision>],
-                  until: u64,
-                  ending: &mut std::collections::BinaryHeap<std::cmp::Reverse<(u64, std::cmp::Reverse<u64>, usize)>>,
-                  elem: &mut FastMap<u64, u64>,
-                  plan: &mut Plan,
-                  produced: &mut FastMap<u64, Vec<(u64, u64, u64, u64)>>| {
-        while let Some(&std::cmp::Reverse((end, _, k))) = ending.peek() {
-            if end > until {
-                break;
-            }
-            ending.pop();
-            let o = fwd[k];
-            let Some(Decision { decided, promoted, nested, .. }) = decisions[k] else { continue };
-            let name = trace.str(o.name);
-            let ins = tensors(o.inputs);
-            for t in tensors(o.outputs) {
-                let Some(base) = elem_bytes(c, t) else { continue };
-                if t.storage_id == 0 {
-                    continue;
-                }
-                plan.typed += 1;
-                let same_storage = ins.iter().any(|i| i.storage_id == t.storage_id);
-                // Autocast turns fp32 into bf16, nothing else: another size is a stale entry of
-                // a storage freed and made again at that address.
-                let current = elem.get(&t.storage_id).copied().filter(|&e| e == base || (base == 4 && e == 2)).unwrap_or(base);
-                let new = if base != 4 {
-                    base
-                } else if is_conversion(name) && !nested {
-                    if same_storage && current == 2 {
-                        // `.float()` of what is bf16 under autocast: a copy the full-precision
-                        // run did not make, alive until its last reader.
-                        add_copy(c, plan, o.start_ns, last_use(t.storage_id, o.end_ns), round(t.size_bytes));
-                    }
-                    4
-                } else if same_storage {
-                    // A view or an in-place op: the input's type.
-                    current
-                } else {
-                    match decided {
-                        Some(Class::Lower) => 2,
-                        Some(Class::Full) => 4,
-                        _ => promoted.unwrap_or(4),
-                    }
-                };
-                elem.insert(t.storage_id, new);
-                if !same_storage {
-                    produced.entry(t.storage_id).or_default().push((o.start_ns, o.end_ns, new, base));
-                }
-            }
-        }
-    };
+    let mut typed = Typed::default();
     for (k, o) in fwd.iter().enumerate() {
-        finish(&decisions, o.start_ns, &mut ending, &mut elem, &mut plan, &mut produced);
+        typed.finish(c, &fwd, &lives, &decisions, o.start_ns, &mut plan);
         let stack = open.entry(o.thread).or_default();
         while stack.last().is_some_and(|&(end, _, _)| end < o.start_ns) {
             stack.pop();
@@ -420,21 +322,9 @@ pub(super) fn plan(c: &Curve, weights: &FastSet<u64>) -> Plan {
             }
         }
         let base_of = |t: &TensorRef| base_map.get(&t.storage_id).copied().or_else(|| elem_bytes(c, t));
-        // Who reads each storage: a bf16 op casting it, a view of it, or another op (which
-        // may save it for the backward). Ops inside a bf16 op read its copies.
+        // Ops inside a bf16 op read its copies.
         if listed_above != Some(Class::Lower) {
-            let outs = tensors(o.outputs);
-            let view = !outs.is_empty() && !name.ends_with('_') && outs.iter().all(|t| ins.iter().any(|i| i.storage_id == t.storage_id));
-            let kind = if own == Class::Lower {
-                Reader::Cast
-            } else if view {
-                Reader::View
-            } else {
-                Reader::Other
-            };
-            for t in ins.iter().filter(|t| t.storage_id != 0) {
-                readers.entry(t.storage_id).or_default().push((o.start_ns, o.end_ns, kind));
-            }
+            note_readers(&mut readers, o, name, ins, tensors(o.outputs), own);
         }
         let amp_elem = |elem: &FastMap<u64, u64>, t: &TensorRef| {
             let base = base_of(t);
@@ -443,14 +333,14 @@ pub(super) fn plan(c: &Curve, weights: &FastSet<u64>) -> Plan {
         // What the backward of this autograd number computes gradients of: its inputs' shapes
         // and types under autocast (inside a listed op, the type it casts to).
         if o.seq_nr >= 0 {
+            let cast = listed_above.and(match decided {
+                Some(Class::Lower) => Some(2),
+                Some(Class::Full) => Some(4),
+                _ => None,
+            });
             let at = seq_inputs.entry(o.seq_nr).or_default();
             for t in ins.iter().filter(|t| matches!(base_of(t), Some(2 | 4))) {
-                let e = match decided {
-                    Some(Class::Lower) if listed_above.is_some() => Some(2),
-                    Some(Class::Full) if listed_above.is_some() => Some(4),
-                    _ => amp_elem(&elem, t),
-                };
-                if let Some(e) = e {
+                if let Some(e) = cast.or_else(|| amp_elem(&typed.elem, t)) {
                     if !at.iter().any(|&(s, _)| s == t.shape) {
                         at.push((t.shape, e));
                     }
@@ -474,7 +364,7 @@ pub(super) fn plan(c: &Curve, weights: &FastSet<u64>) -> Plan {
                         if t.storage_id == 0 || weights.contains(&t.storage_id) || !seen.insert(t.storage_id) {
                             continue;
                         }
-                        if base_of(t) == Some(4) && amp_elem(&elem, t) == Some(4) && !is_scalar(c, t) {
+                        if base_of(t) == Some(4) && amp_elem(&typed.elem, t) == Some(4) && !is_scalar(c, t) {
                             add_copy(c, &mut plan, o.start_ns, saved_until.unwrap_or(o.end_ns), round(t.size_bytes / 2));
                         }
                     }
@@ -498,7 +388,7 @@ pub(super) fn plan(c: &Curve, weights: &FastSet<u64>) -> Plan {
                         if t.storage_id == 0 || !seen.insert(t.storage_id) || is_scalar(c, t) {
                             continue;
                         }
-                        if base_of(t) == Some(4) && amp_elem(&elem, t) == Some(2) {
+                        if base_of(t) == Some(4) && amp_elem(&typed.elem, t) == Some(2) {
                             add_copy(c, &mut plan, o.start_ns, saved_until.unwrap_or(o.end_ns), round(t.size_bytes));
                         }
                     }
@@ -508,27 +398,149 @@ pub(super) fn plan(c: &Curve, weights: &FastSet<u64>) -> Plan {
         }
         // The element size of each output under autocast, decided when the op ends: an outer
         // op's decision (a convolution's) wins over its inner ones' (the `empty` it calls).
-        let promoted = {
-            let floats: Vec<(u64, bool)> = ins
-                .iter()
-                .filter(|t| t.storage_id != 0 && matches!(base_of(t), Some(2 | 4)))
-                .filter_map(|t| amp_elem(&elem, t).map(|e| (e, is_scalar(c, t))))
-                .collect();
-            let dims: Vec<u64> = floats.iter().filter(|f| !f.1).map(|f| f.0).collect();
-            if promotes(name) {
-                let pick = if dims.is_empty() { floats.iter().map(|f| f.0).collect() } else { dims };
-                pick.into_iter().max()
-            } else {
-                dims.first().copied().or_else(|| floats.first().map(|f| f.0))
-            }
-        };
+        let floats: Vec<(u64, bool)> = ins
+            .iter()
+            .filter(|t| t.storage_id != 0 && matches!(base_of(t), Some(2 | 4)))
+            .filter_map(|t| amp_elem(&typed.elem, t).map(|e| (e, is_scalar(c, t))))
+            .collect();
+        let promoted = promoted_size(name, &floats);
         decisions[k] = Some(Decision { decided, promoted, nested });
-        ending.push(std::cmp::Reverse((o.end_ns, std::cmp::Reverse(o.start_ns), k)));
+        typed.ending.push(std::cmp::Reverse((o.end_ns, std::cmp::Reverse(o.start_ns), k)));
         open.entry(o.thread).or_default().push((o.end_ns, decided, in_fused || fuses));
     }
 
-    finish(&decisions, u64::MAX, &mut ending, &mut elem, &mut plan, &mut produced);
+    typed.finish(c, &fwd, &lives, &decisions, u64::MAX, &mut plan);
+    let mut produced = typed.produced;
     backward_types(c, &seq_inputs, &mut produced);
+    size_blocks(c, &mut produced, &Fused { spans: fused, outputs: fused_outputs }, &readers, &mut plan);
+    plan
+}
+
+/// The element sizes of the forward's outputs under autocast, decided as their ops end (an
+/// outer op's decision, a convolution's, wins over its inner ones', the `empty` it calls).
+#[derive(Default)]
+struct Typed {
+    /// Ops not yet ended: (end, Reverse(start), index in the forward's ops).
+    ending: std::collections::BinaryHeap<std::cmp::Reverse<(u64, std::cmp::Reverse<u64>, usize)>>,
+    /// Each storage's element size now.
+    elem: FastMap<u64, u64>,
+    /// Each storage's productions: (start, end, element size under autocast, recorded).
+    produced: FastMap<u64, Vec<(u64, u64, u64, u64)>>,
+}
+
+impl Typed {
+    /// Assigns the outputs' element sizes of the ops that ended by `until` (and counts the
+    /// `.float()` copies of bf16 storages in `plan`).
+    fn finish(
+        &mut self,
+        c: &Curve,
+        fwd: &[&OperatorEvent],
+        lives: &Lifetimes,
+        decisions: &[Option<Decision>],
+        until: u64,
+        plan: &mut Plan,
+    ) {
+        let trace = c.trace;
+        let tensors = |r: (u32, u32)| trace.tensors.get(r.0 as usize..r.1 as usize).unwrap_or(&[]);
+        while let Some(&std::cmp::Reverse((end, _, k))) = self.ending.peek() {
+            if end > until {
+                break;
+            }
+            self.ending.pop();
+            let o = fwd[k];
+            let Some(Decision { decided, promoted, nested, .. }) = decisions[k] else { continue };
+            let name = trace.str(o.name);
+            let ins = tensors(o.inputs);
+            for t in tensors(o.outputs) {
+                let Some(base) = elem_bytes(c, t) else { continue };
+                if t.storage_id == 0 {
+                    continue;
+                }
+                plan.typed += 1;
+                let same_storage = ins.iter().any(|i| i.storage_id == t.storage_id);
+                // Autocast turns fp32 into bf16, nothing else: another size is a stale entry of
+                // a storage freed and made again at that address.
+                let current = self.elem.get(&t.storage_id).copied().filter(|&e| e == base || (base == 4 && e == 2)).unwrap_or(base);
+                let new = if base != 4 {
+                    base
+                } else if is_conversion(name) && !nested {
+                    if same_storage && current == 2 {
+                        // `.float()` of what is bf16 under autocast: a copy the full-precision
+                        // run did not make, alive until its last reader.
+                        add_copy(c, plan, o.start_ns, lives.last_use(t.storage_id, o.end_ns), round(t.size_bytes));
+                    }
+                    4
+                } else if same_storage {
+                    // A view or an in-place op: the input's type.
+                    current
+                } else {
+                    match decided {
+                        Some(Class::Lower) => 2,
+                        Some(Class::Full) => 4,
+                        _ => promoted.unwrap_or(4),
+                    }
+                };
+                self.elem.insert(t.storage_id, new);
+                if !same_storage {
+                    self.produced.entry(t.storage_id).or_default().push((o.start_ns, o.end_ns, new, base));
+                }
+            }
+        }
+    }
+}
+
+/// Who reads each of an op's input storages: a bf16 op casting it, a view of it, or another
+/// op (which may save it for the backward).
+fn note_readers(
+    readers: &mut FastMap<u64, Vec<(u64, u64, Reader)>>,
+    o: &OperatorEvent,
+    name: &str,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    own: Class,
+) {
+    let view = !outs.is_empty() && !name.ends_with('_') && outs.iter().all(|t| ins.iter().any(|i| i.storage_id == t.storage_id));
+    let kind = if own == Class::Lower {
+        Reader::Cast
+    } else if view {
+        Reader::View
+    } else {
+        Reader::Other
+    };
+    for t in ins.iter().filter(|t| t.storage_id != 0) {
+        readers.entry(t.storage_id).or_default().push((o.start_ns, o.end_ns, kind));
+    }
+}
+
+/// The element size an op's outputs take under autocast from its float inputs' (element size,
+/// is a scalar): the widest where the op promotes, else the first non-scalar input's.
+fn promoted_size(name: &str, floats: &[(u64, bool)]) -> Option<u64> {
+    let dims: Vec<u64> = floats.iter().filter(|f| !f.1).map(|f| f.0).collect();
+    if promotes(name) {
+        let pick = if dims.is_empty() { floats.iter().map(|f| f.0).collect() } else { dims };
+        pick.into_iter().max()
+    } else {
+        dims.first().copied().or_else(|| floats.first().map(|f| f.0))
+    }
+}
+
+/// Fused attention calls: their time ranges (in order, not overlapping), whose inner
+/// allocations vanish under autocast, and their outputs, which stay.
+struct Fused {
+    spans: Vec<(u64, u64)>,
+    outputs: FastSet<u64>,
+}
+
+/// Sets each block's size under autocast in `plan`: its producer's element size (the outermost
+/// producer open at its allocation), or nothing inside a fused attention but its output; and
+/// shortens the lives of fp32 blocks only cast before the backward.
+fn size_blocks(
+    c: &Curve,
+    produced: &mut FastMap<u64, Vec<(u64, u64, u64, u64)>>,
+    fused: &Fused,
+    readers: &FastMap<u64, Vec<(u64, u64, Reader)>>,
+    plan: &mut Plan,
+) {
     // In time order, for the lookups below (a storage is made anew every iteration).
     for v in produced.values_mut() {
         v.sort_unstable_by_key(|&(s, e, _, _)| (s, std::cmp::Reverse(e)));
@@ -545,8 +557,8 @@ pub(super) fn plan(c: &Curve, weights: &FastSet<u64>) -> Plan {
         // The fused kernel allocates only its output (sized below) and the log-sum-exp (a
         // copy above).
         // Fused calls come in time order and do not overlap.
-        let in_fused = fused.get(fused.partition_point(|&(s, _)| s <= ts).wrapping_sub(1)).is_some_and(|&(_, e)| ts <= e);
-        if in_fused && !fused_outputs.contains(&b.address) {
+        let in_fused = fused.spans.get(fused.spans.partition_point(|&(s, _)| s <= ts).wrapping_sub(1)).is_some_and(|&(_, e)| ts <= e);
+        if in_fused && !fused.outputs.contains(&b.address) {
             plan.sizes.insert(k, 0);
             continue;
         }
@@ -556,7 +568,7 @@ pub(super) fn plan(c: &Curve, weights: &FastSet<u64>) -> Plan {
             }
         }
         if let Some((_, made, 4, _)) = producer {
-            if let Some(end) = cast_only_until(&readers, &produced, b.address, made) {
+            if let Some(end) = cast_only_until(readers, produced, b.address, made) {
                 let until = c.pos_after(end);
                 if b.free_pos.is_some_and(|f| until < f && c.phase[f] == Phase::Backward) {
                     let size = plan.sizes.get(&k).copied().unwrap_or(b.size_bytes);
@@ -565,7 +577,65 @@ pub(super) fn plan(c: &Curve, weights: &FastSet<u64>) -> Plan {
             }
         }
     }
-    plan
+}
+
+/// When the forward's storages are last needed: the end of the backward of each autograd
+/// sequence number, and each storage's forward reads and new productions.
+struct Lifetimes {
+    /// The last backward node of each autograd sequence number (saved tensors are released
+    /// when it ran), sorted.
+    bwd_end: Vec<(i64, u64)>,
+    /// The forward ops' own sequence numbers in order, to give each op its range.
+    fwd_seqs: Vec<i64>,
+    /// Each storage's forward reads (ends) and new productions (starts), in time order.
+    reads: FastMap<u64, Vec<u64>>,
+    makes: FastMap<u64, Vec<u64>>,
+}
+
+impl Lifetimes {
+    fn of(trace: &crate::model::Trace, fwd: &[&OperatorEvent]) -> Lifetimes {
+        let tensors = |r: (u32, u32)| trace.tensors.get(r.0 as usize..r.1 as usize).unwrap_or(&[]);
+        let mut bwd_end: Vec<(i64, u64)> =
+            trace.ops.iter().filter(|o| o.phase == Phase::Backward && o.seq_nr >= 0).map(|o| (o.seq_nr, o.end_ns)).collect();
+        bwd_end.sort_unstable();
+        let mut fwd_seqs: Vec<i64> = fwd.iter().map(|o| o.seq_nr).filter(|&s| s >= 0).collect();
+        fwd_seqs.sort_unstable();
+        fwd_seqs.dedup();
+        let mut reads: FastMap<u64, Vec<u64>> = FastMap::default();
+        let mut makes: FastMap<u64, Vec<u64>> = FastMap::default();
+        for o in fwd {
+            let ins = tensors(o.inputs);
+            for t in ins {
+                reads.entry(t.storage_id).or_default().push(o.end_ns);
+            }
+            for t in tensors(o.outputs).iter().filter(|t| !ins.iter().any(|i| i.storage_id == t.storage_id)) {
+                makes.entry(t.storage_id).or_default().push(o.start_ns);
+            }
+        }
+        for v in reads.values_mut().chain(makes.values_mut()) {
+            v.sort_unstable();
+        }
+        Lifetimes { bwd_end, fwd_seqs, reads, makes }
+    }
+
+    /// End of the backward of a forward op of sequence number `s`: its nodes have numbers
+    /// from `s` up to the next forward op's.
+    fn backward_end(&self, s: i64) -> Option<u64> {
+        if s < 0 {
+            return None;
+        }
+        let next = self.fwd_seqs.get(self.fwd_seqs.partition_point(|&x| x <= s)).copied().unwrap_or(i64::MAX);
+        let from = self.bwd_end.partition_point(|&(q, _)| q < s);
+        self.bwd_end[from..].iter().take_while(|&&(q, _)| q < next).map(|&(_, e)| e).max()
+    }
+
+    /// The last forward read of `storage` at or after `after`, before the storage is made
+    /// anew (the allocator hands an address out again, iteration after iteration): how long
+    /// a copy of it lives.
+    fn last_use(&self, storage: u64, after: u64) -> u64 {
+        let next = self.makes.get(&storage).and_then(|m| m.get(m.partition_point(|&t| t <= after)).copied()).unwrap_or(u64::MAX);
+        self.reads.get(&storage).and_then(|r| r[..r.partition_point(|&t| t < next)].last().copied()).unwrap_or(after).max(after)
+    }
 }
 
 /// Productions of a storage opening at most this far back are weighed (the ops making one

@@ -1604,7 +1604,7 @@ fn peak_rank_trace(trace: &Trace) -> Option<(u32, Trace)> {
     if trace.devices.iter().all(|d| d.rank == Some(rank)) {
         return None;
     }
-    Some((rank, crate::merge::rank_trace(trace, rank)?))
+    Some((rank, crate::ranks::rank_trace(trace, rank)?))
 }
 
 /// The peak predicted with `layers` (module paths as the trace names them) checkpointed, under

@@ -1,4 +1,4 @@
-//! Reading a file on a second thread while the importer parses what came before (native only).
+//! Reading a file on a second thread while the importer parses what came before.
 //!
 //! Copying a file's bytes out of the page cache is a twelfth of a snapshot import natively
 //! (`read` in a profile of `collector summary` on a 393 MB snapshot); on its own thread it

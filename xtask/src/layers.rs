@@ -1,0 +1,134 @@
+//! The layers of each crate's top-level modules (ARCHITECTURE.md, "Invariants"): a module may
+//! name, through `crate::`, only modules declared below it, so every crate's module graph runs
+//! one way and has no cycle. `cargo xtask tidy` runs [`upward_uses`] on every crate listed in
+//! [`CRATES`]; a top-level module that is not declared is refused too, so a new one takes its
+//! place in the order when it is added.
+
+use anyhow::{Context, Result};
+use std::path::Path;
+
+/// A crate's source folder and its top-level modules, lowest layer first.
+pub struct Layers {
+    pub src: &'static str,
+    pub order: &'static [&'static str],
+}
+
+/// The crates whose layers are checked. The viewer is not among them yet: its views, charts
+/// and pages still name each other (issue 34's components).
+pub const CRATES: [Layers; 4] = [
+    Layers {
+        src: "shared/src",
+        order: &["hash", "units", "model", "allocator", "ranks", "rank_files", "analysis", "export", "import", "merge", "explore"],
+    },
+    Layers { src: "collector/protocol/src", order: &["trace", "jobs", "worker", "run", "api"] },
+    Layers {
+        src: "collector/src",
+        order: &["device", "read_ahead", "plots", "commands", "capture", "report", "analyze", "verify", "pyrun", "serve", "cli"],
+    },
+    Layers { src: "collector/capture/src", order: &["capture", "models", "run", "sweep", "tracer", "cli"] },
+];
+
+/// `file:line: a uses crate::b` for every use of a higher layer, and a line for every
+/// top-level module missing from the order (or named there and missing).
+pub fn upward_uses(root: &Path, layers: &Layers) -> Result<Vec<String>> {
+    let src = root.join(layers.src);
+    let mut found = Vec::new();
+    let modules = top_level_modules(&src)?;
+    for m in &modules {
+        if !layers.order.contains(&m.as_str()) {
+            found.push(format!("{}: module `{m}` is not in xtask/src/layers.rs's order for this crate", layers.src));
+        }
+    }
+    for m in layers.order {
+        if !modules.iter().any(|x| x == m) {
+            found.push(format!("{}: xtask/src/layers.rs names `{m}`, which is not a module here", layers.src));
+        }
+    }
+    for file in crate::rust_files(&src)? {
+        let rel = file.strip_prefix(&src).unwrap_or(&file);
+        let mut parts = rel.components().map(|c| c.as_os_str().to_string_lossy().into_owned());
+        let first = parts.next().unwrap_or_default();
+        let top = first.strip_suffix(".rs").unwrap_or(&first).to_owned();
+        let Some(rank) = layers.order.iter().position(|l| *l == top) else { continue }; // lib.rs, main.rs, bin/: the root
+        let text = std::fs::read_to_string(&file).with_context(|| format!("cannot read {}", file.display()))?;
+        let code = strip_comments(&text);
+        for (at, name) in crate_uses(&code) {
+            if layers.order.iter().position(|l| *l == name).is_some_and(|r| r > rank) {
+                let line = code[..at].matches('\n').count() + 1;
+                found.push(format!("{}:{line}: {top} uses crate::{name}, a layer above it", file.display()));
+            }
+        }
+    }
+    Ok(found)
+}
+
+/// Top-level module names of a crate's source folder: its `.rs` files (but the crate roots)
+/// and its folders.
+fn top_level_modules(src: &Path) -> Result<Vec<String>> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(src).with_context(|| format!("cannot list {}", src.display()))? {
+        let path = entry?.path();
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        if path.is_dir() {
+            if name != "bin" {
+                out.push(name);
+            }
+        } else if let Some(stem) = name.strip_suffix(".rs") {
+            if stem != "lib" && stem != "main" {
+                out.push(stem.to_owned());
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// The text with every `//` comment blanked (lines kept, so offsets still give line numbers).
+fn strip_comments(text: &str) -> String {
+    text.lines().map(|l| l.find("//").map_or(l, |i| &l[..i])).collect::<Vec<_>>().join("\n")
+}
+
+/// (offset, module) of every module named after `crate::`, `crate::{a, b::c}` lists included.
+fn crate_uses(code: &str) -> Vec<(usize, String)> {
+    let ident = |s: &str| s.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect::<String>();
+    let mut out = Vec::new();
+    for (at, _) in code.match_indices("crate::") {
+        let rest = &code[at + "crate::".len()..];
+        if let Some(list) = rest.strip_prefix('{') {
+            let inner = &list[..list.find('}').unwrap_or(list.len())];
+            out.extend(inner.split(',').map(|s| (at, ident(s.trim()))).filter(|(_, n)| !n.is_empty()));
+        } else {
+            out.push((at, ident(rest)));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uses_are_found_in_paths_and_lists_and_not_in_comments() {
+        let code =
+            strip_comments("use crate::model::Trace; // crate::merge\nuse crate::{analysis, export::x};\nlet _ = crate::ranks::f();");
+        let names: Vec<String> = crate_uses(&code).into_iter().map(|(_, n)| n).collect();
+        assert_eq!(names, ["model", "analysis", "export", "ranks"]);
+    }
+
+    #[test]
+    fn a_use_of_a_higher_layer_and_an_undeclared_module_are_refused() {
+        let root = std::env::temp_dir().join(format!("xtask-layers-{}", std::process::id()));
+        let src = root.join("src");
+        std::fs::create_dir_all(src.join("high")).unwrap();
+        std::fs::write(src.join("lib.rs"), "//! root\npub mod low;\n").unwrap();
+        std::fs::write(src.join("low.rs"), "//! low\nuse crate::high::X; // crate::low\n").unwrap();
+        std::fs::write(src.join("high/mod.rs"), "//! high\nuse crate::low;\n").unwrap();
+        std::fs::write(src.join("stray.rs"), "//! stray\n").unwrap();
+        let found = upward_uses(&root, &Layers { src: "src", order: &["low", "high"] }).unwrap();
+        let _ = std::fs::remove_dir_all(&root);
+        assert_eq!(found.len(), 2, "{found:?}");
+        assert!(found[0].contains("module `stray` is not in"), "{found:?}");
+        assert!(found[1].ends_with("low.rs:2: low uses crate::high, a layer above it"), "{found:?}");
+    }
+}
