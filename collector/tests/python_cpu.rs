@@ -561,6 +561,8 @@ fn recorder_fallback_without_cuda_runs_the_program_and_says_nothing_was_recorded
     assert!(err.contains(&format!("(exit3.py): {nothing}")), "{err}");
     let t = t.expect("a trace that says why it is empty");
     assert_eq!(t.meta.warnings[..2], [capture.to_owned(), nothing.to_owned()], "{:?}", t.meta.warnings);
+    // The recorder's frames are read whole by protocol::capture's types.
+    assert!(!t.meta.warnings.iter().any(|w| w.starts_with(collector::pyrun::UNKNOWN_FIELDS)), "{:?}", t.meta.warnings);
     assert_eq!(t.meta.capture.as_deref(), capture.strip_prefix("capture: "));
     assert!(t.events.is_empty() && t.scopes.is_empty() && t.iterations.is_empty());
     assert_eq!(t.meta.source_format, shared::model::SourceFormat::PytorchSnapshot);
@@ -603,12 +605,14 @@ fn recorder_snapshots_become_layer_scopes_phases_and_iterations() {
     notes
         .push(json!({"kind": "recorder_snapshot", "pid": 4242, "file": "recorder-1-2.pickles", "bytes": 99, "index": 2, "pieces": pieces}));
     let p = ProcessStream {
-        hello: Some(json!({"capture": "recorder", "reason": "no capture library for torch 2.16.0", "pid": 4242,
+        hello: serde_json::from_value(json!({"capture": "recorder", "reason": "no capture library for torch 2.16.0", "pid": 4242,
             "argv": ["python", "train.py"], "torch_version": "2.16.0", "start_unix_ns": 1_795_290_733_000_000_000u64,
-            "env": {"RANK": "1", "WORLD_SIZE": "2"}})),
-        end: Some(json!({"reason": "exit", "cuda_used": true, "notes": ["a note of the process"],
-            "cuda": [{"device": 0, "name": "NVIDIA H100 80GB HBM3", "allocated_peak": 238_078_976u64, "reserved_peak": 260_046_848u64}]})),
-        notes,
+            "env": {"RANK": "1", "WORLD_SIZE": "2"}}))
+        .unwrap(),
+        end: serde_json::from_value(json!({"reason": "exit", "cuda_used": true, "notes": ["a note of the process"],
+            "cuda": [{"device": 0, "name": "NVIDIA H100 80GB HBM3", "allocated_peak": 238_078_976u64, "reserved_peak": 260_046_848u64}]}))
+        .unwrap(),
+        notes: serde_json::from_value(Value::Array(notes)).unwrap(),
         snapshot_dir: Some(dir.clone()),
         ..ProcessStream::default()
     };

@@ -72,6 +72,12 @@ pub fn stale_paths(root: &Path) -> Result<Vec<Stale>> {
         }
     }
     let mut files = vec![PathBuf::from("README.md"), PathBuf::from("ARCHITECTURE.md")];
+    // The user and internals documentation README and ARCHITECTURE.md link to.
+    let mut docs: Vec<PathBuf> = std::fs::read_dir(root.join("docs"))
+        .map(|d| d.filter_map(|e| e.ok()).map(|e| e.path()).filter(|p| p.extension().is_some_and(|e| e == "md")).collect())
+        .unwrap_or_default();
+    docs.sort();
+    files.extend(docs.into_iter().filter_map(|p| p.strip_prefix(root).ok().map(Path::to_path_buf)));
     for krate in &crates {
         walk(root, krate, &mut files)?;
     }

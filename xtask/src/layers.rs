@@ -20,7 +20,7 @@ pub const CRATES: [Layers; 4] = [
         src: "shared/src",
         order: &["hash", "units", "model", "allocator", "ranks", "rank_files", "analysis", "export", "import", "merge", "explore"],
     },
-    Layers { src: "collector/protocol/src", order: &["trace", "jobs", "worker", "run", "api"] },
+    Layers { src: "collector/protocol/src", order: &["capture", "trace", "jobs", "worker", "run", "api"] },
     Layers {
         src: "collector/src",
         order: &["device", "read_ahead", "plots", "commands", "capture", "report", "analyze", "verify", "pyrun", "serve", "cli"],

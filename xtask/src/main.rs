@@ -356,6 +356,13 @@ fn tidy() -> Result<()> {
             layered.join("\n")
         );
     }
+    let untyped = untyped_json(&[Path::new("collector/src"), Path::new("collector/capture/src")])?;
+    if !untyped.is_empty() {
+        bail!(
+            "these lines read JSON by field name (ARCHITECTURE.md: every shape that crosses a process is a protocol type):\n{}",
+            untyped.join("\n")
+        );
+    }
     let upward = upward_imports(Path::new("collector/src/serve"), &SERVE_LAYERS)?;
     if !upward.is_empty() {
         bail!(
@@ -364,6 +371,25 @@ fn tidy() -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// `file:line` of every use of `serde_json::Value`'s accessors outside tests in `dirs`: shapes
+/// that cross a process are protocol types, not JSON read by field name.
+fn untyped_json(dirs: &[&Path]) -> Result<Vec<String>> {
+    let mut found = Vec::new();
+    for dir in dirs {
+        for file in rust_files(dir)? {
+            let text = std::fs::read_to_string(&file)?;
+            let code = text.split("#[cfg(test)]").next().unwrap_or("");
+            for (n, line) in code.lines().enumerate() {
+                let line = line.split("//").next().unwrap_or("");
+                if ["Value::as_", ".as_object()", ".as_array()", ".as_u64()", ".as_i64()", ".as_bool()"].iter().any(|p| line.contains(p)) {
+                    found.push(format!("{}:{}: {}", file.display(), n + 1, line.trim()));
+                }
+            }
+        }
+    }
+    Ok(found)
 }
 
 /// `collector serve`'s modules, lowest layer first: each may use only those before it (and

@@ -17,8 +17,9 @@ pub mod wire;
 use crate::capture::assemble::{self, Captured};
 use crate::capture::live::{decimate, LiveDevice, LivePoint, LiveTotals, LIVE_POINTS_PER_REPORT};
 use anyhow::Context;
+use protocol::capture::{CaptureOptions, End, Hello};
 use record::{self as ffi, MtCounters, MtDeviceStats};
-use serde_json::{json, Value};
+
 use shared::model::{Device, EventType, SourceFormat, Totals, TraceMeta};
 use shared::Trace;
 use std::io::ErrorKind;
@@ -145,22 +146,23 @@ impl Default for PyOptions {
 }
 
 impl PyOptions {
-    fn to_json(&self) -> Value {
-        json!({
-            "max_events": self.max_events,
-            "max_ops": self.max_events,
-            "capture_tensors": self.capture_tensors && self.ops == OpsMode::All,
-            "capture_ops": match self.ops {
+    /// What the traced process is asked to do (`MEMORY_TRACER_OPTIONS`).
+    fn capture_options(&self) -> CaptureOptions {
+        CaptureOptions {
+            max_events: self.max_events,
+            max_ops: self.max_events,
+            capture_tensors: self.capture_tensors && self.ops == OpsMode::All,
+            capture_ops: match self.ops {
                 OpsMode::None => 0,
                 OpsMode::All => 1,
                 OpsMode::Backward => 2,
             },
-            "module_scopes": self.module_scopes,
-            "iteration_marker": self.iteration_marker,
-            "buffer_records": self.buffer_records,
-            "interval_ms": self.drain_interval_ms,
-            "capture": self.capture.as_str(),
-        })
+            module_scopes: self.module_scopes,
+            iteration_marker: self.iteration_marker.clone(),
+            buffer_records: self.buffer_records,
+            interval_ms: self.drain_interval_ms,
+            capture: self.capture.as_str().to_owned(),
+        }
     }
 }
 
@@ -255,7 +257,7 @@ fn spawn_reader(stream: UnixStream, live: LiveBuffer, first: bool, t0: u64) -> a
     let handle = std::thread::Builder::new().name("capture-reader".into()).spawn(move || {
         let mut totals = LiveTotals::new(t0, LiveDevice::Auto);
         wire::read_stream(std::io::BufReader::with_capacity(1 << 20, read_side), &mut |hello, recs| {
-            let rank = hello.and_then(rank_of_hello);
+            let rank = hello.and_then(Hello::rank);
             if rank.is_none() && !first {
                 return;
             }
@@ -294,7 +296,8 @@ pub fn run(command: &[String], opts: &PyOptions, on_live: &mut dyn FnMut(Option<
     cmd.args(&command[1..])
         .env("PYTHONPATH", pythonpath)
         .env("MEMORY_TRACER_SOCKET", &sock)
-        .env("MEMORY_TRACER_OPTIONS", opts.to_json().to_string());
+        // A struct of numbers, booleans and strings: serialising it cannot fail.
+        .env("MEMORY_TRACER_OPTIONS", serde_json::to_string(&opts.capture_options()).unwrap_or_default());
     if let Ok(exe) = std::env::current_exe() {
         cmd.env("MEMORY_TRACER_COLLECTOR", exe);
     }
@@ -403,40 +406,36 @@ pub fn ingest_fd(fd: i32) -> anyhow::Result<ProcessStream> {
 
 /// The process's rank under torchrun (its `RANK`), if it had one.
 pub fn rank(p: &ProcessStream) -> Option<u64> {
-    p.hello.as_ref().and_then(rank_of_hello).map(u64::from)
-}
-
-fn rank_of_hello(hello: &Value) -> Option<u32> {
-    hello.get("env")?.get("RANK")?.as_str()?.parse().ok()
+    p.hello.as_ref().and_then(Hello::rank).map(u64::from)
 }
 
 /// The driver's samples of CUDA device `index` from the end frame (`[ts_ns, device, used,
 /// total]`, on the shim's clock), timed from the capture's start; they belong to the trace's
 /// one device.
-fn device_samples(end: Option<&Value>, index: i8, start_ns: u64) -> Vec<shared::model::DeviceSample> {
-    let rows = end.and_then(|e| e.get("device_samples")).and_then(Value::as_array);
-    rows.into_iter()
-        .flatten()
-        .filter_map(|r| {
-            let r = r.as_array()?;
-            let n = |k: usize| r.get(k).and_then(Value::as_u64);
-            (r.get(1)?.as_i64()? == i64::from(index)).then_some(())?;
-            Some(shared::model::DeviceSample { ts_ns: n(0)?.saturating_sub(start_ns), device: 0, used_bytes: n(2)?, total_bytes: n(3)? })
+fn device_samples(end: Option<&End>, index: i8, start_ns: u64) -> Vec<shared::model::DeviceSample> {
+    end.map_or(&[][..], |e| &e.device_samples)
+        .iter()
+        .filter(|&&(_, device, _, _)| device == i64::from(index))
+        .map(|&(ts, _, used, total)| shared::model::DeviceSample {
+            ts_ns: ts.saturating_sub(start_ns),
+            device: 0,
+            used_bytes: used,
+            total_bytes: total,
         })
         .collect()
 }
 
 /// The distributed job a process belongs to: torchrun's run id and rendezvous address, the
 /// same on every rank of every node of one job.
-fn job_of(env: &serde_json::Map<String, Value>) -> Option<String> {
+fn job_of(env: &std::collections::BTreeMap<String, String>) -> Option<String> {
     env.get("RANK")?;
-    let get = |k: &str| env.get(k).and_then(Value::as_str).unwrap_or("");
+    let get = |k: &str| env.get(k).map_or("", String::as_str);
     Some(format!("{}@{}:{}", get("TORCHELASTIC_RUN_ID"), get("MASTER_ADDR"), get("MASTER_PORT")))
 }
 
 /// The job's world size, as the process's `WORLD_SIZE`.
 pub fn world_size(p: &ProcessStream) -> Option<u32> {
-    p.hello.as_ref()?.get("env")?.get("WORLD_SIZE")?.as_str()?.parse().ok()
+    p.hello.as_ref()?.world_size()
 }
 
 /// Whether the stream carries anything to build a trace from (a recorder process always
@@ -450,11 +449,11 @@ pub fn has_capture(p: &ProcessStream) -> bool {
 /// or the recorder's note (its reason, what it cannot record).
 pub fn capture_line(p: &ProcessStream) -> String {
     if recorder::is_recorder(p) {
-        return recorder::capture_note(p.hello_str("reason").unwrap_or("no reason given"));
+        return recorder::capture_note(p.hello.as_ref().and_then(|h| h.reason.as_deref()).unwrap_or("no reason given"));
     }
-    let torch = p.hello_str("torch_version").unwrap_or("unknown");
+    let torch = p.hello.as_ref().and_then(|h| h.torch_version.as_deref()).unwrap_or("unknown");
     let minor: Vec<&str> = torch.split(['.', '+']).take(2).collect();
-    match p.hello_str("library") {
+    match p.hello.as_ref().and_then(|h| h.library.as_deref()) {
         Some(how) => format!("capture: native (torch {}, library {how})", minor.join(".")),
         None => format!("capture: native (torch {})", minor.join(".")),
     }
@@ -465,20 +464,17 @@ pub fn capture_line(p: &ProcessStream) -> String {
 pub fn notes_text(p: &ProcessStream) -> Vec<String> {
     p.notes
         .iter()
-        .filter(|n| n.get("kind").and_then(Value::as_str) != Some(recorder::SNAPSHOT_NOTE))
+        .filter(|n| n.kind != recorder::SNAPSHOT_NOTE)
         .map(|n| {
-            let pid = n.get("pid").and_then(Value::as_u64).unwrap_or(0);
-            let exe = n.get("executable").and_then(Value::as_str).unwrap_or("python");
-            match n.get("kind").and_then(Value::as_str) {
-                Some("no_torch") => format!("process {pid} ({exe}) has no torch installed, so nothing of it was traced"),
-                Some("torch_mismatch") => n.get("detail").and_then(Value::as_str).unwrap_or("torch version mismatch").to_owned(),
-                Some("capture_failed") => {
-                    format!(
-                        "process {pid}: the capture could not start: {}",
-                        n.get("detail").and_then(Value::as_str).unwrap_or("unknown error")
-                    )
-                }
-                _ => format!("process {pid}: {n}"),
+            let pid = n.pid.unwrap_or(0);
+            let exe = n.executable.as_deref().unwrap_or("python");
+            let detail = n.detail.as_deref();
+            match n.kind.as_str() {
+                "no_torch" => format!("process {pid} ({exe}) has no torch installed, so nothing of it was traced"),
+                "torch_mismatch" => detail.unwrap_or("torch version mismatch").to_owned(),
+                "capture_failed" => format!("process {pid}: the capture could not start: {}", detail.unwrap_or("unknown error")),
+                "malformed" => format!("process {pid}: a note that does not read: {}", detail.unwrap_or("")),
+                kind => format!("process {pid}: a note of kind `{kind}`{}", detail.map(|d| format!(": {d}")).unwrap_or_default()),
             }
         })
         .collect()
@@ -490,9 +486,8 @@ pub fn program_name(p: &ProcessStream) -> String {
 }
 
 /// [`program_name`] from a capture header.
-fn program_of(hello: &Value) -> String {
-    let argv: Vec<&str> =
-        hello.get("argv").and_then(Value::as_array).map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
+fn program_of(hello: &Hello) -> String {
+    let argv: Vec<&str> = hello.argv.iter().map(String::as_str).collect();
     let mut it = argv.iter().skip(1);
     while let Some(a) = it.next() {
         match *a {
@@ -508,25 +503,34 @@ fn program_of(hello: &Value) -> String {
     argv.first().map_or_else(|| "python".into(), |s| (*s).to_owned())
 }
 
-fn counters_of(end: Option<&Value>) -> MtCounters {
-    let c = end.and_then(|e| e.get("counters"));
-    let g = |k: &str| c.and_then(|c| c.get(k)).and_then(Value::as_u64).unwrap_or(0);
+fn counters_of(end: Option<&End>) -> MtCounters {
+    let c = end.map(|e| e.counters).unwrap_or_default();
     MtCounters {
-        mem_kept: g("mem_kept"),
-        mem_dropped: g("mem_dropped"),
-        op_kept: g("op_kept"),
-        op_dropped: g("op_dropped"),
-        peak_allocated: g("peak_allocated"),
-        peak_reserved: g("peak_reserved"),
-        buffer_dropped: g("buffer_dropped"),
+        mem_kept: c.mem_kept,
+        mem_dropped: c.mem_dropped,
+        op_kept: c.op_kept,
+        op_dropped: c.op_dropped,
+        peak_allocated: c.peak_allocated,
+        peak_reserved: c.peak_reserved,
+        buffer_dropped: c.buffer_dropped,
     }
 }
 
+/// How a trace's warning about frame fields this collector does not know begins.
+pub const UNKNOWN_FIELDS: &str = "the capture sent fields this collector does not read";
+
 /// Builds the trace of one process's stream.
-pub fn build_trace(p: ProcessStream, opts: &PyOptions) -> Result<Trace, String> {
+pub fn build_trace(mut p: ProcessStream, opts: &PyOptions) -> Result<Trace, String> {
     let capture = capture_line(&p);
+    let unknown = std::mem::take(&mut p.unknown_fields);
     let mut trace = if recorder::is_recorder(&p) { recorder::build_trace(p, opts)? } else { build_native_trace(p, opts)? };
     trace.meta.capture = Some(capture.strip_prefix("capture: ").unwrap_or(&capture).to_owned());
+    if !unknown.is_empty() {
+        trace.meta.warnings.push(format!(
+            "{UNKNOWN_FIELDS}: {} (the traced program's memory_tracer package is newer than this collector?)",
+            unknown.join(", ")
+        ));
+    }
     Ok(trace)
 }
 
@@ -535,7 +539,7 @@ fn build_native_trace(mut p: ProcessStream, opts: &PyOptions) -> Result<Trace, S
     let Some(hello) = p.hello.take() else {
         return Err("the process sent no capture header".into());
     };
-    let start_ns = hello.get("start_ns").and_then(Value::as_u64).ok_or("the capture header has no start_ns")?;
+    let start_ns = hello.start_ns.ok_or("the capture header has no start_ns")?;
     let filter = opts.device.unwrap_or_else(|| {
         let mut per_device = std::collections::BTreeMap::<i8, u64>::new();
         for r in p.records.iter().filter(|r| r.kind == ffi::MT_MEM && r.device_type == 1) {
@@ -556,41 +560,34 @@ fn build_native_trace(mut p: ProcessStream, opts: &PyOptions) -> Result<Trace, S
     p.records.retain(|r| !(matches!(r.kind, ffi::MT_MEM | ffi::MT_OOM) && r.device_type != keep_type));
 
     let end = p.end.take();
-    let cuda_entry = cuda_index.and_then(|i| {
-        end.as_ref()?.get("cuda")?.as_array()?.iter().find(|d| d.get("device").and_then(Value::as_i64) == Some(i64::from(i))).cloned()
-    });
-    let stat = |k: &str| cuda_entry.as_ref().and_then(|d| d.get(k)).and_then(Value::as_u64).unwrap_or(0);
-    let cuda_stats = cuda_entry.as_ref().map(|_| MtDeviceStats {
-        allocated_current: stat("allocated_current"),
-        allocated_peak: stat("allocated_peak"),
-        reserved_current: stat("reserved_current"),
-        reserved_peak: stat("reserved_peak"),
-        num_alloc_retries: stat("num_alloc_retries"),
-        num_ooms: stat("num_ooms"),
+    let cuda_entry = cuda_index.and_then(|i| end.as_ref()?.cuda.iter().find(|d| d.device == Some(i64::from(i))).cloned());
+    let cuda_stats = cuda_entry.as_ref().map(|d| MtDeviceStats {
+        allocated_current: d.allocated_current.unwrap_or(0),
+        allocated_peak: d.allocated_peak.unwrap_or(0),
+        reserved_current: d.reserved_current.unwrap_or(0),
+        reserved_peak: d.reserved_peak.unwrap_or(0),
+        num_alloc_retries: d.num_alloc_retries.unwrap_or(0),
+        num_ooms: d.num_ooms.unwrap_or(0),
     });
     let base_totals = match cuda_index {
         None => vec![(Device { kind: "cpu".into(), index: 0, rank: None }, Totals::default())],
         Some(i) => {
-            let base = hello
-                .get("base_totals")
-                .and_then(Value::as_array)
-                .and_then(|b| b.iter().find(|d| d.get("device").and_then(Value::as_i64) == Some(i64::from(i))));
-            let g = |k: &str| base.and_then(|b| b.get(k)).and_then(Value::as_u64).unwrap_or(0);
+            let base = hello.base_totals.iter().find(|d| d.device == i64::from(i)).copied().unwrap_or_default();
             vec![(
                 Device { kind: "cuda".into(), index: i32::from(i), rank: None },
-                Totals { allocated_bytes: g("allocated"), reserved_bytes: g("reserved") },
+                Totals { allocated_bytes: base.allocated, reserved_bytes: base.reserved },
             )]
         }
     };
 
     let mut meta = TraceMeta::new(SourceFormat::MemoryTracer);
     meta.model = Some(program_of(&hello));
-    meta.pytorch_version = hello.get("torch_version").and_then(Value::as_str).map(str::to_owned);
-    meta.start_unix_ns = hello.get("start_unix_ns").and_then(Value::as_u64);
+    meta.pytorch_version.clone_from(&hello.torch_version);
+    meta.start_unix_ns = hello.start_unix_ns;
     meta.fragmentation_tracked = opts.fragmentation;
     if let Some(d) = &cuda_entry {
-        meta.device_name = d.get("name").and_then(Value::as_str).map(str::to_owned);
-        meta.device_total_memory_bytes = d.get("total_memory").and_then(Value::as_u64);
+        meta.device_name.clone_from(&d.name);
+        meta.device_total_memory_bytes = d.total_memory;
     } else if cuda_index.is_none() {
         meta.device_name = Some("CPU".into());
     }
@@ -609,10 +606,7 @@ fn build_native_trace(mut p: ProcessStream, opts: &PyOptions) -> Result<Trace, S
         attach_private_pools(&mut trace, end.as_ref(), i);
     }
     match &end {
-        Some(e) => {
-            let notes = e.get("notes").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str);
-            trace.meta.warnings.extend(notes.map(str::to_owned));
-        }
+        Some(e) => trace.meta.warnings.extend(e.notes.iter().cloned()),
         None => trace.meta.warnings.push(
             "the process ended without closing its capture (killed, crashed or os._exit): the trace holds what it streamed until then"
                 .into(),
@@ -631,17 +625,12 @@ fn build_native_trace(mut p: ProcessStream, opts: &PyOptions) -> Result<Trace, S
 /// `torch.cuda.MemPool`; the segments the process reported at its end, `private_pools`) that
 /// pool. A segment freed before the end is not known, nor is a pool's reserved memory over
 /// time: the capture records allocations, not segments.
-fn attach_private_pools(trace: &mut Trace, end: Option<&Value>, index: i8) {
-    let rows = end.and_then(|e| e.get("private_pools")).and_then(Value::as_array);
-    let mut ranges: Vec<(u64, u64, shared::model::PoolId)> = rows
-        .into_iter()
-        .flatten()
-        .filter(|r| r.get("device").and_then(Value::as_i64) == Some(i64::from(index)))
-        .filter_map(|r| {
-            let (a, n) = (r.get("address")?.as_u64()?, r.get("size")?.as_u64()?);
-            let p = r.get("pool")?.as_array()?;
-            Some((a, a.saturating_add(n), shared::model::PoolId(p.first()?.as_i64()?, p.get(1)?.as_i64()?)))
-        })
+fn attach_private_pools(trace: &mut Trace, end: Option<&End>, index: i8) {
+    let mut ranges: Vec<(u64, u64, shared::model::PoolId)> = end
+        .map_or(&[][..], |e| &e.private_pools)
+        .iter()
+        .filter(|r| r.device == i64::from(index))
+        .map(|r| (r.address, r.address.saturating_add(r.size), shared::model::PoolId(r.pool.0, r.pool.1)))
         .collect();
     if ranges.is_empty() {
         return;
@@ -677,14 +666,14 @@ fn attach_private_pools(trace: &mut Trace, end: Option<&Value>, index: i8) {
 }
 
 /// The process's torchrun variables (numbers, as `env.RANK`, ...) and job, from its header.
-fn report_env(trace: &mut Trace, hello: &Value) {
-    if let Some(env) = hello.get("env").and_then(Value::as_object) {
-        for (k, v) in env {
-            if let Some(n) = v.as_str().and_then(|s| s.parse::<u64>().ok()) {
-                trace.meta.reported.insert(format!("env.{k}"), n);
-            }
+fn report_env(trace: &mut Trace, hello: &Hello) {
+    for (k, v) in &hello.env {
+        if let Ok(n) = v.parse::<u64>() {
+            trace.meta.reported.insert(format!("env.{k}"), n);
         }
-        trace.meta.job = job_of(env);
+    }
+    if !hello.env.is_empty() {
+        trace.meta.job = job_of(&hello.env);
     }
 }
 
@@ -700,14 +689,14 @@ fn server_base(server: &str) -> anyhow::Result<String> {
     Ok(base.to_owned())
 }
 
-fn answer(mut resp: ureq::http::Response<ureq::Body>, base: &str, what: &str) -> anyhow::Result<Value> {
+/// The server's answer as `T`, or its refusal (`protocol::ErrorBody`) as an error.
+fn answer<T: serde::de::DeserializeOwned>(mut resp: ureq::http::Response<ureq::Body>, base: &str, what: &str) -> anyhow::Result<T> {
     let status = resp.status().as_u16();
-    let body: Value = resp.body_mut().read_json().unwrap_or(Value::Null);
     if !(200..300).contains(&status) {
-        let detail = body.get("detail").and_then(Value::as_str).unwrap_or("no detail");
+        let detail = resp.body_mut().read_json::<protocol::ErrorBody>().map_or_else(|_| "no detail".to_owned(), |b| b.detail);
         anyhow::bail!("{base} refused {what} ({status}): {detail}");
     }
-    Ok(body)
+    resp.body_mut().read_json::<T>().with_context(|| format!("{base} answered {what} with something this collector does not read"))
 }
 
 fn with_token<B>(req: ureq::RequestBuilder<B>, token: Option<&str>) -> ureq::RequestBuilder<B> {
@@ -737,8 +726,7 @@ pub fn upload(server: &str, token: Option<&str>, file: &Path, live_id: Option<&s
         req = req.query("trace_id", id);
     }
     let resp = with_token(req, token).send(&body[..]).with_context(|| format!("cannot reach {base}"))?;
-    let answer = answer(resp, &base, "the trace")?;
-    let id = answer.get("trace_id").and_then(Value::as_str).context("the server's answer has no trace_id")?.to_owned();
+    let id = answer::<protocol::TraceResponse>(resp, &base, "the trace")?.trace_id;
     let link = viewer_link(&base, token, "trace", &id);
     Ok((id, link))
 }
@@ -759,10 +747,9 @@ impl LiveClient {
         let base = server_base(server)?;
         let agent = http_agent();
         let resp = with_token(agent.post(&format!("{base}/api/trace/live")), token)
-            .send_json(json!({"model_name": model, "device": "live"}))
+            .send_json(protocol::LiveRequest { model_name: model.to_owned(), device: Some("live".into()) })
             .with_context(|| format!("cannot reach {base}"))?;
-        let a = answer(resp, &base, "the live trace")?;
-        let id = a.get("trace_id").and_then(Value::as_str).context("the server's answer has no trace_id")?.to_owned();
+        let id = answer::<protocol::JobAccepted>(resp, &base, "the live trace")?.trace_id;
         let (tx, rx) = std::sync::mpsc::channel::<(Option<u32>, Vec<LivePoint>)>();
         let (url, tok) = (format!("{base}/api/trace/live/{id}"), token.map(str::to_owned));
         let poster = std::thread::Builder::new().name("live-poster".into()).spawn(move || {
@@ -810,7 +797,7 @@ impl LiveClient {
                 let resp = with_token(http_agent().post(&url), self.token.as_deref())
                     .send_json(protocol::ChildLine::Error { class: protocol::FailureClass::Invalid, detail: error.to_owned() })
                     .with_context(|| format!("cannot reach {}", self.base))?;
-                answer(resp, &self.base, "the live trace's end")?;
+                answer::<protocol::LiveAccepted>(resp, &self.base, "the live trace's end")?;
                 anyhow::bail!("{error}")
             }
         }
@@ -820,6 +807,7 @@ impl LiveClient {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
     use shared::model::{EventRecord, Phase, StrId};
 
     /// Allocations inside a private pool's segment (as the process reported them at its end)
@@ -847,18 +835,18 @@ mod tests {
         push(&mut t, 2, EventType::Alloc, 0x20_0000);
         push(&mut t, 3, EventType::Free, 0x20_0000);
         push(&mut t, 4, EventType::Alloc, 0x40_0000);
-        let end = json!({"private_pools": [
+        let end: End = serde_json::from_value(json!({"private_pools": [
             {"device": 0, "address": 0x20_0000, "size": 0x20_0000, "pool": [1, 0]},
-            {"device": 1, "address": 0x40_0000, "size": 0x20_0000, "pool": [0, 2]},
-            {"device": 0, "address": "bad"}
-        ]});
+            {"device": 1, "address": 0x40_0000, "size": 0x20_0000, "pool": [0, 2]}
+        ]}))
+        .unwrap();
         attach_private_pools(&mut t, Some(&end), 0);
         assert_eq!(t.pools, vec![shared::model::PoolId(1, 0)]);
         assert_eq!(t.event_pools, vec![(1, 0), (2, 0)]);
         assert!(t.meta.warnings.iter().any(|w| w.contains("known from their segments at the end")));
         // Nothing reported: nothing changes.
         let mut u = Trace::new(TraceMeta::new(SourceFormat::MemoryTracer));
-        attach_private_pools(&mut u, Some(&json!({})), 0);
+        attach_private_pools(&mut u, Some(&End::default()), 0);
         assert!(u.pools.is_empty() && u.meta.warnings.is_empty());
     }
 }

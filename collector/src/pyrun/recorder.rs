@@ -28,7 +28,6 @@
 use super::wire::ProcessStream;
 use super::{DeviceFilter, PyOptions};
 use crate::capture::assemble::UNATTRIBUTED;
-use serde_json::Value;
 use shared::hash::FastMap as HashMap;
 use shared::model::{Device, EventRecord, EventType, Frame, IterationSpan, LayerScope, Phase, SourceFormat, StrId, TraceMeta};
 use shared::Trace;
@@ -45,7 +44,7 @@ pub const NO_CUDA: &str = "the recorder fallback records CUDA memory only and th
 
 /// Whether the process ran the recorder fallback.
 pub fn is_recorder(p: &ProcessStream) -> bool {
-    p.hello_str("capture") == Some(CAPTURE)
+    p.hello.as_ref().and_then(|h| h.capture.as_deref()) == Some(CAPTURE)
 }
 
 /// The first note of a recorder trace: which capture ran, why, and what it cannot see.
@@ -58,8 +57,8 @@ pub fn capture_note(reason: &str) -> String {
 /// The notes of a recorder process worth saying on the collector's stderr as well: the
 /// capture, and that nothing was recorded when the process used no CUDA.
 pub fn stderr_notes(p: &ProcessStream) -> Vec<String> {
-    let mut notes = vec![capture_note(p.hello_str("reason").unwrap_or("no reason given"))];
-    let said = p.end.as_ref().and_then(|e| e.get("cuda_used")).and_then(Value::as_bool);
+    let mut notes = vec![capture_note(p.hello.as_ref().and_then(|h| h.reason.as_deref()).unwrap_or("no reason given"))];
+    let said = p.end.as_ref().and_then(|e| e.cuda_used);
     if recorded_nothing(p) && said == Some(false) {
         notes.push(NO_CUDA.into());
     }
@@ -68,18 +67,11 @@ pub fn stderr_notes(p: &ProcessStream) -> Vec<String> {
 
 /// Whether the process named no snapshot (it used no CUDA, or ended before writing one).
 pub fn recorded_nothing(p: &ProcessStream) -> bool {
-    !p.notes.iter().any(|n| n.get("kind").and_then(Value::as_str) == Some(SNAPSHOT_NOTE))
+    !p.notes.iter().any(|n| n.kind == SNAPSHOT_NOTE)
 }
 
 /// One pickle of a snapshot file: what it holds and where.
-#[derive(Clone, Debug, serde::Deserialize)]
-struct Piece {
-    /// `entries` (of `device`), `annotations`, `segments` or `settings`.
-    what: String,
-    device: Option<usize>,
-    offset: u64,
-    bytes: u64,
-}
+type Piece = protocol::capture::SnapshotPiece;
 
 /// A snapshot file a process named (a note frame): its pickles, checked.
 struct SnapshotFile {
@@ -99,22 +91,19 @@ impl SnapshotFile {
 /// and why. A name must be a plain `*.pickles` file of the process's folder whose size is the
 /// one the note gives, and every pickle in it whole (a file cut short is never imported).
 fn snapshot_files(p: &ProcessStream) -> (Vec<SnapshotFile>, Option<String>) {
-    let mut notes: Vec<&Value> = p.notes.iter().filter(|n| n.get("kind").and_then(Value::as_str) == Some(SNAPSHOT_NOTE)).collect();
-    notes.sort_by_key(|n| n.get("index").and_then(Value::as_u64).unwrap_or(u64::MAX));
+    let mut notes: Vec<&protocol::capture::Note> = p.notes.iter().filter(|n| n.kind == SNAPSHOT_NOTE).collect();
+    notes.sort_by_key(|n| n.index.unwrap_or(u64::MAX));
     let mut files = Vec::new();
     for (k, n) in notes.into_iter().enumerate() {
-        let name = n.get("file").and_then(Value::as_str).unwrap_or("").to_owned();
-        let pieces = n.get("pieces").cloned().map(serde_json::from_value::<Vec<Piece>>);
-        let checked = match pieces {
-            Some(Ok(pieces)) => check_file(p.snapshot_dir.as_deref(), &name, n.get("bytes").and_then(Value::as_u64))
-                .and_then(|path| check_pieces(&path, &pieces).map(|()| (path, pieces))),
-            Some(Err(e)) => Err(format!("its note's pieces are malformed ({e})")),
+        let name = n.file.clone().unwrap_or_default();
+        let checked = match n.pieces.clone() {
+            Some(pieces) => {
+                check_file(p.snapshot_dir.as_deref(), &name, n.bytes).and_then(|path| check_pieces(&path, &pieces).map(|()| (path, pieces)))
+            }
             None => Err("its note lists no pieces".into()),
         };
         match checked {
-            Ok((path, pieces)) if n.get("index").and_then(Value::as_u64) == Some(k as u64) => {
-                files.push(SnapshotFile { name, path, pieces })
-            }
+            Ok((path, pieces)) if n.index == Some(k as u64) => files.push(SnapshotFile { name, path, pieces }),
             Ok(_) => return (files, Some(format!("snapshot {k} is missing, so it and the later snapshots were left out"))),
             Err(e) => return (files, Some(format!("snapshot {k} ({name}) and the later ones were left out: {e}"))),
         }
@@ -283,12 +272,12 @@ pub fn build_trace(mut p: ProcessStream, opts: &PyOptions) -> Result<Trace, Stri
     let device = pick_device(src.as_ref(), opts.device, &mut warnings);
     let mut meta = TraceMeta::new(SourceFormat::PytorchSnapshot);
     meta.model = Some(super::program_of(&hello));
-    meta.pytorch_version = hello.get("torch_version").and_then(Value::as_str).map(str::to_owned);
+    meta.pytorch_version.clone_from(&hello.torch_version);
     meta.fragmentation_tracked = opts.fragmentation;
     meta.allocator_settings = src.as_ref().and_then(|t| t.meta.allocator_settings.clone());
     let spans = src.as_ref().map(Spans::collect).unwrap_or_default();
     let mut trace = rebuild(src.as_ref(), device.as_ref(), &spans, Trace::new(meta));
-    trace.meta.start_unix_ns = trace.events.ts_ns.first().copied().or_else(|| hello.get("start_unix_ns").and_then(Value::as_u64));
+    trace.meta.start_unix_ns = trace.events.ts_ns.first().copied().or(hello.start_unix_ns);
     if let Some(d) = &device {
         report_device(&mut trace, end.as_ref(), d.index);
     }
@@ -301,8 +290,7 @@ pub fn build_trace(mut p: ProcessStream, opts: &PyOptions) -> Result<Trace, Stri
                 .into(),
         );
     }
-    let notes = end.as_ref().and_then(|e| e.get("notes")).and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str);
-    warnings.extend(notes.map(str::to_owned));
+    warnings.extend(end.iter().flat_map(|e| e.notes.iter().cloned()));
     // The importer's own notes, less the annotations outside the entries' time: ours reach
     // past the last entry (the last iteration's end, the program's last lines).
     for w in src.iter().flat_map(|t| &t.meta.warnings) {
@@ -355,22 +343,21 @@ fn pick_device(src: Option<&Trace>, filter: Option<DeviceFilter>, warnings: &mut
 }
 
 /// PyTorch's own counters of CUDA device `index` at the process's end, and the device's name.
-fn report_device(trace: &mut Trace, end: Option<&Value>, index: i32) {
-    let stats = end.and_then(|e| e.get("cuda")).and_then(Value::as_array);
-    let Some(d) = stats.into_iter().flatten().find(|d| d.get("device").and_then(Value::as_i64) == Some(i64::from(index))) else {
+fn report_device(trace: &mut Trace, end: Option<&protocol::capture::End>, index: i32) {
+    let Some(d) = end.and_then(|e| e.cuda.iter().find(|d| d.device == Some(i64::from(index)))) else {
         return;
     };
-    trace.meta.device_name = d.get("name").and_then(Value::as_str).map(str::to_owned);
-    trace.meta.device_total_memory_bytes = d.get("total_memory").and_then(Value::as_u64);
-    for (key, field) in [
-        ("cuda.max_memory_allocated", "allocated_peak"),
-        ("cuda.max_memory_reserved", "reserved_peak"),
-        ("cuda.memory_allocated", "allocated_current"),
-        ("cuda.memory_reserved", "reserved_current"),
-        ("cuda.num_alloc_retries", "num_alloc_retries"),
-        ("cuda.num_ooms", "num_ooms"),
+    trace.meta.device_name.clone_from(&d.name);
+    trace.meta.device_total_memory_bytes = d.total_memory;
+    for (key, value) in [
+        ("cuda.max_memory_allocated", d.allocated_peak),
+        ("cuda.max_memory_reserved", d.reserved_peak),
+        ("cuda.memory_allocated", d.allocated_current),
+        ("cuda.memory_reserved", d.reserved_current),
+        ("cuda.num_alloc_retries", d.num_alloc_retries),
+        ("cuda.num_ooms", d.num_ooms),
     ] {
-        if let Some(v) = d.get(field).and_then(Value::as_u64) {
+        if let Some(v) = value {
             trace.meta.reported.insert(key.into(), v);
         }
     }

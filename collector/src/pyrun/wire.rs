@@ -3,8 +3,8 @@
 //! (kind, length, record size, string ids in order), so a broken or hostile peer gets an error
 //! naming the frame, never a panic or an unbounded allocation.
 
+use protocol::capture::{End, Hello, Note};
 use record::MtRecord;
-use serde_json::Value;
 use std::io::{ErrorKind, Read};
 
 pub use record::{FRAME_END, FRAME_HELLO, FRAME_NOTE, FRAME_RECORDS, FRAME_STRINGS};
@@ -16,14 +16,17 @@ const RECORD_BYTES: usize = std::mem::size_of::<MtRecord>();
 /// Everything one process sent.
 #[derive(Debug, Default)]
 pub struct ProcessStream {
-    pub hello: Option<Value>,
-    pub end: Option<Value>,
-    pub notes: Vec<Value>,
+    pub hello: Option<Hello>,
+    pub end: Option<End>,
+    pub notes: Vec<Note>,
     pub records: Vec<MtRecord>,
     /// The shim's strings; id `i` is `strings[i - 1]`.
     pub strings: Vec<String>,
     /// Why the stream stopped early (cut mid-frame, a malformed frame), if it did.
     pub error: Option<String>,
+    /// Fields of its frames this collector does not know (`hello.foo`): a package newer than
+    /// the collector, or a writer out of step with `protocol::capture`.
+    pub unknown_fields: Vec<String>,
     pub bytes: u64,
     /// The folder where the process may leave snapshot files, which its notes name (the
     /// recorder fallback; see `pyrun::recorder`).
@@ -31,16 +34,8 @@ pub struct ProcessStream {
 }
 
 impl ProcessStream {
-    pub fn hello_str(&self, key: &str) -> Option<&str> {
-        self.hello.as_ref()?.get(key)?.as_str()
-    }
-
-    pub fn hello_u64(&self, key: &str) -> Option<u64> {
-        self.hello.as_ref()?.get(key)?.as_u64()
-    }
-
     pub fn pid(&self) -> Option<u64> {
-        self.hello_u64("pid").or_else(|| self.notes.iter().find_map(|n| n.get("pid")?.as_u64()))
+        self.hello.as_ref().and_then(|h| h.pid).or_else(|| self.notes.iter().find_map(|n| n.pid))
     }
 }
 
@@ -48,7 +43,7 @@ impl ProcessStream {
 /// A stream cut mid-frame or a malformed frame ends the reading; what came before is kept
 /// and [`ProcessStream::error`] says where it stopped.
 /// `on_records` gets each batch of records with the process's capture header (sent first).
-pub fn read_stream(mut r: impl Read, on_records: &mut dyn FnMut(Option<&Value>, &[MtRecord])) -> ProcessStream {
+pub fn read_stream(mut r: impl Read, on_records: &mut dyn FnMut(Option<&Hello>, &[MtRecord])) -> ProcessStream {
     let mut s = ProcessStream::default();
     if let Err(e) = read_frames(&mut r, &mut s, on_records) {
         s.error = Some(e);
@@ -56,7 +51,7 @@ pub fn read_stream(mut r: impl Read, on_records: &mut dyn FnMut(Option<&Value>, 
     s
 }
 
-fn read_frames(r: &mut impl Read, s: &mut ProcessStream, on_records: &mut dyn FnMut(Option<&Value>, &[MtRecord])) -> Result<(), String> {
+fn read_frames(r: &mut impl Read, s: &mut ProcessStream, on_records: &mut dyn FnMut(Option<&Hello>, &[MtRecord])) -> Result<(), String> {
     let mut payload = Vec::new();
     for frame in 0u64.. {
         let mut header = [0u8; 8];
@@ -81,17 +76,57 @@ fn read_frames(r: &mut impl Read, s: &mut ProcessStream, on_records: &mut dyn Fn
     Ok(())
 }
 
+/// A JSON frame as its type, or an error saying what was expected and what was wrong; the
+/// top-level fields its type does not have go to `unknown` as `name.field`.
+fn frame<T: serde::de::DeserializeOwned + serde::Serialize>(
+    payload: &[u8],
+    what: &str,
+    name: &str,
+    unknown: &mut Vec<String>,
+) -> Result<T, String> {
+    let value: serde_json::Value = serde_json::from_slice(payload).map_err(|e| format!("expected {what} as a JSON object: {e}"))?;
+    let serde_json::Value::Object(fields) = &value else {
+        return Err(format!("expected {what} as a JSON object, found {}", kind_of(&value)));
+    };
+    let keys: Vec<String> = fields.keys().cloned().collect();
+    // The error names the field: `counters.mem_kept: invalid type: …`.
+    let typed: T = serde_path_to_error::deserialize(value).map_err(|e| format!("expected {what}: {e}"))?;
+    if let Ok(serde_json::Value::Object(known)) = serde_json::to_value(&typed) {
+        for k in keys.into_iter().filter(|k| !known.contains_key(k)) {
+            let field = format!("{name}.{k}");
+            if !unknown.contains(&field) {
+                unknown.push(field);
+            }
+        }
+    }
+    Ok(typed)
+}
+
+fn kind_of(v: &serde_json::Value) -> &'static str {
+    match v {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "an array",
+        serde_json::Value::Object(_) => "an object",
+    }
+}
+
 fn take_frame(
     s: &mut ProcessStream,
     kind: u32,
     payload: &[u8],
-    on_records: &mut dyn FnMut(Option<&Value>, &[MtRecord]),
+    on_records: &mut dyn FnMut(Option<&Hello>, &[MtRecord]),
 ) -> Result<(), String> {
-    let json = |p: &[u8]| serde_json::from_slice::<Value>(p).map_err(|e| format!("expected a JSON object: {e}"));
     match kind {
-        FRAME_HELLO => s.hello = Some(json(payload)?),
-        FRAME_END => s.end = Some(json(payload)?),
-        FRAME_NOTE => s.notes.push(json(payload)?),
+        FRAME_HELLO => s.hello = Some(frame(payload, "a capture header (protocol::capture::Hello)", "hello", &mut s.unknown_fields)?),
+        FRAME_END => s.end = Some(frame(payload, "a capture end (protocol::capture::End)", "end", &mut s.unknown_fields)?),
+        // A note is kept whatever it holds: one that does not read says so where notes are shown.
+        FRAME_NOTE => {
+            let note = frame(payload, "a note (protocol::capture::Note)", "note", &mut s.unknown_fields);
+            s.notes.push(note.unwrap_or_else(|e| Note { kind: "malformed".into(), detail: Some(e), ..Note::default() }));
+        }
         FRAME_RECORDS => {
             if !payload.len().is_multiple_of(RECORD_BYTES) {
                 return Err(format!("a records frame must hold whole {RECORD_BYTES}-byte records"));
@@ -195,12 +230,36 @@ mod tests {
     }
 
     #[test]
+    fn a_note_that_does_not_read_is_kept_as_malformed_and_the_stream_goes_on() {
+        let bytes = [
+            frame(FRAME_NOTE, br#"{"kind": "recorder_snapshot", "pid": 3, "pieces": "not a list"}"#),
+            frame(FRAME_NOTE, br#"{"kind": "no_torch", "pid": 4}"#),
+        ]
+        .concat();
+        let s = read_stream(&bytes[..], &mut |_, _| {});
+        assert_eq!(s.error, None);
+        assert_eq!(s.notes.len(), 2);
+        assert_eq!(s.notes[0].kind, "malformed");
+        assert!(s.notes[0].detail.as_deref().is_some_and(|d| d.contains("pieces")), "{:?}", s.notes[0]);
+        assert_eq!((s.notes[1].kind.as_str(), s.notes[1].pid), ("no_torch", Some(4)));
+    }
+
+    #[test]
+    fn fields_the_types_do_not_have_are_named() {
+        let bytes = [frame(FRAME_HELLO, br#"{"pid": 1, "shiny": true}"#), frame(FRAME_END, br#"{"reason": "exit", "later": 2}"#)].concat();
+        let s = read_stream(&bytes[..], &mut |_, _| {});
+        assert_eq!((s.error, s.unknown_fields), (None, vec!["hello.shiny".to_owned(), "end.later".to_owned()]));
+    }
+
+    #[test]
     fn malformed_streams_are_errors_that_keep_what_came_before() {
         let good = frame(FRAME_HELLO, br#"{"pid": 1}"#);
         let cases: Vec<(Vec<u8>, &str)> = vec![
             ([good.clone(), frame(FRAME_RECORDS, &[0u8; 55])].concat(), "whole 56-byte records"),
             ([good.clone(), frame(9, b"")].concat(), "unknown frame kind 9"),
-            ([good.clone(), frame(FRAME_END, b"not json")].concat(), "expected a JSON object"),
+            ([good.clone(), frame(FRAME_END, b"not json")].concat(), "expected a capture end (protocol::capture::End) as a JSON object"),
+            ([good.clone(), frame(FRAME_END, b"[1, 2]")].concat(), "as a JSON object, found an array"),
+            ([good.clone(), frame(FRAME_END, br#"{"counters": {"mem_kept": "many"}}"#)].concat(), "expected a capture end"),
             ([good.clone(), 2u32.to_le_bytes().to_vec(), u32::MAX.to_le_bytes().to_vec()].concat(), "at most"),
             ([good.clone(), frame(FRAME_RECORDS, &[0u8; 112])[..60].to_vec()].concat(), "ended inside frame 1"),
             ([good.clone(), vec![1, 2, 3]].concat(), "inside the header of frame 1"),
