@@ -48,8 +48,8 @@ pub fn open_remote(state: AppState, id: &str) {
     state.begin_loading(id);
     let id = id.to_owned();
     leptos::task::spawn_local(async move {
-        let path = format!("api/trace/{}/overview", crate::server::encode(&id));
-        let answer = crate::server::call("GET", &path, None).await;
+        let path = format!("api/trace/{}/overview", crate::http::encode(&id));
+        let answer = crate::http::call("GET", &path, None).await;
         match answer.and_then(|t| {
             serde_json::from_str::<shared::explore::Overview>(&t).map_err(|e| format!("the server's overview is unreadable: {e}"))
         }) {
@@ -177,7 +177,7 @@ pub fn upload_offered(state: AppState) {
     let name = file.name();
     state.loading.set(Some((name.clone(), format!("uploading {} to the server", shared::units::format_bytes(file.size() as u64)))));
     leptos::task::spawn_local(async move {
-        match crate::server::upload(&file).await {
+        match crate::http::upload(&file).await {
             Ok(id) => open_remote(state, &id),
             Err(e) => {
                 state.loading.set(None);
@@ -192,7 +192,7 @@ pub fn upload_offered(state: AppState) {
 /// before reading a byte).
 pub fn open_file(state: AppState, file: web_sys::File) {
     let limit = page_limit_bytes();
-    if file.size() > limit && crate::server::base().is_some() {
+    if file.size() > limit && crate::http::base().is_some() {
         end_offer(state);
         let name = file.name();
         let message = format!(
@@ -300,8 +300,8 @@ pub fn ask(request: &Request, done: impl FnOnce(Response) + 'static) {
     }
     if let Some(id) = REMOTE.with(|r| r.borrow().clone()) {
         leptos::task::spawn_local(async move {
-            let path = format!("api/trace/{}/explore", crate::server::encode(&id));
-            let response = match crate::server::call("POST", &path, Some(body)).await {
+            let path = format!("api/trace/{}/explore", crate::http::encode(&id));
+            let response = match crate::http::call("POST", &path, Some(body)).await {
                 Ok(text) => serde_json::from_str::<Response>(&text)
                     .unwrap_or_else(|e| Response::Error { message: format!("the server's answer is unreadable: {e}") }),
                 Err(message) => Response::Error { message },

@@ -4,7 +4,7 @@
 //! and the notes to read first.
 
 use crate::charts;
-use crate::views::png_button;
+use crate::widgets::png_button;
 use crate::{fit_canvas, AppState};
 use leptos::html::Canvas;
 use leptos::prelude::*;

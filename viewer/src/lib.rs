@@ -18,6 +18,7 @@ mod answers;
 pub mod bridge;
 pub mod charts;
 pub mod compare;
+mod http;
 pub mod perf;
 mod pools;
 pub mod protocol;
@@ -25,6 +26,7 @@ mod ranks;
 pub mod server;
 pub mod tables;
 mod views;
+mod widgets;
 
 use leptos::prelude::*;
 use shared::explore::Overview;
@@ -313,7 +315,7 @@ pub fn App() -> impl IntoView {
     view! {
         <views::Header />
         <main class="app">
-            {server::base().map(|_| view! { <server::ServerPanel /> })}
+            {http::base().map(|_| view! { <server::ServerPanel /> })}
             {move || state.loading.get().map(|(name, stage)| view! {
                 <section class="progress" role="status" id="progress">
                     <span class="spinner"></span>

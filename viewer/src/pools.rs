@@ -5,7 +5,7 @@
 //! segments view, filtered by pool.
 
 use crate::charts;
-use crate::views::png_button;
+use crate::widgets::png_button;
 use crate::{bridge, fit_canvas, perf, AppState};
 use leptos::html::Canvas;
 use leptos::prelude::*;

@@ -5,7 +5,7 @@
 
 use crate::charts;
 use crate::compare::DiffView;
-use crate::views::png_button;
+use crate::widgets::png_button;
 use crate::{bridge, fit_canvas, perf, AppState};
 use leptos::html::Canvas;
 use leptos::prelude::*;

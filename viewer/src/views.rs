@@ -3,6 +3,7 @@
 
 use crate::charts::{self, FlameBox, FlameMetric, Mapping};
 use crate::protocol::requests;
+use crate::widgets::png_button;
 use crate::{bridge, fit_canvas, perf, AppState};
 use leptos::html::Canvas;
 use leptos::prelude::*;
@@ -267,18 +268,6 @@ fn SummarySection(overview: Arc<Overview>) -> impl IntoView {
                 })}
             </div> })}
         </section>
-    }
-}
-
-pub(crate) fn png_button(canvas: NodeRef<Canvas>, name: &'static str) -> impl IntoView {
-    view! {
-        <button class="small" title="Save this chart as PNG" on:click=move |_| {
-            if let Some(c) = canvas.get() {
-                if let Ok(url) = c.to_data_url() {
-                    crate::download_url(&format!("{name}.png"), &url);
-                }
-            }
-        }>"PNG"</button>
     }
 }
 

@@ -1,0 +1,17 @@
+//! Small pieces several views share, below them all (`xtask/src/layers.rs`).
+
+use leptos::html::Canvas;
+use leptos::prelude::*;
+
+/// A button that saves `canvas` as `{name}.png`.
+pub(crate) fn png_button(canvas: NodeRef<Canvas>, name: &'static str) -> impl IntoView {
+    view! {
+        <button class="small" title="Save this chart as PNG" on:click=move |_| {
+            if let Some(c) = canvas.get() {
+                if let Ok(url) = c.to_data_url() {
+                    crate::download_url(&format!("{name}.png"), &url);
+                }
+            }
+        }>"PNG"</button>
+    }
+}
