@@ -832,6 +832,7 @@ unsigned long long (*as_unsigned_long_long)(Object*) = nullptr;
 Object* (*from_long)(long) = nullptr;
 Object* (*err_occurred)() = nullptr;
 void (*err_fetch)(Object**, Object**, Object**) = nullptr;
+void (*err_clear)() = nullptr;
 void (*err_restore)(Object*, Object*, Object*) = nullptr;
 void (*err_set_string)(Object*, const char*) = nullptr;
 Object* type_error = nullptr;
@@ -862,7 +863,7 @@ bool load() {
   if (state == 0) {
     Object** type_error_ptr = nullptr;
     bool ok = find(as_unsigned_long, "PyLong_AsUnsignedLong") && find(as_unsigned_long_long, "PyLong_AsUnsignedLongLong") &&
-              find(from_long, "PyLong_FromLong") && find(err_occurred, "PyErr_Occurred") && find(err_fetch, "PyErr_Fetch") &&
+              find(from_long, "PyLong_FromLong") && find(err_occurred, "PyErr_Occurred") && find(err_fetch, "PyErr_Fetch") && find(err_clear, "PyErr_Clear") &&
               find(err_restore, "PyErr_Restore") && find(err_set_string, "PyErr_SetString") &&
               find(type_error_ptr, "PyExc_TypeError") && find(incref, "Py_IncRef") && find(decref, "Py_DecRef") &&
               find(is_true, "PyObject_IsTrue") && find(tuple_size, "PyTuple_Size") && find(vectorcall, "PyObject_Vectorcall") &&
@@ -1027,11 +1028,7 @@ Object* module_call(Object* self, Object* const* args, Ssize nargs, Object* kwna
       if (it == mc.named.end() || !referent_is(it->second.ref, self)) {
         Object* ref = weakref_new(self, nullptr);
         if (ref == nullptr) {  // a module that takes no weak reference is asked at every call
-          Object *type = nullptr, *value = nullptr, *trace = nullptr;
-          err_fetch(&type, &value, &trace);
-          if (type) decref(type);
-          if (value) decref(value);
-          if (trace) decref(trace);
+          err_clear();
         } else if (it != mc.named.end()) {
           decref(it->second.ref);
           it->second = Named{ref, info};
@@ -1058,11 +1055,7 @@ Object* module_call(Object* self, Object* const* args, Ssize nargs, Object* kwna
       decref(result);
       result = nullptr;
     } else {  // the module's own exception wins over the hook's
-      Object *t2 = nullptr, *v2 = nullptr, *tb2 = nullptr;
-      err_fetch(&t2, &v2, &tb2);
-      if (t2) decref(t2);
-      if (v2) decref(v2);
-      if (tb2) decref(tb2);
+      err_clear();
     }
     if (result == nullptr && type != nullptr) err_restore(type, value, trace);
   }

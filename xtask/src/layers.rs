@@ -89,7 +89,7 @@ fn top_level_modules(src: &Path) -> Result<Vec<String>> {
 }
 
 /// The text with every `//` comment blanked (lines kept, so offsets still give line numbers).
-fn strip_comments(text: &str) -> String {
+pub fn strip_comments(text: &str) -> String {
     text.lines().map(|l| l.find("//").map_or(l, |i| &l[..i])).collect::<Vec<_>>().join("\n")
 }
 

@@ -233,17 +233,22 @@ def load(path=None):
     return lib
 
 
+def _builtins(methods, n):
+    """The first `n` entries of a PyMethodDef table at `methods` as Python builtins."""
+    new = ctypes.pythonapi.PyCFunction_NewEx
+    new.argtypes = [ctypes.c_void_p, ctypes.py_object, ctypes.py_object]
+    new.restype = ctypes.py_object
+    size = 4 * ctypes.sizeof(ctypes.c_void_p)  # PyMethodDef: name, meth, flags, doc
+    return tuple(new(methods + k * size, None, None) for k in range(n))
+
+
 def scope_functions(lib):
     """(enter, exit): the shim's scope calls as Python builtins (a fraction of a ctypes call's
     cost), else, where the shim cannot make them, its ctypes functions."""
     try:
         methods = lib.mt_py_methods()
         if methods:
-            new = ctypes.pythonapi.PyCFunction_NewEx
-            new.argtypes = [ctypes.c_void_p, ctypes.py_object, ctypes.py_object]
-            new.restype = ctypes.py_object
-            size = 4 * ctypes.sizeof(ctypes.c_void_p)  # PyMethodDef: name, meth, flags, doc
-            return new(methods, None, None), new(methods + size, None, None)
+            return _builtins(methods, 2)
     except (AttributeError, OSError, TypeError):
         pass
     return lib.mt_scope_enter, lib.mt_scope_exit
@@ -254,13 +259,7 @@ def module_call_functions(lib):
     `mt_py_module_call`), or None where this shim (an older build) or process has none."""
     try:
         methods = lib.mt_py_module_call()
-        if not methods:
-            return None
-        new = ctypes.pythonapi.PyCFunction_NewEx
-        new.argtypes = [ctypes.c_void_p, ctypes.py_object, ctypes.py_object]
-        new.restype = ctypes.py_object
-        size = 4 * ctypes.sizeof(ctypes.c_void_p)
-        return new(methods, None, None), new(methods + size, None, None)
+        return _builtins(methods, 2) if methods else None
     except (AttributeError, OSError, TypeError):
         return None
 
