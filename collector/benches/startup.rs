@@ -2,7 +2,7 @@
 //! --version`, `summary` and `convert` of a small real snapshot, `report`, and an idle
 //! `collector serve`, against `collector-capture --version` (the one binary that loads
 //! libtorch). `cargo bench -p collector --bench startup` (build collector-capture first, e.g.
-//! `cargo build --release -p collector-capture`, for its row).
+//! `cargo build --release -p capture`, for its row).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // benches fail loudly by design
 
@@ -17,8 +17,9 @@ fn measure(cmd: &mut Command) -> (Duration, u64) {
     let start = Instant::now();
     let child = cmd.stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
     let mut status = 0;
-    // SAFETY: rusage is plain data filled by the kernel; the pid is our child's.
+    // SAFETY: rusage is plain data (all zeros is a valid value).
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: the kernel fills `status` and `usage`, both ours; the pid is our child's.
     let pid = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut usage) };
     assert_eq!(pid, child.id() as i32);
     assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "{cmd:?} failed");
@@ -101,7 +102,7 @@ fn main() {
             c
         });
     } else {
-        println!("collector-capture: not built beside {} (cargo build --release -p collector-capture)", exe.display());
+        println!("collector-capture: not built beside {} (cargo build --release -p capture)", exe.display());
     }
     let _ = std::fs::remove_file(out);
     let _ = std::fs::remove_dir_all(report);

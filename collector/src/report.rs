@@ -2,9 +2,9 @@
 //! (no server logic: the page fetches the trace named in its `<meta name="memory-tracer-trace">`),
 //! or as one self-contained HTML file with the wasm, the worker and the trace inlined.
 
-use crate::commands::write_atomic;
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
+use traceio::files::write_atomic;
 
 include!(concat!(env!("OUT_DIR"), "/viewer_assets.rs"));
 

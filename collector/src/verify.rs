@@ -73,7 +73,7 @@ fn traced(command: &[String], flags: &[String], ops: &str, out: &Path) -> Result
         let code = run.status.code().map_or_else(|| "a signal".into(), |c| format!("exit {c}"));
         return Err(format!("the run failed ({code}): {}", tail()));
     }
-    crate::commands::load_trace(out, &shared::ImportOptions::default()).map_err(|e| format!("{e:#}"))
+    traceio::files::load_trace(out, &shared::ImportOptions::default()).map_err(|e| format!("{e:#}"))
 }
 
 fn row(

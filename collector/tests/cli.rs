@@ -331,3 +331,56 @@ fn summary_of_a_snapshot_without_history_says_why_it_has_no_events() {
     assert!(text.contains("avg fragmentation  39.8 %"), "{text}");
     assert!(!text.contains("only spans"), "{text}");
 }
+
+/// `collector sweep` (run by `collector-capture`): a batch size too big for the machine is
+/// reported as out of memory and the sweep goes on.
+#[test]
+fn sweep_reports_an_out_of_memory_batch_and_goes_on() {
+    let dir = tmpdir("sweep");
+    // 20,000,000 × 784 floats is a 62.7 GB input; the address-space limit makes sure it cannot
+    // be allocated on any machine, so the allocator's own error is what the sweep sees.
+    let script = format!(
+        "ulimit -v 16000000 && exec '{}' sweep --model mlp --layers 1 --width 32 --device cpu --iterations 2 --batch-sizes 4,20000000,8 -o '{}'",
+        exe(),
+        dir.display()
+    );
+    let out = Command::new("bash").arg("-c").arg(&script).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let report = shared::analysis::sweep::read_sweep(&std::fs::read(dir.join("sweep.json")).unwrap()).unwrap();
+    let status: Vec<(u64, shared::analysis::sweep::SweepStatus)> = report.runs.iter().map(|r| (r.batch_size, r.status)).collect();
+    assert_eq!(
+        status,
+        [
+            (4, shared::analysis::sweep::SweepStatus::Ok),
+            (20_000_000, shared::analysis::sweep::SweepStatus::OutOfMemory),
+            (8, shared::analysis::sweep::SweepStatus::Ok)
+        ],
+        "{stderr}"
+    );
+    let oom = &report.runs[1];
+    assert!(oom.error.as_deref().unwrap_or("").contains("allocate"), "{:?}", oom.error);
+    assert!(oom.peak_allocated_bytes.is_none() && oom.curve.is_empty());
+    let (a, b) = (&report.runs[0], &report.runs[2]);
+    assert!(b.peak_allocated_bytes.unwrap() > a.peak_allocated_bytes.unwrap(), "a bigger batch needs more memory");
+    assert_eq!(a.curve.len(), b.curve.len(), "same graph at every batch size");
+    assert!(dir.join(a.trace_file.as_ref().unwrap()).exists());
+    let csv = std::fs::read_to_string(dir.join("sweep.csv")).unwrap();
+    assert!(csv.lines().nth(2).unwrap().starts_with("20000000,out_of_memory,,,,,,"), "{csv}");
+    for chart in ["sweep_peak_vs_batch", "sweep_latency_vs_batch", "sweep_memory_vs_rank"] {
+        assert!(std::fs::metadata(dir.join(format!("{chart}.png"))).unwrap().len() > 1000);
+        assert!(dir.join(format!("{chart}.svg")).exists());
+    }
+}
+
+/// `collector sweep` refuses an unknown model before running anything.
+#[test]
+fn sweep_refuses_an_unknown_model_before_running() {
+    let dir = tmpdir("sweep-bad");
+    let out =
+        Command::new(exe()).args(["sweep", "--model", "nope", "--device", "cpu", "--batch-sizes", "4,8", "-o"]).arg(&dir).output().unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("unknown model `nope`"), "{stderr}");
+    assert!(!dir.join("sweep.json").exists());
+}

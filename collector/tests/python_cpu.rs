@@ -11,12 +11,12 @@
 
 mod server;
 
-use collector::commands::load_trace;
 use shared::analysis::layer_stats;
 use shared::model::Phase;
 use shared::{ImportOptions, Trace};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+use traceio::files::load_trace;
 
 fn python() -> String {
     std::env::var("MEMORY_TRACER_PYTHON").unwrap_or_else(|_| "python3".into())
@@ -679,7 +679,7 @@ fn recorder_snapshots_become_layer_scopes_phases_and_iterations() {
 
     // Written and read back as any trace.
     let file = dir.join("stitched.mtrace.json");
-    collector::commands::write_export(&t, shared::export::ExportFormat::Native, &file).unwrap();
+    traceio::files::write_export(&t, shared::export::ExportFormat::Native, &file).unwrap();
     let back = load_trace(&file, &ImportOptions::default()).unwrap();
     assert_eq!((back.events.len(), back.iterations.len(), peak(&back)), (t.events.len(), 5, 238_078_976));
 }

@@ -8,11 +8,11 @@
 //! separated, also set by `cargo xtask`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use collector::commands::load_trace;
 use shared::analysis::layer_stats;
 use shared::{ImportOptions, Trace};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use traceio::files::load_trace;
 
 fn python() -> String {
     std::env::var("MEMORY_TRACER_PYTHON").unwrap_or_else(|_| "python3".into())

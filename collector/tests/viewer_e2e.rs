@@ -269,7 +269,7 @@ fn every_format_opens_and_every_view_draws() {
     // The native trace: activation rows equal the native profile's.
     b.upload("#trace-file", &native);
     wait_drawn(&b, "mlp.mtrace.json");
-    let trace = collector::commands::load_trace(&native, &shared::ImportOptions::default()).unwrap();
+    let trace = traceio::files::load_trace(&native, &shared::ImportOptions::default()).unwrap();
     let profile = shared::analysis::profile::graph_profile(&trace).unwrap();
     let mut acts: Vec<_> = profile.activations.iter().collect();
     acts.sort_by_key(|a| a.creation_rank);

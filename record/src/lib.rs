@@ -1,11 +1,15 @@
 //! Memory Tracer's capture contract in one crate: the C++ shim (`shim/`) that records every
 //! allocation, operator and module scope inside a PyTorch process, its builds for every
 //! supported torch release (`build.rs`, the list in `torch-versions.txt`), its records as
-//! Rust reads them ([`layout`]) and its functions ([`sys`], linked by `collector-capture`).
+//! Rust reads them ([`layout`]) and its functions ([`sys`], linked by `collector-capture`), and
+//! the records made into a [`shared::Trace`] ([`assemble`]) or live totals ([`live`]), for the
+//! traces Python processes stream to the collector and those `collector-capture` records.
 //! Python binds the same functions with ctypes (`collector/python/memory_tracer/_shim.py`);
 //! `tests/layout.rs` checks the three views against each other.
 
+pub mod assemble;
 pub mod layout;
+pub mod live;
 pub mod sys;
 
 pub use layout::*;

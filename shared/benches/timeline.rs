@@ -5,7 +5,7 @@
 //! the 2 000 largest allocations as bands): pairing once, then time per window, its columns'
 //! moments walked over the window's events and from the index (both must give the same view).
 //!
-//!     cargo bench -p memory-tracer-shared --bench timeline
+//!     cargo bench -p shared --bench timeline
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // benches fail loudly by design
 

@@ -2,7 +2,7 @@
 //! throughput and the process's peak memory: the scale benchmark of the importers, without
 //! libtorch in the process (`collector` links it; this does not).
 //!
-//!     cargo run --release -p memory-tracer-shared --example import_file -- big.pickle [...]
+//!     cargo run --release -p shared --example import_file -- big.pickle [...]
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

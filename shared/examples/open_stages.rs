@@ -2,7 +2,7 @@
 //! answers the page asks for) and prints how long each stage took, natively: where the time
 //! of opening a file goes, without a browser.
 //!
-//!     cargo run --release -p memory-tracer-shared --example open_stages -- trace.pickle [...]
+//!     cargo run --release -p shared --example open_stages -- trace.pickle [...]
 //!
 //! `--repeat N` opens each file N times and prints every run (the first is cold; the later
 //! ones are what a warm process does, and a loop to record with `perf`).

@@ -1,6 +1,6 @@
 //! Predicted peaks of a trace under checkpointing and autocast, against measured ones:
 //!
-//!     cargo run --release -p memory-tracer-shared --example predict -- TRACE AMP_MEASURED BOTH_MEASURED LAYERS
+//!     cargo run --release -p shared --example predict -- TRACE AMP_MEASURED BOTH_MEASURED LAYERS
 //!
 //! LAYERS are comma-separated module paths; the measured peaks come from the runs with
 //! `--amp` and with `--checkpoint LAYERS --amp` (`collector advise --verify` prints them).

@@ -474,13 +474,17 @@ impl EventStore {
 
     /// Heap bytes held by the per-event columns (what the 32-byte budget counts).
     pub fn column_bytes(&self) -> usize {
-        self.ts_ns.capacity() * 8
-            + self.size_bytes.capacity() * 8
-            + self.address.capacity() * 8
-            + self.layer.capacity() * 4
-            + self.tag.capacity()
-            + self.device.capacity()
-            + self.stream.capacity() * 2
+        #[allow(clippy::ptr_arg)] // the capacity is the Vec's
+        fn heap<T>(v: &Vec<T>) -> usize {
+            v.capacity() * std::mem::size_of::<T>()
+        }
+        heap(&self.ts_ns)
+            + heap(&self.size_bytes)
+            + heap(&self.address)
+            + heap(&self.layer)
+            + heap(&self.tag)
+            + heap(&self.device)
+            + heap(&self.stream)
     }
 
     /// Heap bytes of everything else the store holds (overrides, checkpoints).
@@ -1126,6 +1130,17 @@ mod tests {
         assert_eq!(c.advance(), Totals { allocated_bytes: 990, reserved_bytes: 2024 });
         assert_eq!(s.overrides.len(), 1);
         assert_eq!(s.totals_at(2).allocated_bytes, 990);
+    }
+
+    /// ARCHITECTURE.md: a memory event costs 32 bytes of columns.
+    #[test]
+    fn a_memory_event_costs_32_bytes_of_columns() {
+        let mut s = EventStore::new(vec![Totals::default()]);
+        for i in 0..10_000u64 {
+            s.push(rec(if i % 2 == 0 { EventType::Alloc } else { EventType::Free }, 64, None));
+        }
+        s.shrink_to_fit();
+        assert_eq!(s.column_bytes(), 32 * s.len());
     }
 
     #[test]

@@ -7,7 +7,7 @@
 //! token, so any change to a value, a key or their order fails. Gzip outputs (`.pfw.gz`) are
 //! compared on their decompressed lines, then byte for byte; other outputs line by line.
 //!
-//! Regenerate all expected files with `MEMORY_TRACER_BLESS=1 cargo test -p memory-tracer-shared
+//! Regenerate all expected files with `MEMORY_TRACER_BLESS=1 cargo test -p shared
 //! --test golden` and review the diff.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests and benches fail loudly by design

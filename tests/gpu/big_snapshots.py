@@ -6,7 +6,7 @@ A small transformer trains on the GPU with memory history on (`stacks="python"` 
 ring buffer is larger than the run, so nothing is dropped and the recording covers the whole
 run from `reset_peak_memory_stats()` on). The snapshot is dumped with
 `torch.cuda.memory._dump_snapshot`; then, if --importer names the `import_file` example
-(`cargo build --release -p memory-tracer-shared --example import_file`), it imports the file
+(`cargo build --release -p shared --example import_file`), it imports the file
 and the peak it reports must equal `torch.cuda.max_memory_allocated()`.
 
     python big_snapshots.py --stacks python --target-mb 3000 --out DIR --importer ./import_file

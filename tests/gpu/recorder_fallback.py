@@ -204,7 +204,7 @@ def check(run_name, a, base_env):
     if scode != 0:
         r["failures"].append(f"`collector summary` failed; see {run_name}.summary.log")
         return r
-    s = json.loads(sout)  # Summary's fields are flattened in (collector/src/commands.rs SummaryJson)
+    s = json.loads(sout)  # Summary's fields are flattened in (traceio/src/text.rs SummaryJson)
     r["trace"] = {k: s.get(k) for k in ("peak_allocated_bytes", "peak_reserved_bytes", "total_events", "dropped_events", "peak_layer", "duration_s")}
     r["trace"]["warnings"] = s.get("warnings") or []
     r["trace"]["snapshots"] = (s.get("reported") or {}).get("recorder.snapshots")

@@ -14,17 +14,16 @@ pub struct Layers {
 }
 
 /// The crates whose layers are checked: every crate with modules (xtask's own are flat).
-pub const CRATES: [Layers; 5] = [
+pub const CRATES: [Layers; 7] = [
     Layers {
         src: "shared/src",
         order: &["hash", "units", "model", "allocator", "ranks", "rank_files", "analysis", "export", "import", "merge", "explore"],
     },
-    Layers { src: "collector/protocol/src", order: &["capture", "trace", "jobs", "worker", "run", "api"] },
-    Layers {
-        src: "collector/src",
-        order: &["device", "read_ahead", "plots", "commands", "capture", "report", "analyze", "verify", "pyrun", "serve", "cli"],
-    },
-    Layers { src: "collector/capture/src", order: &["capture", "models", "run", "sweep", "tracer", "cli"] },
+    Layers { src: "protocol/src", order: &["capture", "trace", "jobs", "worker", "run", "api"] },
+    Layers { src: "record/src", order: &["layout", "sys", "live", "assemble"] },
+    Layers { src: "traceio/src", order: &["read_ahead", "files", "text", "plots", "folders"] },
+    Layers { src: "capture/src", order: &["capture", "models", "run", "sweep", "tracer", "cli"] },
+    Layers { src: "collector/src", order: &["capture", "report", "verify", "pyrun", "serve", "commands", "cli"] },
     Layers {
         src: "viewer/src",
         order: &[

@@ -35,7 +35,7 @@ const PY_TEST_DEPS: [&str; 4] = ["torchvision==0.26.0", "transformers==5.17.0", 
 /// What the venvs of the other tested torch releases get beside torch and torchvision.
 const TEST_VENV_PACKAGES: [&str; 5] = ["transformers==5.17.0", "pytest==8.4.2", "requests", "numpy", "setuptools"];
 
-/// What links libtorch: only `collector-capture` may depend on these.
+/// What links libtorch: only the `capture` crate (`collector-capture`) may depend on these.
 const LIBTORCH_DEPS: [&str; 2] = ["tch", "torch-sys"];
 
 /// Crates the wire contract must never depend on (the viewer compiles it for wasm32).
@@ -62,7 +62,7 @@ fn main() -> Result<()> {
         Some("tidy") => tidy(),
         Some("bench") => {
             build_viewer()?;
-            run(Command::new("cargo").args(["build", "--release", "-p", "collector-capture"]))?;
+            run(Command::new("cargo").args(["build", "--release", "-p", "capture"]))?;
             run(Command::new("cargo").args([
                 "bench",
                 "-p",
@@ -76,8 +76,8 @@ fn main() -> Result<()> {
                 "--bench",
                 "serve",
             ]))?;
-            run(Command::new("cargo").args(["bench", "-p", "collector-capture", "--bench", "profile"]))?;
-            run(Command::new("cargo").args(["bench", "-p", "memory-tracer-shared", "--bench", "timeline"]))?;
+            run(Command::new("cargo").args(["bench", "-p", "capture", "--bench", "profile"]))?;
+            run(Command::new("cargo").args(["bench", "-p", "shared", "--bench", "timeline"]))?;
             bench_capture()
         }
         Some("run") => main_job(&args[1..]),
@@ -230,20 +230,24 @@ fn check() -> Result<()> {
     run(Command::new("cargo").args(["fmt", "--all", "--check"]))?;
     run(Command::new("cargo").args(["fmt", "--manifest-path", "fuzz/Cargo.toml", "--all", "--check"]))?;
     // shared's dependency tree stays free of runtime, UI, torch and CLI crates.
-    let tree =
-        output(Command::new("cargo").args(["tree", "-p", "memory-tracer-shared", "-e", "normal", "--prefix", "none", "--target", "all"]))
-            .context("cargo tree failed")?;
+    let tree = output(Command::new("cargo").args(["tree", "-p", "shared", "-e", "normal", "--prefix", "none", "--target", "all"]))
+        .context("cargo tree failed")?;
     for line in tree.lines() {
         let name = line.split_whitespace().next().unwrap_or("");
         if SHARED_FORBIDDEN_DEPS.contains(&name) {
             bail!("shared depends on {name}, which it must not (see ARCHITECTURE.md invariants)");
         }
     }
-    // Only collector-capture links libtorch; the wire contract stays free of runtimes too.
+    // Only the capture crate links libtorch, and it builds on the crates below the collector,
+    // never on the collector's own library; the wire contract stays free of runtimes too.
     for (package, forbidden) in [
         ("collector", &LIBTORCH_DEPS[..]),
-        ("memory-tracer-record", &LIBTORCH_DEPS[..]),
-        ("memory-tracer-protocol", &PROTOCOL_FORBIDDEN_DEPS[..]),
+        ("record", &LIBTORCH_DEPS[..]),
+        ("traceio", &LIBTORCH_DEPS[..]),
+        ("device", &LIBTORCH_DEPS[..]),
+        ("viewer", &LIBTORCH_DEPS[..]),
+        ("capture", &["collector"][..]),
+        ("protocol", &PROTOCOL_FORBIDDEN_DEPS[..]),
     ] {
         let tree = output(Command::new("cargo").args(["tree", "-p", package, "-e", "normal", "--prefix", "none", "--target", "all"]))
             .with_context(|| format!("cargo tree -p {package} failed"))?;
@@ -356,12 +360,25 @@ fn tidy() -> Result<()> {
             layered.join("\n")
         );
     }
-    let untyped = untyped_json(&[Path::new("collector/src"), Path::new("collector/capture/src")])?;
+    let untyped = forbidden_code(
+        &[Path::new("collector/src"), Path::new("capture/src"), Path::new("traceio/src"), Path::new("record/src")],
+        &UNTYPED_JSON,
+    )?;
     if !untyped.is_empty() {
         bail!(
-            "these lines read JSON by field name (ARCHITECTURE.md: every shape that crosses a process is a protocol type):\n{}",
+            "these lines read or write JSON by field name (ARCHITECTURE.md: every shape that crosses a process is a protocol type):\n{}",
             untyped.join("\n")
         );
+    }
+    let io = forbidden_code(&[Path::new("shared/src")], &SHARED_IO)?;
+    if !io.is_empty() {
+        bail!("shared does I/O here (ARCHITECTURE.md: importers take bytes or a reader, exporters a writer):\n{}", io.join("\n"));
+    }
+    let below_api: Vec<PathBuf> =
+        SERVE_LAYERS[..SERVE_LAYERS.iter().position(|l| *l == "error").unwrap_or(0)].iter().map(|l| PathBuf::from(format!("collector/src/serve/{l}.rs"))).collect();
+    let http = forbidden_code(&below_api.iter().map(PathBuf::as_path).collect::<Vec<_>>(), &["axum", "StatusCode", "hyper"])?;
+    if !http.is_empty() {
+        bail!("these serve layers below the API name HTTP (ARCHITECTURE.md: only the API layer answers with status codes):\n{}", http.join("\n"));
     }
     let upward = upward_imports(Path::new("collector/src/serve"), &SERVE_LAYERS)?;
     if !upward.is_empty() {
@@ -373,16 +390,23 @@ fn tidy() -> Result<()> {
     Ok(())
 }
 
-/// `file:line` of every use of `serde_json::Value`'s accessors outside tests in `dirs`: shapes
-/// that cross a process are protocol types, not JSON read by field name.
-fn untyped_json(dirs: &[&Path]) -> Result<Vec<String>> {
+/// What reads or writes JSON by field name: `serde_json::Value`'s accessors and `json!` literals.
+const UNTYPED_JSON: [&str; 7] = ["Value::as_", ".as_object()", ".as_array()", ".as_u64()", ".as_i64()", ".as_bool()", "json!("];
+
+/// What does I/O (files, sockets, processes, threads), which `shared` never does.
+const SHARED_IO: [&str; 6] = ["std::fs", "std::net", "std::process", "std::thread", "File::open", "File::create"];
+
+/// `file:line: code` of every line outside tests (and comments) in `paths` (folders or files)
+/// that contains one of `patterns`.
+fn forbidden_code(paths: &[&Path], patterns: &[&str]) -> Result<Vec<String>> {
     let mut found = Vec::new();
-    for dir in dirs {
-        for file in rust_files(dir)? {
+    for path in paths {
+        let files = if path.is_file() { vec![path.to_path_buf()] } else { rust_files(path)? };
+        for file in files {
             let text = std::fs::read_to_string(&file)?;
             let code = layers::strip_comments(text.split("#[cfg(test)]").next().unwrap_or(""));
             for (n, line) in code.lines().enumerate() {
-                if ["Value::as_", ".as_object()", ".as_array()", ".as_u64()", ".as_i64()", ".as_bool()"].iter().any(|p| line.contains(p)) {
+                if patterns.iter().any(|p| line.contains(p)) {
                     found.push(format!("{}:{}: {}", file.display(), n + 1, line.trim()));
                 }
             }
@@ -572,7 +596,7 @@ fn main_job(args: &[String]) -> Result<()> {
     install_tools()?;
     build_viewer()?;
     // collector-capture runs the built-in model; collector finds it beside itself.
-    run(Command::new("cargo").args(["build", "--release", "-p", "collector", "-p", "collector-capture"]))?;
+    run(Command::new("cargo").args(["build", "--release", "-p", "collector", "-p", "capture"]))?;
     let exe = Path::new("target/release/collector");
     eprintln!("xtask: starting collector serve; it traces {model} and prints the viewer's URL (Ctrl-C stops it)");
     let mut server =

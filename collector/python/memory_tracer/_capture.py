@@ -24,6 +24,8 @@ ITERATION_END = "iteration.end"
 # The C module call's flags (mt_shim.cpp, py::ModuleCall) and its info bit for the marker.
 C_LIVE, C_DIRECT, C_SCOPES, C_TRACK = 1, 2, 4, 8
 MARKER = 1 << 32
+# How often the driver's used memory is sampled (DeviceSampler), in seconds.
+DEVICE_SAMPLE_S = 0.1
 
 _current = None  # the process's active Capture
 _taught = set()  # ids of the C module calls torch.compile was given a Python stand-in for
@@ -215,7 +217,7 @@ class Capture:
         # itself); torch.compile before 2.10 traces only a Python function there; and it keeps
         # its state under the GIL (a free-threaded Python gets the wrapper).
         fast = None
-        if direct and self.options.get("c_module_call", True) and getattr(sys, "_is_gil_enabled", lambda: True)() and (_shim.parse_version(torch.__version__) or (0, 0))[:2] >= (2, 10):
+        if direct and getattr(sys, "_is_gil_enabled", lambda: True)() and (_shim.parse_version(torch.__version__) or (0, 0))[:2] >= (2, 10):
             fast = _shim.module_call_functions(lib)
         if fast is not None:
             module_call = self._c_module_call(fast, nn, wrapped_call, direct, scopes)
@@ -488,8 +490,7 @@ class Capture:
             raise RuntimeError(f"memory-tracer: the capture cannot start: {_shim.last_error(lib)}")
         self.enabled = True
         self.install()
-        if self.options.get("device_sample_ms", 100) > 0:
-            self.sampler = DeviceSampler(lib, self.options.get("device_sample_ms", 100) / 1000.0)
+        self.sampler = DeviceSampler(lib, DEVICE_SAMPLE_S)
 
     def pause(self):
         """Stops recording and takes the hooks out: a paused program runs as if untraced."""

@@ -2,8 +2,8 @@
 //! starts, memory totals posted while the program runs, and the written trace uploaded at the
 //! end (`collector serve`'s API, read and written as `protocol` types).
 
-use crate::capture::live::LivePoint;
 use anyhow::Context;
+use record::live::LivePoint;
 use std::path::Path;
 use std::time::Duration;
 

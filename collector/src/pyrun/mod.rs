@@ -5,7 +5,7 @@
 //! command that imports torch loads the shim (built against the same libtorch), connects once
 //! and streams its records while it runs ([`wire`]); the collector keeps each process's stream
 //! and, when the command ends, assembles each into a [`Trace`] with the same code as
-//! `collector trace --model` ([`crate::capture::assemble`]). A process that runs the recorder
+//! `collector trace --model` ([`record::assemble`]). A process that runs the recorder
 //! fallback instead (PyTorch's own CUDA memory recorder, [`recorder`]) writes snapshots into
 //! the socket's private folder and names them on its stream. The command's stdin, stdout and
 //! stderr are its own; its exit status becomes the collector's. With `--serve URL` the run is
@@ -16,10 +16,10 @@ pub mod package;
 pub mod recorder;
 pub mod wire;
 
-use crate::capture::assemble::{self, Captured};
-use crate::capture::live::{decimate, LiveDevice, LivePoint, LiveTotals, LIVE_POINTS_PER_REPORT};
 use anyhow::Context;
 use protocol::capture::{CaptureOptions, End, Hello};
+use record::assemble::{self, Captured};
+use record::live::{decimate, LiveDevice, LivePoint, LiveTotals, LIVE_POINTS_PER_REPORT};
 use record::{self as ffi, MtCounters, MtDeviceStats};
 
 use shared::model::{Device, EventType, SourceFormat, Totals, TraceMeta};
@@ -49,7 +49,7 @@ impl std::str::FromStr for DeviceFilter {
         if s == "cuda" {
             return Ok(Self::Cuda(None)); // whichever CUDA device the program uses
         }
-        match crate::device::parse(s)?.strip_prefix("cuda:") {
+        match device::parse(s)?.strip_prefix("cuda:") {
             None => Ok(Self::Cpu),
             Some(n) => n.parse::<i8>().map(|n| Self::Cuda(Some(n))).map_err(|_| format!("device `{s}`: at most 127 CUDA devices")),
         }

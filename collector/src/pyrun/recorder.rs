@@ -27,7 +27,7 @@
 
 use super::wire::ProcessStream;
 use super::{DeviceFilter, PyOptions};
-use crate::capture::assemble::UNATTRIBUTED;
+use record::assemble::UNATTRIBUTED;
 use shared::hash::FastMap as HashMap;
 use shared::model::{Device, EventRecord, EventType, Frame, IterationSpan, LayerScope, Phase, SourceFormat, StrId, TraceMeta};
 use shared::Trace;
@@ -251,7 +251,7 @@ fn import_all(files: &[SnapshotFile]) -> Result<Option<Trace>, String> {
     }
     parts.extend([key("allocator_settings"), whole("settings")?, Part::Bytes(b"u.".to_vec())]);
     let reader = Parts { parts: parts.into_iter(), current: None };
-    let reader = crate::read_ahead::ReadAhead::new(reader).map_err(|e| format!("cannot start a thread to read the snapshots: {e}"))?;
+    let reader = traceio::read_ahead::ReadAhead::new(reader).map_err(|e| format!("cannot start a thread to read the snapshots: {e}"))?;
     shared::import::snapshot::import_reader(reader).map(Some).map_err(|e| e.to_string())
 }
 

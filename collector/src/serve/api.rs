@@ -155,7 +155,7 @@ impl Validate for TraceRequest {
             }
         }
         let mut shape = None;
-        if let (None, Some(b), Some(default)) = (&self.input_shape, self.batch_size, default_shape(&self.model_name)) {
+        if let (None, Some(b), Some(default)) = (&self.input_shape, self.batch_size, protocol::run::default_shape(&self.model_name)) {
             // The model's own shape with the batch replaced: capped like a given shape.
             let elements = default.iter().skip(1).try_fold(b as u64, |acc, &d| acc.checked_mul(d as u64));
             if elements.is_none_or(|n| n > caps.max_input_elements) {
@@ -206,7 +206,7 @@ impl Validate for TraceRequest {
         }
         let device = match self.device.as_deref() {
             None => state.device.clone(),
-            Some(d) => crate::device::parse(d).map_err(|e| field("device", e))?,
+            Some(d) => device::parse(d).map_err(|e| field("device", e))?,
         };
         state.check_device(&device)?;
         let optimizer = self.optimizer.clone().unwrap_or_else(|| "sgd".into());
@@ -260,18 +260,6 @@ impl Validate for TraceRequest {
         }
         Ok(Some(Distributed { world_size: world, strategy, python: state.config.python.clone() }))
     }
-}
-
-/// The input shape a built-in model runs with when a request gives none (`models::build`'s
-/// `default_shape`; the tests below check they agree).
-pub fn default_shape(model: &str) -> Option<&'static [i64]> {
-    Some(match model {
-        "resnet18" | "resnet34" | "resnet50" | "resnet101" | "resnet152" | "vgg16" => &[8, 3, 224, 224],
-        "transformer" => &[8, 512],
-        "gpt" => &[8, 1024],
-        "mlp" => &[64, 784],
-        _ => return None,
-    })
 }
 
 /// Trace a model now, and store the trace.

@@ -266,7 +266,7 @@ pub fn run_worker(task: WorkerTask, budget_bytes: u64, cpu_s: u64, max_decompres
     let mut options = shared::ImportOptions::default();
     options.max_decompressed_bytes = max_decompressed_bytes;
     let answer = match task {
-        Task::Import { file, what, model_name } => match crate::commands::load_trace(&file, &options) {
+        Task::Import { file, what, model_name } => match traceio::files::load_trace(&file, &options) {
             Ok(trace) => WorkerAnswer::Imported(Box::new(trace_info(&trace, &model_name, 0.0))),
             Err(e) => WorkerAnswer::Error(format!(
                 "{what} is not a trace the collector reads (a PyTorch memory snapshot pickle, a torch.profiler Chrome trace, a DFTracer .pfw or a Memory Tracer trace; gzip or not): {:#}",
@@ -294,7 +294,7 @@ use WorkerTask as Task;
 fn export(file: &Path, format: &str, out: &Path, options: &shared::ImportOptions) -> anyhow::Result<u64> {
     use anyhow::Context;
     let format = shared::export::ExportFormat::from_name(format).with_context(|| format!("unknown format `{format}`"))?;
-    let trace = crate::commands::load_trace(file, options)?;
+    let trace = traceio::files::load_trace(file, options)?;
     let f = std::fs::File::create(out).with_context(|| format!("cannot create {}", out.display()))?;
     let mut w = std::io::BufWriter::new(f);
     shared::export::export(&trace, format, &mut w)?;

@@ -18,7 +18,7 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt};
 use tokio::sync::{broadcast, watch, Semaphore};
 
 /// The built-in models a request may name.
-pub const MODELS: [&str; 9] = crate::MODEL_ZOO;
+pub const MODELS: [&str; 9] = protocol::MODEL_ZOO;
 
 /// What one job runs.
 #[derive(Clone, Debug)]

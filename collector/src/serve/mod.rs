@@ -396,10 +396,10 @@ mod tests {
 
     #[test]
     fn devices_parse() {
-        assert_eq!(crate::device::parse("cuda").as_deref(), Ok("cuda:0"));
-        assert_eq!(crate::device::parse("cuda:3").as_deref(), Ok("cuda:3"));
-        assert!(crate::device::parse("gpu").is_err());
-        assert!(crate::device::parse("cuda:-1").is_err());
+        assert_eq!(device::parse("cuda").as_deref(), Ok("cuda:0"));
+        assert_eq!(device::parse("cuda:3").as_deref(), Ok("cuda:3"));
+        assert!(device::parse("gpu").is_err());
+        assert!(device::parse("cuda:-1").is_err());
     }
 
     #[test]

@@ -10,7 +10,7 @@ use std::sync::Arc;
 /// Largest JSON body a route accepts.
 pub const JSON_BODY_LIMIT: usize = 64 * 1024;
 
-pub use crate::TORCH_VERSION;
+pub use protocol::TORCH_VERSION;
 
 /// Caps on what one request may ask for (422 beyond them).
 #[derive(Clone, Debug)]
@@ -120,7 +120,7 @@ pub fn default_data_dir() -> PathBuf {
 
 /// How many CUDA devices the driver reports (0 without a driver).
 fn cuda_device_count() -> u32 {
-    crate::device::count().max(0) as u32
+    device::count().max(0) as u32
 }
 
 /// The server's shared state.
@@ -197,7 +197,7 @@ impl AppState {
         use anyhow::Context;
         let cuda_devices = cuda_device_count();
         let device = match &config.device {
-            Some(d) => crate::device::parse(d).map_err(anyhow::Error::msg)?,
+            Some(d) => device::parse(d).map_err(anyhow::Error::msg)?,
             None if cuda_devices > 0 => "cuda:0".into(),
             None => "cpu".into(),
         };
@@ -293,7 +293,7 @@ impl AppState {
         let size = file.metadata().map(|m| m.len()).unwrap_or(0);
         let name = t.original_name.clone().unwrap_or_else(|| t.file.clone());
         let file =
-            crate::read_ahead::ReadAhead::new(file).map_err(|e| Fault::internal("cannot start a thread to read a stored trace", e))?;
+            traceio::read_ahead::ReadAhead::new(file).map_err(|e| Fault::internal("cannot start a thread to read a stored trace", e))?;
         let opened = shared::explore::Session::open_reader(&name, size, file, |_| {}).map_err(Fault::Rejected)?;
         let shared::explore::Opened::Trace(session, overview) = opened else {
             return Err(Fault::Rejected(format!("{name} is a sweep (curves only): open one of its traces")));
@@ -305,7 +305,7 @@ impl AppState {
 
     /// Reads a stored trace back.
     pub fn load(&self, t: &protocol::StoredTrace) -> Result<shared::Trace, Fault> {
-        crate::commands::load_trace(&self.store.trace_path(t), &self.import_options())
+        traceio::files::load_trace(&self.store.trace_path(t), &self.import_options())
             .map_err(|e| Fault::internal("cannot read a stored trace", e))
     }
 }

@@ -1,0 +1,35 @@
+//! The `collector` subcommands, one module each: its flags (`clap::Args`) and the function that
+//! runs it. They sit on the run layers below them ([`crate::pyrun`], [`crate::serve`],
+//! [`crate::verify`], [`crate::report`]) and on `traceio` and `shared`; [`crate::cli`] parses
+//! the command line and picks one.
+
+pub mod advise;
+pub mod analyze;
+pub mod convert;
+pub mod diff;
+pub mod find;
+pub mod ingest;
+pub mod leaks;
+pub mod merge;
+pub mod python_package;
+pub mod report;
+pub mod serve;
+pub mod serve_worker;
+pub mod summary;
+pub mod trace;
+
+/// How much a gzip'd input may inflate to (every command that reads a trace).
+#[derive(clap::Args, Clone, Copy)]
+pub struct ImportArgs {
+    /// Largest decompressed size accepted from gzip input, in MiB.
+    #[arg(long, default_value_t = 4096)]
+    pub max_decompressed_mib: u64,
+}
+
+impl ImportArgs {
+    pub fn options(self) -> shared::ImportOptions {
+        let mut o = shared::ImportOptions::default();
+        o.max_decompressed_bytes = self.max_decompressed_mib.saturating_mul(1 << 20);
+        o
+    }
+}

@@ -1,0 +1,51 @@
+//! `collector serve-worker` (hidden): one import or export for `collector serve`, under a
+//! memory and CPU limit ([`crate::serve::isolate`]).
+
+use std::path::PathBuf;
+
+/// `collector serve-worker`: one import or export for `collector serve`.
+#[derive(clap::Args)]
+pub struct ServeWorkerArgs {
+    #[command(subcommand)]
+    pub task: ServeWorkerTask,
+    /// Memory the worker may map beyond what it has at start.
+    #[arg(long, global = true, default_value_t = 4 << 30)]
+    pub memory_budget_bytes: u64,
+    /// CPU seconds the worker may use.
+    #[arg(long, global = true, default_value_t = 300)]
+    pub cpu_seconds: u64,
+    /// Largest decompressed size accepted from gzip input.
+    #[arg(long, global = true, default_value_t = 4 << 30)]
+    pub max_decompressed_bytes: u64,
+}
+
+#[derive(clap::Subcommand)]
+pub enum ServeWorkerTask {
+    /// Import FILE and print its summary.
+    Import {
+        file: PathBuf,
+        /// The model name of a trace that names none.
+        #[arg(long, default_value = "uploaded trace")]
+        model_name: String,
+        /// The file as errors name it.
+        #[arg(long, default_value = "the file")]
+        what: String,
+    },
+    /// Import FILE and write it as FORMAT to OUT.
+    Export {
+        file: PathBuf,
+        out: PathBuf,
+        #[arg(long)]
+        format: String,
+    },
+}
+
+/// `collector serve-worker`: exits with the worker's code.
+pub fn serve_worker_command(a: ServeWorkerArgs) -> ! {
+    use crate::serve::isolate::{run_worker, WorkerTask};
+    let task = match a.task {
+        ServeWorkerTask::Import { file, model_name, what } => WorkerTask::Import { file, what, model_name },
+        ServeWorkerTask::Export { file, out, format } => WorkerTask::Export { file, format, out },
+    };
+    std::process::exit(run_worker(task, a.memory_budget_bytes, a.cpu_seconds, a.max_decompressed_bytes));
+}

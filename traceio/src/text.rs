@@ -1,0 +1,610 @@
+//! What the commands print: the summary (or its `--json` form), the out-of-memory explanation,
+//! leaks, diffs and advice, as text for a terminal.
+
+use shared::analysis::{layer_stats, summary, top_layers_by_peak, LayerMemoryStats, Summary};
+use shared::units::{format_bytes, format_seconds};
+use shared::Trace;
+use std::io::Write;
+
+/// The `--json` form of `summary`.
+#[derive(serde::Serialize)]
+pub struct SummaryJson<'a> {
+    #[serde(flatten)]
+    pub summary: &'a Summary,
+    pub device_name: Option<&'a str>,
+    pub model: Option<&'a str>,
+    pub warnings: &'a [String],
+    pub top_layers: Vec<&'a LayerMemoryStats>,
+    /// Counters PyTorch reported in the traced process (`cuda.max_memory_allocated`, ...).
+    pub reported: &'a std::collections::BTreeMap<String, u64>,
+    /// Highest device memory in use as the driver saw it (all of the process, CUDA context
+    /// and libraries included), when sampled.
+    pub driver_used_peak_bytes: Option<u64>,
+    /// Every device's peaks (one per rank in a merged distributed trace).
+    pub devices: Vec<shared::analysis::DevicePeak>,
+    /// Growth across iterations and what never gets freed.
+    pub leaks: shared::analysis::leaks::LeakReport,
+    /// Why the run ran out of memory, when it did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub oom: Option<shared::analysis::oom::OomReport>,
+    /// Bytes of each allocation category alive at the peak (parameter, buffer, gradient,
+    /// activation, optimizer_state, temporary, other).
+    pub categories_at_peak: std::collections::BTreeMap<&'static str, u64>,
+}
+
+/// The out-of-memory explanation, first in `summary`.
+pub fn print_oom(o: &shared::analysis::oom::OomReport, mut out: impl Write) -> anyhow::Result<()> {
+    writeln!(out, "OUT OF MEMORY: {}", o.verdict)?;
+    if o.ooms > 1 {
+        writeln!(out, "  ({} out-of-memory events; the first is explained)", o.ooms)?;
+    }
+    for (title, groups) in [("by layer", &o.by_layer), ("by the phase that allocated it", &o.by_phase), ("by innermost frame", &o.by_frame)]
+    {
+        if groups.is_empty() {
+            continue;
+        }
+        writeln!(out, "  live at the out-of-memory, {title}:")?;
+        for g in groups {
+            writeln!(out, "    {:>12}  {:>6} allocations  {}", format_bytes(g.bytes), g.allocations, g.name)?;
+        }
+    }
+    if o.unrecorded_bytes > 0 {
+        writeln!(out, "    {:>12}  allocated before recording began", format_bytes(o.unrecorded_bytes))?;
+    }
+    Ok(())
+}
+
+/// Prints the `print_summary` table (or one JSON object with `json`).
+pub fn print_summary(trace: &Trace, top: usize, json: bool, mut out: impl Write) -> anyhow::Result<()> {
+    // Three walks of every event, on as many cores (a 3 GB snapshot's are 15 M events).
+    let (s, stats, leaks, categorized) = std::thread::scope(|scope| {
+        let leaks = scope.spawn(|| shared::analysis::leaks::leaks(trace, if json { 5 } else { 3 }));
+        let stats = scope.spawn(|| layer_stats(trace));
+        let categorized = scope.spawn(|| shared::analysis::categories::categorize(trace));
+        let s = summary(trace);
+        (s, joined(stats), joined(leaks), joined(categorized))
+    });
+    let categories = shared::analysis::categories::bytes_at(trace, &categorized, s.peak_event_index);
+    let tops = top_layers_by_peak(&stats, top);
+    if json {
+        let j = SummaryJson {
+            summary: &s,
+            device_name: trace.meta.device_name.as_deref(),
+            model: trace.meta.model.as_deref(),
+            warnings: &trace.meta.warnings,
+            top_layers: tops,
+            reported: &trace.meta.reported,
+            driver_used_peak_bytes: trace.device_samples.iter().map(|d| d.used_bytes).max(),
+            devices: shared::analysis::device_peaks(trace),
+            leaks,
+            oom: shared::analysis::oom::oom(trace, 10),
+            categories_at_peak: categories.iter().map(|&(c, b)| (c.as_str(), b)).collect(),
+        };
+        serde_json::to_writer_pretty(&mut out, &j)?;
+        writeln!(out)?;
+        return Ok(());
+    }
+    print_peaks(trace, &s, top, &mut out)?;
+    if categories.iter().any(|&(_, b)| b > 0) {
+        let parts: Vec<String> = categories
+            .iter()
+            .filter(|&&(_, b)| b > 0)
+            .map(|&(c, b)| format!("{} {}", c.as_str().replace('_', " "), format_bytes(b)))
+            .collect();
+        writeln!(out, "  at the peak        {}", parts.join(", "))?;
+    }
+    print_pools(trace, &s, &mut out)?;
+    print_run(trace, &s, &leaks, &mut out)?;
+    print_top_layers(&tops, &mut out)
+}
+
+/// Private pools, pinned host memory and annotations, where the trace has them.
+fn print_pools(trace: &Trace, s: &Summary, out: &mut dyn Write) -> anyhow::Result<()> {
+    if let Some(h) = &s.pinned_host {
+        writeln!(
+            out,
+            "  pinned host        peak {} allocated, {} reserved; at end {} allocated (not part of the GPU numbers)",
+            format_bytes(h.peak_allocated_bytes),
+            format_bytes(h.peak_reserved_bytes),
+            format_bytes(h.final_allocated_bytes)
+        )?;
+    }
+    // Without segments (a traced run records allocations only) a pool's reserved memory is unknown.
+    for p in &s.pools {
+        let kind = if p.index.is_some() { "private pool" } else { "default pool" };
+        let t = &p.totals;
+        let (peak, at_end) = if p.reserved_known {
+            (
+                format!("{} allocated, {} reserved", format_bytes(t.peak_allocated_bytes), format_bytes(t.peak_reserved_bytes)),
+                format!("{} allocated, {} reserved", format_bytes(t.final_allocated_bytes), format_bytes(t.final_reserved_bytes)),
+            )
+        } else {
+            (format!("{} allocated", format_bytes(t.peak_allocated_bytes)), format!("{} allocated", format_bytes(t.final_allocated_bytes)))
+        };
+        writeln!(out, "  {kind:<18} {} on {}: peak {peak}; at end {at_end}; {} allocations", p.pool, p.device, p.allocations)?;
+    }
+    let n = &s.notes;
+    if !n.is_empty() {
+        writeln!(
+            out,
+            "  notes              {} annotations, {} events with user metadata, {} allocator tags",
+            n.annotations, n.user_metadata, n.internal
+        )?;
+        for note in trace.event_notes.iter().filter(|x| x.kind == shared::model::NoteKind::Annotation).take(5) {
+            let i = note.event as usize;
+            writeln!(
+                out,
+                "    \"{}\" on {} at 0x{:x}",
+                trace.str(note.text).chars().take(80).collect::<String>(),
+                format_bytes(trace.events.size_bytes[i]),
+                trace.events.address[i]
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// A scoped thread's result; its panic goes on in this thread, as it would have without it.
+fn joined<T>(h: std::thread::ScopedJoinHandle<'_, T>) -> T {
+    h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))
+}
+
+/// The summary's head: what was traced, the out-of-memory explanation, the peaks and PyTorch's
+/// and the driver's own counters.
+fn print_peaks(trace: &Trace, s: &Summary, top: usize, out: &mut dyn Write) -> anyhow::Result<()> {
+    let device = trace.meta.device_name.clone().or(s.peak_device.clone()).unwrap_or_else(|| "unknown device".into());
+    writeln!(out, "Memory trace ({}, {device})", s.source_format)?;
+    if let Some(m) = &trace.meta.model {
+        writeln!(out, "  model              {m}")?;
+    }
+    if let Some(c) = &trace.meta.capture {
+        writeln!(out, "  capture            {c}")?;
+    }
+    if let Some(o) = shared::analysis::oom::oom(trace, top) {
+        print_oom(&o, &mut *out)?;
+    }
+    let at = |t: f64| format_seconds(t);
+    writeln!(
+        out,
+        "  peak allocated     {} ({} bytes) at {}{}",
+        format_bytes(s.peak_allocated_bytes),
+        s.peak_allocated_bytes,
+        at(s.peak_time_s),
+        s.peak_layer.as_deref().map(|l| format!(" in {l}")).unwrap_or_default()
+    )?;
+    if s.peak_reserved_bytes == 0 && s.peak_device.as_deref().is_some_and(|d| d.starts_with("cpu")) {
+        writeln!(out, "  peak reserved      n/a (the CPU allocator caches nothing)")?;
+    } else {
+        writeln!(
+            out,
+            "  peak reserved      {} ({} bytes) at {}",
+            format_bytes(s.peak_reserved_bytes),
+            s.peak_reserved_bytes,
+            at(s.peak_reserved_time_s)
+        )?;
+    }
+    writeln!(
+        out,
+        "  at end             {} allocated, {} reserved",
+        format_bytes(s.final_allocated_bytes),
+        format_bytes(s.final_reserved_bytes)
+    )?;
+    if let Some(&peak) = trace.meta.reported.get("cuda.max_memory_allocated") {
+        let verdict = if peak == s.peak_allocated_bytes {
+            "matches the trace".to_owned()
+        } else {
+            format!("the trace differs by {} bytes", s.peak_allocated_bytes as i128 - peak as i128)
+        };
+        writeln!(out, "  PyTorch counters   max_memory_allocated {peak} bytes: {verdict}")?;
+        if let Some(&r) = trace.meta.reported.get("cuda.max_memory_reserved") {
+            writeln!(out, "                     max_memory_reserved {r} bytes")?;
+        }
+    }
+    if let Some(used) = trace.device_samples.iter().map(|d| d.used_bytes).max() {
+        writeln!(
+            out,
+            "  driver used        up to {} on the device ({} samples; CUDA context, libraries and other processes included)",
+            format_bytes(used),
+            trace.device_samples.len()
+        )?;
+    }
+    Ok(())
+}
+
+/// The rest of the run: leaks, each device's peaks, fragmentation, counts and notes.
+fn print_run(trace: &Trace, s: &Summary, leaks: &shared::analysis::leaks::LeakReport, out: &mut dyn Write) -> anyhow::Result<()> {
+    let at = |t: f64| format_seconds(t);
+    if leaks.iterations >= 3 {
+        writeln!(out, "  leaks              {}", leaks.verdict)?;
+        if leaks.leaking {
+            if let Some(g) = leaks.survivors.first() {
+                writeln!(
+                    out,
+                    "                     most in {} ({} per iteration); see `collector leaks`",
+                    g.layer,
+                    format_bytes(g.bytes_per_iteration as u64)
+                )?;
+            }
+        }
+    }
+    if trace.devices.len() > 1 {
+        for d in shared::analysis::device_peaks(trace) {
+            writeln!(
+                out,
+                "  {:<18} peak {} allocated at {}, {} reserved ({} events)",
+                d.device,
+                format_bytes(d.peak_allocated_bytes),
+                at(d.peak_time_s),
+                format_bytes(d.peak_reserved_bytes),
+                d.events
+            )?;
+        }
+    }
+    if trace.meta.fragmentation_tracked {
+        writeln!(out, "  avg fragmentation  {:.1} %", s.avg_fragmentation * 100.0)?;
+    } else {
+        writeln!(out, "  avg fragmentation  not tracked (--no-fragmentation)")?;
+    }
+    writeln!(
+        out,
+        "  events             {} ({} allocations, {} frees), {} ops, {} layers, {} dropped, {}",
+        s.total_events,
+        s.total_allocations,
+        s.total_deallocations,
+        s.total_ops,
+        s.total_layers,
+        s.dropped_events,
+        at(s.duration_s)
+    )?;
+    // A snapshot without entries says why in its own notes.
+    if s.total_events == 0 && trace.meta.source_format != shared::model::SourceFormat::PytorchSnapshot {
+        writeln!(
+            out,
+            "  note: this trace has no memory events (only spans); the layer times below are real, the memory columns are empty"
+        )?;
+    }
+    for w in &trace.meta.warnings {
+        writeln!(out, "  note: {w}")?;
+    }
+    Ok(())
+}
+
+/// The table of the layers with the highest peaks.
+fn print_top_layers(tops: &[&LayerMemoryStats], out: &mut dyn Write) -> anyhow::Result<()> {
+    if !tops.is_empty() {
+        writeln!(out, "\nTop layers by peak allocated:")?;
+        let width = tops.iter().map(|l| l.layer_name.chars().count()).max().unwrap_or(5).clamp(5, 60);
+        writeln!(
+            out,
+            "  {:<width$}  {:>12}  {:>12}  {:>7}  {:>7}  {:>6}  {:>10}",
+            "layer", "peak alloc", "peak resv", "allocs", "frees", "frag", "time"
+        )?;
+        for l in tops {
+            let name: String = l.layer_name.chars().take(width).collect();
+            writeln!(
+                out,
+                "  {:<width$}  {:>12}  {:>12}  {:>7}  {:>7}  {:>5.1}%  {:>10}",
+                name,
+                format_bytes(l.peak_allocated),
+                format_bytes(l.peak_reserved),
+                l.total_allocations,
+                l.total_deallocations,
+                l.avg_fragmentation * 100.0,
+                format_seconds(l.duration_ms / 1000.0)
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// The leak report as text.
+pub fn print_leaks(r: &shared::analysis::leaks::LeakReport, mut out: impl Write) -> anyhow::Result<()> {
+    writeln!(out, "Leaks on {} ({} iterations from {}, {} as warm-up)", r.device, r.iterations, r.iterations_from, r.warmup)?;
+    writeln!(out, "  {}", r.verdict)?;
+    if !r.allocated_at_end_bytes.is_empty() {
+        let ends: Vec<String> = r.allocated_at_end_bytes.iter().map(|&b| format_bytes(b)).collect();
+        writeln!(out, "  allocated at iteration ends: {}", ends.join(", "))?;
+    }
+    if !r.survivors.is_empty() {
+        writeln!(out, "  never freed, born after warm-up (layer, operator, frame: bytes in allocations over iterations):")?;
+        for g in &r.survivors {
+            writeln!(
+                out,
+                "    {}{}{}: {} in {} over {} iteration(s), {} per iteration",
+                g.layer,
+                g.op.as_deref().map(|o| format!(" in {o}")).unwrap_or_default(),
+                g.frame.as_deref().map(|f| format!(" at {f}")).unwrap_or_default(),
+                format_bytes(g.bytes),
+                g.allocations,
+                g.iterations,
+                format_bytes(g.bytes_per_iteration as u64)
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// Signed bytes: `+2.00 MiB`, `-512 B`, `0 B`.
+fn format_delta(bytes: i64) -> String {
+    let sign = match bytes.signum() {
+        1 => "+",
+        -1 => "-",
+        _ => "",
+    };
+    format!("{sign}{}", format_bytes(bytes.unsigned_abs()))
+}
+
+/// Where a side's peak falls: `0.309 s (iteration 1 at 69 %)`.
+fn peak_when(s: &shared::analysis::diff::SideFacts) -> String {
+    match &s.peak_in_iteration {
+        Some(p) => format!("{} (iteration {} at {:.0} %)", format_seconds(s.peak_time_s), p.iteration, p.fraction * 100.0),
+        None => format_seconds(s.peak_time_s),
+    }
+}
+
+/// The trace diff as text: both sides' peaks and the change, then the top layers by change,
+/// the classes, the operators on one side only and the notes.
+pub fn print_diff(
+    d: &shared::analysis::diff::TraceDiff,
+    (label_a, label_b): (&str, &str),
+    top: usize,
+    mut out: impl Write,
+) -> anyhow::Result<()> {
+    writeln!(out, "Diff: A = {label_a}, B = {label_b}")?;
+    let row = |out: &mut dyn Write, what: &str, a: String, b: String, delta: String| writeln!(out, "  {what:<18} {a:<34} {b:<34} {delta}");
+    row(&mut out, "", "A".into(), "B".into(), "B - A".into())?;
+    let (a, b) = (&d.a, &d.b);
+    let device = |s: &shared::analysis::diff::SideFacts| format!("{} ({})", s.device.as_deref().unwrap_or("no device"), s.source_format);
+    row(&mut out, "device", device(a), device(b), String::new())?;
+    if a.model.is_some() || b.model.is_some() {
+        row(&mut out, "model", a.model.clone().unwrap_or_default(), b.model.clone().unwrap_or_default(), String::new())?;
+    }
+    row(
+        &mut out,
+        "peak allocated",
+        format_bytes(a.peak_allocated_bytes),
+        format_bytes(b.peak_allocated_bytes),
+        format_delta(d.peak_allocated_delta_bytes),
+    )?;
+    row(
+        &mut out,
+        "peak reserved",
+        format_bytes(a.peak_reserved_bytes),
+        format_bytes(b.peak_reserved_bytes),
+        format_delta(d.peak_reserved_delta_bytes),
+    )?;
+    row(&mut out, "peak at", peak_when(a), peak_when(b), String::new())?;
+    let its = |s: &shared::analysis::diff::SideFacts| format!("{} ({})", s.iterations, s.iterations_from);
+    row(&mut out, "iterations", its(a), its(b), String::new())?;
+    let frag =
+        |s: &shared::analysis::diff::SideFacts| format!("{:.1} % (max {:.1} %)", s.avg_fragmentation * 100.0, s.max_fragmentation * 100.0);
+    row(&mut out, "fragmentation", frag(a), frag(b), String::new())?;
+    row(&mut out, "events, operators", format!("{}, {}", a.events, a.ops), format!("{}, {}", b.events, b.ops), String::new())?;
+    print_diff_layers(d, top, &mut out)?;
+    print_diff_classes(&d.classes, &mut out)?;
+    print_diff_categories(&d.categories, &mut out)?;
+    if let Some(ops) = &d.ops {
+        for (side, list) in [("A", &ops.only_in_a), ("B", &ops.only_in_b)] {
+            let names: Vec<String> = list.iter().take(top).map(|o| format!("{} x{}", o.name, o.count)).collect();
+            let more = if list.len() > top { format!(", and {} more", list.len() - top) } else { String::new() };
+            writeln!(
+                out,
+                "Operators only in {side} ({}): {}{more}",
+                list.len(),
+                if names.is_empty() { "none".to_owned() } else { names.join(", ") }
+            )?;
+        }
+    }
+    if !d.notes.is_empty() {
+        writeln!(out, "Notes:")?;
+        for n in &d.notes {
+            writeln!(out, "  - {n}")?;
+        }
+    }
+    Ok(())
+}
+
+fn print_diff_layers(d: &shared::analysis::diff::TraceDiff, top: usize, out: &mut dyn Write) -> anyhow::Result<()> {
+    use shared::analysis::diff::Presence;
+    if d.layers.is_empty() {
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "Layers by change of peak (top {} of {}; peak = allocated total at the layer's events):",
+        top.min(d.layers.len()),
+        d.layers.len()
+    )?;
+    let width = d.layers.iter().take(top).map(|l| l.layer_name.chars().count()).max().unwrap_or(5).clamp(5, 60);
+    writeln!(out, "  {:<width$}  {:>12}  {:>12}  {:>13}  {:>10}  {:>10}", "layer", "peak A", "peak B", "change", "allocs A", "allocs B")?;
+    let side = |s: Option<shared::analysis::diff::LayerSide>, f: fn(shared::analysis::diff::LayerSide) -> String| {
+        s.map_or_else(|| "-".to_owned(), f)
+    };
+    for l in d.layers.iter().take(top) {
+        let flag = match l.presence {
+            Presence::Both => "",
+            Presence::OnlyA => "  only in A",
+            Presence::OnlyB => "  only in B",
+        };
+        writeln!(
+            out,
+            "  {:<width$}  {:>12}  {:>12}  {:>13}  {:>10}  {:>10}{flag}",
+            l.layer_name,
+            side(l.a, |x| format_bytes(x.peak_allocated_bytes)),
+            side(l.b, |x| format_bytes(x.peak_allocated_bytes)),
+            format_delta(l.peak_delta_bytes),
+            side(l.a, |x| x.allocations.to_string()),
+            side(l.b, |x| x.allocations.to_string()),
+        )?;
+    }
+    Ok(())
+}
+
+/// One row of bytes on both sides and their difference.
+fn diff_row(out: &mut dyn Write, name: &str, a: u64, b: u64, delta: i64) -> anyhow::Result<()> {
+    writeln!(out, "  {name:<18} {:>12}  {:>12}  {:>13}", format_bytes(a), format_bytes(b), format_delta(delta))?;
+    Ok(())
+}
+
+/// Bytes per allocation category at each side's peak, where either side has any.
+fn print_diff_categories(rows: &[shared::analysis::diff::CategoryRow], out: &mut dyn Write) -> anyhow::Result<()> {
+    if rows.iter().all(|r| r.a_bytes == 0 && r.b_bytes == 0) {
+        return Ok(());
+    }
+    writeln!(out, "Categories at each side's peak:")?;
+    for r in rows.iter().filter(|r| r.a_bytes > 0 || r.b_bytes > 0) {
+        let name = r.category.as_str().replace('_', " ");
+        diff_row(out, &name, r.a_bytes, r.b_bytes, r.delta_bytes)?;
+    }
+    Ok(())
+}
+
+fn print_diff_classes(c: &shared::analysis::diff::ClassesDiff, out: &mut dyn Write) -> anyhow::Result<()> {
+    use shared::analysis::diff::ClassSide;
+    if c.rows.is_empty() {
+        writeln!(out, "Classes: not compared")?;
+        for (side, s) in [("A", &c.a), ("B", &c.b)] {
+            if let ClassSide::Unavailable { reason } = s {
+                writeln!(out, "  {side}: {reason}")?;
+            }
+        }
+        return Ok(());
+    }
+    let at = |s: &ClassSide| match s {
+        ClassSide::Available { rank, node_name, total_allocated_bytes, .. } => {
+            format!("{} at rank {rank} ({node_name})", format_bytes(*total_allocated_bytes))
+        }
+        ClassSide::Unavailable { .. } => String::new(),
+    };
+    writeln!(out, "Classes at each side's peak rank (A: {}; B: {}):", at(&c.a), at(&c.b))?;
+    for r in &c.rows {
+        let name = match r.class {
+            shared::analysis::profile::TensorClass::Param => "weights",
+            shared::analysis::profile::TensorClass::Grad => "gradients",
+            shared::analysis::profile::TensorClass::OptState => "optimizer state",
+            shared::analysis::profile::TensorClass::Act => "activations",
+            shared::analysis::profile::TensorClass::Other => "other",
+        };
+        diff_row(out, name, r.a_bytes, r.b_bytes, r.delta_bytes)?;
+    }
+    Ok(())
+}
+
+/// The advice as text: the baseline, a table (suggestion | predicted peak | vs measured |
+/// extra time per iteration), each suggestion's change and reasoning, the checkpoint
+/// candidates, what is not available and the notes.
+pub fn print_advice(r: &shared::analysis::advice::AdviceReport, mut out: impl Write) -> anyhow::Result<()> {
+    use shared::analysis::advice::SuggestionKind as K;
+    let b = &r.baseline;
+    let at = if b.peak_layer.is_empty() {
+        format!("in the {} phase", b.peak_phase.as_str())
+    } else {
+        format!("in {} ({})", b.peak_layer, b.peak_phase.as_str())
+    };
+    writeln!(out, "Advice for {} ({})", b.device, b.source_format)?;
+    writeln!(out, "  measured peak      {} ({} bytes) {at}", format_bytes(b.peak_allocated_bytes), b.peak_allocated_bytes)?;
+    if let Some(t) = b.iteration_time_s {
+        writeln!(out, "  iteration time     {} (median of {} iterations)", format_seconds(t), b.iterations)?;
+    }
+    let parts: Vec<String> = [("weights", b.weights_bytes), ("gradients", b.gradients_bytes), ("optimizer state", b.optimizer_state_bytes)]
+        .iter()
+        .filter_map(|(n, v)| v.map(|v| format!("{n} {}", format_bytes(v))))
+        .chain(b.operator_data.then(|| format!("activations at the peak {}", format_bytes(b.activations_at_peak_bytes))))
+        .collect();
+    if !parts.is_empty() {
+        writeln!(out, "  memory             {}", parts.join(", "))?;
+    }
+    if let Some(budget) = r.budget_bytes {
+        let met = match r.budget_met {
+            Some(true) => "met by the suggestions marked *",
+            _ => "not met by any suggestion",
+        };
+        writeln!(out, "  budget             {} ({budget} bytes): {met}", format_bytes(budget))?;
+    }
+    if !r.suggestions.is_empty() {
+        let label = |s: &shared::analysis::advice::Suggestion| -> String {
+            match s.kind {
+                K::Checkpoint => format!("checkpoint {}", s.layers.join(", ")),
+                K::CheckpointAmp => format!("amp + checkpoint {}", s.layers.join(", ")),
+                K::Amp => "amp (autocast)".to_owned(),
+                K::SmallerBatch => match (s.numbers.get("new_batch"), s.numbers.get("new_percent")) {
+                    (Some(n), _) => format!("batch {n}"),
+                    (None, Some(p)) => format!("batch at {p} %"),
+                    _ => "smaller batch".to_owned(),
+                },
+                K::SetToNone => "zero_grad(set_to_none=True)".to_owned(),
+                K::Optimizer => "optimizer with less state".to_owned(),
+                K::ExpandableSegments => "expandable_segments".to_owned(),
+            }
+        };
+        let rows: Vec<[String; 4]> = r
+            .suggestions
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let mark = if s.meets_budget == Some(true) { "*" } else { " " };
+                let (peak, base) = match s.predicted_reserved_peak_bytes {
+                    Some(res) => (format!("{} reserved", format_bytes(res)), b.peak_reserved_bytes),
+                    None => (format_bytes(s.predicted_peak_bytes), b.peak_allocated_bytes),
+                };
+                let pct = if base == 0 { 0.0 } else { -100.0 * s.saving_bytes as f64 / base as f64 };
+                let time = match (s.extra_time_per_iteration_s, b.iteration_time_s) {
+                    (Some(t), Some(it)) if it > 0.0 => format!("+{} ({:+.1} %)", format_seconds(t), 100.0 * t / it),
+                    (Some(t), _) => format!("+{}", format_seconds(t)),
+                    (None, _) => "not predicted".to_owned(),
+                };
+                [format!("{mark}{:>2}  {}", i + 1, label(s)), peak, format!("{} ({pct:+.1} %)", format_delta(-s.saving_bytes)), time]
+            })
+            .collect();
+        let header = ["     suggestion".to_owned(), "predicted peak".to_owned(), "vs measured".to_owned(), "extra time/iter".to_owned()];
+        let width = |k: usize| rows.iter().map(|r| r[k].chars().count()).chain([header[k].len()]).max().unwrap_or(0);
+        let w = [width(0), width(1), width(2)];
+        writeln!(out)?;
+        for row in std::iter::once(&header).chain(&rows) {
+            writeln!(out, "{:<w0$}  {:>w1$}  {:>w2$}  {}", row[0], row[1], row[2], row[3], w0 = w[0], w1 = w[1], w2 = w[2])?;
+        }
+        writeln!(out)?;
+        for (i, s) in r.suggestions.iter().enumerate() {
+            writeln!(out, "{:>3}. {} — {}", i + 1, s.kind.as_str(), s.change)?;
+            writeln!(out, "     {}", s.reasoning)?;
+        }
+    }
+    if !r.checkpoint_candidates.is_empty() {
+        writeln!(out)?;
+        writeln!(
+            out,
+            "Checkpoint candidates (activations a checkpoint drops: at the peak / per iteration; forward time = recompute cost):"
+        )?;
+        let w = r.checkpoint_candidates.iter().map(|c| c.layer.chars().count()).max().unwrap_or(0);
+        for c in &r.checkpoint_candidates {
+            writeln!(
+                out,
+                "  {:<w$}  {:>12} / {:>12}  {:>10}  recompute working set {}",
+                c.layer,
+                format_bytes(c.activation_bytes_at_peak),
+                format_bytes(c.activation_bytes),
+                format_seconds(c.forward_time_s),
+                format_bytes(c.recompute_working_set_bytes)
+            )?;
+        }
+    }
+    for (title, list) in [("Not available", &r.not_available), ("Notes", &r.notes)] {
+        if !list.is_empty() {
+            writeln!(out)?;
+            writeln!(out, "{title}:")?;
+            for n in list {
+                writeln!(out, "  - {n}")?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `collector trace --progress-json`: one JSON object per line on stdout.
+pub fn emit(line: &protocol::ChildLine) {
+    let mut out = std::io::stdout().lock();
+    if serde_json::to_writer(&mut out, line).is_ok() {
+        let _ = writeln!(out);
+        let _ = out.flush();
+    }
+}
