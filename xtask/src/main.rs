@@ -17,6 +17,7 @@
 //! - `cargo xtask fuzz [--seconds N] [--runs N] [TARGET...]`: coverage-guided fuzzing of the
 //!   importers (`fuzz/`, cargo-fuzz on nightly), 30 s per target by default.
 
+mod cycles;
 mod doc_paths;
 mod layers;
 mod torches;
@@ -354,6 +355,11 @@ fn tidy() -> Result<()> {
     for crate_layers in &layers::CRATES {
         layered.extend(layers::upward_uses(Path::new("."), crate_layers)?);
     }
+    for crate_layers in &layers::CRATES {
+        for cycle in cycles::module_cycles(&Path::new(".").join(crate_layers.src))? {
+            layered.push(format!("{}: these modules use each other in a circle: {}", crate_layers.src, cycle.join(", ")));
+        }
+    }
     if !layered.is_empty() {
         bail!(
             "these modules use a layer above them (ARCHITECTURE.md: each crate's modules import only downward, in xtask/src/layers.rs's order):\n{}",
@@ -374,11 +380,16 @@ fn tidy() -> Result<()> {
     if !io.is_empty() {
         bail!("shared does I/O here (ARCHITECTURE.md: importers take bytes or a reader, exporters a writer):\n{}", io.join("\n"));
     }
-    let below_api: Vec<PathBuf> =
-        SERVE_LAYERS[..SERVE_LAYERS.iter().position(|l| *l == "error").unwrap_or(0)].iter().map(|l| PathBuf::from(format!("collector/src/serve/{l}.rs"))).collect();
+    let below_api: Vec<PathBuf> = SERVE_LAYERS[..SERVE_LAYERS.iter().position(|l| *l == "error").unwrap_or(0)]
+        .iter()
+        .map(|l| PathBuf::from(format!("collector/src/serve/{l}.rs")))
+        .collect();
     let http = forbidden_code(&below_api.iter().map(PathBuf::as_path).collect::<Vec<_>>(), &["axum", "StatusCode", "hyper"])?;
     if !http.is_empty() {
-        bail!("these serve layers below the API name HTTP (ARCHITECTURE.md: only the API layer answers with status codes):\n{}", http.join("\n"));
+        bail!(
+            "these serve layers below the API name HTTP (ARCHITECTURE.md: only the API layer answers with status codes):\n{}",
+            http.join("\n")
+        );
     }
     let upward = upward_imports(Path::new("collector/src/serve"), &SERVE_LAYERS)?;
     if !upward.is_empty() {
