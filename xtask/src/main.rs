@@ -19,6 +19,7 @@
 
 mod cycles;
 mod doc_paths;
+mod fn_length;
 mod layers;
 mod torches;
 mod wheel;
@@ -375,6 +376,10 @@ fn tidy() -> Result<()> {
             "these lines read or write JSON by field name (ARCHITECTURE.md: every shape that crosses a process is a protocol type):\n{}",
             untyped.join("\n")
         );
+    }
+    let long = fn_length::too_long(Path::new("viewer/src/components"), fn_length::COMPONENT_LINES)?;
+    if !long.is_empty() {
+        bail!("these viewer components have functions over the limit (ARCHITECTURE.md):\n{}", long.join("\n"));
     }
     let io = forbidden_code(&[Path::new("shared/src")], &SHARED_IO)?;
     if !io.is_empty() {
