@@ -5,7 +5,7 @@
 //! ([`run_in_capture`]).
 
 use crate::commands::{
-    advise, analyze, convert, diff, find, ingest, leaks, merge, python_package, report, serve, serve_worker, summary, trace,
+    advise, analyze, check, convert, diff, find, ingest, leaks, merge, python_package, report, serve, serve_worker, summary, trace,
 };
 use anyhow::Context;
 use clap::{Parser, Subcommand};
@@ -75,6 +75,9 @@ pub enum Command {
     ServeWorker(serve_worker::ServeWorkerArgs),
     /// Print peak memory, fragmentation and the top layers of a trace.
     Summary(summary::SummaryArgs),
+    /// Hold a trace to memory budgets for CI: exits 0 when every one holds, 1 when one does
+    /// not (`--max-peak 6GiB`, `--max-reserved`, `--no-leak`, `--baseline OLD --max-growth 5%`).
+    Check(check::CheckArgs),
     /// Find allocations: by address (`0x7f3a…`, anywhere inside the block), stack frame or
     /// `file:line`, module path, or user metadata and annotation text.
     Find(find::FindArgs),
@@ -116,6 +119,15 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Merge(a) => merge::merge_command(a),
         Command::Summary(a) => summary::summary_command(a),
         Command::Find(a) => find::find_command(a),
+        // 0: every budget holds; 1: one does not; 2: it could not be checked.
+        Command::Check(a) => match check::check_command(a) {
+            Ok(true) => Ok(()),
+            Ok(false) => std::process::exit(1),
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                std::process::exit(2)
+            }
+        },
         Command::Sweep(_) | Command::Overhead(_) => unreachable!("capture_job"),
     }
 }

@@ -384,3 +384,62 @@ fn sweep_refuses_an_unknown_model_before_running() {
     assert!(stderr.contains("unknown model `nope`"), "{stderr}");
     assert!(!dir.join("sweep.json").exists());
 }
+
+/// `collector check` on real snapshots: a budget at PyTorch's own peak passes (exit 0), one
+/// byte under fails (exit 1) naming the budget and the peak; `--json` has every check; under
+/// GitHub Actions each failure is an `::error` annotation; `--no-leak` fails the leaky loop
+/// and passes the clean one; growth is measured against a baseline; a budget that does not
+/// parse, or none at all, is a usage error (exit 2) saying what a budget looks like.
+#[test]
+fn check_holds_traces_to_memory_budgets() {
+    let r18 = data("resnet18_sgd_2steps.pickle");
+    let run = |args: &[&str], envs: &[(&str, &str)]| -> Output {
+        let mut c = Command::new(exe());
+        c.arg("check").arg(&r18).args(args).env_remove("GITHUB_ACTIONS");
+        for (k, v) in envs {
+            c.env(k, v);
+        }
+        c.output().unwrap()
+    };
+    let text = |o: &Output| String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
+    // 238,078,976 bytes: torch.cuda.max_memory_allocated() of this run (tests/data/facts.json).
+    let at = run(&["--max-peak", "238078976"], &[]);
+    assert_eq!(at.status.code(), Some(0), "{}", text(&at));
+    assert!(text(&at).starts_with("PASS"), "{}", text(&at));
+    let under = run(&["--max-peak", "238078975", "--max-reserved", "1GiB"], &[]);
+    assert_eq!(under.status.code(), Some(1), "{}", text(&under));
+    let t = text(&under);
+    assert!(t.starts_with("FAIL") && t.contains("FAIL peak_allocated") && t.contains("ok   peak_reserved"), "{t}");
+    let json = run(&["--max-peak", "200MiB", "--json"], &[]);
+    assert_eq!(json.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(v["passed"], false);
+    assert_eq!(v["peak_allocated_bytes"], 238078976u64);
+    assert_eq!(v["checks"][0]["limit_value"], 200.0 * 1048576.0);
+    let gh = run(&["--max-peak", "200MiB"], &[("GITHUB_ACTIONS", "true")]);
+    let annotations: Vec<String> = text(&gh).lines().filter(|l| l.starts_with("::error title=Memory budget::")).map(String::from).collect();
+    assert_eq!(annotations.len(), 1, "{}", text(&gh));
+    assert!(annotations[0].contains("peak_allocated") && annotations[0].contains("200.00 MiB"), "{annotations:?}");
+    // Leaks: the leaky loop grows every iteration, the clean one does not.
+    for (file, code) in [("leak_loop_leaky.pickle.gz", 1), ("leak_loop_clean.pickle.gz", 0)] {
+        let o = Command::new(exe()).args(["check", "--no-leak"]).arg(data(file)).output().unwrap();
+        assert_eq!(o.status.code(), Some(code), "{file}: {}", text(&o));
+    }
+    // Growth: against itself 0 %, against a smaller run far more than 5 %.
+    let same = run(&["--baseline", r18.to_str().unwrap(), "--max-growth", "0%"], &[]);
+    assert_eq!(same.status.code(), Some(0), "{}", text(&same));
+    let mlp = data("mlp_adam_3steps.pickle");
+    let grown = run(&["--baseline", mlp.to_str().unwrap(), "--max-growth", "5%"], &[]);
+    assert_eq!(grown.status.code(), Some(1), "{}", text(&grown));
+    assert!(text(&grown).contains("FAIL growth"), "{}", text(&grown));
+    // Usage errors: exit 2, saying what was expected.
+    let bad = run(&["--max-peak", "six gigs"], &[]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(text(&bad).contains("--max-peak") && text(&bad).contains("no number"), "{}", text(&bad));
+    let bad = run(&["--baseline", r18.to_str().unwrap(), "--max-growth", "lots"], &[]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(text(&bad).contains("expected a percent"), "{}", text(&bad));
+    let none = run(&[], &[]);
+    assert_eq!(none.status.code(), Some(2));
+    assert!(text(&none).contains("no budget to check"), "{}", text(&none));
+}

@@ -202,6 +202,8 @@ pub struct IngestStats {
     pub reported: std::collections::BTreeMap<String, u64>,
     /// Where the trace was written (own format).
     pub trace_path: std::path::PathBuf,
+    /// Memory scalars per iteration, for `MemoryTracer.to_tensorboard(writer)`.
+    pub tensorboard: Vec<shared::export::tensorboard::Step>,
 }
 
 impl IngestStats {
@@ -218,6 +220,7 @@ impl IngestStats {
             capture: trace.meta.capture.clone(),
             reported: trace.meta.reported.clone(),
             trace_path: trace_path.to_path_buf(),
+            tensorboard: shared::export::tensorboard::steps(trace),
         }
     }
 }

@@ -6,7 +6,7 @@ use anyhow::{bail, Context};
 use shared::export::{export, ExportFormat};
 use shared::{ImportOptions, Trace};
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Reads and imports a trace file of any supported format.
 pub fn load_trace(path: &Path, options: &ImportOptions) -> anyhow::Result<Trace> {
@@ -60,4 +60,34 @@ pub fn write_atomic(out: &Path, write: impl FnOnce(&mut dyn Write) -> anyhow::Re
         let _ = std::fs::remove_file(&tmp);
     }
     result
+}
+
+/// Adds `trace`'s TensorBoard event file to the log folder `dir` (created if missing) under a
+/// name no other writer uses (`events.out.tfevents.<seconds>.<host>.memory-tracer.<pid>.<n>`),
+/// created exclusively: the folder's other runs and event files are never overwritten.
+/// Returns the file's path.
+pub fn write_tensorboard_events(trace: &Trace, dir: &Path) -> anyhow::Result<PathBuf> {
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create the TensorBoard folder {}", dir.display()))?;
+    let seconds = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").map_or_else(|_| "localhost".to_owned(), |h| h.trim().to_owned());
+    for n in 0..1000 {
+        let path = dir.join(format!("events.out.tfevents.{seconds}.{host}.memory-tracer.{}.{n}", std::process::id()));
+        let file = match std::fs::OpenOptions::new().write(true).create_new(true).open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e).with_context(|| format!("cannot create {}", path.display())),
+        };
+        let mut w = std::io::BufWriter::new(file);
+        let written = export(trace, ExportFormat::Tensorboard, &mut w).map_err(anyhow::Error::from).and_then(|()| {
+            let file = w.into_inner().map_err(|e| e.into_error())?;
+            file.sync_all()?;
+            Ok(())
+        });
+        if let Err(e) = written {
+            let _ = std::fs::remove_file(&path);
+            return Err(e).with_context(|| format!("cannot write {}", path.display()));
+        }
+        return Ok(path);
+    }
+    anyhow::bail!("cannot find a free event file name in {}", dir.display())
 }

@@ -608,3 +608,33 @@ pub fn emit(line: &protocol::ChildLine) {
         let _ = out.flush();
     }
 }
+
+/// `collector check`'s report: one line per budget, then what was at the peak.
+pub fn print_budget(r: &shared::analysis::budget::BudgetReport, trace: &str, mut out: impl Write) -> anyhow::Result<()> {
+    writeln!(out, "{}: {}", if r.passed { "PASS" } else { "FAIL" }, trace)?;
+    for c in &r.checks {
+        writeln!(out, "  {} {:<15} {}  (limit {})", if c.passed { "ok  " } else { "FAIL" }, c.name, c.actual, c.limit)?;
+    }
+    let at = r.peak_layer.as_deref().map(|l| format!(" in {l}")).unwrap_or_default();
+    let device = r.device.as_deref().map(|d| format!(" on {d}")).unwrap_or_default();
+    writeln!(
+        out,
+        "  peak allocated {} at {}{at}{device}; peak reserved {}",
+        format_bytes(r.peak_allocated_bytes),
+        format_seconds(r.peak_time_s),
+        format_bytes(r.peak_reserved_bytes)
+    )?;
+    Ok(())
+}
+
+/// GitHub Actions workflow commands: an `::error` annotation per failed budget.
+pub fn print_github_annotations(r: &shared::analysis::budget::BudgetReport, trace: &str, mut out: impl Write) -> anyhow::Result<()> {
+    // Workflow commands end at a newline and treat `%`, `\r`, `\n` specially.
+    let escape = |s: &str| s.replace('%', "%25").replace('\r', "%0D").replace('\n', "%0A");
+    for c in r.checks.iter().filter(|c| !c.passed) {
+        let at = r.peak_layer.as_deref().map(|l| format!(", peak in {l}")).unwrap_or_default();
+        let message = format!("{}: {} over the limit {}{at} ({trace})", c.name, c.actual, c.limit);
+        writeln!(out, "::error title=Memory budget::{}", escape(&message))?;
+    }
+    Ok(())
+}

@@ -121,11 +121,14 @@ class MemoryTracer:
         microsecond per operator) or "none" (allocations and module scopes only).
     module_scopes: False records no module paths (allocations keep their phase and
         iteration); with ops="none", the cheapest capture.
+    tensorboard_dir: a TensorBoard log folder (a training run's, say): each trace adds an event
+        file of memory scalars per iteration there (see `to_tensorboard`); nothing there is
+        overwritten.
     """
 
     _OPS = {"none": 0, "all": 1, "backward": 2}
 
-    def __init__(self, max_events=100_000, device=None, enable_fragmentation_tracking=True, enable_fragmentation=None, capture_tensors=True, ops="backward", module_scopes=True):
+    def __init__(self, max_events=100_000, device=None, enable_fragmentation_tracking=True, enable_fragmentation=None, capture_tensors=True, ops="backward", module_scopes=True, tensorboard_dir=None):
         if ops not in self._OPS:
             raise ValueError(f"memory-tracer: invalid ops {ops!r}; expected one of {sorted(self._OPS)}")
         self.ops = ops
@@ -136,6 +139,7 @@ class MemoryTracer:
         self.enable_fragmentation_tracking = bool(enable_fragmentation_tracking if enable_fragmentation is None else enable_fragmentation)
         self.capture_tensors = bool(capture_tensors)
         self.module_scopes = bool(module_scopes)
+        self.tensorboard_dir = None if tensorboard_dir is None else os.fspath(tensorboard_dir)
         self._result = None
         self._dir = None
         self._trace_path = None
@@ -201,6 +205,8 @@ class MemoryTracer:
                 raise RuntimeError(f"memory-tracer: the collector could not build the trace: {stderr.decode(errors='replace').strip()}")
             self._result = json.loads(stdout)
             self._trace_path = out
+            if self.tensorboard_dir is not None:
+                self._convert(self.tensorboard_dir, "tensorboard")
 
     @contextlib.contextmanager
     def trace_module(self, name):
@@ -240,6 +246,17 @@ class MemoryTracer:
         r = subprocess.run([collector_path(), "convert", self._trace_path, "--output", os.fspath(path), "--format", fmt], capture_output=True, text=True)
         if r.returncode != 0:
             raise RuntimeError(f"memory-tracer: cannot write {path}: {r.stderr.strip()}")
+
+    def to_tensorboard(self, writer):
+        """Adds the memory scalars of every iteration to a `torch.utils.tensorboard.SummaryWriter`
+        (or anything with its `add_scalar(tag, value, global_step, walltime)`): `memory/peak_allocated`,
+        `memory/peak_reserved`, `memory/fragmentation`, `memory/peak_<phase>`,
+        `memory/allocated_at_end` and `memory/leak_growth`, step = iteration."""
+        steps = self._need()["tensorboard"]
+        for s in steps:
+            for tag, value in s["scalars"]:
+                writer.add_scalar(tag, value, global_step=s["step"], walltime=s["wall_time"])
+        return len(steps)
 
     def export_flame_graph(self, output_path):
         """Speedscope JSON (https://www.speedscope.app/)."""

@@ -5,6 +5,7 @@
 
 pub mod advise;
 pub mod analyze;
+pub mod check;
 pub mod convert;
 pub mod diff;
 pub mod find;

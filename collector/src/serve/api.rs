@@ -329,7 +329,7 @@ pub async fn trace_export(
         None => {
             // Written by a child process with a memory limit, as uploads are read.
             let slot = state.isolation.slot().await?;
-            let file = super::store::Store::export_name(&stored.trace_id, export_suffix(format));
+            let file = super::store::Store::export_name(&stored.trace_id, format.extension());
             let tmp = state.store.temp_path(&file);
             // Removed if this request is dropped (its client went away) before the export is stored.
             let _tmp_guard = state.store.temp_guard(&tmp);
@@ -355,18 +355,6 @@ pub async fn trace_export(
         download_url: format!("/api/trace/download/{}", export.file),
         file_size_bytes: export.file_size_bytes,
     }))
-}
-
-fn export_suffix(f: shared::export::ExportFormat) -> &'static str {
-    use shared::export::ExportFormat as F;
-    match f {
-        F::Native => "mtrace.json",
-        F::Timeline => "timeline.json",
-        F::Speedscope => "speedscope.json",
-        F::Chrome => "chrome.json",
-        F::Csv => "csv",
-        F::Dftracer => "pfw.gz",
-    }
 }
 
 /// Streams a file the store opened (under its lock: a delete after this still lets it be read
@@ -405,6 +393,8 @@ pub async fn download(State(state): State<Arc<AppState>>, Path(file): Path<Strin
         "text/csv; charset=utf-8"
     } else if file.ends_with(".gz") {
         "application/gzip"
+    } else if file.ends_with(".tfevents") {
+        "application/octet-stream"
     } else {
         "application/json"
     };

@@ -5,9 +5,11 @@
 
 pub mod active;
 pub mod advice;
+pub mod budget;
 pub mod categories;
 pub mod diff;
 pub mod flame;
+pub mod iterations;
 pub mod leaks;
 pub mod oom;
 pub mod pools;

@@ -8,6 +8,7 @@
 //! - [`dftracer`]: DFTracer `.pfw.gz` (JSON lines in independent gzip chunks; memory events,
 //!   layer scopes and operators; [`crate::import::dftracer`] reads it back).
 //! - [`profile`]: the graph profile (node, activation and breakdown tables) as CSV.
+//! - [`tensorboard`]: TensorBoard's event file, memory scalars per iteration.
 
 pub mod chrome;
 pub mod csv;
@@ -15,6 +16,7 @@ pub mod dftracer;
 pub mod native;
 pub mod profile;
 pub mod speedscope;
+pub mod tensorboard;
 pub mod timeline;
 
 use crate::model::Trace;
@@ -38,16 +40,18 @@ pub enum ExportFormat {
     Chrome,
     Csv,
     Dftracer,
+    Tensorboard,
 }
 
 impl ExportFormat {
-    pub const ALL: [ExportFormat; 6] = [
+    pub const ALL: [ExportFormat; 7] = [
         ExportFormat::Native,
         ExportFormat::Timeline,
         ExportFormat::Speedscope,
         ExportFormat::Chrome,
         ExportFormat::Csv,
         ExportFormat::Dftracer,
+        ExportFormat::Tensorboard,
     ];
 
     pub fn name(self) -> &'static str {
@@ -58,6 +62,7 @@ impl ExportFormat {
             ExportFormat::Chrome => "chrome",
             ExportFormat::Csv => "csv",
             ExportFormat::Dftracer => "dftracer",
+            ExportFormat::Tensorboard => "tensorboard",
         }
     }
 
@@ -70,6 +75,7 @@ impl ExportFormat {
             ExportFormat::Chrome => "chrome.json",
             ExportFormat::Csv => "csv",
             ExportFormat::Dftracer => "pfw.gz",
+            ExportFormat::Tensorboard => "tfevents",
         }
     }
 
@@ -86,7 +92,7 @@ impl ExportFormat {
 }
 
 /// The file name endings that name a format (the one table `collector` reads `-o` names by).
-pub const FILE_SUFFIXES: [(&str, ExportFormat); 8] = [
+pub const FILE_SUFFIXES: [(&str, ExportFormat); 9] = [
     (".mtrace.json", ExportFormat::Native),
     (".mtrace", ExportFormat::Native),
     (".speedscope.json", ExportFormat::Speedscope),
@@ -95,6 +101,7 @@ pub const FILE_SUFFIXES: [(&str, ExportFormat); 8] = [
     (".timeline.json", ExportFormat::Timeline),
     (".csv", ExportFormat::Csv),
     (".pfw.gz", ExportFormat::Dftracer),
+    (".tfevents", ExportFormat::Tensorboard),
 ];
 
 /// Writes `trace` in `format`.
@@ -106,5 +113,6 @@ pub fn export(trace: &Trace, format: ExportFormat, out: impl Write) -> Result<()
         ExportFormat::Chrome => chrome::write(trace, out),
         ExportFormat::Csv => csv::write_layer_stats(trace, out),
         ExportFormat::Dftracer => dftracer::write(trace, out),
+        ExportFormat::Tensorboard => Ok(tensorboard::write(trace, out)?),
     }
 }
