@@ -43,7 +43,7 @@ pub fn write_export(trace: &Trace, format: ExportFormat, out: &Path) -> anyhow::
 
 /// Writes `out` atomically: a temporary file beside it, renamed into place, so a failed write
 /// never leaves a half-written file or destroys an existing one. Returns the file's size.
-pub fn write_atomic(out: &Path, write: impl FnOnce(&mut dyn Write) -> anyhow::Result<()>) -> anyhow::Result<u64> {
+pub fn write_atomic(out: &Path, write: impl FnOnce(&mut (dyn Write + Send)) -> anyhow::Result<()>) -> anyhow::Result<u64> {
     let dir = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let tmp = dir.join(format!(".{}.tmp-{}", out.file_name().and_then(|n| n.to_str()).unwrap_or("export"), std::process::id()));
     let result = (|| -> anyhow::Result<u64> {

@@ -241,9 +241,10 @@ class MemoryTracer:
         """Peak, when, totals and PyTorch's own counters, as a dict."""
         return dict(self._need()["summary"])
 
-    def _convert(self, path, fmt):
+    def _convert(self, path, fmt, *extra):
         self._need()
-        r = subprocess.run([collector_path(), "convert", self._trace_path, "--output", os.fspath(path), "--format", fmt], capture_output=True, text=True)
+        fmt_args = [] if fmt is None else ["--format", fmt]
+        r = subprocess.run([collector_path(), "convert", self._trace_path, "--output", os.fspath(path), *fmt_args, *extra], capture_output=True, text=True)
         if r.returncode != 0:
             raise RuntimeError(f"memory-tracer: cannot write {path}: {r.stderr.strip()}")
 
@@ -257,6 +258,34 @@ class MemoryTracer:
             for tag, value in s["scalars"]:
                 writer.add_scalar(tag, value, global_step=s["step"], walltime=s["wall_time"])
         return len(steps)
+
+    def _parquet(self, table):
+        if table not in ("events", "layers", "operators"):
+            raise ValueError(f"memory-tracer: unknown table {table!r}; expected events, layers or operators")
+        self._need()
+        path = os.path.join(self._dir, f"{table}.parquet")
+        self._convert(path, None, "--table", table)
+        return path
+
+    def to_pandas(self, table="events"):
+        """The trace as a pandas DataFrame: one row per memory event (`table="events"`: time,
+        type, size, address, allocated and reserved totals, layer, phase, category, device,
+        rank), per layer (`"layers"`) or per operator (`"operators"`). Needs pandas and pyarrow
+        (`pip install memory_tracer[pandas]`)."""
+        try:
+            import pandas
+        except ImportError as e:
+            raise ImportError("memory-tracer: to_pandas needs pandas and pyarrow: pip install memory_tracer[pandas]") from e
+        return pandas.read_parquet(self._parquet(table))
+
+    def to_polars(self, table="events"):
+        """The trace as a polars DataFrame (the tables of `to_pandas`). Needs polars
+        (`pip install memory_tracer[polars]`)."""
+        try:
+            import polars
+        except ImportError as e:
+            raise ImportError("memory-tracer: to_polars needs polars: pip install memory_tracer[polars]") from e
+        return polars.read_parquet(self._parquet(table))
 
     def export_flame_graph(self, output_path):
         """Speedscope JSON (https://www.speedscope.app/)."""

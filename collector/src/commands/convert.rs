@@ -3,7 +3,8 @@
 use super::ImportArgs;
 use shared::export::ExportFormat;
 use std::path::PathBuf;
-use traceio::files::{load_trace, parse_format, resolve_format, write_export};
+use traceio::files::{load_trace, parse_format, resolve_format, write_atomic, write_export};
+use traceio::parquet::Table;
 
 /// `collector convert` options.
 #[derive(clap::Args)]
@@ -15,15 +16,29 @@ pub struct ConvertArgs {
     #[arg(short, long)]
     pub output: PathBuf,
     /// native, timeline, speedscope, chrome, csv, dftracer (.pfw.gz) or tensorboard. Default:
-    /// from the output file name.
+    /// from the output file name; a `.parquet` file is a table (--table).
     #[arg(long, value_parser = parse_format)]
     pub format: Option<ExportFormat>,
+    /// With a `.parquet` output: which table (one row per memory event, layer or operator).
+    #[arg(long, value_enum, default_value_t = Table::Events)]
+    pub table: Table,
     #[command(flatten)]
     pub import: ImportArgs,
 }
 
 /// `collector convert`.
 pub fn convert_command(a: ConvertArgs) -> anyhow::Result<()> {
+    if a.format.is_none() && a.output.extension().is_some_and(|e| e.eq_ignore_ascii_case("parquet")) {
+        let trace = load_trace(&a.input, &a.import.options())?;
+        let mut rows = 0;
+        let bytes = write_atomic(&a.output, |w| {
+            rows = traceio::parquet::write(&trace, a.table, w)?;
+            Ok(())
+        })?;
+        let size = shared::units::format_bytes(bytes);
+        eprintln!("wrote {size} (parquet, {rows} rows of {:?}) to {}", a.table, a.output.display());
+        return Ok(());
+    }
     let format = resolve_format(a.format, &a.output)?;
     let trace = load_trace(&a.input, &a.import.options())?;
     let to_folder = format == ExportFormat::Tensorboard && !a.output.to_string_lossy().ends_with(".tfevents");
