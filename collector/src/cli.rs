@@ -5,7 +5,7 @@
 //! ([`run_in_capture`]).
 
 use crate::commands::{
-    advise, analyze, check, convert, diff, find, ingest, leaks, merge, python_package, report, serve, serve_worker, summary, trace,
+    advise, analyze, check, convert, diff, find, ingest, leaks, mcp, merge, python_package, report, serve, serve_worker, summary, trace,
 };
 use anyhow::Context;
 use clap::{Parser, Subcommand};
@@ -78,6 +78,9 @@ pub enum Command {
     /// Hold a trace to memory budgets for CI: exits 0 when every one holds, 1 when one does
     /// not (`--max-peak 6GiB`, `--max-reserved`, `--no-leak`, `--baseline OLD --max-growth 5%`).
     Check(check::CheckArgs),
+    /// An MCP server for AI assistants on stdin/stdout: tools that answer questions about
+    /// traces (summary, top allocations at the peak, layers, leaks, OOM, diff, advice, find).
+    Mcp(mcp::McpArgs),
     /// Find allocations: by address (`0x7f3a…`, anywhere inside the block), stack frame or
     /// `file:line`, module path, or user metadata and annotation text.
     Find(find::FindArgs),
@@ -119,6 +122,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Merge(a) => merge::merge_command(a),
         Command::Summary(a) => summary::summary_command(a),
         Command::Find(a) => find::find_command(a),
+        Command::Mcp(a) => mcp::mcp_command(a),
         // 0: every budget holds; 1: one does not; 2: it could not be checked.
         Command::Check(a) => match check::check_command(a) {
             Ok(true) => Ok(()),

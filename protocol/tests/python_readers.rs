@@ -22,9 +22,8 @@ fn keys_read(text: &str, receivers: &[&str]) -> BTreeSet<String> {
     for opener in [".get(\"", "[\""] {
         for (at, _) in text.match_indices(opener) {
             let before = &text[..at];
-            let is_receiver = |r: &&str| {
-                before.strip_suffix(*r).is_some_and(|b| !b.ends_with(|c: char| c.is_alphanumeric() || c == '_' || c == '.'))
-            };
+            let is_receiver =
+                |r: &&str| before.strip_suffix(*r).is_some_and(|b| !b.ends_with(|c: char| c.is_alphanumeric() || c == '_' || c == '.'));
             if !receivers.iter().any(is_receiver) {
                 continue;
             }

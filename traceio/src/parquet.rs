@@ -100,64 +100,74 @@ fn events(trace: &Trace, push: &mut dyn FnMut(RecordBatch) -> anyhow::Result<()>
     }
     let devices: Vec<String> = trace.devices.iter().map(ToString::to_string).collect();
     let mut cursor = ev.cursor();
-    let mut start = 0;
-    while start < ev.len() || (start == 0 && ev.len() == 0) {
+    // An empty trace is one empty batch, so the file still has its schema.
+    let starts: Vec<usize> = if ev.is_empty() { vec![0] } else { (0..ev.len()).step_by(ROW_GROUP_ROWS).collect() };
+    for start in starts {
         let end = (start + ROW_GROUP_ROWS).min(ev.len());
-        let n = end - start;
-        let mut ts = TimestampNanosecondBuilder::with_capacity(n);
-        let mut kind = StringDictionaryBuilder::<UInt32Type>::new();
-        let (mut size, mut address) = (UInt64Builder::with_capacity(n), UInt64Builder::with_capacity(n));
-        let (mut allocated, mut reserved) = (UInt64Builder::with_capacity(n), UInt64Builder::with_capacity(n));
-        let (mut layer, mut phase, mut cat, mut device) = (
-            StringDictionaryBuilder::<UInt32Type>::new(),
-            StringDictionaryBuilder::<UInt32Type>::new(),
-            StringDictionaryBuilder::<UInt32Type>::new(),
-            StringDictionaryBuilder::<UInt32Type>::new(),
-        );
-        let (mut rank, mut stream) = (UInt32Builder::with_capacity(n), UInt16Builder::with_capacity(n));
-        for i in start..end {
-            let totals = cursor.advance();
-            ts.append_value(i64::try_from(ev.ts_ns[i]).unwrap_or(i64::MAX));
-            kind.append_value(ev.event_type(i).as_str());
-            size.append_value(ev.size_bytes[i]);
-            address.append_value(ev.address[i]);
-            allocated.append_value(totals.allocated_bytes);
-            reserved.append_value(totals.reserved_bytes);
-            match trace.strings.get(ev.layer[i]) {
-                Some(name) => layer.append_value(name),
-                None => layer.append_null(),
-            }
-            phase.append_value(ev.phase(i).as_str());
-            match category[i] {
-                Some(c) => cat.append_value(c),
-                None => cat.append_null(),
-            }
-            let d = usize::from(ev.device[i]);
-            device.append_value(devices.get(d).map_or("unknown", String::as_str));
-            rank.append_option(trace.devices.get(d).and_then(|d| d.rank));
-            stream.append_value(ev.stream[i]);
-        }
-        let columns: Vec<ArrayRef> = vec![
-            Arc::new(ts.finish()),
-            Arc::new(kind.finish()),
-            Arc::new(size.finish()),
-            Arc::new(address.finish()),
-            Arc::new(allocated.finish()),
-            Arc::new(reserved.finish()),
-            Arc::new(layer.finish()),
-            Arc::new(phase.finish()),
-            Arc::new(cat.finish()),
-            Arc::new(device.finish()),
-            Arc::new(rank.finish()),
-            Arc::new(stream.finish()),
-        ];
-        push(RecordBatch::try_new(events_schema(), columns).context("cannot build a batch of events")?)?;
-        if end == ev.len() {
-            break;
-        }
-        start = end;
+        push(event_batch(trace, start, &category[start..end], &devices, &mut cursor)?)?;
     }
     Ok(())
+}
+
+/// The events from `start` on, one per entry of `category`; `cursor` is at `start`.
+fn event_batch(
+    trace: &Trace,
+    start: usize,
+    category: &[Option<&'static str>],
+    devices: &[String],
+    cursor: &mut shared::model::TotalsCursor<'_>,
+) -> anyhow::Result<RecordBatch> {
+    let ev = &trace.events;
+    let n = category.len();
+    let mut ts = TimestampNanosecondBuilder::with_capacity(n);
+    let mut kind = StringDictionaryBuilder::<UInt32Type>::new();
+    let (mut size, mut address) = (UInt64Builder::with_capacity(n), UInt64Builder::with_capacity(n));
+    let (mut allocated, mut reserved) = (UInt64Builder::with_capacity(n), UInt64Builder::with_capacity(n));
+    let (mut layer, mut phase, mut cat, mut device) = (
+        StringDictionaryBuilder::<UInt32Type>::new(),
+        StringDictionaryBuilder::<UInt32Type>::new(),
+        StringDictionaryBuilder::<UInt32Type>::new(),
+        StringDictionaryBuilder::<UInt32Type>::new(),
+    );
+    let (mut rank, mut stream) = (UInt32Builder::with_capacity(n), UInt16Builder::with_capacity(n));
+    for (k, c) in category.iter().enumerate() {
+        let i = start + k;
+        let totals = cursor.advance();
+        ts.append_value(i64::try_from(ev.ts_ns[i]).unwrap_or(i64::MAX));
+        kind.append_value(ev.event_type(i).as_str());
+        size.append_value(ev.size_bytes[i]);
+        address.append_value(ev.address[i]);
+        allocated.append_value(totals.allocated_bytes);
+        reserved.append_value(totals.reserved_bytes);
+        match trace.strings.get(ev.layer[i]) {
+            Some(name) => layer.append_value(name),
+            None => layer.append_null(),
+        }
+        phase.append_value(ev.phase(i).as_str());
+        match c {
+            Some(c) => cat.append_value(c),
+            None => cat.append_null(),
+        }
+        let d = usize::from(ev.device[i]);
+        device.append_value(devices.get(d).map_or("unknown", String::as_str));
+        rank.append_option(trace.devices.get(d).and_then(|d| d.rank));
+        stream.append_value(ev.stream[i]);
+    }
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(ts.finish()),
+        Arc::new(kind.finish()),
+        Arc::new(size.finish()),
+        Arc::new(address.finish()),
+        Arc::new(allocated.finish()),
+        Arc::new(reserved.finish()),
+        Arc::new(layer.finish()),
+        Arc::new(phase.finish()),
+        Arc::new(cat.finish()),
+        Arc::new(device.finish()),
+        Arc::new(rank.finish()),
+        Arc::new(stream.finish()),
+    ];
+    RecordBatch::try_new(events_schema(), columns).context("cannot build a batch of events")
 }
 
 fn layers_schema() -> Arc<Schema> {
@@ -175,8 +185,10 @@ fn layers_schema() -> Arc<Schema> {
 
 fn layers(trace: &Trace) -> anyhow::Result<RecordBatch> {
     let stats: Vec<_> = shared::analysis::layer_stats(trace).into_values().collect();
-    let u64s = |f: fn(&shared::analysis::LayerMemoryStats) -> u64| -> ArrayRef { Arc::new(UInt64Array::from_iter_values(stats.iter().map(f))) };
-    let f64s = |f: fn(&shared::analysis::LayerMemoryStats) -> f64| -> ArrayRef { Arc::new(Float64Array::from_iter_values(stats.iter().map(f))) };
+    let u64s =
+        |f: fn(&shared::analysis::LayerMemoryStats) -> u64| -> ArrayRef { Arc::new(UInt64Array::from_iter_values(stats.iter().map(f))) };
+    let f64s =
+        |f: fn(&shared::analysis::LayerMemoryStats) -> f64| -> ArrayRef { Arc::new(Float64Array::from_iter_values(stats.iter().map(f))) };
     let columns: Vec<ArrayRef> = vec![
         Arc::new(StringArray::from_iter_values(stats.iter().map(|s| s.layer_name.as_str()))),
         u64s(|s| s.peak_allocated),

@@ -137,7 +137,19 @@ async fn guard_browsers(State(state): State<Arc<AppState>>, req: axum::extract::
     next.run(req).await
 }
 
-/// The whole app: API (behind the token), docs, and the viewer at `/`.
+/// The MCP tools' traces on this server: the stored ones, by id (paths are not read here).
+struct StoredTraces(Arc<AppState>);
+
+impl crate::mcp::Traces for StoredTraces {
+    fn resolve(&self, trace: &str) -> Result<std::path::PathBuf, String> {
+        let t = self.0.store.get(trace).ok_or_else(|| {
+            format!("no stored trace `{trace}` on this server (GET /api/trace/list lists them; this server reads no paths)")
+        })?;
+        Ok(self.0.store.trace_path(&t))
+    }
+}
+
+/// The whole app: API and MCP tools (behind the token), docs, and the viewer at `/`.
 pub fn router(state: Arc<AppState>) -> Router {
     let api = Router::new()
         .route("/api/health", get(api::health))
@@ -156,6 +168,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/api/trace/{trace_id}/overview", get(api::overview))
         .route("/api/trace/{trace_id}/explore", post(api::explore))
         .route("/api/jobs", get(api::jobs))
+        .nest_service("/mcp", crate::mcp::http_service(Arc::new(StoredTraces(state.clone())), state.import_options()))
         .layer(DefaultBodyLimit::max(JSON_BODY_LIMIT))
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), require_token));
     let public = Router::new()
