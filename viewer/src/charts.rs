@@ -1,6 +1,7 @@
 //! Every chart the page draws, with plotters on a `<canvas>`. Drawing functions take the data
 //! and a [`Palette`] and return where the plot landed in pixels ([`Mapping`]) so mouse handlers
-//! can turn a pixel back into a time or a rank.
+//! can turn a pixel back into a time or a rank. Where things lie that is not plotters' to say
+//! (the flame graph's boxes, a zoomed window) comes from `shared::analysis::view_math`.
 
 use plotters::coord::ranged1d::{DefaultFormatting, KeyPointHint, Ranged};
 use plotters::coord::types::RangedCoordf64;
@@ -12,6 +13,7 @@ use shared::analysis::active::{ActiveBand, ActiveTimeline};
 use shared::analysis::diff::{Alignment, DiffCurves};
 use shared::analysis::flame::{FlameGraph, FlameKind};
 use shared::analysis::profile::GraphProfile;
+use shared::analysis::view_math::FlameBox;
 use shared::analysis::TimelinePoint;
 use shared::explore::{Band, Curve, RankCurve};
 use shared::model::{BlockState, SegmentInfo};
@@ -633,78 +635,8 @@ pub fn draw_segments(canvas: &HtmlCanvasElement, pal: &Palette, segments: &[Segm
     Ok(segments.len().saturating_sub(rows))
 }
 
-/// Which weight the flame graph shows.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FlameMetric {
-    LiveAtPeak,
-    TotalAllocated,
-}
-
-impl FlameMetric {
-    pub fn of(self, n: &shared::analysis::flame::FlameNode) -> u64 {
-        match self {
-            FlameMetric::LiveAtPeak => n.live_at_peak_bytes,
-            FlameMetric::TotalAllocated => n.total_allocated_bytes,
-        }
-    }
-}
-
-/// A drawn flame-graph box, for hit testing.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct FlameBox {
-    pub node: u32,
-    pub x: f64,
-    pub y: f64,
-    pub w: f64,
-    pub h: f64,
-}
-
-/// Height of a flame-graph row in pixels (a box is one less, leaving a gap between rows).
-pub const FLAME_ROW: f64 = 18.0;
-
-/// Lays the icicle out: `focus` spans the full width on the row below its ancestors.
-pub fn flame_layout(flame: &FlameGraph, focus: u32, metric: FlameMetric, width: f64) -> Vec<FlameBox> {
-    let nodes = &flame.nodes;
-    let Some(f) = nodes.get(focus as usize) else { return Vec::new() };
-    let mut out = Vec::new();
-    // Ancestors, full width, above the focus.
-    let mut chain = Vec::new();
-    let mut p = f.parent;
-    while let Some(a) = p {
-        chain.push(a);
-        p = nodes[a as usize].parent;
-    }
-    chain.reverse();
-    let top = chain.len() as f64;
-    for (row, &a) in chain.iter().enumerate() {
-        out.push(FlameBox { node: a, x: 0.0, y: row as f64 * FLAME_ROW, w: width, h: FLAME_ROW - 1.0 });
-    }
-    let total = metric.of(f).max(1) as f64;
-    let scale = width / total;
-    // Next free x inside each node, by index.
-    let mut next_x: std::collections::HashMap<u32, f64> = std::collections::HashMap::new();
-    out.push(FlameBox { node: focus, x: 0.0, y: top * FLAME_ROW, w: width, h: FLAME_ROW - 1.0 });
-    next_x.insert(focus, 0.0);
-    for (i, n) in nodes.iter().enumerate().skip(focus as usize + 1) {
-        if n.depth <= f.depth {
-            break; // left the focus's subtree (pre-order)
-        }
-        let Some(parent) = n.parent else { continue };
-        let Some(&x) = next_x.get(&parent) else { continue };
-        let w = metric.of(n) as f64 * scale;
-        next_x.insert(parent, x + w);
-        if w < 0.5 {
-            continue;
-        }
-        next_x.insert(i as u32, x);
-        let row = top + (n.depth - f.depth) as f64;
-        out.push(FlameBox { node: i as u32, x, y: row * FLAME_ROW, w, h: FLAME_ROW - 1.0 });
-    }
-    out
-}
-
-/// Draws the icicle laid out by [`flame_layout`]; boxes whose name contains `search`
-/// (case-insensitive) are highlighted and the others dimmed.
+/// Draws the icicle laid out by [`shared::analysis::view_math::flame_layout`]; boxes whose
+/// name contains `search` (case-insensitive) are highlighted and the others dimmed.
 pub fn draw_flame(canvas: &HtmlCanvasElement, pal: &Palette, flame: &FlameGraph, boxes: &[FlameBox], search: &str) -> Res<()> {
     let root = area(canvas, pal)?;
     let needle = search.to_lowercase();

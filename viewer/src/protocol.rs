@@ -1,16 +1,13 @@
-//! Messages between the page and the worker (`src/bin/worker.rs`).
-//!
-//! The page sends plain JS objects (`{kind: "open_file", file, memory_budget}`, the budget in
-//! bytes the worker may hold once the file is open; `{kind: "open_files", files,
-//! allow_disjoint}`, `{kind: "open_url", url}`, `{kind: "compare_file", file}`, `{kind:
-//! "request", id, body}`), because a `File` cannot travel as JSON. With a file or URL comes
-//! `widths`: the pixel widths of the timeline, active memory and fragmentation charts, for
-//! [`ToPage::Loaded`]'s first answers. The worker answers with
-//! [`ToPage`] as a JSON string.
+//! Messages between the page and the worker (`src/bin/worker.rs`), one enum per direction:
+//! [`ToWorker`] (open a file, files, a URL or bytes; compare with a file; answer a request)
+//! and [`ToPage`] (ready, progress, loaded, failed, compared, an answer, the warm-up). Each
+//! converts to and from the JS value posted in one place here: a [`ToWorker`] is a plain JS
+//! object, because a `File` cannot travel as JSON; a [`ToPage`] is JSON text.
 
 use serde::{Deserialize, Serialize};
 use shared::analysis::diff::TraceDiff;
 use shared::explore::{Overview, Request, Response};
+use wasm_bindgen::{JsCast, JsValue};
 
 /// The largest file a page opens itself. What a snapshot needs in the worker depends on its
 /// entries more than its bytes (measured: a 3.08 GB one of 15.4 M entries, with a real
@@ -69,11 +66,205 @@ pub enum ToPage {
     },
 }
 
+impl ToPage {
+    /// The message as the worker posts it: JSON text.
+    pub fn to_js(&self) -> JsValue {
+        let text = serde_json::to_string(self).unwrap_or_else(|e| {
+            let failed = ToPage::Failed {
+                file_name: String::new(),
+                message: format!("the worker's message is unwritable: {e}"),
+                merge_anyway: false,
+            };
+            serde_json::to_string(&failed).unwrap_or_default()
+        });
+        JsValue::from_str(&text)
+    }
+
+    /// The message in the text the worker posted.
+    pub fn from_text(text: &str) -> Result<ToPage, String> {
+        serde_json::from_str(text).map_err(|e| format!("unreadable message from the worker: {e}"))
+    }
+}
+
+/// Pixel widths of the charts whose first requests depend on them ([`ToPage::Loaded`]'s
+/// `first`), as the page's warm-up report laid them out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChartWidths {
+    pub timeline: u32,
+    pub active: u32,
+    pub fragmentation: u32,
+}
+
+/// What the page tells the worker.
+#[derive(Clone, Debug)]
+pub enum ToWorker {
+    /// Open a local file, holding at most `memory_budget_bytes` once it is open; answer the
+    /// report's first requests for charts `widths` wide.
+    OpenFile { file: web_sys::File, memory_budget_bytes: f64, widths: Option<ChartWidths> },
+    /// Merge files, the ranks of one job; `allow_disjoint`: although recorded far apart.
+    OpenFiles { files: Vec<web_sys::File>, allow_disjoint: bool },
+    /// Download and open a trace.
+    OpenUrl { url: String },
+    /// Open bytes the page has (a single-file report's trace).
+    OpenBytes { name: String, bytes: js_sys::Uint8Array },
+    /// Compare the open trace with a file.
+    CompareFile { file: web_sys::File },
+    /// Answer `request` with [`ToPage::Answer`] of the same `id`.
+    Request { id: u32, request: Request },
+}
+
+/// A message the worker cannot read: why, and the id of the request it was (to answer with
+/// the error), if it was one.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Unreadable {
+    pub request_id: Option<u32>,
+    pub message: String,
+}
+
+/// `obj[name]`, undefined where it is missing.
+fn field(obj: &JsValue, name: &str) -> JsValue {
+    js_sys::Reflect::get(obj, &JsValue::from_str(name)).unwrap_or(JsValue::UNDEFINED)
+}
+
+/// A plain JS object of these fields.
+fn object(pairs: &[(&str, JsValue)]) -> JsValue {
+    let o = js_sys::Object::new();
+    for (k, v) in pairs {
+        let _ = js_sys::Reflect::set(&o, &JsValue::from_str(k), v);
+    }
+    o.into()
+}
+
+impl ChartWidths {
+    fn to_js(self) -> JsValue {
+        object(&[("timeline", self.timeline.into()), ("active", self.active.into()), ("fragmentation", self.fragmentation.into())])
+    }
+
+    /// The widths in `value`, when each is a plausible canvas width.
+    fn from_js(value: &JsValue) -> Option<ChartWidths> {
+        let px = |name: &str| field(value, name).as_f64().filter(|v| *v >= 1.0 && *v <= 20_000.0).map(|v| v as u32);
+        Some(ChartWidths { timeline: px("timeline")?, active: px("active")?, fragmentation: px("fragmentation")? })
+    }
+}
+
+impl ToWorker {
+    /// The message as the page posts it: `{kind: "open_file", file, memory_budget, widths}`,
+    /// `{kind: "open_files", files, allow_disjoint}`, `{kind: "open_url", url}`, `{kind:
+    /// "open_bytes", name, bytes}`, `{kind: "compare_file", file}`, `{kind: "request", id, body}`
+    /// (the request as JSON).
+    pub fn to_js(&self) -> JsValue {
+        match self {
+            ToWorker::OpenFile { file, memory_budget_bytes, widths } => {
+                let mut fields =
+                    vec![("kind", "open_file".into()), ("file", file.into()), ("memory_budget", (*memory_budget_bytes).into())];
+                fields.extend(widths.map(|w| ("widths", w.to_js())));
+                object(&fields)
+            }
+            ToWorker::OpenFiles { files, allow_disjoint } => {
+                let array: js_sys::Array = files.iter().collect();
+                object(&[("kind", "open_files".into()), ("files", array.into()), ("allow_disjoint", (*allow_disjoint).into())])
+            }
+            ToWorker::OpenUrl { url } => object(&[("kind", "open_url".into()), ("url", url.into())]),
+            ToWorker::OpenBytes { name, bytes } => object(&[("kind", "open_bytes".into()), ("name", name.into()), ("bytes", bytes.into())]),
+            ToWorker::CompareFile { file } => object(&[("kind", "compare_file".into()), ("file", file.into())]),
+            ToWorker::Request { id, request } => {
+                let body = serde_json::to_string(request).unwrap_or_default();
+                object(&[("kind", "request".into()), ("id", (*id).into()), ("body", body.into())])
+            }
+        }
+    }
+
+    /// The message in what the page posted. A budget that is missing or not above 0 is
+    /// [`WORKER_MEMORY_BYTES`]; widths that are missing or implausible are none.
+    pub fn from_js(data: &JsValue) -> Result<ToWorker, Unreadable> {
+        let unreadable = |message: String| Unreadable { request_id: None, message };
+        let file = |name: &str| field(data, name).dyn_into::<web_sys::File>().map_err(|_| unreadable(format!("`{name}` is not a file")));
+        let kind = field(data, "kind").as_string().unwrap_or_default();
+        Ok(match kind.as_str() {
+            "open_file" => ToWorker::OpenFile {
+                file: file("file")?,
+                memory_budget_bytes: field(data, "memory_budget").as_f64().filter(|b| *b > 0.0).unwrap_or(WORKER_MEMORY_BYTES as f64),
+                widths: ChartWidths::from_js(&field(data, "widths")),
+            },
+            "open_files" => {
+                let files = field(data, "files").dyn_into::<js_sys::Array>().map(|a| a.iter().filter_map(|f| f.dyn_into().ok()).collect());
+                ToWorker::OpenFiles { files: files.unwrap_or_default(), allow_disjoint: field(data, "allow_disjoint").is_truthy() }
+            }
+            "open_url" => ToWorker::OpenUrl { url: field(data, "url").as_string().ok_or_else(|| unreadable("`url` is not text".into()))? },
+            "open_bytes" => ToWorker::OpenBytes {
+                name: field(data, "name").as_string().unwrap_or_else(|| "trace".into()),
+                bytes: field(data, "bytes").dyn_into().map_err(|_| unreadable("`bytes` is not a Uint8Array".into()))?,
+            },
+            "compare_file" => ToWorker::CompareFile { file: file("file")? },
+            "request" => {
+                let id = field(data, "id").as_f64().ok_or_else(|| unreadable("a request without an id".into()))? as u32;
+                let body = field(data, "body").as_string().unwrap_or_default();
+                let request = serde_json::from_str(&body).map_err(|e| Unreadable { request_id: Some(id), message: e.to_string() })?;
+                ToWorker::Request { id, request }
+            }
+            other => return Err(unreadable(format!("unknown message kind `{other}`"))),
+        })
+    }
+}
+
 /// The requests the charts make, built in one place: by the views, and by the worker for a
-/// report's first requests ([`ToPage::Loaded`]'s `first`, matched by their JSON), so both
+/// report's first requests ([`ToPage::Loaded`]'s `first`, looked up by their [`Key`]), so both
 /// build the same ones.
 pub mod requests {
     use shared::explore::{Overview, Request};
+
+    /// A request the worker answers first, as the page looks its answer up: by kind and fields,
+    /// times by their bits (the same function with the same inputs built both). Requests of
+    /// other kinds have no key (a kind added to the first answers needs one here).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub enum Key {
+        Timeline { start_bits: u64, end_bits: u64, buckets: usize },
+        Active { start_bits: u64, end_bits: u64, columns: usize, detail: usize },
+        Segments { t_bits: u64 },
+    }
+
+    impl Key {
+        pub fn of(request: &Request) -> Option<Key> {
+            Some(match *request {
+                Request::Timeline { start_s, end_s, buckets } => {
+                    Key::Timeline { start_bits: start_s.to_bits(), end_bits: end_s.to_bits(), buckets }
+                }
+                Request::Active { start_s, end_s, columns, detail } => {
+                    Key::Active { start_bits: start_s.to_bits(), end_bits: end_s.to_bits(), columns, detail }
+                }
+                Request::Segments { t_s } => Key::Segments { t_bits: t_s.to_bits() },
+                Request::At { .. }
+                | Request::Allocations { .. }
+                | Request::Export { .. }
+                | Request::RankCurves { .. }
+                | Request::ShowRank { .. }
+                | Request::DiffDevices { .. }
+                | Request::Advice { .. }
+                | Request::Allocation { .. }
+                | Request::Pools { .. }
+                | Request::Find { .. } => return None,
+            })
+        }
+    }
+
+    /// A request's kind as its JSON names it, for the timing marks.
+    pub fn kind(request: &Request) -> &'static str {
+        match request {
+            Request::Timeline { .. } => "timeline",
+            Request::At { .. } => "at",
+            Request::Allocations { .. } => "allocations",
+            Request::Segments { .. } => "segments",
+            Request::Export { .. } => "export",
+            Request::RankCurves { .. } => "rank_curves",
+            Request::ShowRank { .. } => "show_rank",
+            Request::DiffDevices { .. } => "diff_devices",
+            Request::Advice { .. } => "advice",
+            Request::Active { .. } => "active",
+            Request::Allocation { .. } => "allocation",
+            Request::Pools { .. } => "pools",
+            Request::Find { .. } => "find",
+        }
+    }
 
     /// How many allocations the Active Memory Timeline draws one by one at first.
     pub const ACTIVE_DETAIL: usize = 2000;

@@ -1,21 +1,20 @@
-//! The layer statistics and activation liveness tables: sortable by any column, filterable by
-//! name, with bars for peaks and lifetimes.
+//! The sortable, filterable tables' machinery: the layer and activation-liveness columns, the
+//! rows a filter and a sort select, and the clickable header (the section that shows them is
+//! `components/tables.rs`).
 
 use leptos::prelude::*;
 use shared::analysis::profile::ActivationStats;
 use shared::analysis::LayerMemoryStats;
-use shared::explore::Overview;
-use shared::units::{format_bytes, format_seconds};
 use std::cmp::Ordering;
-use std::sync::Arc;
 
-/// A column: header, how to compare two rows, and whether it is numeric.
-struct Column<T> {
-    name: &'static str,
-    cmp: fn(&T, &T) -> Ordering,
+/// A column: its header, and how to compare two rows by it.
+pub struct Column<T> {
+    pub name: &'static str,
+    pub cmp: fn(&T, &T) -> Ordering,
 }
 
-const LAYER_COLUMNS: [Column<LayerMemoryStats>; 8] = [
+/// The layer table's columns.
+pub const LAYER_COLUMNS: [Column<LayerMemoryStats>; 8] = [
     Column { name: "layer_name", cmp: |a, b| a.layer_name.cmp(&b.layer_name) },
     Column { name: "peak_allocated", cmp: |a, b| a.peak_allocated.cmp(&b.peak_allocated) },
     Column { name: "peak_reserved", cmp: |a, b| a.peak_reserved.cmp(&b.peak_reserved) },
@@ -26,7 +25,8 @@ const LAYER_COLUMNS: [Column<LayerMemoryStats>; 8] = [
     Column { name: "allocated_bytes_total", cmp: |a, b| a.allocated_bytes_total.cmp(&b.allocated_bytes_total) },
 ];
 
-const ACTIVATION_COLUMNS: [Column<ActivationStats>; 9] = [
+/// The activation-liveness table's columns.
+pub const ACTIVATION_COLUMNS: [Column<ActivationStats>; 9] = [
     Column { name: "activation_name", cmp: |a, b| a.activation_name.cmp(&b.activation_name) },
     Column { name: "creation_rank", cmp: |a, b| a.creation_rank.cmp(&b.creation_rank) },
     Column { name: "last_fw_use_rank", cmp: |a, b| a.last_fw_use_rank.cmp(&b.last_fw_use_rank) },
@@ -39,7 +39,7 @@ const ACTIVATION_COLUMNS: [Column<ActivationStats>; 9] = [
 ];
 
 /// Sort state: column index and descending.
-type Sort = (usize, bool);
+pub type Sort = (usize, bool);
 
 /// Rows matching `filter` (case-insensitive substring of `name`), sorted.
 pub fn select<T: Clone>(rows: &[T], name: fn(&T) -> &str, filter: &str, cmp: fn(&T, &T) -> Ordering, descending: bool) -> Vec<T> {
@@ -49,7 +49,9 @@ pub fn select<T: Clone>(rows: &[T], name: fn(&T) -> &str, filter: &str, cmp: fn(
     out
 }
 
-fn header<T: 'static>(columns: &'static [Column<T>], sort: RwSignal<Sort>, extra: Option<&'static str>) -> impl IntoView {
+/// A table's header: a click on a column sorts by it (again: the other way); `extra`, a last
+/// column that does not sort.
+pub fn header<T: 'static>(columns: &'static [Column<T>], sort: RwSignal<Sort>, extra: Option<&'static str>) -> impl IntoView {
     view! {
         <thead><tr>
             {columns.iter().enumerate().map(|(i, c)| view! {
@@ -61,108 +63,5 @@ fn header<T: 'static>(columns: &'static [Column<T>], sort: RwSignal<Sort>, extra
             }).collect_view()}
             {extra.map(|e| view! { <th>{e}</th> })}
         </tr></thead>
-    }
-}
-
-#[component]
-pub fn Tables(overview: Arc<Overview>) -> impl IntoView {
-    let layers = Arc::new(overview.layers.clone());
-    let activations = Arc::new(overview.profile.as_ref().map(|p| p.activations.clone()).unwrap_or_default());
-    let ranks = overview.profile.as_ref().map_or(1, |p| p.nodes.len().max(1)) as f64;
-    let not_derivable = overview.profile.as_ref().map(|p| p.not_derivable.join(" ")).unwrap_or_default();
-    let layer_filter = RwSignal::new(String::new());
-    let layer_sort = RwSignal::new((1usize, true));
-    let act_filter = RwSignal::new(String::new());
-    let act_sort = RwSignal::new((1usize, false));
-    let max_peak = layers.iter().map(|l| l.peak_allocated).max().unwrap_or(1).max(1) as f64;
-    let l2 = layers.clone();
-    let layer_rows = Memo::new(move |_| {
-        let (c, d) = layer_sort.get();
-        select(&l2, |l| &l.layer_name, &layer_filter.get(), LAYER_COLUMNS[c].cmp, d)
-    });
-    let a2 = activations.clone();
-    let act_rows = Memo::new(move |_| {
-        let (c, d) = act_sort.get();
-        select(&a2, |a| &a.activation_name, &act_filter.get(), ACTIVATION_COLUMNS[c].cmp, d)
-    });
-    let n_layers = layers.len();
-    let n_acts = activations.len();
-    view! {
-        <section class="card" id="tables">
-            <div class="card-head">
-                <h2>"Layers"</h2>
-                <input type="search" id="layer-filter" placeholder="filter layers" on:input=move |ev| layer_filter.set(event_target_value(&ev)) />
-                <span class="hint" id="layer-count">{move || format!("{} of {n_layers} layers", layer_rows.with(Vec::len))}</span>
-            </div>
-            {if n_layers == 0 {
-                view! { <p class="hint">"This trace attributes no events to layers."</p> }.into_any()
-            } else {
-                view! {
-                    <div class="table-wrap">
-                    <table class="data" id="layer-table">
-                        {header(&LAYER_COLUMNS, layer_sort, None)}
-                        <tbody>
-                            {move || layer_rows.get().into_iter().map(|l| view! {
-                                <tr>
-                                    <td class="name" title=l.layer_name.clone()>{l.layer_name.clone()}</td>
-                                    <td class="num"><span class="cell-bar" style=format!("width:{:.1}%", l.peak_allocated as f64 * 100.0 / max_peak)></span>{format_bytes(l.peak_allocated)}</td>
-                                    <td class="num">{format_bytes(l.peak_reserved)}</td>
-                                    <td class="num">{l.total_allocations}</td>
-                                    <td class="num">{l.total_deallocations}</td>
-                                    <td class="num">{format!("{:.1} %", l.avg_fragmentation * 100.0)}</td>
-                                    <td class="num">{format!("{:.3}", l.duration_ms)}</td>
-                                    <td class="num">{format_bytes(l.allocated_bytes_total)}</td>
-                                </tr>
-                            }).collect_view()}
-                        </tbody>
-                    </table>
-                    </div>
-                }.into_any()
-            }}
-            <div class="card-head">
-                <h2>"Activation liveness"</h2>
-                <input type="search" id="activation-filter" placeholder="filter activations" on:input=move |ev| act_filter.set(event_target_value(&ev)) />
-                <span class="hint">{move || format!("{} of {n_acts} activations", act_rows.with(Vec::len))}</span>
-            </div>
-            {if n_acts == 0 {
-                let why = if not_derivable.is_empty() { overview.profile_error.clone().unwrap_or_else(|| "No activations were found.".into()) } else { not_derivable.clone() };
-                view! { <p class="hint">{why}</p> }.into_any()
-            } else {
-                view! {
-                    <p class="sub">"Lifetime bar over the iteration's ranks: "
-                        <span class="legend fw"></span>" created → last forward use, "
-                        <span class="legend idle"></span>" waiting for backward, "
-                        <span class="legend bw"></span>" backward uses."</p>
-                    <div class="table-wrap">
-                    <table class="data" id="activation-table">
-                        {header(&ACTIVATION_COLUMNS, act_sort, Some("lifetime"))}
-                        <tbody>
-                            {move || act_rows.get().into_iter().map(|a| {
-                                let pos = |r: usize| r as f64 * 100.0 / ranks;
-                                let bar = format!(
-                                    "--a:{:.2}%;--b:{:.2}%;--c:{:.2}%;--d:{:.2}%",
-                                    pos(a.creation_rank), pos(a.last_fw_use_rank), pos(a.first_bw_use_rank), pos(a.last_bw_use_rank + 1)
-                                );
-                                view! {
-                                    <tr>
-                                        <td class="name" title=a.activation_name.clone()>{a.activation_name.clone()}</td>
-                                        <td class="num">{a.creation_rank}</td>
-                                        <td class="num">{a.last_fw_use_rank}</td>
-                                        <td class="num">{a.first_bw_use_rank}</td>
-                                        <td class="num">{a.last_bw_use_rank}</td>
-                                        <td class="num">{format_bytes(a.median_mem_size_bytes)}</td>
-                                        <td class="num">{format_seconds(a.inactive_time_s)}</td>
-                                        <td class="num">{format_seconds(a.recomp_time_s)}</td>
-                                        <td class="num">{format_bytes(a.recomp_memory_bytes)}</td>
-                                        <td class="lifetime"><span class="life" style=bar></span></td>
-                                    </tr>
-                                }
-                            }).collect_view()}
-                        </tbody>
-                    </table>
-                    </div>
-                }.into_any()
-            }}
-        </section>
     }
 }

@@ -15,3 +15,8 @@ pub(crate) fn png_button(canvas: NodeRef<Canvas>, name: &'static str) -> impl In
         }>"PNG"</button>
     }
 }
+
+/// A ratio as a percentage with one decimal: `12.5 %`.
+pub(crate) fn percent(ratio: f64) -> String {
+    format!("{:.1} %", ratio * 100.0)
+}

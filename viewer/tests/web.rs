@@ -4,9 +4,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use shared::analysis::view_math::{flame_layout, FlameMetric};
 use shared::explore::{Opened, Overview, Request, Response, Session};
 use shared::merge::MergeOptions;
-use viewer::charts::{self, FlameMetric, Palette};
+use viewer::charts::{self, Palette};
 use wasm_bindgen::JsCast;
 use wasm_bindgen_test::*;
 
@@ -54,7 +55,7 @@ fn timeline_of_a_real_snapshot_draws_and_maps_pixels_to_time() {
 #[wasm_bindgen_test]
 fn flame_graph_layout_fills_the_width_and_draws() {
     let (_, o) = open("mlp.pickle", SNAPSHOT);
-    let boxes = charts::flame_layout(&o.flame, 0, FlameMetric::LiveAtPeak, 1000.0);
+    let boxes = flame_layout(&o.flame, 0, FlameMetric::LiveAtPeak, 1000.0);
     // The root spans the width; its children together span at most the width.
     assert_eq!((boxes[0].x, boxes[0].w), (0.0, 1000.0));
     let children: f64 = boxes.iter().filter(|b| o.flame.nodes[b.node as usize].parent == Some(0)).map(|b| b.w).sum();
@@ -64,7 +65,7 @@ fn flame_graph_layout_fills_the_width_and_draws() {
     assert!(charts::painted_pixels(&c) > 20_000);
     // Zooming into a child makes it the full width.
     let child = boxes.iter().find(|b| o.flame.nodes[b.node as usize].parent == Some(0)).unwrap().node;
-    let zoomed = charts::flame_layout(&o.flame, child, FlameMetric::LiveAtPeak, 1000.0);
+    let zoomed = flame_layout(&o.flame, child, FlameMetric::LiveAtPeak, 1000.0);
     assert!(zoomed.iter().any(|b| b.node == child && b.w == 1000.0));
 }
 
@@ -150,10 +151,10 @@ fn two_traces_compare_and_both_curves_draw() {
     let d = session.compare_with("mlp.pickle", SNAPSHOT).unwrap();
     assert_eq!(d.peak_allocated_delta_bytes, MLP_PEAK as i64 - RESNET_PEAK as i64);
     assert_eq!(
-        viewer::compare::signed_bytes(d.peak_allocated_delta_bytes),
+        viewer::components::diff::signed_bytes(d.peak_allocated_delta_bytes),
         format!("−{}", shared::units::format_bytes(RESNET_PEAK - MLP_PEAK))
     );
-    assert_eq!(viewer::compare::signed_bytes(0), "0 B");
+    assert_eq!(viewer::components::diff::signed_bytes(0), "0 B");
     let c = canvas(900, 300);
     let pal = Palette::LIGHT;
     let m = charts::draw_diff_curves(&c, &pal, &d.curves, ("resnet18.pickle", "mlp.pickle")).unwrap();
@@ -162,4 +163,53 @@ fn two_traces_compare_and_both_curves_draw() {
     assert_eq!(m.x.1, xs.iter().copied().fold(f64::NEG_INFINITY, f64::max));
     // A's line and B's line (and their legend swatches) are both there.
     assert!(pixels_of(&c, pal.allocated) > 300 && pixels_of(&c, pal.reserved) > 300);
+}
+
+#[wasm_bindgen_test]
+fn page_messages_read_back_as_they_were_sent() {
+    use viewer::protocol::{requests, ChartWidths, ToWorker, Unreadable};
+    let request = Request::Timeline { start_s: 0.5, end_s: 2.0, buckets: 900 };
+    let ToWorker::Request { id, request: back } =
+        ToWorker::from_js(&ToWorker::Request { id: 7, request: request.clone() }.to_js()).unwrap()
+    else {
+        panic!("not a request")
+    };
+    assert_eq!((id, requests::Key::of(&back)), (7, requests::Key::of(&request)));
+    let file = web_sys::File::new_with_str_sequence(&js_sys::Array::of1(&"x".into()), "t.pickle").unwrap();
+    let widths = Some(ChartWidths { timeline: 900, active: 880, fragmentation: 900 });
+    let sent = ToWorker::OpenFile { file, memory_budget_bytes: 1e9, widths };
+    let ToWorker::OpenFile { file, memory_budget_bytes, widths: got } = ToWorker::from_js(&sent.to_js()).unwrap() else {
+        panic!("not a file")
+    };
+    assert_eq!((file.name(), memory_budget_bytes, got), ("t.pickle".to_owned(), 1e9, widths));
+    // A request whose body does not parse is answered with its id; anything else unknown is not.
+    let bad = js_sys::Object::new();
+    js_sys::Reflect::set(&bad, &"kind".into(), &"request".into()).unwrap();
+    js_sys::Reflect::set(&bad, &"id".into(), &3.into()).unwrap();
+    js_sys::Reflect::set(&bad, &"body".into(), &"{}".into()).unwrap();
+    assert!(matches!(ToWorker::from_js(&bad), Err(Unreadable { request_id: Some(3), .. })));
+    assert!(matches!(ToWorker::from_js(&js_sys::Object::new().into()), Err(Unreadable { request_id: None, .. })));
+}
+
+#[wasm_bindgen_test]
+fn a_request_kind_is_the_name_its_json_carries() {
+    let all = [
+        Request::Timeline { start_s: 0.0, end_s: 1.0, buckets: 1 },
+        Request::At { t_s: 0.0 },
+        Request::Allocations { t_s: 0.0, limit: 1 },
+        Request::Segments { t_s: 0.0 },
+        Request::Export { format: "csv".into() },
+        Request::RankCurves { buckets: 1 },
+        Request::ShowRank { rank: None },
+        Request::DiffDevices { a: 0, b: 1 },
+        Request::Advice { budget_bytes: None },
+        Request::Active { start_s: 0.0, end_s: 1.0, columns: 1, detail: 1 },
+        Request::Allocation { event_index: 0 },
+        Request::Pools { buckets: 1 },
+        Request::Find { query: "x".into(), limit: 0 },
+    ];
+    for r in &all {
+        let json = serde_json::to_string(r).unwrap();
+        assert!(json.starts_with(&format!("{{\"kind\":\"{}\"", viewer::protocol::requests::kind(r))), "{json}");
+    }
 }

@@ -26,9 +26,7 @@ pub const CRATES: [Layers; 7] = [
     Layers { src: "collector/src", order: &["capture", "report", "verify", "pyrun", "mcp", "serve", "commands", "cli"] },
     Layers {
         src: "viewer/src",
-        order: &[
-            "protocol", "widgets", "perf", "http", "charts", "tables", "compare", "bridge", "answers", "ranks", "pools", "server", "views",
-        ],
+        order: &["protocol", "widgets", "perf", "http", "charts", "tables", "state", "bridge", "server", "components"],
     },
 ];
 

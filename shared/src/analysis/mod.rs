@@ -17,6 +17,7 @@ pub mod profile;
 pub mod search;
 pub mod sweep;
 pub mod timeline_index;
+pub mod view_math;
 
 use crate::allocator::{AllocatorConfig, AllocatorState};
 use crate::model::{EventType, SegmentInfo, Totals, Trace};

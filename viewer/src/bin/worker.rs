@@ -1,13 +1,14 @@
 //! The viewer's Web Worker: reads files (or URLs), imports and analyses them with `shared`, keeps
 //! the trace, and answers the page's requests, so the page never freezes on a large file.
 //! Several files at once are the ranks of one job and are merged; one more file can be
-//! compared with the open trace.
+//! compared with the open trace. The page's messages are `viewer::protocol::ToWorker`, the
+//! worker's `ToPage`.
 
 use shared::explore::{Opened, Request, Response, Session};
 use shared::merge::MergeOptions;
 use shared::units::format_bytes;
 use std::cell::RefCell;
-use viewer::protocol::{requests, ToPage};
+use viewer::protocol::{requests, ChartWidths, ToPage, ToWorker, Unreadable};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 use web_sys::{DedicatedWorkerGlobalScope, MessageEvent};
@@ -21,9 +22,8 @@ fn scope() -> DedicatedWorkerGlobalScope {
 }
 
 fn post(msg: &ToPage) {
-    let text = serde_json::to_string(msg).unwrap_or_else(|e| format!("{{\"kind\":\"failed\",\"file_name\":\"\",\"message\":\"{e}\"}}"));
     // Posting only fails for uncloneable values; a string always clones.
-    let _ = scope().post_message(&JsValue::from_str(&text));
+    let _ = scope().post_message(&msg.to_js());
 }
 
 fn failed(file_name: &str, message: String) {
@@ -38,36 +38,14 @@ fn memory_bytes() -> u64 {
     0
 }
 
-fn field(obj: &JsValue, name: &str) -> JsValue {
-    js_sys::Reflect::get(obj, &JsValue::from_str(name)).unwrap_or(JsValue::UNDEFINED)
-}
-
 fn progress(stage: &str) {
     post(&ToPage::Progress { stage: stage.to_owned() });
 }
 
-thread_local! {
-    /// The chart widths the page sent with the file being opened.
-    static WIDTHS: RefCell<Option<ChartWidths>> = const { RefCell::new(None) };
-}
-
-/// Pixel widths of the charts whose first requests depend on them.
-#[derive(Clone, Copy)]
-struct ChartWidths {
-    timeline: u32,
-    active: u32,
-    fragmentation: u32,
-}
-
-fn widths_of(data: &JsValue) -> Option<ChartWidths> {
-    let w = field(data, "widths");
-    let px = |name: &str| field(&w, name).as_f64().filter(|v| *v >= 1.0 && *v <= 20_000.0).map(|v| v as u32);
-    Some(ChartWidths { timeline: px("timeline")?, active: px("active")?, fragmentation: px("fragmentation")? })
-}
-
-/// The requests a report of `overview` asks first (built as the views build them), answered.
-fn first_answers(session: &mut Session, overview: &shared::explore::Overview) -> Vec<(Request, Response)> {
-    let Some(w) = WIDTHS.with(|w| w.borrow_mut().take()) else { return Vec::new() };
+/// The requests a report of `overview` asks first (built as the views build them, for charts
+/// `widths` wide), answered.
+fn first_answers(session: &mut Session, overview: &shared::explore::Overview, widths: Option<ChartWidths>) -> Vec<(Request, Response)> {
+    let Some(w) = widths else { return Vec::new() };
     if overview.summary.total_events == 0 {
         return Vec::new();
     }
@@ -82,11 +60,12 @@ fn first_answers(session: &mut Session, overview: &shared::explore::Overview) ->
     first.into_iter().map(|r| (session.answer(&r), r)).map(|(a, r)| (r, a)).collect()
 }
 
-/// Keeps what was opened and tells the page.
-fn opened(result: Opened) {
+/// Keeps what was opened and tells the page, with the answers to the report's first requests
+/// when the page gave the charts' `widths`.
+fn opened(result: Opened, widths: Option<ChartWidths>) {
     let (overview, first) = match result {
         Opened::Trace(mut session, overview) => {
-            let first = first_answers(&mut session, &overview);
+            let first = first_answers(&mut session, &overview, widths);
             SESSION.with(|s| *s.borrow_mut() = Some(*session));
             (overview, first)
         }
@@ -101,7 +80,7 @@ fn opened(result: Opened) {
 
 fn open(file_name: &str, bytes: &[u8]) {
     match Session::open(file_name, bytes, progress) {
-        Ok(result) => opened(result),
+        Ok(result) => opened(result, None),
         Err(message) => failed(file_name, message),
     }
 }
@@ -221,7 +200,7 @@ fn ways_around(name: &str) -> String {
 /// Largest file opened here (a page served by `collector serve` offers the server first).
 const MAX_FILE_BYTES: f64 = viewer::protocol::PAGE_FILE_LIMIT_BYTES;
 
-fn open_file(file: web_sys::File, memory_budget: f64) {
+fn open_file(file: web_sys::File, memory_budget: f64, widths: Option<ChartWidths>) {
     let name = file.name();
     let reader = match web_sys::FileReaderSync::new() {
         Ok(r) => r,
@@ -239,7 +218,7 @@ fn open_file(file: web_sys::File, memory_budget: f64) {
     }
     let slices = FileSlices { file, reader, offset: 0.0, chunk: Vec::new(), at: 0, last_progress: 0.0, quiet: false, memory_budget };
     match Session::open_reader(&name, size as u64, slices, progress) {
-        Ok(result) => opened(result),
+        Ok(result) => opened(result, widths),
         Err(message) => failed(&name, message),
     }
 }
@@ -255,7 +234,7 @@ fn open_files(files: Vec<web_sys::File>, allow_disjoint: bool) {
     }
     let options = MergeOptions { allow_disjoint, ..MergeOptions::default() };
     match Session::open_ranks(&named, &options, progress) {
-        Ok(result) => opened(result),
+        Ok(result) => opened(result, None),
         Err(e) => {
             let file_name = match &e {
                 shared::explore::RanksError::File { file_name, .. } => file_name.clone(),
@@ -311,56 +290,28 @@ async fn open_url(url: String) {
     }
 }
 
-fn answer(id: u32, body: &str) {
-    let response = match serde_json::from_str::<Request>(body) {
-        Ok(req) => SESSION.with(|s| match s.borrow_mut().as_mut() {
-            Some(session) => session.answer(&req),
-            None => Response::Error { message: "no trace is open".into() },
-        }),
-        Err(e) => Response::Error { message: format!("bad request: {e}") },
-    };
+fn answer(id: u32, request: &Request) {
+    let response = SESSION.with(|s| match s.borrow_mut().as_mut() {
+        Some(session) => session.answer(request),
+        None => Response::Error { message: "no trace is open".into() },
+    });
     post(&ToPage::Answer { id, response: Box::new(response), worker_memory_bytes: memory_bytes() });
 }
 
-fn files_of(value: JsValue) -> Vec<web_sys::File> {
-    value.dyn_into::<js_sys::Array>().map(|a| a.iter().filter_map(|f| f.dyn_into().ok()).collect()).unwrap_or_default()
-}
-
 fn on_message(e: MessageEvent) {
-    let data = e.data();
-    let kind = field(&data, "kind").as_string();
-    if kind.as_deref() != Some("request") {
-        WIDTHS.with(|w| *w.borrow_mut() = widths_of(&data));
-    }
-    match kind.as_deref() {
-        Some("open_file") => {
-            if let Ok(file) = field(&data, "file").dyn_into::<web_sys::File>() {
-                let budget = field(&data, "memory_budget").as_f64().filter(|b| *b > 0.0);
-                open_file(file, budget.unwrap_or(viewer::protocol::WORKER_MEMORY_BYTES as f64));
-            }
+    match ToWorker::from_js(&e.data()) {
+        Ok(ToWorker::OpenFile { file, memory_budget_bytes, widths }) => open_file(file, memory_budget_bytes, widths),
+        Ok(ToWorker::OpenFiles { files, allow_disjoint }) => open_files(files, allow_disjoint),
+        Ok(ToWorker::CompareFile { file }) => compare_file(file),
+        Ok(ToWorker::OpenBytes { name, bytes }) => open(&name, &bytes.to_vec()),
+        Ok(ToWorker::OpenUrl { url }) => wasm_bindgen_futures::spawn_local(open_url(url)),
+        Ok(ToWorker::Request { id, request }) => answer(id, &request),
+        Err(Unreadable { request_id: Some(id), message }) => {
+            let response = Response::Error { message: format!("bad request: {message}") };
+            post(&ToPage::Answer { id, response: Box::new(response), worker_memory_bytes: memory_bytes() });
         }
-        Some("open_files") => open_files(files_of(field(&data, "files")), field(&data, "allow_disjoint").is_truthy()),
-        Some("compare_file") => {
-            if let Ok(file) = field(&data, "file").dyn_into::<web_sys::File>() {
-                compare_file(file);
-            }
-        }
-        Some("open_bytes") => {
-            let name = field(&data, "name").as_string().unwrap_or_else(|| "trace".into());
-            if let Ok(bytes) = field(&data, "bytes").dyn_into::<js_sys::Uint8Array>() {
-                open(&name, &bytes.to_vec());
-            }
-        }
-        Some("open_url") => {
-            if let Some(url) = field(&data, "url").as_string() {
-                wasm_bindgen_futures::spawn_local(open_url(url));
-            }
-        }
-        Some("request") => {
-            let id = field(&data, "id").as_f64().unwrap_or(0.0) as u32;
-            answer(id, &field(&data, "body").as_string().unwrap_or_default());
-        }
-        _ => {}
+        // Nothing the page sends: nobody waits for an answer.
+        Err(Unreadable { request_id: None, .. }) => {}
     }
 }
 

@@ -1,67 +1,50 @@
-//! The answers the page gives besides pictures: why a run ran out of memory (shown first when
-//! it did) and what to change so it needs less (`shared::analysis::advice`, asked of the
-//! worker with an optional budget).
+//! What to change so the run needs less memory (`shared::analysis::advice`, asked of the
+//! worker with an optional budget): ranked changes with their predicted peaks and extra time.
 
-use crate::{bridge, AppState};
+use crate::bridge;
+use crate::state::Errors;
 use leptos::prelude::*;
 use shared::analysis::advice::AdviceReport;
-use shared::analysis::oom::{OomGroup, OomReport};
 use shared::explore::{Request, Response};
 use shared::units::{format_bytes, parse_size};
 use std::sync::Arc;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 
-/// The out-of-memory explanation: the verdict, then what was live by layer, phase and frame.
-#[component]
-pub fn OomSection(oom: Arc<OomReport>) -> impl IntoView {
-    let table = |title: &'static str, groups: Vec<OomGroup>| {
-        (!groups.is_empty()).then(|| {
-            view! {
-                <table class="data">
-                    <thead><tr><th>{title}</th><th>"bytes"</th><th>"allocations"</th></tr></thead>
-                    <tbody>
-                        {groups.into_iter().map(|g| view! {
-                            <tr><td>{g.name}</td><td data-bytes=g.bytes.to_string()>{format_bytes(g.bytes)}</td><td>{g.allocations.to_string()}</td></tr>
-                        }).collect_view()}
-                    </tbody>
-                </table>
-            }
-        })
-    };
-    let free = oom.largest_free_block_bytes.map(|b| format!(" · largest free block {}", format_bytes(b)));
-    view! {
-        <section class="card oom" id="oom">
-            <h2>"Out of memory"</h2>
-            <p class="warning" id="oom-verdict">{oom.verdict.clone()}</p>
-            <p class="sub">
-                {format!(
-                    "requested {} · allocated {} · reserved {} · reserved but unused {}",
-                    format_bytes(oom.requested_bytes),
-                    format_bytes(oom.allocated_bytes),
-                    format_bytes(oom.reserved_bytes),
-                    format_bytes(oom.unused_reserved_bytes)
-                )}
-                {free}
-                {(oom.ooms > 1).then(|| format!(" · {} out-of-memory events, the first explained", oom.ooms))}
-            </p>
-            <div class="oom-tables">
-                {table("live, by layer", oom.by_layer.clone())}
-                {table("by the phase that allocated it", oom.by_phase.clone())}
-                {table("by innermost frame", oom.by_frame.clone())}
-            </div>
-        </section>
-    }
-}
-
 /// Traces with more events than this get their advice when its section comes into view:
 /// replaying them takes about a second per 10 M events, which would hold up the first zoom.
 const ADVISE_ON_SIGHT_EVENTS: u64 = 200_000;
 
+/// Runs `ask` once, when `section` first comes into view.
+fn when_seen(section: NodeRef<leptos::html::Section>, ask: impl Fn() + 'static) {
+    let ask = std::rc::Rc::new(ask);
+    Effect::new(move |_| {
+        let Some(el) = section.get() else { return };
+        let asked = std::rc::Rc::new(std::cell::Cell::new(false));
+        let ask = ask.clone();
+        let on_sight = Closure::<dyn FnMut(js_sys::Array, web_sys::IntersectionObserver)>::new(
+            move |entries: js_sys::Array, observer: web_sys::IntersectionObserver| {
+                let seen = entries.iter().any(|e| e.unchecked_into::<web_sys::IntersectionObserverEntry>().is_intersecting());
+                if seen && !asked.replace(true) {
+                    observer.disconnect();
+                    ask();
+                }
+            },
+        );
+        if let Ok(observer) = web_sys::IntersectionObserver::new(on_sight.as_ref().unchecked_ref()) {
+            observer.observe(&el);
+        }
+        on_sight.forget(); // one per report shown; it lets go of the observer once used
+    });
+}
+
 /// Advice: ranked changes with their predicted peaks; a budget asks again.
 #[component]
-pub fn AdviceSection(events: u64) -> impl IntoView {
-    let state = expect_context::<AppState>();
+pub fn AdviceSection(
+    /// The trace's events: a large trace is advised on once the section is seen.
+    events: u64,
+) -> impl IntoView {
+    let errors = expect_context::<Errors>();
     let report: RwSignal<Option<Arc<AdviceReport>>> = RwSignal::new(None);
     let busy = RwSignal::new(false);
     let budget_text = RwSignal::new(String::new());
@@ -71,7 +54,7 @@ pub fn AdviceSection(events: u64) -> impl IntoView {
             busy.set(false);
             match r {
                 Response::Advice(a) => report.set(Some(Arc::new(*a))),
-                Response::Error { message } => state.error.set(Some(("the advice".into(), message))),
+                Response::Error { message } => errors.report("the advice", message),
                 _ => {}
             }
         });
@@ -80,23 +63,7 @@ pub fn AdviceSection(events: u64) -> impl IntoView {
     if events <= ADVISE_ON_SIGHT_EVENTS {
         ask(None);
     } else {
-        Effect::new(move |_| {
-            let Some(el) = section.get() else { return };
-            let asked = std::rc::Rc::new(std::cell::Cell::new(false));
-            let on_sight = Closure::<dyn FnMut(js_sys::Array, web_sys::IntersectionObserver)>::new(
-                move |entries: js_sys::Array, observer: web_sys::IntersectionObserver| {
-                    let seen = entries.iter().any(|e| e.unchecked_into::<web_sys::IntersectionObserverEntry>().is_intersecting());
-                    if seen && !asked.replace(true) {
-                        observer.disconnect();
-                        ask(None);
-                    }
-                },
-            );
-            if let Ok(observer) = web_sys::IntersectionObserver::new(on_sight.as_ref().unchecked_ref()) {
-                observer.observe(&el);
-            }
-            on_sight.forget(); // one per report shown; it lets go of the observer once used
-        });
+        when_seen(section, move || ask(None));
     }
     let on_submit = move |ev: leptos::ev::SubmitEvent| {
         ev.prevent_default();
@@ -106,7 +73,7 @@ pub fn AdviceSection(events: u64) -> impl IntoView {
         }
         match parse_size(text.trim()) {
             Ok(b) => ask(Some(b)),
-            Err(e) => state.error.set(Some(("the budget".into(), e.to_string()))),
+            Err(e) => errors.report("the budget", e.to_string()),
         }
     };
     view! {
@@ -120,7 +87,7 @@ pub fn AdviceSection(events: u64) -> impl IntoView {
                 </form>
             </div>
             {move || match report.get() {
-                Some(r) => view! { <AdviceView report=r /> }.into_any(),
+                Some(r) => advice_table(r).into_any(),
                 None if busy.get() => view! { <p class="hint">"Replaying the trace with each change…"</p> }.into_any(),
                 None => view! { <p class="hint">"Computed when this section comes into view."</p> }.into_any(),
             }}
@@ -128,8 +95,9 @@ pub fn AdviceSection(events: u64) -> impl IntoView {
     }
 }
 
-#[component]
-fn AdviceView(report: Arc<AdviceReport>) -> impl IntoView {
+/// The measured peak, then every suggestion with its predicted peak and cost, and what could
+/// not be advised.
+fn advice_table(report: Arc<AdviceReport>) -> impl IntoView {
     let measured = report.baseline.peak_allocated_bytes;
     let budget = report.budget_bytes.map(|b| {
         let met = match report.budget_met {

@@ -5,8 +5,9 @@
 //! segments view, filtered by pool.
 
 use crate::charts;
+use crate::state::{Errors, Theme};
 use crate::widgets::png_button;
-use crate::{bridge, fit_canvas, perf, AppState};
+use crate::{bridge, fit_canvas, perf};
 use leptos::html::Canvas;
 use leptos::prelude::*;
 use shared::analysis::pools::PoolCurve;
@@ -17,10 +18,26 @@ use std::sync::Arc;
 /// Height of one panel, in CSS pixels.
 const PANEL: u32 = 100;
 
+/// A pool's row: device, pool, stream and peaks.
+fn pool_row(c: &PoolCurve) -> impl IntoView {
+    view! {
+        <tr class:private=c.private>
+            <td>{c.device.clone()}</td>
+            <td><code>{c.pool.clone()}</code>{if c.private { " private" } else { " default" }}</td>
+            <td><code>{c.stream.clone()}</code></td>
+            <td class="num" data-bytes=c.peak_allocated_bytes.to_string()>{format_bytes(c.peak_allocated_bytes)}</td>
+            <td class="num" data-bytes=c.peak_reserved_bytes.to_string()>{format_bytes(c.peak_reserved_bytes)}</td>
+        </tr>
+    }
+}
+
 /// Reserved and allocated per (device, pool, stream): one panel each, on the trace's time axis.
 #[component]
-pub fn PoolsSection(overview: Arc<Overview>) -> impl IntoView {
-    let state = expect_context::<AppState>();
+pub fn PoolsSection(
+    /// The trace's overview (its pools' totals and pinned host memory).
+    overview: Arc<Overview>,
+) -> impl IntoView {
+    let (theme, errors) = (expect_context::<Theme>(), expect_context::<Errors>());
     let canvas = NodeRef::<Canvas>::new();
     let curves: RwSignal<Option<(f64, Arc<Vec<PoolCurve>>)>> = RwSignal::new(None);
     Effect::new(move |_| {
@@ -28,41 +45,23 @@ pub fn PoolsSection(overview: Arc<Overview>) -> impl IntoView {
         fit_canvas(&c, PANEL);
         bridge::ask(&Request::Pools { buckets: c.width().max(200) as usize }, move |r| match r {
             Response::Pools { end_s, curves: got } => curves.set(Some((end_s, Arc::new(got)))),
-            Response::Error { message } => state.error.set(Some(("the pools".into(), message))),
+            Response::Error { message } => errors.report("the pools", message),
             _ => {}
         });
     });
     Effect::new(move |_| {
-        let pal = state.palette();
+        let pal = theme.palette();
         let Some(c) = canvas.get() else { return };
         curves.with(|got| {
             let Some((end_s, got)) = got else { return };
             fit_canvas(&c, PANEL * got.len().max(1) as u32);
             match charts::draw_pool_curves(&c, &pal, *end_s, got) {
                 Ok(()) => perf::drawn("pools"),
-                Err(e) => state.error.set(Some(("the pools".into(), e))),
+                Err(e) => errors.report("the pools", e),
             }
         });
     });
-    let rows = move || {
-        curves.with(|got| {
-            got.as_ref().map(|(_, got)| {
-                got.iter()
-                    .map(|c| {
-                        view! {
-                            <tr class:private=c.private>
-                                <td>{c.device.clone()}</td>
-                                <td><code>{c.pool.clone()}</code>{if c.private { " private" } else { " default" }}</td>
-                                <td><code>{c.stream.clone()}</code></td>
-                                <td class="num" data-bytes=c.peak_allocated_bytes.to_string()>{format_bytes(c.peak_allocated_bytes)}</td>
-                                <td class="num" data-bytes=c.peak_reserved_bytes.to_string()>{format_bytes(c.peak_reserved_bytes)}</td>
-                            </tr>
-                        }
-                    })
-                    .collect_view()
-            })
-        })
-    };
+    let rows = move || curves.with(|got| got.as_ref().map(|(_, got)| got.iter().map(pool_row).collect_view()));
     let s = &overview.summary;
     let host = s.pinned_host.map(|h| {
         format!(

@@ -1,12 +1,9 @@
-//! The Compare view: two traces (or two ranks) side by side, as `shared::analysis::diff`
-//! computed them: each side's peak and when, the change, both allocated curves on one aligned
-//! x axis, the layers that changed most, the per-class breakdown, operators on one side only,
-//! and the notes to read first.
+//! One diff of two traces (or two ranks), as `shared::analysis::diff` computed it: the notes
+//! to read first, each side's peak and when, the change, both allocated curves on one aligned
+//! x axis ([`super::diff_chart`]), the layers that changed most, the per-class breakdown, and
+//! operators on one side only.
 
-use crate::charts;
-use crate::widgets::png_button;
-use crate::{fit_canvas, AppState};
-use leptos::html::Canvas;
+use super::diff_chart::DiffChart;
 use leptos::prelude::*;
 use shared::analysis::diff::{ClassSide, IterationPosition, LayerDiff, OpCount, Presence, SideFacts, TraceDiff};
 use shared::units::{format_bytes, format_seconds};
@@ -16,17 +13,6 @@ use std::sync::Arc;
 const LAYER_ROWS: usize = 20;
 /// Operators listed per side.
 const OP_ROWS: usize = 15;
-
-/// A comparison the page shows: A and B by name, and their diff.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Comparison {
-    pub a: String,
-    pub b: String,
-    pub diff: TraceDiff,
-    /// A is the trace open on the page (so the comparison goes when another opens); false for
-    /// two traces stored on the server.
-    pub of_open_trace: bool,
-}
 
 /// A signed byte count: `+1.5 MiB`, `−121.8 MiB`, `0 B`.
 pub fn signed_bytes(delta: i64) -> String {
@@ -59,25 +45,6 @@ fn when(f: &SideFacts) -> String {
     }
 }
 
-/// The Compare card: what is compared with what, and the diff.
-#[component]
-pub fn CompareSection(comparison: Arc<Comparison>) -> impl IntoView {
-    let state = expect_context::<AppState>();
-    let c = comparison.clone();
-    view! {
-        <section class="card" id="compare" data-drop="compare">
-            <div class="card-head">
-                <h2>"Compare"</h2>
-                <span class="hint">"A " <b>{c.a.clone()}</b> " · B " <b>{c.b.clone()}</b> " · deltas are B − A"</span>
-                <span class="spacer"></span>
-                {c.of_open_trace.then(|| view! { <span class="hint">"drop another trace here to compare with it instead"</span> })}
-                <button class="small" title="Close the comparison" on:click=move |_| state.compare.set(None)>"×"</button>
-            </div>
-            <DiffView diff=Arc::new(c.diff.clone()) labels=(c.a.clone(), c.b.clone()) id="compare" />
-        </section>
-    }
-}
-
 /// One diff: the notes, the peaks, the curves, the layers, the classes and the operators.
 /// Element ids start with `id` (`{id}-peaks`, `{id}-canvas`, ...), so two diffs can be on the
 /// page (the Compare view and the Ranks view's).
@@ -97,17 +64,16 @@ pub fn DiffView(
                 {d.notes.iter().map(|n| view! { <li class="warning">{n.clone()}</li> }).collect_view()}
             </ul>
         })}
-        <PeakTable diff=d.clone() labels=labels.clone() id=id />
+        {peak_table(&d, labels.clone(), id)}
         <DiffChart diff=d.clone() labels=labels id=id />
-        <LayerRows rows=d.layers.clone() layers_match=d.layers_match id=id />
-        <ClassRows diff=d.clone() id=id />
-        <OpLists diff=d.clone() id=id />
+        {layer_rows(d.layers.clone(), d.layers_match, id)}
+        {class_rows(&d, id)}
+        {op_lists(&d, id)}
     }
 }
 
 /// Peaks, when they happen, and their change.
-#[component]
-fn PeakTable(diff: Arc<TraceDiff>, labels: (String, String), id: &'static str) -> impl IntoView {
+fn peak_table(diff: &TraceDiff, labels: (String, String), id: &'static str) -> impl IntoView {
     let (a, b) = (&diff.a, &diff.b);
     let bytes_cell = |v: u64| view! { <td class="num" data-bytes=v.to_string()>{format_bytes(v)}</td> };
     let delta_cell = |v: i64| view! { <td class="num delta" data-bytes=v.to_string()>{signed_bytes_exact(v)}</td> };
@@ -128,30 +94,6 @@ fn PeakTable(diff: Arc<TraceDiff>, labels: (String, String), id: &'static str) -
     }
 }
 
-/// A's and B's allocated memory on the diff's aligned x axis.
-#[component]
-fn DiffChart(diff: Arc<TraceDiff>, labels: (String, String), id: &'static str) -> impl IntoView {
-    let state = expect_context::<AppState>();
-    let canvas = NodeRef::<Canvas>::new();
-    let d = diff.clone();
-    Effect::new(move |_| {
-        let pal = state.palette();
-        let Some(c) = canvas.get() else { return };
-        fit_canvas(&c, 300);
-        if let Err(e) = charts::draw_diff_curves(&c, &pal, &d.curves, (&labels.0, &labels.1)) {
-            state.error.set(Some(("the comparison chart".into(), e)));
-        }
-    });
-    view! {
-        <div class="card-head">
-            <h3>"Allocated memory, A and B"</h3>
-            <span class="spacer"></span>
-            {png_button(canvas, "compare")}
-        </div>
-        <div class="chart-wrap"><canvas class="chart" id=format!("{id}-canvas") node_ref=canvas></canvas></div>
-    }
-}
-
 fn presence(p: Presence) -> &'static str {
     match p {
         Presence::Both => "both",
@@ -161,8 +103,7 @@ fn presence(p: Presence) -> &'static str {
 }
 
 /// The layers that changed most.
-#[component]
-fn LayerRows(rows: Vec<LayerDiff>, layers_match: bool, id: &'static str) -> impl IntoView {
+fn layer_rows(rows: Vec<LayerDiff>, layers_match: bool, id: &'static str) -> impl IntoView {
     let total = rows.len();
     let peak = |s: Option<shared::analysis::diff::LayerSide>| s.map_or("—".to_owned(), |s| format_bytes(s.peak_allocated_bytes));
     view! {
@@ -203,8 +144,7 @@ fn class_reason(side: &str, c: &ClassSide) -> Option<String> {
 }
 
 /// Bytes per tensor class at each side's peak rank, where both sides have them.
-#[component]
-fn ClassRows(diff: Arc<TraceDiff>, id: &'static str) -> impl IntoView {
+fn class_rows(diff: &TraceDiff, id: &'static str) -> impl IntoView {
     let classes = &diff.classes;
     let body = if classes.rows.is_empty() {
         let why: Vec<String> = [class_reason("A", &classes.a), class_reason("B", &classes.b)].into_iter().flatten().collect();
@@ -243,8 +183,7 @@ fn op_list(title: String, ops: &[OpCount], list_id: String) -> impl IntoView {
 }
 
 /// Operators that run on one side only.
-#[component]
-fn OpLists(diff: Arc<TraceDiff>, id: &'static str) -> impl IntoView {
+fn op_lists(diff: &TraceDiff, id: &'static str) -> impl IntoView {
     match &diff.ops {
         None => view! { <h3>"Operators"</h3> <p class="hint">"Operator lists need operator data on both sides."</p> }.into_any(),
         Some(ops) => view! {
