@@ -19,6 +19,8 @@ pub struct Hello {
     pub reason: Option<String>,
     /// `auto` (`collector trace -- …`) or `api` (`MemoryTracer`).
     pub mode: Option<String>,
+    /// The device the `MemoryTracer` API keeps (`cpu`, `cuda:N`); `collector trace` sends none.
+    pub device: Option<String>,
     /// How the native capture's library came: carried, or built on first use.
     pub library: Option<String>,
     pub pid: Option<u64>,

@@ -32,8 +32,32 @@ const TORCH_VERSION: &str = "2.11.0";
 const WASM_BINDGEN_VERSION: &str = "0.2.130";
 const TRUNK_VERSION: &str = "0.21.14";
 const BINARYEN_VERSION: &str = "132.0.0";
-/// What the Python tests and programs need beside torch (pinned: the GPU machines run these).
-const PY_TEST_DEPS: [&str; 4] = ["torchvision==0.26.0", "transformers==5.17.0", "pytest==8.4.2", "requests"];
+/// What the Python tests and programs need beside torch (pinned: the GPU machines run these);
+/// nbclient to ipython run a notebook with `%%memtrace` in tests/python/test_notebook.py and
+/// collector/tests/notebook_e2e.rs; the rest are the consumers the other outputs are tested
+/// against (TensorBoard, DuckDB, polars, pandas, the MCP client).
+const PY_TEST_DEPS: [&str; 15] = [
+    "torchvision==0.26.0",
+    "transformers==5.17.0",
+    "pytest==8.4.2",
+    "requests",
+    "nbclient==0.11.0",
+    "ipykernel==7.4.0",
+    "nbformat==5.11.1",
+    "nbconvert==7.17.2",
+    "ipython==9.18.1",
+    "tensorboard==2.21.0",
+    "duckdb==2.0.1",
+    "polars==2.1.0",
+    "pandas==3.1.1",
+    "pyarrow==26.0.1",
+    "mcp==2.3.0",
+];
+/// The pytest modules that test the collector's outputs rather than the capture (notebooks,
+/// TensorBoard, dataframes, MCP, the budget plugin): the same on every torch, so they run in the
+/// pinned torch's venv only.
+const TORCH_INDEPENDENT_PY_TESTS: [&str; 5] =
+    ["test_notebook.py", "test_tensorboard.py", "test_dataframes.py", "test_mcp.py", "test_budget_plugin.py"];
 /// What the venvs of the other tested torch releases get beside torch and torchvision.
 const TEST_VENV_PACKAGES: [&str; 5] = ["transformers==5.17.0", "pytest==8.4.2", "requests", "numpy", "setuptools"];
 
@@ -143,15 +167,19 @@ pub(crate) fn output(cmd: &mut Command) -> Option<String> {
 fn install_torch_venv() -> Result<()> {
     let venv = torch_venv();
     let py = venv.join("bin/python");
-    let have = output(Command::new(&py).args([
-        "-c",
-        "import torch, requests, setuptools, torchvision, transformers, pytest; print(torch.__version__, torchvision.__version__, transformers.__version__, pytest.__version__)",
-    ]));
+    // torch's version, then each pinned package's installed version, in PY_TEST_DEPS's order
+    // (a missing one fails the script, and the venv gets everything installed).
+    let pins: Vec<(&str, &str)> = PY_TEST_DEPS.iter().filter_map(|d| d.split_once("==")).collect();
+    let names: Vec<&str> = pins.iter().map(|(name, _)| *name).collect();
+    let script = format!(
+        "import importlib.metadata as m, torch, requests, setuptools; print(torch.__version__, *(m.version(p) for p in {names:?}))"
+    );
+    let have = output(Command::new(&py).args(["-c", &script]));
     let want = |v: &str| {
         let parts: Vec<&str> = v.split_whitespace().collect();
-        parts.len() == 4
+        parts.len() == 1 + pins.len()
             && parts[0].starts_with(TORCH_VERSION)
-            && PY_TEST_DEPS[..3].iter().zip(&parts[1..]).all(|(pin, got)| got.starts_with(pin.split("==").nth(1).unwrap_or("")))
+            && pins.iter().zip(&parts[1..]).all(|((_, pin), got)| got == pin || got.starts_with(&format!("{pin}+")))
     };
     if !have.as_deref().is_some_and(want) {
         if !py.exists() {
@@ -575,6 +603,7 @@ fn other_torches_tests() -> Result<()> {
             .env("MEMORY_TRACER_PYTHON", &py))?;
         run(Command::new(&py)
             .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/python"])
+            .args(TORCH_INDEPENDENT_PY_TESTS.map(|t| format!("--ignore=tests/python/{t}")))
             .env("PYTHONPATH", &site)
             .env("MEMORY_TRACER_WHEEL_DIR", &site)
             .env_remove("MEMORY_TRACER_COLLECTOR")

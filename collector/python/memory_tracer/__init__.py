@@ -15,11 +15,14 @@ Two ways in:
       tracer.print_summary()
       tracer.export_flame_graph("memory_profile.json")   # speedscope
       tracer.save("run.mtrace.json")                     # opens in the viewer
+      tracer.show()                                      # the viewer, inline in Jupyter
 
 Both record every allocation and free of PyTorch's allocators (with allocated and reserved
 totals), every operator, and the nn.Module path, phase and iteration they belong to, through
 the same C++ shim as `collector trace --model`, and both are analysed by the same collector.
-`mark(name)` adds a mark to whichever capture is running.
+`mark(name)` adds a mark to whichever capture is running. In Jupyter, `show(path)` displays any
+trace or snapshot inline and `%load_ext memory_tracer` adds the `%%memtrace` cell magic; under
+pytest, `budget("2GiB")` (or `--memory-budget`) fails tests whose peak is over a budget.
 """
 
 import contextlib
@@ -34,7 +37,7 @@ import tempfile
 
 from . import _capture, _shim
 
-__all__ = ["MemoryTracer", "LayerMemoryStats", "mark", "pause", "resume", "is_tracing"]
+__all__ = ["MemoryTracer", "LayerMemoryStats", "mark", "pause", "resume", "is_tracing", "show", "budget", "load_ipython_extension"]
 __version__ = "0.1.0"
 
 
@@ -73,6 +76,31 @@ def resume():
 def is_tracing():
     cap = _capture.current()
     return cap is not None and cap.enabled
+
+
+def show(path, height=None):
+    """Displays the viewer with the trace or PyTorch snapshot at `path` inline in a Jupyter
+    notebook (one self-contained HTML output: works offline and survives saving).
+    height: pixels (default 720) or a CSS length ("80vh"). Needs IPython (`pip install memory_tracer[notebook]`)."""
+    from . import _notebook
+
+    _notebook.show(path, height)
+
+
+def load_ipython_extension(ipython):
+    """`%load_ext memory_tracer`: the `%%memtrace` cell magic (traces the cell, shows the viewer)."""
+    from . import _notebook
+
+    _notebook.load_ipython_extension(ipython)
+
+
+def budget(size):
+    """`@memory_tracer.budget("2GiB")`: under pytest, fails the test when its peak allocated
+    memory is over `size` (6GiB, 512MiB, 1.5GB or bytes; None: no budget, also under
+    --memory-budget). The same as `@pytest.mark.memory_budget(size)`."""
+    import pytest
+
+    return pytest.mark.memory_budget(size)
 
 
 def _installed_collectors():
@@ -303,6 +331,13 @@ class MemoryTracer:
         """Memory Tracer's own format (open it in the viewer or with `collector summary`)."""
         self._need()
         shutil.copyfile(self._trace_path, output_path)
+
+    def show(self, height=None):
+        """Displays the viewer with this trace inline in a Jupyter notebook (see `show`)."""
+        from . import _notebook
+
+        self._need()
+        _notebook.show(self._trace_path, height)
 
     def print_summary(self):
         self._need()

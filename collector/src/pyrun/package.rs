@@ -20,8 +20,10 @@ pub const FILES: &[(&str, &[u8])] = py!(
     "memory_tracer/_auto.py",
     "memory_tracer/_build.py",
     "memory_tracer/_capture.py",
+    "memory_tracer/_notebook.py",
     "memory_tracer/_recorder.py",
     "memory_tracer/_shim.py",
+    "memory_tracer/pytest_plugin.py",
     "memory_tracer/zoo.py",
     "memory_tracer/_bootstrap/sitecustomize.py",
 );
