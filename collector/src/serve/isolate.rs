@@ -144,6 +144,7 @@ impl Isolation {
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
             .kill_on_drop(true);
+        die_with_parent(&mut cmd);
         cmd
     }
 
@@ -234,6 +235,28 @@ fn limit_self(budget_bytes: u64, cpu_s: u64) -> std::io::Result<()> {
     set(libc::RLIMIT_CORE, 0)?;
     set(libc::RLIMIT_CPU, cpu_s.max(1))?;
     set(libc::RLIMIT_AS, (mapped_kib << 10).saturating_add(budget_bytes))
+}
+
+/// Makes a child started by `cmd` die with this server: killed when the server is (even by
+/// SIGKILL, when nothing runs `kill_on_drop`), so no child of a crashed server writes into
+/// `tmp/` after the next start emptied it. A child whose server died before it could ask is
+/// not started.
+pub fn die_with_parent(cmd: &mut tokio::process::Command) {
+    // SAFETY: getpid(2) in the parent; in the forked child, before exec, only prctl(2) and
+    // getppid(2), which are async-signal-safe.
+    let parent = unsafe { libc::getpid() };
+    // SAFETY: see above.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if libc::getppid() != parent {
+                return Err(std::io::Error::other("the server stopped before its child started"));
+            }
+            Ok(())
+        });
+    }
 }
 
 /// Caps the address space of a child started by `cmd` (CPU trace processes; CUDA reserves

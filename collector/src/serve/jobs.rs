@@ -461,6 +461,7 @@ async fn run_child(jobs: &Arc<Jobs>, exe: &std::path::Path, job: &Arc<Job>) -> R
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .kill_on_drop(true);
+    super::isolate::die_with_parent(&mut cmd);
     if let (false, Some(bytes)) = (job.spec.device.starts_with("cuda"), jobs.address_space_bytes) {
         super::isolate::limit_address_space(&mut cmd, bytes);
     }
