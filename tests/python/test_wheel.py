@@ -73,7 +73,12 @@ def test_torch_is_a_lower_bound_never_a_pin(wheel):
     _, z = wheel
     requires = [line.split(":", 1)[1].strip() for line in dist_info(z, "METADATA").splitlines() if line.startswith("Requires-Dist:")]
     assert "torch>=2.6" in requires, requires
-    assert not [r for r in requires if "==" in r], f"a pinned requirement would make pip replace the user's torch: {requires}"
+    specifiers = [r.split(";", 1)[0] for r in requires]
+    assert not [r for r in specifiers if "==" in r], f"a pinned requirement would make pip replace the user's torch: {requires}"
+    # Everything else is optional: an extra (notebook, tensorboard, pandas, polars, mcp).
+    assert [r for r in requires if r != "torch>=2.6" and "extra ==" not in r] == [], requires
+    extras = sorted({r.rsplit("extra ==", 1)[1].strip(" '\"") for r in requires if "extra ==" in r})
+    assert extras == ["mcp", "notebook", "pandas", "polars", "tensorboard"], extras
 
 
 def test_the_wheel_holds_the_captures_the_sources_and_the_collector(wheel):
