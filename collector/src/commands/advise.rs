@@ -1,7 +1,7 @@
 //! `collector advise`: what to change so the run needs less memory, with `--verify` proving it by
 //! running the program again with the top suggestions.
 
-use super::ImportArgs;
+use super::{parse_size, ImportArgs};
 use anyhow::Context;
 use std::path::PathBuf;
 use traceio::files::load_trace;
@@ -15,7 +15,7 @@ pub struct AdviseArgs {
     pub input: Option<PathBuf>,
     /// The memory the run must fit in: 6GiB, 512MiB, 1.5GB or bytes. Default: no budget, the
     /// best few changes.
-    #[arg(long, value_parser = parse_budget)]
+    #[arg(long, value_parser = parse_size)]
     pub budget: Option<u64>,
     /// Print one JSON object instead of a table.
     #[arg(long)]
@@ -100,8 +100,4 @@ pub fn advise_command(a: AdviseArgs) -> anyhow::Result<()> {
         crate::verify::print(&v, std::io::stdout().lock())?;
     }
     Ok(())
-}
-
-fn parse_budget(text: &str) -> Result<u64, String> {
-    shared::units::parse_size(text).map_err(|e| e.to_string())
 }

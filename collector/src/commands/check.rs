@@ -2,7 +2,7 @@
 //! and 1 when one does not, with a one-screen report (or `--json`), and, under GitHub Actions
 //! (`GITHUB_ACTIONS=true`), an error annotation per failed budget.
 
-use super::ImportArgs;
+use super::{parse_size, ImportArgs};
 use shared::analysis::budget::{check, parse_percent, Budget};
 use std::path::PathBuf;
 use traceio::files::load_trace;
@@ -32,10 +32,6 @@ pub struct CheckArgs {
     pub json: bool,
     #[command(flatten)]
     pub import: ImportArgs,
-}
-
-fn parse_size(text: &str) -> Result<u64, String> {
-    shared::units::parse_size(text).map_err(|e| e.to_string())
 }
 
 /// `collector check`: returns whether every budget held (the caller exits 1 when not).

@@ -35,3 +35,8 @@ impl ImportArgs {
         o
     }
 }
+
+/// A size flag's value (`6GiB`, `512MiB`, `1.5GB`, bytes), for `advise --budget` and `check`.
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    shared::units::parse_size(text).map_err(|e| e.to_string())
+}
