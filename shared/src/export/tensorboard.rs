@@ -127,37 +127,37 @@ fn masked_crc(data: &[u8]) -> u32 {
     c.rotate_right(15).wrapping_add(0xa282_ead8)
 }
 
-/// The records of an event file, checked, for tests and readers: each record's bytes.
-pub fn read_records(mut bytes: &[u8]) -> Result<Vec<Vec<u8>>, String> {
-    let mut out = Vec::new();
-    while !bytes.is_empty() {
-        let take = |b: &mut &[u8], n: usize| -> Result<Vec<u8>, String> {
-            if b.len() < n {
-                return Err(format!("a record is cut short ({} bytes left, {n} expected)", b.len()));
-            }
-            let (head, tail) = b.split_at(n);
-            *b = tail;
-            Ok(head.to_vec())
-        };
-        let len_bytes = take(&mut bytes, 8)?;
-        let len_crc = u32::from_le_bytes(take(&mut bytes, 4)?.try_into().unwrap_or_default());
-        if masked_crc(&len_bytes) != len_crc {
-            return Err("a record's length fails its CRC".to_owned());
-        }
-        let len = u64::from_le_bytes(len_bytes.try_into().unwrap_or_default());
-        let data = take(&mut bytes, usize::try_from(len).map_err(|_| "a record is too long")?)?;
-        let data_crc = u32::from_le_bytes(take(&mut bytes, 4)?.try_into().unwrap_or_default());
-        if masked_crc(&data) != data_crc {
-            return Err("a record's data fails its CRC".to_owned());
-        }
-        out.push(data);
-    }
-    Ok(out)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The records of an event file, checked: each record's bytes (what TensorBoard's reader does).
+    fn read_records(mut bytes: &[u8]) -> Result<Vec<Vec<u8>>, String> {
+        let mut out = Vec::new();
+        while !bytes.is_empty() {
+            let take = |b: &mut &[u8], n: usize| -> Result<Vec<u8>, String> {
+                if b.len() < n {
+                    return Err(format!("a record is cut short ({} bytes left, {n} expected)", b.len()));
+                }
+                let (head, tail) = b.split_at(n);
+                *b = tail;
+                Ok(head.to_vec())
+            };
+            let len_bytes = take(&mut bytes, 8)?;
+            let len_crc = u32::from_le_bytes(take(&mut bytes, 4)?.try_into().unwrap_or_default());
+            if masked_crc(&len_bytes) != len_crc {
+                return Err("a record's length fails its CRC".to_owned());
+            }
+            let len = u64::from_le_bytes(len_bytes.try_into().unwrap_or_default());
+            let data = take(&mut bytes, usize::try_from(len).map_err(|_| "a record is too long")?)?;
+            let data_crc = u32::from_le_bytes(take(&mut bytes, 4)?.try_into().unwrap_or_default());
+            if masked_crc(&data) != data_crc {
+                return Err("a record's data fails its CRC".to_owned());
+            }
+            out.push(data);
+        }
+        Ok(out)
+    }
 
     #[test]
     fn the_crc_is_tensorflows() {
