@@ -8,6 +8,7 @@ pub mod capture;
 pub mod cli;
 pub mod commands;
 pub mod mcp;
+pub mod objects;
 pub mod pyrun;
 pub mod report;
 pub mod serve;

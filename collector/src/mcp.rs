@@ -204,7 +204,9 @@ impl Tools {
 
     /// The trace `name` names, read (or taken from the cache) off the async runtime.
     async fn load(&self, name: &str) -> Result<Arc<Trace>, String> {
-        let path = self.traces.resolve(name)?;
+        // Off the runtime: resolving a stored trace may read it from a bucket.
+        let (traces, n) = (self.traces.clone(), name.to_owned());
+        let path = tokio::task::spawn_blocking(move || traces.resolve(&n)).await.map_err(|e| format!("finding {name} failed: {e}"))??;
         let modified = std::fs::metadata(&path).and_then(|m| m.modified()).map_err(|e| format!("cannot read {name}: {e}"))?;
         if let Ok(cache) = self.cache.lock() {
             if let Some((_, _, t)) = cache.iter().find(|(p, m, _)| *p == path && *m == modified) {

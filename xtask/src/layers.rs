@@ -23,7 +23,7 @@ pub const CRATES: [Layers; 7] = [
     Layers { src: "record/src", order: &["layout", "sys", "live", "assemble"] },
     Layers { src: "traceio/src", order: &["read_ahead", "files", "parquet", "text", "plots", "folders"] },
     Layers { src: "capture/src", order: &["capture", "models", "run", "sweep", "tracer", "cli"] },
-    Layers { src: "collector/src", order: &["capture", "report", "verify", "pyrun", "mcp", "serve", "commands", "cli"] },
+    Layers { src: "collector/src", order: &["objects", "capture", "report", "verify", "pyrun", "mcp", "serve", "commands", "cli"] },
     Layers {
         src: "viewer/src",
         order: &["protocol", "widgets", "perf", "http", "charts", "tables", "state", "bridge", "server", "components"],

@@ -415,7 +415,15 @@ fn tidy() -> Result<()> {
     }
     let below_api: Vec<PathBuf> = SERVE_LAYERS[..SERVE_LAYERS.iter().position(|l| *l == "error").unwrap_or(0)]
         .iter()
-        .map(|l| PathBuf::from(format!("collector/src/serve/{l}.rs")))
+        .map(|l| {
+            // A layer is a file or, when it has parts, a folder.
+            let folder = PathBuf::from(format!("collector/src/serve/{l}"));
+            if folder.is_dir() {
+                folder
+            } else {
+                folder.with_extension("rs")
+            }
+        })
         .collect();
     let http = forbidden_code(&below_api.iter().map(PathBuf::as_path).collect::<Vec<_>>(), &["axum", "StatusCode", "hyper"])?;
     if !http.is_empty() {
@@ -467,31 +475,58 @@ const SERVE_LAYERS: [&str; 8] = ["store", "fault", "isolate", "jobs", "state", "
 fn upward_imports(dir: &Path, layers: &[&str]) -> Result<Vec<String>> {
     let mut found = Vec::new();
     for (rank, layer) in layers.iter().enumerate() {
-        let file = dir.join(format!("{layer}.rs"));
-        let text = std::fs::read_to_string(&file).with_context(|| format!("cannot read {}", file.display()))?;
-        for (n, line) in text.lines().enumerate() {
-            let code = line.split("//").next().unwrap_or("");
-            for (i, _) in code.match_indices("super::") {
-                let rest = &code[i + "super::".len()..];
-                let name: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
-                // `super::{a, b}` lists and `super::Item` (the app's re-exports) count too.
-                let names: Vec<String> = if rest.starts_with('{') {
-                    rest[1..rest.find('}').unwrap_or(rest.len())]
-                        .split(',')
-                        .map(|s| s.trim().split("::").next().unwrap_or("").to_owned())
-                        .collect()
-                } else {
-                    vec![name]
+        // A layer is `<layer>.rs`, or a folder whose `mod.rs` names the other layers as
+        // `super::` and whose parts as `super::super::`.
+        let folder = dir.join(layer);
+        let files: Vec<(PathBuf, &str)> = if folder.is_dir() {
+            rust_files(&folder)?
+                .into_iter()
+                .map(|f| {
+                    let prefix = if f.file_name().is_some_and(|n| n == "mod.rs") { "super::" } else { "super::super::" };
+                    (f, prefix)
+                })
+                .collect()
+        } else {
+            vec![(dir.join(format!("{layer}.rs")), "super::")]
+        };
+        for (file, prefix) in files {
+            found.extend(upward_lines(&file, prefix, layer, rank, layers)?);
+        }
+    }
+    Ok(found)
+}
+
+/// The lines of `file` (part of serve layer `layer`, at `rank`) that import a layer above it
+/// through `prefix` (`super::`, or `super::super::` from a layer folder's part).
+fn upward_lines(file: &Path, prefix: &str, layer: &str, rank: usize, layers: &[&str]) -> Result<Vec<String>> {
+    let mut found = Vec::new();
+    let text = std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
+    for (n, line) in text.lines().enumerate() {
+        let code = line.split("//").next().unwrap_or("");
+        for (i, _) in code.match_indices(prefix) {
+            // `super::super::x` read with the `super::` prefix is `super`, not a layer.
+            if prefix == "super::" && code[i + prefix.len()..].starts_with("super::") {
+                continue;
+            }
+            let rest = &code[i + prefix.len()..];
+            let name: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+            // `super::{a, b}` lists and `super::Item` (the app's re-exports) count too.
+            let names: Vec<String> = if rest.starts_with('{') {
+                rest[1..rest.find('}').unwrap_or(rest.len())]
+                    .split(',')
+                    .map(|s| s.trim().split("::").next().unwrap_or("").to_owned())
+                    .collect()
+            } else {
+                vec![name]
+            };
+            for name in names {
+                let above = match layers.iter().position(|l| *l == name) {
+                    Some(r) => r > rank,
+                    // Not a layer: an item of mod.rs (the app), which is above every layer.
+                    None => !name.is_empty() && name != "super",
                 };
-                for name in names {
-                    let above = match layers.iter().position(|l| *l == name) {
-                        Some(r) => r > rank,
-                        // Not a layer: an item of mod.rs (the app), which is above every layer.
-                        None => !name.is_empty() && name != "super",
-                    };
-                    if above {
-                        found.push(format!("{}:{}: {layer} uses super::{name}", file.display(), n + 1));
-                    }
+                if above {
+                    found.push(format!("{}:{}: {layer} uses {prefix}{name}", file.display(), n + 1));
                 }
             }
         }

@@ -12,9 +12,17 @@ pub struct ServeArgs {
     /// Port (0 picks a free one).
     #[arg(long, default_value_t = 8000)]
     pub port: u16,
-    /// Where traces are stored [default: $XDG_DATA_HOME/memory-tracer or ~/.local/share/memory-tracer].
+    /// Where traces are stored, or with --store this server's own folder (its lock, temporary
+    /// files and cache: two servers on one machine take two) [default: $XDG_DATA_HOME/memory-tracer
+    /// or ~/.local/share/memory-tracer].
     #[arg(long)]
     pub data_dir: Option<PathBuf>,
+    /// Keep the traces in object storage that several servers share: s3://BUCKET/PREFIX
+    /// (credentials, endpoint and region from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
+    /// AWS_ENDPOINT_URL, AWS_REGION), gs://BUCKET/PREFIX, az://CONTAINER/PREFIX or
+    /// file:///PATH. Servers given the same URL see the same traces.
+    #[arg(long, value_name = "URL", env = "MEMORY_TRACER_STORE")]
+    pub store: Option<String>,
     /// Device of requests that name none: cpu, cuda or cuda:N [default: the first GPU if there
     /// is one, else the CPU].
     #[arg(long)]
@@ -111,6 +119,7 @@ pub struct ServeArgs {
 pub fn serve_command(a: ServeArgs) -> anyhow::Result<()> {
     use crate::serve::{self, api, ServeConfig};
     let mut config = ServeConfig::new(a.data_dir.unwrap_or_else(serve::default_data_dir));
+    config.store = a.store.filter(|s| !s.is_empty());
     config.device = a.device;
     config.token = match &a.token_file {
         Some(path) => {
@@ -147,7 +156,6 @@ pub fn serve_command(a: ServeArgs) -> anyhow::Result<()> {
     if let Some(p) = a.python {
         config.python = p;
     }
-    let data_dir = config.data_dir.clone();
     let token = config.token.clone();
     let (host, port, open, trace, show_token) = (a.host, a.port, a.open, a.trace, a.show_token);
     if let Some(m) = &trace {
@@ -183,7 +191,7 @@ pub fn serve_command(a: ServeArgs) -> anyhow::Result<()> {
             }
         };
         let url = url_with(token.as_deref());
-        eprintln!("Memory Tracer is serving {} on {addr}", data_dir.display());
+        eprintln!("Memory Tracer is serving {} on {addr}", state.store.location());
         match &token {
             Some(_) if !show_token => {
                 eprintln!("  viewer:   {} (add token=<your token> to the query; --show-token prints it)", url_with(None))

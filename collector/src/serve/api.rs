@@ -15,6 +15,13 @@ use futures_util::StreamExt;
 use protocol::*;
 use std::sync::Arc;
 
+/// Stored trace `id`, read off the runtime (a bucket store asks the bucket); 404 when there is
+/// none.
+async fn find_stored(state: &Arc<AppState>, id: &str) -> Result<StoredTrace, ApiError> {
+    let (st, id) = (state.clone(), id.to_owned());
+    blocking(move || st.store.get(&id).map_err(ApiError::from)).await
+}
+
 /// `POST /api/trace/live`: registers a trace recorded outside the server; followers of
 /// `/api/trace/{id}/events` see what its recorder posts to `/api/trace/live/{id}`, and it ends
 /// when the recorder uploads the trace with `?trace_id={id}` (or posts an `error` line).
@@ -74,7 +81,7 @@ pub async fn leaks(
     State(state): State<Arc<AppState>>,
     Path(trace_id): Path<String>,
 ) -> Result<axum::Json<shared::analysis::leaks::LeakReport>, ApiError> {
-    let stored = state.store.get(&trace_id).ok_or_else(|| ApiError::trace_not_found(&trace_id))?;
+    let stored = find_stored(&state, &trace_id).await?;
     // Stored traces load in-process (they passed the limited import), a bounded number at once.
     let slot = state.isolation.slot().await?;
     let st = state.clone();
@@ -96,10 +103,16 @@ pub async fn trace_diff(
     State(state): State<Arc<AppState>>,
     ApiJson(req): ApiJson<DiffRequest>,
 ) -> Result<axum::Json<shared::analysis::diff::TraceDiff>, ApiError> {
-    let find = |id: &str, name: &str| {
-        state.store.get(id).ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, format!("Trace {id} not found (field `{name}`)")))
+    let find = |id: String, name: &'static str| {
+        let st = state.clone();
+        blocking(move || {
+            st.store.get(&id).map_err(|e| match e {
+                StoreError::NotFound(_) => ApiError::new(StatusCode::NOT_FOUND, format!("Trace {id} not found (field `{name}`)")),
+                e => ApiError::from(e),
+            })
+        })
     };
-    let (a, b) = (find(&req.a, "a")?, find(&req.b, "b")?);
+    let (a, b) = (find(req.a.clone(), "a").await?, find(req.b.clone(), "b").await?);
     let slot = state.isolation.slot().await?;
     let st = state.clone();
     let diff = blocking(move || -> Result<_, ApiError> {
@@ -321,9 +334,10 @@ pub async fn trace_export(
         let names: Vec<&str> = ExportFormat::ALL.iter().map(|f| f.name()).collect();
         field("format", format!("unknown format `{}`; expected one of: {}", req.format, names.join(", ")))
     })?;
-    let stored = state.store.get(&req.trace_id).ok_or_else(|| ApiError::trace_not_found(&req.trace_id))?;
+    let stored = find_stored(&state, &req.trace_id).await?;
     let name = format.name();
-    let existing = state.store.existing_export(&stored.trace_id, name);
+    let (st, id) = (state.clone(), stored.trace_id.clone());
+    let existing = blocking(move || st.store.existing_export(&id, name).map_err(ApiError::from)).await?;
     let export = match existing {
         Some(e) => e,
         None => {
@@ -333,17 +347,16 @@ pub async fn trace_export(
             let tmp = state.store.temp_path(&file);
             // Removed if this request is dropped (its client went away) before the export is stored.
             let _tmp_guard = state.store.temp_guard(&tmp);
-            let written =
-                state.isolation.export(&slot, &state.store.trace_path(&stored), name, &tmp, state.config.max_decompressed_bytes).await;
+            let (st, t) = (state.clone(), stored.clone());
+            let source = blocking(move || st.store.trace_path(&t).map_err(ApiError::from)).await?;
+            let written = state.isolation.export(&slot, &source, name, &tmp, state.config.max_decompressed_bytes).await;
             drop(slot);
             if let Err(e) = written {
                 let _ = tokio::fs::remove_file(&tmp).await;
                 // Deleted while the worker read it: that is why it failed.
-                return Err(if state.store.get(&stored.trace_id).is_none() {
-                    ApiError::trace_not_found(&stored.trace_id)
-                } else {
-                    e.into()
-                });
+                let (st, id) = (state.clone(), stored.trace_id.clone());
+                let gone = blocking(move || Ok::<_, ApiError>(matches!(st.store.get(&id), Err(StoreError::NotFound(_))))).await?;
+                return Err(if gone { ApiError::trace_not_found(&stored.trace_id) } else { e.into() });
             }
             let st = state.clone();
             blocking(move || st.store.add_export(&stored.trace_id, name, file, &tmp).map_err(ApiError::from)).await?
@@ -403,22 +416,26 @@ pub async fn download(State(state): State<Arc<AppState>>, Path(file): Path<Strin
 
 /// List the stored traces.
 #[utoipa::path(get, path = "/api/trace/list", tag = "traces", responses((status = 200, body = ListResponse), (status = 401, body = ErrorBody)))]
-pub async fn list(State(state): State<Arc<AppState>>) -> axum::Json<ListResponse> {
+pub async fn list(State(state): State<Arc<AppState>>) -> Result<axum::Json<ListResponse>, ApiError> {
     // Rows only: the sidecars' layer statistics are not copied per request.
-    let traces = state.store.map_all(|t| TraceRow {
-        trace_id: t.trace_id.clone(),
-        model_name: t.info.model_name.clone(),
-        origin: t.origin,
-        original_name: t.original_name.clone(),
-        created_unix_ms: t.created_unix_ms,
-        file_size_bytes: t.file_size_bytes,
-        total_events: t.info.total_events,
-        peak_allocated_bytes: t.info.peak_allocated_bytes,
-        peak_reserved_bytes: t.info.peak_reserved_bytes,
-        device: t.info.device.clone(),
-        source_format: t.info.source_format.clone(),
-    });
-    axum::Json(ListResponse { active_traces: traces.iter().map(|t| t.trace_id.clone()).collect(), count: traces.len(), traces })
+    let st = state.clone();
+    let rows = move || {
+        st.store.map_all(|t| TraceRow {
+            trace_id: t.trace_id.clone(),
+            model_name: t.info.model_name.clone(),
+            origin: t.origin,
+            original_name: t.original_name.clone(),
+            created_unix_ms: t.created_unix_ms,
+            file_size_bytes: t.file_size_bytes,
+            total_events: t.info.total_events,
+            peak_allocated_bytes: t.info.peak_allocated_bytes,
+            peak_reserved_bytes: t.info.peak_reserved_bytes,
+            device: t.info.device.clone(),
+            source_format: t.info.source_format.clone(),
+        })
+    };
+    let traces = blocking(move || rows().map_err(ApiError::from)).await?;
+    Ok(axum::Json(ListResponse { active_traces: traces.iter().map(|t| t.trace_id.clone()).collect(), count: traces.len(), traces }))
 }
 
 /// Delete a stored trace, its exports and files.
@@ -627,7 +644,7 @@ pub async fn events(State(state): State<Arc<AppState>>, Path(trace_id): Path<Str
         let stream = futures_util::stream::iter(history).chain(live).map(to_sse);
         return Ok(Sse::new(stream).keep_alive(KeepAlive::default()).into_response());
     }
-    let t = state.store.get(&trace_id).ok_or_else(|| ApiError::trace_not_found(&trace_id))?;
+    let t = find_stored(&state, &trace_id).await?;
     let done = JobEvent::Live(LiveEvent::Done { trace: TraceResponse::from(&t) });
     Ok(Sse::new(futures_util::stream::iter([done]).map(to_sse)).into_response())
 }
@@ -671,7 +688,7 @@ pub async fn advice(
     query: Result<Query<AdviceQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<axum::Json<shared::analysis::advice::AdviceReport>, ApiError> {
     let Query(q) = query.map_err(|e| ApiError::unprocessable(format!("invalid query: {}", e.body_text())))?;
-    let stored = state.store.get(&trace_id).ok_or_else(|| ApiError::trace_not_found(&trace_id))?;
+    let stored = find_stored(&state, &trace_id).await?;
     let budget = match q.budget.as_deref() {
         Some(text) => Some(shared::units::parse_size(text).map_err(|e| ApiError::unprocessable(format!("query parameter `budget`: {e}")))?),
         None => None,
@@ -691,7 +708,7 @@ pub async fn advice(
 /// The explorer session of stored trace `trace_id`: the open one, else imported now (in an
 /// import slot, off the runtime).
 async fn explored(state: &Arc<AppState>, trace_id: &str) -> Result<Arc<super::state::Explored>, ApiError> {
-    let stored = state.store.get(trace_id).ok_or_else(|| ApiError::trace_not_found(trace_id))?;
+    let stored = find_stored(state, trace_id).await?;
     if let Some(e) = state.sessions.get(trace_id) {
         return Ok(e);
     }

@@ -46,6 +46,10 @@ impl From<super::store::StoreError> for Fault {
             StoreError::TooLarge { .. } => Self::TooLarge(e.to_string()),
             StoreError::Exists(_) => Self::Conflict(e.to_string()),
             StoreError::Io { .. } | StoreError::Locked { .. } => Self::internal("the trace store", e),
+            StoreError::Backend(why) => {
+                eprintln!("collector serve: the trace store's bucket failed: {why}");
+                Self::Unavailable(format!("the trace store's bucket did not answer as expected ({why}); retry"))
+            }
         }
     }
 }

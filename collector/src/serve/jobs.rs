@@ -367,8 +367,12 @@ impl Jobs {
             jobs.finish(j, result);
             // A delete or eviction between the trace's insert and `finish` found no finished
             // job to forget: its followers would be told of a trace that is gone.
-            if stored && jobs.store.get(&id).is_none() {
-                jobs.forget(&id);
+            if stored {
+                let (store, id2) = (jobs.store.clone(), id.clone());
+                let gone = tokio::task::spawn_blocking(move || matches!(store.get(&id2), Err(StoreError::NotFound(_))));
+                if gone.await.unwrap_or(false) {
+                    jobs.forget(&id);
+                }
             }
         });
         Ok(job)
@@ -544,6 +548,7 @@ async fn run_child(jobs: &Arc<Jobs>, exe: &std::path::Path, job: &Arc<Job>) -> R
     blocking(move || {
         let (stored, evicted) = js.store.insert(&id, Origin::Traced, None, &out, ".mtrace.json", info).map_err(|e| match e {
             StoreError::TooLarge { .. } => Fault::Rejected(e.to_string()),
+            e @ StoreError::Backend(_) => Fault::from(e),
             e => Fault::internal("cannot store the trace", e),
         })?;
         for e in evicted {

@@ -142,10 +142,13 @@ struct StoredTraces(Arc<AppState>);
 
 impl crate::mcp::Traces for StoredTraces {
     fn resolve(&self, trace: &str) -> Result<std::path::PathBuf, String> {
-        let t = self.0.store.get(trace).ok_or_else(|| {
-            format!("no stored trace `{trace}` on this server (GET /api/trace/list lists them; this server reads no paths)")
+        let t = self.0.store.get(trace).map_err(|e| match e {
+            store::StoreError::NotFound(_) => {
+                format!("no stored trace `{trace}` on this server (GET /api/trace/list lists them; this server reads no paths)")
+            }
+            e => e.to_string(),
         })?;
-        Ok(self.0.store.trace_path(&t))
+        self.0.store.trace_path(&t).map_err(|e| e.to_string())
     }
 }
 
@@ -337,7 +340,8 @@ pub async fn serve(host: &str, port: u16, config: ServeConfig, on_ready: impl Fn
     if !is_loopback(host) && config.token.is_none() {
         anyhow::bail!("binding {host} exposes the server to the network: give a token (--token-file FILE, or MEMORY_TRACER_TOKEN) so every API call needs `Authorization: Bearer <token>`");
     }
-    let state = AppState::new(config)?;
+    // Off the runtime: opening a bucket store asks the bucket.
+    let state = tokio::task::spawn_blocking(move || AppState::new(config)).await.context("opening the server's state failed")??;
     let listener = tokio::net::TcpListener::bind((host, port)).await.with_context(|| format!("cannot listen on {host}:{port}"))?;
     let addr = listener.local_addr()?;
     on_ready(addr, &state);

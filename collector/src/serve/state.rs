@@ -32,7 +32,12 @@ impl Default for Caps {
 /// Everything `collector serve` is told.
 #[derive(Clone, Debug)]
 pub struct ServeConfig {
+    /// The server's own folder: the traces (without `store`), its lock, temporary files and
+    /// (with `store`) its cache of the bucket.
     pub data_dir: PathBuf,
+    /// Object storage shared by several servers (`s3://BUCKET/PREFIX`, `gs://`, `az://`,
+    /// `file://`) that holds the traces instead of `data_dir`.
+    pub store: Option<String>,
     /// The default device (`cpu`, `cuda:N`); `None`: the first GPU if there is one, else the CPU.
     pub device: Option<String>,
     /// Bearer token every API route requires (required for non-loopback binds).
@@ -88,6 +93,7 @@ impl ServeConfig {
     pub fn new(data_dir: PathBuf) -> Self {
         Self {
             data_dir,
+            store: None,
             device: None,
             token: None,
             cors_origins: Vec::new(),
@@ -201,11 +207,11 @@ impl AppState {
             None if cuda_devices > 0 => "cuda:0".into(),
             None => "cpu".into(),
         };
-        let store = store::Store::open(
-            &config.data_dir,
-            store::StoreLimits { max_traces: config.max_traces.max(1), max_bytes: config.max_store_bytes },
-        )
-        .with_context(|| format!("cannot open the trace store in {}", config.data_dir.display()))?;
+        let limits = store::StoreLimits { max_traces: config.max_traces.max(1), max_bytes: config.max_store_bytes };
+        let store = store::Store::open(&config.data_dir, config.store.as_deref(), limits).with_context(|| match &config.store {
+            Some(url) => format!("cannot open the trace store {url} (with {} as this server's folder)", config.data_dir.display()),
+            None => format!("cannot open the trace store in {}", config.data_dir.display()),
+        })?;
         let collector = match &config.collector_exe {
             Some(p) => p.clone(),
             None => std::env::current_exe().context("cannot find this collector's binary to run traces and imports with")?,
@@ -288,7 +294,7 @@ impl AppState {
         if let Some(e) = self.sessions.get(&t.trace_id) {
             return Ok(e);
         }
-        let path = self.store.trace_path(t);
+        let path = self.store.trace_path(t)?;
         let file = std::fs::File::open(&path).map_err(|e| Fault::internal("cannot read a stored trace", e))?;
         let size = file.metadata().map(|m| m.len()).unwrap_or(0);
         let name = t.original_name.clone().unwrap_or_else(|| t.file.clone());
@@ -305,7 +311,7 @@ impl AppState {
 
     /// Reads a stored trace back.
     pub fn load(&self, t: &protocol::StoredTrace) -> Result<shared::Trace, Fault> {
-        traceio::files::load_trace(&self.store.trace_path(t), &self.import_options())
+        traceio::files::load_trace(&self.store.trace_path(t)?, &self.import_options())
             .map_err(|e| Fault::internal("cannot read a stored trace", e))
     }
 }

@@ -21,43 +21,12 @@
 //! most `max_traces` traces and `max_bytes` bytes (traces and exports); a new trace is
 //! committed first, then the oldest traces are evicted, with their exports, until both hold.
 
+use super::{io, is_plain_name, is_trace_file_of, now_ms, trace_file_name, Local, StoreError, StoreLimits, SIDECAR_SUFFIX};
 use protocol::{ExportFile, Origin, StoredTrace, TraceInfo};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
-
-/// Limits of the store.
-#[derive(Clone, Copy, Debug)]
-pub struct StoreLimits {
-    pub max_traces: usize,
-    pub max_bytes: u64,
-}
-
-/// Why a store operation failed.
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    #[error("Trace {0} not found")]
-    NotFound(String),
-    #[error("the trace is {size} bytes, more than the store's limit of {max} bytes (--max-store-mb)")]
-    TooLarge { size: u64, max: u64 },
-    /// A second insert of the same id (two uploads completing one live trace).
-    #[error("Trace {0} is already stored")]
-    Exists(String),
-    #[error("another `collector serve`{holder} is using this data directory; stop it or pass another --data-dir: {path} is locked")]
-    Locked { holder: String, path: PathBuf },
-    #[error("{context}: {source}")]
-    Io { context: String, source: std::io::Error },
-}
-
-fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> StoreError {
-    let context = context.into();
-    move |source| StoreError::Io { context, source }
-}
-
-/// The suffix of sidecars; no trace file name ends with it.
-const SIDECAR_SUFFIX: &str = ".meta.json";
+use std::sync::{Arc, Mutex};
 
 #[derive(Debug, Default)]
 struct Index {
@@ -69,23 +38,15 @@ struct Index {
     last_ms: u64,
 }
 
-/// The store. All methods do blocking file I/O: call them off the async runtime.
+/// The store in a folder. All methods do blocking file I/O: call them off the async runtime.
 #[derive(Debug)]
-pub struct Store {
+pub struct Disk {
+    local: Arc<Local>,
     traces_dir: PathBuf,
     exports_dir: PathBuf,
-    tmp_dir: PathBuf,
     quarantine_dir: PathBuf,
     limits: StoreLimits,
     index: Mutex<Index>,
-    tmp_counter: AtomicU64,
-    /// `<pid>.<ms at open>`, the start of this process's temporary names: a child of an
-    /// earlier server that was killed (an export worker, a trace) may still write its file in
-    /// `tmp/`, and never under a name this server hands out.
-    session: String,
-    /// The open lock file, locked (flock) for the store's life: one server per folder. The
-    /// kernel releases it when the process ends, however it ends.
-    _lock: std::fs::File,
 }
 
 /// `trace_<ms>` → ms.
@@ -102,35 +63,6 @@ fn leading_millis(name: &str) -> Option<u64> {
     let rest = name.strip_prefix("trace_")?;
     let end = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
     id_millis(&name[..6 + end])
-}
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
-}
-
-/// A plain file name the store may have written: ASCII letters, digits, `_`, `-`, `.`; no
-/// leading dot; no separators. Everything else (`..`, `/`, `%2F` decoded, NUL) is refused.
-pub(crate) fn is_plain_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 200
-        && !name.starts_with('.')
-        && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
-}
-
-/// The trace file of `id` with extension `ext` (`.pickle`, `.json.gz`, ... from the client):
-/// an extension that is not plain, or that would make the name a sidecar's (`.meta.json`, in
-/// any case), becomes `.upload`. Ids are `trace_<digits>` and extensions start with a dot, so
-/// no trace file can be another trace's file or sidecar either.
-fn trace_file_name(id: &str, ext: &str) -> String {
-    let plain = ext.strip_prefix('.').is_some_and(|e| is_plain_name(e) && !e.contains(".."));
-    let ext = if ext.is_empty() || (plain && !ext.to_ascii_lowercase().ends_with(SIDECAR_SUFFIX)) { ext } else { ".upload" };
-    format!("{id}{ext}")
-}
-
-/// Whether `file` may be trace `id`'s file: `<id>` or `<id>.<plain>`, not a sidecar.
-fn is_trace_file_of(id: &str, file: &str) -> bool {
-    let plain = is_plain_name(file) && !file.to_ascii_lowercase().ends_with(SIDECAR_SUFFIX);
-    plain && file.strip_prefix(id).is_some_and(|ext| ext.is_empty() || ext.starts_with('.'))
 }
 
 fn sidecar_name(id: &str) -> String {
@@ -156,72 +88,28 @@ fn remove_if_there(path: &Path) -> std::io::Result<()> {
     }
 }
 
-/// Removes a temporary file when dropped, wherever the code holding it stops: a request
-/// handler is dropped when its client goes away mid-upload, and its file must not stay in
-/// `tmp/` until the next start. Removing a file that was moved into the store does nothing.
-#[derive(Debug)]
-pub struct TempGuard(PathBuf);
-
-impl Drop for TempGuard {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
-
-impl Store {
-    /// Opens (creating) the store in `root`, locks it, and reads back what it holds.
-    pub fn open(root: &Path, limits: StoreLimits) -> Result<Self, StoreError> {
-        std::fs::create_dir_all(root).map_err(io(format!("cannot create {}", root.display())))?;
-        let lock = Self::lock(root)?;
+impl Disk {
+    /// Opens (creating) the store in `root` (locked, its `tmp/` emptied: `local`) and reads
+    /// back what it holds.
+    pub fn open(root: &Path, local: Arc<Local>, limits: StoreLimits) -> Result<Self, StoreError> {
         let store = Self {
+            local,
             traces_dir: root.join("traces"),
             exports_dir: root.join("exports"),
-            tmp_dir: root.join("tmp"),
             quarantine_dir: root.join("quarantine"),
             limits,
             index: Mutex::new(Index::default()),
-            tmp_counter: AtomicU64::new(0),
-            session: format!("{}.{}", std::process::id(), now_ms()),
-            _lock: lock,
         };
-        for d in [&store.traces_dir, &store.exports_dir, &store.tmp_dir, &store.quarantine_dir] {
+        for d in [&store.traces_dir, &store.exports_dir, &store.quarantine_dir] {
             std::fs::create_dir_all(d).map_err(io(format!("cannot create {}", d.display())))?;
         }
         sync_dir(root).map_err(io(format!("cannot sync {}", root.display())))?;
-        // Half-written files of a previous run (aborted uploads, exports, traces).
-        store.clear_tmp();
         let mut index = store.recover()?;
         // A crash between an insert's commit and the evictions it causes leaves the store over
         // its limits: the evictions happen now, oldest first, as they would have.
         store.evict(&mut index, u64::MAX);
         *store.index() = index;
         Ok(store)
-    }
-
-    /// Takes `root/lock` (flock, not blocking) and writes this process's id in it.
-    fn lock(root: &Path) -> Result<std::fs::File, StoreError> {
-        let path = root.join("lock");
-        let mut f = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .map_err(io(format!("cannot open {}", path.display())))?;
-        match f.try_lock() {
-            Ok(()) => {}
-            Err(std::fs::TryLockError::WouldBlock) => {
-                let pid = std::fs::read_to_string(&path).unwrap_or_default();
-                let pid = pid.trim();
-                let holder =
-                    if !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()) { format!(" (pid {pid})") } else { String::new() };
-                return Err(StoreError::Locked { holder, path });
-            }
-            Err(std::fs::TryLockError::Error(e)) => return Err(io(format!("cannot lock {}", path.display()))(e)),
-        }
-        // Only a hint for the message above; the lock is what counts.
-        let _ = f.set_len(0).and_then(|()| writeln!(f, "{}", std::process::id()));
-        Ok(f)
     }
 
     /// Reads the sidecars back; removes what unfinished operations left and moves what cannot
@@ -336,38 +224,10 @@ impl Store {
         format!("trace_{ms}")
     }
 
-    /// Removes everything in `tmp/` (files being written when the server stops).
-    pub fn clear_tmp(&self) {
-        for e in std::fs::read_dir(&self.tmp_dir).into_iter().flatten().flatten() {
-            let path = e.path();
-            if e.file_type().is_ok_and(|t| t.is_dir()) {
-                let _ = std::fs::remove_dir_all(&path);
-            } else {
-                let _ = std::fs::remove_file(&path);
-            }
-        }
-    }
-
-    /// A path in the store's temporary folder (same file system as the store: renames are
-    /// atomic). The caller removes it, or holds a [`Store::temp_guard`] that does.
-    pub fn temp_path(&self, hint: &str) -> PathBuf {
-        let n = self.tmp_counter.fetch_add(1, Ordering::Relaxed);
-        self.tmp_dir.join(format!("{}-{n}-{hint}", self.session))
-    }
-
-    /// Removes the temporary file `path` when dropped (see [`TempGuard`]).
-    pub fn temp_guard(&self, path: &Path) -> TempGuard {
-        TempGuard(path.to_owned())
-    }
-
     /// How many traces and bytes the store holds.
     pub fn usage(&self) -> (usize, u64) {
         let index = self.index();
         (index.traces.len(), index.bytes)
-    }
-
-    pub fn limits(&self) -> StoreLimits {
-        self.limits
     }
 
     /// Moves `tmp` (written by the caller in [`Store::temp_path`]) into the store as trace
@@ -456,7 +316,7 @@ impl Store {
 
     /// Writes `bytes` to `dest` through a synced temporary file, a rename and a synced folder.
     fn write_atomic(&self, dest: &Path, bytes: &[u8]) -> Result<(), StoreError> {
-        let tmp = self.temp_path("sidecar");
+        let tmp = self.local.temp_path("sidecar");
         let written = (|| {
             let mut f = std::fs::File::create(&tmp)?;
             f.write_all(bytes)?;
@@ -490,9 +350,9 @@ impl Store {
         Ok(())
     }
 
-    pub fn get(&self, id: &str) -> Option<StoredTrace> {
-        let ms = id_millis(id)?;
-        self.index().traces.get(&ms).cloned()
+    pub fn get(&self, id: &str) -> Result<StoredTrace, StoreError> {
+        let found = id_millis(id).and_then(|ms| self.index().traces.get(&ms).cloned());
+        found.ok_or_else(|| StoreError::NotFound(id.to_owned()))
     }
 
     /// `f` of every stored trace, oldest first.
@@ -528,14 +388,9 @@ impl Store {
         Ok(index.traces.len())
     }
 
-    /// The export file name of trace `id` in `format` (`suffix` such as `speedscope.json`).
-    pub fn export_name(id: &str, suffix: &str) -> String {
-        format!("{id}.{suffix}")
-    }
-
     /// The export already made, if any.
-    pub fn existing_export(&self, id: &str, format: &str) -> Option<ExportFile> {
-        self.get(id)?.exports.get(format).cloned()
+    pub fn existing_export(&self, id: &str, format: &str) -> Result<Option<ExportFile>, StoreError> {
+        Ok(self.get(id)?.exports.get(format).cloned())
     }
 
     /// Moves `tmp` into the exports as trace `id`'s `format` export named `file`, durably.
@@ -590,14 +445,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn plain_names_refuse_traversal() {
-        for bad in ["..", "../x", "a/b", "/etc/passwd", ".hidden", "a\\b", "a\0b", "", "%2e%2e"] {
-            assert!(!is_plain_name(bad), "{bad:?} accepted");
-        }
-        assert!(is_plain_name("trace_1.speedscope.json"));
-    }
-
-    #[test]
     fn ids_parse() {
         assert_eq!(id_millis("trace_123"), Some(123));
         for bad in ["trace_", "trace_12a", "trace_-1", "x_1", "trace_1.json"] {
@@ -605,21 +452,6 @@ mod tests {
         }
         assert_eq!(leading_millis("trace_123.meta.json"), Some(123));
         assert_eq!(leading_millis("trace_.pickle"), None);
-    }
-
-    #[test]
-    fn trace_files_never_alias_a_sidecar() {
-        assert_eq!(trace_file_name("trace_1", ".pickle"), "trace_1.pickle");
-        assert_eq!(trace_file_name("trace_1", ".json.gz"), "trace_1.json.gz");
-        assert_eq!(trace_file_name("trace_1", ""), "trace_1");
-        for bad in [".meta.json", ".META.JSON", ".x.meta.json", "..", ".", "./x", "x", "/../a", ".a..b"] {
-            let name = trace_file_name("trace_1", bad);
-            assert_eq!(name, "trace_1.upload", "{bad:?}");
-        }
-        assert!(is_trace_file_of("trace_1", "trace_1.pickle") && is_trace_file_of("trace_1", "trace_1"));
-        for bad in ["trace_1.meta.json", "trace_12.pickle", "trace_2.pickle", "../trace_1", "trace_1/x"] {
-            assert!(!is_trace_file_of("trace_1", bad), "{bad}");
-        }
     }
 
     fn info() -> TraceInfo {
@@ -648,7 +480,7 @@ mod tests {
         let _ = std::fs::remove_dir_all(&root);
         let mut ids = Vec::new();
         {
-            let store = Store::open(&root, StoreLimits { max_traces: 10, max_bytes: u64::MAX }).unwrap();
+            let store = crate::serve::store::Store::open(&root, None, StoreLimits { max_traces: 10, max_bytes: u64::MAX }).unwrap();
             for _ in 0..4 {
                 let id = store.new_id();
                 let tmp = store.temp_path("t");
@@ -657,10 +489,10 @@ mod tests {
                 ids.push(id);
             }
         }
-        let store = Store::open(&root, StoreLimits { max_traces: 3, max_bytes: u64::MAX }).unwrap();
-        let kept: Vec<String> = store.map_all(|t| t.trace_id.clone());
+        let store = crate::serve::store::Store::open(&root, None, StoreLimits { max_traces: 3, max_bytes: u64::MAX }).unwrap();
+        let kept: Vec<String> = store.map_all(|t| t.trace_id.clone()).unwrap();
         assert_eq!(kept, ids[1..].to_vec(), "the oldest goes");
-        assert!(store.get(&ids[0]).is_none());
+        assert!(store.get(&ids[0]).is_err());
         let files = std::fs::read_dir(root.join("traces")).unwrap().count();
         assert_eq!(files, 2 * 3, "its files went with it");
         let _ = std::fs::remove_dir_all(&root);
