@@ -132,39 +132,65 @@ fn retry() -> object_store::RetryConfig {
 /// Opens the bucket of `url` (`s3://BUCKET/PREFIX`, `gs://`, `az://`, `file:///PATH`), its
 /// credentials from the environment. Nothing is sent yet: [`Bucket::check`] does that.
 pub fn open(url: &str) -> Result<Bucket, ObjectError> {
+    let env: Vec<(String, String)> =
+        std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))).collect();
+    open_with(url, &env)
+}
+
+/// [`open`] with `env` as the environment (the `AWS_*`, `GOOGLE_*` and `AZURE_*` variables are
+/// read from it).
+pub fn open_with(url: &str, env: &[(String, String)]) -> Result<Bucket, ObjectError> {
     let bad = |why: &str| ObjectError::Config(format!("{url}: {why}"));
+    let var = |name: &str| env.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
+    // The variables of one backend, as `from_env` reads them, but from `env`.
+    let configs =
+        |start: &'static str| env.iter().filter(move |(k, _)| k.starts_with(start)).map(|(k, v)| (k.to_ascii_lowercase(), v.clone()));
     let parsed =
         url::Url::parse(url).map_err(|e| bad(&format!("not a URL ({e}); expected s3://BUCKET/PREFIX, gs://, az:// or file:///PATH")))?;
     let (scheme, store): (Scheme, Arc<dyn ObjectStore>) = match parsed.scheme() {
         "s3" | "s3a" => {
-            let endpoint = ["AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_ENDPOINT"].iter().find_map(|v| std::env::var(v).ok());
-            let mut b = object_store::aws::AmazonS3Builder::from_env()
-                .with_url(url)
-                .with_retry(retry())
-                .with_conditional_put(object_store::aws::S3ConditionalPut::ETagMatch);
+            let mut b = object_store::aws::AmazonS3Builder::new();
+            for (k, v) in configs("AWS_") {
+                if let Ok(key) = k.parse() {
+                    b = b.with_config(key, v);
+                }
+            }
+            b = b.with_url(url).with_retry(retry()).with_conditional_put(object_store::aws::S3ConditionalPut::ETagMatch);
+            let endpoint = ["AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_ENDPOINT"].iter().find_map(|v| var(v));
             if let Some(e) = endpoint.filter(|e| e.starts_with("http://")) {
                 // An endpoint the user gave as plain HTTP (a server on premises, a test's).
                 b = b.with_endpoint(e).with_allow_http(true);
             }
-            if std::env::var_os("AWS_REGION").is_none() && std::env::var_os("AWS_DEFAULT_REGION").is_none() {
+            if var("AWS_REGION").is_none() && var("AWS_DEFAULT_REGION").is_none() {
                 b = b.with_region("us-east-1");
             }
             (Scheme::S3, Arc::new(b.build().map_err(|e| bad(&format!("{e}; {}", Scheme::S3.credentials_hint())))?))
         }
         "gs" => {
-            let b = object_store::gcp::GoogleCloudStorageBuilder::from_env().with_url(url).with_retry(retry());
+            let mut b = object_store::gcp::GoogleCloudStorageBuilder::new();
+            for (k, v) in configs("GOOGLE_") {
+                if let Ok(key) = k.parse() {
+                    b = b.with_config(key, v);
+                }
+            }
+            let b = b.with_url(url).with_retry(retry());
             (Scheme::Gcs, Arc::new(b.build().map_err(|e| bad(&format!("{e}; {}", Scheme::Gcs.credentials_hint())))?))
         }
         "az" | "azure" | "abfs" | "abfss" => {
-            let b = object_store::azure::MicrosoftAzureBuilder::from_env().with_url(url).with_retry(retry());
+            let mut b = object_store::azure::MicrosoftAzureBuilder::new();
+            for (k, v) in configs("AZURE_") {
+                if let Ok(key) = k.parse() {
+                    b = b.with_config(key, v);
+                }
+            }
+            let b = b.with_url(url).with_retry(retry());
             (Scheme::Azure, Arc::new(b.build().map_err(|e| bad(&format!("{e}; {}", Scheme::Azure.credentials_hint())))?))
         }
         "file" => {
             let dir = parsed.to_file_path().map_err(|()| bad("expected file:///ABSOLUTE/PATH"))?;
             std::fs::create_dir_all(&dir).map_err(|e| bad(&format!("cannot create {}: {e}", dir.display())))?;
             let fs = object_store::local::LocalFileSystem::new_with_prefix(&dir).map_err(|e| bad(&e.to_string()))?;
-            let prefix = Key::default();
-            return Bucket::new(url, Scheme::File, Arc::new(fs.with_automatic_cleanup(true)), prefix);
+            return Bucket::new(url, Scheme::File, Arc::new(fs.with_automatic_cleanup(true)), Key::default());
         }
         other => return Err(bad(&format!("unknown scheme `{other}`; expected s3://, gs://, az:// or file://"))),
     };
@@ -220,13 +246,23 @@ impl Bucket {
         written.map_err(|e| {
             let bucket = self.url.as_str();
             let hint = self.scheme.credentials_hint();
+            let text = e.to_string();
+            // S3's own error code, when the answer carried one.
+            let code = text.split("<Code>").nth(1).and_then(|c| c.split("</Code>").next()).unwrap_or("").to_owned();
+            let refused = ["InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken"].contains(&code.as_str());
             ObjectError::Config(match &e {
+                _ if refused => format!("{bucket} refused these credentials ({code}): {hint}"),
+                _ if code == "RequestTimeTooSkewed" => format!(
+                    "{bucket} refused this machine's requests because its clock is too far from the storage server's ({code}; S3 allows 15 minutes): set the clock (NTP)"
+                ),
+                object_store::Error::Unauthenticated { .. } => format!("{bucket} refused these credentials: {hint}"),
                 object_store::Error::NotFound { .. } => {
                     format!("the bucket of {bucket} does not exist (or these credentials cannot see it): create it, or {hint}")
                 }
-                object_store::Error::Unauthenticated { .. } | object_store::Error::PermissionDenied { .. } => {
-                    format!("{bucket} refused these credentials ({e}): {hint}")
-                }
+                object_store::Error::PermissionDenied { .. } => format!(
+                    "{bucket} denied access ({}): the bucket does not exist, or these credentials may not write to it: create it, or {hint}",
+                    if code.is_empty() { "403" } else { &code }
+                ),
                 _ => format!("cannot write to {bucket} ({e}): {hint}; AWS_ENDPOINT_URL gives an S3-compatible server's address"),
             })
         })

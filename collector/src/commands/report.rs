@@ -10,8 +10,11 @@ use traceio::files::load_trace;
 pub struct ReportArgs {
     /// Input trace file (any format the viewer opens).
     pub input: PathBuf,
-    /// Output folder; with `--single-file`, the HTML file.
-    #[arg(short, long, default_value = "report")]
+    /// Output folder; with `--single-file`, the HTML file. Or object storage:
+    /// s3://BUCKET/PREFIX/ (gs://, az://, file://), each file written with its content type, so
+    /// the bucket served as a static website serves the report (credentials as for
+    /// `collector serve --store`).
+    #[arg(short, long, visible_alias = "out", default_value = "report")]
     pub output: PathBuf,
     /// Write one self-contained HTML file (wasm, worker and trace inlined).
     #[arg(long)]
@@ -26,6 +29,9 @@ pub fn report_command(a: ReportArgs) -> anyhow::Result<()> {
     let trace = load_trace(&a.input, &a.import.options())?;
     let bytes = std::fs::read(&a.input).with_context(|| format!("cannot read {}", a.input.display()))?;
     let (input, output) = (&a.input, &a.output);
+    if let Some(url) = output.to_str().filter(|o| crate::objects::is_object_url(o)) {
+        return to_bucket(url, input, &bytes, a.single_file, trace.events.len());
+    }
     if a.single_file {
         crate::report::write_single_file(input, &bytes, output)?;
         eprintln!("wrote {} ({} events): open it in a browser", output.display(), trace.events.len());
@@ -39,5 +45,42 @@ pub fn report_command(a: ReportArgs) -> anyhow::Result<()> {
             output.display()
         );
     }
+    Ok(())
+}
+
+/// `--out s3://BUCKET/PREFIX/`: the report written locally, then each file put under the
+/// prefix with its content type (`--single-file`: the one object the URL names).
+fn to_bucket(url: &str, input: &std::path::Path, bytes: &[u8], single_file: bool, events: usize) -> anyhow::Result<()> {
+    use crate::objects::{self, Put};
+    let scratch = std::env::temp_dir().join(format!("memory-tracer-report-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&scratch);
+    std::fs::create_dir_all(&scratch).with_context(|| format!("cannot create {}", scratch.display()))?;
+    let written = (|| -> anyhow::Result<String> {
+        let (base, files) = if single_file {
+            let (base, name) = url
+                .trim_end_matches('/')
+                .rsplit_once('/')
+                .filter(|(_, n)| !n.is_empty())
+                .with_context(|| format!("--out {url}: with --single-file, name the object (s3://BUCKET/PREFIX/report.html)"))?;
+            let file = scratch.join(name);
+            crate::report::write_single_file(input, bytes, &file)?;
+            (base.to_owned(), vec![file])
+        } else {
+            (url.trim_end_matches('/').to_owned(), crate::report::write_folder(input, bytes, &scratch)?)
+        };
+        let bucket = objects::open(&base)?;
+        bucket.check(&format!("report-{}", std::process::id()))?;
+        for f in &files {
+            let name = f.file_name().and_then(|n| n.to_str()).context("a report file without a name")?;
+            bucket.put_file(name, f, Put { content_type: Some(objects::content_type(name)), create: false })?;
+        }
+        let opened = if single_file { files[0].file_name().and_then(|n| n.to_str()).unwrap_or("").to_owned() } else { "index.html".into() };
+        Ok(format!(
+            "wrote {} objects ({events} events) to {base}/: with the bucket served as a static website, open {opened} there",
+            files.len()
+        ))
+    })();
+    let _ = std::fs::remove_dir_all(&scratch);
+    eprintln!("{}", written?);
     Ok(())
 }

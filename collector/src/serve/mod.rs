@@ -201,21 +201,6 @@ pub fn router(state: Arc<AppState>) -> Router {
     app
 }
 
-fn content_type(name: &str) -> &'static str {
-    match name.rsplit('.').next() {
-        Some("html") => "text/html; charset=utf-8",
-        Some("js") => "text/javascript; charset=utf-8",
-        Some("wasm") => "application/wasm",
-        Some("css") => "text/css; charset=utf-8",
-        Some("json") => "application/json",
-        Some("svg") => "image/svg+xml",
-        Some("woff2") => "font/woff2",
-        Some("ttf") => "font/ttf",
-        Some("png") => "image/png",
-        _ => "application/octet-stream",
-    }
-}
-
 /// The viewer's page, told it is served by `collector serve` (it then lists the store, traces
 /// models and follows running jobs).
 async fn viewer_index() -> Response {
@@ -236,7 +221,7 @@ async fn viewer_index() -> Response {
 async fn viewer_asset(axum::extract::Path(file): axum::extract::Path<String>) -> Response {
     let found = crate::report::viewer_assets().ok().and_then(|a| a.iter().find(|(n, _)| *n == file && *n != "index.html"));
     match found {
-        Some((name, bytes)) => ([(header::CONTENT_TYPE, content_type(name))], *bytes).into_response(),
+        Some((name, bytes)) => ([(header::CONTENT_TYPE, crate::objects::content_type(name))], *bytes).into_response(),
         None if file == "index.html" => viewer_index().await,
         None => ApiError::new(StatusCode::NOT_FOUND, "Not Found").into_response(),
     }
