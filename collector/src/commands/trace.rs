@@ -185,7 +185,7 @@ pub fn python_trace_command(a: TraceArgs) -> anyhow::Result<()> {
             store_in_server(server, a.serve_token.as_deref(), live.take(), out);
         }
     }
-    if let Some(c) = live.take() {
+    if let Some(c) = live.take_if(|_| written.count > 0) {
         // Traces were written but none could be stored (the ranks' merge failed): the server
         // hears why instead of waiting for this node.
         let why = written.notes.last().cloned().unwrap_or_else(|| "no trace could be built".into());
