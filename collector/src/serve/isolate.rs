@@ -2,9 +2,10 @@
 //! a hostile upload (a pickle or gzip bomb, deep nesting) costs a bounded child its memory,
 //! never the server.
 //!
-//! The server runs `collector serve-worker import|export` (a hidden subcommand) for each
-//! upload and export. The worker caps its own address space (`RLIMIT_AS` = what it has mapped
-//! at start, libtorch included, plus `--import-memory-mb`) and CPU time before it reads a byte
+//! The server runs `collector serve-worker import|export|merge` (a hidden subcommand) for each
+//! upload, export and merge of a job's nodes' parts. The worker caps its own address space
+//! (`RLIMIT_AS` = what it has mapped at start, libtorch included, plus `--import-memory-mb`) and
+//! CPU time before it reads a byte
 //! of the file, then prints one JSON line: the trace's [`TraceInfo`] or why it failed. A child
 //! that runs out of memory aborts; the server answers 422. At most `--max-imports` children
 //! run at once and `--import-queue` more wait; beyond that requests get 429 with Retry-After.
