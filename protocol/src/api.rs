@@ -86,6 +86,24 @@ pub struct LiveRequest {
     pub model_name: String,
     /// Where it runs, shown in the job list. Default: `external`.
     pub device: Option<String>,
+    /// The job several nodes share (`collector trace --job`, or derived from torchrun's
+    /// rendezvous): a request naming the job of a running live trace joins it (same
+    /// `trace_id`), and the trace is stored once every node uploaded its part. Absent: a live
+    /// trace of its own, as before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(example = "torchrun:10.0.0.1:29500"))]
+    pub job: Option<String>,
+    /// With `job`: how many nodes run it (each uploads a part). Default: 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nnodes: Option<u32>,
+    /// With `job`: this node's rank, 0 to `nnodes` − 1. Default: 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_rank: Option<u32>,
+    /// With `job`: how long the server waits, once the first node's part (or failure) came,
+    /// for the other nodes' parts before it stores what it has, naming the absent nodes'
+    /// ranks as missing. Default: 300 s; at most the server's `--job-timeout-s`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_wait_s: Option<u64>,
 }
 
 /// The answer to a live trace's progress line.
@@ -198,6 +216,37 @@ pub struct UploadQuery {
     pub filename: Option<String>,
     /// The id of a live trace (`POST /api/trace/live`) this upload completes.
     pub trace_id: Option<String>,
+    /// With `trace_id` of a job of several nodes: the node whose part this is. The part is
+    /// kept until every node's part came (answered 202 with [`NodePartAccepted`]); the last
+    /// one is answered with the merged trace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<u32>,
+}
+
+/// `POST /api/trace/live/{trace_id}` query: which node of a job of several sends the line
+/// (an `error` line then ends that node's part only).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::IntoParams))]
+pub struct LiveLineQuery {
+    /// The node's rank, as in `POST /api/trace/live`'s `node_rank`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<u32>,
+}
+
+/// The answer to a node's part of a job of several nodes that others have yet to send.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct NodePartAccepted {
+    /// The job's live trace; the merged trace is stored under this id.
+    pub trace_id: String,
+    /// The node whose part was accepted.
+    pub node: u32,
+    /// `waiting`: the part is kept until the other nodes' parts come.
+    pub status: String,
+    /// The nodes whose parts (or failures) have not come yet.
+    pub waiting_for: Vec<u32>,
+    /// How long the server waits for them at most, in seconds from the first part.
+    pub wait_s: u64,
 }
 
 /// `GET /api/jobs`.

@@ -146,14 +146,26 @@ fn requests_take_their_defaults() {
         strategy: Some("fsdp".into()),
     };
     round_trip(&full);
-    round_trip(&LiveRequest { model_name: "train.py".into(), device: None });
+    round_trip(&LiveRequest { model_name: "train.py".into(), device: None, job: None, nnodes: None, node_rank: None, node_wait_s: None });
+    round_trip(&LiveRequest {
+        model_name: "train.py".into(),
+        device: Some("live".into()),
+        job: Some("torchrun:h:1".into()),
+        nnodes: Some(2),
+        node_rank: Some(1),
+        node_wait_s: Some(5),
+    });
+    let old: LiveRequest = serde_json::from_str(r#"{"model_name": "train.py", "device": null}"#).unwrap();
+    assert_eq!((old.job, old.nnodes, old.node_rank), (None, None, None), "old clients' requests still read");
+    round_trip(&NodePartAccepted { trace_id: "t".into(), node: 1, status: "waiting".into(), waiting_for: vec![0], wait_s: 300 });
+    round_trip(&LiveLineQuery { node: Some(1) });
     round_trip(&LiveAccepted { trace_id: "t".into(), status: "running".into() });
     round_trip(&WaitQuery { wait: Some(false) });
     round_trip(&JobAccepted { trace_id: "t".into(), status: "queued".into(), events_url: "/e".into(), trace_url: "/t".into() });
     round_trip(&DiffRequest { a: "a".into(), b: "b".into(), device_a: Some(1), device_b: None });
     round_trip(&ExportRequest { trace_id: "t".into(), format: "csv".into() });
     round_trip(&ExportResponse { trace_id: "t".into(), format: "csv".into(), download_url: "/d".into(), file_size_bytes: 9 });
-    round_trip(&UploadQuery { filename: Some("a.pickle".into()), trace_id: None });
+    round_trip(&UploadQuery { filename: Some("a.pickle".into()), trace_id: None, node: None });
     round_trip(&AdviceQuery { budget: Some("6GiB".into()), top: Some(3) });
 }
 

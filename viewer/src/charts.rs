@@ -370,6 +370,32 @@ pub fn draw_live_ranks(canvas: &HtmlCanvasElement, pal: &Palette, ranks: &std::c
     root.present().map_err(err)
 }
 
+/// One rank's small multiple in the live view of a job of several ranks: its allocated memory
+/// as steps, reserved as a line, on the scale every rank's chart shares (`t1` seconds, `ymax`
+/// bytes), with `title` above; no axes, so many fit side by side.
+pub fn draw_live_small(canvas: &HtmlCanvasElement, pal: &Palette, points: &[[u64; 3]], scale: (f64, f64), title: &str) -> Res<()> {
+    let root = area(canvas, pal)?;
+    let (t1, ymax) = (scale.0.max(1e-3), scale.1.max(1.0));
+    let mut chart = ChartBuilder::on(&root)
+        .margin(4)
+        .caption(title, ("sans-serif", 12).into_font().color(&pal.text))
+        .build_cartesian_2d(0f64..t1, 0f64..ymax)
+        .map_err(err)?;
+    chart.configure_mesh().disable_mesh().disable_axes().draw().map_err(err)?;
+    let step = |i: usize| {
+        points.iter().enumerate().flat_map(move |(k, p)| {
+            let t = p[0] as f64 / 1e9;
+            let prev = if k == 0 { p[i] } else { points[k - 1][i] };
+            [(t, prev as f64), (t, p[i] as f64)]
+        })
+    };
+    chart.draw_series(AreaSeries::new(step(1), 0.0, pal.allocated.mix(0.25)).border_style(pal.allocated)).map_err(err)?;
+    if points.iter().any(|p| p[2] > 0) {
+        chart.draw_series(LineSeries::new(step(2), pal.reserved.stroke_width(1))).map_err(err)?;
+    }
+    root.present().map_err(err)
+}
+
 /// Fragmentation, (reserved − allocated) / reserved after each bucket.
 pub fn draw_fragmentation(canvas: &HtmlCanvasElement, pal: &Palette, window: (f64, f64), points: &[TimelinePoint]) -> Res<Mapping> {
     let root = area(canvas, pal)?;

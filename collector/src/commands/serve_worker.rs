@@ -38,6 +38,27 @@ pub enum ServeWorkerTask {
         #[arg(long)]
         format: String,
     },
+    /// Merge the ranks of each node's part (`LABEL=FILE`) of a job of several nodes into one
+    /// trace written to OUT, and print its summary.
+    Merge {
+        /// The parts, `LABEL=FILE` each (`node0=/tmp/...`).
+        #[arg(required = true, value_parser = parse_part)]
+        parts: Vec<(String, PathBuf)>,
+        #[arg(long)]
+        out: PathBuf,
+        /// Why the ranks no part has are missing.
+        #[arg(long, default_value = "no node's part has it")]
+        missing_reason: String,
+        /// Why a node sent no part (one per node), for the trace's warnings.
+        #[arg(long)]
+        absent: Vec<String>,
+    },
+}
+
+/// `LABEL=FILE` → (label, file).
+fn parse_part(s: &str) -> Result<(String, PathBuf), String> {
+    let (label, file) = s.split_once('=').ok_or_else(|| format!("`{s}`: expected LABEL=FILE"))?;
+    Ok((label.to_owned(), PathBuf::from(file)))
 }
 
 /// `collector serve-worker`: exits with the worker's code.
@@ -46,6 +67,7 @@ pub fn serve_worker_command(a: ServeWorkerArgs) -> ! {
     let task = match a.task {
         ServeWorkerTask::Import { file, model_name, what } => WorkerTask::Import { file, what, model_name },
         ServeWorkerTask::Export { file, out, format } => WorkerTask::Export { file, format, out },
+        ServeWorkerTask::Merge { parts, out, missing_reason, absent } => WorkerTask::Merge { parts, out, missing_reason, absent },
     };
     std::process::exit(run_worker(task, a.memory_budget_bytes, a.cpu_seconds, a.max_decompressed_bytes));
 }

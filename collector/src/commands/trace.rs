@@ -2,7 +2,7 @@
 //! [`protocol::ModelRun`], handed to `collector-capture` as a [`CaptureJob`]), and tracing
 //! users' own programs (`collector trace -- COMMAND`), which needs no libtorch here.
 
-use crate::pyrun::{self, CaptureMode, OpsMode, PyOptions};
+use crate::pyrun::{self, CaptureMode, NodeIdentity, OpsMode, PyOptions};
 use anyhow::Context;
 use protocol::{CaptureJob, ChildLine, ModelRun};
 use shared::export::ExportFormat;
@@ -68,6 +68,24 @@ pub struct TraceArgs {
     /// The server's token for --serve.
     #[arg(long, env = "MEMORY_TRACER_TOKEN", hide_env_values = true)]
     pub serve_token: Option<String>,
+    /// With --serve: the job this run is one node of. Every node naming it streams into one
+    /// live trace, stored as the merge of all nodes' ranks once each node's part came. Under
+    /// torchrun with --nnodes over 1 it is derived from the rendezvous (--rdzv-id, else
+    /// --rdzv-endpoint or --master-addr and --master-port), alike on every node.
+    #[arg(long, value_name = "NAME")]
+    pub job: Option<String>,
+    /// With --serve: how many nodes run the job. Default: torchrun's --nnodes (its largest
+    /// for a range), else 1.
+    #[arg(long, value_name = "N")]
+    pub nnodes: Option<u32>,
+    /// With --serve: this node's rank in the job. Default: torchrun's --node-rank, else 0.
+    #[arg(long, value_name = "K")]
+    pub node_rank: Option<u32>,
+    /// With --serve and a job of several nodes: how long the server waits for the other
+    /// nodes' parts once the first came (seconds); then it stores what it has, naming the
+    /// absent nodes' ranks as missing.
+    #[arg(long, value_name = "S", default_value_t = 300)]
+    pub node_wait_s: u64,
     /// The program to trace and its arguments, after `--` (python, torchrun, accelerate, ...).
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,
@@ -107,8 +125,7 @@ fn program_stem(command: &[String]) -> String {
     if let Some(script) = command.iter().skip(1).find(|s| s.ends_with(".py")) {
         return stem(script);
     }
-    let launchers = ["torch.distributed.run", "torch.distributed.launch"];
-    let module = command.windows(2).filter(|w| w[0] == "-m" && !launchers.contains(&w[1].as_str())).map(|w| w[1].replace('.', "_")).next();
+    let module = command.windows(2).filter(|w| w[0] == "-m" && !LAUNCHERS.contains(&w[1].as_str())).map(|w| w[1].replace('.', "_")).next();
     module.unwrap_or_else(|| command.first().map_or_else(|| "program".into(), |p| stem(p)))
 }
 
@@ -136,7 +153,8 @@ pub fn python_trace_command(a: TraceArgs) -> anyhow::Result<()> {
         emit(&ChildLine::Started { iterations: 0 });
     }
     let started = std::time::Instant::now();
-    let mut live = a.serve.as_deref().and_then(|server| start_live(server, a.serve_token.as_deref(), &output));
+    let node = node_identity(&a.command, a.job.as_deref(), a.nnodes, a.node_rank).map_err(anyhow::Error::msg)?;
+    let mut live = a.serve.as_deref().and_then(|server| start_live(&a, server, node.as_ref(), &output));
     let outcome = pyrun::run(&a.command, &opts, &mut |rank, points| {
         if a.progress_json {
             emit(&ChildLine::Memory { points: points.to_vec(), rank });
@@ -148,6 +166,9 @@ pub fn python_trace_command(a: TraceArgs) -> anyhow::Result<()> {
     let code = outcome.exit_code();
     let interrupted = outcome.interrupted;
     let mut written = write_processes(outcome, &opts, format, &output)?;
+    if let Some(n) = &node {
+        written.other_nodes = other_nodes_ranks(n, written.local_world);
+    }
     if !written.ranks.is_empty() {
         merge_ranks(&mut written, format, &output)?;
     }
@@ -163,6 +184,12 @@ pub fn python_trace_command(a: TraceArgs) -> anyhow::Result<()> {
         if let Some(server) = &a.serve {
             store_in_server(server, a.serve_token.as_deref(), live.take(), out);
         }
+    }
+    if let Some(c) = live.take_if(|_| written.count > 0) {
+        // Traces were written but none could be stored (the ranks' merge failed): the server
+        // hears why instead of waiting for this node.
+        let why = written.notes.last().cloned().unwrap_or_else(|| "no trace could be built".into());
+        let _ = c.finish(None, &format!("nothing to store: {why}"));
     }
     for n in &written.notes {
         eprintln!("collector: {n}");
@@ -207,12 +234,22 @@ fn output_path(a: &TraceArgs) -> anyhow::Result<PathBuf> {
     })
 }
 
-/// `--serve URL`: a live trace in the server, followed in its viewer while the program runs.
-fn start_live(server: &str, token: Option<&str>, output: &Path) -> Option<pyrun::LiveClient> {
+/// `--serve URL`: a live trace in the server, followed in its viewer while the program runs
+/// (for a node of a job of several, the job's one live trace, joined).
+fn start_live(a: &TraceArgs, server: &str, node: Option<&NodeIdentity>, output: &Path) -> Option<pyrun::LiveClient> {
     let what = output.file_stem().map_or_else(|| "program".into(), |s| s.to_string_lossy().trim_end_matches(".mtrace").to_owned());
-    match pyrun::LiveClient::start(server, token, &what) {
+    match pyrun::LiveClient::start(server, a.serve_token.as_deref(), &what, node, Some(a.node_wait_s)) {
         Ok(c) => {
-            eprintln!("collector: follow it live at {}", c.viewer_link());
+            match node {
+                Some(n) => eprintln!(
+                    "collector: node {} of {} of job {}: follow every node's ranks live at {}",
+                    n.node_rank,
+                    n.nnodes,
+                    n.job,
+                    c.viewer_link()
+                ),
+                None => eprintln!("collector: follow it live at {}", c.viewer_link()),
+            }
             Some(c)
         }
         Err(e) => {
@@ -236,6 +273,11 @@ struct Written {
     world: Option<u32>,
     /// Ranks without a trace, and why.
     missing: std::collections::BTreeMap<u32, String>,
+    /// Processes per node (`LOCAL_WORLD_SIZE`), when a process said it.
+    local_world: Option<u32>,
+    /// In a job of several nodes: the ranks that run on the other nodes (not missing here:
+    /// the server merges every node's part), and why they are absent from this node's trace.
+    other_nodes: Option<(std::ops::Range<u32>, String)>,
     notes: Vec<String>,
     /// Which capture ran, one line per kind (`capture: native (torch 2.11)`, with the count of
     /// processes when several ran it).
@@ -262,6 +304,7 @@ fn write_processes(outcome: pyrun::Outcome, opts: &PyOptions, format: ExportForm
     // Ranks of a torchrun job are merged even when only one could be traced, so that the
     // merged trace names the missing ones.
     w.world = traced.iter().find_map(pyrun::world_size);
+    w.local_world = traced.iter().find_map(|p| p.hello.as_ref()?.env.get("LOCAL_WORLD_SIZE")?.parse().ok());
     let many = traced.len() > 1 || w.world.is_some();
     for (k, p) in traced.into_iter().enumerate() {
         let rank = pyrun::rank(&p);
@@ -316,9 +359,10 @@ fn merge_ranks(w: &mut Written, format: ExportFormat, output: &Path) -> anyhow::
     let program = w.ranks[0].trace.meta.model.clone().unwrap_or_else(|| "program".into());
     for r in 0..w.world.unwrap_or(0) {
         if !w.ranks.iter().any(|i| i.rank == r) {
-            w.missing
-                .entry(r)
-                .or_insert_with(|| "its process streamed no trace (it did not start, did not import torch, or died before)".into());
+            let elsewhere = w.other_nodes.as_ref().filter(|(here, _)| !here.contains(&r)).map(|(_, why)| why.clone());
+            w.missing.entry(r).or_insert_with(|| {
+                elsewhere.unwrap_or_else(|| "its process streamed no trace (it did not start, did not import torch, or died before)".into())
+            });
         }
     }
     let merge_opts = shared::merge::MergeOptions { missing_reasons: std::mem::take(&mut w.missing), ..Default::default() };
@@ -333,7 +377,8 @@ fn merge_ranks(w: &mut Written, format: ExportFormat, output: &Path) -> anyhow::
                 merged.events.len(),
                 output.display()
             );
-            for r in &merged.meta.missing_ranks {
+            let here = w.other_nodes.as_ref().map(|(here, _)| here.clone());
+            for r in merged.meta.missing_ranks.iter().filter(|r| here.as_ref().is_none_or(|h| h.contains(r))) {
                 let why = merge_opts.missing_reasons.get(r).map_or("no trace of it", String::as_str);
                 w.notes.push(format!("rank {r} is missing from the merged trace: {why}"));
             }
@@ -344,16 +389,116 @@ fn merge_ranks(w: &mut Written, format: ExportFormat, output: &Path) -> anyhow::
     Ok(())
 }
 
-/// `--serve`: uploads the trace (ending the live trace, when there is one) and prints its link.
+/// `--serve`: uploads the trace (ending the live trace, or this node's part of it, when there
+/// is one) and prints its link.
 fn store_in_server(server: &str, token: Option<&str>, live: Option<pyrun::LiveClient>, out: &Path) {
     let stored = match live {
         Some(c) => c.finish(Some(out), ""),
-        None => pyrun::upload(server, token, out, None).map(|(_, link)| link),
+        None => pyrun::upload(server, token, out, None).map(|(id, link)| pyrun::Uploaded { id, link, waiting_for: Vec::new(), wait_s: 0 }),
     };
     match stored {
-        Ok(link) => eprintln!("collector: stored in {server}; open {link}"),
+        Ok(u) if u.waiting_for.is_empty() => eprintln!("collector: stored in {server}; open {}", u.link),
+        Ok(u) => eprintln!(
+            "collector: this node's part is in {server}; the trace is stored once node(s) {} send theirs (or in {} s without them); follow it at {}",
+            u.waiting_for.iter().map(u32::to_string).collect::<Vec<_>>().join(", "),
+            u.wait_s,
+            u.link
+        ),
         Err(e) => eprintln!("collector: {e:#} (the trace is still in {})", out.display()),
     }
+}
+
+/// The ranks that run on this node, given its processes per node, and why the others are
+/// absent from its own trace; `None` when the processes did not say how many run per node.
+fn other_nodes_ranks(node: &NodeIdentity, local_world: Option<u32>) -> Option<(std::ops::Range<u32>, String)> {
+    let per_node = local_world.filter(|&l| l > 0)?;
+    let first = node.node_rank.checked_mul(per_node)?;
+    let why = format!("it runs on another node of job {} (the server merges the nodes' parts)", node.job);
+    Some((first..first.saturating_add(per_node), why))
+}
+
+/// torchrun's launchers when run as modules (`python -m torch.distributed.run`).
+const LAUNCHERS: [&str; 2] = ["torch.distributed.run", "torch.distributed.launch"];
+
+/// The launcher's options of a torchrun command (`torchrun ...` or `python -m
+/// torch.distributed.run ...`): its arguments up to the script it runs (the first `.py`),
+/// so the program's own arguments are not read; `None` when the command is no torchrun.
+fn torchrun_options(command: &[String]) -> Option<&[String]> {
+    let program = Path::new(command.first()?).file_name()?.to_string_lossy();
+    let start =
+        if program == "torchrun" { 1 } else { command.windows(2).position(|w| w[0] == "-m" && LAUNCHERS.contains(&w[1].as_str()))? + 2 };
+    let rest = &command[start..];
+    let end = rest.iter().position(|a| a.ends_with(".py")).unwrap_or(rest.len());
+    Some(&rest[..end])
+}
+
+/// The value of a launcher option, spelled `--name value` or `--name=value`, with dashes or
+/// underscores (`name` with dashes); the last one given wins, as in torchrun.
+fn launcher_option<'a>(options: &'a [String], name: &str) -> Option<&'a str> {
+    let mut found = None;
+    let mut it = options.iter();
+    while let Some(arg) = it.next() {
+        let Some(flag) = arg.strip_prefix("--") else { continue };
+        let (key, inline) = match flag.split_once('=') {
+            Some((k, v)) => (k, Some(v)),
+            None => (flag, None),
+        };
+        if key.replace('_', "-") == name {
+            found = inline.or_else(|| it.next().map(String::as_str));
+        }
+    }
+    found
+}
+
+/// Which node of which job this run is: `--job` (with `--nnodes`/`--node-rank`, else
+/// torchrun's), or, for a torchrun command of several nodes (`--nnodes N` with N over 1, or a
+/// range `MIN:MAX` whose largest is), a name every node derives alike: `torchrun:` and its
+/// `--rdzv-id` (unless `none`), else its `--rdzv-endpoint`, else `--master-addr:--master-port`
+/// (torchrun's defaults 127.0.0.1 and 29500). `None`: a run of one node with no job.
+pub fn node_identity(
+    command: &[String],
+    job: Option<&str>,
+    nnodes: Option<u32>,
+    node_rank: Option<u32>,
+) -> Result<Option<NodeIdentity>, String> {
+    let torchrun = torchrun_options(command);
+    let options = torchrun.unwrap_or(&[]);
+    let nnodes = match (nnodes, launcher_option(options, "nnodes")) {
+        (Some(n), _) => n,
+        (None, Some(v)) => {
+            let largest = v.rsplit(':').next().unwrap_or(v);
+            largest.trim().parse().map_err(|_| format!("torchrun's --nnodes {v}: expected a count (2) or a range (1:4)"))?
+        }
+        (None, None) => 1,
+    };
+    let node_rank = match (node_rank, launcher_option(options, "node-rank")) {
+        (Some(k), _) => k,
+        (None, Some(v)) => v.trim().parse().map_err(|_| format!("torchrun's --node-rank {v}: expected a number (0, 1, ...)"))?,
+        (None, None) => 0,
+    };
+    let derived = || {
+        if let Some(id) = launcher_option(options, "rdzv-id").filter(|id| !id.is_empty() && *id != "none") {
+            return format!("torchrun:{id}");
+        }
+        if let Some(endpoint) = launcher_option(options, "rdzv-endpoint").filter(|e| !e.is_empty()) {
+            return format!("torchrun:{endpoint}");
+        }
+        let addr = launcher_option(options, "master-addr").unwrap_or("127.0.0.1");
+        let port = launcher_option(options, "master-port").unwrap_or("29500");
+        format!("torchrun:{addr}:{port}")
+    };
+    let job = match job {
+        Some(j) => j.to_owned(),
+        None if nnodes > 1 && torchrun.is_some() => derived(),
+        None if nnodes > 1 => {
+            return Err(format!("--nnodes {nnodes} needs --job NAME (the same on every node) unless the command is torchrun"))
+        }
+        None => return Ok(None),
+    };
+    if nnodes == 0 || node_rank >= nnodes {
+        return Err(format!("node rank {node_rank} of {nnodes} nodes: expected a node rank from 0 to {}", nnodes.max(1) - 1));
+    }
+    Ok(Some(NodeIdentity { job, nnodes, node_rank }))
 }
 
 /// No process was traced: says why (to the server too) and exits non-zero.
@@ -371,7 +516,54 @@ fn nothing_traced(a: &TraceArgs, notes: &[String], live: Option<pyrun::LiveClien
 
 #[cfg(test)]
 mod tests {
-    use super::{program_stem, split_extension};
+    use super::{node_identity, program_stem, split_extension, NodeIdentity};
+
+    fn cmd(s: &str) -> Vec<String> {
+        s.split(' ').map(str::to_owned).collect()
+    }
+
+    fn node(job: &str, nnodes: u32, node_rank: u32) -> Option<NodeIdentity> {
+        Some(NodeIdentity { job: job.into(), nnodes, node_rank })
+    }
+
+    #[test]
+    fn torchrun_of_several_nodes_names_its_job_alike_on_every_node() {
+        let id = |s: &str| node_identity(&cmd(s), None, None, None);
+        assert_eq!(
+            id("torchrun --nnodes 2 --node-rank 1 --nproc-per-node 2 --master-addr 10.0.0.1 --master-port 29400 train.py"),
+            Ok(node("torchrun:10.0.0.1:29400", 2, 1))
+        );
+        assert_eq!(
+            id("python -m torch.distributed.run --nnodes=2 --node_rank=0 --master_addr=10.0.0.1 --master_port=29400 train.py --nnodes 9"),
+            Ok(node("torchrun:10.0.0.1:29400", 2, 0)),
+            "underscores, `=`, and the program's own arguments are not the launcher's"
+        );
+        assert_eq!(id("/usr/bin/torchrun --nnodes 1:4 --rdzv-id job7 --rdzv-endpoint h:1 train.py"), Ok(node("torchrun:job7", 4, 0)));
+        assert_eq!(id("torchrun --nnodes 2 --rdzv_id none --rdzv_endpoint h:29400 --node-rank 1 t.py"), Ok(node("torchrun:h:29400", 2, 1)));
+        assert_eq!(id("torchrun --nnodes 2 --node-rank 1 t.py"), Ok(node("torchrun:127.0.0.1:29500", 2, 1)), "torchrun's defaults");
+        assert_eq!(id("python -m torch.distributed.launch --nnodes 3 --node-rank 2 -m mod"), Ok(node("torchrun:127.0.0.1:29500", 3, 2)));
+    }
+
+    #[test]
+    fn one_node_has_no_job_unless_named() {
+        let id = |s: &str, job: Option<&str>| node_identity(&cmd(s), job, None, None);
+        assert_eq!(id("torchrun --standalone --nproc-per-node 2 train.py", None), Ok(None));
+        assert_eq!(id("torchrun --nnodes 1 train.py", None), Ok(None));
+        assert_eq!(id("python train.py --nnodes 2", None), Ok(None), "not torchrun: its arguments are the program's");
+        assert_eq!(id("python train.py", Some("mine")), Ok(node("mine", 1, 0)));
+        assert_eq!(id("torchrun --nnodes 2 --node-rank 1 train.py", Some("mine")), Ok(node("mine", 2, 1)));
+        assert_eq!(node_identity(&cmd("accelerate launch t.py"), Some("j"), Some(3), Some(2)), Ok(node("j", 3, 2)));
+    }
+
+    #[test]
+    fn bad_node_counts_and_ranks_say_what_is_expected() {
+        let id = |s: &str| node_identity(&cmd(s), None, None, None);
+        assert!(id("torchrun --nnodes two t.py").unwrap_err().contains("expected a count (2) or a range (1:4)"));
+        assert!(id("torchrun --nnodes 2 --node-rank x t.py").unwrap_err().contains("expected a number"));
+        assert!(id("torchrun --nnodes 2 --node-rank 2 t.py").unwrap_err().contains("from 0 to 1"));
+        assert!(node_identity(&cmd("python t.py"), Some("j"), Some(0), None).is_err());
+        assert!(node_identity(&cmd("python t.py"), None, Some(2), None).unwrap_err().contains("needs --job NAME"));
+    }
 
     #[test]
     fn rank_tags_go_before_the_formats_ending() {

@@ -33,7 +33,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use wire::ProcessStream;
 
-pub use client::{upload, LiveClient};
+pub use client::{upload, LiveClient, NodeIdentity, Uploaded};
 
 /// Which device's memory a trace keeps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

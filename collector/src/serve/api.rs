@@ -3,7 +3,7 @@
 
 use super::error::{ApiError, ApiJson};
 use super::fault::{blocking, Fault};
-use super::jobs::{Distributed, JobEvent, JobSpec};
+use super::jobs::{Distributed, Job, JobEvent, JobSpec, NodeEnd, NodeProgress};
 use super::state::AppState;
 use super::store::StoreError;
 use axum::body::Body;
@@ -25,6 +25,12 @@ async fn find_stored(state: &Arc<AppState>, id: &str) -> Result<StoredTrace, Api
 /// `POST /api/trace/live`: registers a trace recorded outside the server; followers of
 /// `/api/trace/{id}/events` see what its recorder posts to `/api/trace/live/{id}`, and it ends
 /// when the recorder uploads the trace with `?trace_id={id}` (or posts an `error` line).
+///
+/// With `job` (a run of several nodes, each its own `collector trace --serve`): joins the
+/// running live trace of that job (the same `trace_id` is answered), else starts it. Each
+/// node uploads its part with `?trace_id={id}&node={node_rank}`; once every node's part (or
+/// error) came, or `node_wait_s` after the first did, the parts' ranks are merged into the
+/// one stored trace, the absent nodes' ranks named as missing.
 #[utoipa::path(post, path = "/api/trace/live", tag = "tracing", request_body = LiveRequest,
     responses((status = 202, body = JobAccepted), (status = 422, body = ErrorBody)))]
 pub async fn live_start(
@@ -39,8 +45,30 @@ pub async fn live_start(
     if !short(&device) {
         return Err(field("device", "1 to 200 printable characters"));
     }
-    let id = state.store.new_id();
-    state.jobs.external(id.clone(), req.model_name, device);
+    let id = match req.job {
+        Some(name) => {
+            if !short(&name) {
+                return Err(field("job", "1 to 200 printable characters"));
+            }
+            let nnodes = req.nnodes.unwrap_or(1);
+            if !(1..=MAX_NODES).contains(&nnodes) {
+                return Err(field("nnodes", format!("must be between 1 and {MAX_NODES}, got {nnodes}")));
+            }
+            let node_rank = req.node_rank.unwrap_or(0);
+            if node_rank >= nnodes {
+                return Err(field("node_rank", format!("must be between 0 and {} (nnodes {nnodes}), got {node_rank}", nnodes - 1)));
+            }
+            let max_wait = state.config.job_timeout.as_secs();
+            let wait_s = req.node_wait_s.unwrap_or(DEFAULT_NODE_WAIT_S).min(max_wait);
+            let wait = std::time::Duration::from_secs(wait_s);
+            state.jobs.external_node(name, nnodes, node_rank, wait, req.model_name, device)?.id().to_owned()
+        }
+        None => {
+            let id = state.store.new_id();
+            state.jobs.external(id.clone(), req.model_name, device);
+            id
+        }
+    };
     Ok((
         StatusCode::ACCEPTED,
         axum::Json(JobAccepted {
@@ -52,14 +80,23 @@ pub async fn live_start(
     ))
 }
 
+/// Most nodes one live trace gathers.
+const MAX_NODES: u32 = 4096;
+
+/// How long the other nodes of a live trace are waited for, once the first node's part or
+/// failure came, unless the request says.
+const DEFAULT_NODE_WAIT_S: u64 = 300;
+
 /// `POST /api/trace/live/{trace_id}`: one progress line of a live trace, as
 /// `collector trace --progress-json` prints them (`{"kind": "memory", "points": [[ns,
-/// allocated, reserved], ...]}`, `started`, `iteration`, or `error` to end it).
-#[utoipa::path(post, path = "/api/trace/live/{trace_id}", tag = "tracing", params(("trace_id" = String, Path)),
+/// allocated, reserved], ...]}`, `started`, `iteration`, or `error` to end it). In a live trace
+/// of several nodes an `error` line with `?node=K` ends that node's part only.
+#[utoipa::path(post, path = "/api/trace/live/{trace_id}", tag = "tracing", params(("trace_id" = String, Path), LiveLineQuery),
     responses((status = 200, body = LiveAccepted), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn live_event(
     State(state): State<Arc<AppState>>,
     Path(trace_id): Path<String>,
+    Query(q): Query<LiveLineQuery>,
     ApiJson(line): ApiJson<ChildLine>,
 ) -> Result<axum::Json<LiveAccepted>, ApiError> {
     let job = state.jobs.external_job(&trace_id).ok_or_else(|| ApiError::trace_not_found(&trace_id))?;
@@ -69,8 +106,92 @@ pub async fn live_event(
         }
     }
     let status = if matches!(line, ChildLine::Error { .. }) { "failed" } else { "running" };
-    state.jobs.external_line(job, line);
+    match line {
+        ChildLine::Error { detail, .. } if job.is_multi_node() => {
+            let node = q.node.ok_or_else(|| field("node", "this live trace gathers several nodes: say which node failed (`?node=K`)"))?;
+            let progress = job.node_end(node, NodeEnd::Failed(detail))?;
+            let (st, j) = (state.clone(), job.clone());
+            // The node's failure may complete the job: the merge runs without this answer waiting.
+            tokio::spawn(async move {
+                let _ = after_node_end(&st, &j, node, progress).await;
+            });
+        }
+        line => state.jobs.external_line(job, line),
+    }
     Ok(axum::Json(LiveAccepted { trace_id, status: status.into() }))
+}
+
+/// After node `node` of a live trace of several nodes ended: merges the parts when it was the
+/// last (the stored trace's answer), else starts the wait for the others when it was the first
+/// and answers that the part is kept (202).
+async fn after_node_end(state: &Arc<AppState>, job: &Arc<Job>, node: u32, progress: NodeProgress) -> Result<Response, ApiError> {
+    if progress.complete {
+        let stored = merge_nodes(state, job.clone()).await?;
+        return Ok(axum::Json(stored).into_response());
+    }
+    if progress.first {
+        let (st, j, wait) = (state.clone(), job.clone(), progress.wait);
+        tokio::spawn(async move {
+            tokio::time::sleep(wait).await;
+            if j.claim_merge().is_some() {
+                let _ = merge_nodes(&st, j).await;
+            }
+        });
+    }
+    let accepted = NodePartAccepted {
+        trace_id: job.id().to_owned(),
+        node,
+        status: "waiting".into(),
+        waiting_for: progress.waiting_for,
+        wait_s: progress.wait.as_secs(),
+    };
+    Ok((StatusCode::ACCEPTED, axum::Json(accepted)).into_response())
+}
+
+/// Merges the parts of a live trace of several nodes (its merge claimed) into one trace in a
+/// worker, stores it and ends the job with it (or with why not); the parts are removed.
+async fn merge_nodes(state: &Arc<AppState>, job: Arc<Job>) -> Result<TraceResponse, Fault> {
+    let parts = job.node_parts()?;
+    // The label carries the part's name: a part of one process may say its rank only there.
+    let files: Vec<(std::path::PathBuf, String)> =
+        parts.parts.iter().map(|(k, (file, name))| (file.clone(), format!("node{k} ({})", name.replace('=', "_")))).collect();
+    let absent = parts.absent();
+    let name = parts.parts.values().next().map(|(_, name)| name.clone());
+    let out = state.store.temp_path(&format!("{}.merged.mtrace.json", job.id()));
+    let merged = async {
+        if files.is_empty() {
+            return Err(Fault::Rejected(format!("no node of job {} sent its part: {}", parts.job, absent.join("; "))));
+        }
+        let reason = if absent.is_empty() {
+            "no node's part has it (its process streamed no trace on its node)".to_owned()
+        } else {
+            format!("no node's part has it ({})", absent.join("; "))
+        };
+        let slot = state.isolation.slot().await?;
+        let info = state.isolation.merge(&slot, &files, &out, &reason, &absent, state.config.max_decompressed_bytes).await?;
+        let (st, id, out) = (state.clone(), job.id().to_owned(), out.clone());
+        blocking(move || {
+            let (stored, evicted) = st.store.insert(&id, Origin::Uploaded, name, &out, ".mtrace.json", info).map_err(|e| match e {
+                StoreError::TooLarge { .. } => Fault::Rejected(e.to_string()),
+                e => Fault::internal("cannot store the merged trace", e),
+            })?;
+            for e in &evicted {
+                st.jobs.forget(e);
+                st.sessions.forget(e);
+            }
+            Ok(TraceResponse::from(&stored))
+        })
+        .await
+    }
+    .await;
+    for (file, _) in &files {
+        let _ = tokio::fs::remove_file(file).await;
+    }
+    if merged.is_err() {
+        let _ = tokio::fs::remove_file(&out).await;
+    }
+    state.jobs.external_end(job, merged.clone());
+    merged
 }
 
 /// `GET /api/trace/{trace_id}/leaks`: growth of allocated memory across iterations after
@@ -469,8 +590,11 @@ pub async fn get_trace(State(state): State<Arc<AppState>>, Path(trace_id): Path<
 /// Store a trace file of any format the collector reads (snapshot pickle, profiler trace,
 /// DFTracer, Memory Tracer; gzip or not): a raw body (`?filename=` optional) or a
 /// `multipart/form-data` form with one file field. The file is checked by importing it.
+/// `?trace_id=` ends that live trace with the file; with `&node=K` the file is node K's part of
+/// a live trace of several nodes, merged with the others' once all came.
 #[utoipa::path(post, path = "/api/trace/upload", tag = "traces", params(UploadQuery), request_body(content = Vec<u8>, content_type = "application/octet-stream"), responses(
     (status = 200, body = TraceResponse),
+    (status = 202, description = "A node's part (`node`), kept until the other nodes' parts come", body = NodePartAccepted),
     (status = 401, body = ErrorBody),
     (status = 403, description = "Sent by another site's page (Origin) or to a non-loopback Host without a token", body = ErrorBody),
     (status = 408, description = "The body stopped arriving (--body-timeout-s)", body = ErrorBody),
@@ -478,51 +602,35 @@ pub async fn get_trace(State(state): State<Arc<AppState>>, Path(trace_id): Path<
     (status = 422, description = "Not a trace the collector reads, or it needs more than --import-memory-mb to read", body = ErrorBody),
     (status = 429, description = "Too many imports and exports at once; see Retry-After", body = ErrorBody),
 ))]
-pub async fn upload(
-    State(state): State<Arc<AppState>>,
-    Query(q): Query<UploadQuery>,
-    req: Request,
-) -> Result<axum::Json<TraceResponse>, ApiError> {
-    let limit = state.config.max_upload_bytes;
+pub async fn upload(State(state): State<Arc<AppState>>, Query(q): Query<UploadQuery>, req: Request) -> Result<Response, ApiError> {
     let live = match &q.trace_id {
         Some(t) => Some(state.jobs.external_job(t).ok_or_else(|| ApiError::trace_not_found(t))?),
         None => None,
     };
+    match (live, q.node) {
+        (Some(job), Some(node)) if job.is_multi_node() => upload_part(&state, job, node, q.filename, req).await,
+        (Some(job), None) if job.is_multi_node() => {
+            Err(field("node", format!("trace {} gathers the parts of several nodes: say whose part this is (`&node=K`)", job.id())))
+        }
+        (_, Some(_)) => {
+            Err(field("node", "only a live trace of several nodes (`trace_id` of a `POST /api/trace/live` with `job`) takes parts"))
+        }
+        (live, None) => upload_whole(&state, live, q.filename, req).await.map(IntoResponse::into_response),
+    }
+}
+
+/// An upload stored as a trace of its own, or as the end of live trace `live`.
+async fn upload_whole(
+    state: &Arc<AppState>,
+    live: Option<Arc<Job>>,
+    name: Option<String>,
+    req: Request,
+) -> Result<axum::Json<TraceResponse>, ApiError> {
     let id = live.as_ref().map_or_else(|| state.store.new_id(), |j| j.id().to_owned());
     let tmp = state.store.temp_path(&format!("{id}.upload"));
     // A request dropped mid-way (the client gone) leaves no temporary file behind.
     let _tmp_guard = state.store.temp_guard(&tmp);
-    let is_multipart =
-        req.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|v| v.starts_with("multipart/form-data"));
-    let mut name = q.filename;
-    let written = if is_multipart {
-        let mut form = axum::extract::Multipart::from_request(req, &())
-            .await
-            .map_err(|e| ApiError::unprocessable(format!("invalid multipart body: {}", e.body_text())))?;
-        let mut found = None;
-        while let Some(f) = form.next_field().await.map_err(|e| multipart_error(&e, limit))? {
-            if f.file_name().is_some() || f.name() == Some("file") {
-                name = name.or_else(|| f.file_name().map(str::to_owned));
-                found = Some(write_stream(&tmp, f.map(|c| c.map_err(|e| multipart_error(&e, limit))), limit).await);
-                break;
-            }
-        }
-        found.unwrap_or_else(|| Err(field("file", "the form has no file field")))
-    } else {
-        let stream = req.into_body().into_data_stream().map(|c| c.map_err(|e| ApiError::body(&e)));
-        write_stream(&tmp, stream, limit).await
-    };
-    let size = match written {
-        Ok(n) => n,
-        Err(e) => {
-            let _ = tokio::fs::remove_file(&tmp).await;
-            return Err(e);
-        }
-    };
-    if size == 0 {
-        let _ = tokio::fs::remove_file(&tmp).await;
-        return Err(ApiError::unprocessable("the upload is empty: send a trace file as the body or as a form's file field"));
-    }
+    let name = receive_upload(state, &tmp, name, req).await?;
     // The file is read in a child process with a memory limit (`isolate`): a hostile file
     // costs that child, never the server.
     let imported = async {
@@ -556,6 +664,70 @@ pub async fn upload(
         state.jobs.external_end(job, result.as_ref().map(|r| r.0.clone()).map_err(Fault::clone));
     }
     Ok(result?)
+}
+
+/// Node `node`'s part of live trace `job` (of several nodes): kept unread in the store's
+/// temporary folder until the merge reads every part in a worker; the last part is answered
+/// with the merged trace, the others with what is still awaited (202).
+async fn upload_part(state: &Arc<AppState>, job: Arc<Job>, node: u32, name: Option<String>, req: Request) -> Result<Response, ApiError> {
+    let tmp = state.store.temp_path(&format!("{}.node{node}.upload", job.id()));
+    let _tmp_guard = state.store.temp_guard(&tmp);
+    let name = receive_upload(state, &tmp, name, req).await?;
+    let part = state.store.temp_path(&format!("{}.node{node}.part", job.id()));
+    if let Err(e) = tokio::fs::rename(&tmp, &part).await {
+        let _ = tokio::fs::remove_file(&tmp).await;
+        return Err(ApiError::internal("cannot keep the node's part", e));
+    }
+    let end = NodeEnd::Part(part.clone(), name.unwrap_or_else(|| format!("node{node}.mtrace.json")));
+    let progress = match job.node_end(node, end) {
+        Ok(p) => p,
+        Err(e) => {
+            let _ = tokio::fs::remove_file(&part).await;
+            return Err(e.into());
+        }
+    };
+    after_node_end(state, &job, node, progress).await
+}
+
+/// Writes an upload's body (raw, or a multipart form's file field) to `tmp`; the file's name
+/// (`?filename=`, else the form's). Refuses empty and oversized bodies (nothing left in `tmp`).
+async fn receive_upload(
+    state: &AppState,
+    tmp: &std::path::Path,
+    mut name: Option<String>,
+    req: Request,
+) -> Result<Option<String>, ApiError> {
+    let limit = state.config.max_upload_bytes;
+    let is_multipart =
+        req.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|v| v.starts_with("multipart/form-data"));
+    let written = if is_multipart {
+        let mut form = axum::extract::Multipart::from_request(req, &())
+            .await
+            .map_err(|e| ApiError::unprocessable(format!("invalid multipart body: {}", e.body_text())))?;
+        let mut found = None;
+        while let Some(f) = form.next_field().await.map_err(|e| multipart_error(&e, limit))? {
+            if f.file_name().is_some() || f.name() == Some("file") {
+                name = name.or_else(|| f.file_name().map(str::to_owned));
+                found = Some(write_stream(tmp, f.map(|c| c.map_err(|e| multipart_error(&e, limit))), limit).await);
+                break;
+            }
+        }
+        found.unwrap_or_else(|| Err(field("file", "the form has no file field")))
+    } else {
+        let stream = req.into_body().into_data_stream().map(|c| c.map_err(|e| ApiError::body(&e)));
+        write_stream(tmp, stream, limit).await
+    };
+    match written {
+        Ok(0) => {
+            let _ = tokio::fs::remove_file(tmp).await;
+            Err(ApiError::unprocessable("the upload is empty: send a trace file as the body or as a form's file field"))
+        }
+        Ok(_) => Ok(name),
+        Err(e) => {
+            let _ = tokio::fs::remove_file(tmp).await;
+            Err(e)
+        }
+    }
 }
 
 fn multipart_error(e: &axum::extract::multipart::MultipartError, limit: u64) -> ApiError {

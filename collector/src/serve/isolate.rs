@@ -2,9 +2,10 @@
 //! a hostile upload (a pickle or gzip bomb, deep nesting) costs a bounded child its memory,
 //! never the server.
 //!
-//! The server runs `collector serve-worker import|export` (a hidden subcommand) for each
-//! upload and export. The worker caps its own address space (`RLIMIT_AS` = what it has mapped
-//! at start, libtorch included, plus `--import-memory-mb`) and CPU time before it reads a byte
+//! The server runs `collector serve-worker import|export|merge` (a hidden subcommand) for each
+//! upload, export and merge of a job's nodes' parts. The worker caps its own address space
+//! (`RLIMIT_AS` = what it has mapped at start, libtorch included, plus `--import-memory-mb`) and
+//! CPU time before it reads a byte
 //! of the file, then prints one JSON line: the trace's [`TraceInfo`] or why it failed. A child
 //! that runs out of memory aborts; the server answers 422. At most `--max-imports` children
 //! run at once and `--import-queue` more wait; beyond that requests get 429 with Retry-After.
@@ -131,6 +132,36 @@ impl Isolation {
         match self.run(cmd).await? {
             WorkerAnswer::Exported { file_size_bytes } => Ok(file_size_bytes),
             _ => Err(Fault::internal("the export worker answered", "an unexpected line")),
+        }
+    }
+
+    /// Merges the ranks of `parts` (each node's trace of a job of several nodes, `labels`
+    /// naming them) into one trace written to `out` (own format) in a worker; its summary.
+    /// Ranks of the job no part has are named missing with `missing_reason`; `absent` (why
+    /// nodes sent no part) goes into the trace's warnings.
+    pub async fn merge(
+        &self,
+        _slot: &Slot,
+        parts: &[(PathBuf, String)],
+        out: &Path,
+        missing_reason: &str,
+        absent: &[String],
+        max_decompressed_bytes: u64,
+    ) -> Result<TraceInfo, Fault> {
+        let mut cmd = self.command("merge");
+        cmd.arg(format!("--missing-reason={missing_reason}"));
+        for a in absent {
+            cmd.arg(format!("--absent={a}"));
+        }
+        cmd.arg("--max-decompressed-bytes").arg(max_decompressed_bytes.to_string()).arg("--out").arg(out).arg("--");
+        for (file, label) in parts {
+            let mut arg = std::ffi::OsString::from(format!("{label}="));
+            arg.push(file);
+            cmd.arg(arg);
+        }
+        match self.run(cmd).await? {
+            WorkerAnswer::Imported(info) => Ok(*info),
+            _ => Err(Fault::internal("the merge worker answered", "an unexpected line")),
         }
     }
 
@@ -277,6 +308,10 @@ pub enum WorkerTask {
     Import { file: PathBuf, what: String, model_name: String },
     /// Import `file` and write it as `format` to `out`.
     Export { file: PathBuf, format: String, out: PathBuf },
+    /// Merge the ranks of `parts` (label, file) into one trace written to `out`; ranks no
+    /// part has are missing for `missing_reason`.
+    /// `absent`: why nodes sent no part, for the warnings.
+    Merge { parts: Vec<(String, PathBuf)>, out: PathBuf, missing_reason: String, absent: Vec<String> },
 }
 
 /// `collector serve-worker`: limits itself, runs `task`, prints one JSON line; the exit code
@@ -299,6 +334,10 @@ pub fn run_worker(task: WorkerTask, budget_bytes: u64, cpu_s: u64, max_decompres
         Task::Export { file, format, out } => match export(&file, &format, &out, &options) {
             Ok(n) => WorkerAnswer::Exported { file_size_bytes: n },
             Err(e) => WorkerAnswer::Error(format!("cannot export the trace as {format}: {e:#}")),
+        },
+        Task::Merge { parts, out, missing_reason, absent } => match merge_parts(&parts, &out, (&missing_reason, &absent), &options) {
+            Ok(trace) => WorkerAnswer::Imported(Box::new(trace_info(&trace, "merged nodes", 0.0))),
+            Err(e) => WorkerAnswer::Error(format!("cannot merge the nodes' parts: {e:#}")),
         },
     };
     let code = if matches!(answer, WorkerAnswer::Error(_)) { 2 } else { 0 };
@@ -325,4 +364,55 @@ fn export(file: &Path, format: &str, out: &Path, options: &shared::ImportOptions
     let f = w.into_inner().map_err(|e| e.into_error())?;
     f.sync_all()?;
     Ok(f.metadata()?.len())
+}
+
+/// Reads each node's part (a trace of its ranks, merged or one process's), takes every rank
+/// out, merges them all (ranks no part has are missing for `missing.0`; the absent nodes,
+/// `missing.1`, and parts that cannot be read are named in the warnings) and writes the result
+/// to `out` in the own format.
+fn merge_parts(
+    parts: &[(String, PathBuf)],
+    out: &Path,
+    missing: (&str, &[String]),
+    options: &shared::ImportOptions,
+) -> anyhow::Result<shared::Trace> {
+    let (missing_reason, absent) = missing;
+    use anyhow::Context;
+    let mut inputs = Vec::new();
+    let mut unread = Vec::new();
+    for (label, file) in parts {
+        let trace = match traceio::files::load_trace(file, options) {
+            Ok(t) => t,
+            Err(e) => {
+                unread.push(format!("{label}'s part could not be read: {:#}", e.root_cause()));
+                continue;
+            }
+        };
+        let ranks = shared::merge::ranks(&trace);
+        if ranks.is_empty() {
+            let rank = shared::rank_files::rank_of(&trace, label).with_context(|| format!("{label}'s part names no rank (RANK)"))?;
+            inputs.push(shared::merge::MergeInput { trace, rank, label: label.clone() });
+            continue;
+        }
+        for r in ranks {
+            if let Some(t) = shared::merge::rank_trace(&trace, r) {
+                inputs.push(shared::merge::MergeInput { trace: t, rank: r, label: format!("{label} rank {r}") });
+            }
+        }
+    }
+    anyhow::ensure!(!inputs.is_empty(), "no part could be read: {}", unread.join("; "));
+    let world = inputs.iter().filter_map(|i| i.trace.meta.reported.get("env.WORLD_SIZE").copied()).max().unwrap_or(0);
+    let given: Vec<u32> = inputs.iter().map(|i| i.rank).collect();
+    let missing_reasons =
+        (0..u32::try_from(world).unwrap_or(u32::MAX)).filter(|r| !given.contains(r)).map(|r| (r, missing_reason.to_owned())).collect();
+    let opts = shared::merge::MergeOptions { missing_reasons, ..Default::default() };
+    let mut merged = shared::merge::merge_with(inputs, &opts)?;
+    merged.meta.warnings.extend(absent.iter().map(|a| format!("{a}: its ranks are not in this trace")));
+    merged.meta.warnings.extend(unread);
+    let f = std::fs::File::create(out).with_context(|| format!("cannot create {}", out.display()))?;
+    let mut w = std::io::BufWriter::new(f);
+    shared::export::export(&merged, shared::export::ExportFormat::Native, &mut w)?;
+    std::io::Write::flush(&mut w)?;
+    w.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+    Ok(merged)
 }

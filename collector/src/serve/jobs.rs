@@ -10,7 +10,7 @@
 use super::fault::{blocking, Fault};
 use super::store::{Store, StoreError};
 use protocol::{ChildLine, FailureClass, JobRow, JobState, LiveEvent, Origin, TraceResponse};
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -163,6 +163,71 @@ pub struct Job {
     /// a follower neither misses nor repeats an event.
     log: Mutex<(Vec<JobEvent>, JobState, u32)>,
     tx: broadcast::Sender<JobEvent>,
+    /// A live trace of several nodes: their parts, gathered until every node sent its own.
+    nodes: Option<Mutex<NodeParts>>,
+}
+
+/// The parts of a live trace run on several nodes (`LiveRequest::job`), gathered until every
+/// node sent its own or ended with an error, or the wait for the others ran out.
+#[derive(Clone, Debug)]
+pub struct NodeParts {
+    /// The job's name, as every node gives it.
+    pub job: String,
+    /// How many nodes run the job.
+    pub nnodes: u32,
+    /// How long the others are waited for once the first part or failure came.
+    pub wait: std::time::Duration,
+    /// Nodes that announced themselves (`POST /api/trace/live`).
+    pub joined: BTreeSet<u32>,
+    /// Each node's uploaded part: a file in the store's temporary folder, and its name.
+    pub parts: BTreeMap<u32, (std::path::PathBuf, String)>,
+    /// Nodes that ended with an error instead of a part, and why.
+    pub failed: BTreeMap<u32, String>,
+    /// Whether the first part or failure came (the wait runs from then).
+    pub waiting: bool,
+    /// Set once the merge began: later parts are refused.
+    pub merging: bool,
+}
+
+impl NodeParts {
+    /// The nodes whose part or failure has not come.
+    pub fn waiting_for(&self) -> Vec<u32> {
+        (0..self.nnodes).filter(|k| !self.parts.contains_key(k) && !self.failed.contains_key(k)).collect()
+    }
+
+    /// Why the nodes without a part have none (empty when every node sent its part).
+    pub fn absent(&self) -> Vec<String> {
+        (0..self.nnodes)
+            .filter(|k| !self.parts.contains_key(k))
+            .map(|k| match self.failed.get(&k) {
+                Some(why) => format!("node {k} failed: {why}"),
+                None if self.joined.contains(&k) => format!("node {k} sent no part within {} s", self.wait.as_secs()),
+                None => format!("node {k} never joined within {} s", self.wait.as_secs()),
+            })
+            .collect()
+    }
+}
+
+/// How a node of a live trace of several nodes ended.
+#[derive(Debug)]
+pub enum NodeEnd {
+    /// Its part: a file in the store's temporary folder, and the name it was sent under.
+    Part(std::path::PathBuf, String),
+    /// It failed, and why.
+    Failed(String),
+}
+
+/// Where a live trace of several nodes is after a node's end.
+#[derive(Debug)]
+pub struct NodeProgress {
+    /// The nodes still awaited.
+    pub waiting_for: Vec<u32>,
+    /// This was the first node to end: the wait for the others starts now.
+    pub first: bool,
+    /// How long the others are waited for.
+    pub wait: std::time::Duration,
+    /// Every node ended: the caller merges the parts (no other will).
+    pub complete: bool,
 }
 
 impl Job {
@@ -185,6 +250,65 @@ impl Job {
 
     pub fn id(&self) -> &str {
         &self.id
+    }
+
+    /// Whether this live trace gathers the parts of several nodes.
+    pub fn is_multi_node(&self) -> bool {
+        self.nodes.is_some()
+    }
+
+    fn nodes_lock(&self) -> Result<std::sync::MutexGuard<'_, NodeParts>, Fault> {
+        let nodes = self.nodes.as_ref().ok_or_else(|| Fault::Rejected(format!("trace {} is not a job of several nodes", self.id)))?;
+        Ok(nodes.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
+    }
+
+    /// Records node `node`'s end (its part or its failure); refused when the node is not one
+    /// of the job's, already ended, or the parts are being merged already.
+    pub fn node_end(&self, node: u32, end: NodeEnd) -> Result<NodeProgress, Fault> {
+        let mut n = self.nodes_lock()?;
+        if node >= n.nnodes {
+            return Err(Fault::Rejected(format!("node {node}: job {} runs on {} nodes (0 to {})", n.job, n.nnodes, n.nnodes - 1)));
+        }
+        if n.merging {
+            return Err(Fault::Rejected(format!(
+                "node {node} came too late: the parts of job {} are merged already (the wait of {} s for the nodes ran out)",
+                n.job,
+                n.wait.as_secs()
+            )));
+        }
+        if n.parts.contains_key(&node) || n.failed.contains_key(&node) {
+            return Err(Fault::Rejected(format!("node {node} of job {} ended already; expected one part per node", n.job)));
+        }
+        match end {
+            NodeEnd::Part(file, name) => {
+                n.parts.insert(node, (file, name));
+            }
+            NodeEnd::Failed(why) => {
+                n.failed.insert(node, why);
+            }
+        }
+        let first = !n.waiting;
+        n.waiting = true;
+        let waiting_for = n.waiting_for();
+        let complete = waiting_for.is_empty();
+        n.merging |= complete;
+        Ok(NodeProgress { waiting_for, first, wait: n.wait, complete })
+    }
+
+    /// Claims the merge when the wait for the nodes ran out: the parts so far, unless a
+    /// node's end claimed it first.
+    pub fn claim_merge(&self) -> Option<NodeParts> {
+        let mut n = self.nodes_lock().ok()?;
+        if n.merging {
+            return None;
+        }
+        n.merging = true;
+        Some(n.clone())
+    }
+
+    /// The parts, once the merge is claimed.
+    pub fn node_parts(&self) -> Result<NodeParts, Fault> {
+        Ok(self.nodes_lock()?.clone())
     }
 
     /// What was published so far and a receiver for what comes next.
@@ -346,6 +470,7 @@ impl Jobs {
             log: Mutex::new((Vec::new(), JobState::Queued, 0)),
             tx,
             spec,
+            nodes: None,
         });
         job.publish(LiveEvent::Status { state: JobState::Queued, device: job.spec.device.clone(), model: job.spec.model.clone() });
         self.active.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(id, job.clone());
@@ -401,30 +526,54 @@ impl Jobs {
     /// Registers a trace recorded outside the server (`collector trace --serve`): followers
     /// see the progress its recorder posts, and it ends when the recorder uploads the trace.
     pub fn external(&self, id: String, model: String, device: String) -> Arc<Job> {
-        let (tx, _) = broadcast::channel(1024);
-        let job = Arc::new(Job {
-            id: id.clone(),
-            created: Instant::now(),
-            outcome: watch::Sender::new(Outcome::Pending),
-            log: Mutex::new((Vec::new(), JobState::Running, 0)),
-            tx,
-            spec: JobSpec {
-                model,
-                torchscript: None,
-                input_shape: None,
-                batch_size: None,
-                device,
-                mode: EXTERNAL_MODE.into(),
-                iterations: 0,
-                max_events: 0,
-                fragmentation: true,
-                optimizer: String::new(),
-                distributed: None,
-            },
-        });
-        job.publish(LiveEvent::Status { state: JobState::Running, device: job.spec.device.clone(), model: job.spec.model.clone() });
+        let job = external_job(id.clone(), model, device, None);
         self.active.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(id, job.clone());
         job
+    }
+
+    /// Node `node_rank` of job `name` run on `nnodes` nodes joins the running live trace of
+    /// that job, or registers it (under a new id) when none runs; it ends once every node sent
+    /// its part or failed, or `wait` after the first did. Refused when the job runs on another
+    /// number of nodes.
+    pub fn external_node(
+        &self,
+        name: String,
+        nnodes: u32,
+        node_rank: u32,
+        wait: std::time::Duration,
+        model: String,
+        device: String,
+    ) -> Result<Arc<Job>, Fault> {
+        let mut active = self.active.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let running = active
+            .values()
+            .find(|j| j.nodes.as_ref().is_some_and(|n| n.lock().unwrap_or_else(std::sync::PoisonError::into_inner).job == name));
+        if let Some(job) = running {
+            let mut n = job.nodes_lock()?;
+            if n.nnodes != nnodes {
+                return Err(Fault::Rejected(format!(
+                    "job {name} runs on {} nodes (as its first node said), this node says {nnodes}; every node must give the same --nnodes",
+                    n.nnodes
+                )));
+            }
+            n.joined.insert(node_rank);
+            drop(n);
+            return Ok(job.clone());
+        }
+        let parts = NodeParts {
+            job: name,
+            nnodes,
+            wait,
+            joined: BTreeSet::from([node_rank]),
+            parts: BTreeMap::new(),
+            failed: BTreeMap::new(),
+            waiting: false,
+            merging: false,
+        };
+        let id = self.store.new_id();
+        let job = external_job(id.clone(), model, device, Some(parts));
+        active.insert(id, job.clone());
+        Ok(job)
     }
 
     /// The running external job `id`, if there is one.
@@ -451,6 +600,35 @@ impl Jobs {
 
 /// `JobSpec::mode` of traces recorded outside the server.
 const EXTERNAL_MODE: &str = "external";
+
+/// A job recorded outside the server (of several nodes when `nodes` is given), running, its
+/// status published.
+fn external_job(id: String, model: String, device: String, nodes: Option<NodeParts>) -> Arc<Job> {
+    let (tx, _) = broadcast::channel(1024);
+    let job = Arc::new(Job {
+        id,
+        created: Instant::now(),
+        outcome: watch::Sender::new(Outcome::Pending),
+        log: Mutex::new((Vec::new(), JobState::Running, 0)),
+        tx,
+        spec: JobSpec {
+            model,
+            torchscript: None,
+            input_shape: None,
+            batch_size: None,
+            device,
+            mode: EXTERNAL_MODE.into(),
+            iterations: 0,
+            max_events: 0,
+            fragmentation: true,
+            optimizer: String::new(),
+            distributed: None,
+        },
+        nodes: nodes.map(Mutex::new),
+    });
+    job.publish(LiveEvent::Status { state: JobState::Running, device: job.spec.device.clone(), model: job.spec.model.clone() });
+    job
+}
 
 /// Runs one job's child process and stores its trace.
 async fn run_child(jobs: &Arc<Jobs>, exe: &std::path::Path, job: &Arc<Job>) -> Result<TraceResponse, Fault> {

@@ -1,6 +1,8 @@
 //! The trace followed live: its state and iterations, and allocated (and reserved) memory
-//! drawn as the server's events arrive, one line per rank for a torchrun job. The finished
-//! trace opens in every view.
+//! drawn as the server's events arrive. A job of several ranks (torchrun, on one node or
+//! several) gets a rank picker (every rank overlaid, or one drawn large) and small multiples,
+//! one chart per rank on one shared scale, each rank appearing as its first points arrive.
+//! The finished trace opens in every view.
 
 use crate::perf;
 use crate::server::ServerState;
@@ -16,48 +18,151 @@ pub fn LiveView(
 ) -> impl IntoView {
     let theme = expect_context::<Theme>();
     let canvas = NodeRef::<leptos::html::Canvas>::new();
+    // The rank drawn large; `None`: every rank overlaid.
+    let pick = RwSignal::new(None::<u32>);
     Effect::new(move |_| {
         let pal = theme.palette();
         let Some(c) = canvas.get() else { return };
+        let picked = pick.get();
         server.live.with(|l| {
-            if let Some(l) = l {
-                crate::fit_canvas(&c, 220);
-                let drawn = if l.ranks.is_empty() {
-                    crate::charts::draw_live(&c, &pal, &l.points).is_ok().then_some(l.points.len())
-                } else {
-                    crate::charts::draw_live_ranks(&c, &pal, &l.ranks).is_ok().then(|| l.ranks.values().map(Vec::len).sum())
-                };
-                if let Some(n) = drawn.filter(|&n| n > 0) {
-                    perf::set_body("data-live-drawn", &n.to_string());
-                }
+            let Some(l) = l else { return };
+            crate::fit_canvas(&c, 220);
+            let drawn = match (l.ranks.is_empty(), picked.and_then(|r| l.ranks.get(&r))) {
+                (true, _) => crate::charts::draw_live(&c, &pal, &l.points).is_ok().then_some(l.points.len()),
+                (false, Some(points)) => crate::charts::draw_live(&c, &pal, points).is_ok().then_some(points.len()),
+                (false, None) => crate::charts::draw_live_ranks(&c, &pal, &l.ranks).is_ok().then(|| l.ranks.values().map(Vec::len).sum()),
+            };
+            if let Some(n) = drawn.filter(|&n| n > 0) {
+                perf::set_body("data-live-drawn", &n.to_string());
             }
         });
     });
     move || {
         server.live.get().map(|l| {
-            let peak = l.points.iter().map(|p| p[1]).max().unwrap_or(0);
-            let now = l.points.last().copied().unwrap_or([0; 3]);
-            let rank_peaks: Vec<String> =
-                l.ranks.iter().map(|(r, p)| format!("rank {r} peak {}", format_bytes(p.iter().map(|p| p[1]).max().unwrap_or(0)))).collect();
             let finished = l.state == "done" || l.state == "failed";
+            let several = !l.ranks.is_empty();
             view! {
                 <div class="live" id="live">
-                    <p>
-                        <b>{if finished { "Followed " } else { "Following " }}</b> <code>{l.trace_id.clone()}</code>
-                        {(!l.model.is_empty()).then(|| format!(" · {} on {}", l.model, l.device))}
-                        " · " <span class=format!("live-state {}", l.state)>{l.state.clone()}</span>
-                        {(l.iterations > 0).then(|| format!(" · iteration {}/{}", l.iterations_done, l.iterations))}
-                        {(!l.points.is_empty()).then(|| format!(
-                            " · allocated {} (peak {}) at {} · {} updates",
-                            format_bytes(now[1]), format_bytes(peak), format_seconds(now[0] as f64 / 1e9), l.batches
-                        ))}
-                        {(!rank_peaks.is_empty()).then(|| format!(" · {} ranks: {} · {} updates", rank_peaks.len(), rank_peaks.join(", "), l.batches))}
-                    </p>
+                    <p>{live_summary(&l, finished)}</p>
                     {l.error.clone().map(|e| view! { <p class="server-message" role="alert">{e}</p> })}
                     // Drawn while it runs; the finished trace opens in the views below.
+                    {(several && !finished).then(|| view! { <RankPicker server=server pick=pick /> })}
                     {(!finished).then(|| view! { <canvas node_ref=canvas id="live-canvas" class="live-chart" height="220"></canvas> })}
+                    {(several && !finished).then(|| view! { <RankMultiples server=server pick=pick /> })}
                 </div>
             }
         })
+    }
+}
+
+/// The line above the chart: which trace, its state, iterations, and memory so far (per rank
+/// for a job of several ranks).
+fn live_summary(l: &crate::server::Live, finished: bool) -> String {
+    let mut s = format!("{} {}", if finished { "Followed" } else { "Following" }, l.trace_id);
+    if !l.model.is_empty() {
+        s.push_str(&format!(" · {} on {}", l.model, l.device));
+    }
+    s.push_str(&format!(" · {}", l.state));
+    if l.iterations > 0 {
+        s.push_str(&format!(" · iteration {}/{}", l.iterations_done, l.iterations));
+    }
+    if !l.points.is_empty() {
+        let peak = l.points.iter().map(|p| p[1]).max().unwrap_or(0);
+        let now = l.points.last().copied().unwrap_or([0; 3]);
+        s.push_str(&format!(
+            " · allocated {} (peak {}) at {} · {} updates",
+            format_bytes(now[1]),
+            format_bytes(peak),
+            format_seconds(now[0] as f64 / 1e9),
+            l.batches
+        ));
+    }
+    if !l.ranks.is_empty() {
+        let peaks: Vec<String> =
+            l.ranks.iter().map(|(r, p)| format!("rank {r} peak {}", format_bytes(p.iter().map(|p| p[1]).max().unwrap_or(0)))).collect();
+        s.push_str(&format!(" · {} ranks: {} · {} updates", peaks.len(), peaks.join(", "), l.batches));
+    }
+    s
+}
+
+/// Which rank the large chart draws: every rank overlaid, or one.
+#[component]
+fn RankPicker(
+    /// The server panel's state (the ranks so far).
+    server: ServerState,
+    /// The rank drawn large; `None`: all overlaid.
+    pick: RwSignal<Option<u32>>,
+) -> impl IntoView {
+    let ranks = move || server.live.with(|l| l.as_ref().map(|l| l.ranks.keys().copied().collect::<Vec<u32>>()).unwrap_or_default());
+    let on_change = move |ev: leptos::ev::Event| {
+        let v = event_target_value(&ev);
+        pick.set(v.parse().ok());
+        perf::set_body("data-live-pick", if v.is_empty() { "all" } else { &v });
+    };
+    view! {
+        <label class="live-picker">
+            "Ranks: "
+            <select id="live-rank-picker" on:change=on_change prop:value=move || pick.get().map(|r| r.to_string()).unwrap_or_default()>
+                <option value="">"all, overlaid"</option>
+                {move || ranks().into_iter().map(|r| view! { <option value=r.to_string()>{format!("rank {r}")}</option> }).collect_view()}
+            </select>
+        </label>
+    }
+}
+
+/// One small chart per rank, all on one scale (the longest time, the highest memory of any
+/// rank), in rank order; a click draws that rank large.
+#[component]
+fn RankMultiples(
+    /// The server panel's state (the ranks so far).
+    server: ServerState,
+    /// The rank drawn large, set by a click on its chart.
+    pick: RwSignal<Option<u32>>,
+) -> impl IntoView {
+    let ranks =
+        Memo::new(move |_| server.live.with(|l| l.as_ref().map(|l| l.ranks.keys().copied().collect::<Vec<u32>>()).unwrap_or_default()));
+    Effect::new(move |_| perf::set_body("data-live-multiples", &ranks.get().len().to_string()));
+    view! {
+        <div class="live-multiples" id="live-multiples">
+            <For each=move || ranks.get() key=|r| *r let:rank>
+                <RankSmall server=server rank=rank pick=pick />
+            </For>
+        </div>
+    }
+}
+
+/// One rank's small multiple.
+#[component]
+fn RankSmall(
+    /// The server panel's state (every rank's points, for the shared scale).
+    server: ServerState,
+    /// The rank drawn.
+    rank: u32,
+    /// The rank drawn large, set by a click here.
+    pick: RwSignal<Option<u32>>,
+) -> impl IntoView {
+    let theme = expect_context::<Theme>();
+    let canvas = NodeRef::<leptos::html::Canvas>::new();
+    Effect::new(move |_| {
+        let pal = theme.palette();
+        let Some(c) = canvas.get() else { return };
+        server.live.with(|l| {
+            let Some(l) = l else { return };
+            let Some(points) = l.ranks.get(&rank) else { return };
+            let all = || l.ranks.values().flatten();
+            let t1 = all().map(|p| p[0] as f64 / 1e9).fold(1e-3, f64::max);
+            let ymax = all().map(|p| p[1].max(p[2])).max().unwrap_or(0) as f64 * 1.02;
+            let peak = points.iter().map(|p| p[1]).max().unwrap_or(0);
+            crate::fit_canvas(&c, 90);
+            let _ = crate::charts::draw_live_small(&c, &pal, points, (t1, ymax), &format!("rank {rank} · peak {}", format_bytes(peak)));
+        });
+    });
+    let selected = move || if pick.get() == Some(rank) { "live-small selected" } else { "live-small" };
+    view! {
+        <canvas node_ref=canvas class=selected data-rank=rank.to_string() height="90" title=format!("rank {rank}: click to draw it large")
+            on:click=move |_| {
+                pick.set(Some(rank));
+                perf::set_body("data-live-pick", &rank.to_string());
+            }></canvas>
     }
 }
