@@ -173,6 +173,7 @@ async fn merge_nodes(state: &Arc<AppState>, job: Arc<Job>) -> Result<TraceRespon
         blocking(move || {
             let (stored, evicted) = st.store.insert(&id, Origin::Uploaded, name, &out, ".mtrace.json", info).map_err(|e| match e {
                 StoreError::TooLarge { .. } => Fault::Rejected(e.to_string()),
+                e @ StoreError::Backend(_) => Fault::from(e),
                 e => Fault::internal("cannot store the merged trace", e),
             })?;
             for e in &evicted {
