@@ -8,6 +8,8 @@
 //! page traces a model through its form, draws it live from the server's events, then opens
 //! the stored trace. Two snapshots chosen together merge as ranks 0 and 1 (Ranks view, rank
 //! selector, the two most different ranks compared), and the Compare view compares two traces.
+//! A live job of several ranks posted through the API gets a small chart per rank as each
+//! rank's points come, and a rank picker.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod server;
@@ -704,6 +706,159 @@ fn the_served_viewer_follows_every_rank_of_a_distributed_job() {
     let shown = b.exec("return [...document.querySelectorAll('#rank-peaks tbody tr')].map(r => r.cells[2].dataset.bytes)", json!([]));
     assert_eq!(shown, json!(expected));
     b.screenshot(&screenshots().join("serve-ranks.png"));
+}
+
+/// Non-background pixels of each rank's small multiple in the live view, by rank.
+const PAINTED_MULTIPLES: &str = r#"
+const out = {};
+for (const c of document.querySelectorAll('#live-multiples canvas[data-rank]')) {
+  const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+  let n = 0;
+  for (let i = 0; i < d.length; i += 4) if (d[i] !== d[0] || d[i+1] !== d[1] || d[i+2] !== d[2]) n++;
+  out[c.dataset.rank] = n;
+}
+return out;"#;
+
+/// Waits until the live view has one small multiple per rank of `ranks`, each drawn (and
+/// drawn at its own size, not squeezed from a wider bitmap), and no other.
+fn wait_multiples(b: &Browser, ranks: &[u32]) -> Value {
+    let want = json!(ranks.iter().map(u32::to_string).collect::<Vec<_>>());
+    b.wait_for(
+        &format!(
+            "const d = document.body.dataset;
+             const got = [...document.querySelectorAll('#live-multiples canvas[data-rank]')].map(c => c.dataset.rank);
+             return d.liveMultiples === '{n}' && d.liveRanks === '{n}' && JSON.stringify(got) === {want:?};",
+            n = ranks.len(),
+            want = want.to_string()
+        ),
+        60,
+        &format!("{} small multiples", ranks.len()),
+    );
+    let mut painted = json!({});
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while std::time::Instant::now() < deadline {
+        painted = b.exec(PAINTED_MULTIPLES, json!([]));
+        if ranks.iter().all(|r| painted[r.to_string()].as_u64().unwrap_or(0) > 800) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    for r in ranks {
+        let n = painted[r.to_string()].as_u64().unwrap_or(0);
+        assert!(n > 800, "rank {r}'s small multiple is blank ({n} painted pixels): {painted}");
+    }
+    // Each bitmap is the size of its box on the page (not a wider one squeezed into it).
+    let sizes = b.exec(
+        "return [...document.querySelectorAll('#live-multiples canvas[data-rank]')].map(c => [c.width, c.height, c.clientWidth, c.clientHeight])",
+        json!([]),
+    );
+    for s in sizes.as_array().unwrap() {
+        let v: Vec<i64> = s.as_array().unwrap().iter().map(|v| v.as_i64().unwrap()).collect();
+        assert!(
+            (v[0] - v[2]).abs() <= 1 && (v[1] - v[3]).abs() <= 1 && v[2] >= 150,
+            "a small multiple's bitmap is {}x{} px, shown {}x{} px: {sizes}",
+            v[0],
+            v[1],
+            v[2],
+            v[3]
+        );
+    }
+    painted
+}
+
+/// A live trace of a job of several ranks registered through the API (as
+/// `collector trace --serve` does on each node) and followed by the page (`?follow=ID`): a
+/// small multiple appears per rank as its first points come (ranks 0 and 1, then 2 and 3),
+/// all drawn; the rank picker and a click on a small multiple draw one rank large, and the
+/// picker draws them all again; an `error` line of each node ends the job, which the page
+/// shows failed with the reason.
+#[test]
+fn the_served_viewer_shows_each_rank_of_a_live_job_as_it_comes() {
+    let _ = dist();
+    let s = server::Server::start(&tmpdir("serve-live-ranks"), &["--token", "e2e-token"]);
+    let (code, a) =
+        s.post_json("/api/trace/live", &json!({"model_name": "train.py", "device": "live", "job": "e2e-job", "nnodes": 2, "node_rank": 0}));
+    assert_eq!(code, 202, "{a}");
+    let id = a["trace_id"].as_str().unwrap().to_owned();
+    let b = Browser::start(1400, 1000);
+    b.goto(&format!("{}/?follow={id}&token=e2e-token", s.base));
+    b.wait_for("return document.body.dataset.liveState === 'running' && document.getElementById('live-canvas')", 60, "the live view");
+    // Each rank's memory in two lines of 40 points, 25 ms apart; rank r peaks higher than r − 1.
+    const MIB: u64 = 1 << 20;
+    let points = |r: u32, from: u64| -> Vec<[u64; 3]> {
+        (from..from + 40)
+            .map(|i| [i * 25_000_000, (u64::from(r) + 1) * 8 * MIB * (1 + i % 12), (u64::from(r) + 1) * 8 * MIB * 13])
+            .collect()
+    };
+    let post = |r: u32| {
+        for from in [0, 40] {
+            let (code, v) = s.post_json(&format!("/api/trace/live/{id}"), &json!({"kind": "memory", "points": points(r, from), "rank": r}));
+            assert_eq!(code, 200, "{v}");
+        }
+    };
+    post(0);
+    post(1);
+    wait_multiples(&b, &[0, 1]);
+    b.wait_for("return document.body.dataset.liveDrawn === '160'", 30, "both ranks in the large chart");
+    // New points update the charts in place: the picker (which may be open) and the canvases
+    // are kept.
+    let kept = "['live-rank-picker', 'live-canvas', 'live-multiples'].map(id => document.getElementById(id))
+        .concat([document.querySelector('#live-multiples canvas[data-rank=\"0\"]')])";
+    b.exec(&format!("window.__mtKept = {kept}; return true"), json!([]));
+    post(2);
+    post(3);
+    wait_multiples(&b, &[0, 1, 2, 3]);
+    b.wait_for("return document.body.dataset.liveDrawn === '320'", 30, "every rank in the large chart");
+    let same = b.exec(&format!("const now = {kept}; return now.map((e, i) => e !== null && e === window.__mtKept[i])"), json!([]));
+    assert_eq!(same, json!([true, true, true, true]), "the picker, the live chart, the small multiples and rank 0's are the same elements");
+    assert_eq!(b.exec("return document.body.dataset.liveBatches", json!([])), json!("8"));
+    let all = painted(&b, "live-canvas");
+    assert!(all > 2000, "the live chart of every rank is blank ({all} painted pixels)");
+    let text = b.exec("return document.getElementById('live').innerText", json!([]));
+    let text = text.as_str().unwrap();
+    assert!(text.contains("4 ranks: rank 0 peak"), "{text}");
+    assert!(text.contains(&format!("rank 3 peak {}", format_bytes(4 * 8 * MIB * 12))), "{text}");
+    let options = b.exec("return [...document.querySelectorAll('#live-rank-picker option')].map(o => o.value)", json!([]));
+    assert_eq!(options, json!(["", "0", "1", "2", "3"]));
+    // The live view just under the page's sticky header.
+    b.exec("window.scrollTo(0, document.getElementById('live').getBoundingClientRect().top + window.scrollY - 70)", json!([]));
+    b.screenshot(&screenshots().join("serve-live-ranks.png"));
+
+    // One rank large, from the picker: its 80 points, its small multiple marked.
+    select(&b, "#live-rank-picker", "2");
+    b.wait_for("const d = document.body.dataset; return d.livePick === '2' && d.liveDrawn === '80'", 30, "rank 2 drawn large");
+    assert!(painted(&b, "live-canvas") > 2000, "rank 2's live chart is blank");
+    let selected = b.exec("return [...document.querySelectorAll('#live-multiples canvas.selected')].map(c => c.dataset.rank)", json!([]));
+    assert_eq!(selected, json!(["2"]));
+    // More points of the picked rank: the large chart keeps drawing that rank alone.
+    let (code, v) = s.post_json(&format!("/api/trace/live/{id}"), &json!({"kind": "memory", "points": points(2, 80), "rank": 2}));
+    assert_eq!(code, 200, "{v}");
+    b.wait_for("return document.body.dataset.liveDrawn === '120'", 30, "rank 2's new points drawn large");
+    assert_eq!(b.exec("return document.getElementById('live-rank-picker').value", json!([])), json!("2"));
+    b.screenshot(&screenshots().join("serve-live-rank2.png"));
+    // Another, from a click on its small multiple (from script: the sticky header may cover it).
+    b.exec("document.querySelector('#live-multiples canvas[data-rank=\"3\"]').click()", json!([]));
+    b.wait_for("const d = document.body.dataset; return d.livePick === '3' && d.liveDrawn === '80'", 30, "rank 3 drawn large");
+    assert_eq!(b.exec("return document.getElementById('live-rank-picker').value", json!([])), json!("3"));
+    assert!(painted(&b, "live-canvas") > 2000, "rank 3's live chart is blank");
+    // Every rank again.
+    select(&b, "#live-rank-picker", "");
+    b.wait_for("const d = document.body.dataset; return d.livePick === 'all' && d.liveDrawn === '360'", 30, "every rank overlaid again");
+    let selected = b.exec("return document.querySelectorAll('#live-multiples canvas.selected').length", json!([]));
+    assert_eq!(selected, json!(0));
+    assert!(painted(&b, "live-canvas") > 2000, "the live chart of every rank is blank");
+
+    // Both nodes fail: the job ends failed, the page says why and draws no more.
+    for node in 0..2 {
+        let (code, v) =
+            s.post_json(&format!("/api/trace/live/{id}?node={node}"), &json!({"kind": "error", "class": "invalid", "detail": "e2e done"}));
+        assert_eq!(code, 200, "{v}");
+    }
+    b.wait_for("return document.body.dataset.liveState === 'failed'", 60, "the job to fail");
+    let text = b.wait_for("return document.querySelector('#live .server-message')?.innerText", 30, "the reason");
+    assert!(text.as_str().unwrap().contains("e2e done"), "{text}");
+    let left = b.exec("return [!!document.getElementById('live-canvas'), !!document.getElementById('live-multiples'), !!document.getElementById('live-rank-picker')]", json!([]));
+    assert_eq!(left, json!([false, false, false]), "a finished job's live charts are gone");
 }
 
 /// A trace that ran out of memory opens with the explanation above everything else; a trace

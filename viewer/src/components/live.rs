@@ -37,14 +37,19 @@ pub fn LiveView(
             }
         });
     });
+    // Rebuilt when what is shown changes (another trace, its first rank, its end), not on every
+    // batch of points: the picker stays open and the charts stay in place while they come.
+    let shape = Memo::new(move |_| {
+        server.live.with(|l| l.as_ref().map(|l| (l.trace_id.clone(), !l.ranks.is_empty(), l.state == "done" || l.state == "failed")))
+    });
     move || {
-        server.live.get().map(|l| {
-            let finished = l.state == "done" || l.state == "failed";
-            let several = !l.ranks.is_empty();
+        shape.get().map(|(_, several, finished)| {
+            let summary = move || server.live.with(|l| l.as_ref().map(|l| live_summary(l, finished)));
+            let error = move || server.live.with(|l| l.as_ref().and_then(|l| l.error.clone()));
             view! {
                 <div class="live" id="live">
-                    <p>{live_summary(&l, finished)}</p>
-                    {l.error.clone().map(|e| view! { <p class="server-message" role="alert">{e}</p> })}
+                    <p>{summary}</p>
+                    {move || error().map(|e| view! { <p class="server-message" role="alert">{e}</p> })}
                     // Drawn while it runs; the finished trace opens in the views below.
                     {(several && !finished).then(|| view! { <RankPicker server=server pick=pick /> })}
                     {(!finished).then(|| view! { <canvas node_ref=canvas id="live-canvas" class="live-chart" height="220"></canvas> })}
@@ -153,7 +158,15 @@ fn RankSmall(
             let t1 = all().map(|p| p[0] as f64 / 1e9).fold(1e-3, f64::max);
             let ymax = all().map(|p| p[1].max(p[2])).max().unwrap_or(0) as f64 * 1.02;
             let peak = points.iter().map(|p| p[1]).max().unwrap_or(0);
-            crate::fit_canvas(&c, 90);
+            // As wide as its own cell of the grid (`fit_canvas` takes the parent's width: the
+            // whole row of them).
+            let w = c.client_width().max(120) as u32;
+            if c.width() != w {
+                c.set_width(w);
+            }
+            if c.height() != 90 {
+                c.set_height(90);
+            }
             let _ = crate::charts::draw_live_small(&c, &pal, points, (t1, ymax), &format!("rank {rank} · peak {}", format_bytes(peak)));
         });
     });
