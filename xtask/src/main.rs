@@ -254,9 +254,8 @@ fn install_tools() -> Result<()> {
     // the object store's replicas with skewed clocks
     let debian = ["/usr/bin/chromium", "/usr/bin/chromedriver", "/usr/bin/faketime"];
     if !debian.iter().all(|p| Path::new(p).exists()) {
-        let install = || {
-            run(Command::new("apt-get").args(["install", "-y", "--no-install-recommends", "chromium", "chromium-driver", "faketime"]))
-        };
+        let install =
+            || run(Command::new("apt-get").args(["install", "-y", "--no-install-recommends", "chromium", "chromium-driver", "faketime"]));
         if install().is_err() {
             run(Command::new("apt-get").arg("update"))?;
             install()?;
