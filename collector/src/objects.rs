@@ -270,7 +270,8 @@ impl Bucket {
 
     fn put_options(&self, put: Put<'_>) -> PutOptions {
         let mut attributes = Attributes::new();
-        if let Some(ct) = put.content_type {
+        // A folder keeps no attributes (object_store refuses them there).
+        if let Some(ct) = put.content_type.filter(|_| self.scheme != Scheme::File) {
             attributes.insert(Attribute::ContentType, ct.to_owned().into());
         }
         let mode = if put.create && self.conditional.load(Ordering::Relaxed) { PutMode::Create } else { PutMode::Overwrite };
@@ -451,7 +452,8 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         let b = open(&format!("file://{}", dir.display())).unwrap();
         b.check("t").unwrap();
-        b.put_bytes("a/x.json", Bytes::from_static(b"{}"), Put::default()).unwrap();
+        let json = Put { content_type: Some("application/json"), create: true };
+        b.put_bytes("a/x.json", Bytes::from_static(b"{}"), json).unwrap();
         let src = dir.with_extension("src");
         std::fs::write(&src, vec![7u8; 100]).unwrap();
         assert_eq!(b.put_file("a/y.bin", &src, Put::default()).unwrap(), 100);
