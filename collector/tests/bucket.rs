@@ -17,17 +17,17 @@
 mod seaweed;
 mod server;
 
-use seaweed::{anon, bucket, env_for, free_ports, keys, weed, KEY};
+use seaweed::{anon, bucket, env_for, free_ports, keys, weed};
 use serde_json::{json, Value};
 use server::{scratch, Server};
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 fn data(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data").join(name)
