@@ -22,7 +22,7 @@
 //! bucket's clock (an insert or delete that stopped half-way); objects under the prefix that
 //! this store did not write are left alone and named once in the log.
 
-use super::{is_plain_name, is_trace_file_of, now_ms, trace_file_name, Local, StoreError, StoreLimits};
+use super::{is_plain_name, is_trace_file_of, new_stored, now_ms, Local, StoreError, StoreLimits};
 use crate::objects::{self, Bucket, ObjectError, Put};
 use protocol::{ExportFile, Origin, StoredTrace, TraceInfo};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -275,20 +275,8 @@ impl Shared {
             return Err(StoreError::NotFound(id.to_owned()));
         }
         let size = std::fs::metadata(tmp).map_err(super::io("cannot read the new trace"))?.len();
-        if size > self.limits.max_bytes {
-            return Err(StoreError::TooLarge { size, max: self.limits.max_bytes });
-        }
-        let file = trace_file_name(id, ext);
-        let stored = StoredTrace {
-            trace_id: id.to_owned(),
-            created_unix_ms: now_ms(),
-            origin,
-            file: file.clone(),
-            original_name,
-            file_size_bytes: size,
-            exports: BTreeMap::new(),
-            info,
-        };
+        let stored = new_stored(id, origin, original_name, ext, info, size, self.limits)?;
+        let file = stored.file.clone();
         if self.bucket.get_bytes(&meta_key(id))?.is_some() {
             return Err(StoreError::Exists(id.to_owned()));
         }

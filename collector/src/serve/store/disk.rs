@@ -21,7 +21,7 @@
 //! most `max_traces` traces and `max_bytes` bytes (traces and exports); a new trace is
 //! committed first, then the oldest traces are evicted, with their exports, until both hold.
 
-use super::{io, is_plain_name, is_trace_file_of, now_ms, trace_file_name, Local, StoreError, StoreLimits, SIDECAR_SUFFIX};
+use super::{io, is_plain_name, is_trace_file_of, new_stored, now_ms, Local, StoreError, StoreLimits, SIDECAR_SUFFIX};
 use protocol::{ExportFile, Origin, StoredTrace, TraceInfo};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Write;
@@ -253,20 +253,11 @@ impl Disk {
             Ok(s) => s,
             Err(e) => return refuse(io("cannot read the new trace")(e)),
         };
-        if size > self.limits.max_bytes {
-            return refuse(StoreError::TooLarge { size, max: self.limits.max_bytes });
-        }
-        let file = trace_file_name(id, ext);
-        let stored = StoredTrace {
-            trace_id: id.to_owned(),
-            created_unix_ms: now_ms(),
-            origin,
-            file: file.clone(),
-            original_name,
-            file_size_bytes: size,
-            exports: BTreeMap::new(),
-            info,
+        let stored = match new_stored(id, origin, original_name, ext, info, size, self.limits) {
+            Ok(s) => s,
+            Err(e) => return refuse(e),
         };
+        let file = stored.file.clone();
         let mut index = self.index();
         let dest = self.traces_dir.join(&file);
         let sidecar = self.traces_dir.join(sidecar_name(id));

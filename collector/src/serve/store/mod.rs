@@ -81,6 +81,32 @@ pub(super) fn is_trace_file_of(id: &str, file: &str) -> bool {
     plain && file.strip_prefix(id).is_some_and(|ext| ext.is_empty() || ext.starts_with('.'))
 }
 
+/// The record of a new trace of `size` bytes in file `trace_file_name(id, ext)`, or why it
+/// cannot be stored (over the store's byte limit).
+pub(super) fn new_stored(
+    id: &str,
+    origin: Origin,
+    original_name: Option<String>,
+    ext: &str,
+    info: TraceInfo,
+    size: u64,
+    limits: StoreLimits,
+) -> Result<StoredTrace, StoreError> {
+    if size > limits.max_bytes {
+        return Err(StoreError::TooLarge { size, max: limits.max_bytes });
+    }
+    Ok(StoredTrace {
+        trace_id: id.to_owned(),
+        created_unix_ms: now_ms(),
+        origin,
+        file: trace_file_name(id, ext),
+        original_name,
+        file_size_bytes: size,
+        exports: std::collections::BTreeMap::new(),
+        info,
+    })
+}
+
 /// Removes a temporary file when dropped, wherever the code holding it stops: a request
 /// handler is dropped when its client goes away mid-upload, and its file must not stay in
 /// `tmp/` until the next start. Removing a file that was moved into the store does nothing.
