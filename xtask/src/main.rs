@@ -628,14 +628,12 @@ fn bench_capture() -> Result<()> {
 /// fast and needs only torch in the user's Python). `dev`: the debug collector for this
 /// machine; otherwise a release one, stripped, tagged manylinux.
 fn wheel(dev: bool) -> Result<PathBuf> {
-    wheel::build(dev, &["build", "-p", "collector"])
+    wheel::build(dev)
 }
 
 /// The Python API's tests (pytest, CPU) against the wheel installed into a scratch folder.
 fn python_tests() -> Result<()> {
-    // The collector `cargo test --workspace` built (a `cargo build -p collector` would build it
-    // again: without the other crates' dev-dependencies, some features differ).
-    let wheel = wheel::build(true, &["test", "--workspace", "--exclude", "viewer", "--no-run"])?;
+    let wheel = wheel(true)?;
     let site = Path::new("target/wheel-site");
     let _ = std::fs::remove_dir_all(site);
     let py = torch_venv().join("bin/python");

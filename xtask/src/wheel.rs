@@ -60,12 +60,12 @@ pub fn install_maturin(zig: bool) -> Result<PathBuf> {
 }
 
 /// Builds the wheel into `target/wheels/` and returns its path; a release build also writes
-/// the sdist there. `cargo_args` builds `target/debug/collector`, which writes the package.
-pub fn build(dev: bool, cargo_args: &[&str]) -> Result<PathBuf> {
+/// the sdist there.
+pub fn build(dev: bool) -> Result<PathBuf> {
     let python = install_maturin(!dev)?;
     // The package comes from the collector the tests build (the captures are the same in either
     // profile: `_build.py` compiles them alike).
-    crate::run(Command::new("cargo").args(cargo_args))?;
+    crate::run(Command::new("cargo").args(["build", "-p", "collector"]))?;
     let pkg = Path::new(PACKAGE_DIR);
     let _ = std::fs::remove_dir_all(pkg);
     crate::run(Command::new("target/debug/collector").args(["python-package", "--out"]).arg(pkg))?;
