@@ -12,7 +12,6 @@ mod server;
 
 use serde_json::{json, Value};
 use server::{scratch, Server};
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
@@ -30,21 +29,8 @@ fn program(name: &str) -> String {
 
 /// Every event of trace `id` so far, (name, data), up to its end.
 fn read_events(s: &Server, id: &str) -> Vec<(String, Value)> {
-    let r = s.agent.get(s.url(&format!("/api/trace/{id}/events"))).call().unwrap();
-    assert_eq!(r.status().as_u16(), 200);
-    let mut events = Vec::new();
-    let mut name = String::new();
-    for line in BufReader::new(r.into_body().into_reader()).lines() {
-        let line = line.unwrap();
-        if let Some(n) = line.strip_prefix("event: ") {
-            name = n.to_owned();
-        } else if let Some(d) = line.strip_prefix("data: ") {
-            events.push((name.clone(), serde_json::from_str(d).unwrap()));
-            if name == "done" || name == "failed" {
-                break;
-            }
-        }
-    }
+    let (code, events) = s.events(id);
+    assert_eq!(code, 200);
     events
 }
 

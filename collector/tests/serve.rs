@@ -8,7 +8,6 @@ mod server;
 use serde_json::{json, Value};
 use server::{scratch, Server};
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 
 fn data(name: &str) -> PathBuf {
@@ -310,23 +309,8 @@ fn contract_docs(s: &Server) {
 
 /// Reads a server-sent event stream until its `done` or `failed` event.
 fn read_events(s: &Server, id: &str) -> Vec<(String, Value)> {
-    let r = s.agent.get(s.url(&format!("/api/trace/{id}/events"))).call().unwrap();
-    assert_eq!(r.status().as_u16(), 200);
-    let mut events = Vec::new();
-    let mut name = String::new();
-    for line in BufReader::new(r.into_body().into_reader()).lines() {
-        let line = line.unwrap();
-        if let Some(n) = line.strip_prefix("event: ") {
-            name = n.to_owned();
-        } else if let Some(d) = line.strip_prefix("data: ") {
-            let v: Value = serde_json::from_str(d).unwrap();
-            let end = name == "done" || name == "failed";
-            events.push((name.clone(), v));
-            if end {
-                break;
-            }
-        }
-    }
+    let (code, events) = s.events(id);
+    assert_eq!(code, 200);
     events
 }
 

@@ -13,7 +13,7 @@ mod server;
 use serde_json::{json, Value};
 use server::{scratch, Server};
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -600,25 +600,7 @@ fn deletes_race_evictions() {
 
 /// `GET /api/trace/{id}/events`: the events as (name, data) until `done` or `failed`.
 fn follow(s: &Server, id: &str) -> (u16, Vec<(String, Value)>) {
-    let r = s.agent.get(s.url(&format!("/api/trace/{id}/events"))).call().unwrap();
-    let code = r.status().as_u16();
-    if code != 200 {
-        return (code, Vec::new());
-    }
-    let mut events = Vec::new();
-    let mut name = String::new();
-    for line in BufReader::new(r.into_body().into_reader()).lines() {
-        let line = line.unwrap();
-        if let Some(n) = line.strip_prefix("event: ") {
-            name = n.to_owned();
-        } else if let Some(d) = line.strip_prefix("data: ") {
-            events.push((name.clone(), serde_json::from_str(d).unwrap()));
-            if name == "done" || name == "failed" {
-                break;
-            }
-        }
-    }
-    (code, events)
+    s.events(id)
 }
 
 fn job_listed(s: &Server, id: &str) -> bool {

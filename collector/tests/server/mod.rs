@@ -84,6 +84,30 @@ impl Server {
         Server { child, base: format!("http://{addr}"), agent: agent(), token, data_dir: data_dir.to_owned(), log }
     }
 
+    /// `GET /api/trace/{id}/events`: its status, and the events as (name, data) until `done`
+    /// or `failed` (none when the status is not 200).
+    pub fn events(&self, id: &str) -> (u16, Vec<(String, Value)>) {
+        let r = self.agent.get(self.url(&format!("/api/trace/{id}/events"))).call().unwrap();
+        let code = r.status().as_u16();
+        let mut events = Vec::new();
+        if code != 200 {
+            return (code, events);
+        }
+        let mut name = String::new();
+        for line in BufReader::new(r.into_body().into_reader()).lines() {
+            let line = line.unwrap();
+            if let Some(n) = line.strip_prefix("event: ") {
+                name = n.to_owned();
+            } else if let Some(d) = line.strip_prefix("data: ") {
+                events.push((name.clone(), serde_json::from_str(d).unwrap()));
+                if name == "done" || name == "failed" {
+                    break;
+                }
+            }
+        }
+        (code, events)
+    }
+
     /// The server's address, `127.0.0.1:PORT`.
     pub fn addr(&self) -> &str {
         self.base.trim_start_matches("http://")
