@@ -147,6 +147,9 @@ pub fn open_with(url: &str, env: &[(String, String)]) -> Result<Bucket, ObjectEr
         |start: &'static str| env.iter().filter(move |(k, _)| k.starts_with(start)).map(|(k, v)| (k.to_ascii_lowercase(), v.clone()));
     let parsed =
         url::Url::parse(url).map_err(|e| bad(&format!("not a URL ({e}); expected s3://BUCKET/PREFIX, gs://, az:// or file:///PATH")))?;
+    if parsed.scheme() != "file" && parsed.host_str().is_none_or(str::is_empty) {
+        return Err(bad("names no bucket; expected s3://BUCKET/PREFIX, gs://BUCKET/PREFIX or az://CONTAINER/PREFIX"));
+    }
     let (scheme, store): (Scheme, Arc<dyn ObjectStore>) = match parsed.scheme() {
         "s3" | "s3a" => {
             let mut b = object_store::aws::AmazonS3Builder::new();
@@ -441,8 +444,10 @@ mod tests {
     fn bad_urls_say_what_was_expected() {
         let e = open("s4://bucket/x").unwrap_err().to_string();
         assert!(e.contains("unknown scheme `s4`") && e.contains("s3://"), "{e}");
-        let e = open("s3:/").unwrap_err().to_string();
-        assert!(e.starts_with("s3:/"), "{e}");
+        for url in ["s3:/", "s3://", "s3:///x", "gs://"] {
+            let e = open(url).unwrap_err().to_string();
+            assert!(e.starts_with(url) && e.contains("names no bucket"), "{e}");
+        }
     }
 
     /// A folder as a bucket: puts, lists, reads and deletes under the prefix.

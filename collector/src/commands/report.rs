@@ -57,10 +57,10 @@ fn to_bucket(url: &str, input: &std::path::Path, bytes: &[u8], single_file: bool
     std::fs::create_dir_all(&scratch).with_context(|| format!("cannot create {}", scratch.display()))?;
     let written = (|| -> anyhow::Result<String> {
         let (base, files) = if single_file {
+            // `s3://BUCKET/PREFIX/report.html`: the bucket's URL, then the object's name.
             let (base, name) = url
-                .trim_end_matches('/')
                 .rsplit_once('/')
-                .filter(|(_, n)| !n.is_empty())
+                .filter(|(base, n)| !n.is_empty() && base.split_once("://").is_some_and(|(_, bucket)| !bucket.is_empty()))
                 .with_context(|| format!("--out {url}: with --single-file, name the object (s3://BUCKET/PREFIX/report.html)"))?;
             let file = scratch.join(name);
             crate::report::write_single_file(input, bytes, &file)?;
