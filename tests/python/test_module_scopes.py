@@ -274,4 +274,4 @@ def test_torch_compile_traces_through_the_module_call_without_a_graph_break(tmp_
         model(torch.randn(2, 8))  # and eager calls still open scopes
     assert out.shape == again.shape == (2, 4)
     names = {n for n, _, _, _ in scopes(saved(tracer, tmp_path))}
-    assert {"0", "1", "2"} <= names, names
+    assert {"Sequential.0", "Sequential.1", "Sequential.2"} <= names, names

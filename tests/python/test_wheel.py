@@ -150,5 +150,5 @@ def test_pip_install_keeps_the_torch_and_memory_tracer_traces_with_it(wheel, tmp
     assert "building the capture" not in r.stderr, r.stderr
     stats = subprocess.run([str(venv / "bin" / "collector"), "summary", str(out)], capture_output=True, text=True, env=env)
     assert stats.returncode == 0, stats.stderr
-    for layer in ("0", "2", "optimizer.step"):
+    for layer in ("Sequential.0", "Sequential.2", "optimizer.step"):
         assert re.search(rf"^\s*{re.escape(layer)}\s", stats.stdout, re.M), f"layer {layer} missing from the summary:\n{stats.stdout}"

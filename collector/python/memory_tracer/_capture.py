@@ -36,24 +36,49 @@ def current():
     return _current
 
 
-def _teach_dynamo(descr, wrapped_call):
-    """torch.compile traces Python, not a C descriptor: it is given `wrapped_call` (PyTorch's
-    own __call__) to trace in its place (`substitute_in_graph`, once per process), and its
-    record of the unpatched __call__ (taken when it was imported, maybe ours) is put back."""
+def _teach_dynamo(patches, descr, wrapped_call, module_call, hooks=()):
+    """torch.compile must see the program as it is untraced. Dynamo keeps PyTorch's own
+    nn.Module.__call__ (`unpatched_nn_module_call`, read when it is imported) to know the module
+    calls it may trace straight into `forward`: ours (`module_call`) is made that, so the module
+    calls it traces take the untraced path and it never traces ours. A compiled module's own
+    frame, which dynamo skips for PyTorch's __call__ to compile `forward`'s, is skipped for ours
+    too, and the Python `hooks` the shim calls (a thread's outermost module call) are skipped
+    with everything they call. Where dynamo still meets the shim's C descriptor, `descr`, it
+    traces PyTorch's `wrapped_call` instead (`substitute_in_graph`, once per process).
+    `patches` gets what to put back."""
     try:
-        import torch._dynamo.decorators as decorators
         import torch._dynamo.utils as dynamo_utils
-        if id(descr) not in _taught:
-            def module_call(self, *args, **kwargs):
+        from torch._dynamo import eval_frame
+        if descr is not None and id(descr) not in _taught:
+            import torch._dynamo.decorators as decorators
+
+            def traced_call(self, *args, **kwargs):
                 return wrapped_call(self, *args, **kwargs)
 
-            decorators.substitute_in_graph(descr, skip_signature_check=True)(module_call)
+            decorators.substitute_in_graph(descr, skip_signature_check=True)(traced_call)
             _taught.add(id(descr))
         for mod in (dynamo_utils, sys.modules.get("torch._dynamo.variables.nn_module")):
-            if mod is not None and getattr(mod, "unpatched_nn_module_call", None) is descr:
-                mod.unpatched_nn_module_call = wrapped_call
+            if mod is not None and getattr(mod, "unpatched_nn_module_call", module_call) is not module_call:
+                patches.append((mod, "unpatched_nn_module_call", mod.unpatched_nn_module_call, module_call))
+                mod.unpatched_nn_module_call = module_call
+        skip = getattr(eval_frame, "skip_code", None)
+        if skip is not None:
+            skip(module_call.__code__)
+        strategy, action = getattr(eval_frame, "FrameExecStrategy", None), getattr(eval_frame, "FrameAction", None)
+        for hook in hooks:
+            if strategy is not None and action is not None and hasattr(eval_frame, "set_code_exec_strategy"):
+                eval_frame.set_code_exec_strategy(hook.__code__, strategy(action.SKIP, action.SKIP))
+            elif skip is not None:
+                skip(hook.__code__)
     except Exception as e:  # an older or newer dynamo: compiled code breaks its graph at module calls
         sys.stderr.write(f"memory-tracer: torch.compile cannot trace through the module scopes ({e}); compiled models still run\n")
+
+
+def _name_like(ours, theirs):
+    """Gives the __call__ that replaces PyTorch's its name and a way back to it."""
+    ours.__wrapped__ = theirs
+    ours.__name__ = getattr(theirs, "__name__", "__call__")
+    ours.__qualname__ = getattr(theirs, "__qualname__", "Module.__call__")
 
 
 class Live:
@@ -168,7 +193,10 @@ class Capture:
             if inner is not None:
                 path = path[len("_orig_mod."):] if path.startswith("_orig_mod.") else ("" if path == "_orig_mod" else path)
             if path:
-                full = f"{prefix}.{path}" if prefix else path
+                # A child of a root that names none (nn.Sequential's `0`, `1`) is named with the
+                # root's class (`Sequential.1`), never a bare index.
+                head = path.split(".", 1)[0]
+                full = f"{prefix}.{path}" if prefix else (f"{cls}.{path}" if head.isdigit() else path)
             else:
                 full = prefix or cls
             if inner is not None and sub is module:
@@ -197,10 +225,12 @@ class Capture:
         # Module scopes: nn.Module.__call__ itself is replaced, not hooked globally (global
         # module hooks take every module call off _call_impl's fast path, which costs more than
         # the scope). The replacement also opens each forward pass (phase, iteration) at a
-        # thread's outermost module call; with `module_scopes` off it does only that. It is
-        # the shim's C method descriptor where the shim has one (a module call then costs a C
-        # call and a lookup; Python runs only at a thread's outermost call, for a module not
-        # yet named and for the iteration marker), else a Python wrapper.
+        # thread's outermost module call; with `module_scopes` off it does only that. It is a
+        # one-line Python function calling the shim's C method descriptor where the shim has
+        # one (a module call then costs that frame, in place of PyTorch's own, a C call and a
+        # lookup; the rest of Python runs only at a thread's outermost call, for a module not
+        # yet named and for the iteration marker), else a Python wrapper. Either is what
+        # torch.compile takes for PyTorch's own (`_teach_dynamo`): it adds no graph break.
         nn = nn_module.Module
         wrapped_call = nn.__call__
         # PyTorch's own __call__ (no one else's patch beneath ours): its one step, choosing
@@ -214,8 +244,9 @@ class Capture:
         get_ident = threading.get_ident
         # The C descriptor is one per process: it replaces only PyTorch's own __call__ (on top
         # of someone else's patch, which may call a paused descriptor of ours, it would call
-        # itself); torch.compile before 2.10 traces only a Python function there; and it keeps
-        # its state under the GIL (a free-threaded Python gets the wrapper).
+        # itself); torch.compile before 2.10 cannot trace a C descriptor in a compiled
+        # module's own frame; and it keeps its state under the GIL (a free-threaded Python gets
+        # the wrapper).
         fast = None
         if direct and getattr(sys, "_is_gil_enabled", lambda: True)() and (_shim.parse_version(torch.__version__) or (0, 0))[:2] >= (2, 10):
             fast = _shim.module_call_functions(lib)
@@ -230,6 +261,9 @@ class Capture:
                 thread = get_ident()
                 depth = depths.get(thread, 0)
                 if depth == 0:
+                    if not taught[0] and "torch._dynamo" in sys.modules:
+                        taught[0] = True
+                        _teach_dynamo(cap.patches, None, wrapped_call, module_call)
                     if cap.phase == PHASE_OTHER:
                         cap.set_phase(PHASE_FORWARD)
                     if marker is None and not cap.iteration_open:
@@ -259,8 +293,11 @@ class Capture:
                     if marker is not None and cap.is_marker(module, entry[0]):
                         cap.end_iteration()
 
-            module_call.__wrapped__ = wrapped_call
-            module_call.__name__ = getattr(wrapped_call, "__name__", "__call__")
+            _name_like(module_call, wrapped_call)
+            taught = [False]
+            if "torch._dynamo" in sys.modules:
+                taught[0] = True
+                _teach_dynamo(self.patches, None, wrapped_call, module_call)
 
         # A thread the program starts while tracing reports its allocations too (libtorch's
         # own threads inherit the starting thread's reporter; a Python thread does not): its
@@ -379,23 +416,26 @@ class Capture:
             self.patches.append((GradScaler, "step", orig_step, scaler_step))
 
     def _c_module_call(self, fast, nn, wrapped_call, direct, scopes):
-        """nn.Module.__call__ as the shim's C method descriptor (see `install`)."""
+        """nn.Module.__call__ as a Python function that calls the shim's C method descriptor
+        (see `install`): the function stands where PyTorch's own `_wrapped_call_impl` frame
+        stood (the descriptor calls `_call_impl` itself), so a module call costs no frame more
+        than untraced, and torch.compile, which traces Python, is taught it (`_teach_dynamo`)."""
         setup, live_fn = fast
         cap = self
         names = self.names
         marker = self.marker
         track = scopes or marker is not None
-        polyfilled = [False]
+        taught = [False]
 
         def before(module, depth):
+            if not taught[0] and "torch._dynamo" in sys.modules:
+                taught[0] = True
+                _teach_dynamo(cap.patches, descr, wrapped_call, module_call, (before, after))
             if depth == 0:
                 if cap.phase == PHASE_OTHER:
                     cap.set_phase(PHASE_FORWARD)
                 if marker is None and not cap.iteration_open:
                     cap.begin_iteration()
-                if not polyfilled[0] and "torch._dynamo" in sys.modules:
-                    polyfilled[0] = True
-                    _teach_dynamo(descr, wrapped_call)
             if not track:
                 return 0
             entry = names.get(id(module))
@@ -415,11 +455,16 @@ class Capture:
 
         flags = C_LIVE | (C_DIRECT if direct else 0) | (C_SCOPES if scopes else 0) | (C_TRACK if track else 0)
         descr = setup(nn, wrapped_call, before, after, flags)
+
+        def module_call(self, *args, **kwargs):
+            return descr(self, *args, **kwargs)
+
+        _name_like(module_call, wrapped_call)
         if "torch._dynamo" in sys.modules:
-            polyfilled[0] = True
-            _teach_dynamo(descr, wrapped_call)
+            taught[0] = True
+            _teach_dynamo(self.patches, descr, wrapped_call, module_call, (before, after))
         self.c_live = live_fn
-        return descr
+        return module_call
 
     def after_step(self, opt, entry):
         entry[2] += 1
