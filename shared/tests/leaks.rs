@@ -232,3 +232,94 @@ fn real_short_loops_leaking_and_clean_are_told_apart() {
         assert_eq!(r.growth_per_iteration_bytes, f["growth_per_iteration"].as_i64().unwrap(), "{name}: {:?}", r.allocated_at_end_bytes);
     }
 }
+
+/// A marked loop whose sizes follow the data, as a mixture of experts' do: each iteration's
+/// output (of the batch's size) is held across the iteration's end until the next one
+/// replaces it, so totals at iteration ends wobble by far more than a leak; each iteration
+/// also keeps `kept(k)` bytes, freed only by the teardown after the loop (a `main()`
+/// returning) when `teardown`.
+fn wobbling_loop_with(kept: impl Fn(usize) -> u64, teardown: bool) -> Trace {
+    let mut t = snapshot_like();
+    let batch = |k: usize| 4096 * (1 + ((k * 7919) % 13) as u64) * 64;
+    let ts = std::cell::Cell::new(0u64);
+    let mut addr = 0x100_0000u64;
+    let mut held: Option<(u64, u64)> = None;
+    let next = |t: &mut Trace, ty: EventType, size: u64, a: u64| {
+        ts.set(ts.get() + 1000);
+        push_event(t, ts.get(), ty, size, a);
+        ts.get()
+    };
+    let mut kept_blocks = Vec::new();
+    // Parameters and optimizer state, allocated once before the loop.
+    next(&mut t, EventType::Alloc, 1 << 20, 0x10);
+    for k in 0..12 {
+        let start = ts.get() + 1;
+        let size = batch(k);
+        let acts: Vec<(u64, u64)> = (0..4u64).map(|j| (size / (j + 1), addr + 0x1000 * j)).collect();
+        addr += 0x10_0000;
+        for &(s, a) in &acts {
+            next(&mut t, EventType::Alloc, s, a);
+        }
+        let out = (size / 2, addr);
+        addr += 0x10_0000;
+        next(&mut t, EventType::Alloc, out.0, out.1);
+        if let Some((s, a)) = held.replace(out) {
+            next(&mut t, EventType::Free, s, a);
+        }
+        if kept(k) > 0 {
+            next(&mut t, EventType::Alloc, kept(k), addr);
+            kept_blocks.push((kept(k), addr));
+            addr += 0x10_0000;
+        }
+        for &(s, a) in &acts {
+            next(&mut t, EventType::Free, s, a);
+        }
+        let end = next(&mut t, EventType::Alloc, 256, addr);
+        next(&mut t, EventType::Free, 256, addr);
+        addr += 0x1000;
+        t.iterations.push(shared::model::IterationSpan { index: k as u32, start_ns: start, end_ns: end });
+    }
+    if teardown {
+        for (s, a) in kept_blocks.into_iter().chain(held) {
+            next(&mut t, EventType::Free, s, a);
+        }
+    }
+    t.finish();
+    t
+}
+
+fn wobbling_loop(kept: impl Fn(usize) -> u64) -> Trace {
+    wobbling_loop_with(kept, false)
+}
+
+#[test]
+fn what_the_loop_keeps_counts_even_when_the_teardown_frees_it() {
+    let r = leaks(&wobbling_loop_with(|_| 65_536, true), 5);
+    assert!(r.leaking && r.growth_per_iteration_bytes == 65_536, "{}", r.verdict);
+    let r = leaks(&wobbling_loop_with(|_| 0, true), 5);
+    assert!(!r.leaking, "{}", r.verdict);
+}
+
+#[test]
+fn a_leak_under_totals_that_wobble_with_the_data_is_found_by_what_each_iteration_keeps() {
+    let t = wobbling_loop(|_| 65_536);
+    let r = leaks(&t, 5);
+    assert!(r.leaking, "{}: ends {:?}", r.verdict, r.allocated_at_end_bytes);
+    assert_eq!(r.growth_per_iteration_bytes, 65_536, "{}", r.verdict);
+    let ends = &r.allocated_at_end_bytes;
+    let wobble = ends.windows(2).map(|w| (w[1] as i64 - w[0] as i64).unsigned_abs()).max().unwrap();
+    assert!(wobble > 10 * 65_536, "the ends must drown the leak for this test to mean anything: {ends:?}");
+    assert_eq!(r.kept_per_iteration_bytes[1..11], [65_536; 10]);
+}
+
+#[test]
+fn a_clean_loop_whose_totals_wobble_is_never_a_leak() {
+    let r = leaks(&wobbling_loop(|_| 0), 5);
+    assert!(!r.leaking && r.verdict.starts_with("no steady growth"), "{}", r.verdict);
+}
+
+#[test]
+fn a_loop_leaving_differing_sizes_behind_is_uncertain_not_a_leak() {
+    let r = leaks(&wobbling_loop(|k| if k % 2 == 0 { 4096 * (k as u64 + 1) * 40 } else { 0 }), 5);
+    assert!(!r.leaking && r.verdict.starts_with("uncertain"), "{}", r.verdict);
+}

@@ -1,6 +1,13 @@
-//! Leak detection across iterations: does allocated memory grow from one iteration's end to
-//! the next once the first iteration has warmed the caches up, and which allocations, born
-//! after warm-up and never freed, make the growth (grouped by layer and innermost frame)?
+//! Leak detection across iterations: does memory held from one iteration to the next grow once
+//! the first iteration has warmed the caches up, and which allocations, born after warm-up and
+//! never freed, make the growth (grouped by layer and innermost frame)?
+//!
+//! The verdict does not depend on where an iteration is cut. Two kinds of evidence count, either
+//! enough: the lowest allocated level in each iteration (a point every iteration passes, where
+//! its temporaries are gone) rising steadily, and a same-sized set of allocations that each
+//! iteration leaves behind, never freed, while the totals at iteration ends wobble with the data
+//! (a mixture of experts routing batches of varying size, sequences of varying length). A loop
+//! that leaves allocations of differing sizes behind is called uncertain, never a leak.
 //!
 //! Iterations come from boundaries the user gives, else the trace's iteration marks (native
 //! capture: optimizer steps or `--iteration-marker`), else `Optimizer.step` /
@@ -27,14 +34,24 @@ pub struct LeakReport {
     pub device: String,
     /// Allocated bytes at the end of each iteration.
     pub allocated_at_end_bytes: Vec<u64>,
-    /// Median growth from one iteration's end to the next, after warm-up.
+    /// The lowest allocated bytes in each iteration: the level every iteration comes back to.
+    #[serde(default)]
+    pub allocated_low_bytes: Vec<u64>,
+    /// Bytes born in each iteration and still alive when the last iteration ends, whatever
+    /// the program's teardown frees later (the last iteration's are its results, which may
+    /// still be in use, and are not counted as evidence).
+    #[serde(default)]
+    pub kept_per_iteration_bytes: Vec<u64>,
+    /// Growth per iteration: the median rise of the lowest level after warm-up, or, when only
+    /// the kept allocations show a leak, the median bytes each iteration keeps.
     pub growth_per_iteration_bytes: i64,
-    /// Iterations after warm-up whose growth is that median's (within 5 % or 4 KiB).
+    /// Iterations after warm-up that agree with that growth (within 5 % or 4 KiB).
     pub agreeing: usize,
-    /// Growths measured after warm-up.
+    /// Iterations after warm-up compared.
     pub compared: usize,
     pub leaking: bool,
-    /// Allocations born after warm-up and alive at the trace's end, largest first.
+    /// Allocations born after warm-up and alive when the last iteration ends, those that grew
+    /// in most iterations first.
     pub survivors: Vec<LeakGroup>,
     pub verdict: String,
 }
@@ -306,7 +323,6 @@ pub fn leaks(trace: &Trace, top: usize) -> LeakReport {
 
 /// [`leaks`] with options.
 pub fn leaks_with(trace: &Trace, opts: &LeakOptions) -> LeakReport {
-    let top = opts.top;
     let (spans, from) = match &opts.boundaries_s {
         Some(b) => (user_spans(trace, b), "the boundaries given"),
         None => iteration_spans(trace),
@@ -315,38 +331,56 @@ pub fn leaks_with(trace: &Trace, opts: &LeakOptions) -> LeakReport {
     let device_name = trace.devices.get(device as usize).map(|d| d.to_string()).unwrap_or_default();
     let n = spans.len();
     let warmup = usize::from(n >= 3);
-    let (at_end, live) = ends_and_survivors(trace, device, &spans);
+    let levels = levels(trace, device, &spans);
+    let survivors = survivor_groups(trace, &spans, warmup, &levels.live, opts.top);
 
-    let growths: Vec<i64> = (warmup + 1..n).map(|k| at_end[k] as i64 - at_end[k - 1] as i64).collect();
-    let growth = {
-        let mut g = growths.clone();
-        g.sort_unstable();
-        g.get(g.len() / 2).copied().unwrap_or(0)
+    // Evidence 1: the lowest level rises by about the same amount in most iterations, and the
+    // whole span rises with it (a cycle of batch sizes has a positive median step but no net
+    // growth).
+    let low = steady_growth(&levels.low, warmup);
+    // Evidence 2: the iterations after warm-up but the last leave the same bytes behind.
+    let kept_window = &levels.kept[warmup.min(levels.kept.len())..n.saturating_sub(1).max(warmup.min(n))];
+    let kept = same_kept(kept_window);
+    let (leaking, growth, agreeing, compared) = match (low, kept) {
+        (Some(g), _) => (true, g.median, g.agreeing, g.compared),
+        (None, Some(k)) => (true, k.median, k.agreeing, k.compared),
+        (None, None) => {
+            let compared = n.saturating_sub(warmup + 1);
+            (false, median(&diffs(&levels.low, warmup)), 0, compared)
+        }
     };
-    let close = |g: i64| (g - growth).unsigned_abs() <= (growth.unsigned_abs() / 20).max(4096);
-    let agreeing = growths.iter().filter(|&&g| close(g)).count();
-
-    let survivors = survivor_groups(trace, &spans, warmup, &live, top);
-
-    let compared = growths.len();
-    // A steady leak also raises the whole span: at least half of `growth` per iteration from
-    // the first compared end to the last. A cycle (batches of 64, 96, 128 in turn: +64 KiB,
-    // +64 KiB, -128 KiB) has a positive median step but no net growth.
-    let net = match (at_end.get(warmup), at_end.get(n.saturating_sub(1))) {
-        (Some(&first), Some(&last)) => last as i64 - first as i64,
-        _ => 0,
-    };
-    let leaking = growth > 0 && compared >= 2 && agreeing * 2 > compared && net.saturating_mul(2) >= growth.saturating_mul(compared as i64);
     let fmt = |b: i64| format!("{}{}", if b < 0 { "-" } else { "" }, crate::units::format_bytes(b.unsigned_abs()));
+    let spread = |v: &[u64]| diffs(v, warmup).iter().map(|g| g.unsigned_abs()).max().unwrap_or(0);
+    let leaving: Vec<u64> = kept_window.iter().copied().filter(|&b| b > 0).collect();
     let verdict = if n < MIN_ITERATIONS {
         format!("not enough iterations to tell ({n} found from {from}; leaks need {MIN_ITERATIONS} or more)")
-    } else if leaking {
-        format!("leak: allocated memory grows by {} per iteration ({agreeing} of {compared} iterations after warm-up agree)", fmt(growth))
-    } else {
-        let spread = growths.iter().map(|g| g.unsigned_abs()).max().unwrap_or(0);
+    } else if low.is_some() {
         format!(
-            "no steady growth: allocated memory at iteration ends moves by at most {} after warm-up",
-            crate::units::format_bytes(spread)
+            "leak: allocated memory grows by {} per iteration ({agreeing} of {compared} iterations after warm-up agree, at the lowest level of each)",
+            fmt(growth)
+        )
+    } else if leaking {
+        format!(
+            "leak: {} born in each iteration is never freed ({agreeing} of {compared} iterations after warm-up leave the same bytes behind), \
+             while allocated memory at iteration ends moves by up to {}",
+            fmt(growth),
+            crate::units::format_bytes(spread(&levels.at_end))
+        )
+    } else if leaving.len() * 2 >= kept_window.len() && kept_window.len() >= 3 {
+        format!(
+            "uncertain: {} of {} iterations after warm-up leave allocations behind, never freed, of differing sizes ({} to {}), \
+             and the lowest allocated level moves by up to {} without a steady rise",
+            leaving.len(),
+            kept_window.len(),
+            crate::units::format_bytes(leaving.iter().copied().min().unwrap_or(0)),
+            crate::units::format_bytes(leaving.iter().copied().max().unwrap_or(0)),
+            crate::units::format_bytes(spread(&levels.low))
+        )
+    } else {
+        format!(
+            "no steady growth: the lowest allocated level of each iteration moves by at most {} after warm-up (at iteration ends: {})",
+            crate::units::format_bytes(spread(&levels.low)),
+            crate::units::format_bytes(spread(&levels.at_end))
         )
     };
     LeakReport {
@@ -354,7 +388,9 @@ pub fn leaks_with(trace: &Trace, opts: &LeakOptions) -> LeakReport {
         iterations: n,
         warmup,
         device: device_name,
-        allocated_at_end_bytes: at_end,
+        allocated_at_end_bytes: levels.at_end,
+        allocated_low_bytes: levels.low,
+        kept_per_iteration_bytes: levels.kept,
         growth_per_iteration_bytes: growth,
         agreeing,
         compared,
@@ -364,14 +400,87 @@ pub fn leaks_with(trace: &Trace, opts: &LeakOptions) -> LeakReport {
     }
 }
 
-/// Allocated bytes on `device` at each span's end, and the allocations never freed (address →
-/// event index of their birth).
-fn ends_and_survivors(trace: &Trace, device: u8, spans: &[(u64, u64)]) -> (Vec<u64>, FastMap<u64, usize>) {
+/// A growth that most compared iterations agree with.
+#[derive(Clone, Copy, Debug)]
+struct Agreement {
+    median: i64,
+    agreeing: usize,
+    compared: usize,
+}
+
+fn median(v: &[i64]) -> i64 {
+    let mut v = v.to_vec();
+    v.sort_unstable();
+    v.get(v.len() / 2).copied().unwrap_or(0)
+}
+
+/// Whether `g` is within 5 % (or 4 KiB) of `m`.
+fn close_to(g: i64, m: i64) -> bool {
+    (g - m).unsigned_abs() <= (m.unsigned_abs() / 20).max(4096)
+}
+
+/// Steps from one iteration's value to the next, after warm-up.
+fn diffs(v: &[u64], warmup: usize) -> Vec<i64> {
+    (warmup + 1..v.len()).map(|k| v[k] as i64 - v[k - 1] as i64).collect()
+}
+
+/// A steady rise of `v` after warm-up: a positive median step that more than half of the steps
+/// agree with, at least two steps, and a net rise of at least half the median per step.
+fn steady_growth(v: &[u64], warmup: usize) -> Option<Agreement> {
+    let steps = diffs(v, warmup);
+    let m = median(&steps);
+    let agreeing = steps.iter().filter(|&&g| close_to(g, m)).count();
+    let net = match (v.get(warmup), v.last()) {
+        (Some(&first), Some(&last)) => last as i64 - first as i64,
+        _ => 0,
+    };
+    let compared = steps.len();
+    (m > 0 && compared >= 2 && agreeing * 2 > compared && net.saturating_mul(2) >= m.saturating_mul(compared as i64)).then_some(Agreement {
+        median: m,
+        agreeing,
+        compared,
+    })
+}
+
+/// The same bytes kept by (nearly) every iteration: at least two iterations, all but one of
+/// them (and at least four in five) keeping the median's bytes, which is positive.
+fn same_kept(kept: &[u64]) -> Option<Agreement> {
+    let v: Vec<i64> = kept.iter().map(|&b| b as i64).collect();
+    let m = median(&v);
+    let agreeing = v.iter().filter(|&&b| b > 0 && close_to(b, m)).count();
+    let compared = v.len();
+    (m > 0 && compared >= 2 && agreeing + 1 >= compared && agreeing * 5 >= compared * 4).then_some(Agreement {
+        median: m,
+        agreeing,
+        compared,
+    })
+}
+
+/// What one pass over a device's events tells of each iteration.
+struct Levels {
+    /// Allocated bytes at each span's end.
+    at_end: Vec<u64>,
+    /// The lowest allocated bytes within each span (its start included).
+    low: Vec<u64>,
+    /// Bytes born in each span and alive when the last span ends.
+    kept: Vec<u64>,
+    /// The allocations alive when the last span ends (the trace's end if it comes first):
+    /// address → event index of their birth.
+    live: FastMap<u64, usize>,
+}
+
+/// Allocated bytes on `device` at each span's end and lowest within it, and what each span
+/// left alive when the last span ends.
+fn levels(trace: &Trace, device: u8, spans: &[(u64, u64)]) -> Levels {
     let ev = &trace.events;
     let n = spans.len();
     let mut at_end = vec![0u64; n];
+    let mut low = vec![u64::MAX; n];
     let mut allocated = ev.base_totals.get(device as usize).map_or(0, |t| t.allocated_bytes);
     let mut live: FastMap<u64, usize> = FastMap::default();
+    // What is alive once the last iteration ends: what a program's teardown (a `main()`
+    // returning, the interpreter exiting) frees after that is still kept by the loop.
+    let mut kept_live: Option<FastMap<u64, usize>> = None;
     let mut cur = ev.cursor();
     let mut next_end = 0;
     for i in 0..ev.len() {
@@ -379,11 +488,22 @@ fn ends_and_survivors(trace: &Trace, device: u8, spans: &[(u64, u64)]) -> (Vec<u
         if ev.device[i] != device {
             continue;
         }
-        while next_end < n && spans[next_end].1 < ev.ts_ns[i] {
+        let ts = ev.ts_ns[i];
+        while next_end < n && spans[next_end].1 < ts {
             at_end[next_end] = allocated;
             next_end += 1;
+            if next_end == n {
+                kept_live = Some(live.clone());
+            }
+        }
+        let inside = next_end < n && spans[next_end].0 <= ts;
+        if inside {
+            low[next_end] = low[next_end].min(allocated);
         }
         allocated = t.allocated_bytes;
+        if inside {
+            low[next_end] = low[next_end].min(allocated);
+        }
         match ev.event_type(i) {
             EventType::Alloc => {
                 live.insert(ev.address[i], i);
@@ -398,7 +518,20 @@ fn ends_and_survivors(trace: &Trace, device: u8, spans: &[(u64, u64)]) -> (Vec<u
         at_end[next_end] = allocated;
         next_end += 1;
     }
-    (at_end, live)
+    for (l, e) in low.iter_mut().zip(&at_end) {
+        if *l == u64::MAX {
+            *l = *e;
+        }
+    }
+    let live = kept_live.unwrap_or(live);
+    let mut kept = vec![0u64; n];
+    for &i in live.values() {
+        let k = spans.partition_point(|s| s.1 < ev.ts_ns[i]);
+        if k < n && spans[k].0 <= ev.ts_ns[i] {
+            kept[k] += ev.size_bytes[i];
+        }
+    }
+    Levels { at_end, low, kept, live }
 }
 
 /// The survivors born after warm-up, grouped by (layer, innermost operator, innermost frame),
