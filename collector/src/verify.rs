@@ -5,6 +5,12 @@
 //! every run's measured peak is set against the peak the advice predicted for it — the
 //! baseline / checkpointing / AMP / both table of the memory-profiling exercise.
 //!
+//! Iteration times are verified like peaks: each run's median over its iterations after the
+//! first, with the 10th to 90th percentile and the count; the measured extra time of a
+//! configuration is its median less the baseline's, with an uncertainty from both spreads, set
+//! against the predicted one (within 25 %, or the table says by how much and how sure it is).
+//! Fewer than [`MIN_TIMED`] timed iterations are called too few to time.
+//!
 //! Programs opt in by taking those two flags (`python -m memory_tracer.zoo` does, for the
 //! built-in models). Each run is a `collector trace` child process, so a run that fails (out
 //! of memory, a flag the program lacks) is a row that says so, not the end of the table.
@@ -27,6 +33,25 @@ pub struct VerifyRow {
     pub peak_allocated_bytes: Option<u64>,
     /// Median iteration time after the first (warm-up) iteration, seconds.
     pub iteration_s: Option<f64>,
+    /// The 10th and 90th percentiles of those iteration times, seconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub iteration_p10_s: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub iteration_p90_s: Option<f64>,
+    /// How many iterations were timed (after warm-up).
+    pub timed_iterations: usize,
+    /// This configuration's median less the baseline's, seconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub measured_extra_s: Option<f64>,
+    /// The uncertainty of `measured_extra_s` (one standard error, from both runs' spreads).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub measured_extra_uncertainty_s: Option<f64>,
+    /// (predicted − measured) / measured extra time, percent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub extra_error_pct: Option<f64>,
+    /// What the time comparison says: within 25 %, off by how much, or why it cannot tell.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timing_note: Option<String>,
     /// What the advice predicted for this configuration (the baseline: its own peak).
     pub predicted_peak_bytes: Option<u64>,
     /// The extra time per iteration the advice predicted (checkpointing's recomputation).
@@ -50,11 +75,78 @@ pub struct Verification {
     pub rows: Vec<VerifyRow>,
 }
 
-/// Median iteration time after warm-up, from the trace's iterations.
-pub fn iteration_seconds(trace: &Trace) -> Option<f64> {
+/// Iterations a time is measured over, at least (after the warm-up one).
+pub const MIN_TIMED: usize = 20;
+
+/// A run's iteration times after warm-up.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Timing {
+    pub median_s: f64,
+    pub p10_s: f64,
+    pub p90_s: f64,
+    pub n: usize,
+}
+
+impl Timing {
+    /// One standard error of the median: the spread read as a normal one's (p90 − p10 is 2.563
+    /// standard deviations), times 1.253 / √n.
+    pub fn standard_error_s(&self) -> f64 {
+        (self.p90_s - self.p10_s) / 2.563 * 1.253 / (self.n.max(1) as f64).sqrt()
+    }
+}
+
+/// Iteration times after warm-up (the first iteration is left out when there are more), from
+/// the trace's iterations.
+pub fn iteration_timing(trace: &Trace) -> Option<Timing> {
     let spans = shared::analysis::leaks::iteration_spans(trace).0;
     let mut d: Vec<f64> = spans.iter().skip(usize::from(spans.len() > 1)).map(|(s, e)| e.saturating_sub(*s) as f64 / 1e9).collect();
-    shared::analysis::median_f64(&mut d)
+    let median_s = shared::analysis::median_f64(&mut d)?;
+    // d is sorted now; nearest-rank percentiles.
+    let at = |q: f64| d[((q * d.len() as f64).ceil() as usize).clamp(1, d.len()) - 1];
+    Some(Timing { median_s, p10_s: at(0.1), p90_s: at(0.9), n: d.len() })
+}
+
+/// Median iteration time after warm-up, from the trace's iterations.
+pub fn iteration_seconds(trace: &Trace) -> Option<f64> {
+    iteration_timing(trace).map(|t| t.median_s)
+}
+
+/// Sets each row's measured extra time against the baseline's and the predicted one.
+fn compare_times(rows: &mut [VerifyRow], timings: &[Option<Timing>]) {
+    let Some(Some(base)) = timings.first().copied() else { return };
+    for (row, timing) in rows.iter_mut().zip(timings).skip(1) {
+        let Some(t) = timing else { continue };
+        let extra = t.median_s - base.median_s;
+        let uncertainty = base.standard_error_s().hypot(t.standard_error_s());
+        row.measured_extra_s = Some(extra);
+        row.measured_extra_uncertainty_s = Some(uncertainty);
+        let ms = |s: f64| format!("{:+.1} ms", s * 1e3);
+        let measured = format!("{} ± {:.1} ms", ms(extra), uncertainty * 1e3);
+        let n = base.n.min(t.n);
+        row.timing_note = Some(match row.predicted_extra_s {
+            _ if n < MIN_TIMED => format!(
+                "{n} timed iterations, too few to verify a time (at least {MIN_TIMED} after warm-up: run {} or more)",
+                MIN_TIMED + 1
+            ),
+            None => format!("measured {measured}; no time was predicted"),
+            Some(p) => {
+                let error = (extra.abs() > f64::EPSILON).then(|| (p - extra) / extra.abs() * 100.0);
+                row.extra_error_pct = error;
+                match error {
+                    Some(e) if e.abs() <= 25.0 => format!("predicted {}, measured {measured}: within 25 % ({e:+.0} %)", ms(p)),
+                    // Off by more than the measurement can tell apart: say so, not a miss.
+                    _ if (p - extra).abs() <= 2.0 * uncertainty => {
+                        format!(
+                            "predicted {}, measured {measured}: within the measurement's uncertainty, which is too wide to verify 25 %",
+                            ms(p)
+                        )
+                    }
+                    Some(e) => format!("predicted {}, measured {measured}: off by {e:+.0} % (beyond 25 %)", ms(p)),
+                    None => format!("predicted {}, measured {measured}", ms(p)),
+                }
+            }
+        });
+    }
 }
 
 /// Traces `command` + `flags` into `out` with this collector; the trace, or why there is none.
@@ -86,12 +178,20 @@ fn row(
     let (predicted, predicted_extra_s) = predicted;
     match result {
         Ok(t) => {
+            let timing = iteration_timing(&t);
             let peak = shared::analysis::summary(&t).peak_allocated_bytes;
             VerifyRow {
                 configuration,
                 flags,
                 peak_allocated_bytes: Some(peak),
-                iteration_s: iteration_seconds(&t),
+                iteration_s: timing.map(|t| t.median_s),
+                iteration_p10_s: timing.map(|t| t.p10_s),
+                iteration_p90_s: timing.map(|t| t.p90_s),
+                timed_iterations: timing.map_or(0, |t| t.n),
+                measured_extra_s: None,
+                measured_extra_uncertainty_s: None,
+                extra_error_pct: None,
+                timing_note: None,
                 predicted_peak_bytes: predicted,
                 predicted_extra_s,
                 error_pct: predicted.filter(|_| peak > 0).map(|p| (peak as f64 - p as f64) / peak as f64 * 100.0),
@@ -105,6 +205,13 @@ fn row(
             flags,
             peak_allocated_bytes: None,
             iteration_s: None,
+            iteration_p10_s: None,
+            iteration_p90_s: None,
+            timed_iterations: 0,
+            measured_extra_s: None,
+            measured_extra_uncertainty_s: None,
+            extra_error_pct: None,
+            timing_note: None,
             predicted_peak_bytes: predicted,
             predicted_extra_s,
             error_pct: None,
@@ -152,23 +259,46 @@ pub fn verify(command: &[String], opts: &AdviceOptions, dir: &Path) -> anyhow::R
         let result = traced(command, &flags, "all", &path);
         rows.push(row(name, flags, predicted, result, path));
     }
+    let timings: Vec<Option<Timing>> = rows
+        .iter()
+        .map(|r| {
+            r.iteration_s.zip(r.iteration_p10_s).zip(r.iteration_p90_s).map(|((m, a), b)| Timing {
+                median_s: m,
+                p10_s: a,
+                p90_s: b,
+                n: r.timed_iterations,
+            })
+        })
+        .collect();
+    compare_times(&mut rows, &timings);
     Ok(Verification { command: command.to_vec(), advice: report, rows })
 }
 
-/// The table: configuration | peak allocated | iteration time | predicted peak | error, and
-/// the predicted extra time where the advice made one.
+/// The table: configuration | peak allocated | iteration time (median, 10th–90th percentile,
+/// iterations timed) | predicted peak | error | predicted and measured extra time, then what
+/// each time comparison says.
 pub fn print(v: &Verification, mut out: impl std::io::Write) -> std::io::Result<()> {
     use shared::units::format_bytes;
     writeln!(out, "Verified advice for: {}", v.command.join(" "))?;
-    writeln!(out, "| configuration | peak allocated | iteration time | predicted peak | error | predicted extra time |")?;
-    writeln!(out, "|---|---|---|---|---|---|")?;
+    writeln!(out, "| configuration | peak allocated | iteration time (p10–p90, n) | predicted peak | error | predicted extra time | measured extra time |")?;
+    writeln!(out, "|---|---|---|---|---|---|---|")?;
     for r in &v.rows {
         let peak = r.peak_allocated_bytes.map_or_else(|| "failed".into(), format_bytes);
-        let it = r.iteration_s.map_or_else(|| "-".into(), |s| format!("{:.1} ms", s * 1e3));
+        let it = match (r.iteration_s, r.iteration_p10_s, r.iteration_p90_s) {
+            (Some(m), Some(a), Some(b)) => format!("{:.1} ms ({:.1}–{:.1}, {})", m * 1e3, a * 1e3, b * 1e3, r.timed_iterations),
+            _ => "-".into(),
+        };
         let pred = r.predicted_peak_bytes.map_or_else(|| "-".into(), format_bytes);
         let err = r.error_pct.map_or_else(|| "-".into(), |e| format!("{e:+.1} %"));
         let extra = r.predicted_extra_s.map_or_else(|| "-".into(), |s| format!("+{:.1} ms", s * 1e3));
-        writeln!(out, "| {} | {peak} | {it} | {pred} | {err} | {extra} |", r.configuration)?;
+        let measured = match (r.measured_extra_s, r.measured_extra_uncertainty_s) {
+            (Some(m), Some(u)) => format!("{:+.1} ± {:.1} ms", m * 1e3, u * 1e3),
+            _ => "-".into(),
+        };
+        writeln!(out, "| {} | {peak} | {it} | {pred} | {err} | {extra} | {measured} |", r.configuration)?;
+    }
+    for r in v.rows.iter().filter(|r| r.timing_note.is_some()) {
+        writeln!(out, "{} time: {}", r.configuration, r.timing_note.as_deref().unwrap_or(""))?;
     }
     let checked: Vec<&VerifyRow> = v.rows.iter().filter(|r| r.pytorch_max_allocated_bytes.is_some()).collect();
     if !checked.is_empty() {

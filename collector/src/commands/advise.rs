@@ -37,8 +37,9 @@ pub struct AdviseArgs {
     /// With --model: its batch size.
     #[arg(long, requires = "model")]
     pub batch_size: Option<u64>,
-    /// With --model: iterations (default 4; the first warms up).
-    #[arg(long, requires = "model", default_value_t = 4)]
+    /// With --model: iterations (default 21: the first warms up, and times are medians over
+    /// at least 20).
+    #[arg(long, requires = "model", default_value_t = 21)]
     pub iterations: u32,
     /// With --model: cuda or cpu (default: cuda when torch sees one).
     #[arg(long, requires = "model")]
