@@ -9,7 +9,8 @@ features), so a trace can tell which block each allocation came from.
 CASE: module_fullgraph, module, function_fullgraph, method_compile, early_dynamo,
 api_after_compile, train_fullgraph, export, all (each in turn, in one process, with dynamo
 imported before the first module call). `--backend NAME` compiles with another backend than
-Inductor (`aot_eager`: dynamo and AOTAutograd alike, without Inductor's C++ compile).
+Inductor (`aot_eager`: dynamo and AOTAutograd alike, without Inductor's C++ compile);
+`--device cuda` runs it on the GPU.
 """
 import io
 import json
@@ -20,6 +21,11 @@ BACKEND = "inductor"
 if "--backend" in sys.argv:
     i = sys.argv.index("--backend")
     BACKEND = sys.argv[i + 1]
+    del sys.argv[i : i + 2]
+DEVICE = "cpu"
+if "--device" in sys.argv:
+    i = sys.argv.index("--device")
+    DEVICE = sys.argv[i + 1]
     del sys.argv[i : i + 2]
 EARLY = len(sys.argv) > 1 and sys.argv[1] in ("early_dynamo", "all")
 if EARLY:
@@ -56,7 +62,7 @@ class Net(nn.Module):
 
 
 def batch(n=32):
-    return torch.randn(n, WIDTH)
+    return torch.randn(n, WIDTH).to(DEVICE)
 
 
 def counters():
@@ -71,7 +77,7 @@ def counters():
 
 
 def run(case):
-    model = Net()
+    model = Net().to(DEVICE)
     if case == "module_fullgraph":
         f = torch.compile(model, fullgraph=True, backend=BACKEND)
         outs = [f(batch()) for _ in range(3)]
@@ -85,7 +91,7 @@ def run(case):
         def step(x, y):
             return loss_fn(model(x), y)
 
-        outs = [step(batch(), torch.randn(32, 10)) for _ in range(3)]
+        outs = [step(batch(), torch.randn(32, 10).to(DEVICE)) for _ in range(3)]
     elif case == "method_compile":
         model.compile(fullgraph=True, backend=BACKEND)
         outs = [model(batch()) for _ in range(3)]
@@ -102,7 +108,7 @@ def run(case):
         except ImportError:
             MemoryTracer = None
         if MemoryTracer is not None and not __import__("memory_tracer").is_tracing():
-            tracer = MemoryTracer(device="cpu")
+            tracer = MemoryTracer(device=DEVICE)
             with tracer.trace(model):
                 outs.append(f(batch()))
             print(f"TRACED {int(tracer.get_summary()['total_allocations'] > 0)}")

@@ -4,7 +4,9 @@ counts the router decides, the last outputs held across the iteration's end. Wit
 each iteration also keeps 64 KiB derived from the router's logits, never freed, the way a
 debugging list of routing statistics does.
 
-`moe_loop.py [--leak] [--iters N] [--device cpu|cuda]`; on CUDA it prints PyTorch's own
+`--model lm` trains a small transformer encoder on sequences of varying length instead.
+
+`moe_loop.py [--leak] [--model moe|lm] [--iters N] [--device cpu|cuda]`; on CUDA it prints PyTorch's own
 `memory_allocated()` after each optimizer step (`ALLOCATED <step> <bytes>`), the truth a
 leak verdict is checked against.
 """
@@ -44,15 +46,31 @@ class MoE(nn.Module):
         return self.head(out), logits
 
 
+class VarLenLM(nn.Module):
+    """Sequences of the batch's own length through two encoder layers: activations, attention
+    scores and the held outputs all follow the data."""
+
+    def __init__(self, d=128):
+        super().__init__()
+        layer = nn.TransformerEncoderLayer(d, 4, 256, dropout=0.0, batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+        self.head = nn.Linear(d, 8)
+
+    def forward(self, x):
+        h = self.encoder(x.view(8, -1, x.shape[-1]))
+        return self.head(h), h[:, 0]
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--leak", action="store_true")
     p.add_argument("--iters", type=int, default=10)
     p.add_argument("--device", default="cpu")
+    p.add_argument("--model", default="moe", choices=["moe", "lm"])
     a = p.parse_args()
     dev = torch.device(a.device)
     torch.manual_seed(0)
-    model = MoE().to(dev)
+    model = (MoE() if a.model == "moe" else VarLenLM()).to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     kept = []
     gen = torch.Generator().manual_seed(1)
@@ -60,6 +78,7 @@ def main():
     out = None
     for it in range(a.iters + 2):
         n = int(torch.randint(48, 400, (1,), generator=gen))
+        n -= n % 8  # the language model's batch of 8 sequences of n / 8 tokens
         x = torch.randn(n, 128, generator=gen).to(dev)
         out, logits = model(x)
         loss = out.pow(2).mean()
