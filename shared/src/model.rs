@@ -382,6 +382,35 @@ impl EventStore {
         self.rebuild_index();
     }
 
+    /// Forgets device `dev`'s reserved memory: its totals read 0 reserved before and after
+    /// every event (each event that changed them gets an override), allocated unchanged, and
+    /// no event moves, so everything that names events by index stays right.
+    pub fn forget_reserved(&mut self, dev: usize) {
+        if dev >= self.device_count() {
+            return;
+        }
+        // Each event's totals as they are, then overrides anew from base totals without
+        // `dev`'s reserved: where the kept totals (its reserved 0) differ from the derived.
+        let truth: Vec<Totals> = {
+            let mut cur = self.cursor();
+            (0..self.len()).map(|_| cur.advance()).collect()
+        };
+        self.base_totals[dev].reserved_bytes = 0;
+        let mut derived = self.base_totals.clone();
+        let mut overrides = Vec::new();
+        for (i, &t) in truth.iter().enumerate() {
+            let d = self.device[i] as usize;
+            let predicted = derived[d].apply(self.event_type(i).deltas(self.size_bytes[i]));
+            let actual = if d == dev { Totals { reserved_bytes: 0, ..t } } else { t };
+            if actual != predicted {
+                overrides.push(TotalsOverride { index: i as u32, totals: actual });
+            }
+            derived[d] = actual;
+        }
+        self.overrides = overrides;
+        self.rebuild_index();
+    }
+
     /// Event `i` as a record whose totals are derived (`totals: None`), e.g. to copy it.
     pub fn record(&self, i: usize) -> EventRecord {
         EventRecord {
@@ -783,6 +812,11 @@ pub struct TraceMeta {
     /// 2.11.0)`, or PyTorch's recorder with why and what it lacks); None for imported files.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capture: Option<String>,
+    /// Devices (indices into [`Trace::devices`]) whose reserved memory is unknown: a snapshot
+    /// names none of their segments, or its segments cannot hold its allocations. Their
+    /// reserved totals read 0 and mean "unknown"; `warnings` says why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reserved_unknown: Vec<u8>,
 }
 
 fn yes() -> bool {
@@ -807,6 +841,7 @@ impl TraceMeta {
             job: None,
             missing_ranks: Vec::new(),
             capture: None,
+            reserved_unknown: Vec::new(),
         }
     }
 }

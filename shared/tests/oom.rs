@@ -105,3 +105,39 @@ fn an_out_of_memory_in_a_module_names_the_module_phase_and_operator_first() {
         assert!(t.meta.warnings.iter().all(|w| !w.contains("out of memory at")), "{name}: {:?}", t.meta.warnings);
     }
 }
+
+/// A program that catches an out-of-memory and retries hits several: each is listed with its
+/// request, and the last, the one the program saw last (the error it died of), is explained.
+#[test]
+fn several_out_of_memories_are_listed_and_the_last_is_explained() {
+    use shared::model::{Device, EventRecord, EventType, Phase, SourceFormat, StrId, TraceMeta};
+    let mut t = Trace::new(TraceMeta::new(SourceFormat::PytorchSnapshot));
+    let d = t.device_index(Device { kind: "cuda".into(), index: 0, rank: None });
+    let ev = |ts_ns, event_type, size_bytes, address| EventRecord {
+        ts_ns,
+        event_type,
+        phase: Phase::Forward,
+        size_bytes,
+        address,
+        layer: StrId::NONE,
+        device: d,
+        stream: 0,
+        totals: None,
+    };
+    let mib = 1 << 20;
+    t.events.push(ev(1_000, EventType::SegmentAlloc, 64 * mib, 0x1000_0000));
+    t.events.push(ev(2_000, EventType::Alloc, 40 * mib, 0x1000_0000));
+    let first = 29 * mib + mib / 2;
+    t.events.push(ev(3_000, EventType::Oom, first, 0));
+    t.events.push(ev(4_000, EventType::Free, 40 * mib, 0x1000_0000));
+    t.events.push(ev(5_000, EventType::Oom, 784 * mib, 0));
+    t.finish();
+    let r = oom(&t, 5).unwrap();
+    assert_eq!(r.ooms, 2);
+    assert_eq!(r.requested_bytes, 784 * mib, "the last one is explained: {}", r.verdict);
+    let asked: Vec<u64> = r.all.iter().map(|o| o.requested_bytes).collect();
+    assert_eq!(asked, [first, 784 * mib]);
+    assert_eq!(r.all[0].allocated_bytes, 40 * mib);
+    assert_eq!(r.all[1].allocated_bytes, 0);
+    assert!(r.verdict.contains("784.00 MiB") && r.verdict.contains("the last of 2") && r.verdict.contains("29.50 MiB"), "{}", r.verdict);
+}

@@ -36,7 +36,21 @@ pub struct SummaryJson<'a> {
 pub fn print_oom(o: &shared::analysis::oom::OomReport, mut out: impl Write) -> anyhow::Result<()> {
     writeln!(out, "OUT OF MEMORY: {}", o.verdict)?;
     if o.ooms > 1 {
-        writeln!(out, "  ({} out-of-memory events; the first is explained)", o.ooms)?;
+        writeln!(out, "  {} out-of-memory events (the program caught all but the last, which is explained):", o.ooms)?;
+        for (k, e) in o.all.iter().enumerate() {
+            let last = if k + 1 == o.all.len() { "  <- the last, the one the program saw last" } else { "" };
+            writeln!(
+                out,
+                "    {:>2}. {:>9.3} s  {}  request {} with {} allocated, {} reserved{}{last}",
+                k + 1,
+                e.time_s,
+                e.device,
+                format_bytes(e.requested_bytes),
+                format_bytes(e.allocated_bytes),
+                format_bytes(e.reserved_bytes),
+                e.layer.as_deref().map(|l| format!(" in {l}")).unwrap_or_default()
+            )?;
+        }
     }
     for (title, groups) in [("by layer", &o.by_layer), ("by the phase that allocated it", &o.by_phase), ("by innermost frame", &o.by_frame)]
     {
@@ -172,8 +186,14 @@ fn print_peaks(trace: &Trace, s: &Summary, top: usize, out: &mut dyn Write) -> a
         at(s.peak_time_s),
         s.peak_layer.as_deref().map(|l| format!(" in {l}")).unwrap_or_default()
     )?;
+    let unknown = trace.events.base_totals.len() == trace.meta.reserved_unknown.len()
+        || s.peak_device.as_deref().is_some_and(|p| {
+            trace.meta.reserved_unknown.iter().any(|&d| trace.devices.get(d as usize).is_some_and(|dev| dev.to_string() == p))
+        });
     if s.peak_reserved_bytes == 0 && s.peak_device.as_deref().is_some_and(|d| d.starts_with("cpu")) {
         writeln!(out, "  peak reserved      n/a (the CPU allocator caches nothing)")?;
+    } else if unknown {
+        writeln!(out, "  peak reserved      unknown (the trace has no segments that hold its allocations; see the warnings)")?;
     } else {
         writeln!(
             out,
@@ -187,7 +207,7 @@ fn print_peaks(trace: &Trace, s: &Summary, top: usize, out: &mut dyn Write) -> a
         out,
         "  at end             {} allocated, {} reserved",
         format_bytes(s.final_allocated_bytes),
-        format_bytes(s.final_reserved_bytes)
+        if unknown { "unknown".to_owned() } else { format_bytes(s.final_reserved_bytes) }
     )?;
     if let Some(&peak) = trace.meta.reported.get("cuda.max_memory_allocated") {
         let verdict = if peak == s.peak_allocated_bytes {

@@ -1,5 +1,7 @@
 //! Out-of-memory explanation: for a trace that records an out-of-memory (snapshots' `oom`
-//! actions, the native capture's failing allocation), the request that failed, what was live
+//! actions, the native capture's failing allocation), every out-of-memory listed with its
+//! request (a program that catches one and retries hits several), and for the last one, the
+//! one the program saw last: the request that failed, what was live
 //! at that moment by layer, by the phase that allocated it and by innermost frame, and how
 //! much the allocator held but could not use: reserved minus allocated, and the largest free
 //! block of its segments, where the trace has segments.
@@ -17,6 +19,18 @@ pub struct OomGroup {
     pub allocations: u64,
 }
 
+/// One out-of-memory event: when, where, what was asked and what was in use.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct OomEvent {
+    pub time_s: f64,
+    pub device: String,
+    pub requested_bytes: u64,
+    pub allocated_bytes: u64,
+    pub reserved_bytes: u64,
+    /// The module (path) whose request failed.
+    pub layer: Option<String>,
+}
+
 /// Why the allocation failed.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct OomReport {
@@ -24,8 +38,12 @@ pub struct OomReport {
     pub device: String,
     /// Seconds since the trace's start.
     pub time_s: f64,
-    /// Out-of-memory events in the trace (the first is explained).
+    /// Out-of-memory events in the trace (the last, the one the program saw last, is
+    /// explained).
     pub ooms: usize,
+    /// Every out-of-memory event, in order.
+    #[serde(default)]
+    pub all: Vec<OomEvent>,
     /// The module (path) whose request failed, when the request was made inside one.
     #[serde(default)]
     pub layer: Option<String>,
@@ -70,11 +88,27 @@ fn groups(map: HashMap<String, (u64, u64)>, top: usize) -> Vec<OomGroup> {
     v
 }
 
-/// Explains the trace's first out-of-memory; `None` when it has none.
+/// Lists the trace's out-of-memory events and explains the last (the one the program saw
+/// last); `None` when it has none.
 pub fn oom(trace: &Trace, top: usize) -> Option<OomReport> {
     let ev = &trace.events;
     let ooms: Vec<usize> = (0..ev.len()).filter(|&i| ev.event_type(i) == EventType::Oom).collect();
-    let &at = ooms.first()?;
+    let &at = ooms.last()?;
+    let layer_of = |i: usize| trace.opt_str(ev.layer[i]).filter(|l| !l.is_empty() && *l != "unattributed").map(str::to_owned);
+    let all: Vec<OomEvent> = ooms
+        .iter()
+        .map(|&i| {
+            let t = ev.totals_at(i);
+            OomEvent {
+                time_s: ev.ts_ns[i].saturating_sub(trace.start_ns()) as f64 / 1e9,
+                device: trace.devices.get(ev.device[i] as usize).map(ToString::to_string).unwrap_or_default(),
+                requested_bytes: ev.size_bytes[i],
+                allocated_bytes: t.allocated_bytes,
+                reserved_bytes: t.reserved_bytes,
+                layer: layer_of(i),
+            }
+        })
+        .collect();
     let device = ev.device[at];
     let totals = ev.totals_at(at);
     let start = trace.start_ns();
@@ -103,7 +137,7 @@ pub fn oom(trace: &Trace, top: usize) -> Option<OomReport> {
             .max()
             .unwrap_or(0)
     });
-    let layer = trace.opt_str(ev.layer[at]).filter(|l| !l.is_empty() && *l != "unattributed").map(str::to_owned);
+    let layer = layer_of(at);
     let ts = ev.ts_ns[at];
     // The innermost operator open at the request: the latest to start among those spanning it.
     let operator =
@@ -117,6 +151,7 @@ pub fn oom(trace: &Trace, top: usize) -> Option<OomReport> {
         device: trace.devices.get(device as usize).map(ToString::to_string).unwrap_or_default(),
         time_s: ts.saturating_sub(start) as f64 / 1e9,
         ooms: ooms.len(),
+        all,
         layer,
         phase: ev.phase(at).as_str().to_owned(),
         operator,
@@ -176,6 +211,15 @@ fn verdict(r: &OomReport) -> String {
     );
     if let Some(total) = r.device_total_bytes {
         s.push_str(&format!(" of the device's {}", b(total)));
+    }
+    if r.ooms > 1 {
+        let earlier: Vec<String> =
+            r.all[..r.all.len() - 1].iter().map(|o| format!("{} at {:.3} s", b(o.requested_bytes), o.time_s)).collect();
+        s.push_str(&format!(
+            " (the last of {} out-of-memory errors, the one the program saw last; it caught the earlier ones: {})",
+            r.ooms,
+            earlier.join(", ")
+        ));
     }
     if let Some(top) = r.by_layer.first() {
         s.push_str(&format!("; the largest live layer is {} ({})", top.name, b(top.bytes)));

@@ -42,7 +42,7 @@ pub fn OomSection(
                     format_bytes(oom.unused_reserved_bytes)
                 )}
                 {free}
-                {(oom.ooms > 1).then(|| format!(" · {} out-of-memory events, the first explained", oom.ooms))}
+                {(oom.ooms > 1).then(|| format!(" · {} out-of-memory events, the last (the one the program saw last) explained", oom.ooms))}
             </p>
             <div class="oom-tables">
                 {groups_table("live, by layer", oom.by_layer.clone())}
