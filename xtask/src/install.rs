@@ -53,14 +53,14 @@ const CARGO_FUZZ_VERSION: &str = "0.13.2";
 /// Sizes measured on a fresh x86_64 machine (docs/benchmarks.md, "The first run"), in MB:
 /// what is downloaded and what stays on disk. The torch wheel from PyPI is the CUDA build
 /// with its NVIDIA libraries, on machines with or without a GPU.
-const TORCH_DOWNLOAD_MB: u64 = 3_600;
-const TORCH_DISK_MB: u64 = 5_400;
+const TORCH_DOWNLOAD_MB: u64 = 2_800;
+const TORCH_DISK_MB: u64 = 4_700;
 /// crates.io sources of wasm-bindgen-cli and Trunk, compiled into ~/.cargo/bin.
 const WASM_TOOLS_DOWNLOAD_MB: u64 = 60;
 const WASM_TOOLS_DISK_MB: u64 = 1_500;
 const BINARYEN_DOWNLOAD_MB: u64 = 15;
 /// The main job's own builds under target/ (the viewer, the release collector and capture).
-const RUN_BUILD_DISK_MB: u64 = 3_500;
+const RUN_BUILD_DISK_MB: u64 = 3_000;
 
 /// One thing to fetch: what, about how much (download and on disk, MB), and where it goes.
 struct Fetch {

@@ -45,7 +45,10 @@ pub fn install_sdks(cache: &Path) -> Result<()> {
         let wheel = match find_wheel(&wheels, version)? {
             Some(w) => w,
             None => {
-                eprintln!("xtask: torch {version}'s headers and libraries (about 900 MB to download, 400 MB kept) into {}", dest.display());
+                eprintln!(
+                    "xtask: torch {version}'s headers and libraries (500 to 900 MB to download, about 450 MB kept) into {}",
+                    dest.display()
+                );
                 crate::pip_run(
                     Command::new("python3")
                         .args(["-m", "pip", "download", "--quiet", "--no-cache-dir", "--no-deps", "--only-binary=:all:", "-d"])
@@ -117,7 +120,7 @@ pub fn install_test_venvs(cache: &Path, common: &[&str]) -> Result<()> {
         if !py.exists() {
             crate::run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
         }
-        eprintln!("xtask: torch {} for its tests (about 3.5 GB to download, 5.5 GB on disk) into {}", t.torch, venv.display());
+        eprintln!("xtask: torch {} for its tests (about 3 GB to download, 5.6 GB on disk) into {}", t.torch, venv.display());
         let torch = format!("torch=={}", t.torch);
         crate::pip_run(
             Command::new(venv.join("bin/pip")).args(["install", "--quiet", "--no-cache-dir", &torch]).args(t.packages).args(common),
