@@ -41,7 +41,9 @@ fn build_captures(manifest: &Path) -> Vec<(String, String, PathBuf)> {
     let recipe = manifest.join("../collector/python/memory_tracer/_build.py");
     println!("cargo:rerun-if-changed={}", recipe.display());
     println!("cargo:rerun-if-changed=torch-versions.txt");
-    for var in ["MEMORY_TRACER_TORCH_SDK", "CXX"] {
+    // MEMORY_TRACER_TORCH_SDKS: the SDKs `cargo xtask` installed (an SDK added later is a
+    // directory no rerun-if-changed of an earlier build names).
+    for var in ["MEMORY_TRACER_TORCH_SDK", "MEMORY_TRACER_TORCH_SDKS", "CXX"] {
         println!("cargo:rerun-if-env-changed={var}");
     }
     // Not the tests' `MEMORY_TRACER_PYTHON`: switching it between torch venvs must not rebuild.

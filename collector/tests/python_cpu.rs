@@ -202,9 +202,10 @@ fn parity(out: &Output) -> serde_json::Value {
 
 /// The tracer never changes what torch.compile does: for a module compiled with and without
 /// `fullgraph=True`, a compiled function calling modules, `Module.compile()`, a model compiled
-/// before a tracer starts, training, and `torch.export`, with dynamo imported before the first
-/// module call and after, traced and untraced runs give the same results, the same graph
-/// breaks (none), unique graphs, recompiles and captured calls, and dynamo warns of nothing.
+/// before a tracer starts, training, a break the program makes itself, and `torch.export`,
+/// with dynamo imported before the first module call and after, traced and untraced runs give
+/// the same results, the same graph breaks (only the program's own), unique graphs, recompiles,
+/// compiled frames and captured calls, and dynamo warns of nothing.
 #[test]
 fn torch_compile_and_export_behave_the_same_traced_and_untraced() {
     // Every case with dynamo imported early, through AOTAutograd without Inductor's C++
@@ -222,7 +223,8 @@ fn torch_compile_and_export_behave_the_same_traced_and_untraced() {
         assert!(traced.status.success(), "{case} traced failed where untraced ran: {}", text(&traced.stderr));
         let (plain, traced_json) = (parity(&plain), parity(&traced));
         assert_eq!(plain, traced_json, "{case}: untraced (left) and traced (right) differ");
-        assert_eq!(plain["counters"]["graph_breaks"], 0, "{case}: {plain}");
+        // The one break the program makes itself (`graph_break`), and no other.
+        assert_eq!(plain["counters"]["graph_breaks"], u64::from(case == "all"), "{case}: {plain}");
         assert!(!text(&traced.stderr).contains("Dynamo does not know"), "{case}: {}", text(&traced.stderr));
         assert!(!t.expect("a trace").events.is_empty(), "{case}: nothing traced");
     }

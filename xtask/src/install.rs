@@ -116,7 +116,9 @@ pub fn for_run() -> Result<()> {
         let rust = install_wasm_tools();
         let python = python.join().unwrap_or_else(|_| Err(anyhow::anyhow!("the torch venv's install thread panicked")));
         rust.and(python)
-    })
+    })?;
+    crate::sdk_set_env();
+    Ok(())
 }
 
 /// Everything the tests need (the main job's installs first).
@@ -129,6 +131,7 @@ pub fn for_tests() -> Result<()> {
         link_sdk(&torches::venv(&cache_dir(), t.torch), t.torch)?;
     }
     torches::install_sdks(&cache_dir())?;
+    crate::sdk_set_env();
     install_seaweedfs()?;
     // Chromium and chromedriver from Debian, for the viewer's browser tests; libfaketime, for
     // the object store's replicas with skewed clocks

@@ -124,6 +124,18 @@ fn torch_env() {
         torches::TEST_TORCHES.iter().map(|t| torches::venv(&cache_dir(), t.torch).join("bin/python").display().to_string()).collect();
     std::env::set_var("MEMORY_TRACER_TEST_PYTHONS", others.join(":"));
     std::env::set_var("MEMORY_TRACER_WEED", install::seaweedfs_venv().join("bin/weed"));
+    sdk_set_env();
+}
+
+/// `MEMORY_TRACER_TORCH_SDKS`: the releases whose SDK is installed, which `record/build.rs`
+/// reruns on, so that a build made before an SDK was added builds that release's capture too.
+/// Set again after every install.
+pub(crate) fn sdk_set_env() {
+    let root = torches::sdk_root(&cache_dir());
+    let mut have: Vec<String> =
+        torches::versions().into_iter().filter(|v| root.join(v).join("torch/version.py").is_file()).map(str::to_owned).collect();
+    have.sort();
+    std::env::set_var("MEMORY_TRACER_TORCH_SDKS", have.join(","));
 }
 
 pub(crate) fn run(cmd: &mut Command) -> Result<()> {

@@ -7,7 +7,7 @@ Its blocks make hidden activations of sizes no other block makes (block i: 64 * 
 features), so a trace can tell which block each allocation came from.
 
 CASE: module_fullgraph, module, function_fullgraph, method_compile, early_dynamo,
-api_after_compile, train_fullgraph, export, all (each in turn, in one process, with dynamo
+api_after_compile, train_fullgraph, graph_break (one the program makes), export, all (each in turn, in one process, with dynamo
 imported before the first module call). `--backend NAME` compiles with another backend than
 Inductor (`aot_eager`: dynamo and AOTAutograd alike, without Inductor's C++ compile);
 `--device cuda` runs it on the GPU.
@@ -124,6 +124,16 @@ def run(case):
             opt.step()
             opt.zero_grad()
             outs.append(loss.detach())
+    elif case == "graph_break":
+        # A break the program makes itself: the modules around it run eagerly inside the
+        # compiled function, the path where a tracer's own frames would show.
+        def step(x):
+            y = model.blocks[0](x)
+            torch._dynamo.graph_break()
+            return model.head(model.blocks[1](y))
+
+        f = torch.compile(step, backend=BACKEND)
+        outs = [f(batch()) for _ in range(3)]
     elif case == "export":
         ep = torch.export.export(model, (batch(),))
         outs = [ep.module()(batch()) for _ in range(2)]
@@ -135,7 +145,7 @@ def run(case):
 def main():
     cases = sys.argv[1:] or ["module_fullgraph"]
     if cases == ["all"]:
-        cases = ["module_fullgraph", "module", "function_fullgraph", "method_compile", "api_after_compile", "train_fullgraph", "export"]
+        cases = ["module_fullgraph", "module", "function_fullgraph", "method_compile", "api_after_compile", "train_fullgraph", "graph_break", "export"]
     # Dynamo's warnings go to its loggers (and warnings.warn): both are collected.
     log = io.StringIO()
     handler = logging.StreamHandler(log)
