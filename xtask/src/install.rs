@@ -345,10 +345,9 @@ fn install_wasm_tools() -> Result<()> {
     if !wb {
         install(&["wasm-bindgen-cli", "--version", WASM_BINDGEN_VERSION])?;
     }
-    // Trunk 0.22 needs a newer rustc. Without its default features: no crates.io update check
-    // and no TLS stack, which a build that is `--offline` never uses.
+    // Trunk 0.22 needs a newer rustc.
     if !tr {
-        install(&["trunk", "--version", TRUNK_VERSION, "--locked", "--no-default-features"])?;
+        install(&["trunk", "--version", TRUNK_VERSION, "--locked"])?;
     }
     // The shared build is of no use once both are installed (a GB of disk).
     let _ = std::fs::remove_dir_all(&target);
