@@ -106,16 +106,20 @@ pub fn iteration_timing(trace: &Trace) -> Option<Timing> {
     Some(Timing { median_s, p10_s: at(0.1), p90_s: at(0.9), n: d.len() })
 }
 
-/// Median iteration time after warm-up, from the trace's iterations.
-pub fn iteration_seconds(trace: &Trace) -> Option<f64> {
-    iteration_timing(trace).map(|t| t.median_s)
+impl VerifyRow {
+    /// The run's iteration times, as its fields hold them.
+    fn timing(&self) -> Option<Timing> {
+        let ((median_s, p10_s), p90_s) = self.iteration_s.zip(self.iteration_p10_s).zip(self.iteration_p90_s)?;
+        Some(Timing { median_s, p10_s, p90_s, n: self.timed_iterations })
+    }
 }
 
-/// Sets each row's measured extra time against the baseline's and the predicted one.
-fn compare_times(rows: &mut [VerifyRow], timings: &[Option<Timing>]) {
-    let Some(Some(base)) = timings.first().copied() else { return };
-    for (row, timing) in rows.iter_mut().zip(timings).skip(1) {
-        let Some(t) = timing else { continue };
+/// Sets each row's measured extra time against the baseline's (the first row) and the
+/// predicted one.
+fn compare_times(rows: &mut [VerifyRow]) {
+    let Some(base) = rows.first().and_then(VerifyRow::timing) else { return };
+    for row in rows.iter_mut().skip(1) {
+        let Some(t) = row.timing() else { continue };
         let extra = t.median_s - base.median_s;
         let uncertainty = base.standard_error_s().hypot(t.standard_error_s());
         row.measured_extra_s = Some(extra);
@@ -259,18 +263,7 @@ pub fn verify(command: &[String], opts: &AdviceOptions, dir: &Path) -> anyhow::R
         let result = traced(command, &flags, "all", &path);
         rows.push(row(name, flags, predicted, result, path));
     }
-    let timings: Vec<Option<Timing>> = rows
-        .iter()
-        .map(|r| {
-            r.iteration_s.zip(r.iteration_p10_s).zip(r.iteration_p90_s).map(|((m, a), b)| Timing {
-                median_s: m,
-                p10_s: a,
-                p90_s: b,
-                n: r.timed_iterations,
-            })
-        })
-        .collect();
-    compare_times(&mut rows, &timings);
+    compare_times(&mut rows);
     Ok(Verification { command: command.to_vec(), advice: report, rows })
 }
 

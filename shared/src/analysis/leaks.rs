@@ -339,7 +339,7 @@ pub fn leaks_with(trace: &Trace, opts: &LeakOptions) -> LeakReport {
     // growth).
     let low = steady_growth(&levels.low, warmup);
     // Evidence 2: the iterations after warm-up but the last leave the same bytes behind.
-    let kept_window = &levels.kept[warmup.min(levels.kept.len())..n.saturating_sub(1).max(warmup.min(n))];
+    let kept_window = &levels.kept[warmup..n.saturating_sub(1).max(warmup)];
     let kept = same_kept(kept_window);
     let (leaking, growth, agreeing, compared) = match (low, kept) {
         (Some(g), _) => (true, g.median, g.agreeing, g.compared),
