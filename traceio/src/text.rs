@@ -186,10 +186,9 @@ fn print_peaks(trace: &Trace, s: &Summary, top: usize, out: &mut dyn Write) -> a
         at(s.peak_time_s),
         s.peak_layer.as_deref().map(|l| format!(" in {l}")).unwrap_or_default()
     )?;
-    let unknown = trace.events.base_totals.len() == trace.meta.reserved_unknown.len()
-        || s.peak_device.as_deref().is_some_and(|p| {
-            trace.meta.reserved_unknown.iter().any(|&d| trace.devices.get(d as usize).is_some_and(|dev| dev.to_string() == p))
-        });
+    let unknown = s.peak_device.as_deref().is_some_and(|p| {
+        trace.meta.reserved_unknown.iter().any(|&d| trace.devices.get(d as usize).is_some_and(|dev| dev.to_string() == p))
+    });
     if s.peak_reserved_bytes == 0 && s.peak_device.as_deref().is_some_and(|d| d.starts_with("cpu")) {
         writeln!(out, "  peak reserved      n/a (the CPU allocator caches nothing)")?;
     } else if unknown {
@@ -657,4 +656,28 @@ pub fn print_github_annotations(r: &shared::analysis::budget::BudgetReport, trac
         writeln!(out, "::error title=Memory budget::{}", escape(&message))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn summary_text(trace: &Trace) -> String {
+        let mut out = Vec::new();
+        print_summary(trace, 3, false, &mut out).unwrap_or_else(|e| panic!("{e}"));
+        String::from_utf8_lossy(&out).into_owned()
+    }
+
+    /// A snapshot whose segments cannot hold its allocations says its reserved memory is
+    /// unknown; a trace with no device at all says nothing of the kind.
+    #[test]
+    fn reserved_memory_is_unknown_only_where_the_trace_says_so() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data/dropped_frees.pickle.gz");
+        let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{e}"));
+        let trace = shared::import(&bytes, &shared::ImportOptions::default()).unwrap_or_else(|e| panic!("{e}"));
+        let text = summary_text(&trace);
+        assert!(text.contains("peak reserved      unknown") && text.contains("allocated, unknown reserved"), "{text}");
+        let empty = Trace::new(shared::model::TraceMeta::new(shared::model::SourceFormat::MemoryTracer));
+        assert!(!summary_text(&empty).contains("reserved      unknown"), "{}", summary_text(&empty));
+    }
 }
