@@ -180,16 +180,66 @@ fn exit_codes_stdout_and_stderr_pass_through_and_the_trace_is_kept() {
     assert!(!t.expect("a trace").events.is_empty());
 }
 
+/// A compiled model whose four blocks each make sizes no other block makes (activations,
+/// their gradients, weight and bias gradients): at least 90 % of each block's forward and
+/// backward allocations of those sizes land under that block, with Inductor's caches cold and
+/// warm (the second run's code comes from the cache), default and `fullgraph=True`; a
+/// compiled function with no module in it is counted as such, and the summary says so.
 #[test]
-fn torch_compile_allocations_belong_to_the_compiled_region() {
-    let (out, t, _) = trace("compiled", &[], &py("compiled.py", &[]));
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let t = t.expect("a trace");
-    let stats = layer_stats(&t);
-    let compiled =
-        stats.get("compiled(Sequential)").unwrap_or_else(|| panic!("no compiled region in {:?}", stats.keys().collect::<Vec<_>>()));
-    assert!(compiled.total_allocations > 0);
-    assert_eq!(t.iterations.len(), 2);
+fn compiled_code_is_attributed_to_the_modules_it_came_from() {
+    let cache = workdir("inductor_cache");
+    let cache_env = format!("TORCHINDUCTOR_CACHE_DIR={}", cache.display());
+    for (name, args) in [("compiled_cold", &[][..]), ("compiled_warm", &["--fullgraph", "--bare"][..])] {
+        let mut command = vec!["env".to_owned(), cache_env.clone()];
+        command.extend(py("compiled_blocks.py", args));
+        let (out, t, dir) = trace(name, &[], &command);
+        assert!(out.status.success(), "{name}: {}", text(&out.stderr));
+        let t = t.expect("a trace");
+        let facts: serde_json::Value = serde_json::from_str(text(&out.stdout).trim().lines().last().unwrap()).unwrap();
+        let batch = facts["batch"].as_u64().unwrap();
+        let width = facts["width"].as_u64().unwrap();
+        let compiled = t.meta.compiled.clone().unwrap_or_else(|| panic!("{name}: no compiled code in the meta"));
+        assert!(compiled.graphs >= 2, "{name}: {compiled:?}");
+        for (i, hidden) in facts["hidden"].as_array().unwrap().iter().map(|h| h.as_u64().unwrap()).enumerate() {
+            let sizes = [batch * hidden * 4, hidden * width * 4, hidden * 4];
+            let block = format!("blocks.{i}");
+            let (mut inside, mut all) = ([0u32; 2], [0u32; 2]);
+            for k in 0..t.events.len() {
+                let phase = t.events.phase(k);
+                if t.events.event_type(k) != shared::model::EventType::Alloc || !matches!(phase, Phase::Forward | Phase::Backward) {
+                    continue;
+                }
+                if !sizes.contains(&t.events.size_bytes[k]) {
+                    continue;
+                }
+                let p = usize::from(phase == Phase::Backward);
+                all[p] += 1;
+                let layer = t.str(t.events.layer[k]);
+                if layer == block || layer.starts_with(&format!("{block}.")) {
+                    inside[p] += 1;
+                }
+            }
+            for (p, phase) in ["forward", "backward"].iter().enumerate() {
+                assert!(all[p] > 0, "{name}: no {phase} allocations of {block}'s sizes {sizes:?}");
+                assert!(
+                    inside[p] * 10 >= all[p] * 9,
+                    "{name}: {phase}: {} of {} allocations of {block}'s sizes under it",
+                    inside[p],
+                    all[p]
+                );
+            }
+            assert!(compiled.modules.contains(&format!("{block}.up")), "{name}: {compiled:?}");
+        }
+        if args.contains(&"--bare") {
+            assert!(compiled.unresolved > 0, "{name}: a compiled function with no module was attributed: {compiled:?}");
+        } else {
+            assert!(compiled.unresolved * 10 <= compiled.sites, "{name}: {compiled:?}");
+        }
+        let summary = collector(&dir).args(["summary"]).arg(dir.join("out.mtrace.json")).output().unwrap();
+        let summary = text(&summary.stdout);
+        assert!(summary.contains("compiled code      ") && summary.contains("Inductor graph"), "{name}: {summary}");
+        assert!(summary.contains("blocks.") && summary.contains("* includes allocations of torch.compile'd code"), "{name}: {summary}");
+    }
 }
 
 /// The JSON line `compile_parity.py CASE` prints: results, dynamo's counters, its warnings.

@@ -88,6 +88,8 @@ pub struct End {
     /// The recorder: whether it recorded CUDA memory at all, and how many snapshots it wrote.
     pub cuda_used: Option<bool>,
     pub snapshots: Option<u64>,
+    /// torch.compile's generated code and what of it was attributed to modules.
+    pub compiled: Option<shared::model::CompiledCode>,
 }
 
 /// The shim's counters at the end.

@@ -347,6 +347,12 @@ impl Walker<'_, '_> {
 struct Layers {
     /// By operator, in `ops` order after the sort.
     of_op: Vec<u32>,
+    /// By operator: whether it is a backward node. A memory record made in one while a scope
+    /// is open on its thread was made by code the node runs that opened it (backward runs
+    /// outside module calls): compiled backward code switching to the modules it came from,
+    /// a checkpointed module's forward run again. The scope names it more closely than the
+    /// node's forward layer.
+    backward_node: Vec<bool>,
     /// Operator id → index.
     op_index: HashMap<u32, usize>,
 }
@@ -398,7 +404,8 @@ fn attribute_layers(ops: &mut [OpTmp], seq_scopes: &mut HashMap<u64, Vec<SeqScop
             }
         }
     }
-    Layers { of_op: layer, op_index }
+    let backward_node = ops.iter().map(|o| o.backward_node).collect();
+    Layers { of_op: layer, op_index, backward_node }
 }
 
 /// The operators and their tensors (shapes interned) into the trace.
@@ -468,11 +475,11 @@ fn push_memory_events(trace: &mut Trace, strings: &mut Strings, c: &Captured, me
             skipped_cpu_frees += 1;
             continue;
         }
-        let layer_id = layers
-            .op_index
-            .get(&r.op)
-            .map(|&k| layers.of_op[k])
-            .filter(|&l| l != 0)
+        let op = layers.op_index.get(&r.op).copied();
+        let opened_in_node = r.name != 0 && op.is_some_and(|k| layers.backward_node[k]);
+        let layer_id = op
+            .map(|k| layers.of_op[k])
+            .filter(|&l| l != 0 && !opened_in_node)
             .or(if r.name != 0 { Some(r.name) } else { None })
             .map(|l| strings.get(trace, l));
         // A free outside every op and scope (a graph released after backward, a dropped

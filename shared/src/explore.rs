@@ -67,6 +67,9 @@ pub struct Overview {
     /// ([`analysis::categories::bytes_at`]).
     #[serde(default)]
     pub categories_at_peak: Vec<(analysis::categories::Category, u64)>,
+    /// torch.compile's generated code in the run and the modules it was attributed to.
+    #[serde(default)]
+    pub compiled: Option<crate::model::CompiledCode>,
 }
 
 /// The ranks of a merged trace: what the Ranks view shows, the same whichever rank the other
@@ -855,6 +858,7 @@ fn overview_of(trace: &Trace, device: u8, file_name: &str, file_bytes: u64, prog
         ranks: None,
         notes: trace.meta.warnings.clone(),
         categories_at_peak: Vec::new(),
+        compiled: trace.meta.compiled.clone(),
     }
 }
 

@@ -325,6 +325,9 @@ impl InputMap {
         for w in &t.meta.warnings {
             out.meta.warnings.push(format!("rank {}: {w}", input.rank));
         }
+        if let Some(c) = &t.meta.compiled {
+            out.meta.compiled.get_or_insert_with(Default::default).absorb(c);
+        }
         out.dropped_events += t.dropped_events;
         InputMap { devices, streams, strings, shift_ns }
     }

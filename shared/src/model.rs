@@ -817,6 +817,62 @@ pub struct TraceMeta {
     /// reserved totals read 0 and mean "unknown"; `warnings` says why.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub reserved_unknown: Vec<u8>,
+    /// What the capture made of torch.compile's generated code, when the program ran some.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compiled: Option<CompiledCode>,
+}
+
+/// Inductor's generated code in a traced run: its allocations are attributed to the modules
+/// whose FX nodes they come from (`nn_module_stack`), which the capture reads as PyTorch loads
+/// each generated module.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct CompiledCode {
+    /// Generated modules (a forward, a backward, each recompilation) that were attributed.
+    pub graphs: u32,
+    /// Statements of theirs that allocate a buffer.
+    pub sites: u32,
+    /// Of those, the ones no module metadata names: their allocations stay on the module the
+    /// compiled code runs in (or the statement before's module).
+    pub unresolved: u32,
+    /// The module paths compiled allocations were attributed to.
+    pub modules: Vec<String>,
+    /// Generated modules that could not be read, and why (at most five).
+    pub failures: Vec<String>,
+}
+
+impl CompiledCode {
+    /// Adds another process's (a rank's) compiled code.
+    pub fn absorb(&mut self, other: &CompiledCode) {
+        self.graphs += other.graphs;
+        self.sites += other.sites;
+        self.unresolved += other.unresolved;
+        self.modules.extend(other.modules.iter().cloned());
+        self.modules.sort();
+        self.modules.dedup();
+        self.failures.extend(other.failures.iter().cloned());
+        self.failures.truncate(5);
+    }
+
+    /// One line for summaries: `2 Inductor graphs: 39 of 39 allocation sites attributed to 9 modules`.
+    pub fn describe(&self) -> String {
+        let mut s = format!(
+            "{} Inductor graph{}: {} of {} allocation sites attributed to {} module{}",
+            self.graphs,
+            if self.graphs == 1 { "" } else { "s" },
+            self.sites - self.unresolved.min(self.sites),
+            self.sites,
+            self.modules.len(),
+            if self.modules.len() == 1 { "" } else { "s" }
+        );
+        if self.unresolved > 0 {
+            s.push_str(&format!("; {} without module metadata stay on the compiled module (or the statement before's)", self.unresolved));
+        }
+        if !self.failures.is_empty() {
+            s.push_str(&format!("; {} generated module(s) not read: {}", self.failures.len(), self.failures.join("; ")));
+        }
+        s
+    }
 }
 
 fn yes() -> bool {
@@ -842,6 +898,7 @@ impl TraceMeta {
             missing_ranks: Vec::new(),
             capture: None,
             reserved_unknown: Vec::new(),
+            compiled: None,
         }
     }
 }

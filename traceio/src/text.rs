@@ -30,6 +30,9 @@ pub struct SummaryJson<'a> {
     /// Bytes of each allocation category alive at the peak (parameter, buffer, gradient,
     /// activation, optimizer_state, temporary, other).
     pub categories_at_peak: std::collections::BTreeMap<&'static str, u64>,
+    /// torch.compile's generated code and the modules its allocations were attributed to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub compiled: Option<&'a shared::model::CompiledCode>,
 }
 
 /// The out-of-memory explanation, first in `summary`.
@@ -93,6 +96,7 @@ pub fn print_summary(trace: &Trace, top: usize, json: bool, mut out: impl Write)
             leaks,
             oom: shared::analysis::oom::oom(trace, 10),
             categories_at_peak: categories.iter().map(|&(c, b)| (c.as_str(), b)).collect(),
+            compiled: trace.meta.compiled.as_ref(),
         };
         serde_json::to_writer_pretty(&mut out, &j)?;
         writeln!(out)?;
@@ -109,7 +113,7 @@ pub fn print_summary(trace: &Trace, top: usize, json: bool, mut out: impl Write)
     }
     print_pools(trace, &s, &mut out)?;
     print_run(trace, &s, &leaks, &mut out)?;
-    print_top_layers(&tops, &mut out)
+    print_top_layers(trace, &tops, &mut out)
 }
 
 /// Private pools, pinned host memory and annotations, where the trace has them.
@@ -173,6 +177,9 @@ fn print_peaks(trace: &Trace, s: &Summary, top: usize, out: &mut dyn Write) -> a
     }
     if let Some(c) = &trace.meta.capture {
         writeln!(out, "  capture            {c}")?;
+    }
+    if let Some(c) = &trace.meta.compiled {
+        writeln!(out, "  compiled code      {}", c.describe())?;
     }
     if let Some(o) = shared::analysis::oom::oom(trace, top) {
         print_oom(&o, &mut *out)?;
@@ -289,17 +296,23 @@ fn print_run(trace: &Trace, s: &Summary, leaks: &shared::analysis::leaks::LeakRe
 }
 
 /// The table of the layers with the highest peaks.
-fn print_top_layers(tops: &[&LayerMemoryStats], out: &mut dyn Write) -> anyhow::Result<()> {
+fn print_top_layers(trace: &Trace, tops: &[&LayerMemoryStats], out: &mut dyn Write) -> anyhow::Result<()> {
     if !tops.is_empty() {
         writeln!(out, "\nTop layers by peak allocated:")?;
-        let width = tops.iter().map(|l| l.layer_name.chars().count()).max().unwrap_or(5).clamp(5, 60);
+        let compiled = |name: &str| trace.meta.compiled.as_ref().is_some_and(|c| c.modules.iter().any(|m| m == name));
+        let width =
+            tops.iter().map(|l| l.layer_name.chars().count() + usize::from(compiled(&l.layer_name))).max().unwrap_or(5).clamp(5, 60);
         writeln!(
             out,
             "  {:<width$}  {:>12}  {:>12}  {:>7}  {:>7}  {:>6}  {:>10}",
             "layer", "peak alloc", "peak resv", "allocs", "frees", "frag", "time"
         )?;
         for l in tops {
-            let name: String = l.layer_name.chars().take(width).collect();
+            let mut name: String = l.layer_name.chars().take(width).collect();
+            if compiled(&l.layer_name) {
+                // Its allocations include compiled code's (the summary's "compiled code" line).
+                name = format!("{}*", name.chars().take(width - 1).collect::<String>());
+            }
             writeln!(
                 out,
                 "  {:<width$}  {:>12}  {:>12}  {:>7}  {:>7}  {:>5.1}%  {:>10}",
@@ -311,6 +324,9 @@ fn print_top_layers(tops: &[&LayerMemoryStats], out: &mut dyn Write) -> anyhow::
                 l.avg_fragmentation * 100.0,
                 format_seconds(l.duration_ms / 1000.0)
             )?;
+        }
+        if tops.iter().any(|l| compiled(&l.layer_name)) {
+            writeln!(out, "  * includes allocations of torch.compile'd code, attributed by its FX nodes' modules")?;
         }
     }
     Ok(())

@@ -561,13 +561,14 @@ fn other_torches_tests() -> Result<()> {
 /// paths, phases, iterations, operators, backward attribution, leaks, torch.compile,
 /// DataLoader workers, torchrun ranks, the recorder fallback); the rest is the collector's
 /// own plumbing, the same on any torch, and runs on the pinned one only.
-const OTHER_TORCH_TESTS: [&str; 10] = [
+const OTHER_TORCH_TESTS: [&str; 11] = [
     "torchvision_resnet18",
     "transformers_causal_lm",
     "ops_all_records_every_operator",
     "two_optimizers",
     "inference_loops",
     "torch_compile",
+    "compiled_code_is_attributed",
     "dataloader_workers",
     "torchrun_ranks",
     "leaks_are_found",

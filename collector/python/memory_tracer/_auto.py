@@ -30,8 +30,14 @@ def _options():
 
 
 def _is_multiprocessing_helper():
+    """A helper process of the program's libraries, not the program: multiprocessing's
+    workers, and Inductor's compile workers (torch.compile starts them while it compiles)."""
     argv = list(getattr(sys, "orig_argv", sys.argv))
-    return "--multiprocessing-fork" in argv or any("from multiprocessing." in a for a in argv)
+    return (
+        "--multiprocessing-fork" in argv
+        or any("from multiprocessing." in a for a in argv)
+        or any(a.replace(os.sep, "/").endswith("_inductor/compile_worker/__main__.py") or a == "torch._inductor.compile_worker" for a in argv)
+    )
 
 
 def _connect(path):

@@ -121,6 +121,7 @@ class Capture:
         self.pid = os.getpid()
         self._ids = {}
         self.sampler = None
+        self.compiled = None  # Inductor's generated code attributed to modules (_compiled)
         self.begin_id = self.intern(ITERATION_BEGIN)
         self.end_id = self.intern(ITERATION_END)
 
@@ -316,6 +317,22 @@ class Capture:
         nn.__call__ = module_call
         self.patches.append((nn, "__call__", wrapped_call, module_call))
 
+        if scopes:
+            if self.compiled is None:
+                from ._compiled import Compiled
+                self.compiled = Compiled(self, *_shim.scope_functions(lib))
+            self.compiled.install()
+            # AOTAutograd's cache hands back compiled graphs without the graphs they came
+            # from, whose node metadata names the modules: while tracing, it traces again
+            # (Inductor's own cache still serves the code, the same code).
+            try:
+                from torch._functorch import config as functorch_config
+                if getattr(functorch_config, "enable_autograd_cache", False) is True:
+                    functorch_config.enable_autograd_cache = False
+                    self.patches.append((functorch_config, "enable_autograd_cache", True, False))
+            except Exception:
+                pass
+
         def opt_entry(opt):
             e = cap.optimizers.get(opt)
             if e is None:
@@ -488,6 +505,8 @@ class Capture:
             except Exception:
                 pass
         self.handles.clear()
+        if self.compiled is not None:
+            self.compiled.uninstall()
         # A patch someone made on top of ours stays (ours beneath it passes calls through
         # once the capture is off).
         for obj, attr, orig, ours in reversed(self.patches):
@@ -569,6 +588,8 @@ class Capture:
             elif self.marker is not None and self.iteration == 0:
                 self.notes.append(f"the iteration marker `{self.marker}` (a module path or class name) was never called")
             end["notes"] = self.notes
+            if self.compiled is not None:
+                end["compiled"] = self.compiled.meta()
             end["optimizers"] = sorted(e[0] for e in self.optimizers.values())
             end["cuda"] = _cuda_stats()
             end["private_pools"] = _private_pool_segments()

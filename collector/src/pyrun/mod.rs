@@ -610,7 +610,10 @@ fn build_native_trace(mut p: ProcessStream, opts: &PyOptions) -> Result<Trace, S
         attach_private_pools(&mut trace, end.as_ref(), i);
     }
     match &end {
-        Some(e) => trace.meta.warnings.extend(e.notes.iter().cloned()),
+        Some(e) => {
+            trace.meta.warnings.extend(e.notes.iter().cloned());
+            trace.meta.compiled = e.compiled.clone();
+        }
         None => trace.meta.warnings.push(
             "the process ended without closing its capture (killed, crashed or os._exit): the trace holds what it streamed until then"
                 .into(),

@@ -128,6 +128,11 @@ pub fn SummarySection(
                 {fields(&overview).into_iter().map(|(k, v)| view! { <div><dt>{k}</dt><dd>{v}</dd></div> }).collect_view()}
             </dl>
             {categories_at_peak(&overview)}
+            {overview.compiled.as_ref().map(|c| view! {
+                <p class="sub" id="compiled-code" title="Layers marked * hold allocations of compiled code, attributed by the modules of the FX nodes they come from">
+                    {format!("Compiled code: {}", c.describe())}
+                </p>
+            })}
             {(s.dropped_events > 0).then(|| view! {
                 <p class="warning">{format!("{} events were dropped by the recorder: totals after them come from the allocator's own counters, but per-layer counts are incomplete.", s.dropped_events)}</p>
             })}

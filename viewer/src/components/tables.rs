@@ -10,7 +10,7 @@ use shared::units::{format_bytes, format_seconds};
 use std::sync::Arc;
 
 /// The layer table, its filter and count.
-fn layer_table(layers: Arc<Vec<LayerMemoryStats>>) -> impl IntoView {
+fn layer_table(layers: Arc<Vec<LayerMemoryStats>>, compiled: Arc<Vec<String>>) -> impl IntoView {
     let filter = RwSignal::new(String::new());
     let sort = RwSignal::new((1usize, true));
     let max_peak = layers.iter().map(|l| l.peak_allocated).max().unwrap_or(1).max(1) as f64;
@@ -35,7 +35,12 @@ fn layer_table(layers: Arc<Vec<LayerMemoryStats>>) -> impl IntoView {
                     <tbody>
                         {move || rows.get().into_iter().map(|l| view! {
                             <tr>
-                                <td class="name" title=l.layer_name.clone()>{l.layer_name.clone()}</td>
+                                <td class="name" title=l.layer_name.clone()>
+                                    {l.layer_name.clone()}
+                                    {compiled.contains(&l.layer_name).then(|| view! {
+                                        <span class="compiled" title="includes allocations of torch.compile'd code, attributed by its FX nodes' modules">" *"</span>
+                                    })}
+                                </td>
                                 <td class="num"><span class="cell-bar" style=format!("width:{:.1}%", l.peak_allocated as f64 * 100.0 / max_peak)></span>{format_bytes(l.peak_allocated)}</td>
                                 <td class="num">{format_bytes(l.peak_reserved)}</td>
                                 <td class="num">{l.total_allocations}</td>
@@ -130,7 +135,7 @@ pub fn Tables(
     };
     view! {
         <section class="card" id="tables">
-            {layer_table(layers)}
+            {layer_table(layers, Arc::new(overview.compiled.as_ref().map(|c| c.modules.clone()).unwrap_or_default()))}
             {activation_table(activations, ranks, why_none)}
         </section>
     }
