@@ -1,4 +1,4 @@
-//! Embeds the viewer that Trunk built into `dist/` (`viewer_assets.rs`). The capture libraries
+//! Embeds the viewer built into `dist/` (`cargo xtask viewer`) (`viewer_assets.rs`). The capture libraries
 //! come from the `record` crate; the collector never links libtorch.
 
 use std::path::{Path, PathBuf};
@@ -19,7 +19,7 @@ fn embed_viewer() {
         .collect();
     entries.sort();
     let mut code = String::from(
-        "/// The viewer's files (name, bytes), from Trunk's `dist/` at build time.\npub static VIEWER_ASSETS: &[(&str, &[u8])] = &[\n",
+        "/// The viewer's files (name, bytes), from `dist/` at build time.\npub static VIEWER_ASSETS: &[(&str, &[u8])] = &[\n",
     );
     for (name, path) in &entries {
         code.push_str(&format!("    ({name:?}, include_bytes!({:?})),\n", path.display().to_string()));

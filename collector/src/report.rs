@@ -11,7 +11,9 @@ include!(concat!(env!("OUT_DIR"), "/viewer_assets.rs"));
 /// The embedded viewer's files, or an error saying how to get them.
 pub fn viewer_assets() -> Result<&'static [(&'static str, &'static [u8])]> {
     if !VIEWER_ASSETS.iter().any(|(n, _)| *n == "index.html") {
-        bail!("this collector was built without the viewer: build it first (`cargo xtask check` runs Trunk into dist/), then rebuild the collector");
+        bail!(
+            "this collector was built without the viewer: build it first (`cargo xtask viewer` writes dist/), then rebuild the collector"
+        );
     }
     Ok(VIEWER_ASSETS)
 }

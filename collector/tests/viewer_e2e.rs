@@ -1,4 +1,4 @@
-//! End to end in Debian's headless Chromium through chromedriver: the viewer Trunk built
+//! End to end in Debian's headless Chromium through chromedriver: the viewer `cargo xtask viewer` built
 //! (`dist/`, which `cargo xtask test` builds first) served by a plain static server opens
 //! every sample format through its file input, draws every chart (non-blank canvas pixels),
 //! shows table rows equal to what `shared` computes natively, answers clicks and zooms, and
@@ -30,7 +30,7 @@ fn dist() -> PathBuf {
     let d = repo().join("dist");
     assert!(
         d.join("index.html").exists() && d.join("worker_loader.js").exists(),
-        "{} has no built viewer: run `cargo xtask check` (Trunk) before this test",
+        "{} has no built viewer: run `cargo xtask viewer` before this test",
         d.display()
     );
     d

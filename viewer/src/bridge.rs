@@ -119,7 +119,7 @@ pub fn is_remote() -> bool {
     with(|b| b.remote.is_some())
 }
 
-/// Starts the worker (`worker_loader.js`, built by Trunk next to the page).
+/// Starts the worker (`worker_loader.js`, built next to the page).
 pub fn start(loader: Loader) -> Result<(), String> {
     // A single-file report sets `window.__mtWorkerUrl` to a Blob holding the worker.
     let url = js_sys::Reflect::get(&js_sys::global(), &"__mtWorkerUrl".into())

@@ -1,6 +1,6 @@
 //! What `cargo xtask` installs, cached outside the clone (`~/.cache/memory-tracer`, `~/.cargo/bin`):
 //! - [`for_run`]: only what the main job needs: the pinned torch's venv (torch alone), the wasm
-//!   target, wasm-bindgen, Trunk and wasm-opt. The venv's own `torch/` is the pinned release's SDK,
+//!   target, wasm-bindgen and wasm-opt. The venv's own `torch/` is the pinned release's SDK,
 //!   so the collector carries that release's capture without downloading its wheel again (and
 //!   the tested releases' venvs are theirs).
 //! - [`for_tests`]: that, plus what only the tests use: the test packages in the pinned venv, the
@@ -11,7 +11,7 @@
 //! the network, the other on the compiler). A venv is used only once a check imports what it was
 //! made for; one left half-written by an interrupted run is made again.
 
-use crate::{cache_dir, output, run, torch_venv, torches, BINARYEN_VERSION, TORCH_VERSION, TRUNK_VERSION, WASM_BINDGEN_VERSION};
+use crate::{cache_dir, output, run, torch_venv, torches, BINARYEN_VERSION, TORCH_VERSION, WASM_BINDGEN_VERSION};
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -55,7 +55,7 @@ const CARGO_FUZZ_VERSION: &str = "0.13.2";
 /// with its NVIDIA libraries, on machines with or without a GPU.
 const TORCH_DOWNLOAD_MB: u64 = 2_800;
 const TORCH_DISK_MB: u64 = 4_700;
-/// crates.io sources of wasm-bindgen-cli and Trunk, compiled into ~/.cargo/bin.
+/// crates.io sources of wasm-bindgen-cli, compiled into ~/.cargo/bin.
 const WASM_TOOLS_DOWNLOAD_MB: u64 = 60;
 const WASM_TOOLS_DISK_MB: u64 = 1_500;
 const BINARYEN_DOWNLOAD_MB: u64 = 15;
@@ -92,10 +92,9 @@ pub fn for_run() -> Result<()> {
             into: torch_venv(),
         });
     }
-    let wasm_ready = wasm_tools_ready();
-    if !wasm_ready.0 || !wasm_ready.1 {
+    if !wasm_bindgen_ready() {
         plan.push(Fetch {
-            what: format!("wasm-bindgen-cli {WASM_BINDGEN_VERSION} and trunk {TRUNK_VERSION}, compiled from crates.io"),
+            what: format!("wasm-bindgen-cli {WASM_BINDGEN_VERSION}, compiled from crates.io"),
             download_mb: WASM_TOOLS_DOWNLOAD_MB,
             disk_mb: WASM_TOOLS_DISK_MB,
             into: cargo_home().join("bin"),
@@ -294,14 +293,12 @@ fn link_sdk(venv: &Path, version: &str) -> Result<()> {
     std::os::unix::fs::symlink(torch, &link).with_context(|| format!("cannot link {} to {torch}", link.display()))
 }
 
-/// Whether wasm-bindgen and Trunk are installed at their pins.
-fn wasm_tools_ready() -> (bool, bool) {
-    let wb = output(Command::new("wasm-bindgen").arg("--version")).unwrap_or_default();
-    let tr = output(Command::new("trunk").arg("--version")).unwrap_or_default();
-    (wb == format!("wasm-bindgen {WASM_BINDGEN_VERSION}"), tr == format!("trunk {TRUNK_VERSION}"))
+/// Whether wasm-bindgen is installed at its pin.
+fn wasm_bindgen_ready() -> bool {
+    output(Command::new("wasm-bindgen").arg("--version")).unwrap_or_default() == format!("wasm-bindgen {WASM_BINDGEN_VERSION}")
 }
 
-fn wasm_opt() -> PathBuf {
+pub fn wasm_opt() -> PathBuf {
     cache_dir().join("binaryen/node_modules/.bin/wasm-opt")
 }
 
@@ -310,15 +307,19 @@ fn binaryen_ready() -> bool {
     wo.contains(&format!("version {}", BINARYEN_VERSION.split('.').next().unwrap_or("")))
 }
 
-/// The wasm target, wasm-bindgen-cli at the Cargo.lock version, Trunk, and wasm-opt from npm.
-fn install_wasm_tools() -> Result<()> {
+/// The wasm32 target of the toolchain (rustup's download when it is missing).
+pub fn wasm_target() -> Result<()> {
     let targets = output(Command::new("rustup").args(["target", "list", "--installed"])).unwrap_or_default();
     if !targets.lines().any(|l| l == "wasm32-unknown-unknown") {
         run(Command::new("rustup").args(["target", "add", "wasm32-unknown-unknown"]))?;
     }
-    let (wb, tr) = wasm_tools_ready();
-    // Both compiled into one target folder, so the crates they share are built once, at
-    // opt-level 1 without debug info or LTO (wasm-bindgen-cli: 230 s against 336 s at its own
+    Ok(())
+}
+
+/// The wasm target, wasm-bindgen-cli at the Cargo.lock version, and wasm-opt from npm.
+fn install_wasm_tools() -> Result<()> {
+    wasm_target()?;
+    // Compiled at opt-level 1 without debug info or LTO (wasm-bindgen-cli: 230 s against 336 s at its own
     // release profile; docs/benchmarks.md, "The first run").
     let target = cache_dir().join("tools-target");
     let install = |args: &[&str]| {
@@ -342,14 +343,10 @@ fn install_wasm_tools() -> Result<()> {
     };
     // No --locked for wasm-bindgen-cli: with it, a dependency its lock file names is missing
     // from the registry and the install fails.
-    if !wb {
+    if !wasm_bindgen_ready() {
         install(&["wasm-bindgen-cli", "--version", WASM_BINDGEN_VERSION])?;
     }
-    // Trunk 0.22 needs a newer rustc.
-    if !tr {
-        install(&["trunk", "--version", TRUNK_VERSION, "--locked"])?;
-    }
-    // The shared build is of no use once both are installed (a GB of disk).
+    // The build is of no use once it is installed (a GB of disk).
     let _ = std::fs::remove_dir_all(&target);
     // wasm-opt from npm binaryen (Debian's binaryen produces wasm that does not start).
     if !binaryen_ready() {

@@ -5,8 +5,9 @@
 //! - `cargo xtask test`: install what is missing, run every check and every test.
 //! - `cargo xtask install-tools`: only the installs (cached outside the clone).
 //! - `cargo xtask check`: formatting (`cargo fmt --check`), the architecture checks (shared's
-//!   dependencies, tidy), the viewer built by Trunk offline, clippy (`lint`, which also checks
-//!   shared for wasm32).
+//!   dependencies, tidy), the viewer built offline (`viewer.rs`), clippy (`lint`, which also
+//!   checks shared for wasm32).
+//! - `cargo xtask viewer [--no-opt]`: only the viewer, into dist/ (`--no-opt`: without wasm-opt).
 //! - `cargo xtask tidy`: only tidy (`//!` openings, doc comments above attributes, paths in comments).
 //! - `cargo xtask lint`: only clippy with warnings denied (native, wasm32).
 //! - `cargo xtask bench`: import/export benchmarks on the real samples, the graph-profile
@@ -23,6 +24,7 @@ mod fn_length;
 mod install;
 mod layers;
 mod torches;
+mod viewer;
 mod wheel;
 
 use anyhow::{bail, Context, Result};
@@ -31,7 +33,6 @@ use std::process::Command;
 
 const TORCH_VERSION: &str = "2.11.0";
 const WASM_BINDGEN_VERSION: &str = "0.2.130";
-const TRUNK_VERSION: &str = "0.21.14";
 const BINARYEN_VERSION: &str = "132.0.0";
 /// The pytest modules that test the collector's outputs rather than the capture (notebooks,
 /// TensorBoard, dataframes, MCP, the budget plugin): the same on every torch, so they run in the
@@ -62,9 +63,10 @@ fn main() -> Result<()> {
         Some("install-tools") => install::for_tests().and_then(|()| install::fuzz_tools()),
         Some("check") => check(),
         Some("lint") => lint(),
+        Some("viewer") => build_viewer(!args.iter().any(|a| a == "--no-opt")),
         Some("tidy") => tidy(),
         Some("bench") => {
-            build_viewer()?;
+            build_viewer(true)?;
             run(Command::new("cargo").args(["build", "--release", "-p", "capture"]))?;
             run(Command::new("cargo").args([
                 "bench",
@@ -208,7 +210,7 @@ fn check() -> Result<()> {
     tidy()?;
     // The viewer first: the collector's build script embeds dist/ and reruns when it changes,
     // so clippy then leaves `cargo test` a build script that need not run again.
-    build_viewer()?;
+    build_viewer(true)?;
     // Clippy also stands in for a build: its wasm32 run compiles shared for wasm32 (as the
     // viewer's dependency).
     lint()?;
@@ -228,11 +230,12 @@ fn lint() -> Result<()> {
     Ok(())
 }
 
-/// Builds the viewer with Trunk, offline, with the pinned local wasm-bindgen and wasm-opt.
-fn build_viewer() -> Result<()> {
+/// Builds the viewer into dist/ (`viewer::build`: wasm-bindgen and wasm-opt as
+/// `viewer/index.html` asks). `optimize`: run wasm-opt (the tests, benchmarks and wheels); the
+/// main job skips it (the wasm is larger, the build minutes shorter).
+fn build_viewer(optimize: bool) -> Result<()> {
     run(Command::new("cargo").args(["fetch"]))?;
-    let path = format!("{}:{}", cache_dir().join("binaryen/node_modules/.bin").display(), std::env::var("PATH").unwrap_or_default());
-    run(Command::new("trunk").args(["build", "--release", "--offline"]).env("PATH", path).env("TRUNK_SKIP_VERSION_CHECK", "true"))?;
+    viewer::build(&install::wasm_opt(), optimize)?;
     let wasm: u64 = std::fs::read_dir("dist")?
         .filter_map(|e| e.ok())
         .filter(|e| e.path().extension().is_some_and(|x| x == "wasm"))
@@ -240,7 +243,7 @@ fn build_viewer() -> Result<()> {
         .map(|m| m.len())
         .sum();
     if wasm == 0 {
-        bail!("trunk produced no .wasm in dist/");
+        bail!("the viewer's build left no .wasm in dist/");
     }
     eprintln!("xtask: viewer built into dist/ ({wasm} bytes of wasm)");
     Ok(())
@@ -588,10 +591,18 @@ fn main_job(args: &[String]) -> Result<()> {
         Some((m, rest)) if !m.starts_with('-') => (m.clone(), rest),
         _ => ("resnet18".to_owned(), &args[..]),
     };
-    // Only what the main job needs; the tests' installs are `cargo xtask test`'s.
-    install::for_run()?;
-    // The collector embeds the viewer, so the viewer is built first.
-    build_viewer()?;
+    // Only what the main job needs (the tests' installs are `cargo xtask test`'s), while the
+    // viewer's wasm compiles: it needs none of it until wasm-bindgen runs. The collector
+    // embeds the viewer, so the viewer is done first.
+    install::wasm_target()?;
+    run(Command::new("cargo").args(["fetch"]))?;
+    std::thread::scope(|s| {
+        let wasm = s.spawn(viewer::compile);
+        let installs = install::for_run();
+        let wasm = wasm.join().unwrap_or_else(|_| Err(anyhow::anyhow!("the viewer's build thread panicked")));
+        installs.and(wasm)
+    })?;
+    viewer::package(&install::wasm_opt(), release)?;
     // collector-capture runs the built-in model; collector finds it beside itself.
     let mut build = Command::new("cargo");
     build.args(["build", "-p", "collector", "-p", "capture"]);
