@@ -14,7 +14,13 @@ mkdir -p "$scratch/cache" "$scratch/cargo"
 git clone -q "$repo" "$scratch/clone" || exit 1
 cd "$scratch/clone"
 export XDG_CACHE_HOME="$scratch/cache" CARGO_HOME="$scratch/cargo" CARGO_INCREMENTAL=0
-export PATH="$CARGO_HOME/bin:${RUSTUP_CARGO_BIN:-$HOME/.cargo/bin}:$PATH"
+# Only the toolchain's own programs from your ~/.cargo/bin (not the tools installed there).
+mkdir -p "$scratch/toolchain"
+for t in cargo rustc rustup rustfmt cargo-fmt cargo-clippy clippy-driver rustdoc; do
+  [ -e "${RUSTUP_CARGO_BIN:-$HOME/.cargo/bin}/$t" ] && ln -sf "${RUSTUP_CARGO_BIN:-$HOME/.cargo/bin}/$t" "$scratch/toolchain/$t"
+done
+export RUSTUP_HOME="${RUSTUP_HOME:-$HOME/.rustup}"
+export PATH="$CARGO_HOME/bin:$scratch/toolchain:$(echo "$PATH" | tr ':' '\n' | grep -vx "${RUSTUP_CARGO_BIN:-$HOME/.cargo/bin}" | paste -sd:)"
 rx() { awk -v i="$iface:" '$1 == i {print $2}' /proc/net/dev; }
 start=$(date +%s)
 rx0=$(rx)
