@@ -57,7 +57,7 @@ const TORCH_DOWNLOAD_MB: u64 = 2_800;
 const TORCH_DISK_MB: u64 = 4_700;
 /// crates.io sources of wasm-bindgen-cli, compiled into ~/.cargo/bin.
 const WASM_TOOLS_DOWNLOAD_MB: u64 = 60;
-const WASM_TOOLS_DISK_MB: u64 = 1_500;
+const WASM_TOOLS_DISK_MB: u64 = 1_000;
 const BINARYEN_DOWNLOAD_MB: u64 = 15;
 /// The main job's own builds under target/ (the viewer, the release collector and capture).
 const RUN_BUILD_DISK_MB: u64 = 3_000;
