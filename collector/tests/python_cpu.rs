@@ -180,11 +180,47 @@ fn exit_codes_stdout_and_stderr_pass_through_and_the_trace_is_kept() {
     assert!(!t.expect("a trace").events.is_empty());
 }
 
-/// A compiled model whose four blocks each make sizes no other block makes (activations,
-/// their gradients, weight and bias gradients): at least 90 % of each block's forward and
-/// backward allocations of those sizes land under that block, with Inductor's caches cold and
-/// warm (the second run's code comes from the cache), default and `fullgraph=True`; a
-/// compiled function with no module in it is counted as such, and the summary says so.
+/// Per block of `compiled_blocks.py`, forward and backward: its allocations (of the sizes only
+/// it makes: activations and their gradients, weight and bias gradients) under it, under
+/// another block, and in all.
+fn block_shares(t: &Trace, facts: &serde_json::Value) -> Vec<[[u32; 2]; 3]> {
+    let batch = facts["batch"].as_u64().unwrap();
+    let width = facts["width"].as_u64().unwrap();
+    let hidden: Vec<u64> = facts["hidden"].as_array().unwrap().iter().map(|h| h.as_u64().unwrap()).collect();
+    let block_of = |layer: &str| -> Option<usize> { layer.strip_prefix("blocks.")?.split('.').next()?.parse().ok() };
+    hidden
+        .iter()
+        .enumerate()
+        .map(|(i, &h)| {
+            let sizes = [batch * h * 4, h * width * 4, h * 4];
+            let mut r = [[0u32; 2]; 3];
+            for k in 0..t.events.len() {
+                let phase = t.events.phase(k);
+                if t.events.event_type(k) != shared::model::EventType::Alloc || !matches!(phase, Phase::Forward | Phase::Backward) {
+                    continue;
+                }
+                if !sizes.contains(&t.events.size_bytes[k]) {
+                    continue;
+                }
+                let p = usize::from(phase == Phase::Backward);
+                r[2][p] += 1;
+                match block_of(t.str(t.events.layer[k])) {
+                    Some(b) if b == i => r[0][p] += 1,
+                    Some(_) => r[1][p] += 1,
+                    None => {}
+                }
+            }
+            r
+        })
+        .collect()
+}
+
+/// A compiled model whose four blocks each make sizes no other block makes: at least 90 % of
+/// each block's forward and backward allocations of those sizes land under that block, with
+/// Inductor's caches cold and warm (the second run's code comes from the cache), default and
+/// `fullgraph=True`; a compiled function with no module in it is counted as such, and the
+/// summary says so. Code an untraced run compiled, found in the caches by a traced run that
+/// cannot read its modules anywhere, lands on the compiled module, never on another block.
 #[test]
 fn compiled_code_is_attributed_to_the_modules_it_came_from() {
     let cache = workdir("inductor_cache");
@@ -196,39 +232,19 @@ fn compiled_code_is_attributed_to_the_modules_it_came_from() {
         assert!(out.status.success(), "{name}: {}", text(&out.stderr));
         let t = t.expect("a trace");
         let facts: serde_json::Value = serde_json::from_str(text(&out.stdout).trim().lines().last().unwrap()).unwrap();
-        let batch = facts["batch"].as_u64().unwrap();
-        let width = facts["width"].as_u64().unwrap();
         let compiled = t.meta.compiled.clone().unwrap_or_else(|| panic!("{name}: no compiled code in the meta"));
         assert!(compiled.graphs >= 2, "{name}: {compiled:?}");
-        for (i, hidden) in facts["hidden"].as_array().unwrap().iter().map(|h| h.as_u64().unwrap()).enumerate() {
-            let sizes = [batch * hidden * 4, hidden * width * 4, hidden * 4];
-            let block = format!("blocks.{i}");
-            let (mut inside, mut all) = ([0u32; 2], [0u32; 2]);
-            for k in 0..t.events.len() {
-                let phase = t.events.phase(k);
-                if t.events.event_type(k) != shared::model::EventType::Alloc || !matches!(phase, Phase::Forward | Phase::Backward) {
-                    continue;
-                }
-                if !sizes.contains(&t.events.size_bytes[k]) {
-                    continue;
-                }
-                let p = usize::from(phase == Phase::Backward);
-                all[p] += 1;
-                let layer = t.str(t.events.layer[k]);
-                if layer == block || layer.starts_with(&format!("{block}.")) {
-                    inside[p] += 1;
-                }
-            }
+        for (i, [inside, _, all]) in block_shares(&t, &facts).into_iter().enumerate() {
             for (p, phase) in ["forward", "backward"].iter().enumerate() {
-                assert!(all[p] > 0, "{name}: no {phase} allocations of {block}'s sizes {sizes:?}");
+                assert!(all[p] > 0, "{name}: no {phase} allocations of blocks.{i}'s sizes");
                 assert!(
                     inside[p] * 10 >= all[p] * 9,
-                    "{name}: {phase}: {} of {} allocations of {block}'s sizes under it",
+                    "{name}: {phase}: {} of {} allocations of blocks.{i}'s sizes under it",
                     inside[p],
                     all[p]
                 );
             }
-            assert!(compiled.modules.contains(&format!("{block}.up")), "{name}: {compiled:?}");
+            assert!(compiled.modules.contains(&format!("blocks.{i}.up")), "{name}: {compiled:?}");
         }
         if args.contains(&"--bare") {
             assert!(compiled.unresolved > 0, "{name}: a compiled function with no module was attributed: {compiled:?}");
@@ -239,6 +255,30 @@ fn compiled_code_is_attributed_to_the_modules_it_came_from() {
         let summary = text(&summary.stdout);
         assert!(summary.contains("compiled code      ") && summary.contains("Inductor graph"), "{name}: {summary}");
         assert!(summary.contains("blocks.") && summary.contains("* includes allocations of torch.compile'd code"), "{name}: {summary}");
+    }
+    // Compiled by an untraced run into fresh caches, then traced with no remembered modules.
+    let cache = workdir("inductor_cache_untraced");
+    let remembered = workdir("no_remembered_modules");
+    let plain = Command::new(python())
+        .arg(program("compiled_blocks.py"))
+        .env("TORCHINDUCTOR_CACHE_DIR", &cache)
+        .env_remove("PYTHONPATH")
+        .output()
+        .unwrap();
+    assert!(plain.status.success(), "{}", text(&plain.stderr));
+    let command =
+        ["env".to_owned(), format!("TORCHINDUCTOR_CACHE_DIR={}", cache.display()), format!("XDG_CACHE_HOME={}", remembered.display())]
+            .into_iter()
+            .chain(py("compiled_blocks.py", &[]))
+            .collect::<Vec<_>>();
+    let (out, t, _) = trace("compiled_untraced_cache", &[], &command);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&plain.stdout), text(&out.stdout), "the traced run's results differ from the untraced one's");
+    let t = t.expect("a trace");
+    let facts: serde_json::Value = serde_json::from_str(text(&out.stdout).trim().lines().last().unwrap()).unwrap();
+    for (i, [inside, elsewhere, all]) in block_shares(&t, &facts).into_iter().enumerate() {
+        assert_eq!(elsewhere, [0, 0], "blocks.{i}'s allocations attributed to another block");
+        assert!(inside[0] * 10 >= all[0] * 9, "forward: {} of {} allocations of blocks.{i}'s sizes under it", inside[0], all[0]);
     }
 }
 

@@ -833,7 +833,7 @@ pub struct CompiledCode {
     /// Statements of theirs that allocate a buffer.
     pub sites: u32,
     /// Of those, the ones no module metadata names: their allocations stay on the module the
-    /// compiled code runs in (or the statement before's module).
+    /// compiled code runs in.
     pub unresolved: u32,
     /// The module paths compiled allocations were attributed to.
     pub modules: Vec<String>,
@@ -866,7 +866,7 @@ impl CompiledCode {
             if self.modules.len() == 1 { "" } else { "s" }
         );
         if self.unresolved > 0 {
-            s.push_str(&format!("; {} without module metadata stay on the compiled module (or the statement before's)", self.unresolved));
+            s.push_str(&format!("; {} without module metadata stay on the compiled module (code compiled by an untraced run and found in AOTAutograd's cache has none: TORCHINDUCTOR_FORCE_DISABLE_CACHES=1 for one traced run fixes that)", self.unresolved));
         }
         if !self.failures.is_empty() {
             s.push_str(&format!("; {} generated module(s) not read: {}", self.failures.len(), self.failures.join("; ")));

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Issue 46 item 1 on one GPU: torch.compile'd code attributed to the modules it came from.
 # The blocks of distinct sizes (default, fullgraph=True, reduce-overhead CUDA graphs), then
-# torchvision's ViT-B/16 and a Llama-architecture LM from transformers, each traced (its
-# summary kept, PyTorch's own peak printed beside it) and run untraced (results compared).
+# torchvision's ViT-B/16 and a Llama-architecture LM from transformers, each traced on cold
+# caches, run untraced and traced again on warm ones (results and peaks compared).
 #   tests/gpu/compiled_attribution.sh COLLECTOR OUT_DIR [blocks|models]
 set -uo pipefail
 collector=$1
@@ -14,10 +14,14 @@ export MEMORY_TRACER_PYTHON="$py"
 mkdir -p "$final"
 run() {
   name=$1; shift
+  # Traced on cold caches first (a fresh compile: the modules of its code are remembered),
+  # then untraced and traced again on the warm caches, whose peaks must be equal.
+  rm -rf "/tmp/torchinductor_$(whoami)" "$HOME/.cache/memory-tracer/inductor"
+  "$collector" trace -o "$final/${name}_cold.mtrace.json" -- "$py" "$@" > "$final/${name}_cold.txt" 2>&1
   "$py" "$@" > "$final/${name}_plain.txt" 2>&1
   "$collector" trace -o "$final/$name.mtrace.json" -- "$py" "$@" > "$final/${name}_traced.txt" 2>&1
-  echo "$name exit $? plain $(tail -1 "$final/${name}_plain.txt") traced $(grep '^{' "$final/${name}_traced.txt" | tail -1)"
-  grep -E "peak allocated|compiled code|PyTorch counters" "$final/${name}_traced.txt"
+  echo "$name exit $? cold-traced $(grep '^{' "$final/${name}_cold.txt" | tail -1) plain $(tail -1 "$final/${name}_plain.txt") traced $(grep '^{' "$final/${name}_traced.txt" | tail -1)"
+  grep -E "peak allocated|compiled code|PyTorch counters" "$final/${name}_cold.txt" "$final/${name}_traced.txt"
 }
 if [ "$which" != models ]; then
 run blocks tests/python/programs/compiled_blocks.py --device cuda

@@ -5,7 +5,7 @@
 //! - `cargo xtask test`: install what is missing, run every check and every test.
 //! - `cargo xtask install-tools`: only the installs (cached outside the clone).
 //! - `cargo xtask check`: formatting (`cargo fmt --check`), the architecture checks (shared's
-//!   dependencies, tidy), the viewer built offline (`viewer.rs`), clippy (`lint`, which also
+//!   dependencies, tidy), the viewer built offline without wasm-opt (`viewer.rs`), clippy (`lint`, which also
 //!   checks shared for wasm32).
 //! - `cargo xtask viewer [--no-opt]`: only the viewer, into dist/ (`--no-opt`: without wasm-opt).
 //! - `cargo xtask tidy`: only tidy (`//!` openings, doc comments above attributes, paths in comments).
@@ -14,7 +14,8 @@
 //!   benchmark on a traced ResNet-50, the viewer in headless Chromium, and the timeline at
 //!   4 million events (full scan against the multi-resolution index).
 //! - `cargo xtask run`: the main job.
-//! - `cargo xtask wheel [--dev]`: the `memory_tracer` Python wheel (pip install it).
+//! - `cargo xtask wheel [--dev]`: the `memory_tracer` Python wheel (pip install it; without
+//!   `--dev` with the viewer built optimised).
 //! - `cargo xtask fuzz [--seconds N] [--runs N] [TARGET...]`: coverage-guided fuzzing of the
 //!   importers (`fuzz/`, cargo-fuzz on nightly), 30 s per target by default.
 
@@ -86,7 +87,14 @@ fn main() -> Result<()> {
             bench_capture()
         }
         Some("run") => main_job(&args[1..]),
-        Some("wheel") => wheel(args.iter().any(|a| a == "--dev")).map(drop),
+        Some("wheel") => {
+            let dev = args.iter().any(|a| a == "--dev");
+            if !dev {
+                // A release wheel carries the viewer optimised.
+                build_viewer(true)?;
+            }
+            wheel(dev).map(drop)
+        }
         Some("fuzz") => fuzz(&args[1..]),
         _ => {
             eprintln!("usage: cargo xtask <test|install-tools|check|lint|tidy|bench|run|wheel|fuzz>");
@@ -209,8 +217,10 @@ fn check() -> Result<()> {
     }
     tidy()?;
     // The viewer first: the collector's build script embeds dist/ and reruns when it changes,
-    // so clippy then leaves `cargo test` a build script that need not run again.
-    build_viewer(true)?;
+    // so clippy then leaves `cargo test` a build script that need not run again. Without
+    // wasm-opt: the tests need the page as it works, not as small as it gets (wasm-opt took
+    // 2.5 to 4 minutes of the test command; `bench` and release wheels run it).
+    build_viewer(false)?;
     // Clippy also stands in for a build: its wasm32 run compiles shared for wasm32 (as the
     // viewer's dependency).
     lint()?;

@@ -322,16 +322,6 @@ class Capture:
                 from ._compiled import Compiled
                 self.compiled = Compiled(self, *_shim.scope_functions(lib))
             self.compiled.install()
-            # AOTAutograd's cache hands back compiled graphs without the graphs they came
-            # from, whose node metadata names the modules: while tracing, it traces again
-            # (Inductor's own cache still serves the code, the same code).
-            try:
-                from torch._functorch import config as functorch_config
-                if getattr(functorch_config, "enable_autograd_cache", False) is True:
-                    functorch_config.enable_autograd_cache = False
-                    self.patches.append((functorch_config, "enable_autograd_cache", True, False))
-            except Exception:
-                pass
 
         def opt_entry(opt):
             e = cap.optimizers.get(opt)

@@ -17,10 +17,11 @@ compiles and cache hits alike):
   before each statement whose module differs from the previous one's, and a `finally` that
   closes the last: the shim's scope stack stays balanced when the code raises (an OOM).
 
-A statement whose nodes name no module keeps the previous statement's module (a backward
-kernel found in the cache names only nodes of a graph that was not traced again); before the
-first known one, allocations stay on the compiled module. Counted for the trace's meta
-(`sites`, `unresolved`). Nothing here runs while a graph executes but the switches: the
+A statement whose nodes name no module (a compiled function with no module in it; a backward
+graph found in AOTAutograd's cache, whose own graph is not traced again, compiled by a run
+that was not traced) runs on the compiled module itself, never on a neighbour's: counted for
+the trace's meta (`sites`, `unresolved`). A fresh compile writes down its buffers' modules
+(`remember`), so later cache hits of the same code are attributed as it was. Nothing here runs while a graph executes but the switches: the
 program's results, graphs and recompilations are those it has untraced.
 """
 
@@ -41,7 +42,7 @@ PATH_ROOT = re.compile(r"""^(L|G)\[['"]([^'"]+)['"]\]""")
 PATH_PART = re.compile(r"""\.([A-Za-z_]\w*|\d+)|\[(-?\d+)\]|\[['"]([^'"]*)['"]\]""")
 HELPER = "_memory_tracer_scope"
 TARGET = "torch._inductor.codecache"
-UNKNOWN = object()  # nodes that name no module: the statement keeps the previous module
+UNKNOWN = object()  # nodes that name no module: the statement runs on the compiled module
 ENCLOSING = ""  # the compiled module itself (nodes of several roots)
 
 
@@ -423,6 +424,7 @@ class Plan:
                 self.allocated[allocated_name(stmt)] = scope
             if scope is None or scope is UNKNOWN or scope == ENCLOSING:
                 self.unresolved += 1
+                self.scope[id(stmt)] = ENCLOSING
             else:
                 self.used.add(scope)
 
@@ -450,7 +452,9 @@ class Plan:
             out = []
             for stmt in stmts:
                 scope = self.scope.get(id(stmt))
-                if scope is not None and scope is not UNKNOWN and scope != last[0]:
+                if scope is UNKNOWN:
+                    scope = ENCLOSING
+                if scope is not None and scope != last[0]:
                     out.append(helper_call("to", intern(scope) if scope else 0, stmt))
                     last[0] = scope
                 for field in ("body", "orelse", "finalbody"):
