@@ -113,12 +113,7 @@ class Compiled:
             sys.meta_path.insert(0, self.finder)
 
     def uninstall(self):
-        if self.finder is not None:
-            try:
-                sys.meta_path.remove(self.finder)
-            except ValueError:
-                pass
-            self.finder = None
+        self._drop_finder()
         if self.original is not None:
             cls, ours, orig = self.original
             if cls.__dict__.get("load_by_key_path") is ours:
@@ -126,14 +121,17 @@ class Compiled:
             self.original = None
 
     def _imported(self, module):
+        self._drop_finder()
+        if self.switch.live():
+            self._wrap(module)
+
+    def _drop_finder(self):
         if self.finder is not None:
             try:
                 sys.meta_path.remove(self.finder)
             except ValueError:
                 pass
             self.finder = None
-        if self.switch.live():
-            self._wrap(module)
 
     def _wrap(self, codecache):
         cls = getattr(codecache, "PyCodeCache", None)
