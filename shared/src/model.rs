@@ -866,7 +866,7 @@ impl CompiledCode {
             if self.modules.len() == 1 { "" } else { "s" }
         );
         if self.unresolved > 0 {
-            s.push_str(&format!("; {} without module metadata stay on the compiled module (code compiled by an untraced run and found in AOTAutograd's cache has none: TORCHINDUCTOR_FORCE_DISABLE_CACHES=1 for one traced run fixes that)", self.unresolved));
+            s.push_str(&format!("; {} without module metadata stay on the compiled module (a compiled function with no module in it, or backward code an untraced run compiled and AOTAutograd's cache handed back: TORCHINDUCTOR_FORCE_DISABLE_CACHES=1 for one traced run attributes that)", self.unresolved));
         }
         if !self.failures.is_empty() {
             s.push_str(&format!("; {} generated module(s) not read: {}", self.failures.len(), self.failures.join("; ")));
