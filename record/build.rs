@@ -25,15 +25,33 @@ fn versions(manifest: &Path) -> Vec<String> {
     text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')).map(str::to_owned).collect()
 }
 
-/// Where `cargo xtask install-tools` puts the SDKs, so that a plain `cargo build` finds them.
-fn default_sdk() -> Option<PathBuf> {
+/// `~/.cache/memory-tracer` (or under `$XDG_CACHE_HOME`).
+fn cache_root() -> Option<PathBuf> {
     for var in ["XDG_CACHE_HOME", "HOME"] {
         println!("cargo:rerun-if-env-changed={var}");
     }
     let cache = std::env::var_os("XDG_CACHE_HOME")
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
-    Some(cache.join("memory-tracer/torch-sdk"))
+    Some(cache.join("memory-tracer"))
+}
+
+/// Where `cargo xtask install-tools` puts the SDKs, so that a plain `cargo build` finds them.
+fn default_sdk() -> Option<PathBuf> {
+    cache_root().map(|c| c.join("torch-sdk"))
+}
+
+/// Earlier builds of the libraries, keyed by what decides their bytes (`_build.py`'s
+/// `build_key`): each feature set and profile of `record` runs this script again, and every
+/// fresh clone did, compiling the same ten libraries (~15 s each). `MEMORY_TRACER_BUILD_CACHE`
+/// names another folder, or `off`.
+fn build_cache() -> Option<PathBuf> {
+    println!("cargo:rerun-if-env-changed=MEMORY_TRACER_BUILD_CACHE");
+    match std::env::var_os("MEMORY_TRACER_BUILD_CACHE") {
+        Some(v) if v == "off" => None,
+        Some(v) => Some(PathBuf::from(v)),
+        None => cache_root().map(|c| c.join("capture-build")),
+    }
 }
 
 /// Builds every release whose SDK is present, two at a time per available job.
@@ -70,6 +88,7 @@ fn build_captures(manifest: &Path) -> Vec<(String, String, PathBuf)> {
         );
     }
     let parallel = std::env::var("NUM_JOBS").ok().and_then(|n| n.parse::<usize>().ok()).unwrap_or(2).max(1);
+    let cache = build_cache();
     let mut built = Vec::new();
     for chunk in jobs.chunks(parallel) {
         let children: Vec<_> = chunk
@@ -77,6 +96,9 @@ fn build_captures(manifest: &Path) -> Vec<(String, String, PathBuf)> {
             .map(|(version, torch, out)| {
                 let mut cmd = Command::new(&python);
                 cmd.arg(&recipe).arg("--torch-dir").arg(torch).arg("--src").arg(manifest.join("shim")).arg("--out").arg(out);
+                if let Some(cache) = &cache {
+                    cmd.arg("--cache-dir").arg(cache);
+                }
                 let child = cmd.spawn().unwrap_or_else(|e| panic!("cannot run {} to build the capture: {e}", Path::new(&python).display()));
                 (version, out, child)
             })

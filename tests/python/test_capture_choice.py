@@ -139,3 +139,35 @@ def test_a_failing_compiler_is_reported_with_its_last_lines(tmp_path, monkeypatc
     assert out.returncode == 0, out.stderr
     path, reason = out.stdout.split("|", 1)
     assert path.strip() == "None" and "no capture library for torch 9.9.0, and building one failed" in reason and "broken on purpose" in reason
+
+
+def test_packaging_builds_are_kept_and_reused_by_what_decides_their_bytes(tmp_path, monkeypatch):
+    """`record/build.rs` builds every release's library through `--cache-dir`: a second build
+    with the same sources, compiler and torch copies the kept library (no compiler run), a
+    cut kept library is compiled again, and other sources are another entry."""
+    calls = tmp_path / "calls"
+    wrapper = tmp_path / "counting-c++"
+    wrapper.write_text(f'#!/bin/sh\n[ "$1" = --version ] || echo x >> {calls}\nexec {_build.find_compiler()} "$@"\n')
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("CXX", str(wrapper))
+    _, _, folder = TORCH
+    cache = tmp_path / "cache"
+    compiled = lambda: len(calls.read_text().splitlines()) if calls.exists() else 0  # noqa: E731
+    first, second = str(tmp_path / "a" / "libmt_shim.so"), str(tmp_path / "b" / "libmt_shim.so")
+    _build.build_cached(folder, _shim.SRC_DIR, first, str(cache))
+    assert compiled() == 1 and len(os.listdir(cache)) == 1
+    _build.build_cached(folder, _shim.SRC_DIR, second, str(cache))
+    assert compiled() == 1, "the kept library was compiled again"
+    assert open(first, "rb").read() == open(second, "rb").read() and os.access(second, os.X_OK)
+    kept = cache / os.listdir(cache)[0] / "libmt_shim.so"
+    kept.write_bytes(kept.read_bytes()[:1000])
+    _build.build_cached(folder, _shim.SRC_DIR, second, str(cache))
+    assert compiled() == 2, "a cut kept library is never copied"
+    assert open(second, "rb").read() == open(first, "rb").read()
+    # Other sources: another key.
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in _build.SOURCES:
+        (src / name).write_bytes(open(os.path.join(_shim.SRC_DIR, name), "rb").read() + b"\n// changed\n")
+    compiler = _build.find_compiler()
+    assert _build.build_key(folder, str(src), compiler) != _build.build_key(folder, _shim.SRC_DIR, compiler)

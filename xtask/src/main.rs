@@ -56,6 +56,12 @@ fn main() -> Result<()> {
     torch_env();
     match args.first().map(String::as_str) {
         Some("test") => {
+            // Inductor on the CPU checks every vector ISA by compiling a probe and importing
+            // torch in a subprocess, ten of them per compiling process (24 s each on this
+            // 2-core machine): the compile tests' processes ran 69 s cold, 41 s warm, and 21 s
+            // and 9 s without vector code. The tests compare traced with untraced runs under
+            // the same setting; torch 2.6 has no such variable and still probes.
+            std::env::set_var("TORCHINDUCTOR_VEC_ISA_OK", "0");
             install::for_tests()?;
             install::fuzz_tools()?;
             check()?;
@@ -474,7 +480,7 @@ fn split_doc_comments(text: &str) -> Vec<usize> {
 
 fn test() -> Result<()> {
     // The viewer is built for wasm32 by `check`; it has no native tests.
-    run(Command::new("cargo").args(["test", "--workspace", "--exclude", "viewer"]))?;
+    run(Command::new("cargo").args(wheel::TEST_BUILD))?;
     // The viewer's components in headless Chromium (runner: wasm-bindgen-test-runner, from
     // .cargo/config.toml; browser options in viewer/webdriver.json).
     run(Command::new("cargo")
@@ -556,7 +562,9 @@ fn other_torches_tests() -> Result<()> {
         let py = torches::venv(&cache_dir(), t.torch).join("bin/python");
         eprintln!("xtask: the Python capture's tests on torch {}", t.torch);
         run(Command::new("cargo")
-            .args(["test", "-p", "collector", "--test", "python_cpu", "--"])
+            // The test build's features (`-p collector` alone would build it again).
+            .args(wheel::TEST_BUILD)
+            .args(["--test", "python_cpu", "--"])
             .args(OTHER_TORCH_TESTS)
             .env("MEMORY_TRACER_PYTHON", &py))?;
         run(Command::new(&py)

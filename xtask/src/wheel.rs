@@ -32,6 +32,10 @@ const PYTHON_SOURCE: &str = "collector/python/memory_tracer";
 /// sources for building on first use (`_src/`), taken into the wheel by pyproject's `include`.
 const GENERATED: [&str; 2] = ["_lib", "_src"];
 
+/// The test build (`cargo xtask test`): the wheel and the other torches' tests take its
+/// binaries rather than resolving features anew.
+pub const TEST_BUILD: [&str; 4] = ["test", "--workspace", "--exclude", "viewer"];
+
 fn venv() -> PathBuf {
     crate::cache_dir().join("maturin-venv")
 }
@@ -64,7 +68,9 @@ pub fn install_maturin(zig: bool) -> Result<PathBuf> {
 pub fn build(dev: bool) -> Result<PathBuf> {
     let python = install_maturin(!dev)?;
     // The package comes from the collector the tests build (the captures are the same in either
-    // profile: `_build.py` compiles them alike).
+    // profile: `_build.py` compiles them alike). `-p collector` resolves features without the
+    // other members (`capture` asks for `record/archive`, tch for `half/std`), as maturin's own
+    // build of the collector does, so this compiles what maturin then reuses.
     crate::run(Command::new("cargo").args(["build", "-p", "collector"]))?;
     let pkg = Path::new(PACKAGE_DIR);
     let _ = std::fs::remove_dir_all(pkg);

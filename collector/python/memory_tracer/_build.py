@@ -237,6 +237,60 @@ def _valid(lib, stamp):
         return False
 
 
+def build_key(torch_dir, src_dir, compiler):
+    """What decides the library's bytes, hashed: the sources and this recipe, the compiler (its
+    path and `--version`), the flags that follow the torch (standard, ABI), and the torch itself
+    (`version.py`, which names its git commit, and the sizes of the two libraries it links)."""
+    h = hashlib.sha256(source_hash(src_dir).encode())
+    try:
+        done = subprocess.run([compiler, "--version"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
+        version = done.stdout
+    except OSError:
+        version = ""
+    h.update(f"\0{shutil.which(compiler) or compiler}\0{version}\0{cxx_standard(torch_dir)}\0{cxx11_abi(torch_dir)}".encode())
+    with open(os.path.join(torch_dir, "version.py"), "rb") as f:
+        h.update(f.read())
+    for name in ("libc10.so", "libtorch_cpu.so"):
+        h.update(f"\0{name}:{os.path.getsize(os.path.join(torch_dir, 'lib', name))}".encode())
+    return h.hexdigest()[:24]
+
+
+def build_cached(torch_dir, src_dir, out, cache_dir):
+    """`build`, through a folder of earlier results keyed by `build_key` (as ccache does): a
+    packaging build of a release whose key is there copies the library (checked against its
+    recorded sha256) instead of compiling it. Writes to the cache are whole or absent."""
+    compiler = find_compiler()
+    if compiler is None:
+        raise BuildError("no C++ compiler found (set CXX, or install g++)")
+    try:
+        key = build_key(torch_dir, src_dir, compiler)
+    except OSError as e:
+        raise BuildError(f"cannot read {torch_dir} ({e.strerror}): expected a torch package folder with version.py and lib/") from e
+    entry = os.path.join(cache_dir, key)
+    lib, stamp = os.path.join(entry, "libmt_shim.so"), os.path.join(entry, "build.json")
+    if not _valid(lib, stamp):
+        build(torch_dir, src_dir, out, compiler)
+        try:
+            os.makedirs(entry, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=".put-", suffix=".so", dir=entry)
+            os.close(fd)
+            shutil.copyfile(out, tmp)
+            os.replace(tmp, lib)
+            tmp = stamp + f".{os.getpid()}.tmp"
+            with open(tmp, "w") as f:
+                json.dump({"sha256": file_hash(lib)}, f)
+            os.replace(tmp, stamp)
+        except OSError as e:
+            # A cache that cannot be written costs the next build its time, nothing else.
+            sys.stderr.write(f"warning: cannot keep the capture build in {entry}: {e.strerror}\n")
+        return
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    tmp = out + f".{os.getpid()}.tmp"
+    shutil.copyfile(lib, tmp)
+    os.chmod(tmp, 0o755)
+    os.replace(tmp, out)
+
+
 def main(argv):
     import argparse
 
@@ -244,9 +298,13 @@ def main(argv):
     ap.add_argument("--torch-dir", required=True, help="a torch package folder (with include/ and lib/)")
     ap.add_argument("--src", required=True, help="the folder with mt_shim.cpp and mt_shim.h")
     ap.add_argument("--out", required=True, help="the library to write")
+    ap.add_argument("--cache-dir", help="reuse and keep builds here, keyed by what decides their bytes")
     args = ap.parse_args(argv)
     try:
-        build(args.torch_dir, args.src, args.out)
+        if args.cache_dir:
+            build_cached(args.torch_dir, args.src, args.out, args.cache_dir)
+        else:
+            build(args.torch_dir, args.src, args.out)
     except BuildError as e:
         sys.stderr.write(f"error: building the capture against {args.torch_dir}: {e}\n")
         return 1
