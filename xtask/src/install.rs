@@ -47,6 +47,10 @@ const TEST_VENV_PACKAGES: [&str; 5] = ["transformers==5.17.0", "pytest==8.4.2", 
 /// starts for the object store's tests.
 const SEAWEEDFS_VERSION: &str = "4.48";
 
+/// sccache (local disk only), installed once into ~/.cargo/bin: the test command's compiler
+/// cache (`build_cache`).
+const SCCACHE_VERSION: &str = "0.19.0";
+
 /// cargo-fuzz, installed once into ~/.cargo/bin.
 const CARGO_FUZZ_VERSION: &str = "0.13.2";
 
@@ -383,4 +387,41 @@ pub fn fuzz_tools() -> Result<()> {
         run(Command::new("cargo").args(["install", "--locked", "cargo-fuzz", "--version", CARGO_FUZZ_VERSION]))?;
     }
     Ok(())
+}
+
+/// The test command's compiler cache: sccache, keeping rustc's (and cc's) outputs under
+/// `~/.cache/memory-tracer/sccache` (10 GB at most). A fresh clone builds the same dependencies
+/// four ways (clippy natively and for wasm32, the tests, the viewer's release wasm, the
+/// wheel's collector), about half the test command's time, and no two of them can share
+/// cargo's own artifacts (check against build, other features, other targets); with the cache
+/// warm, only the workspace's crates compile. Failing to install it is not an error: the
+/// build is then as slow as it was. `MEMORY_TRACER_SCCACHE=off` goes without. Returns the
+/// sccache to stop when the tests are done.
+pub fn build_cache() -> Option<PathBuf> {
+    if std::env::var_os("MEMORY_TRACER_SCCACHE").is_some_and(|v| v == "off") || std::env::var_os("RUSTC_WRAPPER").is_some() {
+        return None;
+    }
+    let sccache = cargo_home().join("bin/sccache");
+    let have = output(Command::new(&sccache).arg("--version")).unwrap_or_default();
+    if have != format!("sccache {SCCACHE_VERSION}") {
+        let target = cache_dir().join("tools-target");
+        let installed = run(Command::new("cargo")
+            .args(["install", "--locked", "--no-default-features", "sccache", "--version", SCCACHE_VERSION])
+            .env("CARGO_TARGET_DIR", &target)
+            .env("CARGO_PROFILE_RELEASE_OPT_LEVEL", "1")
+            .env("CARGO_PROFILE_RELEASE_DEBUG", "false")
+            .env("CARGO_PROFILE_RELEASE_LTO", "false")
+            .env("CARGO_PROFILE_RELEASE_CODEGEN_UNITS", "16")
+            .env("CARGO_INCREMENTAL", "0"));
+        let _ = std::fs::remove_dir_all(&target);
+        if let Err(e) = installed {
+            eprintln!("xtask: no compiler cache (could not install sccache {SCCACHE_VERSION} from crates.io: {e:#}); building without it");
+            return None;
+        }
+    }
+    std::env::set_var("SCCACHE_DIR", cache_dir().join("sccache"));
+    std::env::set_var("SCCACHE_CACHE_SIZE", "10G");
+    std::env::set_var("RUSTC_WRAPPER", &sccache);
+    eprintln!("xtask: compiling through sccache (cache: {})", cache_dir().join("sccache").display());
+    Some(sccache)
 }

@@ -64,8 +64,14 @@ fn main() -> Result<()> {
             std::env::set_var("TORCHINDUCTOR_VEC_ISA_OK", "0");
             install::for_tests()?;
             install::fuzz_tools()?;
-            check()?;
-            test()
+            let sccache = install::build_cache();
+            let done = check().and_then(|()| test());
+            if let Some(sccache) = sccache {
+                // How much the cache gave, and no server left running after the command.
+                let _ = run(Command::new(&sccache).arg("--show-stats"));
+                let _ = run(Command::new(&sccache).arg("--stop-server"));
+            }
+            done
         }
         Some("install-tools") => install::for_tests().and_then(|()| install::fuzz_tools()),
         Some("check") => check(),
