@@ -6,6 +6,7 @@
 
 use crate::commands::{
     advise, analyze, check, convert, diff, find, ingest, leaks, mcp, merge, python_package, report, serve, serve_worker, summary, trace,
+    whatif,
 };
 use anyhow::Context;
 use clap::{Parser, Subcommand};
@@ -54,6 +55,12 @@ pub enum Command {
     /// batch, set_to_none gradients, the optimizer's state, expandable_segments; each with its
     /// predicted peak (a replay of the trace) and extra time per iteration.
     Advise(advise::AdviseArgs),
+    /// What another allocator setting would do: the trace replayed through PyTorch's caching
+    /// allocator under each `--alloc-conf` (PYTORCH_CUDA_ALLOC_CONF), with the peaks, the
+    /// cache's share, the segments and the first out-of-memory at the device's memory;
+    /// `--verify -- python train.py` runs it under each setting to check.
+    #[command(name = "whatif")]
+    WhatIf(whatif::WhatIfArgs),
     /// Merge one trace per rank of a distributed job (snapshots, profiler traces, Memory Tracer
     /// traces; from one node or several) into one trace with a device per rank, clocks aligned.
     Merge(merge::MergeArgs),
@@ -119,6 +126,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Leaks(a) => leaks::leaks_command(a),
         Command::Diff(a) => diff::diff_command(a),
         Command::Advise(a) => advise::advise_command(a),
+        Command::WhatIf(a) => whatif::whatif_command(a),
         Command::Merge(a) => merge::merge_command(a),
         Command::Summary(a) => summary::summary_command(a),
         Command::Find(a) => find::find_command(a),

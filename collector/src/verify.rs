@@ -155,15 +155,18 @@ fn compare_times(rows: &mut [VerifyRow]) {
 
 /// Traces `command` + `flags` into `out` with this collector; the trace, or why there is none.
 fn traced(command: &[String], flags: &[String], ops: &str, out: &Path) -> Result<Trace, String> {
+    traced_env(command, flags, ops, out, None)
+}
+
+/// [`traced`], with the program's `PYTORCH_CUDA_ALLOC_CONF` set to `alloc_conf` when given.
+pub(crate) fn traced_env(command: &[String], flags: &[String], ops: &str, out: &Path, alloc_conf: Option<&str>) -> Result<Trace, String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find the collector: {e}"))?;
-    let run = Command::new(exe)
-        .args(["trace", "-q", "--ops", ops, "-o"])
-        .arg(out)
-        .arg("--")
-        .args(command)
-        .args(flags)
-        .output()
-        .map_err(|e| format!("cannot run the collector: {e}"))?;
+    let mut cmd = Command::new(exe);
+    cmd.args(["trace", "-q", "--ops", ops, "-o"]).arg(out).arg("--").args(command).args(flags);
+    if let Some(conf) = alloc_conf {
+        cmd.env("PYTORCH_CUDA_ALLOC_CONF", conf);
+    }
+    let run = cmd.output().map_err(|e| format!("cannot run the collector: {e}"))?;
     let tail = || String::from_utf8_lossy(&run.stderr).lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").to_owned();
     if !run.status.success() {
         let code = run.status.code().map_or_else(|| "a signal".into(), |c| format!("exit {c}"));

@@ -15,6 +15,7 @@ pub mod model;
 pub mod rank_files;
 pub mod ranks;
 pub mod units;
+pub mod whatif;
 
 pub use import::{import, ImportError, ImportOptions};
 pub use model::{EventType, MemoryEvent, Phase, Trace};

@@ -17,7 +17,20 @@ pub struct Layers {
 pub const CRATES: [Layers; 7] = [
     Layers {
         src: "shared/src",
-        order: &["hash", "units", "model", "allocator", "ranks", "rank_files", "analysis", "export", "import", "merge", "explore"],
+        order: &[
+            "hash",
+            "units",
+            "model",
+            "allocator",
+            "whatif",
+            "ranks",
+            "rank_files",
+            "analysis",
+            "export",
+            "import",
+            "merge",
+            "explore",
+        ],
     },
     Layers { src: "protocol/src", order: &["capture", "trace", "jobs", "worker", "run", "api"] },
     Layers { src: "record/src", order: &["layout", "sys", "live", "assemble"] },

@@ -69,7 +69,7 @@ pub fn build(dev: bool) -> Result<PathBuf> {
     let python = install_maturin(!dev)?;
     // The package comes from the collector the tests build (the captures are the same in either
     // profile: `_build.py` compiles them alike). `-p collector` resolves features without the
-    // other members (`capture` asks for `record/archive`, tch for `half/std`), as maturin's own
+    // other members (`capture` asks for record's `archive` feature, tch for half's `std`), as maturin's own
     // build of the collector does, so this compiles what maturin then reuses.
     crate::run(Command::new("cargo").args(["build", "-p", "collector"]))?;
     let pkg = Path::new(PACKAGE_DIR);

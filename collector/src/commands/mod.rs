@@ -19,6 +19,7 @@ pub mod serve;
 pub mod serve_worker;
 pub mod summary;
 pub mod trace;
+pub mod whatif;
 
 /// How much a gzip'd input may inflate to (every command that reads a trace).
 #[derive(clap::Args, Clone, Copy)]

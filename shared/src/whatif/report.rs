@@ -1,0 +1,220 @@
+//! The what-if of a trace as a report: one device's replay under the run's own settings and
+//! under each setting asked for, with the recorded peaks and whether the own replay gave them
+//! back (what `collector whatif` prints).
+
+use super::compare_with_recorded;
+use super::conf::{AllocConf, ConfError};
+use super::requests::{requests, DeviceRequests};
+use super::sim::{simulate, Outcome, SimOptions};
+use crate::model::{Phase, Trace};
+use serde::Serialize;
+
+/// What to try on a trace.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct WhatIfOptions {
+    /// `PYTORCH_CUDA_ALLOC_CONF` strings, each applied over the run's own settings.
+    pub settings: Vec<String>,
+    /// The device's memory, for out-of-memory predictions. Default (`None`): the trace's own
+    /// device's, else no limit.
+    pub device_memory_bytes: Option<u64>,
+    /// Which device (`cuda:1`, as the trace names it). Default: the one with the highest
+    /// recorded reserved peak.
+    pub device: Option<String>,
+}
+
+/// Why a trace could not be replayed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum WhatIfError {
+    #[error(transparent)]
+    Conf(#[from] ConfError),
+    #[error("the trace has no device {asked} (it has {available})")]
+    NoDevice { asked: String, available: String },
+    #[error("the trace has no CUDA device whose caching allocator could be replayed")]
+    NoCudaDevice,
+}
+
+/// The recorded run's own numbers.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Recorded {
+    pub allocated_peak_bytes: u64,
+    /// `None` where the trace does not know the device's reserved memory.
+    pub reserved_peak_bytes: Option<u64>,
+    /// Whether the replay under the run's own settings gave every recorded reserved total
+    /// back; `None` where there is nothing recorded to compare with.
+    pub replay_exact: Option<bool>,
+    /// Seconds into the trace where that replay first left the recorded reserved curve.
+    pub first_divergence_s: Option<f64>,
+}
+
+/// Where a setting first ran out of memory.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct OomReport {
+    /// Seconds into the trace.
+    pub at_s: f64,
+    /// The module (layer scope) the failing allocation came from.
+    pub module: Option<String>,
+    pub phase: Phase,
+    /// The request, rounded as the allocator rounds it.
+    pub request_bytes: u64,
+    pub allocated_bytes: u64,
+    pub reserved_bytes: u64,
+    /// The recorded run ran out of memory there too.
+    pub recorded: bool,
+}
+
+/// One setting's replay.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SettingOutcome {
+    /// The setting as given (empty: the run's own).
+    pub alloc_conf: String,
+    /// The configuration replayed (the run's own with the setting over it), canonically.
+    pub effective: String,
+    pub allocated_peak_bytes: u64,
+    pub reserved_peak_bytes: u64,
+    /// Against the replay under the run's own settings.
+    pub reserved_change_pct: f64,
+    pub reserved_unallocated_at_peak_bytes: u64,
+    pub segments_at_peak: u64,
+    pub max_segments: u64,
+    pub alloc_retries: u64,
+    pub ooms: u64,
+    pub oom: Option<OomReport>,
+    /// Keys of the setting that change no placement.
+    pub not_modelled: Vec<String>,
+}
+
+/// A trace's what-if.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct WhatIfReport {
+    /// The device replayed (`cuda:0`).
+    pub device: String,
+    /// The run's own settings, canonically (empty: PyTorch's defaults).
+    pub own_settings: String,
+    /// The device memory the replays had (`None`: no limit).
+    pub device_memory_bytes: Option<u64>,
+    pub recorded: Recorded,
+    /// The run's own settings first, then each of [`WhatIfOptions::settings`] in order.
+    pub settings: Vec<SettingOutcome>,
+    pub notes: Vec<String>,
+}
+
+/// Replays one device of `trace` under its own settings and under each of `opts.settings`.
+pub fn what_if(trace: &Trace, opts: &WhatIfOptions) -> Result<WhatIfReport, WhatIfError> {
+    let parsed: Vec<AllocConf> = opts.settings.iter().map(|s| AllocConf::parse(s)).collect::<Result<_, _>>()?;
+    let reqs = requests(trace);
+    let dev = pick_device(trace, &reqs.devices, opts.device.as_deref())?;
+    let device_memory = opts.device_memory_bytes.or(trace.meta.device_total_memory_bytes);
+    let sim_opts = SimOptions::with_capacity(device_memory);
+    let recorded = recorded(trace, dev, &reqs.own_conf)?;
+    let own = simulate(dev, &reqs.own_conf, &sim_opts)?;
+    let own_reserved = own.reserved_peak_bytes;
+    let mut settings = vec![setting_report(trace, String::new(), &reqs.own_conf, &own, own_reserved, Vec::new())];
+    for (text, conf) in opts.settings.iter().zip(&parsed) {
+        let effective = reqs.own_conf.overridden_by(conf);
+        let out = simulate(dev, &effective, &sim_opts)?;
+        let not_modelled = conf.unmodelled_keys().into_iter().map(str::to_owned).collect();
+        settings.push(setting_report(trace, text.clone(), &effective, &out, own_reserved, not_modelled));
+    }
+    let mut notes = reqs.notes.clone();
+    if dev.inferred_empty_caches > 0 {
+        notes.push(format!("{}: {} empty_cache calls inferred from memory given back", dev.name, dev.inferred_empty_caches));
+    }
+    Ok(WhatIfReport {
+        device: dev.name.clone(),
+        own_settings: reqs.own_conf.to_string(),
+        device_memory_bytes: device_memory,
+        recorded,
+        settings,
+        notes,
+    })
+}
+
+/// The device asked for, or the one with the highest recorded reserved peak.
+fn pick_device<'a>(trace: &Trace, devices: &'a [DeviceRequests], asked: Option<&str>) -> Result<&'a DeviceRequests, WhatIfError> {
+    if let Some(name) = asked {
+        return devices.iter().find(|d| d.name == name).ok_or_else(|| WhatIfError::NoDevice {
+            asked: name.to_owned(),
+            available: devices.iter().map(|d| d.name.as_str()).collect::<Vec<_>>().join(", "),
+        });
+    }
+    let peaks = peaks_by_device(trace);
+    devices
+        .iter()
+        .filter(|d| !d.requests.is_empty() || !d.initial_segments.is_empty())
+        .max_by_key(|d| (peaks.get(d.device as usize).map_or(0, |p| p.1), std::cmp::Reverse(d.device)))
+        .ok_or(WhatIfError::NoCudaDevice)
+}
+
+/// (allocated, reserved) peaks of every device, as recorded.
+fn peaks_by_device(trace: &Trace) -> Vec<(u64, u64)> {
+    let ev = &trace.events;
+    let mut peaks: Vec<(u64, u64)> = ev.base_totals.iter().map(|t| (t.allocated_bytes, t.reserved_bytes)).collect();
+    let mut cursor = ev.cursor();
+    for i in 0..ev.len() {
+        let t = cursor.advance();
+        if let Some(p) = peaks.get_mut(ev.device[i] as usize) {
+            p.0 = p.0.max(t.allocated_bytes);
+            p.1 = p.1.max(t.reserved_bytes);
+        }
+    }
+    peaks
+}
+
+/// The recorded peaks, and the replay under the run's own settings (no memory limit: every
+/// release the trace shows is replayed) held against them.
+fn recorded(trace: &Trace, dev: &DeviceRequests, own: &AllocConf) -> Result<Recorded, WhatIfError> {
+    let peaks = peaks_by_device(trace).get(dev.device as usize).copied().unwrap_or_default();
+    let reserved_known = !trace.meta.reserved_unknown.contains(&dev.device);
+    let out = simulate(dev, own, &SimOptions::default().recording_totals())?;
+    let c = compare_with_recorded(trace, dev, out.totals.as_deref().unwrap_or(&[]));
+    let (replay_exact, first_divergence_s) = if reserved_known && c.compared > 0 {
+        let at = c.first_divergence.map(|d| seconds_into(trace, trace.events.ts_ns.get(d.event as usize).copied().unwrap_or(0)));
+        (Some(c.first_divergence.is_none()), at)
+    } else {
+        (None, None)
+    };
+    Ok(Recorded { allocated_peak_bytes: peaks.0, reserved_peak_bytes: reserved_known.then_some(peaks.1), replay_exact, first_divergence_s })
+}
+
+fn seconds_into(trace: &Trace, ts_ns: u64) -> f64 {
+    ts_ns.saturating_sub(trace.start_ns()) as f64 * 1e-9
+}
+
+fn setting_report(
+    trace: &Trace,
+    alloc_conf: String,
+    effective: &AllocConf,
+    out: &Outcome,
+    own_reserved: u64,
+    not_modelled: Vec<String>,
+) -> SettingOutcome {
+    let oom = out.oom.map(|o| {
+        let i = o.at.event as usize;
+        let ev = &trace.events;
+        let known = i < ev.len();
+        OomReport {
+            at_s: seconds_into(trace, o.at.ts_ns),
+            module: known.then(|| trace.opt_str(ev.layer[i]).map(str::to_owned)).flatten(),
+            phase: if known { ev.phase(i) } else { Phase::Other },
+            request_bytes: o.requested_bytes,
+            allocated_bytes: o.allocated_bytes,
+            reserved_bytes: o.reserved_bytes,
+            recorded: o.recorded_in_trace,
+        }
+    });
+    let change = if own_reserved == 0 { 0.0 } else { (out.reserved_peak_bytes as f64 - own_reserved as f64) / own_reserved as f64 * 100.0 };
+    SettingOutcome {
+        alloc_conf,
+        effective: effective.to_string(),
+        allocated_peak_bytes: out.allocated_peak_bytes,
+        reserved_peak_bytes: out.reserved_peak_bytes,
+        reserved_change_pct: change,
+        reserved_unallocated_at_peak_bytes: out.reserved_unallocated_at_peak_bytes,
+        segments_at_peak: out.segments_at_peak,
+        max_segments: out.max_segments,
+        alloc_retries: out.alloc_retries,
+        ooms: out.ooms,
+        oom,
+        not_modelled,
+    }
+}
