@@ -1,7 +1,8 @@
 //! `collector advise --verify -- COMMAND`: the advice checked by running it. The program is
 //! traced as it is (`--ops all`, for activation liveness), advised, then traced again (the
 //! same capture, so iteration times compare) with each top suggestion applied through its
-//! flags (`--checkpoint LAYERS`, `--amp`, both), and
+//! flags (`--checkpoint LAYERS`, `--amp`, both), and under the allocator setting it suggests
+//! (`PYTORCH_CUDA_ALLOC_CONF`, its reserved peak against `max_memory_reserved()`), and
 //! every run's measured peak is set against the peak the advice predicted for it — the
 //! baseline / checkpointing / AMP / both table of the memory-profiling exercise.
 //!
@@ -61,6 +62,17 @@ pub struct VerifyRow {
     /// `torch.cuda.max_memory_allocated()` as the program's process reported it (CUDA runs):
     /// the measured peak's check.
     pub pytorch_max_allocated_bytes: Option<u64>,
+    /// The `PYTORCH_CUDA_ALLOC_CONF` the run had (an allocator setting's row).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub alloc_conf: Option<String>,
+    /// The reserved peak the advice predicted (an allocator setting's row).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub predicted_reserved_peak_bytes: Option<u64>,
+    /// `torch.cuda.max_memory_reserved()` of the run (CUDA runs).
+    pub pytorch_max_reserved_bytes: Option<u64>,
+    /// (measured − predicted) / measured reserved peak, percent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reserved_error_pct: Option<f64>,
     /// Why the run has no numbers.
     pub error: Option<String>,
     /// The run's trace.
@@ -203,6 +215,10 @@ fn row(
                 predicted_extra_s,
                 error_pct: predicted.filter(|_| peak > 0).map(|p| (peak as f64 - p as f64) / peak as f64 * 100.0),
                 pytorch_max_allocated_bytes: t.meta.reported.get("cuda.max_memory_allocated").copied(),
+                alloc_conf: None,
+                predicted_reserved_peak_bytes: None,
+                pytorch_max_reserved_bytes: t.meta.reported.get("cuda.max_memory_reserved").copied(),
+                reserved_error_pct: None,
                 error: None,
                 trace,
             }
@@ -223,6 +239,10 @@ fn row(
             predicted_extra_s,
             error_pct: None,
             pytorch_max_allocated_bytes: None,
+            alloc_conf: None,
+            predicted_reserved_peak_bytes: None,
+            pytorch_max_reserved_bytes: None,
+            reserved_error_pct: None,
             error: Some(e),
             trace,
         },
@@ -266,6 +286,25 @@ pub fn verify(command: &[String], opts: &AdviceOptions, dir: &Path) -> anyhow::R
         let result = traced(command, &flags, "all", &path);
         rows.push(row(name, flags, predicted, result, path));
     }
+    // The allocator setting, run under it: its reserved peak against `max_memory_reserved()`.
+    let setting =
+        report.suggestions.iter().find(|s| matches!(s.kind, SuggestionKind::ExpandableSegments | SuggestionKind::AllocatorSetting));
+    if let Some(s) = setting {
+        let conf = s.change.trim_start_matches("PYTORCH_CUDA_ALLOC_CONF=").to_owned();
+        let own = std::env::var("PYTORCH_CUDA_ALLOC_CONF").unwrap_or_default();
+        let env = if own.is_empty() { conf.clone() } else { format!("{own},{conf}") };
+        let path = dir.join(format!("run{}.mtrace.json", rows.len()));
+        eprintln!("collector: tracing under PYTORCH_CUDA_ALLOC_CONF={env}");
+        let result = traced_env(command, &[], "all", &path, Some(&env));
+        let mut r = row(format!("PYTORCH_CUDA_ALLOC_CONF={conf}"), Vec::new(), (Some(s.predicted_peak_bytes), None), result, path);
+        r.alloc_conf = Some(env);
+        r.predicted_reserved_peak_bytes = s.predicted_reserved_peak_bytes;
+        r.reserved_error_pct = match (r.pytorch_max_reserved_bytes, s.predicted_reserved_peak_bytes) {
+            (Some(m), Some(p)) if m > 0 => Some((m as f64 - p as f64) / m as f64 * 100.0),
+            _ => None,
+        };
+        rows.push(r);
+    }
     compare_times(&mut rows);
     Ok(Verification { command: command.to_vec(), advice: report, rows })
 }
@@ -295,6 +334,16 @@ pub fn print(v: &Verification, mut out: impl std::io::Write) -> std::io::Result<
     }
     for r in v.rows.iter().filter(|r| r.timing_note.is_some()) {
         writeln!(out, "{} time: {}", r.configuration, r.timing_note.as_deref().unwrap_or(""))?;
+    }
+    for r in v.rows.iter().filter(|r| r.predicted_reserved_peak_bytes.is_some()) {
+        let measured = r.pytorch_max_reserved_bytes.map_or_else(|| "not measured".into(), shared::units::format_bytes);
+        let err = r.reserved_error_pct.map_or_else(String::new, |e| format!(" ({e:+.1} %)"));
+        writeln!(
+            out,
+            "{}: reserved peak predicted {}, max_memory_reserved() {measured}{err}",
+            r.configuration,
+            shared::units::format_bytes(r.predicted_reserved_peak_bytes.unwrap_or(0))
+        )?;
     }
     let checked: Vec<&VerifyRow> = v.rows.iter().filter(|r| r.pytorch_max_allocated_bytes.is_some()).collect();
     if !checked.is_empty() {

@@ -443,3 +443,51 @@ fn check_holds_traces_to_memory_budgets() {
     assert_eq!(none.status.code(), Some(2));
     assert!(text(&none).contains("no budget to check"), "{}", text(&none));
 }
+
+/// `collector whatif` on a ResNet-50's trace (tests/data/whatif, an H200): in 6.2 GiB its own
+/// settings (9.29 GiB reserved with room to spare; the cache released and retried down to
+/// 6.3 GiB) run out of memory, named with time, phase and request, while expandable segments
+/// (6.15 GiB measured) fit; the JSON carries each setting's peaks. Bad settings
+/// fail before any replay, naming the key and what PyTorch expects.
+#[test]
+fn whatif_predicts_each_setting_and_refuses_bad_ones() {
+    let trace = data("whatif/cnn.default.mtrace.json.gz");
+    let args = |extra: &[&str]| {
+        let mut a: Vec<&std::ffi::OsStr> = vec!["whatif".as_ref(), trace.as_os_str()];
+        a.extend(extra.iter().map(|s| std::ffi::OsStr::new(*s)));
+        collector(&a)
+    };
+    let out =
+        args(&["--alloc-conf", "expandable_segments:True", "--alloc-conf", "max_split_size_mb:128", "--device-memory", "6.2GiB", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["recorded"]["replay_exact"], true);
+    let rows = v["settings"].as_array().unwrap();
+    assert_eq!(rows.len(), 3);
+    assert_eq!(rows[1]["alloc_conf"], "expandable_segments:True");
+    for r in rows {
+        assert!(r["allocated_peak_bytes"].as_u64().unwrap() > 6_000_000_000 && r["reserved_peak_bytes"].as_u64().is_some(), "{r}");
+    }
+    let oom = &rows[0]["oom"];
+    assert!(oom["request_bytes"].as_u64().unwrap() > 0 && oom["phase"].is_string() && oom["at_s"].as_f64().unwrap() > 0.0, "{oom}");
+    assert!(rows[1]["oom"].is_null(), "expandable segments fit in 6.2 GiB: {}", rows[1]);
+    // The table says the same.
+    let out = args(&["--alloc-conf", "expandable_segments:True", "--device-memory", "6.2GiB"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("| expandable_segments:True |") && text.contains("| no |") && text.contains(" at "), "{text}");
+    // Bad settings: the key, the value, what was expected; nothing replayed.
+    for (conf, says) in [
+        ("expandable_segment:True", "expandable_segment"),
+        ("max_split_size_mb:abc", "max_split_size_mb"),
+        ("roundup_power2_divisions:3", "roundup_power2_divisions"),
+        ("garbage_collection_threshold:1.5", "garbage_collection_threshold"),
+    ] {
+        let out = args(&["--alloc-conf", conf]);
+        assert!(!out.status.success(), "{conf} was accepted");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(says) && err.contains("--alloc-conf"), "{conf}: {err}");
+        assert!(out.stdout.is_empty(), "{conf}: nothing printed but the error");
+    }
+    let out = args(&["--alloc-conf", "expandable_segments:True", "--device", "cuda:7"]);
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("cuda:7"));
+}

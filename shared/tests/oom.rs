@@ -103,6 +103,11 @@ fn an_out_of_memory_in_a_module_names_the_module_phase_and_operator_first() {
         let secs = (t.events.ts_ns[at] - t.start_ns()) as f64 / 1e9;
         assert!(r.verdict.starts_with(&format!("out of memory on cuda:0 at {secs:.3} s in ")), "{name}: {}", r.verdict);
         assert!(t.meta.warnings.iter().all(|w| !w.contains("out of memory at")), "{name}: {:?}", t.meta.warnings);
+        // 929 MiB allocated and a 64 MiB request in the 978 MiB the run had: no allocator
+        // setting makes room that is not there, and the report says it tried.
+        assert_eq!(r.settings.len(), 3, "{name}: {:?}", r.settings);
+        assert!(r.settings.iter().all(|s| !s.fits), "{name}: {:?}", r.settings);
+        assert!(r.verdict.contains("no allocator setting tried makes the request fit"), "{name}: {}", r.verdict);
     }
 }
 

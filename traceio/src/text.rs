@@ -570,6 +570,7 @@ pub fn print_advice(r: &shared::analysis::advice::AdviceReport, mut out: impl Wr
                 K::SetToNone => "zero_grad(set_to_none=True)".to_owned(),
                 K::Optimizer => "optimizer with less state".to_owned(),
                 K::ExpandableSegments => "expandable_segments".to_owned(),
+                K::AllocatorSetting => s.change.trim_start_matches("PYTORCH_CUDA_ALLOC_CONF=").to_owned(),
             }
         };
         let rows: Vec<[String; 4]> = r

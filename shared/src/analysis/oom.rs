@@ -77,8 +77,23 @@ pub struct OomReport {
     pub by_frame: Vec<OomGroup>,
     /// Live bytes the trace cannot attribute (allocated before recording began).
     pub unrecorded_bytes: u64,
+    /// Allocator settings replayed up to this out-of-memory (`crate::whatif`), with the memory
+    /// the run had when it failed (its reserved bytes then): whether the request would have fit.
+    #[serde(default)]
+    pub settings: Vec<OomSetting>,
     /// The explanation in plain words.
     pub verdict: String,
+}
+
+/// One allocator setting's replay of the run up to its out-of-memory.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct OomSetting {
+    /// `PYTORCH_CUDA_ALLOC_CONF` (over the run's own settings).
+    pub alloc_conf: String,
+    /// The replay reached the failing request with room for it, and ran out nowhere before.
+    pub fits: bool,
+    /// Its reserved peak up to then.
+    pub reserved_peak_bytes: u64,
 }
 
 fn groups(map: HashMap<String, (u64, u64)>, top: usize) -> Vec<OomGroup> {
@@ -166,10 +181,40 @@ pub fn oom(trace: &Trace, top: usize) -> Option<OomReport> {
         by_phase: groups(by_phase, top),
         by_frame: groups(by_frame, top),
         unrecorded_bytes: totals.allocated_bytes.saturating_sub(recorded),
+        settings: Vec::new(),
         verdict: String::new(),
     };
+    r.settings = settings_at_oom(trace, &r, at);
     r.verdict = verdict(&r);
     Some(r)
+}
+
+/// The allocator settings advice tries, each replayed with the memory the run had when it
+/// failed (the reserved bytes at the out-of-memory, which the request could not grow): fits
+/// when the replay has no out-of-memory up to the recorded one's time. The trace before the
+/// failure only: what it would have done after is not known.
+fn settings_at_oom(trace: &Trace, r: &OomReport, at: usize) -> Vec<OomSetting> {
+    if r.reserved_bytes == 0 || !r.device.starts_with("cuda") {
+        return Vec::new();
+    }
+    let opts = crate::whatif::WhatIfOptions {
+        settings: super::advice::ALLOCATOR_CANDIDATES.iter().map(|s| (*s).to_owned()).collect(),
+        device_memory_bytes: Some(r.reserved_bytes),
+        device: Some(r.device.clone()),
+    };
+    let Ok(report) = crate::whatif::what_if(trace, &opts) else { return Vec::new() };
+    let failed_at = trace.events.ts_ns[at].saturating_sub(trace.start_ns()) as f64 / 1e9;
+    report
+        .settings
+        .iter()
+        .skip(1)
+        .map(|s| OomSetting {
+            alloc_conf: s.alloc_conf.clone(),
+            // Times, not events: the replay names its failure by time (1 µs apart is another request).
+            fits: s.oom.as_ref().is_none_or(|o| o.at_s > failed_at + 1e-6),
+            reserved_peak_bytes: s.reserved_peak_bytes,
+        })
+        .collect()
 }
 
 /// The innermost Python frame of a stack (snapshots' stacks start with C++ frames), else its
@@ -223,6 +268,19 @@ fn verdict(r: &OomReport) -> String {
     }
     if let Some(top) = r.by_layer.first() {
         s.push_str(&format!("; the largest live layer is {} ({})", top.name, b(top.bytes)));
+    }
+    let fit: Vec<&str> = r.settings.iter().filter(|s| s.fits).map(|s| s.alloc_conf.as_str()).collect();
+    if !r.settings.is_empty() {
+        if fit.is_empty() {
+            s.push_str("; no allocator setting tried makes the request fit in the memory the run had (replayed: ");
+            s.push_str(&r.settings.iter().map(|s| s.alloc_conf.as_str()).collect::<Vec<_>>().join(", "));
+            s.push(')');
+        } else {
+            s.push_str(&format!(
+                "; replayed with the memory the run had, the request fits with PYTORCH_CUDA_ALLOC_CONF={}",
+                fit.join(" or with ")
+            ));
+        }
     }
     match r.largest_free_block_bytes {
         Some(free) if r.unused_reserved_bytes >= r.requested_bytes && free < r.requested_bytes => s.push_str(&format!(

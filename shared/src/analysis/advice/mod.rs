@@ -20,7 +20,8 @@
 //!   forward until the backward writes them again;
 //! - **optimizer**: optimizer state (allocated by the optimizer, alive across iterations)
 //!   dropped or shrunk;
-//! - **expandable_segments**: the reserved peak becomes the allocated peak and a little slack.
+//! - **allocator settings** (`expandable_segments`, ...): the trace replayed through PyTorch's caching
+//!   allocator under each (`crate::whatif`), the one that saves the most reserved memory.
 //!
 //! Candidate modules for checkpointing partition the model at its repeated blocks: module
 //! paths ending in an index (`layer3.1`, `transformer.h.7`) and, elsewhere, the children of the
@@ -76,6 +77,8 @@ pub enum SuggestionKind {
     Optimizer,
     /// `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`.
     ExpandableSegments,
+    /// Another `PYTORCH_CUDA_ALLOC_CONF` setting (`change` names it).
+    AllocatorSetting,
 }
 
 impl SuggestionKind {
@@ -88,6 +91,7 @@ impl SuggestionKind {
             SuggestionKind::SetToNone => "set_to_none",
             SuggestionKind::Optimizer => "optimizer",
             SuggestionKind::ExpandableSegments => "expandable_segments",
+            SuggestionKind::AllocatorSetting => "allocator_setting",
         }
     }
 }
@@ -189,9 +193,6 @@ pub struct AdviceReport {
 const NO_BLOCK: u32 = u32::MAX;
 /// Bytes added over the positions `[from, to)` of a replay.
 type Range = (usize, usize, i64);
-/// Slack of the expandable-segments prediction: the large pool maps 2 MiB pages, and the small
-/// pool keeps its own 2 MiB segments.
-const PAGE_BYTES: u64 = 2 << 20;
 
 /// One allocation on the analysed device, from its alloc event to its free event.
 #[derive(Clone, Debug)]
@@ -1526,7 +1527,18 @@ fn optimizer_advice(ctx: &Ctx, out: &mut Vec<Suggestion>) {
     ));
 }
 
-/// Fragmentation at the peak, and expandable_segments where it is high.
+/// The allocator settings advice tries (`shared::whatif`), each over the run's own: the one
+/// PyTorch's out-of-memory message names, the one its docs give for fragmentation, and the
+/// power-of-two rounding that keeps block sizes reusable.
+pub const ALLOCATOR_CANDIDATES: [&str; 3] =
+    ["expandable_segments:True", "max_split_size_mb:512", "roundup_power2_divisions:[256:1,512:2,>:4]"];
+/// The reserved peak a setting must save, in percent of the run's own, to be suggested
+/// (unless it avoids an out-of-memory the run's own settings meet).
+pub const ALLOCATOR_MIN_SAVING_PCT: f64 = 5.0;
+
+/// Fragmentation at the peak, and the allocator setting that saves most of the reserved peak
+/// in a replay of the trace through PyTorch's caching allocator (`shared::whatif`), where one
+/// saves at least [`ALLOCATOR_MIN_SAVING_PCT`] or avoids the out-of-memory.
 fn fragmentation_advice(
     ctx: &Ctx,
     baseline: &Baseline,
@@ -1555,46 +1567,81 @@ fn fragmentation_advice(
         format_bytes(reserved.saturating_sub(peak)),
         100.0 * baseline.fragmentation_at_peak
     );
-    let already_on = trace
-        .meta
-        .allocator_settings
-        .as_ref()
-        .and_then(|s| s.get("expandable_segments"))
-        .and_then(serde_json::Value::as_bool)
-        .unwrap_or(false);
-    let is_cuda = baseline.device.starts_with("cuda");
-    if already_on {
-        notes.push(format!("{text}; expandable_segments is already on in this run"));
-    } else if !is_cuda {
-        notes.push(format!("{text}; expandable_segments is a setting of CUDA's caching allocator, and this device is {}", baseline.device));
-    } else if baseline.fragmentation_at_peak > threshold {
-        let predicted = peak.div_ceil(PAGE_BYTES).saturating_mul(PAGE_BYTES).saturating_add(PAGE_BYTES);
-        let mut s = ctx.suggestion(
-            SuggestionKind::ExpandableSegments,
-            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True".to_owned(),
-            peak,
-            format!(
-                "{text}; with expandable segments the allocator grows one segment by 2 MiB pages instead of caching fixed blocks, so the reserved peak comes to about the allocated peak rounded up to a page plus one page: {} (measured reserved peak {}). Allocated memory does not change; time is not predicted (mapping pages costs little)",
-                format_bytes(predicted),
-                format_bytes(baseline.peak_reserved_bytes)
-            ),
-            vec![
-                ("reserved_at_peak_bytes", reserved as f64),
-                ("peak_reserved_bytes", baseline.peak_reserved_bytes as f64),
-                ("fragmentation_at_peak", baseline.fragmentation_at_peak),
-                ("slack_bytes", PAGE_BYTES as f64),
-            ],
-        );
-        s.predicted_reserved_peak_bytes = Some(predicted);
-        s.saving_bytes = baseline.peak_reserved_bytes as i64 - predicted as i64;
-        s.meets_budget = ctx.budget.map(|b| predicted <= b);
-        out.push(s);
-    } else {
-        notes.push(format!(
-            "{text}. That is under the {:.0} % from which expandable_segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True) is suggested, and all it could save",
-            100.0 * threshold
-        ));
+    if !baseline.device.starts_with("cuda") {
+        notes.push(format!("{text}; allocator settings are CUDA's caching allocator's, and this device is {}", baseline.device));
+        return;
     }
+    let opts = crate::whatif::WhatIfOptions {
+        settings: ALLOCATOR_CANDIDATES.iter().map(|s| (*s).to_owned()).collect(),
+        device: Some(baseline.device.clone()),
+        ..Default::default()
+    };
+    let report = match crate::whatif::what_if(trace, &opts) {
+        Ok(r) => r,
+        Err(e) => {
+            not_available.push(format!("allocator settings: the trace cannot be replayed through the caching allocator ({e})"));
+            return;
+        }
+    };
+    let own = &report.settings[0];
+    let better = |s: &&crate::whatif::SettingOutcome| {
+        let avoids_oom = own.oom.is_some() && s.oom.is_none();
+        s.oom.is_none() && (avoids_oom || -s.reserved_change_pct >= ALLOCATOR_MIN_SAVING_PCT)
+    };
+    let best = report.settings.iter().skip(1).filter(better).min_by_key(|s| (s.reserved_peak_bytes, s.allocated_peak_bytes));
+    let tried = report
+        .settings
+        .iter()
+        .skip(1)
+        .map(|s| format!("{} {} ({:+.1} %)", s.alloc_conf, format_bytes(s.reserved_peak_bytes), s.reserved_change_pct))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let Some(best) = best else {
+        let under = if baseline.fragmentation_at_peak > threshold {
+            String::new()
+        } else {
+            format!(". That is under the {:.0} % from which it is worth a change", 100.0 * threshold)
+        };
+        notes.push(format!(
+            "{text}{under}; no allocator setting saves {ALLOCATOR_MIN_SAVING_PCT:.0} % of the reserved peak ({}) in a replay: {tried}",
+            format_bytes(own.reserved_peak_bytes)
+        ));
+        return;
+    };
+    let kind =
+        if best.alloc_conf == "expandable_segments:True" { SuggestionKind::ExpandableSegments } else { SuggestionKind::AllocatorSetting };
+    let why = match (&own.oom, &best.oom) {
+        (Some(o), None) => format!(
+            "; under the run's own settings a {} request runs out of the device's {} at {:.3} s, and with it every request fits",
+            format_bytes(o.request_bytes),
+            report.device_memory_bytes.map_or_else(|| "memory".to_owned(), format_bytes),
+            o.at_s
+        ),
+        _ => String::new(),
+    };
+    let mut s = ctx.suggestion(
+        kind,
+        format!("PYTORCH_CUDA_ALLOC_CONF={}", best.alloc_conf),
+        best.allocated_peak_bytes,
+        format!(
+            "{text}; replayed through PyTorch's caching allocator (`collector whatif`), {} gives a reserved peak of {} against {} ({:+.1} %), {} of it unused at the peak{why}. Tried: {tried}. Time is not predicted",
+            best.alloc_conf,
+            format_bytes(best.reserved_peak_bytes),
+            format_bytes(own.reserved_peak_bytes),
+            best.reserved_change_pct,
+            format_bytes(best.reserved_unallocated_at_peak_bytes)
+        ),
+        vec![
+            ("reserved_at_peak_bytes", reserved as f64),
+            ("peak_reserved_bytes", baseline.peak_reserved_bytes as f64),
+            ("replayed_reserved_peak_bytes", own.reserved_peak_bytes as f64),
+            ("fragmentation_at_peak", baseline.fragmentation_at_peak),
+        ],
+    );
+    s.predicted_reserved_peak_bytes = Some(best.reserved_peak_bytes);
+    s.saving_bytes = own.reserved_peak_bytes as i64 - best.reserved_peak_bytes as i64;
+    s.meets_budget = ctx.budget.map(|b| best.reserved_peak_bytes <= b);
+    out.push(s);
 }
 
 /// The peak device's rank of a trace of several ranks, as a trace of its own: its modules'
