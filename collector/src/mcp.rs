@@ -127,6 +127,21 @@ pub struct AdviseArg {
     pub limit: Option<usize>,
 }
 
+/// A trace and the allocator settings to replay it under.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct WhatIfArg {
+    /// A trace file's path, or a stored trace's id on `collector serve`.
+    pub trace: String,
+    /// PYTORCH_CUDA_ALLOC_CONF settings to try (`expandable_segments:True`,
+    /// `max_split_size_mb:128`), each over the run's own.
+    pub alloc_conf: Vec<String>,
+    /// The device's memory for out-of-memory predictions: 80GiB, 24GB or bytes. Default: the
+    /// trace's own device's.
+    pub device_memory: Option<String>,
+    /// Which device (`cuda:1`). Default: the one with the highest reserved peak.
+    pub device: Option<String>,
+}
+
 /// What to find in a trace.
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 pub struct FindArg {
@@ -314,7 +329,7 @@ impl Tools {
     }
 
     #[tool(description = "What to change so the run needs less memory (activation checkpointing of named layers, AMP, a \
-                          smaller batch, optimizer state, set_to_none, expandable_segments), each with its predicted peak.")]
+                          smaller batch, optimizer state, set_to_none, an allocator setting), each with its predicted peak.")]
     async fn advise(&self, Parameters(a): Parameters<AdviseArg>) -> Result<CallToolResult, ErrorData> {
         let budget = match a.budget.as_deref().map(shared::units::parse_size).transpose() {
             Ok(b) => b,
@@ -326,6 +341,24 @@ impl Tools {
             Ok(shared::analysis::advice::advise(t, &opts))
         })
         .await
+    }
+
+    #[tool(description = "What another allocator setting would do: the trace replayed through PyTorch's caching \
+                          allocator under each PYTORCH_CUDA_ALLOC_CONF given (expandable_segments, max_split_size_mb, \
+                          roundup_power2_divisions, ...): allocated and reserved peaks, unused reserved memory at the peak, \
+                          segments, and the first out-of-memory at the device's memory (when, module, phase, request).")]
+    async fn whatif(&self, Parameters(a): Parameters<WhatIfArg>) -> Result<CallToolResult, ErrorData> {
+        let memory = match a.device_memory.as_deref().map(shared::units::parse_size).transpose() {
+            Ok(m) => m,
+            Err(e) => return Ok(refused(format!("device_memory: {e}"))),
+        };
+        for conf in &a.alloc_conf {
+            if let Err(e) = shared::whatif::AllocConf::parse(conf) {
+                return Ok(refused(format!("alloc_conf {conf:?}: {e}")));
+            }
+        }
+        let opts = shared::whatif::WhatIfOptions { settings: a.alloc_conf, device_memory_bytes: memory, device: a.device };
+        self.with_trace(&a.trace, move |t| shared::whatif::what_if(t, &opts).map_err(|e| e.to_string())).await
     }
 
     #[tool(description = "Find allocations by address (anywhere inside the block), stack frame or file:line, module path, \

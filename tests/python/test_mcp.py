@@ -24,7 +24,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 DATA = os.path.realpath(os.path.join(HERE, "..", "data"))
 SNAPSHOT = os.path.join(DATA, "resnet18_sgd_2steps.pickle")
 OTHER = os.path.join(DATA, "mlp_adam_3steps.pickle")
-TOOLS = {"summary", "top_allocations_at_peak", "layer_stats", "leaks", "oom", "diff", "advise", "find"}
+TOOLS = {"summary", "top_allocations_at_peak", "layer_stats", "leaks", "oom", "diff", "advise", "find", "whatif"}
 
 
 def cli_json(*args):
@@ -81,6 +81,14 @@ async def exercise(session, trace, other):
     cli_diff = cli_json("diff", OTHER, SNAPSHOT)
     assert diff["b"]["peak_allocated_bytes"] == cli_diff["b"]["peak_allocated_bytes"]
     assert len(diff["layers"]) <= 4
+
+    settings = ["expandable_segments:True", "roundup_power2_divisions:4"]
+    whatif = answer(await session.call_tool("whatif", {"trace": trace, "alloc_conf": settings, "device_memory": "1GiB"}))
+    cli_whatif = cli_json("whatif", SNAPSHOT, *[a for s in settings for a in ("--alloc-conf", s)], "--device-memory", "1GiB")
+    assert whatif == cli_whatif and [s["alloc_conf"] for s in whatif["settings"]] == [""] + settings
+    assert whatif["settings"][0]["reserved_peak_bytes"] == cli["peak_reserved_bytes"]
+    bad = await session.call_tool("whatif", {"trace": trace, "alloc_conf": ["expandable_segment:True"]})
+    assert bad.is_error and "expandable_segment" in bad.content[0].text
 
     bad = await session.call_tool("summary", {"trace": "no-such-trace"})
     assert bad.is_error
