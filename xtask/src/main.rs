@@ -96,6 +96,7 @@ fn main() -> Result<()> {
             ]))?;
             run(Command::new("cargo").args(["bench", "-p", "capture", "--bench", "profile"]))?;
             run(Command::new("cargo").args(["bench", "-p", "shared", "--bench", "timeline"]))?;
+            run(Command::new("cargo").args(["bench", "-p", "shared", "--bench", "whatif"]))?;
             bench_capture()
         }
         Some("run") => main_job(&args[1..]),
