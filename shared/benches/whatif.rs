@@ -68,5 +68,10 @@ fn main() {
         format!("median {:.2} s (min {:.2}, max {:.2})", v[v.len() / 2], v[0], v[v.len() - 1])
     };
     println!("{} events: the requests {}", big.events.len(), fmt(extraction));
-    println!("{} events: whatif under its own settings and {} others (with the requests), {}", big.events.len(), SETTINGS.len(), fmt(times));
+    println!(
+        "{} events: whatif under its own settings and {} others (with the requests), {}",
+        big.events.len(),
+        SETTINGS.len(),
+        fmt(times)
+    );
 }
