@@ -231,6 +231,10 @@ pub enum Request {
     /// Allocations by address, stack frame, module path or note text
     /// ([`analysis::search::find`]).
     Find { query: String, limit: usize },
+    /// The allocator's segments at a moment as PyTorch's caching allocator would have had them
+    /// under `alloc_conf` (a `PYTORCH_CUDA_ALLOC_CONF` string on top of the run's own
+    /// settings; empty: the run's own), replayed by [`crate::whatif::segments_after`].
+    SimulatedSegments { t_s: f64, alloc_conf: String },
 }
 
 /// The answers, one per [`Request`] kind.
@@ -267,6 +271,15 @@ pub enum Response {
     Pools {
         end_s: f64,
         curves: Vec<analysis::pools::PoolCurve>,
+    },
+    /// The answer to [`Request::SimulatedSegments`]: the segments, or why there are none
+    /// (`error`: a setting that does not parse, or a device the allocator model does not hold).
+    SimulatedSegments {
+        t_s: f64,
+        alloc_conf: String,
+        event_index: Option<usize>,
+        segments: Vec<SegmentInfo>,
+        error: Option<String>,
     },
     Found(Box<analysis::search::FindResult>),
     Overview(Box<Overview>),
@@ -337,6 +350,8 @@ pub struct Session {
     pairs: Option<analysis::active::Pairs>,
     /// Every allocation's category, in event order.
     categories: Vec<analysis::categories::Categorized>,
+    /// The shown trace's allocator requests, extracted on the first simulated segment map.
+    whatif: Option<crate::whatif::Requests>,
 }
 
 /// Why files could not be opened as the ranks of one job.
@@ -464,6 +479,7 @@ impl Session {
             index: None,
             pairs: None,
             categories: Vec::new(),
+            whatif: None,
         };
         let overview = session.overview(progress);
         Opened::Trace(Box::new(session), Box::new(overview))
@@ -499,6 +515,7 @@ impl Session {
         self.ops_at_event = ops_at_event;
         self.index = Some(TimelineIndex::new(self.trace()));
         self.pairs = None;
+        self.whatif = None;
         overview
     }
 
@@ -558,7 +575,35 @@ impl Session {
                 let opts = analysis::advice::AdviceOptions { budget_bytes: *budget_bytes, top: 10, ..Default::default() };
                 Response::Advice(Box::new(analysis::advice::advise(self.trace(), &opts)))
             }
+            Request::SimulatedSegments { t_s, alloc_conf } => {
+                let event_index = self.event_at(*t_s);
+                let (segments, error) = match self.simulated_segments(event_index, alloc_conf) {
+                    Ok(s) => (s, None),
+                    Err(e) => (Vec::new(), Some(e)),
+                };
+                Response::SimulatedSegments { t_s: *t_s, alloc_conf: alloc_conf.clone(), event_index, segments, error }
+            }
         }
+    }
+
+    /// The shown device's segments after `event_index` replayed under `alloc_conf` on top of
+    /// the run's own settings, with no device capacity (so no out-of-memory changes the map).
+    fn simulated_segments(&mut self, event_index: Option<usize>, alloc_conf: &str) -> Result<Vec<SegmentInfo>, String> {
+        use crate::whatif::{requests, segments_after, AllocConf, SimOptions};
+        if self.whatif.is_none() {
+            self.whatif = Some(requests(self.trace()));
+        }
+        let Some(reqs) = &self.whatif else { return Err("no requests".into()) };
+        // Read as `collector whatif` reads it: the newest release's rules.
+        let user = AllocConf::parse(alloc_conf).map_err(|e| e.to_string())?;
+        let conf = reqs.own_conf.overridden_by(&user);
+        let device = self.device;
+        let Some(dev) = reqs.devices.iter().find(|d| d.device == device) else {
+            let name = self.trace().devices.get(device as usize).map_or_else(|| format!("device {device}"), |d| d.to_string());
+            return Err(format!("{name} is not a CUDA device's caching allocator: nothing to replay"));
+        };
+        let event = event_index.map(|i| u32::try_from(i).unwrap_or(u32::MAX));
+        segments_after(dev, &conf, &SimOptions::default(), event).map_err(|e| e.to_string())
     }
 
     fn active(&mut self, start_s: f64, end_s: f64, columns: usize, detail: usize) -> Response {

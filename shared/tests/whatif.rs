@@ -906,3 +906,14 @@ fn real_programs_are_predicted_under_other_settings_from_their_default_trace() {
     }
     assert_eq!(checked, 18, "three programs under six settings each");
 }
+
+/// A snapshot begun mid-run (memory reserved before its first event) says that the prediction
+/// covers only what it recorded; a trace from the program's start says nothing of the kind.
+#[test]
+fn a_trace_begun_mid_run_says_so() {
+    let opts = shared::whatif::WhatIfOptions { settings: vec!["max_split_size_mb:64".into()], ..Default::default() };
+    let mid = shared::whatif::what_if(&load("expandable_mlp.pickle"), &opts).unwrap();
+    assert!(mid.notes.iter().any(|n| n.contains("begins mid-run") && n.contains("only what was recorded")), "{:?}", mid.notes);
+    let whole = shared::whatif::what_if(&load("whatif/cnn.default.mtrace.json.gz"), &opts).unwrap();
+    assert!(whole.notes.iter().all(|n| !n.contains("mid-run")), "{:?}", whole.notes);
+}

@@ -17,7 +17,8 @@
 //! ```
 //!
 //! [`what_if`] does the same for one device of a trace and several settings at once, and
-//! reports the replay under the run's own settings against the recorded curve.
+//! reports the replay under the run's own settings against the recorded curve;
+//! [`segments_after`] gives the simulated segment map at a moment (the viewer's Segments view).
 //!
 //! # The model
 //! Per device (PyTorch keeps one allocator per device), as PyTorch 2.6 to 2.15 do it:
@@ -125,6 +126,7 @@ mod initial;
 mod release;
 mod report;
 mod requests;
+mod segments;
 mod sim;
 
 pub use conf::{
@@ -132,6 +134,7 @@ pub use conf::{
 };
 pub use report::{what_if, OomReport, Recorded, SettingOutcome, WhatIfError, WhatIfOptions, WhatIfReport};
 pub use requests::{requests, DeviceRequests, Op, Request, Requests};
+pub use segments::segments_after;
 pub use sim::{simulate, Anomalies, At, OomAt, Outcome, Placement, SimOptions};
 
 use crate::model::{Totals, Trace};

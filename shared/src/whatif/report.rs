@@ -116,6 +116,14 @@ pub fn what_if(trace: &Trace, opts: &WhatIfOptions) -> Result<WhatIfReport, What
         settings.push(setting_report(trace, text.clone(), &effective, &out, own_reserved, not_modelled));
     }
     let mut notes = reqs.notes.clone();
+    if !dev.initial_segments.is_empty() || dev.loose_allocated_bytes > 0 {
+        let held: u64 = dev.initial_segments.iter().map(|s| s.size_bytes).sum();
+        notes.push(format!(
+            "{}: the trace begins mid-run, with {} reserved before its first event: what came before is replayed as that starting state, and the predictions cover only what was recorded",
+            dev.name,
+            crate::units::format_bytes(held)
+        ));
+    }
     if dev.inferred_empty_caches > 0 {
         notes.push(format!("{}: {} empty_cache calls inferred from memory given back", dev.name, dev.inferred_empty_caches));
     }

@@ -242,7 +242,8 @@ pub(super) struct Ask {
 pub(super) struct Sim {
     pub(super) p: Params,
     pub(super) blocks: Vec<Block>,
-    spare: Vec<u32>,
+    /// Indices of `blocks` free for reuse (dropped blocks).
+    pub(super) spare: Vec<u32>,
     pub(super) pools: Vec<BlockPool>,
     pub(super) private: BTreeMap<u16, PrivatePool>,
     pub(super) pool_ids: Vec<PoolId>,
@@ -267,14 +268,10 @@ pub(super) struct Sim {
 ///
 /// Fails only for a configuration the model cannot replay (`backend:cudaMallocAsync`).
 pub fn simulate(dev: &DeviceRequests, conf: &AllocConf, opts: &SimOptions) -> Result<Outcome, ConfError> {
-    conf.check_modelled()?;
-    let mut sim = Sim::new(dev, conf, opts);
-    sim.load_initial(dev);
+    let mut sim = Sim::start(dev, conf, opts)?;
     let mut totals = opts.record_totals.then(|| Vec::with_capacity(dev.requests.len()));
     for (k, r) in dev.requests.iter().enumerate() {
-        sim.now = At { request: k, event: r.event, ts_ns: r.ts_ns };
-        sim.process(r, dev);
-        sim.settle_peak();
+        sim.step(k, r, dev);
         if let Some(t) = totals.as_mut() {
             t.push(sim.totals());
         }
@@ -286,6 +283,22 @@ pub fn simulate(dev: &DeviceRequests, conf: &AllocConf, opts: &SimOptions) -> Re
 }
 
 impl Sim {
+    /// The allocator before `dev`'s first request: its initial segments loaded. Fails for a
+    /// configuration the model cannot replay.
+    pub(super) fn start(dev: &DeviceRequests, conf: &AllocConf, opts: &SimOptions) -> Result<Sim, ConfError> {
+        conf.check_modelled()?;
+        let mut sim = Sim::new(dev, conf, opts);
+        sim.load_initial(dev);
+        Ok(sim)
+    }
+
+    /// Serves request `k` of `dev`.
+    pub(super) fn step(&mut self, k: usize, r: &Request, dev: &DeviceRequests) {
+        self.now = At { request: k, event: r.event, ts_ns: r.ts_ns };
+        self.process(r, dev);
+        self.settle_peak();
+    }
+
     fn new(dev: &DeviceRequests, conf: &AllocConf, opts: &SimOptions) -> Sim {
         let fraction = opts.memory_fraction.or(conf.per_process_memory_fraction).filter(|f| f.is_finite());
         let capacity = opts.capacity_bytes;
