@@ -242,7 +242,8 @@ pub mod requests {
                 | Request::Advice { .. }
                 | Request::Allocation { .. }
                 | Request::Pools { .. }
-                | Request::Find { .. } => return None,
+                | Request::Find { .. }
+                | Request::SimulatedSegments { .. } => return None,
             })
         }
     }
@@ -263,6 +264,7 @@ pub mod requests {
             Request::Allocation { .. } => "allocation",
             Request::Pools { .. } => "pools",
             Request::Find { .. } => "find",
+            Request::SimulatedSegments { .. } => "simulated_segments",
         }
     }
 
@@ -298,5 +300,10 @@ pub mod requests {
     /// The allocator's segments at `t_s` (the Segments view starts at the peak's time).
     pub fn segments(t_s: f64) -> Request {
         Request::Segments { t_s }
+    }
+
+    /// The allocator's segments at `t_s` replayed under the setting `alloc_conf`.
+    pub fn simulated_segments(t_s: f64, alloc_conf: &str) -> Request {
+        Request::SimulatedSegments { t_s, alloc_conf: alloc_conf.trim().to_owned() }
     }
 }

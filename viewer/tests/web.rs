@@ -84,6 +84,28 @@ fn rank_chart_and_segments_draw() {
 }
 
 #[wasm_bindgen_test]
+fn simulated_segments_draw_beside_the_recorded_ones() {
+    let (mut session, snap) = open("mlp.pickle", SNAPSHOT);
+    let t_s = snap.summary.peak_time_s;
+    let Response::Segments { segments: recorded, .. } = session.answer(&Request::Segments { t_s }) else { panic!() };
+    let allocated = |s: &[shared::model::SegmentInfo]| -> u64 {
+        s.iter().flat_map(|g| &g.blocks).filter(|b| b.state == shared::model::BlockState::Allocated).map(|b| b.size_bytes).sum()
+    };
+    let request = viewer::protocol::requests::simulated_segments(t_s, " expandable_segments:True ");
+    let Response::SimulatedSegments { segments, error, alloc_conf, .. } = session.answer(&request) else { panic!() };
+    assert_eq!((error, alloc_conf.as_str()), (None, "expandable_segments:True"));
+    assert_eq!(allocated(&segments), allocated(&recorded));
+    assert!(!segments.is_empty() && segments.len() < recorded.len(), "{} simulated, {} recorded", segments.len(), recorded.len());
+    let c = canvas(450, 200);
+    assert_eq!(charts::draw_segments(&c, &Palette::DARK, &segments, 12).unwrap(), segments.len().saturating_sub(16));
+    assert!(charts::painted_pixels(&c) > 1_000);
+    // A setting that does not parse is an error line naming what was wrong, not a panic.
+    let bad = viewer::protocol::requests::simulated_segments(t_s, "expandable_segments:yes");
+    let Response::SimulatedSegments { segments, error: Some(e), .. } = session.answer(&bad) else { panic!("no error") };
+    assert!(segments.is_empty() && e.contains("expandable_segments") && e.contains("yes"), "{e}");
+}
+
+#[wasm_bindgen_test]
 fn table_selection_filters_and_sorts() {
     let (_, o) = open("convnet.json", PROFILER);
     let rows = viewer::tables::select(&o.layers, |l| &l.layer_name, "CONV", |a, b| a.peak_allocated.cmp(&b.peak_allocated), true);
@@ -207,6 +229,7 @@ fn a_request_kind_is_the_name_its_json_carries() {
         Request::Allocation { event_index: 0 },
         Request::Pools { buckets: 1 },
         Request::Find { query: "x".into(), limit: 0 },
+        Request::SimulatedSegments { t_s: 0.0, alloc_conf: String::new() },
     ];
     for r in &all {
         let json = serde_json::to_string(r).unwrap();
