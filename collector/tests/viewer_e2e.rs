@@ -84,6 +84,7 @@ fn native_trace(dir: &Path) -> PathBuf {
 const PAINTED: &str = r#"
 const out = {};
 for (const c of document.querySelectorAll('canvas.chart')) {
+  if (c.offsetParent === null) continue;  // not shown (the simulated segments before a setting is picked)
   const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
   let n = 0;
   for (let i = 0; i < d.length; i += 4) if (d[i] !== d[0] || d[i+1] !== d[1] || d[i+2] !== d[2]) n++;
@@ -181,6 +182,29 @@ fn check_views(b: &Browser, path: &Path) {
         let stats = b.exec("return document.querySelector('#segments-stats').innerText", json!([]));
         let want = format!("(largest free block {}).", format_bytes(largest_free));
         assert!(stats.as_str().unwrap().ends_with(&want), "{name}: segments: {stats}, expected {want}");
+        // A setting picked: the segments the caching allocator would have had under it are
+        // drawn beside the recorded ones, with their own line; cleared, they go.
+        let pick = |v: &str| {
+            b.exec(
+                "const i = document.querySelector('#segments-setting'); i.value = arguments[0]; i.dispatchEvent(new Event('change')); return null",
+                json!([v]),
+            )
+        };
+        pick("expandable_segments:True");
+        b.wait_for(
+            "const c = document.querySelector('#segments-simulated'); const l = document.querySelector('#segments-simulated-stats');
+             return c && c.offsetParent !== null && l && l.innerText.startsWith('Under expandable_segments:True: ')",
+            30,
+            "the simulated segments",
+        );
+        let painted = b.exec(PAINTED, json!([]));
+        assert!(painted["segments-simulated"].as_u64().unwrap_or(0) > 2000, "{name}: the simulated segments are blank: {painted}");
+        pick("expandable_segment:True");
+        let error =
+            b.wait_for("const e = document.querySelector('#segments-setting-error'); return e && e.innerText", 30, "the setting's error");
+        assert!(error.as_str().unwrap_or("").contains("expandable_segment"), "{name}: {error}");
+        pick("");
+        b.wait_for("return document.querySelector('#segments-simulated').offsetParent === null", 30, "the simulated segments gone");
     }
     if trace.events.is_empty() {
         // Nothing to call a leak.
