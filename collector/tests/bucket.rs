@@ -326,15 +326,24 @@ fn dropped_uploads_are_5xx_and_never_half_visible() {
 /// start that its clock is off.
 #[test]
 fn replicas_with_skewed_clocks_agree_on_order() {
-    let faketime = ["/usr/bin/faketime", "/usr/local/bin/faketime"].into_iter().find(|p| Path::new(p).exists());
-    let faketime = faketime.expect("this test needs libfaketime's `faketime` (apt-get install faketime; `cargo xtask test` installs it)");
+    // libfaketime preloaded into the collector itself: the `faketime` program forks and waits,
+    // so killing it (the replica's drop) left the collector running after the test.
+    let lib = ["/usr/lib/x86_64-linux-gnu/faketime", "/usr/lib/aarch64-linux-gnu/faketime", "/usr/local/lib/faketime", "/usr/lib/faketime"]
+        .into_iter()
+        .map(|d| Path::new(d).join("libfaketimeMT.so.1"))
+        .find(|p| p.exists());
+    let lib = lib.expect("this test needs libfaketime (apt-get install faketime; `cargo xtask test` installs it)");
     let b = bucket("skew");
     let dir = scratch("bucket-skew");
     let url = format!("s3://{b}/p");
     // Wrappers that run the collector with its clock ahead.
     let ahead = |offset: &str| {
         let path = dir.join(format!("collector{offset}"));
-        std::fs::write(&path, format!("#!/bin/sh\nexec {faketime} -f {offset} {} \"$@\"\n", env!("CARGO_BIN_EXE_collector"))).unwrap();
+        std::fs::write(
+            &path,
+            format!("#!/bin/sh\nLD_PRELOAD={} FAKETIME={offset} exec {} \"$@\"\n", lib.display(), env!("CARGO_BIN_EXE_collector")),
+        )
+        .unwrap();
         std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
         path.to_str().unwrap().to_owned()
     };
