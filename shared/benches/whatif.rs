@@ -8,11 +8,13 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // benches fail loudly by design
 
-use shared::model::{EventRecord, Trace};
 use shared::whatif::{what_if, WhatIfOptions};
 use shared::{import, ImportOptions};
 use std::path::Path;
 use std::time::Instant;
+
+mod support;
+use support::replicate_apart;
 
 const SETTINGS: [&str; 6] = [
     "expandable_segments:True",
@@ -23,33 +25,10 @@ const SETTINGS: [&str; 6] = [
     "max_split_size_mb:256,max_non_split_rounding_mb:512",
 ];
 
-/// `copies` copies of `base`'s events one after the other, copy `c`'s addresses moved up by
-/// `c` TiB so that no block of one copy is taken for another's.
-fn replicate(base: &Trace, copies: usize) -> Trace {
-    let mut t = Trace::new(base.meta.clone());
-    t.strings = base.strings.clone();
-    t.devices = base.devices.clone();
-    t.streams = base.streams.clone();
-    for (d, b) in base.events.base_totals.iter().enumerate() {
-        t.events.set_base_totals(d, *b);
-    }
-    let ev = &base.events;
-    let span = ev.ts_ns.last().copied().unwrap_or(0) - ev.ts_ns.first().copied().unwrap_or(0) + 1;
-    for c in 0..copies as u64 {
-        for i in 0..ev.len() {
-            let rec = ev.record(i);
-            let address = if rec.address == 0 { 0 } else { rec.address + (c << 40) };
-            t.events.push(EventRecord { ts_ns: rec.ts_ns + c * span, address, totals: None, ..rec });
-        }
-    }
-    t.finish();
-    t
-}
-
 fn main() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data/whatif/llama.default.mtrace.json.gz");
     let base = import(&std::fs::read(path).unwrap(), &ImportOptions::default()).unwrap();
-    let big = replicate(&base, 1_000_000usize.div_ceil(base.events.len()));
+    let big = replicate_apart(&base, 1_000_000usize.div_ceil(base.events.len()));
     let opts = WhatIfOptions { settings: SETTINGS.iter().map(|s| (*s).to_owned()).collect(), ..Default::default() };
     let mut times = Vec::new();
     let mut extraction = Vec::new();
