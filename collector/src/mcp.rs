@@ -352,10 +352,8 @@ impl Tools {
             Ok(m) => m,
             Err(e) => return Ok(refused(format!("device_memory: {e}"))),
         };
-        for conf in &a.alloc_conf {
-            if let Err(e) = shared::whatif::AllocConf::parse(conf) {
-                return Ok(refused(format!("alloc_conf {conf:?}: {e}")));
-            }
+        if let Err(e) = shared::whatif::parse_settings(&a.alloc_conf) {
+            return Ok(refused(e.to_string()));
         }
         let opts = shared::whatif::WhatIfOptions { settings: a.alloc_conf, device_memory_bytes: memory, device: a.device };
         self.with_trace(&a.trace, move |t| shared::whatif::what_if(t, &opts).map_err(|e| e.to_string())).await

@@ -75,7 +75,6 @@ pub fn whatif_command(a: WhatIfArgs) -> anyhow::Result<()> {
     let opts = WhatIfOptions { settings: a.alloc_conf.clone(), device_memory_bytes: a.device_memory, device: a.device.clone() };
     if !a.verify {
         let input = a.input.as_ref().context("give a trace to replay, or --verify with a program to run")?;
-        what_if_settings_check(&opts)?;
         let trace = load_trace(input, &a.import.options())?;
         let report = what_if(&trace, &opts).with_context(|| format!("cannot replay {}", input.display()))?;
         if a.json {
@@ -88,7 +87,7 @@ pub fn whatif_command(a: WhatIfArgs) -> anyhow::Result<()> {
     anyhow::ensure!(a.input.is_none(), "--verify traces the program itself: give the program after `--`, not a trace");
     anyhow::ensure!(!a.command.is_empty(), "--verify needs the program to run after `--` (`-- python train.py`)");
     // Every setting is read before anything runs.
-    what_if_settings_check(&opts)?;
+    shared::whatif::parse_settings(&opts.settings)?;
     let v = verify(&a.command, &opts, &a.out_dir)?;
     std::fs::write(a.out_dir.join("whatif-verify.json"), serde_json::to_vec_pretty(&v)?).context("cannot write whatif-verify.json")?;
     if a.json {
@@ -97,13 +96,6 @@ pub fn whatif_command(a: WhatIfArgs) -> anyhow::Result<()> {
         print(&v.prediction, std::io::stdout().lock())?;
         println!();
         print_verified(&v, std::io::stdout().lock())?;
-    }
-    Ok(())
-}
-
-fn what_if_settings_check(opts: &WhatIfOptions) -> anyhow::Result<()> {
-    for s in &opts.settings {
-        shared::whatif::AllocConf::parse(s).map_err(|e| anyhow::anyhow!("--alloc-conf {s:?}: {e}"))?;
     }
     Ok(())
 }

@@ -132,7 +132,7 @@ mod sim;
 pub use conf::{
     allocation_size, AllocConf, Backend, ConfError, ReserveSpec, TorchRelease, DEFAULT_LARGE_SEGMENT_BYTES, DIVISION_INTERVALS, MIB,
 };
-pub use report::{what_if, OomReport, Recorded, SettingOutcome, WhatIfError, WhatIfOptions, WhatIfReport};
+pub use report::{parse_settings, what_if, OomReport, Recorded, SettingOutcome, WhatIfError, WhatIfOptions, WhatIfReport};
 pub use requests::{requests, DeviceRequests, Op, Request, Requests};
 pub use segments::segments_after;
 pub use sim::{simulate, Anomalies, At, OomAt, Outcome, Placement, SimOptions};

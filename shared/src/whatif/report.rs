@@ -27,6 +27,9 @@ pub struct WhatIfOptions {
 pub enum WhatIfError {
     #[error(transparent)]
     Conf(#[from] ConfError),
+    /// One of [`WhatIfOptions::settings`] could not be read.
+    #[error("--alloc-conf {setting:?}: {reason}")]
+    Setting { setting: String, reason: ConfError },
     #[error("the trace has no device {asked} (it has {available})")]
     NoDevice { asked: String, available: String },
     #[error("the trace has no CUDA device whose caching allocator could be replayed")]
@@ -100,7 +103,7 @@ pub struct WhatIfReport {
 
 /// Replays one device of `trace` under its own settings and under each of `opts.settings`.
 pub fn what_if(trace: &Trace, opts: &WhatIfOptions) -> Result<WhatIfReport, WhatIfError> {
-    let parsed: Vec<AllocConf> = opts.settings.iter().map(|s| AllocConf::parse(s)).collect::<Result<_, _>>()?;
+    let parsed = parse_settings(&opts.settings)?;
     let reqs = requests(trace);
     let dev = pick_device(trace, &reqs.devices, opts.device.as_deref())?;
     let device_memory = opts.device_memory_bytes.or(trace.meta.device_total_memory_bytes);
@@ -135,6 +138,12 @@ pub fn what_if(trace: &Trace, opts: &WhatIfOptions) -> Result<WhatIfReport, What
         settings,
         notes,
     })
+}
+
+/// Each setting read as `PYTORCH_CUDA_ALLOC_CONF`; the first that cannot be is the error,
+/// named. Callers that must refuse before any work (a program to run) call it first.
+pub fn parse_settings(settings: &[String]) -> Result<Vec<AllocConf>, WhatIfError> {
+    settings.iter().map(|s| AllocConf::parse(s).map_err(|reason| WhatIfError::Setting { setting: s.clone(), reason })).collect()
 }
 
 /// The device asked for, or the one with the highest recorded reserved peak.
