@@ -1,7 +1,7 @@
 // Memory Tracer's C++ shim. See mt_shim.h for the contract.
 //
 // Design: each thread that records gets its own buffer of fixed-size chunks; a record is a
-// plain 56-byte struct written in place, so the hot path never allocates (a new chunk every
+// plain 64-byte struct written in place, so the hot path never allocates (a new chunk every
 // 16384 records aside) and never takes a lock another thread holds. Each thread keeps its
 // stack of open operators and layer scopes in thread-local vectors reserved up front.
 // Readers drain published records (count stored with release ordering) under the buffer's
@@ -255,6 +255,7 @@ inline void fill_common(ThreadState& t, MtRecord* r, uint8_t kind, uint64_t thre
   r->value = 0;
   r->a = 0;
   r->b = 0;
+  r->c = 0;
 }
 
 // The same, for callers that have not looked the thread's state up (each lookup is a call:
@@ -481,6 +482,31 @@ uint32_t current_node_op(ThreadState& t, uint64_t thread) {
   return id;
 }
 
+// The bytes ever requested of the CUDA caching allocator of `device` (the cumulative count of
+// its `requested_bytes` statistic), read inside its report of an allocation: PyTorch adds the
+// request (`orig_size`, before rounding) to that count just before it reports the block, under
+// the allocator's recursive mutex, which this thread already holds, and nothing else adds to
+// it, so two reports' difference is the later one's request. 0 where not known (torch before
+// 2.9, another allocator, an error).
+uint64_t cuda_requested_so_far(c10::Device device) {
+#if MT_DEVICE_ALLOCATOR
+  if (device.type() != c10::DeviceType::CUDA) return 0;
+  try {
+    auto* alloc = c10::getDeviceAllocator(c10::DeviceType::CUDA);
+    if (alloc == nullptr || !alloc->initialized()) return 0;
+    const auto stats = alloc->getDeviceStats(device.index());
+    const size_t agg = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+    const int64_t so_far = stats.requested_bytes[agg].allocated;
+    return so_far > 0 ? static_cast<uint64_t>(so_far) : 0;
+  } catch (...) {
+    return 0;
+  }
+#else
+  (void)device;
+  return 0;
+#endif
+}
+
 // Writes one MT_MEM or MT_OOM record (`value` is the signed size or the requested size).
 void record_memory(uint8_t kind, void* ptr, int64_t value, size_t total_allocated,
                    size_t total_reserved, c10::Device device) {
@@ -500,6 +526,7 @@ void record_memory(uint8_t kind, void* ptr, int64_t value, size_t total_allocate
   r->b = total_reserved;
   r->device_type = static_cast<int8_t>(device.type());
   r->device_index = static_cast<int8_t>(device.index());
+  if (kind == MT_MEM && value > 0) r->c = cuda_requested_so_far(device);
   publish(t);
 }
 

@@ -15,7 +15,9 @@ extern "C" {
 
 // Record kinds (MtRecord.kind).
 enum {
-  MT_MEM = 1,         // id=ptr, value=signed size (negative: free), a=total allocated, b=total reserved
+  MT_MEM = 1,         // id=ptr, value=signed size (negative: free), a=total allocated, b=total reserved,
+                      // c=for a CUDA allocation, the bytes ever requested of its device's caching
+                      // allocator (requested_bytes' cumulative count) after it; 0: not known
   MT_OOM = 2,         // value=requested size, a=total allocated, b=total reserved
   MT_OP_ENTER = 3,    // id=op id, value=seq nr, a=forward thread id, b=parent op id, name=op name,
                       // op=the innermost layer scope, device_type=the RecordFunction scope
@@ -46,6 +48,7 @@ typedef struct MtRecord {
                         // at::RecordScope
   int8_t device_index;
   uint8_t phase;        // the phase set by mt_set_phase when recorded
+  uint64_t c;           // MT_MEM: see above; 0 for every other kind
 } MtRecord;
 
 typedef struct MtCounters {

@@ -465,6 +465,7 @@ fn push_memory_events(trace: &mut Trace, strings: &mut Strings, c: &Captured, me
     // that misses frees made while no one was recording, so it drifts across traces.
     let mut cpu_running: HashMap<u8, u64> = HashMap::new();
     let mut skipped_cpu_frees = 0u64;
+    let mut requested = RequestedSizes::default();
     for &i in &mem {
         let r = &c.records[i];
         let device = device_of(r.device_type, r.device_index);
@@ -518,6 +519,9 @@ fn push_memory_events(trace: &mut Trace, strings: &mut Strings, c: &Captured, me
         };
         let phase = Phase::from_u8(r.phase).unwrap_or_default();
         let totals = Some(totals);
+        if let Some(bytes) = requested.of(d, event_type, size, r.c) {
+            trace.event_requested.push((trace.events.len() as u32, bytes));
+        }
         trace.events.push(EventRecord {
             ts_ns: rel(r.ts_ns),
             event_type,
@@ -534,6 +538,29 @@ fn push_memory_events(trace: &mut Trace, strings: &mut Strings, c: &Captured, me
         trace.meta.warnings.push(format!(
             "{skipped_cpu_frees} CPU frees of blocks allocated before the trace started were left out (their allocations are not in the totals)"
         ));
+    }
+}
+
+/// The bytes each CUDA allocation asked for. The shim reports blocks (rounded up by the
+/// caching allocator) and, with each, the bytes ever requested of the device's allocator
+/// (`MtRecord::c`): only allocations add to that count, so two consecutive allocations'
+/// counts differ by the later one's request. A difference that cannot be one (an allocation
+/// this trace did not see, counters reset) leaves that request unknown.
+#[derive(Default)]
+struct RequestedSizes {
+    /// Per device: the count after the last allocation seen.
+    so_far: HashMap<u8, u64>,
+}
+
+impl RequestedSizes {
+    fn of(&mut self, device: u8, event_type: EventType, block: u64, so_far: u64) -> Option<u64> {
+        if event_type != EventType::Alloc || so_far == 0 {
+            return None;
+        }
+        // The first allocation seen: the count began at 0 when the allocator did.
+        let before = self.so_far.insert(device, so_far).unwrap_or(0);
+        let asked = so_far.checked_sub(before)?;
+        (asked > 0 && asked <= block).then_some(asked)
     }
 }
 
@@ -676,6 +703,40 @@ mod tests {
         // Timestamps are relative to the start, totals are the allocator's.
         assert_eq!(t.events.ts_ns[0], 2);
         assert_eq!(t.events.totals_at(1).allocated_bytes, 768);
+    }
+
+    /// Each CUDA allocation's request is the rise of the allocator's count of bytes ever
+    /// requested since the last allocation of its device; a rise that cannot be one (larger
+    /// than the block, or a count that fell) leaves it unknown, as does a record without one.
+    #[test]
+    fn requested_sizes_are_the_rise_of_the_devices_request_count() {
+        let cuda = 1; // c10::DeviceType::CUDA
+        let mut r = Vec::new();
+        let mem = |ts, ptr: u64, value: i64, index: i8, c: u64| {
+            let mut m = rec(ffi::MT_MEM, ts, 1);
+            (m.id, m.value, m.device_type, m.device_index, m.c) = (ptr, value, cuda, index, c);
+            m
+        };
+        r.push(mem(11, 0x1000, 512, 0, 4)); // first of device 0: 4 bytes asked since the start
+        r.push(mem(12, 0x2000, 2 << 20, 1, 1_500_000)); // device 1 counts on its own
+        r.push(mem(13, 0x1000, -512, 0, 0)); // frees carry no count
+        r.push(mem(14, 0x1200, 1024, 0, 4 + 1000));
+        r.push(mem(15, 0x1600, 1024, 0, 4 + 1000 + 5000)); // more than its block: a missed allocation
+        r.push(mem(16, 0x1a00, 512, 0, 0)); // no count (an older torch)
+        r.push(mem(17, 0x1c00, 512, 0, 7)); // the counts were reset
+        r.push(mem(18, 0x1e00, 512, 0, 7 + 300));
+        let captured = Captured {
+            records: r,
+            strings: Vec::new(),
+            counters: MtCounters::default(),
+            start_ns: 10,
+            base_totals: Vec::new(),
+            cuda_stats: None,
+        };
+        let t = assemble(&captured, TraceMeta::new(shared::model::SourceFormat::MemoryTracer));
+        assert_eq!(t.event_requested, [(0, 4), (1, 1_500_000), (3, 1000), (7, 300)]);
+        assert_eq!(t.requested_of(3), Some(1000));
+        assert_eq!(t.requested_of(4), None);
     }
 
     /// Backward-only capture: no forward op records; the node numbered 8 was made inside

@@ -42,9 +42,12 @@ pub struct MtRecord {
     pub device_type: i8,
     pub device_index: i8,
     pub phase: u8,
+    /// `MT_MEM` of a CUDA allocation: the bytes ever requested of its device's caching
+    /// allocator after it (0: not known); see `assemble`'s requested sizes.
+    pub c: u64,
 }
 
-const _: () = assert!(std::mem::size_of::<MtRecord>() == 56);
+const _: () = assert!(std::mem::size_of::<MtRecord>() == 64);
 
 impl MtRecord {
     /// A record as the shim wrote it (little endian, `size_of::<MtRecord>()` bytes; a shorter
@@ -68,6 +71,7 @@ impl MtRecord {
             device_type: u8_at(offset_of!(MtRecord, device_type)) as i8,
             device_index: u8_at(offset_of!(MtRecord, device_index)) as i8,
             phase: u8_at(offset_of!(MtRecord, phase)),
+            c: u64_at(offset_of!(MtRecord, c)),
         }
     }
 }

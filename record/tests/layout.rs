@@ -98,7 +98,7 @@ macro_rules! rust_layout {
 
 fn rust() -> Layout {
     let mut out = Layout::new();
-    rust_layout!(out, MtRecord: ts_ns, id, value, a, b, op, name, thread, kind, device_type, device_index, phase);
+    rust_layout!(out, MtRecord: ts_ns, id, value, a, b, op, name, thread, kind, device_type, device_index, phase, c);
     rust_layout!(out, MtCounters: mem_kept, mem_dropped, op_kept, op_dropped, peak_allocated, peak_reserved, buffer_dropped);
     rust_layout!(out, MtDeviceStats: allocated_current, allocated_peak, reserved_current, reserved_peak, num_alloc_retries, num_ooms);
     out
@@ -338,9 +338,10 @@ fn records_read_back_from_their_bytes() {
         device_type: -1,
         device_index: 11,
         phase: 12,
+        c: 13,
     };
-    // SAFETY: MtRecord is repr(C) plain data of 56 bytes without padding.
-    let bytes: [u8; 56] = unsafe { std::mem::transmute(r) };
+    // SAFETY: MtRecord is repr(C) plain data of 64 bytes without padding.
+    let bytes: [u8; 64] = unsafe { std::mem::transmute(r) };
     let back = record::MtRecord::from_le_bytes(&bytes);
     assert_eq!(format!("{back:?}"), format!("{r:?}"));
 }

@@ -10,7 +10,7 @@
 
 use crate::model::{Device, EventRecord, Frame, IterationSpan, Mark, StrId, Totals, Trace, TraceMeta};
 use crate::ranks::thread_of;
-pub use crate::ranks::{carry_pools_and_notes, pool_map, rank_trace, ranks, IdMap};
+pub use crate::ranks::{carry_event_extras, pool_map, rank_trace, ranks, IdMap};
 use std::collections::BTreeMap;
 
 /// One process's trace and its rank.
@@ -369,16 +369,8 @@ fn merge_events(inputs: &[MergeInput], maps: &[InputMap], out: &mut Trace) {
     }
     order.sort_unstable();
     // Where each event went, for inputs whose pools and notes name events.
-    let mut new_of: Vec<Vec<u32>> = inputs
-        .iter()
-        .map(|x| {
-            if x.trace.event_pools.is_empty() && x.trace.event_notes.is_empty() {
-                Vec::new()
-            } else {
-                vec![u32::MAX; x.trace.events.len()]
-            }
-        })
-        .collect();
+    let mut new_of: Vec<Vec<u32>> =
+        inputs.iter().map(|x| if x.trace.has_event_extras() { vec![u32::MAX; x.trace.events.len()] } else { Vec::new() }).collect();
     for MergedEvent { ts_ns, input: k, index: i } in order {
         let (t, m) = (&inputs[k].trace, &maps[k]);
         let rec = t.events.record(i);
@@ -402,9 +394,10 @@ fn merge_events(inputs: &[MergeInput], maps: &[InputMap], out: &mut Trace) {
     for (k, input) in inputs.iter().enumerate() {
         let new_of = &new_of[k];
         let new_index = |i: u32| new_of.get(i as usize).copied().filter(|&n| n != u32::MAX);
-        carry_pools_and_notes(out, &input.trace, &new_index, &mut MergedIds(&input.trace, &maps[k]));
+        carry_event_extras(out, &input.trace, &new_index, &mut MergedIds(&input.trace, &maps[k]));
     }
     out.event_pools.sort_by_key(|&(e, _)| e);
+    out.event_requested.sort_unstable_by_key(|&(e, _)| e);
     out.event_notes.sort_by_key(|n| (n.event, n.ts_ns));
 }
 

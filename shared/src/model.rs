@@ -943,6 +943,11 @@ pub struct Trace {
     /// Text attached to events (user metadata, annotations, allocator tags), sorted by event.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub event_notes: Vec<EventNote>,
+    /// What the program asked for, where it is known: (index of an `alloc` event, bytes
+    /// requested before the allocator rounded them up to the event's block), sorted by event.
+    /// Allocations not listed asked for at most their block.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub event_requested: Vec<(u32, u64)>,
 }
 
 /// A memory pool's id as PyTorch gives it (`MempoolId_t`): `(0, 0)` is a device's default
@@ -1035,7 +1040,19 @@ impl Trace {
             pools: Vec::new(),
             event_pools: Vec::new(),
             event_notes: Vec::new(),
+            event_requested: Vec::new(),
         }
+    }
+
+    /// Whether any event has a pool, a note or a requested size (lists that name events by
+    /// index, which whoever renumbers events must carry).
+    pub fn has_event_extras(&self) -> bool {
+        !self.event_pools.is_empty() || !self.event_notes.is_empty() || !self.event_requested.is_empty()
+    }
+
+    /// The bytes allocation `i` asked for, where the trace knows them.
+    pub fn requested_of(&self, i: usize) -> Option<u64> {
+        self.event_requested.binary_search_by_key(&(i as u32), |&(e, _)| e).ok().map(|k| self.event_requested[k].1)
     }
 
     /// The private pool of event `i` (index into [`Trace::pools`]), `None` for the default pool.

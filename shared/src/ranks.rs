@@ -47,10 +47,10 @@ pub fn pool_map(out: &mut Trace, src: &Trace) -> Vec<u16> {
         .collect()
 }
 
-/// Appends to `out` the pools and notes of `src`'s events, where event `i` of `src` became
-/// `new_index(i)` (`None`: left out), with strings and stacks mapped by `ids`. Pools are
-/// shared by id (a device tells two processes' apart). Leaves both lists unsorted.
-pub fn carry_pools_and_notes(out: &mut Trace, src: &Trace, new_index: &dyn Fn(u32) -> Option<u32>, ids: &mut dyn IdMap) {
+/// Appends to `out` the pools, notes and requested sizes of `src`'s events, where event `i`
+/// of `src` became `new_index(i)` (`None`: left out), with strings and stacks mapped by `ids`.
+/// Pools are shared by id (a device tells two processes' apart). Leaves the lists unsorted.
+pub fn carry_event_extras(out: &mut Trace, src: &Trace, new_index: &dyn Fn(u32) -> Option<u32>, ids: &mut dyn IdMap) {
     let pools = pool_map(out, src);
     for &(e, p) in &src.event_pools {
         if let (Some(n), Some(&p)) = (new_index(e), pools.get(p as usize)) {
@@ -64,6 +64,7 @@ pub fn carry_pools_and_notes(out: &mut Trace, src: &Trace, new_index: &dyn Fn(u3
             out.event_notes.push(crate::model::EventNote { event: n, text, stack, ..*note });
         }
     }
+    out.event_requested.extend(src.event_requested.iter().filter_map(|&(e, bytes)| Some((new_index(e)?, bytes))));
 }
 
 /// The ranks of a merged trace, ascending (empty for a trace of one process).
@@ -109,8 +110,7 @@ pub fn rank_trace(trace: &Trace, rank: u32) -> Option<Trace> {
     out.stacks.stacks = trace.stacks.stacks.clone();
     out.stacks.frame_ids = trace.stacks.frame_ids.clone();
     let mut cur = trace.events.cursor();
-    let mut new_of =
-        if trace.event_pools.is_empty() && trace.event_notes.is_empty() { Vec::new() } else { vec![u32::MAX; trace.events.len()] };
+    let mut new_of = if trace.has_event_extras() { vec![u32::MAX; trace.events.len()] } else { Vec::new() };
     for i in 0..trace.events.len() {
         let totals = cur.advance();
         let rec = trace.events.record(i);
@@ -125,7 +125,7 @@ pub fn rank_trace(trace: &Trace, rank: u32) -> Option<Trace> {
     }
     let new_index = |i: u32| new_of.get(i as usize).copied().filter(|&n| n != u32::MAX);
     // Into an empty list, the pools keep their indices, as the segments copied below expect.
-    carry_pools_and_notes(&mut out, trace, &new_index, &mut SameIds);
+    carry_event_extras(&mut out, trace, &new_index, &mut SameIds);
     let mine = |thread: u64| rank_of_thread(thread) == Some(rank);
     out.shapes = trace.shapes.clone();
     out.tensors = trace.tensors.clone();

@@ -501,12 +501,18 @@ fn a_snapshot_gets_fragmentation_and_optimizer_advice_and_names_what_needs_opera
     assert!(!b.operator_data);
     let gap = 260_046_848 - 238_078_976;
     assert!((b.fragmentation_at_peak - gap as f64 / 260_046_848.0).abs() < 1e-12);
-    // 8.4 % is under the default 20 %: a note, not a suggestion.
+    // 8.4 % is under the default 20 %, but a replay through the caching allocator finds that
+    // expandable segments save 7.3 % of the reserved peak: the snapshot's entries give each
+    // allocation's request, and expandable segments cut each block to it, where the run's own
+    // segments handed out whole cached blocks; the allocated peak falls under a 20 MiB page.
+    let e = one(&r, SuggestionKind::ExpandableSegments);
     assert!(
-        r.notes.iter().any(|n| n.starts_with("at the allocated peak 248.00 MiB is reserved and 227.05 MiB allocated: 20.95 MiB (8.4 % of reserved) is held by the allocator but unused. That is under the 20 %")),
-        "{:#?}",
-        r.notes
+        e.reasoning.starts_with("at the allocated peak 248.00 MiB is reserved and 227.05 MiB allocated: 20.95 MiB (8.4 % of reserved) is held by the allocator but unused; replayed"),
+        "{}",
+        e.reasoning
     );
+    assert_eq!(e.predicted_reserved_peak_bytes, Some(230 * 1024 * 1024));
+    assert!(e.reasoning.contains("max_split_size_mb:512 248.00 MiB (+0.0 %)"), "{}", e.reasoning);
     for kind in ["checkpoint", "amp", "smaller_batch"] {
         assert!(r.not_available.iter().any(|n| n.starts_with(&format!("{kind}: needs operator data"))), "{kind}: {:#?}", r.not_available);
     }
@@ -520,14 +526,20 @@ fn a_snapshot_gets_fragmentation_and_optimizer_advice_and_names_what_needs_opera
     assert!((bpp - 45_647_360.0 / (44_781_056.0 / 4.0)).abs() < 1e-9, "{bpp}");
     assert!(opt.change.contains("plain SGD"), "{}", opt.change);
     assert!(opt.predicted_peak_bytes < b.peak_allocated_bytes);
+}
 
-    // Above a lower threshold: the replay through the caching allocator finds no setting
-    // that saves 5 % of this run's reserved peak (expandable segments would hold 2 MiB more),
-    // and says so with what it tried.
-    let r = advise(&trace, &AdviceOptions { fragmentation_threshold: 0.05, ..AdviceOptions::default() });
+/// The Llama-architecture LM of tests/data/whatif: 10.9 % of its reserved memory is unused at
+/// the peak, under the 20 % from which a change is worth it, and no setting saves 5 % of the
+/// reserved peak in a replay: a note says so with what was tried.
+#[test]
+fn where_no_allocator_setting_saves_enough_a_note_says_what_was_tried() {
+    let trace = sample("whatif/llama.default.mtrace.json.gz");
+    let r = advise(&trace, &AdviceOptions::default());
     assert!(r.suggestions.iter().all(|s| !matches!(s.kind, SuggestionKind::ExpandableSegments | SuggestionKind::AllocatorSetting)));
     let note = r.notes.iter().find(|n| n.contains("no allocator setting saves 5 %")).unwrap_or_else(|| panic!("{:?}", r.notes));
-    assert!(note.contains("expandable_segments:True 250.00 MiB (+0.8 %)"), "{note}");
+    assert!(note.starts_with("at the allocated peak 9.46 GiB is reserved and 8.43 GiB allocated"), "{note}");
+    // A run under expandable segments reserved 9716105216 B, 4.4 % less (facts.json).
+    assert!(note.contains("expandable_segments:True 9.05 GiB (-4.4 %)"), "{note}");
 }
 
 /// A ResNet-50 trained on batches of varying size (tests/data/whatif, an H200): the replay

@@ -492,7 +492,7 @@ fn rebuild(src: Option<&Trace>, device: Option<&Device>, spans: &Spans, mut out:
         let annotated = !spans.is_empty();
         let mut owner: HashMap<u64, StrId> = HashMap::default();
         let mut totals = src.events.cursor();
-        let extras = !src.event_pools.is_empty() || !src.event_notes.is_empty();
+        let extras = src.has_event_extras();
         let mut new_of = if extras { vec![u32::MAX; src.events.len()] } else { Vec::new() };
         for i in 0..src.events.len() {
             let after = totals.advance();
@@ -520,7 +520,7 @@ fn rebuild(src: Option<&Trace>, device: Option<&Device>, spans: &Spans, mut out:
         }
         let new_index = |i: u32| new_of.get(i as usize).copied().filter(|&n| n != u32::MAX);
         out.pools = src.pools.clone();
-        shared::merge::carry_pools_and_notes(&mut out, src, &new_index, &mut copy);
+        shared::merge::carry_event_extras(&mut out, src, &new_index, &mut copy);
         out.event_notes.sort_by_key(|n| (n.event, n.ts_ns));
     }
     out.scopes = scopes;

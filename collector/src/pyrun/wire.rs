@@ -193,6 +193,7 @@ mod tests {
             v.extend(x.to_le_bytes());
         }
         v.extend([r.kind, r.device_type as u8, r.device_index as u8, r.phase]);
+        v.extend(r.c.to_le_bytes());
         v
     }
 
@@ -211,6 +212,7 @@ mod tests {
             device_type: 1,
             device_index: 0,
             phase: 2,
+            c: 4096,
         };
         let mut strings = 1u32.to_le_bytes().to_vec();
         strings.extend(3u32.to_le_bytes());
@@ -255,7 +257,7 @@ mod tests {
     fn malformed_streams_are_errors_that_keep_what_came_before() {
         let good = frame(FRAME_HELLO, br#"{"pid": 1}"#);
         let cases: Vec<(Vec<u8>, &str)> = vec![
-            ([good.clone(), frame(FRAME_RECORDS, &[0u8; 55])].concat(), "whole 56-byte records"),
+            ([good.clone(), frame(FRAME_RECORDS, &[0u8; 63])].concat(), "whole 64-byte records"),
             ([good.clone(), frame(9, b"")].concat(), "unknown frame kind 9"),
             ([good.clone(), frame(FRAME_END, b"not json")].concat(), "expected a capture end (protocol::capture::End) as a JSON object"),
             ([good.clone(), frame(FRAME_END, b"[1, 2]")].concat(), "as a JSON object, found an array"),

@@ -239,6 +239,18 @@ fn validate_stacks_and_notes(t: &Trace) -> Result<(), ImportError> {
             return Err(bad(format!("trace.event_pools[{k}]"), "expected increasing event indices and pools of trace.pools"));
         }
     }
+    for (k, &(ev, bytes)) in t.event_requested.iter().enumerate() {
+        let i = ev as usize;
+        if i >= n || (k > 0 && ev <= t.event_requested[k - 1].0) {
+            return Err(bad(format!("trace.event_requested[{k}]"), "expected increasing event indices within trace.events"));
+        }
+        if t.events.event_type(i) != EventType::Alloc || bytes == 0 || bytes > t.events.size_bytes[i] {
+            return Err(bad(
+                format!("trace.event_requested[{k}]"),
+                format!("expected an alloc event and a request of 1 to {} bytes (its block)", t.events.size_bytes[i]),
+            ));
+        }
+    }
     for (k, note) in t.event_notes.iter().enumerate() {
         if note.event as usize >= n || (k > 0 && note.event < t.event_notes[k - 1].event) {
             return Err(bad(format!("trace.event_notes[{k}].event"), "expected event indices in order, within trace.events"));

@@ -85,13 +85,15 @@
 //! `expandable_segments_reserve` values, which PyTorch ignores with a log line, are refused.
 //!
 //! # The requests
-//! See [`requests`]. Allocation sizes are the block sizes the trace recorded, already rounded
-//! under the run's own configuration (native traces record only those; snapshot imports
-//! turn requested sizes into block sizes). Two cases where a block is larger than its request
-//! are undone (a block that took a whole free region, and an unsplit new segment just above
-//! `max_split_size`), so a replay under the run's own configuration decides as the run did; a
-//! what-if that rounds less than the run did cannot undo the rest of that rounding, so its
-//! peaks are upper bounds there.
+//! See [`requests`]. An allocation asks for what the program asked for where the trace knows
+//! it ([`Trace::event_requested`]: every snapshot entry, and native traces of torch 2.9 and
+//! newer, whose shim reads the allocator's count of requested bytes), rounded by each
+//! configuration as PyTorch rounds it. Where it does not, it asks for the block size the trace
+//! recorded, already rounded under the run's own configuration; two cases where a block is
+//! larger than its request are undone (a block that took a whole free region, and an unsplit
+//! new segment just above `max_split_size`), so a replay under the run's own configuration
+//! decides as the run did; a what-if that rounds less than the run did cannot undo the rest of
+//! that rounding, so its peaks are upper bounds there.
 //!
 //! `empty_cache` calls are inferred from their effect: in a snapshot, each run of
 //! `segment_free`/`segment_unmap` entries; in a trace with totals only, a reserved total that

@@ -169,21 +169,19 @@ pub fn requests(trace: &Trace) -> Requests {
     }
     let round = own_conf.allocator_config();
     let mut cursor = ev.cursor();
-    let mut pool_at = 0usize;
+    let (mut pool_at, mut requested_at) = (0usize, 0usize);
     let mut skip = false;
     for i in 0..ev.len() {
         let after = cursor.advance();
-        while pool_at < trace.event_pools.len() && (trace.event_pools[pool_at].0 as usize) < i {
-            pool_at += 1;
-        }
-        let pool = trace.event_pools.get(pool_at).filter(|&&(e, _)| e as usize == i).map(|&(_, p)| p);
+        let pool = listed_at(&trace.event_pools, &mut pool_at, i);
+        let requested = listed_at(&trace.event_requested, &mut requested_at, i);
         let d = ev.device[i] as usize;
         let Some(Some(w)) = walks.get_mut(d) else { continue };
         if std::mem::take(&mut skip) {
             w.before = after;
             continue;
         }
-        skip = walk_event(trace, i, after, pool, w, &own_conf, &round);
+        skip = walk_event(trace, (i, requested), after, pool, w, &own_conf, &round);
     }
     let mut devices = Vec::new();
     for mut w in walks.into_iter().flatten() {
@@ -250,7 +248,7 @@ fn start_device(trace: &Trace, d: usize, own: &AllocConf, notes: &mut Vec<String
 /// and its completion).
 fn walk_event(
     trace: &Trace,
-    i: usize,
+    (i, requested): (usize, Option<u64>),
     after: Totals,
     pool: Option<u16>,
     w: &mut DeviceWalk,
@@ -291,7 +289,10 @@ fn walk_event(
     if matches!(et, EventType::SegmentAlloc) {
         w.new_segment_at = Some(addr);
     }
-    let request = request_size(own, round, size, new_segment);
+    let request = match (et, requested) {
+        (EventType::Alloc, Some(bytes)) => bytes,
+        _ => request_size(own, round, size, new_segment),
+    };
     if !w.has_segment_events {
         infer_from_totals(w, (et, i, ts), before, after, request, own, round);
     }
@@ -319,6 +320,15 @@ fn walk_event(
         }
         _ => false,
     }
+}
+
+/// The value a list sorted by event index (`Trace::event_pools`, `Trace::event_requested`)
+/// gives event `i`, walking `at` forward: events must be asked for in order.
+fn listed_at<T: Copy>(list: &[(u32, T)], at: &mut usize, i: usize) -> Option<T> {
+    while list.get(*at).is_some_and(|&(e, _)| (e as usize) < i) {
+        *at += 1;
+    }
+    list.get(*at).filter(|&&(e, _)| e as usize == i).map(|&(_, v)| v)
 }
 
 /// A trace with totals only: a reserved total that falls, or grows by other than what the

@@ -1797,6 +1797,10 @@ impl Replay {
         if let Some(s) = by.stack {
             trace.stacks.event_stacks.push((index, s));
         }
+        // An allocation's entry gives what was asked for; the event, the block.
+        if e.action == Action::Alloc && e.size > 0 && e.size <= sized.size_bytes {
+            trace.event_requested.push((index, e.size));
+        }
         let pool = self.pool_of(e, extra, segment_pool, index);
         if let Some(p) = pool {
             trace.event_pools.push((index, p));
