@@ -23,6 +23,7 @@ mod cycles;
 mod doc_paths;
 mod fn_length;
 mod install;
+mod jobs;
 mod layers;
 mod torches;
 mod viewer;
@@ -161,8 +162,10 @@ pub(crate) fn sdk_set_env() {
     std::env::set_var("MEMORY_TRACER_TORCH_SDKS", have.join(","));
 }
 
+/// Runs `cmd` to its end, its output on the console or in the log of the job this thread runs
+/// (`jobs.rs`); fails if it does.
 pub(crate) fn run(cmd: &mut Command) -> Result<()> {
-    eprintln!("xtask: running {cmd:?}");
+    jobs::direct_output(cmd)?;
     let status = cmd.status().with_context(|| format!("cannot start {cmd:?}"))?;
     if !status.success() {
         bail!("{cmd:?} failed with {status}");
@@ -486,18 +489,36 @@ fn split_doc_comments(text: &str) -> Vec<usize> {
 }
 
 fn test() -> Result<()> {
-    // The viewer is built for wasm32 by `check`; it has no native tests.
-    run(Command::new("cargo").args(wheel::TEST_BUILD))?;
-    // The viewer's components in headless Chromium (runner: wasm-bindgen-test-runner, from
-    // .cargo/config.toml; browser options in viewer/webdriver.json).
-    run(Command::new("cargo")
-        .args(["test", "-p", "viewer", "--target", "wasm32-unknown-unknown", "--test", "web"])
-        .env("CHROMEDRIVER", "/usr/bin/chromedriver")
-        .current_dir("viewer"))?;
-    python_tests()?;
-    other_torches_tests()?;
-    // A short run of every importer's fuzz target (the campaign is `cargo xtask fuzz --runs N`).
-    fuzz(&["--seconds".into(), "5".into()])?;
+    // The viewer is built for wasm32 by `check`; it has no native tests. Its components run in
+    // headless Chromium (runner: wasm-bindgen-test-runner, from .cargo/config.toml; browser
+    // options in viewer/webdriver.json) beside the workspace's tests: cargo holds the build
+    // folder only while it compiles, and a browser waits more than it computes.
+    jobs::side_by_side(vec![
+        jobs::job("the workspace's tests", || run(Command::new("cargo").args(wheel::TEST_BUILD))),
+        jobs::job("the viewer in Chromium", || {
+            run(Command::new("cargo")
+                .args(["test", "-p", "viewer", "--target", "wasm32-unknown-unknown", "--test", "web"])
+                .env("CHROMEDRIVER", "/usr/bin/chromedriver")
+                .current_dir("viewer"))
+        }),
+    ])?;
+    let (wheel, site) = wheel_site()?;
+    // The pinned torch's pytest suite, each other tested torch's tests, and a short run of
+    // every importer's fuzz target (the campaign is `cargo xtask fuzz --runs N`), side by side:
+    // each is one process at a time that spends much of it starting Python and waiting on
+    // the programs it traces.
+    let mut jobs = vec![jobs::job("pytest on torch 2.11, then fuzzing", {
+        let site = site.clone();
+        move || {
+            python_tests(&wheel, &site)?;
+            fuzz(&["--seconds".into(), "5".into()])
+        }
+    })];
+    for t in &torches::TEST_TORCHES {
+        let site = site.clone();
+        jobs.push(jobs::job(format!("torch {}", t.torch), move || other_torch_tests(t, &site)));
+    }
+    jobs::side_by_side(jobs)?;
     eprintln!("xtask: all tests passed");
     Ok(())
 }
@@ -541,48 +562,47 @@ fn wheel(dev: bool) -> Result<PathBuf> {
     wheel::build(dev)
 }
 
-/// The Python API's tests (pytest, CPU) against the wheel installed into a scratch folder.
-fn python_tests() -> Result<()> {
+/// The dev wheel, and where it is installed for the Python tests (`target/wheel-site`).
+fn wheel_site() -> Result<(PathBuf, PathBuf)> {
     let wheel = wheel(true)?;
     let site = Path::new("target/wheel-site");
     let _ = std::fs::remove_dir_all(site);
     let py = torch_venv().join("bin/python");
     run(Command::new(&py).args(["-m", "pip", "install", "--quiet", "--no-deps", "--target"]).arg(site).arg(&wheel))?;
-    let site_abs = std::fs::canonicalize(site)?;
-    run(Command::new(&py)
+    Ok((std::fs::canonicalize(wheel)?, std::fs::canonicalize(site)?))
+}
+
+/// The Python API's tests (pytest, CPU) against `wheel`, installed in `site`.
+fn python_tests(wheel: &Path, site: &Path) -> Result<()> {
+    run(Command::new(torch_venv().join("bin/python"))
         .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/python"])
-        .env("PYTHONPATH", &site_abs)
-        .env("MEMORY_TRACER_WHEEL_DIR", &site_abs)
+        .env("PYTHONPATH", site)
+        .env("MEMORY_TRACER_WHEEL_DIR", site)
         // test_wheel.py installs the wheel itself, as users do.
-        .env("MEMORY_TRACER_WHEEL", std::fs::canonicalize(&wheel)?)
+        .env("MEMORY_TRACER_WHEEL", wheel)
         .env_remove("MEMORY_TRACER_COLLECTOR")
         .env_remove("MEMORY_TRACER_PYTHONPATH"))
 }
 
-/// The Python capture's tests that differ between torch releases, on the other tested ones
-/// (`torches::TEST_TORCHES`: the oldest and the newest supported), each in its venv: the
-/// programs traced by `collector trace` (`python_cpu.rs`) and the pytest suite against the
-/// wheel that `python_tests` installed.
-fn other_torches_tests() -> Result<()> {
-    let site = std::fs::canonicalize("target/wheel-site")?;
-    for t in &torches::TEST_TORCHES {
-        let py = torches::venv(&cache_dir(), t.torch).join("bin/python");
-        eprintln!("xtask: the Python capture's tests on torch {}", t.torch);
-        run(Command::new("cargo")
-            // The test build's features (`-p collector` alone would build it again).
-            .args(wheel::TEST_BUILD)
-            .args(["--test", "python_cpu", "--"])
-            .args(OTHER_TORCH_TESTS)
-            .env("MEMORY_TRACER_PYTHON", &py))?;
-        run(Command::new(&py)
-            .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/python"])
-            .args(TORCH_INDEPENDENT_PY_TESTS.map(|t| format!("--ignore=tests/python/{t}")))
-            .env("PYTHONPATH", &site)
-            .env("MEMORY_TRACER_WHEEL_DIR", &site)
-            .env_remove("MEMORY_TRACER_COLLECTOR")
-            .env_remove("MEMORY_TRACER_PYTHONPATH"))?;
-    }
-    Ok(())
+/// The Python capture's tests that differ between torch releases, on another tested one
+/// (`torches::TEST_TORCHES`: the oldest and the newest supported), in its venv: the programs
+/// traced by `collector trace` (`python_cpu.rs`) and the pytest suite against the wheel
+/// installed in `site`.
+fn other_torch_tests(t: &torches::TestTorch, site: &Path) -> Result<()> {
+    let py = torches::venv(&cache_dir(), t.torch).join("bin/python");
+    run(Command::new("cargo")
+        // The test build's features (`-p collector` alone would build it again).
+        .args(wheel::TEST_BUILD)
+        .args(["--test", "python_cpu", "--"])
+        .args(OTHER_TORCH_TESTS)
+        .env("MEMORY_TRACER_PYTHON", &py))?;
+    run(Command::new(&py)
+        .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/python"])
+        .args(TORCH_INDEPENDENT_PY_TESTS.map(|t| format!("--ignore=tests/python/{t}")))
+        .env("PYTHONPATH", site)
+        .env("MEMORY_TRACER_WHEEL_DIR", site)
+        .env_remove("MEMORY_TRACER_COLLECTOR")
+        .env_remove("MEMORY_TRACER_PYTHONPATH"))
 }
 
 /// The `python_cpu.rs` tests run on every tested torch: what the capture records (module
