@@ -115,6 +115,15 @@ fn backend(what: impl Into<String>, url: &str) -> impl FnOnce(object_store::Erro
     move |source| ObjectError::Backend { what, url, source }
 }
 
+/// ring as the process's TLS crypto provider (reqwest's rustls comes without one, see
+/// Cargo.toml), once; a provider installed before stays.
+fn install_tls_provider() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+}
+
 /// The retries of every request: a dropped connection is retried a few times, then the caller
 /// gets the error (and the client of the server a 5xx it can retry).
 fn retry() -> object_store::RetryConfig {
@@ -140,6 +149,7 @@ pub fn open(url: &str) -> Result<Bucket, ObjectError> {
 /// [`open`] with `env` as the environment (the `AWS_*`, `GOOGLE_*` and `AZURE_*` variables are
 /// read from it).
 pub fn open_with(url: &str, env: &[(String, String)]) -> Result<Bucket, ObjectError> {
+    install_tls_provider();
     let bad = |why: &str| ObjectError::Config(format!("{url}: {why}"));
     let var = |name: &str| env.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
     // The variables of one backend, as `from_env` reads them, but from `env`.
@@ -448,6 +458,26 @@ mod tests {
             let e = open(url).unwrap_err().to_string();
             assert!(e.starts_with(url) && e.contains("names no bucket"), "{e}");
         }
+    }
+
+    /// The cloud backends build their HTTPS clients: rustls with ring, the one crypto provider
+    /// compiled in (without one installed, building a client panics).
+    #[test]
+    fn cloud_buckets_get_https_clients() {
+        let env: Vec<(String, String)> = [
+            ("AWS_ACCESS_KEY_ID", "k"),
+            ("AWS_SECRET_ACCESS_KEY", "s"),
+            ("AWS_ENDPOINT_URL", "https://127.0.0.1:9"),
+            ("AZURE_STORAGE_ACCOUNT_NAME", "a"),
+            ("AZURE_STORAGE_ACCOUNT_KEY", "a2V5"),
+        ]
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .to_vec();
+        for url in ["s3://bucket/runs", "az://container/runs"] {
+            let b = open_with(url, &env).unwrap_or_else(|e| panic!("{url}: {e}"));
+            assert_eq!(b.url(), url);
+        }
+        assert!(rustls::crypto::CryptoProvider::get_default().is_some());
     }
 
     /// A folder as a bucket: puts, lists, reads and deletes under the prefix.
