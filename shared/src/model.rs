@@ -950,6 +950,30 @@ pub struct Trace {
     pub event_requested: Vec<(u32, u64)>,
 }
 
+/// The value a list sorted by event index gives event `i`.
+fn of_event<T: Copy>(list: &[(u32, T)], i: usize) -> Option<T> {
+    list.binary_search_by_key(&(i as u32), |&(e, _)| e).ok().map(|k| list[k].1)
+}
+
+/// The value a list sorted by event index ([`Trace::event_pools`], [`Trace::event_requested`])
+/// gives each of `events` events, in event order.
+pub fn per_event<T: Copy>(list: &[(u32, T)], events: usize) -> impl Iterator<Item = Option<T>> + '_ {
+    let mut listed = list.iter().peekable();
+    (0..events).map(move |i| {
+        let mut value = None;
+        while let Some(&&(e, v)) = listed.peek() {
+            if e as usize > i {
+                break;
+            }
+            if e as usize == i {
+                value = Some(v);
+            }
+            listed.next();
+        }
+        value
+    })
+}
+
 /// A memory pool's id as PyTorch gives it (`MempoolId_t`): `(0, 0)` is a device's default
 /// pool; CUDA graph captures and `torch.cuda.MemPool`s own private ones.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -1052,12 +1076,12 @@ impl Trace {
 
     /// The bytes allocation `i` asked for, where the trace knows them.
     pub fn requested_of(&self, i: usize) -> Option<u64> {
-        self.event_requested.binary_search_by_key(&(i as u32), |&(e, _)| e).ok().map(|k| self.event_requested[k].1)
+        of_event(&self.event_requested, i)
     }
 
     /// The private pool of event `i` (index into [`Trace::pools`]), `None` for the default pool.
     pub fn event_pool(&self, i: usize) -> Option<u16> {
-        self.event_pools.binary_search_by_key(&(i as u32), |&(e, _)| e).ok().map(|k| self.event_pools[k].1)
+        of_event(&self.event_pools, i)
     }
 
     /// The notes of event `i`.

@@ -55,20 +55,7 @@ fn known() -> bool {
 
 /// Every event's private pool (index into `Trace::pools`), in event order.
 pub fn event_pools(trace: &Trace) -> impl Iterator<Item = Option<u16>> + '_ {
-    let mut listed = trace.event_pools.iter().peekable();
-    (0..trace.events.len()).map(move |i| {
-        let mut pool = None;
-        while let Some(&&(e, p)) = listed.peek() {
-            if e as usize > i {
-                break;
-            }
-            if e as usize == i {
-                pool = Some(p);
-            }
-            listed.next();
-        }
-        pool
-    })
+    crate::model::per_event(&trace.event_pools, trace.events.len())
 }
 
 /// Adds a segment that existed before the first event: its size reserved, its allocated blocks.

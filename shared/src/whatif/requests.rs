@@ -3,7 +3,7 @@
 
 use super::conf::{AllocConf, TorchRelease, DIVISION_INTERVALS};
 use crate::allocator::{AllocatorConfig, MIN_BLOCK_BYTES, SMALL_REQUEST_BYTES, SMALL_SEGMENT_BYTES};
-use crate::model::{BlockState, EventType, PoolId, SegmentInfo, Totals, Trace};
+use crate::model::{per_event, BlockState, EventType, PoolId, SegmentInfo, Totals, Trace};
 
 /// What the program asked of the allocator.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -169,12 +169,12 @@ pub fn requests(trace: &Trace) -> Requests {
     }
     let round = own_conf.allocator_config();
     let mut cursor = ev.cursor();
-    let (mut pool_at, mut requested_at) = (0usize, 0usize);
+    let mut pools = per_event(&trace.event_pools, ev.len());
+    let mut asked = per_event(&trace.event_requested, ev.len());
     let mut skip = false;
     for i in 0..ev.len() {
         let after = cursor.advance();
-        let pool = listed_at(&trace.event_pools, &mut pool_at, i);
-        let requested = listed_at(&trace.event_requested, &mut requested_at, i);
+        let (pool, requested) = (pools.next().flatten(), asked.next().flatten());
         let d = ev.device[i] as usize;
         let Some(Some(w)) = walks.get_mut(d) else { continue };
         if std::mem::take(&mut skip) {
@@ -320,15 +320,6 @@ fn walk_event(
         }
         _ => false,
     }
-}
-
-/// The value a list sorted by event index (`Trace::event_pools`, `Trace::event_requested`)
-/// gives event `i`, walking `at` forward: events must be asked for in order.
-fn listed_at<T: Copy>(list: &[(u32, T)], at: &mut usize, i: usize) -> Option<T> {
-    while list.get(*at).is_some_and(|&(e, _)| (e as usize) < i) {
-        *at += 1;
-    }
-    list.get(*at).filter(|&&(e, _)| e as usize == i).map(|&(_, v)| v)
 }
 
 /// A trace with totals only: a reserved total that falls, or grows by other than what the
