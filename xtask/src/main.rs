@@ -572,16 +572,21 @@ fn wheel_site() -> Result<(PathBuf, PathBuf)> {
     Ok((std::fs::canonicalize(wheel)?, std::fs::canonicalize(site)?))
 }
 
-/// The Python API's tests (pytest, CPU) against `wheel`, installed in `site`.
-fn python_tests(wheel: &Path, site: &Path) -> Result<()> {
-    run(Command::new(torch_venv().join("bin/python"))
-        .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/python"])
+/// pytest on `tests/python` with `py`, against the wheel installed in `site`.
+fn pytest(py: &Path, site: &Path) -> Command {
+    let mut cmd = Command::new(py);
+    cmd.args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/python"])
         .env("PYTHONPATH", site)
         .env("MEMORY_TRACER_WHEEL_DIR", site)
-        // test_wheel.py installs the wheel itself, as users do.
-        .env("MEMORY_TRACER_WHEEL", wheel)
         .env_remove("MEMORY_TRACER_COLLECTOR")
-        .env_remove("MEMORY_TRACER_PYTHONPATH"))
+        .env_remove("MEMORY_TRACER_PYTHONPATH");
+    cmd
+}
+
+/// The Python API's tests (pytest, CPU) against `wheel`, installed in `site`.
+fn python_tests(wheel: &Path, site: &Path) -> Result<()> {
+    // test_wheel.py installs the wheel itself, as users do.
+    run(pytest(&torch_venv().join("bin/python"), site).env("MEMORY_TRACER_WHEEL", wheel))
 }
 
 /// The Python capture's tests that differ between torch releases, on another tested one
@@ -596,13 +601,7 @@ fn other_torch_tests(t: &torches::TestTorch, site: &Path) -> Result<()> {
         .args(["--test", "python_cpu", "--"])
         .args(OTHER_TORCH_TESTS)
         .env("MEMORY_TRACER_PYTHON", &py))?;
-    run(Command::new(&py)
-        .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/python"])
-        .args(TORCH_INDEPENDENT_PY_TESTS.map(|t| format!("--ignore=tests/python/{t}")))
-        .env("PYTHONPATH", site)
-        .env("MEMORY_TRACER_WHEEL_DIR", site)
-        .env_remove("MEMORY_TRACER_COLLECTOR")
-        .env_remove("MEMORY_TRACER_PYTHONPATH"))
+    run(pytest(&py, site).args(TORCH_INDEPENDENT_PY_TESTS.map(|t| format!("--ignore=tests/python/{t}"))))
 }
 
 /// The `python_cpu.rs` tests run on every tested torch: what the capture records (module
