@@ -262,6 +262,7 @@ impl Session {
             start_ns: self.start_ns,
             base_totals,
             cuda_stats: self.config.cuda_device.and_then(cuda_device_stats),
+            holders: Vec::new(),
         }
     }
 

@@ -6,7 +6,7 @@
 
 use crate::commands::{
     advise, analyze, check, convert, diff, find, ingest, leaks, mcp, merge, python_package, report, serve, serve_worker, summary, trace,
-    whatif,
+    whatif, why,
 };
 use anyhow::Context;
 use clap::{Parser, Subcommand};
@@ -86,8 +86,13 @@ pub enum Command {
     /// not (`--max-peak 6GiB`, `--max-reserved`, `--no-leak`, `--baseline OLD --max-growth 5%`).
     Check(check::CheckArgs),
     /// An MCP server for AI assistants on stdin/stdout: tools that answer questions about
-    /// traces (summary, top allocations at the peak, layers, leaks, OOM, diff, advice, find).
+    /// traces (summary, top allocations at the peak, layers, leaks, OOM, diff, advice, find,
+    /// what-if, why).
     Mcp(mcp::McpArgs),
+    /// Who holds the live bytes at the peak, the out-of-memory, a mark or any time: parameters,
+    /// gradients, optimizer state, tensors saved for backward (by operator and module), buffers,
+    /// Python variables, pending frees and the allocator's cache, each with when it is released.
+    Why(why::WhyArgs),
     /// Find allocations: by address (`0x7f3a…`, anywhere inside the block), stack frame or
     /// `file:line`, module path, or user metadata and annotation text.
     Find(find::FindArgs),
@@ -124,6 +129,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Serve(a) => serve::serve_command(*a),
         Command::ServeWorker(a) => serve_worker::serve_worker_command(a),
         Command::Leaks(a) => leaks::leaks_command(a),
+        Command::Why(a) => why::why_command(a),
         Command::Diff(a) => diff::diff_command(a),
         Command::Advise(a) => advise::advise_command(a),
         Command::WhatIf(a) => whatif::whatif_command(a),

@@ -94,6 +94,20 @@ pub struct TopArg {
     pub limit: Option<usize>,
 }
 
+/// A trace and a moment.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct WhyArg {
+    /// A trace file's path, or a stored trace's id on `collector serve`.
+    pub trace: String,
+    /// When: `peak` (default), `oom`, a mark's name (`NAME#K` for its K-th occurrence) or
+    /// seconds since the trace's start.
+    pub at: Option<String>,
+    /// The device (`cuda:0`); default: the one the moment is on, else the one that peaks highest.
+    pub device: Option<String>,
+    /// How many holders (default 15, at most 200).
+    pub limit: Option<usize>,
+}
+
 /// A trace and, optionally, one layer.
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 pub struct LayerArg {
@@ -308,6 +322,24 @@ impl Tools {
                 Some(report) => OomAnswer::Ran(Box::new(report)),
                 None => OomAnswer::No { out_of_memory: false },
             })
+        })
+        .await
+    }
+
+    #[tool(description = "Who holds the live bytes at the peak, the out-of-memory, a mark or any time: parameters, \
+                          gradients, optimizer state, tensors saved for backward (by operator and module), buffers, Python \
+                          variables, pending frees and the allocator's cache, largest first, each with its bytes, blocks \
+                          and when it is released; whether they were recorded or inferred.")]
+    async fn why(&self, Parameters(a): Parameters<WhyArg>) -> Result<CallToolResult, ErrorData> {
+        let n = limit(a.limit, 15, 200);
+        let at = a.at.unwrap_or_else(|| "peak".into());
+        self.with_trace(&a.trace, move |t| {
+            use shared::analysis::holders::{device_named, why, Moment};
+            let moment = Moment::parse(&at)?;
+            let device = a.device.as_deref().map(|d| device_named(t, d)).transpose().map_err(|e| e.to_string())?;
+            let mut w = why(t, &moment, device).map_err(|e| e.to_string())?;
+            w.holders.truncate(n);
+            Ok(w)
         })
         .await
     }

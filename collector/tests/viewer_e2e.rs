@@ -358,6 +358,13 @@ fn click_zoom_and_bad_files() {
         .map(|i| format_bytes(trace.events.size_bytes[i]))
         .collect();
     assert!(sizes.contains(&first_size), "{first_size} is not an allocation size of the trace");
+    // Who holds the live bytes then: a snapshot records no holders, so they are inferred
+    // (its parameters from their lifetimes), and the table says so.
+    b.wait_for("return document.querySelectorAll('#holders-at tbody tr').length", 20, "who holds the live bytes");
+    let kinds = b.exec("return [...document.querySelectorAll('#holders-at tbody tr')].map(r => r.dataset.holder)", json!([]));
+    assert!(kinds.as_array().unwrap().iter().any(|k| k == "parameter"), "{kinds}");
+    let hint = b.exec("return document.querySelector('#holders-at .hint').textContent", json!([]));
+    assert!(hint.as_str().unwrap().contains("inferred"), "{hint}");
 
     // Wheel zoom redraws and records a frame time.
     let frames_before = b.exec("return window.__mtFrames.length", json!([])).as_u64().unwrap();

@@ -188,6 +188,9 @@ pub struct CaptureOptions {
     pub interval_ms: u32,
     /// `auto`, `native` or `recorder`.
     pub capture: String,
+    /// Who holds each storage: 0 not recorded, 1 parameters, buffers, gradients, optimizer
+    /// state and tensors saved for backward, 2 also the Python variables at marks.
+    pub holders: u8,
 }
 
 /// What `collector ingest --stats-json` prints for the Python `MemoryTracer` API (one JSON

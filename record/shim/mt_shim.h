@@ -116,7 +116,37 @@ enum {
   MT_FRAME_STRINGS = 3,  // repeated: u32 id, u32 length, bytes
   MT_FRAME_END = 4,      // JSON: counters and the allocator's own statistics at the end
   MT_FRAME_NOTE = 5,     // JSON: something the collector should know (a warning)
+  MT_FRAME_HOLDERS = 6,  // n * sizeof(MtHolder), written by the Python package, not the shim
 };
+
+// Holder kinds (MtHolder.kind): what takes or lets go of a tensor's storage.
+enum {
+  MT_HOLDER_PARAMETER = 1,
+  MT_HOLDER_BUFFER = 2,
+  MT_HOLDER_GRADIENT = 3,
+  MT_HOLDER_OPTIMIZER_STATE = 4,
+  MT_HOLDER_SAVED = 5,          // saved for backward by autograd
+  MT_HOLDER_PENDING_FREE = 6,
+  MT_HOLDER_PYTHON = 7,         // a Python variable or attribute
+};
+
+// One holder taking or letting go of a storage (collector/python/memory_tracer/_holders.py;
+// record/src/assemble.rs joins it to the allocation at its address at that time).
+typedef struct MtHolder {
+  uint64_t ts_ns;       // steady clock (mt_now_ns)
+  uint64_t ptr;         // the storage's data pointer
+  uint64_t bytes;       // the storage's size
+  int64_t seq;          // a saved tensor: the autograd sequence number of the node saving it
+                        // (its forward operator and module name it); -1 otherwise
+  uint32_t name;        // interned string id: the parameter, buffer, state key, variable, or
+                        // the autograd node's class; 0: none
+  uint32_t module;      // interned string id: the module path; 0: none
+  uint8_t kind;         // MT_HOLDER_*
+  uint8_t take;         // 1: takes it, 0: lets go
+  int8_t device_type;   // c10::DeviceType
+  int8_t device_index;
+  uint32_t unused;      // 0
+} MtHolder;
 // Starts a thread that drains records every `interval_ms` and writes them, with new strings,
 // to the connected socket `fd`. Undrained records are bounded by `max_buffered_records`
 // (0: unbounded); past it, records are dropped and counted (MtCounters.buffer_dropped).

@@ -12,8 +12,11 @@
 //!   to the innermost scope; a free outside both belongs to the layer that allocated the
 //!   block; what is left is [`UNATTRIBUTED`].
 
-use crate::layout::{self as ffi, MtCounters, MtRecord};
-use shared::model::{Device, EventRecord, EventType, IterationSpan, LayerScope, OperatorEvent, Phase, StrId, TensorRef, Totals, TraceMeta};
+use crate::layout::{self as ffi, MtCounters, MtHolder, MtRecord};
+use shared::model::{
+    Device, EventHolder, EventRecord, EventType, HolderKind, IterationSpan, LayerScope, OperatorEvent, Phase, StrId, TensorRef, Totals,
+    TraceMeta,
+};
 use shared::Trace;
 use std::collections::HashMap;
 
@@ -37,6 +40,8 @@ pub struct Captured {
     pub base_totals: Vec<(Device, Totals)>,
     /// The CUDA caching allocator's own counters when recording stopped (CUDA sessions).
     pub cuda_stats: Option<ffi::MtDeviceStats>,
+    /// Holders taking and letting go of storages (`collector trace --holders`).
+    pub holders: Vec<MtHolder>,
 }
 
 fn device_of(device_type: i8, index: i8) -> Device {
@@ -146,6 +151,8 @@ pub fn assemble(c: &Captured, meta: TraceMeta) -> Trace {
     push_operators(&mut trace, &mut strings, &walk.ops, &layers.of_op);
     let to = MemoryTarget { unattributed, stream };
     push_memory_events(&mut trace, &mut strings, c, &walk.mem, &layers, to);
+    let savers = savers(&walk.ops, &layers.of_op, &walk.seq_scopes);
+    push_holders(&mut trace, &mut strings, c, &savers);
     push_iterations(&mut trace, walk.iteration_marks);
     warn_of_drops(&mut trace, &c.counters);
     trace.finish();
@@ -564,6 +571,94 @@ impl RequestedSizes {
     }
 }
 
+/// Each holder joined to the allocation live at its address when it took or let go of it.
+/// A saved tensor's holder is named by the forward operator that made its autograd node, and
+/// its module is that operator's (else the scope's whose forward made the node).
+fn push_holders(trace: &mut Trace, strings: &mut Strings, c: &Captured, savers: &Savers) {
+    if c.holders.is_empty() {
+        return;
+    }
+    let rel = |ts: u64| ts.saturating_sub(c.start_ns);
+    let mut order: Vec<&MtHolder> = c.holders.iter().collect();
+    order.sort_by_key(|h| h.ts_ns);
+    let mut live: HashMap<(u8, u64), u32> = HashMap::new();
+    let mut open: HashMap<(u32, u8, u32, u32), usize> = HashMap::new();
+    let mut out: Vec<EventHolder> = Vec::new();
+    let (mut next, mut unmatched) = (0usize, 0u64);
+    for h in order {
+        let t = rel(h.ts_ns);
+        let ev = &trace.events;
+        while next < ev.len() && ev.ts_ns[next] <= t {
+            match ev.event_type(next) {
+                EventType::Alloc => {
+                    live.insert((ev.device[next], ev.address[next]), next as u32);
+                }
+                EventType::Free => {
+                    live.remove(&(ev.device[next], ev.address[next]));
+                }
+                _ => {}
+            }
+            next += 1;
+        }
+        let device = device_of(h.device_type, h.device_index);
+        let Some(kind) = HolderKind::from_code(h.kind) else { continue };
+        let block = trace.devices.iter().position(|d| *d == device).and_then(|d| live.get(&(d as u8, h.ptr)).copied());
+        let Some(event) = block else {
+            unmatched += 1;
+            continue;
+        };
+        let key = (event, h.kind, h.name, h.module);
+        if h.take == 0 {
+            if let Some(k) = open.remove(&key) {
+                out[k].released_ns = Some(t);
+            }
+            continue;
+        }
+        let (mut name, mut module) = (h.name, h.module);
+        if let Some((op, layer)) = savers.of(h.seq).filter(|_| kind == HolderKind::SavedForBackward) {
+            (name, module) = (if op != 0 { op } else { name }, if layer != 0 { layer } else { module });
+        }
+        let (name, module) = (strings.get(trace, name), strings.get(trace, module));
+        open.insert(key, out.len());
+        out.push(EventHolder { event, kind, name, module, taken_ns: t, released_ns: None });
+    }
+    out.sort_by_key(|h| (h.event, h.taken_ns));
+    trace.event_holders = out;
+    if unmatched > 0 {
+        trace.meta.warnings.push(format!(
+            "{unmatched} holder records named no allocation live at their address (storages allocated before the trace, or whose allocation was dropped)"
+        ));
+    }
+}
+
+/// Who saved tensors for backward, by autograd sequence number: the forward operator that
+/// made the node and its layer (the shim's string ids; 0: unknown), else the scope whose
+/// forward made it.
+struct Savers<'a> {
+    by_op: HashMap<i64, (u32, u32)>,
+    seq_scopes: &'a HashMap<u64, Vec<SeqScope>>,
+}
+
+impl Savers<'_> {
+    fn of(&self, seq: i64) -> Option<(u32, u32)> {
+        if seq < 0 {
+            return None;
+        }
+        self.by_op.get(&seq).copied().or_else(|| self.seq_scopes.values().find_map(|l| scope_of_sequence(Some(l), seq)).map(|s| (0, s)))
+    }
+}
+
+fn savers<'a>(ops: &[OpTmp], layer: &[u32], seq_scopes: &'a HashMap<u64, Vec<SeqScope>>) -> Savers<'a> {
+    let mut by_op: HashMap<i64, (u32, u32)> = HashMap::new();
+    for (k, o) in ops.iter().enumerate() {
+        // Later entries are inner operators sharing the number; the innermost made the node.
+        if !o.backward_node && o.seq_nr >= 0 {
+            by_op.insert(o.seq_nr, (o.name, layer.get(k).copied().unwrap_or(0)));
+        }
+    }
+    Savers { by_op, seq_scopes }
+}
+
 /// Iterations: a begin mark opens, the next end mark closes.
 fn push_iterations(trace: &mut Trace, mut marks: Vec<IterationMark>) {
     let mut open: Option<(u64, i64)> = None;
@@ -681,8 +776,7 @@ mod tests {
         (stray.id, stray.value, stray.a, stray.device_type) = (0x300, 128, 384, 0);
         r.push(stray);
 
-        let captured =
-            Captured { records: r, strings, counters: MtCounters::default(), start_ns: 10, base_totals: Vec::new(), cuda_stats: None };
+        let captured = Captured { records: r, strings, counters: MtCounters::default(), start_ns: 10, ..Default::default() };
         let t = assemble(&captured, TraceMeta::new(shared::model::SourceFormat::MemoryTracer));
         let layers: Vec<Option<&str>> = (0..t.events.len()).map(|i| t.memory_event(i).layer_name).collect();
         assert_eq!(layers, [Some("fc"), Some("fc"), Some("fc"), Some(UNATTRIBUTED)]);
@@ -725,14 +819,7 @@ mod tests {
         r.push(mem(16, 0x1a00, 512, 0, 0)); // no count (an older torch)
         r.push(mem(17, 0x1c00, 512, 0, 7)); // the counts were reset
         r.push(mem(18, 0x1e00, 512, 0, 7 + 300));
-        let captured = Captured {
-            records: r,
-            strings: Vec::new(),
-            counters: MtCounters::default(),
-            start_ns: 10,
-            base_totals: Vec::new(),
-            cuda_stats: None,
-        };
+        let captured = Captured { records: r, strings: Vec::new(), counters: MtCounters::default(), start_ns: 10, ..Default::default() };
         let t = assemble(&captured, TraceMeta::new(shared::model::SourceFormat::MemoryTracer));
         assert_eq!(t.event_requested, [(0, 4), (1, 1_500_000), (3, 1000), (7, 300)]);
         assert_eq!(t.requested_of(3), Some(1000));
@@ -779,5 +866,66 @@ mod tests {
         let op_layers: Vec<(&str, &str)> = t.ops.iter().map(|o| (t.str(o.name), t.str(o.layer))).collect();
         assert_eq!(op_layers, [("MmBackward0", "block.fc"), ("AddBackward0", "block")]);
         assert_eq!(t.memory_event(0).layer_name, Some("block.fc"));
+    }
+
+    #[test]
+    fn holders_join_the_block_live_at_their_address_then() {
+        // Strings: scopes "block", "block.fc"; names "weight", "ReluBackward0".
+        let strings: Vec<String> = ["block", "block.fc", "weight", "ReluBackward0"].map(String::from).to_vec();
+        let scope = |kind, ts, name, seq| {
+            let mut x = rec(kind, ts, 1);
+            (x.name, x.value) = (name, seq);
+            x
+        };
+        let mem = |ts, id: u64, value: i64| {
+            let mut m = rec(ffi::MT_MEM, ts, 1);
+            (m.id, m.value, m.device_type, m.device_index) = (id, value, 0, 0);
+            m
+        };
+        let r = vec![
+            scope(ffi::MT_SCOPE_ENTER, 10, 1, 5),
+            scope(ffi::MT_SCOPE_ENTER, 11, 2, 5),
+            mem(12, 0x1000, 64),  // 0: a weight
+            mem(13, 0x2000, 128), // 1: an activation
+            scope(ffi::MT_SCOPE_EXIT, 14, 2, 7),
+            scope(ffi::MT_SCOPE_EXIT, 15, 1, 8), // block made node 7 after block.fc returned
+            mem(20, 0x2000, -128),               // its backward ran
+            mem(21, 0x2000, 256),                // 3: a gradient at the same address
+        ];
+        let holder = |ts, ptr, kind, take, name, seq| MtHolder {
+            ts_ns: ts,
+            ptr,
+            bytes: 0,
+            seq,
+            name,
+            module: 0,
+            kind,
+            take,
+            device_type: 0,
+            device_index: 0,
+            unused: 0,
+        };
+        let holders = vec![
+            holder(16, 0x1000, ffi::MT_HOLDER_PARAMETER, 1, 3, -1),
+            // Saved by the node with sequence number 6, made inside block.fc's forward.
+            holder(16, 0x2000, ffi::MT_HOLDER_SAVED, 1, 4, 6),
+            holder(19, 0x2000, ffi::MT_HOLDER_SAVED, 0, 4, 6),
+            holder(22, 0x2000, ffi::MT_HOLDER_GRADIENT, 1, 3, -1),
+            holder(22, 0x9000, ffi::MT_HOLDER_GRADIENT, 1, 3, -1), // nothing lives there
+        ];
+        let captured = Captured { records: r, strings, start_ns: 10, holders, ..Default::default() };
+        let t = assemble(&captured, TraceMeta::new(shared::model::SourceFormat::MemoryTracer));
+        type Row<'t> = (u32, HolderKind, &'t str, &'t str, u64, Option<u64>);
+        let got: Vec<Row> =
+            t.event_holders.iter().map(|h| (h.event, h.kind, t.str(h.name), t.str(h.module), h.taken_ns, h.released_ns)).collect();
+        assert_eq!(
+            got,
+            [
+                (0, HolderKind::Parameter, "weight", "", 6, None),
+                (1, HolderKind::SavedForBackward, "ReluBackward0", "block.fc", 6, Some(9)),
+                (3, HolderKind::Gradient, "weight", "", 12, None),
+            ]
+        );
+        assert!(t.meta.warnings.iter().any(|w| w.starts_with("1 holder records named no allocation")), "{:?}", t.meta.warnings);
     }
 }

@@ -23,6 +23,17 @@ pub const FRAME_END: u32 = 4;
 /// A JSON note: why a process is not traced, or (the recorder fallback) a complete snapshot
 /// file it left in the collector's folder.
 pub const FRAME_NOTE: u32 = 5;
+/// Holders taking or letting go of storages ([`MtHolder`]s), written by the Python package.
+pub const FRAME_HOLDERS: u32 = 6;
+
+/// Holder kinds (`MtHolder::kind`), as `shared::model::HolderKind::from_code` reads them.
+pub const MT_HOLDER_PARAMETER: u8 = 1;
+pub const MT_HOLDER_BUFFER: u8 = 2;
+pub const MT_HOLDER_GRADIENT: u8 = 3;
+pub const MT_HOLDER_OPTIMIZER_STATE: u8 = 4;
+pub const MT_HOLDER_SAVED: u8 = 5;
+pub const MT_HOLDER_PENDING_FREE: u8 = 6;
+pub const MT_HOLDER_PYTHON: u8 = 7;
 
 /// `at::RecordScope::BACKWARD_FUNCTION` (carried in `device_type` of `MT_OP_ENTER`).
 pub const RECORD_SCOPE_BACKWARD_FUNCTION: i8 = 1;
@@ -72,6 +83,53 @@ impl MtRecord {
             device_index: u8_at(offset_of!(MtRecord, device_index)) as i8,
             phase: u8_at(offset_of!(MtRecord, phase)),
             c: u64_at(offset_of!(MtRecord, c)),
+        }
+    }
+}
+
+/// A holder taking (`take == 1`) or letting go of a tensor's storage, on the shim's clock.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MtHolder {
+    pub ts_ns: u64,
+    pub ptr: u64,
+    pub bytes: u64,
+    /// A saved tensor: the sequence number of the autograd node that saved it; -1 otherwise.
+    pub seq: i64,
+    /// Interned string id (the shim's): parameter, buffer, state key, variable or autograd
+    /// node class; 0: none.
+    pub name: u32,
+    /// Interned string id: the module path; 0: none.
+    pub module: u32,
+    pub kind: u8,
+    pub take: u8,
+    pub device_type: i8,
+    pub device_index: i8,
+    pub unused: u32,
+}
+
+const _: () = assert!(std::mem::size_of::<MtHolder>() == 48);
+
+impl MtHolder {
+    /// A holder as written (little endian, `size_of::<MtHolder>()` bytes).
+    pub fn from_le_bytes(b: &[u8]) -> Self {
+        use std::mem::offset_of;
+        let at = |o: usize, n: usize| b.get(o..o + n).unwrap_or_default();
+        let u64_at = |o: usize| u64::from_le_bytes(at(o, 8).try_into().unwrap_or_default());
+        let u32_at = |o: usize| u32::from_le_bytes(at(o, 4).try_into().unwrap_or_default());
+        let u8_at = |o: usize| b.get(o).copied().unwrap_or_default();
+        MtHolder {
+            ts_ns: u64_at(offset_of!(MtHolder, ts_ns)),
+            ptr: u64_at(offset_of!(MtHolder, ptr)),
+            bytes: u64_at(offset_of!(MtHolder, bytes)),
+            seq: u64_at(offset_of!(MtHolder, seq)) as i64,
+            name: u32_at(offset_of!(MtHolder, name)),
+            module: u32_at(offset_of!(MtHolder, module)),
+            kind: u8_at(offset_of!(MtHolder, kind)),
+            take: u8_at(offset_of!(MtHolder, take)),
+            device_type: u8_at(offset_of!(MtHolder, device_type)) as i8,
+            device_index: u8_at(offset_of!(MtHolder, device_index)) as i8,
+            unused: u32_at(offset_of!(MtHolder, unused)),
         }
     }
 }

@@ -101,6 +101,7 @@ fn rust() -> Layout {
     rust_layout!(out, MtRecord: ts_ns, id, value, a, b, op, name, thread, kind, device_type, device_index, phase, c);
     rust_layout!(out, MtCounters: mem_kept, mem_dropped, op_kept, op_dropped, peak_allocated, peak_reserved, buffer_dropped);
     rust_layout!(out, MtDeviceStats: allocated_current, allocated_peak, reserved_current, reserved_peak, num_alloc_retries, num_ooms);
+    rust_layout!(out, MtHolder: ts_ns, ptr, bytes, seq, name, module, kind, take, device_type, device_index, unused);
     out
 }
 
@@ -125,12 +126,15 @@ def canon(t):
         return "ptr"
     signed = t(-1).value == -1
     return ("i" if signed else "u") + str(8 * ctypes.sizeof(t))
-structs = {"MtCounters": m.Counters}
+structs = {"MtCounters": m.Counters, "MtHolder": m.Holder}
 layout = [[name, f, getattr(cls, f).offset, getattr(cls, f).size] for name, cls in structs.items() for f, _ in cls._fields_]
 layout += [[name, "<size>", 0, ctypes.sizeof(cls)] for name, cls in structs.items()]
 sigs = {n: [[canon(a) for a in args], canon(res)] for n, (args, res) in m.SIGNATURES.items()}
 frames = {n: getattr(m, n) for n in dir(m) if n.startswith("FRAME_")}
-print(json.dumps({"layout": layout, "signatures": sigs, "frames": frames}))
+holders = {n: getattr(m, n) for n in dir(m) if n.startswith("HOLDER_") and isinstance(getattr(m, n), int)}
+import struct
+packed = struct.calcsize(m.HOLDER_FORMAT)
+print(json.dumps({"layout": layout, "signatures": sigs, "frames": frames, "holders": holders, "holder_format_bytes": packed}))
 "#;
     let out = Command::new(python()).arg("-c").arg(script).arg(&shim).output().unwrap();
     assert!(out.status.success(), "loading {}: {}", shim.display(), String::from_utf8_lossy(&out.stderr));
@@ -141,7 +145,7 @@ print(json.dumps({"layout": layout, "signatures": sigs, "frames": frames}))
 fn c_rust_and_python_lay_every_struct_out_alike() {
     let h = header();
     let structs = header_structs(&h);
-    assert_eq!(structs.keys().collect::<Vec<_>>(), ["MtCounters", "MtDeviceStats", "MtRecord"]);
+    assert_eq!(structs.keys().collect::<Vec<_>>(), ["MtCounters", "MtDeviceStats", "MtHolder", "MtRecord"]);
     let c = c_layout(&structs);
     let r = rust();
     assert_eq!(c, r, "the header (left) and record::layout (right) differ");
@@ -153,8 +157,10 @@ fn c_rust_and_python_lay_every_struct_out_alike() {
         assert_eq!(c.get(&key), Some(&got), "_shim.py's {key:?} is {got:?}; the header says {:?}", c.get(&key));
         checked += 1;
     }
-    let in_header = structs["MtCounters"].len() + 1;
-    assert_eq!(checked, in_header, "_shim.py's Counters must declare every field of MtCounters");
+    let in_header = structs["MtCounters"].len() + 1 + structs["MtHolder"].len() + 1;
+    assert_eq!(checked, in_header, "_shim.py's Counters and Holder must declare every field of MtCounters and MtHolder");
+    // The package packs holders with `struct` (HOLDER_FORMAT), not ctypes: the same bytes.
+    assert_eq!(py["holder_format_bytes"].as_u64(), Some(std::mem::size_of::<record::MtHolder>() as u64));
 }
 
 /// Canonical type names of a C declaration's type.
@@ -285,6 +291,7 @@ fn c_rust_and_python_number_the_frames_and_records_alike() {
         ("MT_FRAME_STRINGS", record::FRAME_STRINGS),
         ("MT_FRAME_END", record::FRAME_END),
         ("MT_FRAME_NOTE", record::FRAME_NOTE),
+        ("MT_FRAME_HOLDERS", record::FRAME_HOLDERS),
     ]
     .into_iter()
     .map(|(n, v)| (n.to_owned(), u64::from(v)))
@@ -294,7 +301,31 @@ fn c_rust_and_python_number_the_frames_and_records_alike() {
     let py: BTreeMap<String, u64> =
         py["frames"].as_object().unwrap().iter().map(|(n, v)| (format!("MT_{n}"), v.as_u64().unwrap())).collect();
     assert_eq!(frames, py, "_shim.py's FRAME_* differ from the header's");
-    let kinds = header_enum(&h, "MT_").into_iter().filter(|(n, _)| !n.starts_with("MT_FRAME_")).collect::<BTreeMap<_, _>>();
+    let holders = header_enum(&h, "MT_HOLDER_");
+    let rust_holders: BTreeMap<String, u64> = [
+        ("MT_HOLDER_PARAMETER", record::MT_HOLDER_PARAMETER),
+        ("MT_HOLDER_BUFFER", record::MT_HOLDER_BUFFER),
+        ("MT_HOLDER_GRADIENT", record::MT_HOLDER_GRADIENT),
+        ("MT_HOLDER_OPTIMIZER_STATE", record::MT_HOLDER_OPTIMIZER_STATE),
+        ("MT_HOLDER_SAVED", record::MT_HOLDER_SAVED),
+        ("MT_HOLDER_PENDING_FREE", record::MT_HOLDER_PENDING_FREE),
+        ("MT_HOLDER_PYTHON", record::MT_HOLDER_PYTHON),
+    ]
+    .into_iter()
+    .map(|(n, v)| (n.to_owned(), u64::from(v)))
+    .collect();
+    assert_eq!(holders, rust_holders, "holder kinds differ between the header and record::layout");
+    let view = python_view();
+    let py_holders: BTreeMap<String, u64> =
+        view["holders"].as_object().unwrap().iter().map(|(n, v)| (format!("MT_{n}"), v.as_u64().unwrap())).collect();
+    assert_eq!(holders, py_holders, "_shim.py's HOLDER_* differ from the header's");
+    for (name, code) in &holders {
+        assert!(shared::model::HolderKind::from_code(*code as u8).is_some(), "{name} is not a shared::model::HolderKind");
+    }
+    let kinds = header_enum(&h, "MT_")
+        .into_iter()
+        .filter(|(n, _)| !n.starts_with("MT_FRAME_") && !n.starts_with("MT_HOLDER_"))
+        .collect::<BTreeMap<_, _>>();
     let rust: BTreeMap<String, u64> = [
         ("MT_MEM", record::MT_MEM),
         ("MT_OOM", record::MT_OOM),

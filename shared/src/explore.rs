@@ -235,6 +235,8 @@ pub enum Request {
     /// under `alloc_conf` (a `PYTORCH_CUDA_ALLOC_CONF` string on top of the run's own
     /// settings; empty: the run's own), replayed by [`crate::whatif::segments_after`].
     SimulatedSegments { t_s: f64, alloc_conf: String },
+    /// Who holds the live bytes at a moment ([`analysis::holders::why`]).
+    Holders { t_s: f64 },
 }
 
 /// The answers, one per [`Request`] kind.
@@ -286,6 +288,7 @@ pub enum Response {
     Diff(Box<TraceDiff>),
     Advice(Box<analysis::advice::AdviceReport>),
     Active(Box<analysis::active::ActiveTimeline>),
+    Holders(Box<analysis::holders::Why>),
     Error {
         message: String,
     },
@@ -327,6 +330,10 @@ pub struct Allocation {
     /// for a dict).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user_metadata: Option<serde_json::Value>,
+    /// Who held it, as recorded (`parameter weight in layer1.0.conv1 from 0.12 s`), in the order
+    /// they took it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub holders: Vec<String>,
 }
 
 /// An imported trace with the analyses computed once.
@@ -568,6 +575,13 @@ impl Session {
             Request::Active { start_s, end_s, columns, detail } => self.active(*start_s, *end_s, *columns, *detail),
             Request::Allocation { event_index } => self.allocation_at(*event_index),
             Request::Find { query, limit } => Response::Found(Box::new(analysis::search::find(self.trace(), query, (*limit).min(1000)))),
+            Request::Holders { t_s } => {
+                let moment = analysis::holders::Moment::Seconds(t_s.max(0.0));
+                match analysis::holders::why(self.trace(), &moment, Some(self.device)) {
+                    Ok(w) => Response::Holders(Box::new(w)),
+                    Err(e) => Response::Error { message: e.to_string() },
+                }
+            }
             Request::Pools { buckets } => {
                 Response::Pools { end_s: duration_s(self.trace()), curves: analysis::pools::pool_curves(self.trace(), *buckets) }
             }
@@ -772,6 +786,22 @@ impl Session {
                 })
                 .unwrap_or_default(),
             pool: self.trace().event_pool(i).and_then(|p| self.trace().pools.get(p as usize)).map(ToString::to_string),
+            holders: self
+                .trace()
+                .holders_of(i)
+                .iter()
+                .map(|h| {
+                    let (name, module) = (self.trace().str(h.name), self.trace().str(h.module));
+                    let mut s = h.kind.as_str().replace('_', " ");
+                    for (part, sep) in [(name, " "), (module, " in ")] {
+                        if !part.is_empty() {
+                            s = format!("{s}{sep}{part}");
+                        }
+                    }
+                    let until = h.released_ns.map(|r| format!(" to {:.3} s", self.secs(r))).unwrap_or_default();
+                    format!("{s} from {:.3} s{until}", self.secs(h.taken_ns))
+                })
+                .collect(),
             notes: self
                 .trace()
                 .notes_of(i)

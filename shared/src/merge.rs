@@ -399,6 +399,7 @@ fn merge_events(inputs: &[MergeInput], maps: &[InputMap], out: &mut Trace) {
     out.event_pools.sort_by_key(|&(e, _)| e);
     out.event_requested.sort_unstable_by_key(|&(e, _)| e);
     out.event_notes.sort_by_key(|n| (n.event, n.ts_ns));
+    out.event_holders.sort_by_key(|h| (h.event, h.taken_ns));
 }
 
 /// Stack `stack` of `t` in `out`'s tables.
@@ -420,6 +421,9 @@ impl IdMap for MergedIds<'_> {
     }
     fn stack(&mut self, out: &mut Trace, stack: u32) -> u32 {
         copy_stack(out, self.0, self.1, stack)
+    }
+    fn time(&self, ts_ns: u64) -> u64 {
+        self.1.at(ts_ns)
     }
 }
 

@@ -948,6 +948,112 @@ pub struct Trace {
     /// Allocations not listed asked for at most their block.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub event_requested: Vec<(u32, u64)>,
+    /// Who held each allocation and when, where the capture recorded it (`collector trace
+    /// --holders`): sorted by event, then by when the holder took it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub event_holders: Vec<EventHolder>,
+}
+
+/// What keeps an allocation alive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HolderKind {
+    /// A module's parameter.
+    Parameter,
+    /// A module's buffer (batch norm's running statistics, ...).
+    Buffer,
+    /// A parameter's `.grad`.
+    Gradient,
+    /// An optimizer's state of a parameter (`exp_avg`, `momentum_buffer`, ...).
+    OptimizerState,
+    /// Saved by an autograd node for backward.
+    SavedForBackward,
+    /// Freed by the program, not yet reusable: another stream still uses it (`record_stream`).
+    PendingFree,
+    /// Reserved by the caching allocator, allocated to nothing.
+    Cache,
+    /// Referenced by a Python variable or attribute.
+    Python,
+    /// No holder recorded or inferred.
+    Unknown,
+}
+
+impl HolderKind {
+    pub const ALL: [HolderKind; 9] = [
+        HolderKind::Parameter,
+        HolderKind::Buffer,
+        HolderKind::Gradient,
+        HolderKind::OptimizerState,
+        HolderKind::SavedForBackward,
+        HolderKind::PendingFree,
+        HolderKind::Cache,
+        HolderKind::Python,
+        HolderKind::Unknown,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HolderKind::Parameter => "parameter",
+            HolderKind::Buffer => "buffer",
+            HolderKind::Gradient => "gradient",
+            HolderKind::OptimizerState => "optimizer_state",
+            HolderKind::SavedForBackward => "saved_for_backward",
+            HolderKind::PendingFree => "pending_free",
+            HolderKind::Cache => "cache",
+            HolderKind::Python => "python",
+            HolderKind::Unknown => "unknown",
+        }
+    }
+
+    /// The kind a capture's code names (`record`'s `HOLDER_*`): 1 parameter to 7 python.
+    pub fn from_code(code: u8) -> Option<HolderKind> {
+        Some(match code {
+            1 => HolderKind::Parameter,
+            2 => HolderKind::Buffer,
+            3 => HolderKind::Gradient,
+            4 => HolderKind::OptimizerState,
+            5 => HolderKind::SavedForBackward,
+            6 => HolderKind::PendingFree,
+            7 => HolderKind::Python,
+            _ => return None,
+        })
+    }
+
+    /// Which of two holders of one block names it: the one that outlives the step (a
+    /// parameter over the Python variable that also points at it).
+    pub fn rank(self) -> u8 {
+        match self {
+            HolderKind::Parameter => 0,
+            HolderKind::Buffer => 1,
+            HolderKind::OptimizerState => 2,
+            HolderKind::Gradient => 3,
+            HolderKind::SavedForBackward => 4,
+            HolderKind::Python => 5,
+            HolderKind::PendingFree => 6,
+            HolderKind::Cache => 7,
+            HolderKind::Unknown => 8,
+        }
+    }
+}
+
+/// One holder of one allocation, from when it took the block until it let go of it (or the
+/// block was freed).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventHolder {
+    /// The `Alloc` event of the block.
+    pub event: u32,
+    pub kind: HolderKind,
+    /// The parameter or buffer (`weight`), the optimizer's state key (`exp_avg`), the operator
+    /// that saved it (`aten::convolution`), the Python variable (`trainer.last_batch`).
+    pub name: StrId,
+    /// The module path: of the parameter (also for its gradient and optimizer state), of the
+    /// forward that saved it.
+    pub module: StrId,
+    /// When it took the block, on the trace's clock.
+    pub taken_ns: u64,
+    /// When it let go, if before the block's free.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub released_ns: Option<u64>,
 }
 
 /// The value a list sorted by event index gives event `i`.
@@ -1065,13 +1171,22 @@ impl Trace {
             event_pools: Vec::new(),
             event_notes: Vec::new(),
             event_requested: Vec::new(),
+            event_holders: Vec::new(),
         }
     }
 
-    /// Whether any event has a pool, a note or a requested size (lists that name events by
-    /// index, which whoever renumbers events must carry).
+    /// Whether any event has a pool, a note, a requested size or a holder (lists that name
+    /// events by index, which whoever renumbers events must carry).
     pub fn has_event_extras(&self) -> bool {
-        !self.event_pools.is_empty() || !self.event_notes.is_empty() || !self.event_requested.is_empty()
+        !self.event_pools.is_empty() || !self.event_notes.is_empty() || !self.event_requested.is_empty() || !self.event_holders.is_empty()
+    }
+
+    /// The holders of allocation `i`, in the order they took it.
+    pub fn holders_of(&self, i: usize) -> &[EventHolder] {
+        let h = &self.event_holders;
+        let start = h.partition_point(|x| (x.event as usize) < i);
+        let end = start + h[start..].partition_point(|x| x.event as usize == i);
+        &h[start..end]
     }
 
     /// The bytes allocation `i` asked for, where the trace knows them.

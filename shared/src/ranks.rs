@@ -19,6 +19,10 @@ fn rank_of_thread(thread: u64) -> Option<u32> {
 pub trait IdMap {
     fn text(&mut self, out: &mut Trace, id: StrId) -> StrId;
     fn stack(&mut self, out: &mut Trace, stack: u32) -> u32;
+    /// A time on the other trace's clock (merged ranks are shifted onto one).
+    fn time(&self, ts_ns: u64) -> u64 {
+        ts_ns
+    }
 }
 
 /// The same tables (a trace cut from another with its strings and stacks).
@@ -47,7 +51,7 @@ pub fn pool_map(out: &mut Trace, src: &Trace) -> Vec<u16> {
         .collect()
 }
 
-/// Appends to `out` the pools, notes and requested sizes of `src`'s events, where event `i`
+/// Appends to `out` the pools, notes, requested sizes and holders of `src`'s events, where event `i`
 /// of `src` became `new_index(i)` (`None`: left out), with strings and stacks mapped by `ids`.
 /// Pools are shared by id (a device tells two processes' apart). Leaves the lists unsorted.
 pub fn carry_event_extras(out: &mut Trace, src: &Trace, new_index: &dyn Fn(u32) -> Option<u32>, ids: &mut dyn IdMap) {
@@ -61,10 +65,18 @@ pub fn carry_event_extras(out: &mut Trace, src: &Trace, new_index: &dyn Fn(u32) 
         if let Some(n) = new_index(note.event) {
             let stack = note.stack.map(|s| ids.stack(out, s));
             let text = ids.text(out, note.text);
-            out.event_notes.push(crate::model::EventNote { event: n, text, stack, ..*note });
+            let ts_ns = ids.time(note.ts_ns);
+            out.event_notes.push(crate::model::EventNote { event: n, text, stack, ts_ns, ..*note });
         }
     }
     out.event_requested.extend(src.event_requested.iter().filter_map(|&(e, bytes)| Some((new_index(e)?, bytes))));
+    for h in &src.event_holders {
+        if let Some(event) = new_index(h.event) {
+            let (name, module) = (ids.text(out, h.name), ids.text(out, h.module));
+            let (taken_ns, released_ns) = (ids.time(h.taken_ns), h.released_ns.map(|t| ids.time(t)));
+            out.event_holders.push(crate::model::EventHolder { event, name, module, taken_ns, released_ns, ..*h });
+        }
+    }
 }
 
 /// The ranks of a merged trace, ascending (empty for a trace of one process).

@@ -16,7 +16,7 @@ what drifts.
 Modes: untraced (no capture installed: every hook is taken out between blocks);
 MemoryTracer's default (ops="backward": every allocation with module path, phase, iteration,
 backward attributed to modules); ops="none"; ops="none" with module_scopes=False (phases and
-iterations only); and, on CUDA, PyTorch's recorder with stacks="all", stacks="python" and
+iterations only); the default with holders=True (who holds each storage, `collector why`); and, on CUDA, PyTorch's recorder with stacks="all", stacks="python" and
 context=None. A block starts its mode, runs `--block` steps (the first one not measured), and
 stops it; starting and stopping are not timed. Prints a markdown table: each mode's median
 step time, host time (until the step's work was queued) and host CPU time (what the Python
@@ -57,6 +57,7 @@ TRACERS = {
     "memory_tracer (default)": {},
     "memory_tracer ops=none": {"ops": "none"},
     "memory_tracer ops=none, module_scopes=False": {"ops": "none", "module_scopes": False},
+    "memory_tracer holders=True": {"holders": True},
 }
 RECORDERS = {'recorder stacks="all"': "all", 'recorder stacks="python"': "python", "recorder context=None": "none"}
 modes = ["untraced"] + list(TRACERS) + (list(RECORDERS) if dev.type == "cuda" else [])

@@ -24,7 +24,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 DATA = os.path.realpath(os.path.join(HERE, "..", "data"))
 SNAPSHOT = os.path.join(DATA, "resnet18_sgd_2steps.pickle")
 OTHER = os.path.join(DATA, "mlp_adam_3steps.pickle")
-TOOLS = {"summary", "top_allocations_at_peak", "layer_stats", "leaks", "oom", "diff", "advise", "find", "whatif"}
+TOOLS = {"summary", "top_allocations_at_peak", "layer_stats", "leaks", "oom", "diff", "advise", "find", "whatif", "why"}
 
 
 def cli_json(*args):

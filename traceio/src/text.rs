@@ -33,6 +33,10 @@ pub struct SummaryJson<'a> {
     /// torch.compile's generated code and the modules its allocations were attributed to.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub compiled: Option<&'a shared::model::CompiledCode>,
+    /// Who holds the bytes live at the peak, largest first, where the capture recorded holders
+    /// (`collector trace --holders`; `collector why` infers them for other traces).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub holders_at_peak: Option<shared::analysis::holders::Why>,
 }
 
 /// The out-of-memory explanation, first in `summary`.
@@ -68,6 +72,53 @@ pub fn print_oom(o: &shared::analysis::oom::OomReport, mut out: impl Write) -> a
     if o.unrecorded_bytes > 0 {
         writeln!(out, "    {:>12}  allocated before recording began", format_bytes(o.unrecorded_bytes))?;
     }
+    if !o.holders.is_empty() {
+        writeln!(out, "  live at the out-of-memory, by holder:")?;
+        print_holders(&o.holders, o.holders.len(), &mut out)?;
+    }
+    Ok(())
+}
+
+/// Prints `collector why`: the live bytes by holder, largest first (at most `top`).
+pub fn print_why(w: &shared::analysis::holders::Why, top: usize, mut out: impl Write) -> anyhow::Result<()> {
+    let at = match (&w.at.kind[..], &w.at.name) {
+        ("mark", Some(n)) => format!("at the mark `{n}`"),
+        ("peak", _) => "at the allocated peak".to_owned(),
+        ("oom", _) => "at the out-of-memory".to_owned(),
+        _ => "at".to_owned(),
+    };
+    writeln!(out, "Who holds {} on {} {at} ({})", format_bytes(w.live_bytes), w.at.device, format_seconds(w.at.time_s))?;
+    let how = if w.recorded { "recorded by the capture" } else { "inferred: trace with `collector trace --holders` to record them" };
+    writeln!(out, "  holders {how}; {:.1} % of the live bytes have one", 100.0 * w.coverage())?;
+    if w.reserved_bytes > 0 {
+        writeln!(out, "  reserved {}", format_bytes(w.reserved_bytes))?;
+    }
+    print_holders(&w.holders, top, &mut out)?;
+    if w.holders.len() > top {
+        let rest: u64 = w.holders[top..].iter().map(|g| g.bytes).sum();
+        writeln!(out, "  {:>12}  {} more holders (--top)", format_bytes(rest), w.holders.len() - top)?;
+    }
+    Ok(())
+}
+
+/// Holder groups, one line each: bytes, blocks, kind, name and module, release.
+fn print_holders(groups: &[shared::analysis::holders::HolderGroup], top: usize, out: &mut dyn Write) -> anyhow::Result<()> {
+    for g in groups.iter().take(top) {
+        let what = match (g.name.is_empty(), g.module.is_empty()) {
+            (false, false) => format!("{} in {}", g.name, g.module),
+            (false, true) => g.name.clone(),
+            (true, false) => format!("in {}", g.module),
+            (true, true) => String::new(),
+        };
+        let released = match g.released_at_s {
+            Some(t) => format!(", released by {}", format_seconds(t)),
+            None if matches!(g.kind, shared::model::HolderKind::Cache) => String::new(),
+            None => ", held to the end".to_owned(),
+        };
+        let inferred = if g.inferred { " (inferred)" } else { "" };
+        let blocks = if g.blocks > 0 { format!("{:>6} blocks", g.blocks) } else { " ".repeat(13) };
+        writeln!(out, "  {:>12}  {blocks}  {:<18} {what}{released}{inferred}", format_bytes(g.bytes), g.kind.as_str())?;
+    }
     Ok(())
 }
 
@@ -97,6 +148,7 @@ pub fn print_summary(trace: &Trace, top: usize, json: bool, mut out: impl Write)
             oom: shared::analysis::oom::oom(trace, 10),
             categories_at_peak: categories.iter().map(|&(c, b)| (c.as_str(), b)).collect(),
             compiled: trace.meta.compiled.as_ref(),
+            holders_at_peak: holders_at_peak(trace, 10),
         };
         serde_json::to_writer_pretty(&mut out, &j)?;
         writeln!(out)?;
@@ -110,6 +162,10 @@ pub fn print_summary(trace: &Trace, top: usize, json: bool, mut out: impl Write)
             .map(|&(c, b)| format!("{} {}", c.as_str().replace('_', " "), format_bytes(b)))
             .collect();
         writeln!(out, "  at the peak        {}", parts.join(", "))?;
+    }
+    if let Some(w) = holders_at_peak(trace, 5) {
+        writeln!(out, "  held at the peak   ({:.1} % named; `collector why` lists them all)", 100.0 * w.coverage())?;
+        print_holders(&w.holders, 5, &mut out)?;
     }
     print_pools(trace, &s, &mut out)?;
     print_run(trace, &s, &leaks, &mut out)?;
@@ -160,6 +216,14 @@ fn print_pools(trace: &Trace, s: &Summary, out: &mut dyn Write) -> anyhow::Resul
         }
     }
     Ok(())
+}
+
+/// The largest holders at the peak, where the capture recorded holders.
+fn holders_at_peak(trace: &Trace, n: usize) -> Option<shared::analysis::holders::Why> {
+    if trace.event_holders.is_empty() {
+        return None;
+    }
+    shared::analysis::holders::top_at_peak(trace, n)
 }
 
 /// A scoped thread's result; its panic goes on in this thread, as it would have without it.
@@ -345,14 +409,15 @@ pub fn print_leaks(r: &shared::analysis::leaks::LeakReport, mut out: impl Write)
         for g in &r.survivors {
             writeln!(
                 out,
-                "    {}{}{}: {} in {} over {} iteration(s), {} per iteration",
+                "    {}{}{}: {} in {} over {} iteration(s), {} per iteration{}",
                 g.layer,
                 g.op.as_deref().map(|o| format!(" in {o}")).unwrap_or_default(),
                 g.frame.as_deref().map(|f| format!(" at {f}")).unwrap_or_default(),
                 format_bytes(g.bytes),
                 g.allocations,
                 g.iterations,
-                format_bytes(g.bytes_per_iteration as u64)
+                format_bytes(g.bytes_per_iteration as u64),
+                g.holder.as_deref().map(|h| format!("; held by {h}")).unwrap_or_default()
             )?;
         }
     }

@@ -243,7 +243,8 @@ pub mod requests {
                 | Request::Allocation { .. }
                 | Request::Pools { .. }
                 | Request::Find { .. }
-                | Request::SimulatedSegments { .. } => return None,
+                | Request::SimulatedSegments { .. }
+                | Request::Holders { .. } => return None,
             })
         }
     }
@@ -265,6 +266,7 @@ pub mod requests {
             Request::Pools { .. } => "pools",
             Request::Find { .. } => "find",
             Request::SimulatedSegments { .. } => "simulated_segments",
+            Request::Holders { .. } => "holders",
         }
     }
 

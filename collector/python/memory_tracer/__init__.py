@@ -152,11 +152,14 @@ class MemoryTracer:
     tensorboard_dir: a TensorBoard log folder (a training run's, say): each trace adds an event
         file of memory scalars per iteration there (see `to_tensorboard`); nothing there is
         overwritten.
+    holders: True records who holds each tensor's memory (parameters, buffers, gradients,
+        optimizer state, tensors saved for backward), "python" also the Python variables
+        holding tensors at each mark; `collector why` reads them.
     """
 
     _OPS = {"none": 0, "all": 1, "backward": 2}
 
-    def __init__(self, max_events=100_000, device=None, enable_fragmentation_tracking=True, enable_fragmentation=None, capture_tensors=True, ops="backward", module_scopes=True, tensorboard_dir=None):
+    def __init__(self, max_events=100_000, device=None, enable_fragmentation_tracking=True, enable_fragmentation=None, capture_tensors=True, ops="backward", module_scopes=True, tensorboard_dir=None, holders=False):
         if ops not in self._OPS:
             raise ValueError(f"memory-tracer: invalid ops {ops!r}; expected one of {sorted(self._OPS)}")
         self.ops = ops
@@ -168,6 +171,9 @@ class MemoryTracer:
         self.capture_tensors = bool(capture_tensors)
         self.module_scopes = bool(module_scopes)
         self.tensorboard_dir = None if tensorboard_dir is None else os.fspath(tensorboard_dir)
+        if holders not in (False, True, "python"):
+            raise ValueError(f"memory-tracer: invalid holders {holders!r}; expected False, True or 'python'")
+        self.holders = 2 if holders == "python" else int(bool(holders))
         self._result = None
         self._dir = None
         self._trace_path = None
@@ -215,7 +221,7 @@ class MemoryTracer:
             cmd.append("--no-fragmentation")
         proc = subprocess.Popen(cmd, pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         theirs.close()
-        options = {"max_events": self.max_events, "capture_tensors": self.capture_tensors and self.ops == "all", "capture_ops": self._OPS[self.ops], "module_scopes": self.module_scopes}
+        options = {"max_events": self.max_events, "capture_tensors": self.capture_tensors and self.ops == "all", "capture_ops": self._OPS[self.ops], "module_scopes": self.module_scopes, "holders": self.holders}
         try:
             cap = _capture.begin(_shim.load(), ours.detach(), options, "api", {"mode": "api", "device": dev}, reset_peak_device=index)
         except BaseException:

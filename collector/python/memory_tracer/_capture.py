@@ -122,6 +122,7 @@ class Capture:
         self._ids = {}
         self.sampler = None
         self.compiled = None  # Inductor's generated code attributed to modules (_compiled)
+        self.holders = None  # who holds each storage (_holders), with --holders
         self.begin_id = self.intern(ITERATION_BEGIN)
         self.end_id = self.intern(ITERATION_END)
 
@@ -143,6 +144,15 @@ class Capture:
         if value is None:
             value = self.marks
         self.marks += 1
+        h = self.holders
+        if h is not None:
+            # What holds what at the mark, sent before it.
+            h.rescan()
+            for opt in list(self.optimizers.keys()):
+                h.optimizer_state(opt)
+            if h.python:
+                h.python_referrers()
+            h.flush()
         self.lib.mt_mark(self.intern(name), int(value))
 
     def begin_iteration(self):
@@ -154,6 +164,8 @@ class Capture:
     def end_iteration(self):
         if not self.iteration_open:
             return
+        if self.holders is not None:
+            self.holders.flush()
         self.lib.mt_mark(self.end_id, self.iteration)
         self.iteration_open = False
         self.iteration += 1
@@ -203,6 +215,8 @@ class Capture:
             if inner is not None and sub is module:
                 full = f"compiled({full})"
             self.names[id(sub)] = (full, self.intern(full), weakref.ref(sub))
+            if self.holders is not None:
+                self.holders.name_module(sub, full)
         return self.names[id(module)]
 
 
@@ -219,6 +233,22 @@ class Capture:
         compiling = getattr(torch.compiler, "is_compiling", lambda: False)
         cap = self
         lib = self.lib
+        if self.holders is None and int(self.options.get("holders", 0)) > 0:
+            from ._holders import Holders
+            self.holders = Holders(self, python=int(self.options.get("holders", 0)) > 1)
+        holders = self.holders
+        if holders is not None and not holders.read_data:
+            # An older torch unpacks saved tensors to read them, which is only safe while no
+            # saved-tensor hook was ever entered: note when one is.
+            hooks_cls = torch.autograd.graph.saved_tensors_hooks
+            orig_enter = hooks_cls.__enter__
+
+            def hooks_enter(self_, *args, **kwargs):
+                holders.hooks_used = True
+                return orig_enter(self_, *args, **kwargs)
+
+            hooks_cls.__enter__ = hooks_enter
+            self.patches.append((hooks_cls, "__enter__", orig_enter, hooks_enter))
         # What this installation's hooks test: off once they are taken out, so one left
         # beneath someone else's patch passes calls through even after a later install.
         live = self.live = Live()
@@ -335,6 +365,8 @@ class Capture:
             if not live.on or compiling():
                 return None
             e = opt_entry(opt)
+            if holders is not None:
+                holders.rescan()
             cap.set_phase(PHASE_OPTIMIZER)
             lib.mt_scope_enter(e[1])
             return None
@@ -345,6 +377,8 @@ class Capture:
             e = opt_entry(opt)
             lib.mt_scope_exit(e[1])
             cap.set_phase(PHASE_OTHER)
+            if holders is not None:
+                holders.optimizer_state(opt)
             cap.after_step(opt, e)
             return None
 
@@ -355,25 +389,33 @@ class Capture:
         # is the backward phase.
         import torch.autograd as autograd
 
-        def phased(fn):
+        def phased(fn, roots_arg, retain_at):
             def wrapper(*args, **kwargs):
                 if not live.on:
                     return fn(*args, **kwargs)
                 prev = cap.phase
                 cap.set_phase(PHASE_BACKWARD)
+                walked = holders is not None and not compiling()
+                if walked:
+                    roots = args[0] if args else kwargs.get(roots_arg)
+                    holders.backward_begins(roots if isinstance(roots, (list, tuple)) else (roots,))
                 try:
                     return fn(*args, **kwargs)
                 finally:
                     cap.set_phase(prev)
+                    if walked:
+                        # retain_graph defaults to create_graph (positional in Tensor.backward).
+                        given = [args[k] if len(args) > k else kwargs.get(n) for k, n in zip(retain_at, ("retain_graph", "create_graph"))]
+                        holders.backward_ends(bool(given[1] if given[0] is None else given[0]))
 
             wrapper.__wrapped__ = fn
             wrapper.__doc__ = fn.__doc__
             wrapper.__name__ = fn.__name__
             return wrapper
 
-        for attr in ("backward", "grad"):
+        for attr, roots_arg, retain_at in (("backward", "tensors", (2, 3)), ("grad", "outputs", (3, 4))):
             orig = getattr(autograd, attr)
-            setattr(autograd, attr, phased(orig))
+            setattr(autograd, attr, phased(orig, roots_arg, retain_at))
             self.patches.append((autograd, attr, orig, getattr(autograd, attr)))
 
         # Autograd nodes only (capture_ops=2): the shim finds the node at each memory record,
@@ -570,6 +612,8 @@ class Capture:
             if self.iteration_open and self.steps == 0 and self.marker is None:
                 self.end_iteration()
             self.enabled = False
+            if self.holders is not None:
+                self.holders.flush()
             self.lib.mt_stop()
             self.uninstall()
             end = {"reason": reason, "counters": _shim.counters(self.lib), "steps": self.steps, "iterations": self.iteration}

@@ -18,7 +18,12 @@ LIB_DIR = os.path.join(_HERE, "_lib")
 SRC_DIR = os.path.join(_HERE, "_src")
 
 # Frame kinds (record/shim/mt_shim.h).
-FRAME_HELLO, FRAME_RECORDS, FRAME_STRINGS, FRAME_END, FRAME_NOTE = 1, 2, 3, 4, 5
+FRAME_HELLO, FRAME_RECORDS, FRAME_STRINGS, FRAME_END, FRAME_NOTE, FRAME_HOLDERS = 1, 2, 3, 4, 5, 6
+# Holder kinds (MtHolder.kind).
+HOLDER_PARAMETER, HOLDER_BUFFER, HOLDER_GRADIENT, HOLDER_OPTIMIZER_STATE = 1, 2, 3, 4
+HOLDER_SAVED, HOLDER_PENDING_FREE, HOLDER_PYTHON = 5, 6, 7
+# MtHolder as `struct` packs it (the package writes holders; _holders.py).
+HOLDER_FORMAT = "<QQQqIIBBbbI"
 PHASE_FORWARD, PHASE_BACKWARD, PHASE_OPTIMIZER, PHASE_OTHER = 0, 1, 2, 3
 
 
@@ -26,6 +31,22 @@ class Counters(ctypes.Structure):
     _fields_ = [
         (name, ctypes.c_uint64)
         for name in ("mem_kept", "mem_dropped", "op_kept", "op_dropped", "peak_allocated", "peak_reserved", "buffer_dropped")
+    ]
+
+
+class Holder(ctypes.Structure):
+    _fields_ = [
+        ("ts_ns", ctypes.c_uint64),
+        ("ptr", ctypes.c_uint64),
+        ("bytes", ctypes.c_uint64),
+        ("seq", ctypes.c_int64),
+        ("name", ctypes.c_uint32),
+        ("module", ctypes.c_uint32),
+        ("kind", ctypes.c_uint8),
+        ("take", ctypes.c_uint8),
+        ("device_type", ctypes.c_int8),
+        ("device_index", ctypes.c_int8),
+        ("unused", ctypes.c_uint32),
     ]
 
 

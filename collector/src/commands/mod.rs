@@ -20,6 +20,7 @@ pub mod serve_worker;
 pub mod summary;
 pub mod trace;
 pub mod whatif;
+pub mod why;
 
 /// How much a gzip'd input may inflate to (every command that reads a trace).
 #[derive(clap::Args, Clone, Copy)]

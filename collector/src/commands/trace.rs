@@ -54,6 +54,11 @@ pub struct TraceArgs {
     /// the module that made them; with `--ops none`, the cheapest capture.
     #[arg(long)]
     pub no_module_scopes: bool,
+    /// Python programs: record who holds each tensor's memory (parameters, buffers, gradients,
+    /// optimizer state, tensors saved for backward), for `collector why`; `--holders=python`
+    /// also names the Python variables and attributes that hold tensors at each mark.
+    #[arg(long, value_name = "WHAT", num_args = 0..=1, require_equals = true, default_missing_value = "on", value_parser = ["on", "python"])]
+    pub holders: Option<String>,
     /// Python programs: which capture runs. `auto` (default): the native capture when a capture
     /// library fits the program's torch (or can be built for it), else PyTorch's recorder;
     /// `native`: the native capture or the program does not run (exit 97); `recorder`: PyTorch's
@@ -216,6 +221,11 @@ fn py_options(a: &TraceArgs) -> anyhow::Result<PyOptions> {
         fragmentation: !a.run.no_fragmentation,
         device: a.run.device.as_deref().map(str::parse).transpose().map_err(anyhow::Error::msg)?,
         capture: a.capture,
+        holders: match a.holders.as_deref() {
+            None => 0,
+            Some("python") => 2,
+            Some(_) => 1,
+        },
         ..PyOptions::default()
     })
 }

@@ -129,6 +129,8 @@ pub struct PyOptions {
     pub drain_interval_ms: u32,
     /// Which capture processes run. Default is [`CaptureMode::Auto`].
     pub capture: CaptureMode,
+    /// Record who holds each storage (`CaptureOptions::holders`).
+    pub holders: u8,
 }
 
 impl Default for PyOptions {
@@ -145,6 +147,7 @@ impl Default for PyOptions {
             grace: Duration::from_secs(10),
             drain_interval_ms: 20,
             capture: CaptureMode::Auto,
+            holders: 0,
         }
     }
 }
@@ -166,6 +169,7 @@ impl PyOptions {
             buffer_records: self.buffer_records,
             interval_ms: self.drain_interval_ms,
             capture: self.capture.as_str().to_owned(),
+            holders: self.holders,
         }
     }
 }
@@ -602,6 +606,7 @@ fn build_native_trace(mut p: ProcessStream, opts: &PyOptions) -> Result<Trace, S
         start_ns,
         base_totals,
         cuda_stats,
+        holders: std::mem::take(&mut p.holders),
     };
     let mut trace = assemble::assemble(&captured, meta);
     report_env(&mut trace, &hello);

@@ -21,6 +21,7 @@ pub const FILES: &[(&str, &[u8])] = py!(
     "memory_tracer/_build.py",
     "memory_tracer/_capture.py",
     "memory_tracer/_compiled.py",
+    "memory_tracer/_holders.py",
     "memory_tracer/_notebook.py",
     "memory_tracer/_recorder.py",
     "memory_tracer/_shim.py",

@@ -4,14 +4,15 @@
 //! naming the frame, never a panic or an unbounded allocation.
 
 use protocol::capture::{End, Hello, Note};
-use record::MtRecord;
+use record::{MtHolder, MtRecord};
 use std::io::{ErrorKind, Read};
 
-pub use record::{FRAME_END, FRAME_HELLO, FRAME_NOTE, FRAME_RECORDS, FRAME_STRINGS};
+pub use record::{FRAME_END, FRAME_HELLO, FRAME_HOLDERS, FRAME_NOTE, FRAME_RECORDS, FRAME_STRINGS};
 
 /// The largest frame accepted (the shim sends at most 16384 records, 896 KiB, per frame).
 pub const MAX_FRAME_BYTES: usize = 64 << 20;
 const RECORD_BYTES: usize = std::mem::size_of::<MtRecord>();
+const HOLDER_BYTES: usize = std::mem::size_of::<MtHolder>();
 
 /// Everything one process sent.
 #[derive(Debug, Default)]
@@ -20,6 +21,8 @@ pub struct ProcessStream {
     pub end: Option<End>,
     pub notes: Vec<Note>,
     pub records: Vec<MtRecord>,
+    /// Holders taking and letting go of storages (`collector trace --holders`).
+    pub holders: Vec<MtHolder>,
     /// The shim's strings; id `i` is `strings[i - 1]`.
     pub strings: Vec<String>,
     /// Why the stream stopped early (cut mid-frame, a malformed frame), if it did.
@@ -135,6 +138,12 @@ fn take_frame(
             s.records.extend(payload.chunks_exact(RECORD_BYTES).map(MtRecord::from_le_bytes));
             on_records(s.hello.as_ref(), &s.records[start..]);
         }
+        FRAME_HOLDERS => {
+            if !payload.len().is_multiple_of(HOLDER_BYTES) {
+                return Err(format!("a holders frame must hold whole {HOLDER_BYTES}-byte holders"));
+            }
+            s.holders.extend(payload.chunks_exact(HOLDER_BYTES).map(MtHolder::from_le_bytes));
+        }
         FRAME_STRINGS => {
             let mut p = payload;
             while !p.is_empty() {
@@ -153,7 +162,7 @@ fn take_frame(
                 p = &p[8 + len..];
             }
         }
-        other => return Err(format!("unknown frame kind {other}; expected 1 to 5")),
+        other => return Err(format!("unknown frame kind {other}; expected 1 to 6")),
     }
     Ok(())
 }

@@ -65,6 +65,10 @@ pub struct LeakGroup {
     pub op: Option<String>,
     /// The innermost stack frame, when the trace has stacks.
     pub frame: Option<String>,
+    /// What holds it when the last iteration ends (`python train:history`, `optimizer_state
+    /// weight.exp_avg in fc`), where the capture recorded holders.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holder: Option<String>,
     pub bytes: u64,
     pub allocations: usize,
     /// Iterations (after warm-up) it grew in, and bytes per such iteration.
@@ -534,6 +538,26 @@ fn levels(trace: &Trace, device: u8, spans: &[(u64, u64)]) -> Levels {
     Levels { at_end, low, kept, live }
 }
 
+/// Who holds allocation `i` at `end`: of its recorded holders then, the one that ranks first;
+/// else the last to let go of it.
+fn holder_at_end(trace: &Trace, i: usize, end: u64) -> Option<String> {
+    let hs = trace.holders_of(i);
+    let h = hs
+        .iter()
+        .filter(|h| h.taken_ns <= end && h.released_ns.is_none_or(|r| r > end))
+        .min_by_key(|h| h.kind.rank())
+        .or_else(|| hs.iter().filter(|h| h.taken_ns <= end).max_by_key(|h| h.released_ns))?;
+    let (name, module) = (trace.str(h.name), trace.str(h.module));
+    let mut s = h.kind.as_str().to_owned();
+    if !name.is_empty() {
+        s = format!("{s} {name}");
+    }
+    if !module.is_empty() {
+        s = format!("{s} in {module}");
+    }
+    Some(s)
+}
+
 /// The survivors born after warm-up, grouped by (layer, innermost operator, innermost frame),
 /// those that grew in most iterations first, at most `top`.
 fn survivor_groups(trace: &Trace, spans: &[(u64, u64)], warmup: usize, live: &FastMap<u64, usize>, top: usize) -> Vec<LeakGroup> {
@@ -542,7 +566,8 @@ fn survivor_groups(trace: &Trace, spans: &[(u64, u64)], warmup: usize, live: &Fa
     // Survivors born after warm-up, by (layer, innermost operator, innermost frame).
     let iteration_of = |ts: u64| spans.partition_point(|s| s.1 < ts);
     let ops = super::flame::innermost_ops(trace);
-    type Key = (String, Option<String>, Option<String>);
+    type Key = (String, Option<String>, Option<String>, Option<String>);
+    let end = spans.last().map_or(0, |s| s.1);
     let mut groups: BTreeMap<Key, (u64, usize, std::collections::BTreeSet<usize>)> = BTreeMap::new();
     for &i in live.values() {
         let k = iteration_of(ev.ts_ns[i]);
@@ -557,17 +582,19 @@ fn survivor_groups(trace: &Trace, spans: &[(u64, u64)], warmup: usize, live: &Fa
             .and_then(|s| trace.stacks.stack(s).next())
             .map(|f| format!("{}:{} {}", trace.str(f.filename), f.line, trace.str(f.name)));
         let op = ops.get(i).and_then(|&o| trace.opt_str(o)).map(str::to_owned);
-        let g = groups.entry((layer, op, frame)).or_default();
+        let holder = holder_at_end(trace, i, end);
+        let g = groups.entry((layer, op, frame, holder)).or_default();
         g.0 += ev.size_bytes[i];
         g.1 += 1;
         g.2.insert(k);
     }
     let mut survivors: Vec<LeakGroup> = groups
         .into_iter()
-        .map(|((layer, op, frame), (bytes, allocations, its))| LeakGroup {
+        .map(|((layer, op, frame, holder), (bytes, allocations, its))| LeakGroup {
             layer,
             op,
             frame,
+            holder,
             bytes,
             allocations,
             iterations: its.len(),

@@ -9,6 +9,7 @@ pub mod budget;
 pub mod categories;
 pub mod diff;
 pub mod flame;
+pub mod holders;
 pub mod iterations;
 pub mod leaks;
 pub mod oom;

@@ -81,6 +81,10 @@ pub struct OomReport {
     /// the run had when it failed (its reserved bytes then): whether the request would have fit.
     #[serde(default)]
     pub settings: Vec<OomSetting>,
+    /// Who held the live bytes at the out-of-memory, largest first (at most `top`), where the
+    /// capture recorded holders (`collector why --at oom` infers them for other traces).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub holders: Vec<super::holders::HolderGroup>,
     /// The explanation in plain words.
     pub verdict: String,
 }
@@ -182,8 +186,13 @@ pub fn oom(trace: &Trace, top: usize) -> Option<OomReport> {
         by_frame: groups(by_frame, top),
         unrecorded_bytes: totals.allocated_bytes.saturating_sub(recorded),
         settings: Vec::new(),
+        holders: Vec::new(),
         verdict: String::new(),
     };
+    if !trace.event_holders.is_empty() {
+        let held = super::holders::why(trace, &super::holders::Moment::Oom, Some(device));
+        r.holders = held.map(|w| w.holders.into_iter().take(top).collect()).unwrap_or_default();
+    }
     r.settings = settings_at_oom(trace, &r, at);
     r.verdict = verdict(&r);
     Some(r)

@@ -251,6 +251,22 @@ fn validate_stacks_and_notes(t: &Trace) -> Result<(), ImportError> {
             ));
         }
     }
+    for (k, h) in t.event_holders.iter().enumerate() {
+        let i = h.event as usize;
+        let key = |h: &crate::model::EventHolder| (h.event, h.taken_ns);
+        if i >= n || t.events.event_type(i) != EventType::Alloc || (k > 0 && key(h) < key(&t.event_holders[k - 1])) {
+            return Err(bad(
+                format!("trace.event_holders[{k}].event"),
+                "expected alloc events of trace.events, in order of event and taken_ns",
+            ));
+        }
+        if !str_ok(h.name) || !str_ok(h.module) || h.released_ns.is_some_and(|r| r < h.taken_ns) {
+            return Err(bad(
+                format!("trace.event_holders[{k}]"),
+                "expected names within trace.strings and released_ns not before taken_ns",
+            ));
+        }
+    }
     for (k, note) in t.event_notes.iter().enumerate() {
         if note.event as usize >= n || (k > 0 && note.event < t.event_notes[k - 1].event) {
             return Err(bad(format!("trace.event_notes[{k}].event"), "expected event indices in order, within trace.events"));

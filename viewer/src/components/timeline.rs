@@ -1,6 +1,7 @@
 //! The memory timeline: allocated, reserved and driver-used memory over a window of the trace,
 //! with phase and layer bands; wheel or `+`/`-` to zoom, drag or arrows to pan, `0` to reset,
-//! hover for totals, click for the largest live allocations. The window's arithmetic is
+//! hover for totals, click for who holds the live bytes and the largest live allocations. The
+//! window's arithmetic is
 //! `shared::analysis::view_math`'s; the worker answers each window at the canvas's width.
 
 use crate::charts::{self, Mapping};
@@ -10,6 +11,7 @@ use crate::widgets::png_button;
 use crate::{bridge, fit_canvas, perf};
 use leptos::html::Canvas;
 use leptos::prelude::*;
+use shared::analysis::holders::Why;
 use shared::analysis::view_math::{around, dragged, panned, zoomed, Window};
 use shared::analysis::TimelinePoint;
 use shared::explore::{Allocation, Band, Moment, Overview, Request, Response};
@@ -34,6 +36,8 @@ struct Timeline {
     hover: RwSignal<Option<(f64, f64, Moment)>>,
     /// The moment clicked and its largest live allocations.
     selected: RwSignal<Option<(f64, Vec<Allocation>)>>,
+    /// Who holds the live bytes at the moment clicked.
+    held: RwSignal<Option<Arc<Why>>>,
     /// One request in flight at a time; the latest window waits its turn.
     in_flight: StoredValue<bool>,
     queued: StoredValue<Option<Window>>,
@@ -55,6 +59,7 @@ impl Timeline {
             mapping: StoredValue::new(None),
             hover: RwSignal::new(None),
             selected: RwSignal::new(None),
+            held: RwSignal::new(None),
             in_flight: StoredValue::new(false),
             queued: StoredValue::new(None),
             input_at: StoredValue::new(None),
@@ -185,10 +190,17 @@ impl Timeline {
         if !m.contains(ev.offset_x() as f64, ev.offset_y() as f64) {
             return;
         }
-        let selected = self.selected;
-        bridge::ask(&Request::Allocations { t_s: m.x_at(ev.offset_x() as f64), limit: 25 }, move |r| {
+        let (selected, held) = (self.selected, self.held);
+        let t_s = m.x_at(ev.offset_x() as f64);
+        bridge::ask(&Request::Allocations { t_s, limit: 25 }, move |r| {
             if let Response::Allocations { t_s, allocations } = r {
                 selected.set(Some((t_s, allocations)));
+            }
+        });
+        held.set(None);
+        bridge::ask(&Request::Holders { t_s }, move |r| {
+            if let Response::Holders(w) = r {
+                held.set(Some(Arc::new(*w)));
             }
         });
     }
@@ -218,10 +230,43 @@ fn allocation_row(a: Allocation) -> impl IntoView {
         <td class="num">{life}</td>
         <td>{a.layer.unwrap_or_default()} " " <code>{a.op.unwrap_or_default()}</code>
             {a.pool.map(|p| view! { " " <span class="tag">{format!("pool {p}")}</span> })}
+            {(!a.holders.is_empty()).then(|| view! { <div class="holders">"held by " {a.holders.join(" · ")}</div> })}
             {(!a.notes.is_empty()).then(|| view! { <div class="notes">{a.notes.join(" · ")}</div> })}</td>
         <td><details><summary>{a.stack.first().cloned().unwrap_or_else(|| "—".into())}</summary>
             <pre>{a.stack.join("\n")}</pre></details></td>
     </tr> }
+}
+
+/// Who holds the live bytes at the moment clicked, largest first.
+fn holders_table(w: &Why) -> impl IntoView {
+    let how = if w.recorded { "recorded" } else { "inferred (trace with --holders to record them)" };
+    let rows = w
+        .holders
+        .iter()
+        .take(20)
+        .map(|g| {
+            let released = g.released_at_s.map_or("held to the end".to_owned(), format_seconds);
+            let kind = g.kind.as_str().replace('_', " ");
+            view! { <tr data-holder=g.kind.as_str()>
+                <td class="num">{format_bytes(g.bytes)}</td>
+                <td class="num">{g.blocks}</td>
+                <td>{kind}{g.inferred.then_some(" (inferred)")}</td>
+                <td><code>{g.name.clone()}</code></td>
+                <td>{g.module.clone()}</td>
+                <td class="num">{released}</td>
+            </tr> }
+        })
+        .collect_view();
+    view! {
+        <div class="holders-table" id="holders-at">
+            <h3>{format!("Who holds the {} live at {}", format_bytes(w.live_bytes), format_seconds(w.at.time_s))}</h3>
+            <p class="hint">{format!("holders {how}; {:.1} % of the live bytes have one", 100.0 * w.coverage())}</p>
+            <table class="data">
+                <thead><tr><th>"bytes"</th><th>"blocks"</th><th>"holder"</th><th>"name"</th><th>"module"</th><th>"released"</th></tr></thead>
+                <tbody>{rows}</tbody>
+            </table>
+        </div>
+    }
 }
 
 /// The largest allocations live at `t` (a click), closed by clearing `selected`.
@@ -283,6 +328,7 @@ pub fn TimelineSection(
                 {move || t.hover.get().map(|(x, y, m)| moment_tooltip(x, y, m))}
             </div>
             <p class="sub">{move || { let w = t.window.get(); format!("{} – {} of {}", format_seconds(w.0), format_seconds(w.1), format_seconds(full.1)) }}</p>
+            {move || t.selected.get().and_then(|_| t.held.get()).map(|w| holders_table(&w))}
             {move || t.selected.get().map(|(at, allocs)| live_list(at, allocs, t.selected))}
         </section>
     }

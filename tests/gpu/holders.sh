@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Issue 49 on one GPU: `collector trace --holders` on the CPU test's programs moved to CUDA
+# (tests/python/programs/holders_check.py --device cuda), each checked against what PyTorch's
+# own objects held at its marks (tests/gpu/holders_compare.py prints one table row per case),
+# and the program's results and hook calls against an untraced run.
+#   tests/gpu/holders.sh COLLECTOR OUT_DIR
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+collector=$1
+out=$2
+. "$here/torch_env.sh"
+py="$venv/bin/python"
+prog="$here/../python/programs/holders_check.py"
+mkdir -p "$out"
+echo "| case | parameters (PyTorch / why) | optimizer state | saved for backward | gradients | named at after_forward | at the peak | results and hooks as untraced |"
+echo "|---|---|---|---|---|---|---|---|"
+for case in "resnet" "lm" "moe" "lm --checkpoint" "moe --checkpoint" "resnet --compile" "moe --user-hooks"; do
+  name=$(echo "$case" | tr -d ' -')
+  "$py" "$prog" $case --device cuda > "$out/$name.plain.txt" 2> "$out/$name.plain.err"
+  "$collector" trace -q --holders -o "$out/$name.mtrace.json" -- "$py" "$prog" $case --device cuda > "$out/$name.traced.txt" 2> "$out/$name.traced.err"
+  for at in after_forward after_backward peak; do
+    "$collector" why --json --no-fold --at "$at" "$out/$name.mtrace.json" > "$out/$name.$at.json" 2>> "$out/$name.traced.err"
+  done
+  "$py" "$here/holders_compare.py" "$case" "$out/$name"
+done

@@ -1,0 +1,55 @@
+"""One markdown row of tests/gpu/holders.sh: a case's FACTS (what PyTorch's objects held at its
+marks) against `collector why --json --no-fold` at those marks, and whether the traced run's
+results and hook calls equal the untraced one's.
+    holders_compare.py CASE PREFIX   (reads PREFIX.{plain,traced}.txt, PREFIX.{after_forward,after_backward,peak}.json)
+"""
+import json
+import sys
+
+case, prefix = sys.argv[1], sys.argv[2]
+
+
+def facts(path):
+    for line in open(path):
+        if line.startswith("FACTS "):
+            return json.loads(line[6:])
+    return None
+
+
+def why(at):
+    try:
+        return json.load(open(f"{prefix}.{at}.json"))
+    except (OSError, ValueError):
+        return None
+
+
+def recorded(w, kind):
+    return sum(h["bytes"] for h in w["holders"] if h["kind"] == kind and not h.get("inferred"))
+
+
+def named(w):
+    if not w or not w["live_bytes"]:
+        return "—"
+    n = sum(h["bytes"] for h in w["holders"] if h["kind"] not in ("unknown", "cache", "pending_free"))
+    return f"{100 * n / w['live_bytes']:.2f} %"
+
+
+plain, traced = facts(f"{prefix}.plain.txt"), facts(f"{prefix}.traced.txt")
+fwd, bwd, peak = why("after_forward"), why("after_backward"), why("peak")
+if not traced or not fwd or not bwd:
+    print(f"| {case} | failed: see {prefix}.traced.err | | | | | | |")
+    sys.exit(0)
+f = traced["after_forward"]
+
+
+def pair(a, b):
+    return f"{a:,} / {b:,}" + ("" if a == b else " ✗")
+
+
+saved = sum(f["saved_for_backward"].values())
+same = plain is not None and (plain["loss"], plain["hooks"]) == (traced["loss"], traced["hooks"])
+print(
+    f"| {case} | {pair(f['parameter'], recorded(fwd, 'parameter'))} | {pair(f['optimizer_state'], recorded(fwd, 'optimizer_state'))} "
+    f"| {pair(saved, recorded(fwd, 'saved_for_backward'))} | {pair(traced['after_backward']['gradient'], recorded(bwd, 'gradient'))} "
+    f"| {named(fwd)} | {named(peak)} | {'yes' if same else 'NO'} |"
+)
