@@ -12,9 +12,9 @@ out=$2
 py="$venv/bin/python"
 prog="$here/../python/programs/holders_check.py"
 mkdir -p "$out"
-echo "| case | parameters (PyTorch / why) | optimizer state | saved for backward | gradients | named at after_forward | at the peak | results and hooks as untraced |"
-echo "|---|---|---|---|---|---|---|---|"
-for case in "resnet" "lm" "moe" "lm --checkpoint" "moe --checkpoint" "resnet --compile" "moe --user-hooks"; do
+echo "| case | parameters (PyTorch / why) | optimizer state | saved for backward | gradients | named at after_forward | at the peak | largest unknown at the peak | results and hooks as untraced |"
+echo "|---|---|---|---|---|---|---|---|---|"
+for case in "resnet --large" "lm --large" "moe --large" "lm --large --checkpoint" "moe --large --checkpoint" "resnet --large --compile" "moe --large --user-hooks" "lm"; do
   name=$(echo "$case" | tr -d ' -')
   "$py" "$prog" $case --device cuda > "$out/$name.plain.txt" 2> "$out/$name.plain.err"
   "$collector" trace -q --holders -o "$out/$name.mtrace.json" -- "$py" "$prog" $case --device cuda > "$out/$name.traced.txt" 2> "$out/$name.traced.err"

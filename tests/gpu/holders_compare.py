@@ -24,7 +24,16 @@ def why(at):
 
 
 def recorded(w, kind):
-    return sum(h["bytes"] for h in w["holders"] if h["kind"] == kind and not h.get("inferred"))
+    """What the recorded holders' tensors asked for (the blocks are rounded up)."""
+    return sum(h["requested_bytes"] for h in w["holders"] if h["kind"] == kind and not h.get("inferred"))
+
+
+def largest_unknown(w):
+    u = [h for h in w["holders"] if h["kind"] == "unknown"]
+    if not u:
+        return "—"
+    h = max(u, key=lambda h: h["bytes"])
+    return f"{h['bytes']:,} in {h['blocks']} blocks ({h['module'] or h['name']})"
 
 
 def named(w):
@@ -37,7 +46,7 @@ def named(w):
 plain, traced = facts(f"{prefix}.plain.txt"), facts(f"{prefix}.traced.txt")
 fwd, bwd, peak = why("after_forward"), why("after_backward"), why("peak")
 if not traced or not fwd or not bwd:
-    print(f"| {case} | failed: see {prefix}.traced.err | | | | | | |")
+    print(f"| {case} | failed: see {prefix}.traced.err | | | | | | | |")
     sys.exit(0)
 f = traced["after_forward"]
 
@@ -51,5 +60,5 @@ same = plain is not None and (plain["loss"], plain["hooks"]) == (traced["loss"],
 print(
     f"| {case} | {pair(f['parameter'], recorded(fwd, 'parameter'))} | {pair(f['optimizer_state'], recorded(fwd, 'optimizer_state'))} "
     f"| {pair(saved, recorded(fwd, 'saved_for_backward'))} | {pair(traced['after_backward']['gradient'], recorded(bwd, 'gradient'))} "
-    f"| {named(fwd)} | {named(peak)} | {'yes' if same else 'NO'} |"
+    f"| {named(fwd)} | {named(peak)} | {largest_unknown(peak)} | {'yes' if same else 'NO'} |"
 )

@@ -75,9 +75,9 @@ class Holders:
         except Exception:  # sparse, meta, fake and functional tensors have no storage of their own
             return None
 
-    def _send(self, kind, take, where, name=0, module=0, seq=-1):
+    def _send(self, kind, take, where, name=0, module=0, seq=-1, ts=None):
         ptr, nbytes, dt, di = where
-        rec = _RECORD.pack(self.lib.mt_now_ns(), ptr, nbytes, seq, name, module, kind, take, dt, di, 0)
+        rec = _RECORD.pack(self.lib.mt_now_ns() if ts is None else ts, ptr, nbytes, seq, name, module, kind, take, dt, di, 0)
         with self.lock:
             self.buf += rec
             if len(self.buf) >= _FLUSH_BYTES:
@@ -208,8 +208,9 @@ class Holders:
                             stack.append(t.grad_fn)
         # Earliest node first: of two nodes saving one storage, the first made holds it.
         taken.sort(key=lambda x: x[2])
+        now = self.lib.mt_now_ns()
         for where, name, seq in taken:
-            self._send(_shim.HOLDER_SAVED, 1, where, name, 0, seq)
+            self._send(_shim.HOLDER_SAVED, 1, where, name, 0, seq, now)
         return taken
 
     def _node(self, node, stack, seen, hooks, taken, params):
@@ -267,8 +268,9 @@ class Holders:
     def backward_ends(self, retained):
         taken = self.saved.pop() if self.saved else []
         if not retained:
+            now = self.lib.mt_now_ns()
             for where, name, seq in taken:
-                self._send(_shim.HOLDER_SAVED, 0, where, name, 0, seq)
+                self._send(_shim.HOLDER_SAVED, 0, where, name, 0, seq, now)
         self.rescan()
 
     def _unpacked(self, node, cls, name, seq, taken, params):

@@ -91,6 +91,11 @@ pub struct HolderGroup {
     /// The module path (repeated layers folded: `layers.{0..11}.mlp`); empty where none.
     pub module: String,
     pub bytes: u64,
+    /// What its tensors asked for, where the trace knows (a CUDA trace of torch 2.9 or newer):
+    /// the caching allocator rounds each request up to its block, and `bytes` counts blocks,
+    /// as `memory_allocated()` does. Else equal to `bytes`.
+    #[serde(default)]
+    pub requested_bytes: u64,
     pub blocks: u64,
     /// When the last of its blocks is released (seconds since the start): its holder lets go or
     /// the block is freed. `None`: some are held to the end of the trace.
@@ -213,16 +218,16 @@ pub fn why_with(trace: &Trace, moment: &Moment, device: Option<u8>, fold_layers:
     for (&_, &i) in &live.pending {
         let bytes = ev.size_bytes[i];
         pending_bytes += bytes;
-        groups.add(trace, HolderKind::PendingFree, StrId::NONE, ev.layer[i], bytes, live.completed_at.get(&i).copied(), false);
+        groups.add(trace, HolderKind::PendingFree, StrId::NONE, ev.layer[i], (bytes, bytes), live.completed_at.get(&i).copied(), false);
     }
     // Memory from before the trace's first event: live, but no event says what it is.
     let before = totals.allocated_bytes.saturating_sub(block_bytes);
     if before > 0 {
-        groups.add_named(HolderKind::Unknown, "allocated before the trace began", "", before, 0, None, false);
+        groups.add_named(HolderKind::Unknown, "allocated before the trace began", "", (before, before), 0, None, false);
     }
     let cache = totals.reserved_bytes.saturating_sub(totals.allocated_bytes).saturating_sub(pending_bytes);
     if cache > 0 {
-        groups.add_named(HolderKind::Cache, "reserved, allocated to nothing", "", cache, 0, None, false);
+        groups.add_named(HolderKind::Cache, "reserved, allocated to nothing", "", (cache, cache), 0, None, false);
     }
     let mut holders = groups.finish(start);
     holders.retain(|g| g.bytes > 0);
@@ -324,8 +329,8 @@ fn group_blocks(trace: &Trace, live: &Live, t_ns: u64, groups: &mut Groups) -> u
         if needs_inference { categorize(trace).into_iter().map(|c| (c.event, c.category)).collect() } else { FastMap::default() };
     let mut block_bytes = 0u64;
     for &e in &blocks {
-        let bytes = ev.size_bytes[e];
-        block_bytes += bytes;
+        let bytes = (ev.size_bytes[e], trace.requested_of(e).unwrap_or(ev.size_bytes[e]));
+        block_bytes += bytes.0;
         let freed = live.freed_at.get(&e).copied();
         if let Some(h) = holder_at(trace.holders_of(e), t_ns) {
             let released = match (h.released_ns.filter(|&r| r > t_ns), freed) {
@@ -425,20 +430,40 @@ struct Group {
     /// The numbers of each folded path component, by position.
     numbers: Vec<Vec<u64>>,
     bytes: u64,
+    requested_bytes: u64,
     blocks: u64,
     released: Option<u64>,
     held_to_end: bool,
 }
 
 impl Groups {
+    /// `bytes`: the block's and what it was asked for.
     #[allow(clippy::too_many_arguments)]
-    fn add(&mut self, trace: &Trace, kind: HolderKind, name: StrId, module: StrId, bytes: u64, released: Option<u64>, inferred: bool) {
+    fn add(
+        &mut self,
+        trace: &Trace,
+        kind: HolderKind,
+        name: StrId,
+        module: StrId,
+        bytes: (u64, u64),
+        released: Option<u64>,
+        inferred: bool,
+    ) {
         let (name, module) = (trace.str(name), trace.str(module));
         self.add_named(kind, name, module, bytes, 1, released, inferred);
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn add_named(&mut self, kind: HolderKind, name: &str, module: &str, bytes: u64, blocks: u64, released: Option<u64>, inferred: bool) {
+    fn add_named(
+        &mut self,
+        kind: HolderKind,
+        name: &str,
+        module: &str,
+        bytes: (u64, u64),
+        blocks: u64,
+        released: Option<u64>,
+        inferred: bool,
+    ) {
         let (pattern, numbers) = if self.fold { fold(module) } else { (module.to_owned(), Vec::new()) };
         let g = self.by_key.entry((kind, name.to_owned(), pattern, inferred)).or_default();
         if g.numbers.len() < numbers.len() {
@@ -447,7 +472,8 @@ impl Groups {
         for (k, n) in numbers.into_iter().enumerate() {
             g.numbers[k].push(n);
         }
-        g.bytes += bytes;
+        g.bytes += bytes.0;
+        g.requested_bytes += bytes.1;
         g.blocks += blocks;
         match released {
             Some(r) => g.released = Some(g.released.map_or(r, |x| x.max(r))),
@@ -463,6 +489,7 @@ impl Groups {
                 name,
                 module: unfold(&pattern, g.numbers),
                 bytes: g.bytes,
+                requested_bytes: g.requested_bytes,
                 blocks: g.blocks,
                 released_at_s: if g.held_to_end { None } else { g.released.map(|r| r.saturating_sub(start) as f64 / 1e9) },
                 inferred,

@@ -14,7 +14,9 @@ to be checked against (collector/tests/python_cpu.rs):
 
 The facts are read after each mark, so the reading does not change what was live at it.
 
-    holders_check.py MODEL [--checkpoint] [--compile] [--user-hooks] [--device cuda]
+    holders_check.py MODEL [--checkpoint] [--compile] [--user-hooks] [--device cuda] [--large]
+--large: a ResNet-50 at 224 px, a 12-layer LM of width 768 and an MoE of width 1024 (the GPU
+runs), in place of the small models the CPU tests run.
 MODEL: resnet (torchvision ResNet-18), lm (a transformers causal LM with AdamW and bf16
 autocast), moe (a mixture of experts with Adam).
 """
@@ -41,6 +43,8 @@ DEVICE = "cpu"
 
 
 def storages(tensors):
+    """{data pointer: bytes} of the tensors' storages on DEVICE (what they asked for: on CUDA
+    the caching allocator's blocks are larger, and `collector why` gives both)."""
     out = {}
     for t in tensors:
         if isinstance(t, torch.Tensor) and t.device.type == DEVICE:
@@ -77,19 +81,20 @@ class MoE(torch.nn.Module):
         return self.head(out + x)
 
 
-def build(name, checkpoint, device):
+def build(name, checkpoint, device, large):
     torch.manual_seed(0)
     if name == "resnet":
         import torchvision
 
-        model = torchvision.models.resnet18(num_classes=10)
+        model = torchvision.models.resnet50(num_classes=1000) if large else torchvision.models.resnet18(num_classes=10)
         if checkpoint:
             for k in range(1, 5):
                 layer = getattr(model, f"layer{k}")
                 layer.forward = checkpointed(layer.forward)
         model.to(device)
         opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-        x, y = torch.randn(4, 3, 64, 64, device=device), torch.randint(0, 10, (4,), device=device)
+        size, batch = (224, 32) if large else (64, 4)
+        x, y = torch.randn(batch, 3, size, size, device=device), torch.randint(0, 10, (batch,), device=device)
 
         def step():
             return torch.nn.functional.cross_entropy(model(x), y)
@@ -97,27 +102,32 @@ def build(name, checkpoint, device):
     elif name == "lm":
         from transformers import LlamaConfig, LlamaForCausalLM
 
-        cfg = LlamaConfig(vocab_size=512, hidden_size=128, intermediate_size=512, num_hidden_layers=3, num_attention_heads=4,
-                          num_key_value_heads=4, max_position_embeddings=64)
+        if large:
+            cfg = LlamaConfig(vocab_size=32000, hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12,
+                              num_key_value_heads=12, max_position_embeddings=512)
+        else:
+            cfg = LlamaConfig(vocab_size=512, hidden_size=128, intermediate_size=512, num_hidden_layers=3, num_attention_heads=4,
+                              num_key_value_heads=4, max_position_embeddings=64)
         model = LlamaForCausalLM(cfg)
         if checkpoint:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.to(device)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-        ids = torch.randint(0, 512, (4, 32), device=device)
+        ids = torch.randint(0, cfg.vocab_size, (8, 512) if large else (4, 32), device=device)
 
         def step():
             with torch.autocast(device, dtype=torch.bfloat16):
                 return model(input_ids=ids, labels=ids).loss
 
     else:
-        model = MoE()
+        model = MoE(1024, 8) if large else MoE()
         if checkpoint:
             for e in model.experts:
                 e.forward = checkpointed(e.forward)
         model.to(device)
         opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-        x, y = torch.randn(64, 128, device=device), torch.randint(0, 10, (64,), device=device)
+        d, rows = (1024, 4096) if large else (128, 64)
+        x, y = torch.randn(rows, d, device=device), torch.randint(0, 10, (rows,), device=device)
 
         def step():
             return torch.nn.functional.cross_entropy(model(x), y)
@@ -247,14 +257,17 @@ def main():
     p.add_argument("--compile", action="store_true")
     p.add_argument("--user-hooks", action="store_true")
     p.add_argument("--device", default="cpu")
+    p.add_argument("--large", action="store_true")
     a = p.parse_args()
+    # The same results traced and untraced, also on a GPU.
+    torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
     torch.set_num_threads(1)
     global HOOKED, DEVICE
     HOOKED = a.checkpoint or a.user_hooks
     DEVICE = torch.device(a.device).type
     if a.checkpoint:
         remember_checkpoint_inputs()
-    model, opt, step = build(a.model, a.checkpoint, a.device)
+    model, opt, step = build(a.model, a.checkpoint, a.device, a.large)
     if a.compile:
         model.forward = torch.compile(model.forward, backend="aot_eager")
     ranges = None if a.compile else Ranges(model)
