@@ -959,3 +959,22 @@ fn holders_are_what_pytorchs_own_objects_hold() {
         }
     }
 }
+
+/// `--holders=python`: at a mark, the Python variables and attributes holding tensors are
+/// named (`main:trainer.last_batch`, a list's items folded as `main:history[{0..7}]`), and
+/// `leaks` names what holds the tensors each iteration leaves behind.
+#[test]
+fn python_variables_holding_tensors_are_named() {
+    use shared::analysis::holders::{why, Moment};
+    use shared::model::HolderKind;
+    let (out, t, dir) = trace("holders_python", &["--holders=python"], &py("holders_python.py", &[]));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let t = t.expect("a trace");
+    let w = why(&t, &Moment::parse("end").unwrap(), None).unwrap();
+    let python: Vec<(&str, u64, u64)> =
+        w.holders.iter().filter(|g| g.kind == HolderKind::Python).map(|g| (g.name.as_str(), g.bytes, g.blocks)).collect();
+    assert_eq!(python, [("main:trainer.last_batch", 512 << 10, 1), ("main:history[{0..7}]", 8 * (16 << 10), 8)], "{:#?}", w.holders);
+    assert_eq!(w.coverage(), 1.0, "{:#?}", w.holders);
+    let leaks = collector(&dir).args(["leaks"]).arg(dir.join("out.mtrace.json")).output().unwrap();
+    assert!(text(&leaks.stdout).contains("held by python main:history["), "{}", text(&leaks.stdout));
+}

@@ -338,7 +338,8 @@ class Holders:
             f = frame.f_back if tid == me else frame
             while f is not None:
                 code = f.f_code
-                if "memory_tracer" not in (code.co_filename or "") and f.f_globals is not (vars(main) if main else None):
+                # Not the package's own frames, nor a module's top level (its globals, above).
+                if "memory_tracer" not in (code.co_filename or "") and f.f_locals is not f.f_globals:
                     for k, v in list(f.f_locals.items()):
                         visit(f"{code.co_name}:{k}", v, 2)
                 f = f.f_back

@@ -427,8 +427,9 @@ struct Groups {
 
 #[derive(Default)]
 struct Group {
-    /// The numbers of each folded path component, by position.
+    /// The numbers of each folded index of the module path and of the name, by position.
     numbers: Vec<Vec<u64>>,
+    name_numbers: Vec<Vec<u64>>,
     bytes: u64,
     requested_bytes: u64,
     blocks: u64,
@@ -464,13 +465,17 @@ impl Groups {
         released: Option<u64>,
         inferred: bool,
     ) {
-        let (pattern, numbers) = if self.fold { fold(module) } else { (module.to_owned(), Vec::new()) };
-        let g = self.by_key.entry((kind, name.to_owned(), pattern, inferred)).or_default();
-        if g.numbers.len() < numbers.len() {
-            g.numbers.resize(numbers.len(), Vec::new());
-        }
-        for (k, n) in numbers.into_iter().enumerate() {
-            g.numbers[k].push(n);
+        let unfolded = |s: &str| (s.to_owned(), Vec::new());
+        let (pattern, numbers) = if self.fold { fold(module) } else { unfolded(module) };
+        let (name_pattern, name_numbers) = if self.fold { fold(name) } else { unfolded(name) };
+        let g = self.by_key.entry((kind, name_pattern, pattern, inferred)).or_default();
+        for (list, numbers) in [(&mut g.numbers, numbers), (&mut g.name_numbers, name_numbers)] {
+            if list.len() < numbers.len() {
+                list.resize(numbers.len(), Vec::new());
+            }
+            for (k, n) in numbers.into_iter().enumerate() {
+                list[k].push(n);
+            }
         }
         g.bytes += bytes.0;
         g.requested_bytes += bytes.1;
@@ -486,7 +491,7 @@ impl Groups {
             .into_iter()
             .map(|((kind, name, pattern, inferred), g)| HolderGroup {
                 kind,
-                name,
+                name: unfold(&name, g.name_numbers),
                 module: unfold(&pattern, g.numbers),
                 bytes: g.bytes,
                 requested_bytes: g.requested_bytes,
@@ -498,47 +503,55 @@ impl Groups {
     }
 }
 
-/// A module path with its all-digit components taken out: `layers.3.mlp` → (`layers.{}.mlp`, [3]).
+/// A path with its indices taken out: all-digit components (`layers.3.mlp`) and subscripts
+/// (`history[3]`) become `{}` → (`layers.{}.mlp`, [3]).
 fn fold(path: &str) -> (String, Vec<u64>) {
-    let mut numbers = Vec::new();
-    let parts: Vec<&str> = path
-        .split('.')
-        .map(|p| match p.parse::<u64>() {
-            Ok(n) if !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()) => {
-                numbers.push(n);
-                "{}"
+    let b = path.as_bytes();
+    let (mut out, mut numbers, mut i) = (String::with_capacity(path.len()), Vec::new(), 0);
+    while i < b.len() {
+        let start = i;
+        while i < b.len() && b[i].is_ascii_digit() {
+            i += 1;
+        }
+        if i > start {
+            let before = start.checked_sub(1).map(|k| b[k]);
+            let after = b.get(i).copied();
+            let whole = matches!((before, after), (None | Some(b'.'), None | Some(b'.')) | (Some(b'['), Some(b']')));
+            match path[start..i].parse::<u64>() {
+                Ok(n) if whole => {
+                    numbers.push(n);
+                    out.push_str("{}");
+                }
+                _ => out.push_str(&path[start..i]),
             }
-            _ => p,
-        })
-        .collect();
-    (parts.join("."), numbers)
+            continue;
+        }
+        let next = path[i..].char_indices().nth(1).map_or(path.len(), |(k, _)| i + k);
+        out.push_str(&path[i..next]);
+        i = next;
+    }
+    (out, numbers)
 }
 
-/// The folded path with each component's numbers: one (`layers.3.mlp`), a run
+/// The folded path with each index's numbers: one (`layers.3.mlp`), a run
 /// (`layers.{0..11}.mlp`) or a list (`layers.{0,2,5}.mlp`).
 fn unfold(pattern: &str, mut numbers: Vec<Vec<u64>>) -> String {
     let mut out = String::with_capacity(pattern.len());
-    let mut k = 0;
-    for (n, part) in pattern.split('.').enumerate() {
-        if n > 0 {
-            out.push('.');
-        }
-        if part != "{}" {
-            out.push_str(part);
-            continue;
-        }
-        let mut v = numbers.get_mut(k).map(std::mem::take).unwrap_or_default();
-        k += 1;
-        v.sort_unstable();
-        v.dedup();
-        match v.as_slice() {
-            [one] => out.push_str(&one.to_string()),
-            [first, .., last] if (last - first) as usize + 1 == v.len() => out.push_str(&format!("{{{first}..{last}}}")),
-            _ => {
-                let list: Vec<String> = v.iter().map(u64::to_string).collect();
-                out.push_str(&format!("{{{}}}", list.join(",")));
+    for (k, part) in pattern.split("{}").enumerate() {
+        if k > 0 {
+            let mut v = numbers.get_mut(k - 1).map(std::mem::take).unwrap_or_default();
+            v.sort_unstable();
+            v.dedup();
+            match v.as_slice() {
+                [one] => out.push_str(&one.to_string()),
+                [first, .., last] if (last - first) as usize + 1 == v.len() => out.push_str(&format!("{{{first}..{last}}}")),
+                _ => {
+                    let list: Vec<String> = v.iter().map(u64::to_string).collect();
+                    out.push_str(&format!("{{{}}}", list.join(",")));
+                }
             }
         }
+        out.push_str(part);
     }
     out
 }
@@ -680,5 +693,11 @@ mod tests {
         assert_eq!(unfold("a.{}.b.{}", vec![vec![1, 0, 1], vec![3]]), "a.{0..1}.b.3");
         assert_eq!(fold("layer1.conv").0, "layer1.conv");
         assert_eq!(fold("").0, "");
+        // Python variables' subscripts fold too; other digits stay.
+        let (p, n) = fold("train:history[12]");
+        assert_eq!((p.as_str(), n.as_slice()), ("train:history[{}]", &[12][..]));
+        assert_eq!(unfold(&p, vec![vec![3, 0, 1, 2]]), "train:history[{0..3}]");
+        assert_eq!(fold("x2.h[a1].7").0, "x2.h[a1].{}");
+        assert_eq!(fold("naïve.3").0, "naïve.{}");
     }
 }
