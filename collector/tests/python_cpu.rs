@@ -282,12 +282,17 @@ fn compiled_code_is_attributed_to_the_modules_it_came_from() {
     }
 }
 
-/// The JSON line `compile_parity.py CASE` prints: results, dynamo's counters, its warnings.
-fn parity(out: &Output) -> serde_json::Value {
+/// The JSON a program printed on a line of its own after `prefix` (`PARITY `: what
+/// `compile_parity.py CASE` prints: results, dynamo's counters, its warnings).
+fn json_line(out: &Output, prefix: &str) -> serde_json::Value {
     let stdout = text(&out.stdout);
     let line =
-        stdout.lines().find_map(|l| l.strip_prefix("PARITY ")).unwrap_or_else(|| panic!("no PARITY line: {stdout}\n{}", text(&out.stderr)));
+        stdout.lines().find_map(|l| l.strip_prefix(prefix)).unwrap_or_else(|| panic!("no {prefix}line: {stdout}\n{}", text(&out.stderr)));
     serde_json::from_str(line).unwrap()
+}
+
+fn parity(out: &Output) -> serde_json::Value {
+    json_line(out, "PARITY ")
 }
 
 /// The tracer never changes what torch.compile does: for a module compiled with and without
@@ -856,14 +861,6 @@ fn saved_data_readable() -> bool {
     text(&out.stdout).trim() == "True"
 }
 
-/// The `FACTS` line `holders_check.py` prints: what PyTorch's objects held at its marks.
-fn holder_facts(out: &Output) -> serde_json::Value {
-    let stdout = text(&out.stdout);
-    let line =
-        stdout.lines().find_map(|l| l.strip_prefix("FACTS ")).unwrap_or_else(|| panic!("no FACTS line: {stdout}\n{}", text(&out.stderr)));
-    serde_json::from_str(line).unwrap()
-}
-
 /// `collector trace --holders`: at a mark after the forward pass, the parameter, buffer and
 /// optimizer-state bytes `collector why` names are what `named_parameters()`,
 /// `named_buffers()` and `optimizer.state` hold, the saved-for-backward bytes of each module
@@ -890,7 +887,7 @@ fn holders_are_what_pytorchs_own_objects_hold() {
         assert!(plain.status.success(), "{name} untraced: {}", text(&plain.stderr));
         let (out, t, dir) = trace(&format!("holders_{name}"), &["--holders"], &py("holders_check.py", args));
         assert!(out.status.success(), "{name}: {}", text(&out.stderr));
-        let (plain, facts) = (holder_facts(&plain), holder_facts(&out));
+        let (plain, facts) = (json_line(&plain, "FACTS "), json_line(&out, "FACTS "));
         assert_eq!(
             (&plain["loss"], &plain["hooks"]),
             (&facts["loss"], &facts["hooks"]),
