@@ -348,7 +348,11 @@ fn group_blocks(trace: &Trace, live: &Live, t_ns: u64, groups: &mut Groups) -> u
             Some(Category::Activation) => (HolderKind::SavedForBackward, true),
             _ => (HolderKind::Unknown, false),
         };
-        groups.add(trace, kind, StrId::NONE, ev.layer[e], bytes, freed, inferred);
+        if kind == HolderKind::Unknown {
+            groups.add_named(kind, unknown_name(ev.phase(e)), trace.str(ev.layer[e]), bytes, 1, freed, false);
+        } else {
+            groups.add(trace, kind, StrId::NONE, ev.layer[e], bytes, freed, inferred);
+        }
     }
     block_bytes
 }
@@ -416,6 +420,17 @@ fn locate(trace: &Trace, moment: &Moment, device: Option<u8>) -> Result<(Option<
 fn holder_at(holders: &[EventHolder], t_ns: u64) -> Option<&EventHolder> {
     let holding = holders.iter().filter(|h| h.taken_ns <= t_ns && h.released_ns.is_none_or(|r| r > t_ns)).min_by_key(|h| h.kind.rank());
     holding.or_else(|| holders.iter().find(|h| h.taken_ns > t_ns))
+}
+
+/// What a block nothing holds most likely is, by the phase that allocated it.
+fn unknown_name(phase: crate::model::Phase) -> &'static str {
+    use crate::model::Phase;
+    match phase {
+        Phase::Forward => "made in forward, not saved for backward (an output, a temporary)",
+        Phase::Backward => "made in backward (a gradient on its way, a temporary)",
+        Phase::Optimizer => "made in the optimizer step (a temporary)",
+        Phase::Other => "",
+    }
 }
 
 /// Groups by kind, name and folded module.
@@ -641,6 +656,9 @@ mod tests {
         assert_eq!((grad.module.as_str(), grad.bytes), ("layers.1.fc", 400));
         assert_eq!(w.holders[0].kind, HolderKind::SavedForBackward, "largest first");
         assert_eq!(w.named_bytes, w.live_bytes - 50);
+        // The temporary nothing holds says what it likely is.
+        let unknown = find(HolderKind::Unknown);
+        assert_eq!((unknown.name.as_str(), unknown.module.as_str(), unknown.bytes), (unknown_name(Phase::Forward), "loss", 50));
         assert!(w.recorded);
     }
 
