@@ -51,8 +51,9 @@ class Holders:
         # Whether a saved variable shows what it keeps without unpacking (`data`, torch 2.9 and
         # newer); older ones are unpacked (`_saved_*`), which runs no hook only while no
         # saved-tensor hook was ever entered, so after one their saved tensors go unread.
-        probe = torch.zeros(1, requires_grad=True).sin().grad_fn._raw_saved_self
-        self.read_data = hasattr(probe, "data")
+        # (The class, not an instance: a saved variable's Python object points into its node
+        # and must not outlive it.)
+        self.read_data = hasattr(getattr(torch._C._autograd, "SavedTensor", None), "data")
         self.hooks_used = False
         self.unread_noted = False
 
@@ -201,11 +202,18 @@ class Holders:
                 kept.append(node)
                 self._node(node, stack, seen, hooks, taken, params)
             for key, hook in list(hooks.items()):
-                if key not in searched:
-                    searched.add(key)
-                    for t in _reachable_tensors(hook, torch):
-                        if t.grad_fn is not None and id(t.grad_fn) not in seen:
-                            stack.append(t.grad_fn)
+                if key in searched:
+                    continue
+                searched.add(key)
+                # What the hook keeps: tensors (checkpoint's inputs, as torch 2.15 keeps them),
+                # and nodes that saved them (torch 2.11's, through an output of no size).
+                name = self.cap.intern("kept by " + getattr(hook, "__qualname__", "a saved-tensor hook").split(".")[0])
+                for t in _reachable_tensors(hook, torch):
+                    if t.grad_fn is not None and id(t.grad_fn) not in seen:
+                        stack.append(t.grad_fn)
+                    where = self._storage(t) if id(t) not in params else None
+                    if where is not None:
+                        taken.append((where, name, -1))
         # Earliest node first: of two nodes saving one storage, the first made holds it.
         taken.sort(key=lambda x: x[2])
         now = self.lib.mt_now_ns()
@@ -364,6 +372,7 @@ def _reachable_tensors(root, torch, limit=256):
     it and their attributes (at most `limit` objects; modules, types and modules' parameters
     are not followed)."""
     out, seen, queue = [], set(), [root]
+    saved_tensor = getattr(torch._C._autograd, "SavedTensor", None)
     while queue and len(seen) < limit:
         obj = queue.pop()
         if id(obj) in seen:
@@ -371,6 +380,10 @@ def _reachable_tensors(root, torch, limit=256):
         seen.add(id(obj))
         if isinstance(obj, torch.Tensor):
             out.append(obj)
+        elif saved_tensor is not None and isinstance(obj, saved_tensor):
+            # One the program made itself (torch 2.15's checkpoint keeps its inputs so): it
+            # owns what it saved, and `data` shows it without unpacking.
+            queue.append(getattr(obj, "data", None))
         elif isinstance(obj, (type(sys), type, torch.nn.Module, str, bytes, int, float)):
             continue
         elif isinstance(obj, (list, tuple, set, frozenset)):

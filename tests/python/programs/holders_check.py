@@ -10,7 +10,8 @@ to be checked against (collector/tests/python_cpu.rs):
   what it packed, if a tensor), each once, parameters' and buffers' excluded, by the module
   whose forward made the node (found with module hooks that read autograd's sequence
   numbers), a storage saved twice counted for the earliest node; with checkpointing, also
-  the inputs each checkpointed call keeps (recorded by wrapping `torch.utils.checkpoint`).
+  the inputs (and, on the CPU, the random number generator's state) each checkpointed call
+  keeps, recorded by wrapping `torch.utils.checkpoint`.
 
 The facts are read after each mark, so the reading does not change what was live at it.
 
@@ -153,9 +154,19 @@ def remember_checkpoint_inputs():
 
     real = ckpt.checkpoint
 
+    def flat(v):
+        if isinstance(v, (list, tuple)):
+            return [t for x in v for t in flat(x)]
+        if isinstance(v, dict):
+            return flat(list(v.values()))
+        return [v]
+
     def checkpoint(fn, *args, **kwargs):
         if torch.is_grad_enabled():
-            CHECKPOINT_INPUTS.update(storages(list(args) + list(kwargs.values())))
+            CHECKPOINT_INPUTS.update(storages(flat(list(args) + list(kwargs.values()))))
+            if DEVICE == "cpu" and kwargs.get("preserve_rng_state", True):
+                # It also keeps the CPU's random number generator state, a tensor, to replay.
+                CHECKPOINT_INPUTS[("rng state", len(CHECKPOINT_INPUTS))] = torch.get_rng_state().untyped_storage().nbytes()
         return real(fn, *args, **kwargs)
 
     ckpt.checkpoint = checkpoint
