@@ -911,7 +911,7 @@ fn holders_are_what_pytorchs_own_objects_hold() {
         for g in fwd.holders.iter().filter(|g| g.kind == HolderKind::SavedForBackward && !g.inferred) {
             *got.entry(g.module.clone()).or_default() += g.bytes;
         }
-        // A torch whose saved variables do not show what they keep (before 2.9) reads them by
+        // A torch whose saved variables do not show what they keep (2.6 does not) reads them by
         // unpacking, so not once the program entered a saved-tensor hook; the trace says so.
         let unread = t.meta.warnings.iter().any(|w| w.contains("cannot show a saved tensor without unpacking"));
         assert_eq!(

@@ -48,7 +48,7 @@ class Holders:
         self.saved_names = {}  # node class -> [raw saved attribute names]
         self.node_names = {}  # node class -> interned id of its name
         self.python_held = {}  # data pointer -> its storage, of what Python variables hold
-        # Whether a saved variable shows what it keeps without unpacking (`data`, torch 2.9 and
+        # Whether a saved variable shows what it keeps without unpacking (`data`: torch 2.11 and
         # newer); older ones are unpacked (`_saved_*`), which runs no hook only while no
         # saved-tensor hook was ever entered, so after one their saved tensors go unread.
         # (The class, not an instance: a saved variable's Python object points into its node

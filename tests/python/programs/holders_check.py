@@ -231,7 +231,7 @@ def saved_by_module(loss, ranges, exclude):
                 if sv is None:
                     continue
                 if not hasattr(sv, "data") and HOOKED:
-                    continue  # torch before 2.9 cannot show what a hook packed without running it
+                    continue  # an older torch (2.6) cannot show what a hook packed without running it
                 if getattr(sv, "unpack_hook", None) is None:
                     # A custom Function's (torch.compile's, checkpoint's) are `saved_tensors`.
                     plain = "saved_tensors" if attr == "_raw_saved_tensors" else "_saved_" + attr[len("_raw_saved_"):]
