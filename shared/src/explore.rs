@@ -791,15 +791,8 @@ impl Session {
                 .holders_of(i)
                 .iter()
                 .map(|h| {
-                    let (name, module) = (self.trace().str(h.name), self.trace().str(h.module));
-                    let mut s = h.kind.as_str().replace('_', " ");
-                    for (part, sep) in [(name, " "), (module, " in ")] {
-                        if !part.is_empty() {
-                            s = format!("{s}{sep}{part}");
-                        }
-                    }
                     let until = h.released_ns.map(|r| format!(" to {:.3} s", self.secs(r))).unwrap_or_default();
-                    format!("{s} from {:.3} s{until}", self.secs(h.taken_ns))
+                    format!("{} from {:.3} s{until}", self.trace().describe_holder(h), self.secs(h.taken_ns))
                 })
                 .collect(),
             notes: self

@@ -1181,6 +1181,17 @@ impl Trace {
         !self.event_pools.is_empty() || !self.event_notes.is_empty() || !self.event_requested.is_empty() || !self.event_holders.is_empty()
     }
 
+    /// A holder in words: its kind, name and module (`optimizer_state weight.exp_avg in fc`).
+    pub fn describe_holder(&self, h: &EventHolder) -> String {
+        let mut s = h.kind.as_str().to_owned();
+        for (part, sep) in [(self.str(h.name), " "), (self.str(h.module), " in ")] {
+            if !part.is_empty() {
+                s = format!("{s}{sep}{part}");
+            }
+        }
+        s
+    }
+
     /// The holders of allocation `i`, in the order they took it.
     pub fn holders_of(&self, i: usize) -> &[EventHolder] {
         let h = &self.event_holders;

@@ -417,7 +417,7 @@ fn locate(trace: &Trace, moment: &Moment, device: Option<u8>) -> Result<(Option<
 
 /// The holder of a block at `t_ns`: of those holding it then, the one that ranks first; else the
 /// next one to take it.
-fn holder_at(holders: &[EventHolder], t_ns: u64) -> Option<&EventHolder> {
+pub fn holder_at(holders: &[EventHolder], t_ns: u64) -> Option<&EventHolder> {
     let holding = holders.iter().filter(|h| h.taken_ns <= t_ns && h.released_ns.is_none_or(|r| r > t_ns)).min_by_key(|h| h.kind.rank());
     holding.or_else(|| holders.iter().find(|h| h.taken_ns > t_ns))
 }

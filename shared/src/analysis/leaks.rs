@@ -538,26 +538,12 @@ fn levels(trace: &Trace, device: u8, spans: &[(u64, u64)]) -> Levels {
     Levels { at_end, low, kept, live }
 }
 
-/// Who holds allocation `i` at `end`: of its recorded holders then, the one that ranks first;
-/// else the next to take it (a Python variable named at a later mark); else the last to let
-/// go of it.
+/// Who holds allocation `i` at `end` ([`super::holders::holder_at`]: a Python variable named at
+/// a later mark counts); else the last to let go of it.
 fn holder_at_end(trace: &Trace, i: usize, end: u64) -> Option<String> {
     let hs = trace.holders_of(i);
-    let h = hs
-        .iter()
-        .filter(|h| h.taken_ns <= end && h.released_ns.is_none_or(|r| r > end))
-        .min_by_key(|h| h.kind.rank())
-        .or_else(|| hs.iter().find(|h| h.taken_ns > end))
-        .or_else(|| hs.iter().max_by_key(|h| h.released_ns))?;
-    let (name, module) = (trace.str(h.name), trace.str(h.module));
-    let mut s = h.kind.as_str().to_owned();
-    if !name.is_empty() {
-        s = format!("{s} {name}");
-    }
-    if !module.is_empty() {
-        s = format!("{s} in {module}");
-    }
-    Some(s)
+    let h = super::holders::holder_at(hs, end).or_else(|| hs.iter().max_by_key(|h| h.released_ns))?;
+    Some(trace.describe_holder(h))
 }
 
 /// The survivors born after warm-up, grouped by (layer, innermost operator, innermost frame),
