@@ -84,9 +84,21 @@ impl Browser {
                          "--disable-dev-shm-usage", format!("--window-size={width},{height}")]
             }
         }}});
-        let v = post(&agent, &format!("{base}/session"), &caps);
-        let session = v["value"]["sessionId"].as_str().unwrap_or_else(|| panic!("no session: {v}")).to_owned();
-        Browser { agent, base, session, _driver: guard }
+        // Chromium sometimes exits while starting on a loaded 2-core machine (two test threads,
+        // each with its own browser); a new session is asked for twice more before giving up.
+        let mut failures = Vec::new();
+        for attempt in 0..3 {
+            let v = post(&agent, &format!("{base}/session"), &caps);
+            if let Some(session) = v["value"]["sessionId"].as_str() {
+                if !failures.is_empty() {
+                    eprintln!("webdriver: a session after {attempt} failed start(s): {failures:?}");
+                }
+                return Browser { agent, base, session: session.to_owned(), _driver: guard };
+            }
+            failures.push(v["value"]["message"].as_str().map_or_else(|| v.to_string(), str::to_owned));
+            std::thread::sleep(Duration::from_secs(2));
+        }
+        panic!("no session after 3 tries: {failures:?}")
     }
 
     fn url(&self, path: &str) -> String {
