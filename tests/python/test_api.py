@@ -79,6 +79,24 @@ def test_layer_stats_peaks_and_fragmentation_match_the_collector(tmp_path):
     assert not [w for w in summary["warnings"] if "does not read" in w], summary["warnings"]
 
 
+def test_a_tracer_leaves_no_scratch_files_behind(tmp_path):
+    """Each tracer keeps its trace in a scratch folder while it lives (for exports); the
+    folder goes with the tracer, and what `save()` wrote stays."""
+    import gc
+
+    model = Net()
+    tracer = MemoryTracer(device="cpu")
+    with tracer.trace(model):
+        model(torch.randn(8, 64))
+    scratch = tracer._dir
+    assert os.path.isfile(os.path.join(scratch, "trace.mtrace.json"))
+    tracer.save(tmp_path / "kept.mtrace.json")
+    del tracer
+    gc.collect()
+    assert not os.path.exists(scratch), os.listdir(scratch)
+    assert (tmp_path / "kept.mtrace.json").stat().st_size > 0
+
+
 def test_exports_and_summary(tmp_path, capsys):
     model = Net()
     tracer = MemoryTracer(device="cpu")

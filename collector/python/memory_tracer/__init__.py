@@ -34,6 +34,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import weakref
 
 from . import _capture, _shim
 
@@ -213,7 +214,10 @@ class MemoryTracer:
         dev, index = self._resolve_device()
         collector = collector_path()
         if self._dir is None:
+            # The tracer's scratch folder (its trace, the tables it converts): removed with the
+            # tracer, or at exit; `save()` keeps a trace.
             self._dir = tempfile.mkdtemp(prefix="memory-tracer-")
+            weakref.finalize(self, shutil.rmtree, self._dir, True)
         out = os.path.join(self._dir, "trace.mtrace.json")
         ours, theirs = socket.socketpair()
         cmd = [collector, "ingest", "--fd", str(theirs.fileno()), "--output", out, "--stats-json", "--device", dev]
