@@ -28,6 +28,7 @@
 #include <torch/csrc/profiler/orchestration/observer.h>
 
 #include <dlfcn.h>
+#include <execinfo.h>
 #include <pthread.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -530,6 +531,84 @@ void record_memory(uint8_t kind, void* ptr, int64_t value, size_t total_allocate
   publish(t);
 }
 
+// Library workspaces (mt_name_workspaces): a cuBLAS handle's workspace, and cuBLASLt's, are
+// allocated through the caching allocator by the first matmul of each (thread, stream) and kept
+// for every later one; no tensor holds them. An allocation is one when its size lies within a
+// megabyte above the size PyTorch picks for them (at::cuda::getChosenWorkspaceSize and
+// getCUDABlasLtWorkspaceSize, read from libtorch_cuda at the first CUDA allocation, when CUDA
+// is up; calling them allocates nothing) and its stack passes through PyTorch's cuBLAS handle
+// pool. Only those few allocations pay for a backtrace. Each one found becomes a holder
+// record (MT_HOLDER_CACHE) that the stream thread sends after the records.
+struct Workspaces {
+  std::atomic<bool> on{false};
+  std::once_flag sizes_once;
+  std::vector<uint64_t> sizes;  // rounded up to the allocator's 512 bytes
+  uint32_t cublas = 0, cublaslt = 0;
+  std::mutex mu;  // guards pending
+  std::vector<MtHolder> pending;
+};
+
+Workspaces& workspaces() {
+  static Workspaces* instance = new Workspaces();
+  return *instance;
+}
+
+void workspace_sizes(Workspaces& W) {
+  using SizeFn = size_t (*)();
+  void* lib = dlopen("libtorch_cuda.so", RTLD_LAZY | RTLD_NOLOAD);
+  for (const char* name : {"_ZN2at4cuda22getChosenWorkspaceSizeEv", "_ZN2at4cuda26getCUDABlasLtWorkspaceSizeEv"}) {
+    void* f = lib != nullptr ? dlsym(lib, name) : nullptr;
+    if (f == nullptr) f = dlsym(RTLD_DEFAULT, name);
+    if (f == nullptr) continue;
+    uint64_t size = reinterpret_cast<SizeFn>(f)();
+    if (size > 0) W.sizes.push_back((size + 511) / 512 * 512);
+  }
+  W.cublas = intern("cuBLAS workspace");
+  W.cublaslt = intern("cuBLASLt workspace");
+}
+
+// Which workspace the calling thread is allocating (0: none), from its stack.
+uint32_t workspace_on_stack(const Workspaces& W) {
+  void* frames[32];
+  int n = backtrace(frames, 32);
+  for (int i = 0; i < n; ++i) {
+    Dl_info info;
+    if (dladdr(frames[i], &info) == 0 || info.dli_sname == nullptr) continue;
+    const char* name = info.dli_sname;
+    if (std::strncmp(name, "_ZN2at4cuda", 11) != 0) continue;
+    if (std::strstr(name, "BlasLtWorkspace") != nullptr) return W.cublaslt;
+    if (std::strstr(name, "getCurrentCUDABlasHandle") != nullptr || std::strstr(name, "handle_stream_to_workspace") != nullptr) {
+      return W.cublas;
+    }
+  }
+  return 0;
+}
+
+void note_workspace(void* ptr, int64_t alloc_size, c10::Device device) {
+  Workspaces& W = workspaces();
+  std::call_once(W.sizes_once, [&] { workspace_sizes(W); });
+  uint64_t size = static_cast<uint64_t>(alloc_size);
+  // A cached block a little larger than asked for is handed out whole (it is split only when
+  // more than 1 MiB would be left).
+  bool candidate = false;
+  for (uint64_t s : W.sizes) candidate |= size >= s && size <= s + (uint64_t{1} << 20);
+  if (!candidate) return;
+  uint32_t name = workspace_on_stack(W);
+  if (name == 0) return;
+  MtHolder h{};
+  h.ts_ns = now_ns();
+  h.ptr = reinterpret_cast<uint64_t>(ptr);
+  h.bytes = size;
+  h.seq = -1;
+  h.name = name;
+  h.kind = MT_HOLDER_CACHE;
+  h.take = 1;
+  h.device_type = static_cast<int8_t>(device.type());
+  h.device_index = static_cast<int8_t>(device.index());
+  std::lock_guard<std::mutex> lock(W.mu);
+  W.pending.push_back(h);
+}
+
 // libtorch reads whatever sits in the PROFILER_STATE slot as a ProfilerStateBase (for example
 // `profilerEnabled()`, which torch.autograd.Function.apply and torch.compile's runtime call),
 // so the reporter must be one: a profiler state whose config is Disabled, so PyTorch sees no
@@ -556,6 +635,9 @@ struct Reporter final : public torch::profiler::impl::ProfilerStateBase {
     G.mem_kept.fetch_add(1, std::memory_order_relaxed);
     try {
       record_memory(MT_MEM, ptr, alloc_size, total_allocated, total_reserved, device);
+      if (alloc_size > 0 && device.is_cuda() && workspaces().on.load(std::memory_order_relaxed)) {
+        note_workspace(ptr, alloc_size, device);
+      }
     } catch (...) {
     }
   }
@@ -649,6 +731,12 @@ void flush_locked(Stream& S) {
     if (n == 0) break;
     if (!send_frame_locked(S, MT_FRAME_RECORDS, S.buf.data(), n * sizeof(MtRecord))) return;
   }
+  std::vector<MtHolder> found;
+  {
+    std::lock_guard<std::mutex> lock(workspaces().mu);
+    found.swap(workspaces().pending);
+  }
+  if (!found.empty()) send_frame_locked(S, MT_FRAME_HOLDERS, found.data(), found.size() * sizeof(MtHolder));
 }
 
 void stream_loop() {
@@ -775,6 +863,8 @@ void mt_set_phase(uint8_t phase) { g().phase.store(phase, std::memory_order_rela
 void mt_python_node(uint32_t name) { tls.python_node_name = name; }
 
 void mt_set_torchscript(int enabled) { g().torchscript.store(enabled != 0); }
+
+void mt_name_workspaces(int enabled) { workspaces().on.store(enabled != 0); }
 
 uint32_t mt_intern(const char* s) {
   try {

@@ -80,6 +80,9 @@ int mt_thread_attach(void);
 void mt_set_phase(uint8_t phase);
 // 1: attribute operators to TorchScript module hierarchies (costs an allocation per op).
 void mt_set_torchscript(int enabled);
+// 1: name the allocations that are cuBLAS and cuBLASLt workspaces (holder records of kind
+// MT_HOLDER_CACHE, sent by the stream; a backtrace for each allocation of a workspace's size).
+void mt_name_workspaces(int enabled);
 // Names the custom autograd Function (PyNode) this thread runs the backward of (0: none), for
 // capture_ops=2: a PyNode's own name() takes the GIL.
 void mt_python_node(uint32_t name);
@@ -116,7 +119,7 @@ enum {
   MT_FRAME_STRINGS = 3,  // repeated: u32 id, u32 length, bytes
   MT_FRAME_END = 4,      // JSON: counters and the allocator's own statistics at the end
   MT_FRAME_NOTE = 5,     // JSON: something the collector should know (a warning)
-  MT_FRAME_HOLDERS = 6,  // n * sizeof(MtHolder), written by the Python package, not the shim
+  MT_FRAME_HOLDERS = 6,  // n * sizeof(MtHolder): the Python package's, and the workspaces the shim names
 };
 
 // Holder kinds (MtHolder.kind): what takes or lets go of a tensor's storage.
@@ -128,6 +131,7 @@ enum {
   MT_HOLDER_SAVED = 5,          // saved for backward by autograd
   MT_HOLDER_PENDING_FREE = 6,
   MT_HOLDER_PYTHON = 7,         // a Python variable or attribute
+  MT_HOLDER_CACHE = 8,          // kept by a library for its next call (a cuBLAS workspace)
 };
 
 // One holder taking or letting go of a storage (collector/python/memory_tracer/_holders.py;

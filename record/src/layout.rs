@@ -23,7 +23,8 @@ pub const FRAME_END: u32 = 4;
 /// A JSON note: why a process is not traced, or (the recorder fallback) a complete snapshot
 /// file it left in the collector's folder.
 pub const FRAME_NOTE: u32 = 5;
-/// Holders taking or letting go of storages ([`MtHolder`]s), written by the Python package.
+/// Holders taking or letting go of storages ([`MtHolder`]s), written by the Python package
+/// (and the cuBLAS workspaces the shim names).
 pub const FRAME_HOLDERS: u32 = 6;
 
 /// Holder kinds (`MtHolder::kind`), as `shared::model::HolderKind::from_code` reads them.
@@ -34,6 +35,8 @@ pub const MT_HOLDER_OPTIMIZER_STATE: u8 = 4;
 pub const MT_HOLDER_SAVED: u8 = 5;
 pub const MT_HOLDER_PENDING_FREE: u8 = 6;
 pub const MT_HOLDER_PYTHON: u8 = 7;
+/// Kept by a library for its next call: a cuBLAS or cuBLASLt workspace (named by the shim).
+pub const MT_HOLDER_CACHE: u8 = 8;
 
 /// `at::RecordScope::BACKWARD_FUNCTION` (carried in `device_type` of `MT_OP_ENTER`).
 pub const RECORD_SCOPE_BACKWARD_FUNCTION: i8 = 1;

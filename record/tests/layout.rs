@@ -310,6 +310,7 @@ fn c_rust_and_python_number_the_frames_and_records_alike() {
         ("MT_HOLDER_SAVED", record::MT_HOLDER_SAVED),
         ("MT_HOLDER_PENDING_FREE", record::MT_HOLDER_PENDING_FREE),
         ("MT_HOLDER_PYTHON", record::MT_HOLDER_PYTHON),
+        ("MT_HOLDER_CACHE", record::MT_HOLDER_CACHE),
     ]
     .into_iter()
     .map(|(n, v)| (n.to_owned(), u64::from(v)))

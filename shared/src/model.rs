@@ -970,7 +970,8 @@ pub enum HolderKind {
     SavedForBackward,
     /// Freed by the program, not yet reusable: another stream still uses it (`record_stream`).
     PendingFree,
-    /// Reserved by the caching allocator, allocated to nothing.
+    /// Reserved by the caching allocator, allocated to nothing; or allocated and kept by a
+    /// library for its next call (a cuBLAS handle's workspace), which no tensor holds.
     Cache,
     /// Referenced by a Python variable or attribute.
     Python,
@@ -1015,6 +1016,7 @@ impl HolderKind {
             5 => HolderKind::SavedForBackward,
             6 => HolderKind::PendingFree,
             7 => HolderKind::Python,
+            8 => HolderKind::Cache,
             _ => return None,
         })
     }

@@ -37,16 +37,18 @@ def largest_unknown(w):
 
 
 def named(w):
+    """The share of allocated bytes with a holder other than unknown (`named_bytes`), and the
+    cuBLAS workspaces among them."""
     if not w or not w["live_bytes"]:
         return "—"
-    n = sum(h["bytes"] for h in w["holders"] if h["kind"] not in ("unknown", "cache", "pending_free"))
-    return f"{100 * n / w['live_bytes']:.2f} %"
+    ws = sum(h["bytes"] for h in w["holders"] if h["kind"] == "cache" and "workspace" in h["name"])
+    return f"{100 * w['named_bytes'] / w['live_bytes']:.2f} % ({ws / 2**20:.0f} MiB workspaces)"
 
 
 plain, traced = facts(f"{prefix}.plain.txt"), facts(f"{prefix}.traced.txt")
 fwd, bwd, peak = why("after_forward"), why("after_backward"), why("peak")
 if not traced or not fwd or not bwd:
-    print(f"| {case} | failed: see {prefix}.traced.err | | | | | | | |")
+    print(f"| {case} | failed: see {prefix}.traced.err | | | | | | | | |")
     sys.exit(0)
 f = traced["after_forward"]
 
@@ -60,5 +62,5 @@ same = plain is not None and (plain["loss"], plain["hooks"]) == (traced["loss"],
 print(
     f"| {case} | {pair(f['parameter'], recorded(fwd, 'parameter'))} | {pair(f['optimizer_state'], recorded(fwd, 'optimizer_state'))} "
     f"| {pair(saved, recorded(fwd, 'saved_for_backward'))} | {pair(traced['after_backward']['gradient'], recorded(bwd, 'gradient'))} "
-    f"| {named(fwd)} | {named(peak)} | {largest_unknown(peak)} | {'yes' if same else 'NO'} |"
+    f"| {named(fwd)} | {largest_unknown(fwd)} | {named(peak)} | {largest_unknown(peak)} | {'yes' if same else 'NO'} |"
 )

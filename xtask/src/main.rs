@@ -575,7 +575,8 @@ fn wheel_site() -> Result<(PathBuf, PathBuf)> {
 /// pytest on `tests/python` with `py`, against the wheel installed in `site`.
 fn pytest(py: &Path, site: &Path) -> Command {
     let mut cmd = Command::new(py);
-    cmd.args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/python"])
+    // The slowest tests named in the log, for whoever cuts the test command's time next.
+    cmd.args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "--durations=12", "tests/python"])
         .env("PYTHONPATH", site)
         .env("MEMORY_TRACER_WHEEL_DIR", site)
         .env_remove("MEMORY_TRACER_COLLECTOR")
@@ -600,7 +601,8 @@ fn other_torch_tests(t: &torches::TestTorch, site: &Path) -> Result<()> {
         .args(wheel::TEST_BUILD)
         .args(["--test", "python_cpu", "--"])
         .args(OTHER_TORCH_TESTS)
-        .env("MEMORY_TRACER_PYTHON", &py))?;
+        .env("MEMORY_TRACER_PYTHON", &py)
+        .env(HOLDER_CASES_ENV, OTHER_TORCH_HOLDER_CASES.join(",")))?;
     run(pytest(&py, site).args(TORCH_INDEPENDENT_PY_TESTS.map(|t| format!("--ignore=tests/python/{t}"))))
 }
 
@@ -622,6 +624,15 @@ const OTHER_TORCH_TESTS: [&str; 12] = [
     "recorder_fallback_without_cuda",
     "holders_are_what",
 ];
+
+/// Which cases of `python_cpu.rs`'s holder test run (all where unset).
+const HOLDER_CASES_ENV: &str = "MEMORY_TRACER_HOLDER_CASES";
+
+/// The holder test's cases on the other torches: those whose path through torch differs by
+/// release (reading saved tensors with and without unpacking, a checkpoint's own saved
+/// tensors, compiled graphs, the program's own hooks, autocast); the plain ResNet and MoE and
+/// the checkpointed LM take the same paths as these and run on the pinned torch.
+const OTHER_TORCH_HOLDER_CASES: [&str; 4] = ["lm", "moe_checkpoint", "resnet_compile", "moe_user_hooks"];
 
 /// The main job: build the collector (with the viewer embedded), start `collector serve`,
 /// trace a built-in model on the first GPU if there is one (else the CPU) and open it live in

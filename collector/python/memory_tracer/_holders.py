@@ -16,6 +16,7 @@ check autograd makes, stay as they are untraced.
 import struct
 import sys
 import threading
+import types
 import weakref
 
 from . import _shim
@@ -308,8 +309,9 @@ class Holders:
     # -- Python variables (--holders=python) ------------------------------------------------
     def python_referrers(self):
         """Tensors that Python variables and attributes hold at a mark: every frame's locals
-        (of every thread) and `__main__`'s globals, with one level of containers and of
-        objects' attributes (`trainer.last_batch`, `batches[3]`). Each is sent once while it
+        (of every thread) and `__main__`'s globals, with one level of containers, of objects'
+        attributes and of functions' closures (`trainer.last_batch`, `batches[3]`,
+        `main:step:x`). Each is sent once while it
         holds the storage; one gone by the next mark is let go of then."""
         torch = self.torch
         found = {}
@@ -328,6 +330,14 @@ class Holders:
             elif isinstance(v, dict):
                 for k, x in list(v.items())[:64]:
                     visit(f"{path}[{k!r}]", x, depth - 1)
+            elif isinstance(v, types.FunctionType):
+                # A closure's variables (a training step that keeps its batch): `main:step:x`.
+                for k, cell in zip(v.__code__.co_freevars, v.__closure__ or ()):
+                    try:
+                        x = cell.cell_contents
+                    except ValueError:  # not set yet
+                        continue
+                    visit(f"{path}:{k}", x, depth - 1)
             elif hasattr(v, "__dict__") and not isinstance(v, (type, torch.nn.Module)) and type(v).__module__ not in ("builtins",):
                 try:
                     attrs = list(vars(v).items())[:64]

@@ -21,7 +21,7 @@ SRC_DIR = os.path.join(_HERE, "_src")
 FRAME_HELLO, FRAME_RECORDS, FRAME_STRINGS, FRAME_END, FRAME_NOTE, FRAME_HOLDERS = 1, 2, 3, 4, 5, 6
 # Holder kinds (MtHolder.kind).
 HOLDER_PARAMETER, HOLDER_BUFFER, HOLDER_GRADIENT, HOLDER_OPTIMIZER_STATE = 1, 2, 3, 4
-HOLDER_SAVED, HOLDER_PENDING_FREE, HOLDER_PYTHON = 5, 6, 7
+HOLDER_SAVED, HOLDER_PENDING_FREE, HOLDER_PYTHON, HOLDER_CACHE = 5, 6, 7, 8
 # MtHolder as `struct` packs it (the package writes holders; _holders.py).
 HOLDER_FORMAT = "<QQQqIIBBbbI"
 PHASE_FORWARD, PHASE_BACKWARD, PHASE_OPTIMIZER, PHASE_OTHER = 0, 1, 2, 3
@@ -214,12 +214,13 @@ SIGNATURES = {
         "mt_stream_open": ([i32, u32, u64], i32),
         "mt_stream_send": ([u32, ctypes.c_char_p, sz], i32),
         "mt_stream_close": ([], i32),
+        "mt_name_workspaces": ([i32], None),
         "mt_last_error": ([ctypes.c_char_p, sz], sz),
 }
 
 
 # Functions a shim built from older sources lacks (`module_call_functions` falls back).
-OPTIONAL = {"mt_py_module_call"}
+OPTIONAL = {"mt_py_module_call", "mt_name_workspaces"}
 
 # Called on the traced program's hot path; each returns at once (no I/O, no waiting on a lock
 # held for long).

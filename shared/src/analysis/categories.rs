@@ -197,7 +197,7 @@ fn first_module_call(trace: &Trace) -> Option<usize> {
 }
 
 /// Allocations whose stack shows a BLAS library setting up its workspace.
-fn workspace_allocations(trace: &Trace) -> crate::hash::FastSet<u32> {
+pub(crate) fn workspace_allocations(trace: &Trace) -> crate::hash::FastSet<u32> {
     let ev = &trace.events;
     let mut stacks = Stacks { trace, cache: FastMap::default() };
     trace

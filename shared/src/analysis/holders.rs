@@ -15,7 +15,7 @@
 //! (`layers.{0..11}.mlp`), so a 12-layer model's saved activations read as one line per
 //! operator and layer shape, not one per layer.
 
-use super::categories::{categorize, Category};
+use super::categories::{categorize, workspace_allocations, Category};
 use crate::hash::FastMap;
 use crate::model::{EventHolder, EventType, HolderKind, StrId, Trace};
 use serde::{Deserialize, Serialize};
@@ -213,7 +213,7 @@ pub fn why_with(trace: &Trace, moment: &Moment, device: Option<u8>, fold_layers:
     let live = Live::after(trace, d, event.map_or(0, |i| i + 1));
     let totals = live.totals;
     let mut groups = Groups { fold: fold_layers, ..Groups::default() };
-    let block_bytes = group_blocks(trace, &live, t_ns, &mut groups);
+    let (block_bytes, named_bytes) = group_blocks(trace, &live, t_ns, &mut groups);
     let mut pending_bytes = 0u64;
     for (&_, &i) in &live.pending {
         let bytes = ev.size_bytes[i];
@@ -232,12 +232,7 @@ pub fn why_with(trace: &Trace, moment: &Moment, device: Option<u8>, fold_layers:
     let mut holders = groups.finish(start);
     holders.retain(|g| g.bytes > 0);
     holders.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.kind.cmp(&b.kind)).then(a.module.cmp(&b.module)).then(a.name.cmp(&b.name)));
-    let named_bytes = holders
-        .iter()
-        .filter(|g| !matches!(g.kind, HolderKind::Unknown | HolderKind::Cache | HolderKind::PendingFree))
-        .map(|g| g.bytes)
-        .sum::<u64>()
-        .min(totals.allocated_bytes);
+    let named_bytes = named_bytes.min(totals.allocated_bytes);
     let at = WhyAt {
         time_s: t_ns.saturating_sub(start) as f64 / 1e9,
         device: trace.devices.get(d as usize).map(|x| x.to_string()).unwrap_or_default(),
@@ -319,15 +314,22 @@ impl Live {
 }
 
 /// Each live block into its holder's group (recorded at `t_ns`, else inferred from its
-/// category); returns the blocks' bytes.
-fn group_blocks(trace: &Trace, live: &Live, t_ns: u64, groups: &mut Groups) -> u64 {
+/// category or its stack); returns the blocks' bytes and those of them with a holder.
+fn group_blocks(trace: &Trace, live: &Live, t_ns: u64, groups: &mut Groups) -> (u64, u64) {
     let ev = &trace.events;
     let mut blocks: Vec<usize> = live.blocks.values().copied().collect();
     blocks.sort_unstable();
     let needs_inference = blocks.iter().any(|&e| trace.holders_of(e).is_empty());
-    let categories: FastMap<u32, Category> =
-        if needs_inference { categorize(trace).into_iter().map(|c| (c.event, c.category)).collect() } else { FastMap::default() };
-    let mut block_bytes = 0u64;
+    let (categories, workspaces): (FastMap<u32, Category>, _) = if needs_inference {
+        (categorize(trace).into_iter().map(|c| (c.event, c.category)).collect(), workspace_allocations(trace))
+    } else {
+        Default::default()
+    };
+    // Where the capture recorded holders it read every module's parameters and buffers: a
+    // block it never saw held is none of them, whatever its lifetime suggests (an input batch
+    // the program keeps reads as a parameter by lifetime alone).
+    let recorded = !trace.event_holders.is_empty();
+    let (mut block_bytes, mut named_bytes) = (0u64, 0u64);
     for &e in &blocks {
         let bytes = (ev.size_bytes[e], trace.requested_of(e).unwrap_or(ev.size_bytes[e]));
         block_bytes += bytes.0;
@@ -338,24 +340,35 @@ fn group_blocks(trace: &Trace, live: &Live, t_ns: u64, groups: &mut Groups) -> u
                 (r, f) => r.or(f),
             };
             groups.add(trace, h.kind, h.name, h.module, bytes, released, false);
+            named_bytes += if h.kind == HolderKind::Unknown { 0 } else { bytes.0 };
             continue;
         }
-        let (kind, inferred) = match categories.get(&(e as u32)) {
-            Some(Category::Parameter) => (HolderKind::Parameter, true),
-            Some(Category::Buffer) => (HolderKind::Buffer, true),
-            Some(Category::Gradient) => (HolderKind::Gradient, true),
-            Some(Category::OptimizerState) => (HolderKind::OptimizerState, true),
-            Some(Category::Activation) => (HolderKind::SavedForBackward, true),
-            _ => (HolderKind::Unknown, false),
+        if workspaces.contains(&(e as u32)) {
+            groups.add_named(HolderKind::Cache, WORKSPACE, "", bytes, 1, freed, true);
+            named_bytes += bytes.0;
+            continue;
+        }
+        let kind = match categories.get(&(e as u32)) {
+            Some(Category::Parameter) if !recorded => HolderKind::Parameter,
+            Some(Category::Buffer) if !recorded => HolderKind::Buffer,
+            Some(Category::Gradient) => HolderKind::Gradient,
+            Some(Category::OptimizerState) => HolderKind::OptimizerState,
+            Some(Category::Activation) => HolderKind::SavedForBackward,
+            _ => HolderKind::Unknown,
         };
         if kind == HolderKind::Unknown {
             groups.add_named(kind, unknown_name(ev.phase(e)), trace.str(ev.layer[e]), bytes, 1, freed, false);
         } else {
-            groups.add(trace, kind, StrId::NONE, ev.layer[e], bytes, freed, inferred);
+            groups.add(trace, kind, StrId::NONE, ev.layer[e], bytes, freed, true);
+            named_bytes += bytes.0;
         }
     }
-    block_bytes
+    (block_bytes, named_bytes)
 }
+
+/// The name of a block a cuBLAS handle keeps for its next matmul, known from the allocation's
+/// stack (a snapshot's frames); the capture names the ones it sees (`mt_name_workspaces`).
+const WORKSPACE: &str = "cuBLAS workspace";
 
 fn at_kind(moment: &Moment) -> WhyAt {
     let (kind, name) = match moment {
@@ -429,7 +442,7 @@ fn unknown_name(phase: crate::model::Phase) -> &'static str {
         Phase::Forward => "made in forward, not saved for backward (an output, a temporary)",
         Phase::Backward => "made in backward (a gradient on its way, a temporary)",
         Phase::Optimizer => "made in the optimizer step (a temporary)",
-        Phase::Other => "",
+        Phase::Other => "made outside forward, backward and the optimizer step (an input, a tensor the program keeps)",
     }
 }
 
@@ -660,6 +673,28 @@ mod tests {
         let unknown = find(HolderKind::Unknown);
         assert_eq!((unknown.name.as_str(), unknown.module.as_str(), unknown.bytes), (unknown_name(Phase::Forward), "loss", 50));
         assert!(w.recorded);
+    }
+
+    #[test]
+    fn a_workspace_a_library_keeps_is_named_apart_from_the_allocators_cache() {
+        let mut t = Trace::new(TraceMeta::new(crate::model::SourceFormat::MemoryTracer));
+        t.device_index(Device { kind: "cuda".into(), index: 0, rank: None });
+        ev(&mut t, 10, EventType::SegmentAlloc, 0x1000, 4096, "");
+        ev(&mut t, 11, EventType::Alloc, 0x1000, 400, "fc"); // 1 a weight
+        ev(&mut t, 12, EventType::Alloc, 0x2000, 256, "fc"); // 2 a cuBLAS workspace
+        ev(&mut t, 13, EventType::Alloc, 0x3000, 512, ""); // 3 nothing holds it
+        holder(&mut t, 1, HolderKind::Parameter, "weight", "fc", 11, None);
+        holder(&mut t, 2, HolderKind::Cache, "cuBLAS workspace", "", 12, None);
+        t.finish();
+        let w = why(&t, &Moment::Seconds(3e-9), None).unwrap();
+        let caches: Vec<(&str, u64, u64)> =
+            w.holders.iter().filter(|g| g.kind == HolderKind::Cache).map(|g| (g.name.as_str(), g.bytes, g.blocks)).collect();
+        assert_eq!(caches, [("reserved, allocated to nothing", 4096 - 1168, 0), ("cuBLAS workspace", 256, 1)]);
+        // The workspace is allocated and held: named; the allocator's cache is not allocated.
+        assert_eq!((w.live_bytes, w.named_bytes), (1168, 656));
+        // Where holders were recorded, a block none took is no parameter, whatever its lifetime.
+        let unknown = w.holders.iter().find(|g| g.kind == HolderKind::Unknown).unwrap();
+        assert_eq!((unknown.bytes, unknown.inferred), (512, false));
     }
 
     #[test]

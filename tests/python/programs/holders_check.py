@@ -24,6 +24,7 @@ autocast), moe (a mixture of experts with Adam).
 
 import argparse
 import json
+import os
 
 import torch
 
@@ -269,7 +270,11 @@ def main():
     p.add_argument("--user-hooks", action="store_true")
     p.add_argument("--device", default="cpu")
     p.add_argument("--large", action="store_true")
+    p.add_argument("--deterministic", action="store_true", help="deterministic kernels (a GPU's atomics otherwise vary the loss run to run)")
     a = p.parse_args()
+    if a.deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True)
     # The same results traced and untraced, also on a GPU.
     torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
     torch.set_num_threads(1)
