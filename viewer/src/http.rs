@@ -3,7 +3,7 @@
 //! sessionStorage, sent as a bearer header or as `access_token` where headers cannot be set),
 //! calls and uploads.
 
-use crate::query_param;
+use crate::dom::query_param;
 use leptos::prelude::*;
 use protocol::ErrorBody;
 use wasm_bindgen::prelude::*;

@@ -20,6 +20,8 @@ thread_local! {
     static MARKS: RefCell<Marks> = RefCell::new(Marks::default());
     /// The charts the warm-up report has still to draw; `None` when none is drawing.
     static WARMING: RefCell<Option<BTreeSet<&'static str>>> = const { RefCell::new(None) };
+    /// What runs (after the task that drew its last chart) once the warm-up report is drawn.
+    static WARM_DRAWN: std::cell::Cell<Option<fn()>> = const { std::cell::Cell::new(None) };
 }
 
 /// Every chart a report of `o` draws.
@@ -46,9 +48,11 @@ fn charts_of(o: &Overview) -> BTreeSet<&'static str> {
     expected
 }
 
-/// The warm-up report of `o` is being drawn: its charts are not the page's.
-pub fn begin_warmup(o: &Overview) {
+/// The warm-up report of `o` is being drawn: its charts are not the page's; `drawn` runs
+/// after the task that draws the last of them.
+pub fn begin_warmup(o: &Overview, drawn: fn()) {
     WARMING.with(|w| *w.borrow_mut() = Some(charts_of(o)));
+    WARM_DRAWN.with(|d| d.set(Some(drawn)));
 }
 
 /// Whether the warm-up report is drawing.
@@ -111,7 +115,9 @@ pub fn drawn(chart: &'static str) {
     match warm_done {
         Some(true) => {
             // After this effect: the report it belongs to goes.
-            crate::after_this_task(crate::warmup_drawn);
+            if let Some(then) = WARM_DRAWN.with(|d| d.get()) {
+                crate::dom::after_this_task(then);
+            }
             return;
         }
         Some(false) => return,

@@ -71,7 +71,7 @@ impl ServerState {
                 Err(e) => server.message.set(Some(format!("cannot reach the server: {e}"))),
             }
         });
-        if let Some(id) = crate::query_param("follow") {
+        if let Some(id) = crate::dom::query_param("follow") {
             follow(loader, server, &id);
         }
         server

@@ -9,7 +9,7 @@ pub(crate) fn png_button(canvas: NodeRef<Canvas>, name: &'static str) -> impl In
         <button class="small" title="Save this chart as PNG" on:click=move |_| {
             if let Some(c) = canvas.get() {
                 if let Ok(url) = c.to_data_url() {
-                    crate::download_url(&format!("{name}.png"), &url);
+                    crate::dom::download_url(&format!("{name}.png"), &url);
                 }
             }
         }>"PNG"</button>

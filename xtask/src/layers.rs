@@ -39,7 +39,7 @@ pub const CRATES: [Layers; 7] = [
     Layers { src: "collector/src", order: &["objects", "capture", "report", "verify", "pyrun", "mcp", "serve", "commands", "cli"] },
     Layers {
         src: "viewer/src",
-        order: &["protocol", "widgets", "perf", "http", "charts", "tables", "state", "bridge", "server", "components"],
+        order: &["dom", "protocol", "widgets", "perf", "http", "charts", "tables", "state", "bridge", "server", "components"],
     },
 ];
 
@@ -59,6 +59,7 @@ pub fn upward_uses(root: &Path, layers: &Layers) -> Result<Vec<String>> {
             found.push(format!("{}: xtask/src/layers.rs names `{m}`, which is not a module here", layers.src));
         }
     }
+    let root = root_items(&src)?;
     for file in crate::rust_files(&src)? {
         let rel = file.strip_prefix(&src).unwrap_or(&file);
         let mut parts = rel.components().map(|c| c.as_os_str().to_string_lossy().into_owned());
@@ -68,13 +69,80 @@ pub fn upward_uses(root: &Path, layers: &Layers) -> Result<Vec<String>> {
         let text = std::fs::read_to_string(&file).with_context(|| format!("cannot read {}", file.display()))?;
         let code = strip_comments(&text);
         for (at, name) in crate_uses(&code) {
-            if layers.order.iter().position(|l| *l == name).is_some_and(|r| r > rank) {
-                let line = code[..at].matches('\n').count() + 1;
-                found.push(format!("{}:{line}: {top} uses crate::{name}, a layer above it", file.display()));
+            let line = || code[..at].matches('\n').count() + 1;
+            // A name that is no module is the root's: a re-export stands for its module; an
+            // item the root defines sits above every layer (the root declares them all).
+            let module = if layers.order.contains(&name.as_str()) { Some(name.clone()) } else { root.reexports.get(&name).cloned() };
+            match module {
+                Some(m) if layers.order.iter().position(|l| *l == m).is_some_and(|r| r > rank) => {
+                    found.push(format!("{}:{}: {top} uses crate::{name}, a layer above it", file.display(), line()));
+                }
+                None if root.defined.contains(&name) => found.push(format!(
+                    "{}:{}: {top} uses crate::{name}, which the crate root defines (the root is above every layer: move it into a module)",
+                    file.display(),
+                    line()
+                )),
+                _ => {}
             }
         }
     }
     Ok(found)
+}
+
+/// What a crate root (`lib.rs`, else `main.rs`) gives its modules: the names it re-exports,
+/// each with the module it comes from (`pub use model::Trace;`), and the items it defines.
+#[derive(Default)]
+struct RootItems {
+    reexports: std::collections::BTreeMap<String, String>,
+    defined: std::collections::BTreeSet<String>,
+}
+
+fn root_items(src: &Path) -> Result<RootItems> {
+    let mut out = RootItems::default();
+    let Some(file) = ["lib.rs", "main.rs"].iter().map(|f| src.join(f)).find(|p| p.is_file()) else { return Ok(out) };
+    let text = std::fs::read_to_string(&file).with_context(|| format!("cannot read {}", file.display()))?;
+    let code = strip_comments(text.split("#[cfg(test)]").next().unwrap_or(""));
+    let ident = |s: &str| s.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect::<String>();
+    for line in code.lines() {
+        let line = line.trim();
+        // Items at the root's top level only: nested ones start indented.
+        let unindented = !line.is_empty();
+        let rest = line.strip_prefix("pub(crate) ").or_else(|| line.strip_prefix("pub ")).unwrap_or(line);
+        if let Some(path) = rest.strip_prefix("use ") {
+            let path = path.trim_end_matches(';').trim_start_matches("crate::").trim_start_matches("self::");
+            let module = ident(path);
+            let tail = &path[module.len()..];
+            let names: Vec<String> = match (tail.find('{'), tail.rfind("::")) {
+                (Some(open), _) => tail[open + 1..].trim_end_matches('}').split(',').map(|n| last_name(n.trim())).collect(),
+                (None, Some(sep)) => vec![last_name(&tail[sep + 2..])],
+                (None, None) => vec![],
+            };
+            for n in names.into_iter().filter(|n| !n.is_empty() && n != "self") {
+                out.reexports.insert(n, module.clone());
+            }
+            continue;
+        }
+        for kw in ["fn ", "struct ", "enum ", "const ", "static ", "type ", "trait ", "union ", "async fn ", "unsafe fn ", "macro_rules! "]
+        {
+            if let Some(after) = rest.strip_prefix(kw) {
+                let name = ident(after.trim_start_matches("mut "));
+                if unindented && !name.is_empty() {
+                    out.defined.insert(name);
+                }
+            }
+        }
+        // `thread_local! { static X: ... }` at the root: its statics are root items.
+        if let Some(after) = rest.strip_prefix("static ").or_else(|| line.strip_prefix("static ")) {
+            out.defined.insert(ident(after.trim_start_matches("mut ")));
+        }
+    }
+    Ok(out)
+}
+
+/// The name a `use` path's last segment brings in (`a::B as C` brings `C`).
+fn last_name(segment: &str) -> String {
+    let s = segment.rsplit("::").next().unwrap_or(segment);
+    s.split(" as ").last().unwrap_or(s).trim().to_owned()
 }
 
 /// Top-level module names of a crate's source folder: its `.rs` files (but the crate roots)
@@ -145,5 +213,29 @@ mod tests {
         assert_eq!(found.len(), 2, "{found:?}");
         assert!(found[0].contains("module `stray` is not in"), "{found:?}");
         assert!(found[1].ends_with("low.rs:2: low uses crate::high, a layer above it"), "{found:?}");
+    }
+
+    /// The hole the viewer had: `perf.rs` called `crate::warmup_drawn`, a function of the crate
+    /// root that called back into `bridge`. A root's own items are above every layer; what it
+    /// re-exports stands for the module it comes from.
+    #[test]
+    fn an_item_of_the_crate_root_is_above_every_layer_and_a_reexport_is_its_module() {
+        let root = std::env::temp_dir().join(format!("xtask-layers-root-{}", std::process::id()));
+        let src = root.join("src");
+        std::fs::create_dir_all(&src).unwrap();
+        std::fs::write(
+            src.join("lib.rs"),
+            "//! root\npub mod low;\npub mod high;\npub use high::Shown;\npub use low::{Base, Other as Renamed};\n\npub fn warmup_drawn() {}\nthread_local! {\n    static STATE: u8 = 0;\n}\n",
+        )
+        .unwrap();
+        std::fs::write(src.join("low.rs"), "//! low\nfn f() { crate::warmup_drawn(); }\nuse crate::Shown;\nuse crate::{Base, Renamed};\n")
+            .unwrap();
+        std::fs::write(src.join("high.rs"), "//! high\nuse crate::Base;\nuse crate::warmup_drawn;\n").unwrap();
+        let found = upward_uses(&root, &Layers { src: "src", order: &["low", "high"] }).unwrap();
+        let _ = std::fs::remove_dir_all(&root);
+        assert_eq!(found.len(), 3, "{found:?}");
+        assert!(found[0].ends_with("high.rs:3: high uses crate::warmup_drawn, which the crate root defines (the root is above every layer: move it into a module)"), "{found:?}");
+        assert!(found[1].ends_with("low.rs:2: low uses crate::warmup_drawn, which the crate root defines (the root is above every layer: move it into a module)"), "{found:?}");
+        assert!(found[2].ends_with("low.rs:3: low uses crate::Shown, a layer above it"), "{found:?}");
     }
 }

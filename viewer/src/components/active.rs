@@ -7,7 +7,7 @@ use crate::charts::{self, ActiveMapping, ColourBy};
 use crate::protocol::requests;
 use crate::state::{Errors, Theme};
 use crate::widgets::png_button;
-use crate::{bridge, fit_canvas, perf};
+use crate::{bridge, dom::fit_canvas, perf};
 use leptos::html::Canvas;
 use leptos::prelude::*;
 use shared::analysis::active::ActiveTimeline;

@@ -5,7 +5,11 @@
 use super::{compare::CompareSection, error_panel::ErrorPanel, header::Header, help::Help, progress::Progress};
 use super::{report::Report, server_panel::ServerPanel, welcome::Welcome};
 use crate::state::{Errors, Loader, Theme};
-use crate::{bridge, http, is_typing, query_param};
+use crate::{
+    bridge,
+    dom::{is_typing, query_param},
+    http,
+};
 use leptos::prelude::*;
 use wasm_bindgen::JsCast;
 
@@ -101,7 +105,7 @@ pub fn App() -> impl IntoView {
     let help = RwSignal::new(false);
     provide_context(Theme::new(dark));
     provide_context::<Errors>(loader.errors());
-    crate::keep_loader(loader);
+    crate::bridge::warmup::keep_loader(loader);
     if let Err(e) = bridge::start(loader) {
         loader.error.set(Some(("worker".into(), e)));
     }

@@ -1,7 +1,7 @@
 //! A diff's chart: A's and B's allocated memory on the diff's aligned x axis.
 
 use crate::charts;
-use crate::fit_canvas;
+use crate::dom::fit_canvas;
 use crate::state::{Errors, Theme};
 use crate::widgets::png_button;
 use leptos::html::Canvas;

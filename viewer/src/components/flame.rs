@@ -5,7 +5,7 @@
 use crate::charts;
 use crate::state::{Errors, Theme};
 use crate::widgets::{percent, png_button};
-use crate::{fit_canvas, perf};
+use crate::{dom::fit_canvas, perf};
 use leptos::html::Canvas;
 use leptos::prelude::*;
 use shared::analysis::flame::FlameGraph;

@@ -22,7 +22,7 @@ fn chosen_files(ev: &leptos::ev::Event) -> Vec<web_sys::File> {
 /// Saves the shown trace in `format` (the worker writes it).
 fn export_as(format: &'static str, errors: Errors) {
     bridge::ask(&Request::Export { format: format.into() }, move |r| match r {
-        Response::Export { file_name, mime, text } => crate::download_text(&file_name, &mime, &text),
+        Response::Export { file_name, mime, text } => crate::dom::download_text(&file_name, &mime, &text),
         Response::Error { message } => errors.report("export", message),
         _ => {}
     })

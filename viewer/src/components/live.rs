@@ -26,7 +26,7 @@ pub fn LiveView(
         let picked = pick.get();
         server.live.with(|l| {
             let Some(l) = l else { return };
-            crate::fit_canvas(&c, 220);
+            crate::dom::fit_canvas(&c, 220);
             let drawn = match (l.ranks.is_empty(), picked.and_then(|r| l.ranks.get(&r))) {
                 (true, _) => crate::charts::draw_live(&c, &pal, &l.points).is_ok().then_some(l.points.len()),
                 (false, Some(points)) => crate::charts::draw_live(&c, &pal, points).is_ok().then_some(points.len()),

@@ -4,7 +4,7 @@
 use crate::charts::{self, Mapping};
 use crate::state::{Errors, Theme};
 use crate::widgets::png_button;
-use crate::{fit_canvas, perf};
+use crate::{dom::fit_canvas, perf};
 use leptos::html::Canvas;
 use leptos::prelude::*;
 use shared::analysis::profile::GraphProfile;

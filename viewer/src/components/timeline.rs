@@ -8,7 +8,7 @@ use crate::charts::{self, Mapping};
 use crate::protocol::requests;
 use crate::state::{Errors, Theme};
 use crate::widgets::png_button;
-use crate::{bridge, fit_canvas, perf};
+use crate::{bridge, dom::fit_canvas, perf};
 use leptos::html::Canvas;
 use leptos::prelude::*;
 use shared::analysis::holders::Why;
@@ -132,7 +132,7 @@ impl Timeline {
     }
 
     fn on_key(self, ev: &web_sys::KeyboardEvent) {
-        if crate::is_typing(ev) {
+        if crate::dom::is_typing(ev) {
             return;
         }
         match ev.key().as_str() {

@@ -3,6 +3,8 @@
 //! `collector serve` holds is asked over HTTP instead ([`open_remote`]). Opening, swapping
 //! and showing traces all go through here.
 
+pub mod warmup;
+
 use crate::perf;
 use crate::protocol::requests::{self, Key};
 use crate::protocol::{ChartWidths, ToPage, ToWorker};
@@ -73,7 +75,7 @@ fn with<R>(f: impl FnOnce(&mut Bridge) -> R) -> R {
 /// ending the warm-up and drawing the progress then run while the worker reads.
 fn begin_loading(loader: Loader, name: &str) {
     perf::begin_open();
-    crate::end_warmup();
+    warmup::end_warmup();
     // Answers kept for a report that was not drawn: another trace is opening.
     with(|b| b.prefetched.clear());
     loader.error.set(None);
@@ -190,7 +192,7 @@ fn end_offer(loader: Loader) {
 /// The largest file this page opens itself: [`crate::protocol::PAGE_FILE_LIMIT_BYTES`], or
 /// `?page_limit_mb=` (a machine with less memory, and the tests).
 fn page_limit_bytes() -> f64 {
-    crate::query_param("page_limit_mb")
+    crate::dom::query_param("page_limit_mb")
         .and_then(|v| v.parse::<f64>().ok())
         .filter(|v| *v > 0.0)
         .map_or(crate::protocol::PAGE_FILE_LIMIT_BYTES, |mb| mb * 1e6)
@@ -199,7 +201,7 @@ fn page_limit_bytes() -> f64 {
 /// The memory the worker may hold once a file is open: [`crate::protocol::WORKER_MEMORY_BYTES`],
 /// or `?page_memory_mb=` (a machine with less memory, and the tests).
 fn page_memory_bytes() -> f64 {
-    crate::query_param("page_memory_mb")
+    crate::dom::query_param("page_memory_mb")
         .and_then(|v| v.parse::<f64>().ok())
         .filter(|v| *v > 0.0)
         .map_or(crate::protocol::WORKER_MEMORY_BYTES as f64, |mb| mb * 1e6)
@@ -387,7 +389,7 @@ pub fn ask_when_idle(request: Request, done: impl FnOnce(Response) + 'static) {
     }
     with(|b| b.deferred.push((request, Box::new(done), perf::warming())));
     // After this task, whose effects ask for the charts.
-    crate::after_this_task(flush_deferred);
+    crate::dom::after_this_task(flush_deferred);
 }
 
 /// Forgets the warm-up report's requests: their answers, if they come, go nowhere.
@@ -447,7 +449,7 @@ fn receive(loader: Loader, msg: ToPage) {
             loader.loading.set(None);
             loader.compare.set(Some(Arc::new(Comparison { a: a_name, b: b_name, diff: *diff, of_open_trace: true })));
         }
-        ToPage::Warmup { overview } => crate::begin_warmup(*overview),
+        ToPage::Warmup { overview } => warmup::begin_warmup(*overview),
         ToPage::Answer { id, response, worker_memory_bytes } => {
             loader.worker_memory.set(worker_memory_bytes);
             let cb = with(|b| b.pending.remove(&id));
