@@ -166,9 +166,115 @@ fn top_level_modules(src: &Path) -> Result<Vec<String>> {
     Ok(out)
 }
 
-/// The text with every `//` comment blanked (lines kept, so offsets still give line numbers).
+/// The text with every comment (`//` to the line's end, `/* */` nested) blanked, and `//`
+/// inside string literals (`"s3://"`, raw strings) left alone; lines are kept, so offsets
+/// still give line numbers.
 pub fn strip_comments(text: &str) -> String {
-    text.lines().map(|l| l.find("//").map_or(l, |i| &l[..i])).collect::<Vec<_>>().join("\n")
+    #[derive(Clone, Copy, PartialEq)]
+    enum In {
+        Code,
+        Str,
+        Raw(usize),
+        Line,
+        Block(usize),
+    }
+    let b = text.as_bytes();
+    let mut out = String::with_capacity(text.len());
+    let mut state = In::Code;
+    let mut i = 0;
+    while i < b.len() {
+        let c = b[i];
+        let next = b.get(i + 1).copied();
+        match state {
+            In::Code => {
+                if c == b'/' && next == Some(b'/') {
+                    state = In::Line;
+                    i += 2;
+                    continue;
+                }
+                if c == b'/' && next == Some(b'*') {
+                    state = In::Block(1);
+                    i += 2;
+                    continue;
+                }
+                if c == b'"' {
+                    state = In::Str;
+                } else if c == b'r' && (next == Some(b'"') || next == Some(b'#')) && (i == 0 || !is_ident(b[i - 1])) {
+                    let hashes = b[i + 1..].iter().take_while(|&&x| x == b'#').count();
+                    if b.get(i + 1 + hashes) == Some(&b'"') {
+                        out.push_str(&text[i..i + 2 + hashes]);
+                        i += 2 + hashes;
+                        state = In::Raw(hashes);
+                        continue;
+                    }
+                } else if c == b'\'' {
+                    // A char literal ('"', '\''), not a lifetime: copied whole.
+                    let len = if next == Some(b'\\') {
+                        b[i + 2..].iter().position(|&x| x == b'\'').map(|p| p + 3)
+                    } else {
+                        (b.get(i + 2) == Some(&b'\'')).then_some(3)
+                    };
+                    if let Some(len) = len {
+                        out.push_str(&text[i..i + len]);
+                        i += len;
+                        continue;
+                    }
+                }
+            }
+            In::Str => {
+                if c == b'\\' {
+                    out.push_str(&text[i..(i + 2).min(b.len())]);
+                    i += 2;
+                    continue;
+                }
+                if c == b'"' {
+                    state = In::Code;
+                }
+            }
+            In::Raw(hashes) => {
+                if c == b'"' && b[i + 1..].iter().take(hashes).filter(|&&x| x == b'#').count() == hashes {
+                    out.push_str(&text[i..i + 1 + hashes]);
+                    i += 1 + hashes;
+                    state = In::Code;
+                    continue;
+                }
+            }
+            In::Line => {
+                if c == b'\n' {
+                    state = In::Code;
+                    out.push('\n');
+                }
+                i += 1;
+                continue;
+            }
+            In::Block(depth) => {
+                if c == b'*' && next == Some(b'/') {
+                    state = if depth == 1 { In::Code } else { In::Block(depth - 1) };
+                    i += 2;
+                    continue;
+                }
+                if c == b'/' && next == Some(b'*') {
+                    state = In::Block(depth + 1);
+                    i += 2;
+                    continue;
+                }
+                if c == b'\n' {
+                    out.push('\n');
+                }
+                i += 1;
+                continue;
+            }
+        }
+        // Copy one whole character (the text is UTF-8; only ASCII bytes steer the states).
+        let len = text[i..].chars().next().map_or(1, char::len_utf8);
+        out.push_str(&text[i..i + len]);
+        i += len;
+    }
+    out
+}
+
+fn is_ident(c: u8) -> bool {
+    c.is_ascii_alphanumeric() || c == b'_'
 }
 
 /// (offset, module) of every module named after `crate::`, `crate::{a, b::c}` lists included.
@@ -190,6 +296,12 @@ fn crate_uses(code: &str) -> Vec<(usize, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn comments_go_and_strings_stay() {
+        let code = "let a = \"s3://x\"; // gone\nlet b = r#\"//\"#; /* gone\n /* nested */ still */ let c = '\"';\nlet d = '\\''; // x";
+        assert_eq!(strip_comments(code), "let a = \"s3://x\"; \nlet b = r#\"//\"#; \n let c = '\"';\nlet d = '\\''; ");
+    }
 
     #[test]
     fn uses_are_found_in_paths_and_lists_and_not_in_comments() {

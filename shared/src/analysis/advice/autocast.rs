@@ -296,8 +296,7 @@ pub(super) fn plan(c: &Curve, weights: &FastSet<u64>) -> Plan {
     let mut fused_outputs: FastSet<u64> = FastSet::default();
 
     let mut decisions: Vec<Option<Decision>> = vec![None; fwd.len()];
-    // Each storage's element size as recorded, for views whose own bytes do not tell it (a
-    // slice's reference counts its whole storage).
+    // Each storage's element size as recorded (a slice's own bytes count its whole storage).
     let mut base_map: FastMap<u64, u64> = FastMap::default();
     let mut typed = Typed::default();
     for (k, o) in fwd.iter().enumerate() {
@@ -339,13 +338,7 @@ pub(super) fn plan(c: &Curve, weights: &FastSet<u64>) -> Plan {
                 _ => None,
             });
             let at = seq_inputs.entry(o.seq_nr).or_default();
-            for t in ins.iter().filter(|t| matches!(base_of(t), Some(2 | 4))) {
-                if let Some(e) = cast.or_else(|| amp_elem(&typed.elem, t)) {
-                    if !at.iter().any(|&(s, _)| s == t.shape) {
-                        at.push((t.shape, e));
-                    }
-                }
-            }
+            note_gradient_inputs(at, ins, &base_of, &|t| cast.or_else(|| amp_elem(&typed.elem, t)));
         }
         let mut fuses = false;
         if listed_above.is_none() && !in_fused {
@@ -359,15 +352,8 @@ pub(super) fn plan(c: &Curve, weights: &FastSet<u64>) -> Plan {
                             .take_while(|x| x.start_ns <= o.end_ns)
                             .any(|x| trace.str(x.name).ends_with("_scaled_dot_product_attention_math"));
                     let saved_until = if saves_inputs(name) { backward_end(o.seq_nr) } else { None };
-                    let mut seen = FastSet::default();
-                    for t in ins {
-                        if t.storage_id == 0 || weights.contains(&t.storage_id) || !seen.insert(t.storage_id) {
-                            continue;
-                        }
-                        if base_of(t) == Some(4) && amp_elem(&typed.elem, t) == Some(4) && !is_scalar(c, t) {
-                            add_copy(c, &mut plan, o.start_ns, saved_until.unwrap_or(o.end_ns), round(t.size_bytes / 2));
-                        }
-                    }
+                    let span = (o.start_ns, saved_until.unwrap_or(o.end_ns));
+                    input_casts(c, &mut plan, span, ins, weights, &base_of, &|t| amp_elem(&typed.elem, t), Cast::ToBf16);
                     if math {
                         fuses = true;
                         plan.fused_attention += 1;
@@ -383,15 +369,8 @@ pub(super) fn plan(c: &Curve, weights: &FastSet<u64>) -> Plan {
                 }
                 Class::Full => {
                     let saved_until = if saves_inputs(name) { backward_end(o.seq_nr) } else { None };
-                    let mut seen = FastSet::default();
-                    for t in ins {
-                        if t.storage_id == 0 || !seen.insert(t.storage_id) || is_scalar(c, t) {
-                            continue;
-                        }
-                        if base_of(t) == Some(4) && amp_elem(&typed.elem, t) == Some(2) {
-                            add_copy(c, &mut plan, o.start_ns, saved_until.unwrap_or(o.end_ns), round(t.size_bytes));
-                        }
-                    }
+                    let span = (o.start_ns, saved_until.unwrap_or(o.end_ns));
+                    input_casts(c, &mut plan, span, ins, &FastSet::default(), &base_of, &|t| amp_elem(&typed.elem, t), Cast::ToFp32);
                 }
                 Class::Promote => {}
             }
@@ -414,6 +393,60 @@ pub(super) fn plan(c: &Curve, weights: &FastSet<u64>) -> Plan {
     backward_types(c, &seq_inputs, &mut produced);
     size_blocks(c, &mut produced, &Fused { spans: fused, outputs: fused_outputs }, &readers, &mut plan);
     plan
+}
+
+/// The shapes and autocast element sizes (`elem`) of an op's floating inputs, once each: what
+/// the backward of its autograd number computes gradients of.
+fn note_gradient_inputs(
+    at: &mut Vec<(u32, u64)>,
+    ins: &[TensorRef],
+    base_of: &dyn Fn(&TensorRef) -> Option<u64>,
+    elem: &dyn Fn(&TensorRef) -> Option<u64>,
+) {
+    for t in ins.iter().filter(|t| matches!(base_of(t), Some(2 | 4))) {
+        if let Some(e) = elem(t) {
+            if !at.iter().any(|&(s, _)| s == t.shape) {
+                at.push((t.shape, e));
+            }
+        }
+    }
+}
+
+/// Which way an op casts its fp32 tensors' inputs under autocast.
+#[derive(Clone, Copy, PartialEq)]
+enum Cast {
+    /// A bf16 op: each fp32 input autocast leaves fp32 gets a bf16 copy (half its bytes).
+    ToBf16,
+    /// A full-precision op: each input autocast made bf16 is copied back to fp32.
+    ToFp32,
+}
+
+/// The copies an op's casts make of its inputs (once per storage, scalars and `skip` aside),
+/// each live for the op's `span` (to its backward when it saves its inputs).
+#[allow(clippy::too_many_arguments)]
+fn input_casts(
+    c: &Curve,
+    plan: &mut Plan,
+    span: (u64, u64),
+    ins: &[TensorRef],
+    skip: &FastSet<u64>,
+    base_of: &dyn Fn(&TensorRef) -> Option<u64>,
+    elem: &dyn Fn(&TensorRef) -> Option<u64>,
+    cast: Cast,
+) {
+    let (from, bytes): (u64, fn(u64) -> u64) = match cast {
+        Cast::ToBf16 => (4, |b| b / 2),
+        Cast::ToFp32 => (2, |b| b),
+    };
+    let mut seen = FastSet::default();
+    for t in ins {
+        if t.storage_id == 0 || skip.contains(&t.storage_id) || !seen.insert(t.storage_id) || is_scalar(c, t) {
+            continue;
+        }
+        if base_of(t) == Some(4) && elem(t) == Some(from) {
+            add_copy(c, plan, span.0, span.1, round(bytes(t.size_bytes)));
+        }
+    }
 }
 
 /// The element sizes of the forward's outputs under autocast, decided as their ops end (an
