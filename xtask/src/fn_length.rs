@@ -14,6 +14,25 @@ pub const FUNCTION_LINES: usize = 120;
 pub const SOURCES: [&str; 9] =
     ["shared/src", "protocol/src", "record/src", "traceio/src", "device/src", "capture/src", "collector/src", "viewer/src", "xtask/src"];
 
+/// `file: N components` for every Rust file under `dir` that defines more than one
+/// `#[component]` (ARCHITECTURE.md: one component per file).
+pub fn several_components(dir: &Path) -> Result<Vec<String>> {
+    let mut found = Vec::new();
+    for file in crate::rust_files(dir)? {
+        let text = std::fs::read_to_string(&file)?;
+        let n = components(&crate::layers::strip_comments(text.split("#[cfg(test)]").next().unwrap_or("")));
+        if n > 1 {
+            found.push(format!("{}: {n} components (one per file)", file.display()));
+        }
+    }
+    Ok(found)
+}
+
+/// How many `#[component]` attributes `code` (comments stripped) has.
+fn components(code: &str) -> usize {
+    code.lines().filter(|l| matches!(l.trim(), "#[component]" | "#[leptos::component]")).count()
+}
+
 /// `file:line: fn name is N lines` for every function in the Rust files under `dir` longer
 /// than `max` lines.
 pub fn too_long(dir: &Path, max: usize) -> Result<Vec<String>> {
@@ -122,6 +141,19 @@ mod tests {
         let code = "fn a() {\n    let s = \"}{\";\n    let c = '{';\n}\n\npub fn b(x: u8)\n    -> u8\n{\n    if x > 0 { 1 } else { 0 }\n}\nfn decl();\n";
         let f = functions(code);
         assert_eq!(f, vec![("a".to_owned(), 1, 4), ("b".to_owned(), 6, 5)]);
+    }
+
+    #[test]
+    fn components_are_counted_outside_comments() {
+        assert_eq!(components("#[component]\nfn A() {}\n// #[component]\n    #[leptos::component]\nfn B() {}\n"), 2);
+        let dir = std::env::temp_dir().join(format!("xtask-components-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("two.rs"), "#[component]\nfn A() {}\n#[component]\nfn B() {}\n").unwrap();
+        std::fs::write(dir.join("one.rs"), "#[component]\nfn A() {}\nfn helper() {}\n").unwrap();
+        let found = several_components(&dir).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(found[0].ends_with("two.rs: 2 components (one per file)"), "{found:?}");
     }
 
     /// The holes the check had: `pub(super) fn` was not a function, and comment lines did

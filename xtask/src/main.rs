@@ -344,6 +344,10 @@ fn tidy() -> Result<()> {
             untyped.join("\n")
         );
     }
+    let crowded = fn_length::several_components(Path::new("viewer/src"))?;
+    if !crowded.is_empty() {
+        bail!("these files hold several components (ARCHITECTURE.md: one per file):\n{}", crowded.join("\n"));
+    }
     let mut long = fn_length::too_long(Path::new("viewer/src/components"), fn_length::COMPONENT_LINES)?;
     for src in fn_length::SOURCES {
         long.extend(fn_length::too_long(Path::new(src), fn_length::FUNCTION_LINES)?);

@@ -4,6 +4,8 @@
 //! one chart per rank on one shared scale, each rank appearing as its first points arrive.
 //! The finished trace opens in every view.
 
+use super::live_multiples::RankMultiples;
+use super::live_picker::RankPicker;
 use crate::perf;
 use crate::server::ServerState;
 use crate::state::Theme;
@@ -88,94 +90,4 @@ fn live_summary(l: &crate::server::Live, finished: bool) -> String {
         s.push_str(&format!(" · {} ranks: {} · {} updates", peaks.len(), peaks.join(", "), l.batches));
     }
     s
-}
-
-/// Which rank the large chart draws: every rank overlaid, or one.
-#[component]
-fn RankPicker(
-    /// The server panel's state (the ranks so far).
-    server: ServerState,
-    /// The rank drawn large; `None`: all overlaid.
-    pick: RwSignal<Option<u32>>,
-) -> impl IntoView {
-    let ranks = move || server.live.with(|l| l.as_ref().map(|l| l.ranks.keys().copied().collect::<Vec<u32>>()).unwrap_or_default());
-    let on_change = move |ev: leptos::ev::Event| {
-        let v = event_target_value(&ev);
-        pick.set(v.parse().ok());
-        perf::set_body("data-live-pick", if v.is_empty() { "all" } else { &v });
-    };
-    view! {
-        <label class="live-picker">
-            "Ranks: "
-            <select id="live-rank-picker" on:change=on_change prop:value=move || pick.get().map(|r| r.to_string()).unwrap_or_default()>
-                <option value="">"all, overlaid"</option>
-                {move || ranks().into_iter().map(|r| view! { <option value=r.to_string()>{format!("rank {r}")}</option> }).collect_view()}
-            </select>
-        </label>
-    }
-}
-
-/// One small chart per rank, all on one scale (the longest time, the highest memory of any
-/// rank), in rank order; a click draws that rank large.
-#[component]
-fn RankMultiples(
-    /// The server panel's state (the ranks so far).
-    server: ServerState,
-    /// The rank drawn large, set by a click on its chart.
-    pick: RwSignal<Option<u32>>,
-) -> impl IntoView {
-    let ranks =
-        Memo::new(move |_| server.live.with(|l| l.as_ref().map(|l| l.ranks.keys().copied().collect::<Vec<u32>>()).unwrap_or_default()));
-    Effect::new(move |_| perf::set_body("data-live-multiples", &ranks.get().len().to_string()));
-    view! {
-        <div class="live-multiples" id="live-multiples">
-            <For each=move || ranks.get() key=|r| *r let:rank>
-                <RankSmall server=server rank=rank pick=pick />
-            </For>
-        </div>
-    }
-}
-
-/// One rank's small multiple.
-#[component]
-fn RankSmall(
-    /// The server panel's state (every rank's points, for the shared scale).
-    server: ServerState,
-    /// The rank drawn.
-    rank: u32,
-    /// The rank drawn large, set by a click here.
-    pick: RwSignal<Option<u32>>,
-) -> impl IntoView {
-    let theme = expect_context::<Theme>();
-    let canvas = NodeRef::<leptos::html::Canvas>::new();
-    Effect::new(move |_| {
-        let pal = theme.palette();
-        let Some(c) = canvas.get() else { return };
-        server.live.with(|l| {
-            let Some(l) = l else { return };
-            let Some(points) = l.ranks.get(&rank) else { return };
-            let all = || l.ranks.values().flatten();
-            let t1 = all().map(|p| p[0] as f64 / 1e9).fold(1e-3, f64::max);
-            let ymax = all().map(|p| p[1].max(p[2])).max().unwrap_or(0) as f64 * 1.02;
-            let peak = points.iter().map(|p| p[1]).max().unwrap_or(0);
-            // As wide as its own cell of the grid (`fit_canvas` takes the parent's width: the
-            // whole row of them).
-            let w = c.client_width().max(120) as u32;
-            if c.width() != w {
-                c.set_width(w);
-            }
-            if c.height() != 90 {
-                c.set_height(90);
-            }
-            let _ = crate::charts::draw_live_small(&c, &pal, points, (t1, ymax), &format!("rank {rank} · peak {}", format_bytes(peak)));
-        });
-    });
-    let selected = move || if pick.get() == Some(rank) { "live-small selected" } else { "live-small" };
-    view! {
-        <canvas node_ref=canvas class=selected data-rank=rank.to_string() height="90" title=format!("rank {rank}: click to draw it large")
-            on:click=move |_| {
-                pick.set(Some(rank));
-                perf::set_body("data-live-pick", &rank.to_string());
-            }></canvas>
-    }
 }

@@ -5,7 +5,8 @@
 //!   the trace given at start, the keyboard shortcuts and drop anywhere.
 //! - [`header`]: the title bar: open a trace (or several ranks), compare, exports, theme, help.
 //! - [`server_panel`]: server mode's panel (trace form, jobs, stored traces), with [`live`]
-//!   (the followed trace drawn as it runs) and [`stored_compare`] (two stored traces compared).
+//!   (the followed trace drawn as it runs; a job's ranks in `live_picker`, `live_multiples`
+//!   and `live_small`) and [`stored_compare`] (two stored traces compared).
 //! - [`progress`]: the line saying which file is opening and how far it got.
 //! - [`error_panel`]: the last failure, with "Merge anyway" and "Upload to the server".
 //! - [`compare`]: the Compare view around [`diff`] (peaks, layers, classes, operators), whose
@@ -38,6 +39,9 @@ pub mod fragmentation;
 pub mod header;
 pub mod help;
 pub mod live;
+mod live_multiples;
+mod live_picker;
+mod live_small;
 pub mod oom;
 pub mod pools;
 pub mod progress;
