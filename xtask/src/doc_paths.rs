@@ -1,6 +1,7 @@
 //! Tidy rule: every repository path that a comment names (`//`, `//!`, `///` in Rust and C++
 //! files, and the text of README.md and ARCHITECTURE.md) exists, so that comments and the
-//! codemap do not point at files that moved or went away.
+//! codemap do not point at files that moved or went away; and an item named after a path
+//! (`collector/tests/cli.rs::a_test`, `tests/python/x.py::test_y`) is defined in that file.
 //!
 //! What counts as a path: a word of a comment, backticked or in prose, with a `/` inside it
 //! and only path characters in it, that
@@ -105,11 +106,19 @@ pub fn stale_paths(root: &Path) -> Result<Vec<Stale>> {
             };
             let (found, still_in_code) = words(comment, in_code);
             in_code = still_in_code;
-            for (word, backticked) in found {
+            for (word, backticked, item) in found {
                 for path in expand(&word) {
                     if checked(&path, backticked, root, &top_level, &bases) && !exists(&path, root, &bases) {
                         stale.push(Stale { file: file.clone(), line: i + 1, path: word.clone() });
                         break;
+                    }
+                    // `file.rs::name`: the file defines `name` (a test, a function, a type).
+                    if let Some(item) = &item {
+                        let named = resolve(&path, root, &bases).and_then(|f| std::fs::read_to_string(f).ok());
+                        if named.is_some_and(|text| !defines(&text, item)) {
+                            stale.push(Stale { file: file.clone(), line: i + 1, path: format!("{word}::{item}") });
+                            break;
+                        }
                     }
                 }
             }
@@ -168,17 +177,19 @@ fn comment_of(line: &str) -> Option<&str> {
 /// `code` span, which may have opened on an earlier line: `in_code`), split at white space and
 /// at markdown's `](`, with punctuation around them trimmed; and whether a span is still open
 /// at the end of the line.
-fn words(comment: &str, in_code: bool) -> (Vec<(String, bool)>, bool) {
+fn words(comment: &str, in_code: bool) -> (Vec<(String, bool, Option<String>)>, bool) {
     let mut out = Vec::new();
     let mut backticked = !in_code;
     for part in comment.split('`') {
         backticked = !backticked;
         for word in part.split_whitespace().flat_map(|w| w.split("](")) {
             let word = word.trim_start_matches(['(', '[', '"', '\'']).trim_end_matches(['.', ',', ';', ':', ')', ']', '"', '\'', '!', '?']);
-            // A line or anchor after a file (`a.rs:12`, `README.md#usage`) is not part of it.
-            let word = word.split([':', '#']).next().unwrap_or("");
-            if word.contains('/') {
-                out.push((word.to_owned(), backticked));
+            // A line or anchor after a file (`a.rs:12`, `README.md#usage`) is not part of it;
+            // an item after it (`a.rs::a_test`) is checked on its own ([`items`]).
+            let path = word.split([':', '#']).next().unwrap_or("");
+            if path.contains('/') {
+                let item = word[path.len()..].strip_prefix("::").map(|rest| rest.trim_end_matches(['(', ')']).to_owned());
+                out.push((path.to_owned(), backticked, item.filter(|i| !i.is_empty())));
             }
         }
     }
@@ -227,6 +238,25 @@ fn exists(path: &str, root: &Path, bases: &[PathBuf]) -> bool {
     })
 }
 
+/// The file `path` names under the first base that has it.
+fn resolve(path: &str, root: &Path, bases: &[PathBuf]) -> Option<PathBuf> {
+    bases.iter().filter_map(|b| normalise(&b.join(path))).map(|p| root.join(p)).find(|p| p.is_file())
+}
+
+/// Whether `text` (Rust or Python) defines `item`'s last segment (`Type::method` is `method`):
+/// a `fn`, `def`, type, trait, constant, static, module or `class`.
+fn defines(text: &str, item: &str) -> bool {
+    let name = item.rsplit("::").next().unwrap_or(item);
+    let after = |kw: &str| {
+        text.match_indices(kw).any(|(at, _)| {
+            let before_ok = at == 0 || !text.as_bytes()[at - 1].is_ascii_alphanumeric();
+            let rest = &text[at + kw.len()..];
+            before_ok && rest.starts_with(name) && !rest[name.len()..].starts_with(|c: char| c.is_alphanumeric() || c == '_')
+        })
+    };
+    ["fn ", "def ", "struct ", "enum ", "trait ", "type ", "const ", "static ", "mod ", "class "].iter().any(|kw| after(kw))
+}
+
 /// `a/./b/../c` as `a/c`; `None` when it climbs above the start.
 fn normalise(path: &Path) -> Option<PathBuf> {
     let mut out = PathBuf::new();
@@ -265,14 +295,35 @@ mod tests {
         let (w, open) = words(" see `shared/src/model.rs` and (collector/shim/mt_shim.h), [x](tests/data/facts.json): a.rs:12", false);
         assert_eq!(
             w,
-            [("shared/src/model.rs".into(), true), ("collector/shim/mt_shim.h".into(), false), ("tests/data/facts.json".into(), false)]
+            [
+                ("shared/src/model.rs".into(), true, None),
+                ("collector/shim/mt_shim.h".into(), false, None),
+                ("tests/data/facts.json".into(), false, None)
+            ]
         );
         assert!(!open);
         let (w, open) = words("runs `cargo test -p", false);
         assert!(w.is_empty() && open);
         let (w, open) = words("shared/tests` in import/export", true);
-        assert_eq!(w, [("shared/tests".into(), true), ("import/export".into(), false)]);
+        assert_eq!(w, [("shared/tests".into(), true, None), ("import/export".into(), false, None)]);
         assert!(!open);
+        let (w, _) = words("`shared/src/model.rs::totals()`, tests/x.py::test_y.", false);
+        assert_eq!(w, [("shared/src/model.rs".into(), true, Some("totals".into())), ("tests/x.py".into(), false, Some("test_y".into()))]);
+    }
+
+    /// The hole the rule had: a test named after `::` could move or go and the path still
+    /// passed.
+    #[test]
+    fn an_item_after_a_path_is_defined_there() {
+        let text = "fn real_test() {}\nstruct Thing;\ndef test_py():\n    pass\nfn real_test_longer() {}\n";
+        assert!(defines(text, "real_test") && defines(text, "Thing::new_or_not") == defines(text, "new_or_not"));
+        assert!(defines(text, "test_py") && defines(text, "Thing"));
+        assert!(!defines(text, "real") && !defines(text, "moved_test"));
+        let root = root();
+        let bases = [PathBuf::new()];
+        let file = resolve("xtask/src/doc_paths.rs", &root, &bases).unwrap();
+        let me = std::fs::read_to_string(file).unwrap();
+        assert!(defines(&me, "an_item_after_a_path_is_defined_there") && !defines(&me, "a_test_that_was_never_written"));
     }
 
     #[test]
