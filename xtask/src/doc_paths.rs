@@ -1,7 +1,7 @@
 //! Tidy rule: every repository path that a comment names (`//`, `//!`, `///` in Rust and C++
 //! files, and the text of README.md and ARCHITECTURE.md) exists, so that comments and the
 //! codemap do not point at files that moved or went away; and an item named after a path
-//! (`collector/tests/cli.rs::a_test`, `tests/python/x.py::test_y`) is defined in that file.
+//! (`xtask/src/doc_paths.rs::stale_paths`) is defined in that file.
 //!
 //! What counts as a path: a word of a comment, backticked or in prose, with a `/` inside it
 //! and only path characters in it, that
