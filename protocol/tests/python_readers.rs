@@ -1,5 +1,6 @@
 //! The Python side reads two of these types: the options a traced process is handed
-//! ([`CaptureOptions`], `MEMORY_TRACER_OPTIONS`, read by `_auto.py` and `_capture.py`) and
+//! ([`CaptureOptions`], `MEMORY_TRACER_OPTIONS`, read by `_auto.py`, `_capture.py` and the
+//! recorder fallback's `_recorder.py`) and
 //! what `collector ingest --stats-json` prints ([`IngestStats`], read by the `MemoryTracer`
 //! API in `__init__.py`). Python has no copy of the types, so its readers are checked against
 //! them here: every key Python reads is a field, and every option is read.
@@ -47,6 +48,10 @@ fn python_reads_exactly_the_capture_options() {
     let receivers = ["options", "self.options", "o", "_options()"];
     let mut read = keys_read(&source("_capture.py"), &receivers);
     read.extend(keys_read(&source("_auto.py"), &receivers));
+    // The recorder fallback reads its own two (max_events, iteration_marker).
+    let recorder = keys_read(&source("_recorder.py"), &receivers);
+    assert!(recorder.contains("max_events"), "the scan found the recorder's reads: {recorder:?}");
+    read.extend(recorder);
     let declared = fields(&CaptureOptions::default());
     let unknown: Vec<_> = read.difference(&declared).collect();
     assert!(unknown.is_empty(), "Python reads options CaptureOptions does not have: {unknown:?} (protocol/src/capture.rs)");
