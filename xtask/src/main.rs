@@ -518,7 +518,7 @@ fn test() -> Result<()> {
         let site = site.clone();
         move || {
             python_tests(&wheel, &site)?;
-            fuzz(&["--seconds".into(), "5".into()])
+            fuzz(&["--seconds".into(), "5".into(), "--dev".into()])
         }
     })];
     for t in &torches::TEST_TORCHES {
@@ -707,16 +707,20 @@ const REQUIRE_FUZZ_ENV: &str = "MEMORY_TRACER_REQUIRE_FUZZ";
 /// `cargo xtask fuzz`: each target for `--seconds` (default 30) or `--runs` executions, with
 /// the limits the campaign uses (2 GiB RSS, 10 s per input, inputs up to 16 KiB). Missing
 /// cargo-fuzz or nightly skips with a message saying so (or fails with
-/// `MEMORY_TRACER_REQUIRE_FUZZ=1`); a crash, hang or memory blow-up fails.
+/// `MEMORY_TRACER_REQUIRE_FUZZ=1`); a crash, hang or memory blow-up fails. `--dev` builds the targets
+/// unoptimised (what the test command runs for a few seconds each).
 fn fuzz(args: &[String]) -> Result<()> {
     let mut seconds = 30u64;
     let mut runs: Option<u64> = None;
+    let mut dev = false;
     let mut targets: Vec<&str> = Vec::new();
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
             "--seconds" => seconds = it.next().context("--seconds needs a number")?.parse().context("--seconds needs a number")?,
             "--runs" => runs = Some(it.next().context("--runs needs a number")?.parse().context("--runs needs a number")?),
+            // Unoptimised: the test command's few seconds a target build in a third of the time.
+            "--dev" => dev = true,
             t => match FUZZ_TARGETS.iter().find(|(name, _)| *name == t) {
                 Some((name, _)) => targets.push(name),
                 None => bail!("unknown fuzz target {t:?}; expected one of {:?}", FUZZ_TARGETS.map(|(n, _)| n)),
@@ -771,7 +775,9 @@ fn fuzz(args: &[String]) -> Result<()> {
         // Built outside the clone, so that fresh clones (CI) reuse the build.
         let target_dir = cache_dir().join("fuzz-target");
         cmd.current_dir("fuzz")
-            .args(["+nightly", "fuzz", "run", "--sanitizer", "none", "--debug-assertions", "--target-dir"])
+            .args(["+nightly", "fuzz", "run", "--sanitizer", "none", "--debug-assertions"])
+            .args(dev.then_some("--dev"))
+            .arg("--target-dir")
             .arg(&target_dir)
             .arg(target)
             .arg(Path::new("corpus").join(target))
