@@ -973,6 +973,28 @@ fn holders_are_what_pytorchs_own_objects_hold() {
 /// `--holders=python`: at a mark, the Python variables and attributes holding tensors are
 /// named (`main:trainer.last_batch`, a list's items folded as `main:history[{0..7}]`), and
 /// `leaks` names what holds the tensors each iteration leaves behind.
+/// `--holders=python` names the Python variables holding tensors when an out-of-memory error
+/// is made, with no mark: the list a loop keeps its batches in (the program raises the error
+/// itself on the CPU, as torch does from C++), and the program goes on as untraced.
+#[test]
+fn python_variables_are_named_at_an_out_of_memory_error() {
+    use shared::model::HolderKind;
+    let (out, t, _dir) = trace("holders_oom", &["--holders=python"], &py("holders_oom.py", &[]));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("OOM after 4 batches"), "{}", text(&out.stdout));
+    let t = t.expect("a trace");
+    assert!(t.marks.is_empty());
+    let mut names: Vec<(String, u64)> = t
+        .event_holders
+        .iter()
+        .filter(|h| h.kind == HolderKind::Python)
+        .map(|h| (t.str(h.name).to_owned(), t.events.size_bytes[h.event as usize]))
+        .collect();
+    names.sort();
+    let expected: Vec<(String, u64)> = (0..4).map(|k| (format!("main:keep[{k}]"), 256 << 10)).collect();
+    assert_eq!(names, expected);
+}
+
 #[test]
 fn python_variables_holding_tensors_are_named() {
     use shared::analysis::holders::{why, Moment};

@@ -255,6 +255,8 @@ class Capture:
         # What this installation's hooks test: off once they are taken out, so one left
         # beneath someone else's patch passes calls through even after a later install.
         live = self.live = Live()
+        if holders is not None and holders.python:
+            self._hook_out_of_memory(torch, holders, live)
 
         # Module scopes: nn.Module.__call__ itself is replaced, not hooked globally (global
         # module hooks take every module call off _call_impl's fast path, which costs more than
@@ -527,6 +529,30 @@ class Capture:
             if not self.iteration_open:
                 self.begin_iteration()
             self.end_iteration()
+
+    def _hook_out_of_memory(self, torch, holders, live):
+        """`--holders=python`: the Python variables holding tensors when an out-of-memory
+        error is made (torch raises it from C++; Python 3.12 builds the exception at once, in
+        the frames that ran out), as at a mark. The error itself is untouched."""
+        oom = getattr(torch, "OutOfMemoryError", None) or getattr(torch.cuda, "OutOfMemoryError", None)
+        if not isinstance(oom, type):
+            return
+        orig = oom.__init__
+
+        def oom_init(self_, *args, **kwargs):
+            orig(self_, *args, **kwargs)
+            if live.on:
+                try:
+                    holders.python_referrers()
+                    holders.flush()
+                except Exception:  # never in the way of the error being raised
+                    pass
+
+        try:
+            oom.__init__ = oom_init
+        except TypeError:  # an immutable type: nothing named at the out-of-memory
+            return
+        self.patches.append((oom, "__init__", orig, oom_init))
 
     def uninstall(self):
         if self.live is not None:
