@@ -107,7 +107,8 @@ fn trace_label(server: ServerState, id: &str) -> String {
 pub fn compare_stored(loader: Loader, server: ServerState, a: String, b: String) {
     server.message.set(None);
     leptos::task::spawn_local(async move {
-        let body = serde_json::json!({ "a": a, "b": b }).to_string();
+        let request = protocol::DiffRequest { a: a.clone(), b: b.clone(), device_a: None, device_b: None };
+        let body = serde_json::to_string(&request).unwrap_or_default();
         let diff = call("POST", "api/trace/diff", Some(body)).await.and_then(|t| {
             serde_json::from_str::<shared::analysis::diff::TraceDiff>(&t).map_err(|e| format!("the server's diff is unreadable: {e}"))
         });

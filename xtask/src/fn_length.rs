@@ -79,7 +79,10 @@ fn after_fn_keyword(line: &str) -> Option<&str> {
         }
         if let Some(rest) = t.strip_prefix("extern ") {
             let rest = rest.trim_start();
-            t = if rest.starts_with('"') { rest[1..].split_once('"').map_or(rest, |(_, r)| r).trim_start() } else { rest };
+            t = match rest.strip_prefix('"') {
+                Some(abi) => abi.split_once('"').map_or(rest, |(_, r)| r).trim_start(),
+                None => rest,
+            };
         }
         if t == before {
             break;

@@ -26,6 +26,7 @@ mod install;
 mod jobs;
 mod layers;
 mod torches;
+mod untyped_json;
 mod viewer;
 mod wheel;
 
@@ -334,10 +335,7 @@ fn tidy() -> Result<()> {
             layered.join("\n")
         );
     }
-    let untyped = forbidden_code(
-        &[Path::new("collector/src"), Path::new("capture/src"), Path::new("traceio/src"), Path::new("record/src")],
-        &UNTYPED_JSON,
-    )?;
+    let untyped = untyped_json::untyped(Path::new("."))?;
     if !untyped.is_empty() {
         bail!(
             "these lines read or write JSON by field name (ARCHITECTURE.md: every shape that crosses a process is a protocol type):\n{}",
@@ -387,9 +385,6 @@ fn tidy() -> Result<()> {
     }
     Ok(())
 }
-
-/// What reads or writes JSON by field name: `serde_json::Value`'s accessors and `json!` literals.
-const UNTYPED_JSON: [&str; 7] = ["Value::as_", ".as_object()", ".as_array()", ".as_u64()", ".as_i64()", ".as_bool()", "json!("];
 
 /// What does I/O (files, sockets, processes, threads), which `shared` never does.
 const SHARED_IO: [&str; 6] = ["std::fs", "std::net", "std::process", "std::thread", "File::open", "File::create"];

@@ -5,10 +5,50 @@
 use super::ExportError;
 use crate::analysis::nested_spans;
 use crate::model::Trace;
-use serde_json::json;
+use serde::Serialize;
+use std::borrow::Cow;
 use std::io::Write;
 
 const PID: u32 = 1;
+
+/// One event of the Trace Event Format, with its fields in alphabetical order (as readers and
+/// the goldens see them); absent ones are left out.
+#[derive(Serialize)]
+struct Event<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    args: Option<Args<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cat: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    dur: Option<f64>,
+    name: Cow<'a, str>,
+    ph: &'static str,
+    pid: u32,
+    /// An instant event's scope (`p`: the process).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    s: Option<&'static str>,
+    tid: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ts: Option<f64>,
+}
+
+/// What an event carries in `args`.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum Args<'a> {
+    /// A process or thread name (`M` events).
+    Name { name: Cow<'a, str> },
+    /// A memory counter (`C` events).
+    Memory { allocated_bytes: u64, reserved_bytes: u64 },
+    /// An annotation's allocation (`i` events).
+    Block { address: String, size_bytes: u64 },
+}
+
+impl<'a> Event<'a> {
+    fn new(ph: &'static str, name: impl Into<Cow<'a, str>>, tid: u64) -> Self {
+        Event { args: None, cat: None, dur: None, name: name.into(), ph, pid: PID, s: None, tid, ts: None }
+    }
+}
 
 pub fn write(trace: &Trace, out: impl Write) -> Result<(), ExportError> {
     let start = trace.start_ns();
@@ -16,7 +56,7 @@ pub fn write(trace: &Trace, out: impl Write) -> Result<(), ExportError> {
     let mut w = std::io::BufWriter::new(out);
     w.write_all(b"{\"displayTimeUnit\":\"ms\",\"traceEvents\":[")?;
     let mut first = true;
-    let mut emit = |w: &mut std::io::BufWriter<_>, v: serde_json::Value| -> Result<(), ExportError> {
+    let mut emit = |w: &mut std::io::BufWriter<_>, v: Event| -> Result<(), ExportError> {
         if !first {
             w.write_all(b",\n")?;
         }
@@ -25,7 +65,7 @@ pub fn write(trace: &Trace, out: impl Write) -> Result<(), ExportError> {
         Ok(())
     };
     let title = trace.meta.model.clone().unwrap_or_else(|| "memory trace".into());
-    emit(&mut w, json!({"ph": "M", "name": "process_name", "pid": PID, "tid": 0, "args": {"name": title}}))?;
+    emit(&mut w, Event { args: Some(Args::Name { name: title.into() }), ..Event::new("M", "process_name", 0) })?;
     let ev = &trace.events;
     let mut cursor = ev.cursor();
     for i in 0..ev.len() {
@@ -33,8 +73,11 @@ pub fn write(trace: &Trace, out: impl Write) -> Result<(), ExportError> {
         let dev = trace.devices.get(ev.device[i] as usize).map(|d| d.to_string()).unwrap_or_default();
         emit(
             &mut w,
-            json!({"ph": "C", "name": format!("memory {dev}"), "pid": PID, "tid": 0, "ts": us(ev.ts_ns[i]),
-                   "args": {"allocated_bytes": t.allocated_bytes, "reserved_bytes": t.reserved_bytes}}),
+            Event {
+                args: Some(Args::Memory { allocated_bytes: t.allocated_bytes, reserved_bytes: t.reserved_bytes }),
+                ts: Some(us(ev.ts_ns[i])),
+                ..Event::new("C", format!("memory {dev}"), 0)
+            },
         )?;
     }
     // Private pools: a counter track each, fed by their own events.
@@ -48,8 +91,11 @@ pub fn write(trace: &Trace, out: impl Write) -> Result<(), ExportError> {
             let pool = trace.pools.get(p as usize).map(|p| p.to_string()).unwrap_or_default();
             emit(
                 &mut w,
-                json!({"ph": "C", "name": format!("memory {dev} pool {pool}"), "pid": PID, "tid": 0, "ts": us(ev.ts_ns[i]),
-                       "args": {"allocated_bytes": t.allocated_bytes, "reserved_bytes": t.reserved_bytes}}),
+                Event {
+                    args: Some(Args::Memory { allocated_bytes: t.allocated_bytes, reserved_bytes: t.reserved_bytes }),
+                    ts: Some(us(ev.ts_ns[i])),
+                    ..Event::new("C", format!("memory {dev} pool {pool}"), 0)
+                },
             )?;
         }
     }
@@ -60,17 +106,25 @@ pub fn write(trace: &Trace, out: impl Write) -> Result<(), ExportError> {
         let kind = if n.kind == crate::model::NoteKind::Annotation { "annotation" } else { "allocator" };
         emit(
             &mut w,
-            json!({"ph": "i", "s": "p", "name": trace.str(n.text), "cat": kind, "pid": PID, "tid": 0, "ts": us(n.ts_ns.max(start)),
-                   "args": {"address": format!("0x{:x}", ev.address[i]), "size_bytes": ev.size_bytes[i]}}),
+            Event {
+                args: Some(Args::Block { address: format!("0x{:x}", ev.address[i]), size_bytes: ev.size_bytes[i] }),
+                cat: Some(kind),
+                s: Some("p"),
+                ts: Some(us(n.ts_ns.max(start))),
+                ..Event::new("i", trace.str(n.text), 0)
+            },
         )?;
     }
     for (tid, spans) in nested_spans(trace) {
-        emit(&mut w, json!({"ph": "M", "name": "thread_name", "pid": PID, "tid": tid, "args": {"name": format!("thread {tid}")}}))?;
+        emit(&mut w, Event { args: Some(Args::Name { name: format!("thread {tid}").into() }), ..Event::new("M", "thread_name", tid) })?;
         for s in spans {
             emit(
                 &mut w,
-                json!({"ph": "X", "name": trace.str(s.name), "pid": PID, "tid": tid, "ts": us(s.start_ns),
-                       "dur": (s.end_ns - s.start_ns) as f64 / 1000.0}),
+                Event {
+                    dur: Some((s.end_ns - s.start_ns) as f64 / 1000.0),
+                    ts: Some(us(s.start_ns)),
+                    ..Event::new("X", trace.str(s.name), tid)
+                },
             )?;
         }
     }
