@@ -69,7 +69,7 @@ pub fn sweep(
                     error: None,
                     peak_allocated_bytes: Some(s.peak_allocated_bytes),
                     peak_reserved_bytes: Some(s.peak_reserved_bytes),
-                    pytorch_max_allocated_bytes: trace.meta.reported.get("cuda.max_memory_allocated").copied(),
+                    pytorch_max_allocated_bytes: trace.meta.counter(shared::model::Counter::MaxMemoryAllocated),
                     median_iteration_s: median,
                     trace_file: Some(file),
                     curve,

@@ -161,13 +161,14 @@ pub fn assemble(c: &Captured, meta: TraceMeta) -> Trace {
 
 /// The CUDA caching allocator's own counters, into `meta.reported`.
 fn report_cuda_counters(trace: &mut Trace, stats: &ffi::MtDeviceStats) {
-    let r = &mut trace.meta.reported;
-    r.insert("cuda.max_memory_allocated".into(), stats.allocated_peak);
-    r.insert("cuda.max_memory_reserved".into(), stats.reserved_peak);
-    r.insert("cuda.memory_allocated".into(), stats.allocated_current);
-    r.insert("cuda.memory_reserved".into(), stats.reserved_current);
-    r.insert("cuda.num_alloc_retries".into(), stats.num_alloc_retries);
-    r.insert("cuda.num_ooms".into(), stats.num_ooms);
+    use shared::model::Counter;
+    let m = &mut trace.meta;
+    m.report(Counter::MaxMemoryAllocated, stats.allocated_peak);
+    m.report(Counter::MaxMemoryReserved, stats.reserved_peak);
+    m.report(Counter::MemoryAllocated, stats.allocated_current);
+    m.report(Counter::MemoryReserved, stats.reserved_current);
+    m.report(Counter::NumAllocRetries, stats.num_alloc_retries);
+    m.report(Counter::NumOoms, stats.num_ooms);
 }
 
 /// What one walk over the records found.

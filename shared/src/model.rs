@@ -794,7 +794,8 @@ pub struct TraceMeta {
     #[serde(default)]
     pub warnings: Vec<String>,
     /// Counters PyTorch itself reported during the run, by name
-    /// (`cuda.max_memory_allocated`, ...), to check the trace against.
+    /// (`cuda.max_memory_allocated`, ...), to check the trace against. Read and written
+    /// through [`TraceMeta::counter`] and [`TraceMeta::report`] ([`Counter`] names them).
     #[serde(default)]
     pub reported: std::collections::BTreeMap<String, u64>,
     /// False when the recorder was asked not to track fragmentation: analyses then report a
@@ -879,7 +880,59 @@ fn yes() -> bool {
     true
 }
 
+/// A counter of PyTorch's CUDA caching allocator (`torch.cuda.memory_stats`) that a traced
+/// process reports at its end, kept in [`TraceMeta::reported`] under [`Counter::key`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Counter {
+    /// `torch.cuda.max_memory_allocated()`.
+    MaxMemoryAllocated,
+    /// `torch.cuda.max_memory_reserved()`.
+    MaxMemoryReserved,
+    /// `torch.cuda.memory_allocated()` at the end.
+    MemoryAllocated,
+    /// `torch.cuda.memory_reserved()` at the end.
+    MemoryReserved,
+    /// Allocations retried after freeing the cache (`num_alloc_retries`).
+    NumAllocRetries,
+    /// Out-of-memory errors raised (`num_ooms`).
+    NumOoms,
+}
+
+impl Counter {
+    pub const ALL: [Counter; 6] = [
+        Counter::MaxMemoryAllocated,
+        Counter::MaxMemoryReserved,
+        Counter::MemoryAllocated,
+        Counter::MemoryReserved,
+        Counter::NumAllocRetries,
+        Counter::NumOoms,
+    ];
+
+    /// Its name in [`TraceMeta::reported`] (and in the own format and `collector ingest`'s
+    /// JSON, which keep that map as it is).
+    pub fn key(self) -> &'static str {
+        match self {
+            Counter::MaxMemoryAllocated => "cuda.max_memory_allocated",
+            Counter::MaxMemoryReserved => "cuda.max_memory_reserved",
+            Counter::MemoryAllocated => "cuda.memory_allocated",
+            Counter::MemoryReserved => "cuda.memory_reserved",
+            Counter::NumAllocRetries => "cuda.num_alloc_retries",
+            Counter::NumOoms => "cuda.num_ooms",
+        }
+    }
+}
+
 impl TraceMeta {
+    /// What PyTorch reported for `c`, where the trace has it.
+    pub fn counter(&self, c: Counter) -> Option<u64> {
+        self.reported.get(c.key()).copied()
+    }
+
+    /// Keeps what PyTorch reported for `c`.
+    pub fn report(&mut self, c: Counter, value: u64) {
+        self.reported.insert(c.key().to_owned(), value);
+    }
+
     pub fn new(source_format: SourceFormat) -> Self {
         Self {
             model: None,

@@ -279,14 +279,14 @@ fn print_peaks(trace: &Trace, s: &Summary, top: usize, out: &mut dyn Write) -> a
         format_bytes(s.final_allocated_bytes),
         if unknown { "unknown".to_owned() } else { format_bytes(s.final_reserved_bytes) }
     )?;
-    if let Some(&peak) = trace.meta.reported.get("cuda.max_memory_allocated") {
+    if let Some(peak) = trace.meta.counter(shared::model::Counter::MaxMemoryAllocated) {
         let verdict = if peak == s.peak_allocated_bytes {
             "matches the trace".to_owned()
         } else {
             format!("the trace differs by {} bytes", s.peak_allocated_bytes as i128 - peak as i128)
         };
         writeln!(out, "  PyTorch counters   max_memory_allocated {peak} bytes: {verdict}")?;
-        if let Some(&r) = trace.meta.reported.get("cuda.max_memory_reserved") {
+        if let Some(r) = trace.meta.counter(shared::model::Counter::MaxMemoryReserved) {
             writeln!(out, "                     max_memory_reserved {r} bytes")?;
         }
     }

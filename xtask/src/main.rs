@@ -476,7 +476,7 @@ fn upward_lines(file: &Path, prefix: &str, layer: &str, rank: usize, layers: &[&
 }
 
 /// Lines where a `///` block starts right after attributes that follow another `///` block:
-/// the mark of a doc comment pasted above the wrong item (as happened in viewer/src/charts.rs,
+/// the mark of a doc comment pasted above the wrong item (as happened in the viewer's charts,
 /// where a function's doc and `#[allow]` ended up above a type alias).
 fn split_doc_comments(text: &str) -> Vec<usize> {
     let lines: Vec<&str> = text.lines().map(str::trim_start).collect();

@@ -134,7 +134,7 @@ fn measured(
         |measured: Option<u64>, predicted: u64| measured.filter(|&m| m > 0).map(|m| (predicted as f64 - m as f64) / m as f64 * 100.0);
     let (allocated, reserved, error_text) = match &run {
         Ok(t) => {
-            (t.meta.reported.get("cuda.max_memory_allocated").copied(), t.meta.reported.get("cuda.max_memory_reserved").copied(), None)
+            (t.meta.counter(shared::model::Counter::MaxMemoryAllocated), t.meta.counter(shared::model::Counter::MaxMemoryReserved), None)
         }
         Err(e) => (None, None, Some(e.clone())),
     };

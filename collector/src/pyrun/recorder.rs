@@ -349,16 +349,17 @@ fn report_device(trace: &mut Trace, end: Option<&protocol::capture::End>, index:
     };
     trace.meta.device_name.clone_from(&d.name);
     trace.meta.device_total_memory_bytes = d.total_memory;
-    for (key, value) in [
-        ("cuda.max_memory_allocated", d.allocated_peak),
-        ("cuda.max_memory_reserved", d.reserved_peak),
-        ("cuda.memory_allocated", d.allocated_current),
-        ("cuda.memory_reserved", d.reserved_current),
-        ("cuda.num_alloc_retries", d.num_alloc_retries),
-        ("cuda.num_ooms", d.num_ooms),
+    use shared::model::Counter;
+    for (counter, value) in [
+        (Counter::MaxMemoryAllocated, d.allocated_peak),
+        (Counter::MaxMemoryReserved, d.reserved_peak),
+        (Counter::MemoryAllocated, d.allocated_current),
+        (Counter::MemoryReserved, d.reserved_current),
+        (Counter::NumAllocRetries, d.num_alloc_retries),
+        (Counter::NumOoms, d.num_ooms),
     ] {
         if let Some(v) = value {
-            trace.meta.reported.insert(key.into(), v);
+            trace.meta.report(counter, v);
         }
     }
 }
