@@ -42,24 +42,41 @@ pub fn write_export(trace: &Trace, format: ExportFormat, out: &Path) -> anyhow::
 }
 
 /// Writes `out` atomically: a temporary file beside it, renamed into place, so a failed write
-/// never leaves a half-written file or destroys an existing one. Returns the file's size.
+/// never leaves a half-written file or destroys an existing one (see [`write_atomic_via`]).
+/// Returns the file's size.
 pub fn write_atomic(out: &Path, write: impl FnOnce(&mut (dyn Write + Send)) -> anyhow::Result<()>) -> anyhow::Result<u64> {
-    let dir = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let dir = folder_of(out);
     let tmp = dir.join(format!(".{}.tmp-{}", out.file_name().and_then(|n| n.to_str()).unwrap_or("export"), std::process::id()));
+    write_atomic_via(out, &tmp, write)
+}
+
+/// Writes `out` through the temporary file `tmp` (on `out`'s file system: a store keeps its
+/// own, emptied on start): written, synced, renamed into place, and `out`'s folder synced, so
+/// that once it returns the file is whole and survives a crash, and a failed write leaves
+/// `out` as it was. Returns the file's size.
+pub fn write_atomic_via(out: &Path, tmp: &Path, write: impl FnOnce(&mut (dyn Write + Send)) -> anyhow::Result<()>) -> anyhow::Result<u64> {
     let result = (|| -> anyhow::Result<u64> {
-        let file = std::fs::File::create(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
+        let file = std::fs::File::create(tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
         let mut w = std::io::BufWriter::new(file);
         write(&mut w).with_context(|| format!("cannot write {}", out.display()))?;
         let file = w.into_inner().map_err(|e| e.into_error())?;
         file.sync_all()?;
         let size = file.metadata()?.len();
-        std::fs::rename(&tmp, out).with_context(|| format!("cannot move the file into place at {}", out.display()))?;
+        std::fs::rename(tmp, out).with_context(|| format!("cannot move the file into place at {}", out.display()))?;
+        // The rename itself is durable once the folder is (where the platform can sync one).
+        if let Ok(dir) = std::fs::File::open(folder_of(out)) {
+            dir.sync_all().with_context(|| format!("cannot sync the folder of {}", out.display()))?;
+        }
         Ok(size)
     })();
     if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
+        let _ = std::fs::remove_file(tmp);
     }
     result
+}
+
+fn folder_of(out: &Path) -> &Path {
+    out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."))
 }
 
 /// Adds `trace`'s TensorBoard event file to the log folder `dir` (created if missing) under a

@@ -24,7 +24,6 @@
 use super::{io, is_plain_name, is_trace_file_of, new_stored, now_ms, Local, StoreError, StoreLimits, SIDECAR_SUFFIX};
 use protocol::{ExportFile, Origin, StoredTrace, TraceInfo};
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -305,20 +304,12 @@ impl Disk {
         self.write_atomic(&dest, &bytes)
     }
 
-    /// Writes `bytes` to `dest` through a synced temporary file, a rename and a synced folder.
+    /// Writes `bytes` to `dest` through a temporary file of the store's (the one atomic write,
+    /// `traceio::files::write_atomic_via`: synced, renamed, its folder synced).
     fn write_atomic(&self, dest: &Path, bytes: &[u8]) -> Result<(), StoreError> {
         let tmp = self.local.temp_path("sidecar");
-        let written = (|| {
-            let mut f = std::fs::File::create(&tmp)?;
-            f.write_all(bytes)?;
-            f.sync_all()?;
-            std::fs::rename(&tmp, dest)?;
-            sync_dir(dest.parent().unwrap_or(Path::new(".")))
-        })();
-        if let Err(e) = written {
-            let _ = std::fs::remove_file(&tmp);
-            return Err(io(format!("cannot write {}", dest.display()))(e));
-        }
+        traceio::files::write_atomic_via(dest, &tmp, |w| Ok(w.write_all(bytes)?))
+            .map_err(|e| io(format!("cannot write {}", dest.display()))(std::io::Error::other(format!("{e:#}"))))?;
         Ok(())
     }
 
