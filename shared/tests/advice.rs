@@ -435,6 +435,7 @@ fn a_smaller_batch_that_meets_the_budget() {
     // at 2/4 it is 6300.
     assert_eq!(s.numbers["batch_dependent_bytes_at_measured_peak"], 8400.0);
     assert_eq!((s.numbers["new_batch"], s.numbers["traced_batch"]), (2.0, 4.0));
+    assert_eq!(s.smaller_batch(), Some(shared::analysis::advice::BatchSize::Samples(2.0)));
     assert_eq!(s.predicted_peak_bytes, 10_500 - 8400 / 2);
     assert_eq!(s.change, "batch 2 instead of 4 (gradient accumulation over 2 steps keeps an effective batch of 4)");
     let r = advise(&trace, &with_budget(100));

@@ -622,15 +622,16 @@ pub fn print_advice(r: &shared::analysis::advice::AdviceReport, mut out: impl Wr
         writeln!(out, "  budget             {} ({budget} bytes): {met}", format_bytes(budget))?;
     }
     if !r.suggestions.is_empty() {
+        use shared::analysis::advice::BatchSize;
         let label = |s: &shared::analysis::advice::Suggestion| -> String {
             match s.kind {
                 K::Checkpoint => format!("checkpoint {}", s.layers.join(", ")),
                 K::CheckpointAmp => format!("amp + checkpoint {}", s.layers.join(", ")),
                 K::Amp => "amp (autocast)".to_owned(),
-                K::SmallerBatch => match (s.numbers.get("new_batch"), s.numbers.get("new_percent")) {
-                    (Some(n), _) => format!("batch {n}"),
-                    (None, Some(p)) => format!("batch at {p} %"),
-                    _ => "smaller batch".to_owned(),
+                K::SmallerBatch => match s.smaller_batch() {
+                    Some(BatchSize::Samples(n)) => format!("batch {n}"),
+                    Some(BatchSize::Percent(p)) => format!("batch at {p} %"),
+                    None => "smaller batch".to_owned(),
                 },
                 K::SetToNone => "zero_grad(set_to_none=True)".to_owned(),
                 K::Optimizer => "optimizer with less state".to_owned(),

@@ -122,6 +122,29 @@ pub struct Suggestion {
     pub numbers: BTreeMap<String, f64>,
 }
 
+/// A smaller batch's new size in [`Suggestion::numbers`], in samples (where the trace knew its
+/// batch) or in percent of the traced one.
+const NEW_BATCH: &str = "new_batch";
+const NEW_PERCENT: &str = "new_percent";
+
+/// The batch a [`SuggestionKind::SmallerBatch`] suggests.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum BatchSize {
+    Samples(f64),
+    Percent(f64),
+}
+
+impl Suggestion {
+    /// The batch a smaller-batch suggestion suggests (`None` for any other).
+    pub fn smaller_batch(&self) -> Option<BatchSize> {
+        if self.kind != SuggestionKind::SmallerBatch {
+            return None;
+        }
+        let n = |k: &str| self.numbers.get(k).copied();
+        n(NEW_BATCH).map(BatchSize::Samples).or_else(|| n(NEW_PERCENT).map(BatchSize::Percent))
+    }
+}
+
 /// A module that checkpointing could wrap.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CheckpointCandidate {
@@ -1370,7 +1393,7 @@ fn batch_advice(ctx: &Ctx, batch: Option<u64>, out: &mut Vec<Suggestion>, notes:
         ),
         vec![
             ("batch_dependent_bytes_at_measured_peak", scalable as f64),
-            (if unit == "batch" { "new_batch" } else { "new_percent" }, num as f64),
+            (if unit == "batch" { NEW_BATCH } else { NEW_PERCENT }, num as f64),
             (if unit == "batch" { "traced_batch" } else { "traced_percent" }, den as f64),
             ("accumulation_steps", steps as f64),
         ],
