@@ -38,6 +38,20 @@ impl Fault {
     }
 }
 
+impl Fault {
+    /// Storing a finished trace failed: too large for the store is the job's failure (it is
+    /// rejected, not the server's), the bucket failing is the bucket's, anything else is the
+    /// server's own (`context`: what it stored).
+    pub fn storing(e: super::store::StoreError, context: &str) -> Self {
+        use super::store::StoreError;
+        match e {
+            StoreError::TooLarge { .. } => Fault::Rejected(e.to_string()),
+            e @ StoreError::Backend(_) => Fault::from(e),
+            e => Fault::internal(context, e),
+        }
+    }
+}
+
 impl From<super::store::StoreError> for Fault {
     fn from(e: super::store::StoreError) -> Self {
         use super::store::StoreError;

@@ -724,11 +724,10 @@ async fn run_child(jobs: &Arc<Jobs>, exe: &std::path::Path, job: &Arc<Job>) -> R
     };
     let (js, id) = (jobs.clone(), job.id.clone());
     blocking(move || {
-        let (stored, evicted) = js.store.insert(&id, Origin::Traced, None, &out, ".mtrace.json", info).map_err(|e| match e {
-            StoreError::TooLarge { .. } => Fault::Rejected(e.to_string()),
-            e @ StoreError::Backend(_) => Fault::from(e),
-            e => Fault::internal("cannot store the trace", e),
-        })?;
+        let (stored, evicted) = js
+            .store
+            .insert(&id, Origin::Traced, None, &out, ".mtrace.json", info)
+            .map_err(|e| Fault::storing(e, "cannot store the trace"))?;
         for e in evicted {
             js.forget(&e);
         }

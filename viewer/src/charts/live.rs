@@ -19,13 +19,7 @@ pub fn draw_live(canvas: &HtmlCanvasElement, pal: &Palette, points: &[[u64; 3]])
         .build_cartesian_2d(0f64..t1, TickedAxis::new(ymax, yt.ticks.clone()))
         .map_err(err)?;
     draw_mesh(&mut chart, pal, (8, 5), &|v| format_seconds(*v), &|v| yt.label(*v), None)?;
-    let step = |i: usize| {
-        points.iter().enumerate().flat_map(move |(k, p)| {
-            let t = p[0] as f64 / 1e9;
-            let prev = if k == 0 { p[i] } else { points[k - 1][i] };
-            [(t, prev as f64), (t, p[i] as f64)]
-        })
-    };
+    let step = |i: usize| live_steps(points, i);
     chart.draw_series(AreaSeries::new(step(1), 0.0, pal.allocated.mix(0.25)).border_style(pal.allocated)).map_err(err)?;
     if points.iter().any(|p| p[2] > 0) {
         chart.draw_series(LineSeries::new(step(2), pal.reserved.stroke_width(2))).map_err(err)?;
@@ -80,16 +74,20 @@ pub fn draw_live_small(canvas: &HtmlCanvasElement, pal: &Palette, points: &[[u64
         .build_cartesian_2d(0f64..t1, 0f64..ymax)
         .map_err(err)?;
     chart.configure_mesh().disable_mesh().disable_axes().draw().map_err(err)?;
-    let step = |i: usize| {
-        points.iter().enumerate().flat_map(move |(k, p)| {
-            let t = p[0] as f64 / 1e9;
-            let prev = if k == 0 { p[i] } else { points[k - 1][i] };
-            [(t, prev as f64), (t, p[i] as f64)]
-        })
-    };
+    let step = |i: usize| live_steps(points, i);
     chart.draw_series(AreaSeries::new(step(1), 0.0, pal.allocated.mix(0.25)).border_style(pal.allocated)).map_err(err)?;
     if points.iter().any(|p| p[2] > 0) {
         chart.draw_series(LineSeries::new(step(2), pal.reserved.stroke_width(1))).map_err(err)?;
     }
     root.present().map_err(err)
+}
+
+/// Column `i` of live points (`[ns, allocated, reserved]`) as steps: each level holds until
+/// the next point's time, then rises or falls there.
+fn live_steps(points: &[[u64; 3]], i: usize) -> impl Iterator<Item = (f64, f64)> + '_ {
+    points.iter().enumerate().flat_map(move |(k, p)| {
+        let t = p[0] as f64 / 1e9;
+        let prev = if k == 0 { p[i] } else { points[k - 1][i] };
+        [(t, prev as f64), (t, p[i] as f64)]
+    })
 }

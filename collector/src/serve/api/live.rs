@@ -6,7 +6,6 @@ use super::super::error::{ApiError, ApiJson};
 use super::super::fault::{blocking, Fault};
 use super::super::jobs::{Job, JobEvent, NodeEnd, NodeProgress};
 use super::super::state::AppState;
-use super::super::store::StoreError;
 use super::{field, find_stored};
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
@@ -165,11 +164,10 @@ async fn merge_nodes(state: &Arc<AppState>, job: Arc<Job>) -> Result<TraceRespon
         let info = state.isolation.merge(&slot, &files, &out, &reason, &absent, state.config.max_decompressed_bytes).await?;
         let (st, id, out) = (state.clone(), job.id().to_owned(), out.clone());
         blocking(move || {
-            let (stored, evicted) = st.store.insert(&id, Origin::Uploaded, name, &out, ".mtrace.json", info).map_err(|e| match e {
-                StoreError::TooLarge { .. } => Fault::Rejected(e.to_string()),
-                e @ StoreError::Backend(_) => Fault::from(e),
-                e => Fault::internal("cannot store the merged trace", e),
-            })?;
+            let (stored, evicted) = st
+                .store
+                .insert(&id, Origin::Uploaded, name, &out, ".mtrace.json", info)
+                .map_err(|e| Fault::storing(e, "cannot store the merged trace"))?;
             for e in &evicted {
                 st.jobs.forget(e);
                 st.sessions.forget(e);
