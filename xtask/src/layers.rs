@@ -170,6 +170,16 @@ fn top_level_modules(src: &Path) -> Result<Vec<String>> {
 /// inside string literals (`"s3://"`, raw strings) left alone; lines are kept, so offsets
 /// still give line numbers.
 pub fn strip_comments(text: &str) -> String {
+    lex(text, false)
+}
+
+/// [`strip_comments`], with the contents of string literals left out as well (their quotes
+/// and line breaks kept): code alone, for rules about what code names.
+pub fn strip_comments_and_strings(text: &str) -> String {
+    lex(text, true)
+}
+
+fn lex(text: &str, blank_strings: bool) -> String {
     #[derive(Clone, Copy, PartialEq)]
     enum In {
         Code,
@@ -183,6 +193,7 @@ pub fn strip_comments(text: &str) -> String {
     let mut state = In::Code;
     let mut i = 0;
     while i < b.len() {
+        let was = state;
         let c = b[i];
         let next = b.get(i + 1).copied();
         match state {
@@ -223,7 +234,16 @@ pub fn strip_comments(text: &str) -> String {
             }
             In::Str => {
                 if c == b'\\' {
-                    out.push_str(&text[i..(i + 2).min(b.len())]);
+                    let escape = &text[i..(i + 2).min(b.len())];
+                    out.push_str(if blank_strings {
+                        if escape.ends_with('\n') {
+                            "\n"
+                        } else {
+                            ""
+                        }
+                    } else {
+                        escape
+                    });
                     i += 2;
                     continue;
                 }
@@ -265,9 +285,13 @@ pub fn strip_comments(text: &str) -> String {
                 continue;
             }
         }
-        // Copy one whole character (the text is UTF-8; only ASCII bytes steer the states).
+        // Copy one whole character (the text is UTF-8; only ASCII bytes steer the states), but
+        // a string's contents where they are blanked.
         let len = text[i..].chars().next().map_or(1, char::len_utf8);
-        out.push_str(&text[i..i + len]);
+        let inside = |s: In| matches!(s, In::Str | In::Raw(_));
+        if !(blank_strings && inside(was) && inside(state) && c != b'\n') {
+            out.push_str(&text[i..i + len]);
+        }
         i += len;
     }
     out
@@ -301,6 +325,7 @@ mod tests {
     fn comments_go_and_strings_stay() {
         let code = "let a = \"s3://x\"; // gone\nlet b = r#\"//\"#; /* gone\n /* nested */ still */ let c = '\"';\nlet d = '\\''; // x";
         assert_eq!(strip_comments(code), "let a = \"s3://x\"; \nlet b = r#\"//\"#; \n let c = '\"';\nlet d = '\\''; ");
+        assert_eq!(strip_comments_and_strings(code), "let a = \"\"; \nlet b = r#\"\"#; \n let c = '\"';\nlet d = '\\''; ");
     }
 
     #[test]
@@ -311,17 +336,31 @@ mod tests {
         assert_eq!(names, ["model", "analysis", "export", "ranks"]);
     }
 
-    #[test]
-    fn a_use_of_a_higher_layer_and_an_undeclared_module_are_refused() {
-        let root = std::env::temp_dir().join(format!("xtask-layers-{}", std::process::id()));
-        let src = root.join("src");
-        std::fs::create_dir_all(src.join("high")).unwrap();
-        std::fs::write(src.join("lib.rs"), "//! root\npub mod low;\n").unwrap();
-        std::fs::write(src.join("low.rs"), "//! low\nuse crate::high::X; // crate::low\n").unwrap();
-        std::fs::write(src.join("high/mod.rs"), "//! high\nuse crate::low;\n").unwrap();
-        std::fs::write(src.join("stray.rs"), "//! stray\n").unwrap();
+    /// [`upward_uses`] of a crate made of `files` (path under `src/`, text), layers `low`
+    /// then `high`.
+    fn planted(name: &str, files: &[(&str, &str)]) -> Vec<String> {
+        let root = std::env::temp_dir().join(format!("xtask-layers-{name}-{}", std::process::id()));
+        for (path, text) in files {
+            let path = root.join("src").join(path);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, text).unwrap();
+        }
         let found = upward_uses(&root, &Layers { src: "src", order: &["low", "high"] }).unwrap();
         let _ = std::fs::remove_dir_all(&root);
+        found
+    }
+
+    #[test]
+    fn a_use_of_a_higher_layer_and_an_undeclared_module_are_refused() {
+        let found = planted(
+            "plain",
+            &[
+                ("lib.rs", "//! root\npub mod low;\n"),
+                ("low.rs", "//! low\nuse crate::high::X; // crate::low\n"),
+                ("high/mod.rs", "//! high\nuse crate::low;\n"),
+                ("stray.rs", "//! stray\n"),
+            ],
+        );
         assert_eq!(found.len(), 2, "{found:?}");
         assert!(found[0].contains("module `stray` is not in"), "{found:?}");
         assert!(found[1].ends_with("low.rs:2: low uses crate::high, a layer above it"), "{found:?}");
@@ -332,19 +371,17 @@ mod tests {
     /// re-exports stands for the module it comes from.
     #[test]
     fn an_item_of_the_crate_root_is_above_every_layer_and_a_reexport_is_its_module() {
-        let root = std::env::temp_dir().join(format!("xtask-layers-root-{}", std::process::id()));
-        let src = root.join("src");
-        std::fs::create_dir_all(&src).unwrap();
-        std::fs::write(
-            src.join("lib.rs"),
-            "//! root\npub mod low;\npub mod high;\npub use high::Shown;\npub use low::{Base, Other as Renamed};\n\npub fn warmup_drawn() {}\nthread_local! {\n    static STATE: u8 = 0;\n}\n",
-        )
-        .unwrap();
-        std::fs::write(src.join("low.rs"), "//! low\nfn f() { crate::warmup_drawn(); }\nuse crate::Shown;\nuse crate::{Base, Renamed};\n")
-            .unwrap();
-        std::fs::write(src.join("high.rs"), "//! high\nuse crate::Base;\nuse crate::warmup_drawn;\n").unwrap();
-        let found = upward_uses(&root, &Layers { src: "src", order: &["low", "high"] }).unwrap();
-        let _ = std::fs::remove_dir_all(&root);
+        let found = planted(
+            "root",
+            &[
+                (
+                    "lib.rs",
+                    "//! root\npub mod low;\npub mod high;\npub use high::Shown;\npub use low::{Base, Other as Renamed};\n\npub fn warmup_drawn() {}\nthread_local! {\n    static STATE: u8 = 0;\n}\n",
+                ),
+                ("low.rs", "//! low\nfn f() { crate::warmup_drawn(); }\nuse crate::Shown;\nuse crate::{Base, Renamed};\n"),
+                ("high.rs", "//! high\nuse crate::Base;\nuse crate::warmup_drawn;\n"),
+            ],
+        );
         assert_eq!(found.len(), 3, "{found:?}");
         assert!(found[0].ends_with("high.rs:3: high uses crate::warmup_drawn, which the crate root defines (the root is above every layer: move it into a module)"), "{found:?}");
         assert!(found[1].ends_with("low.rs:2: low uses crate::warmup_drawn, which the crate root defines (the root is above every layer: move it into a module)"), "{found:?}");

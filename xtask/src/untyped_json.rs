@@ -51,32 +51,12 @@ pub fn untyped(root: &Path) -> Result<Vec<String>> {
 
 /// (line, code) of each untyped line of a Rust file, tests and comments left out.
 fn untyped_lines(text: &str) -> Vec<(usize, String)> {
-    let code = crate::layers::strip_comments(text.split("#[cfg(test)]").next().unwrap_or(""));
+    let code = crate::layers::strip_comments_and_strings(text.split("#[cfg(test)]").next().unwrap_or(""));
     code.lines()
-        .map(without_strings)
         .enumerate()
         .filter(|(_, l)| FORMS.iter().any(|f| l.contains(f)) || imports_untyped(l))
         .map(|(n, l)| (n + 1, l.trim().to_owned()))
         .collect()
-}
-
-/// A line with its string literals' contents left out (`"json!("` is no use of it).
-fn without_strings(line: &str) -> String {
-    let mut out = String::with_capacity(line.len());
-    let (mut in_string, mut escaped) = (false, false);
-    for c in line.chars() {
-        match (in_string, c) {
-            (true, _) if escaped => escaped = false,
-            (true, '\\') => escaped = true,
-            (_, '"') => {
-                in_string = !in_string;
-                out.push('"');
-            }
-            (true, _) => {}
-            (false, c) => out.push(c),
-        }
-    }
-    out
 }
 
 /// `use serde_json::{Map, Value, json}` and its kin.
