@@ -237,9 +237,11 @@ class Capture:
             from ._holders import Holders
             self.holders = Holders(self, python=int(self.options.get("holders", 0)) > 1)
         holders = self.holders
-        if holders is not None and hasattr(lib, "mt_name_workspaces"):
-            # The shim names the cuBLAS workspaces the allocator hands out (no tensor holds them).
-            lib.mt_name_workspaces(1)
+        if hasattr(lib, "mt_name_workspaces"):
+            # With holders, the shim names the cuBLAS workspaces the allocator hands out (no
+            # tensor holds them); set either way, so a later trace in this process without
+            # holders pays no backtrace.
+            lib.mt_name_workspaces(int(holders is not None))
         if holders is not None and not holders.read_data:
             # An older torch unpacks saved tensors to read them, which is only safe while no
             # saved-tensor hook was ever entered: note when one is.
