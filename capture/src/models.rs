@@ -4,7 +4,7 @@
 //! path PyTorch would give it (`layer1.0.conv1`, `h.3.attn.c_attn`), and is built inside the
 //! same scope so its parameters' allocations are attributed to it too.
 
-use crate::capture::{self, Name};
+use crate::session::{self, Name};
 use tch::nn::{self, ModuleT};
 use tch::{Device, Kind, Tensor};
 
@@ -120,7 +120,7 @@ impl<'a> P<'a> {
         P { vs: &self.vs / s.as_str(), name: if self.name.is_empty() { s } else { format!("{}.{s}", self.name) } }
     }
     fn scope_name(&self) -> Name {
-        capture::intern(&self.name)
+        session::intern(&self.name)
     }
 }
 
@@ -132,7 +132,7 @@ struct Scoped<M> {
 
 impl<M: ModuleT> Scoped<M> {
     fn forward(&self, xs: &Tensor, train: bool) -> Tensor {
-        let _g = capture::scope(self.name);
+        let _g = session::scope(self.name);
         self.inner.forward_t(xs, train)
     }
 }
@@ -140,7 +140,7 @@ impl<M: ModuleT> Scoped<M> {
 /// Builds a module inside its own scope so its parameters are attributed to it.
 fn scoped<M>(p: &P, build: impl FnOnce(&nn::Path) -> M) -> Scoped<M> {
     let name = p.scope_name();
-    let _g = capture::scope(name);
+    let _g = session::scope(name);
     Scoped { name, inner: build(&p.vs) }
 }
 
@@ -175,7 +175,7 @@ impl Func {
         Self { name: p.scope_name(), f }
     }
     fn forward(&self, xs: &Tensor, train: bool) -> Tensor {
-        let _g = capture::scope(self.name);
+        let _g = session::scope(self.name);
         (self.f)(xs, train)
     }
 }
@@ -197,12 +197,12 @@ struct Block {
 impl Block {
     fn new(p: &P, cin: i64, planes: i64, stride: i64, bottleneck: bool) -> Self {
         let name = p.scope_name();
-        let _g = capture::scope(name);
+        let _g = session::scope(name);
         let expansion = if bottleneck { 4 } else { 1 };
         let cout = planes * expansion;
         let downsample = (stride != 1 || cin != cout).then(|| {
             let d = p.sub("downsample");
-            let _g = capture::scope(d.scope_name());
+            let _g = session::scope(d.scope_name());
             (d.scope_name(), conv(&d.sub(0), cin, cout, 1, stride, 0), bn(&d.sub(1), cout))
         });
         if bottleneck {
@@ -231,7 +231,7 @@ impl Block {
     }
 
     fn forward(&self, xs: &Tensor, train: bool) -> Tensor {
-        let _g = capture::scope(self.name);
+        let _g = session::scope(self.name);
         let mut out = self.relu.forward(&self.bn1.forward(&self.conv1.forward(xs, train), train), train);
         out = self.bn2.forward(&self.conv2.forward(&out, train), train);
         if let Some((c3, b3)) = &self.conv3 {
@@ -240,7 +240,7 @@ impl Block {
         }
         let identity = match &self.downsample {
             Some((name, c, b)) => {
-                let _g = capture::scope(*name);
+                let _g = session::scope(*name);
                 b.forward(&c.forward(xs, train), train)
             }
             None => xs.shallow_clone(),
@@ -268,7 +268,7 @@ impl ResNet {
         let bn1 = bn(&root.sub("bn1"), 64);
         for (i, (&n, planes)) in depths.iter().zip([64, 128, 256, 512]).enumerate() {
             let lp = root.sub(format!("layer{}", i + 1));
-            let _g = capture::scope(lp.scope_name());
+            let _g = session::scope(lp.scope_name());
             let mut blocks = Vec::new();
             for b in 0..n {
                 let stride = if b == 0 && i > 0 { 2 } else { 1 };
@@ -296,7 +296,7 @@ impl Net for ResNet {
         x = self.relu.forward(&x, train);
         x = self.maxpool.forward(&x, train);
         for (name, blocks) in &self.layers {
-            let _g = capture::scope(*name);
+            let _g = session::scope(*name);
             for b in blocks {
                 x = b.forward(&x, train);
             }
@@ -327,7 +327,7 @@ impl Item {
 }
 
 fn run_seq(name: Name, items: &[Item], xs: &Tensor, train: bool) -> Tensor {
-    let _g = capture::scope(name);
+    let _g = session::scope(name);
     let mut x = xs.shallow_clone();
     for item in items {
         x = item.forward(&x, train);
@@ -347,7 +347,7 @@ impl Vgg {
         let fp = root.sub("features");
         let mut features = Vec::new();
         {
-            let _g = capture::scope(fp.scope_name());
+            let _g = session::scope(fp.scope_name());
             let mut cin = 3;
             let mut idx = 0;
             for c in CFG {
@@ -364,7 +364,7 @@ impl Vgg {
         }
         let avgpool = Func::new(&root.sub("avgpool"), |x, _| x.adaptive_avg_pool2d([7, 7]).flatten(1, -1));
         let cp = root.sub("classifier");
-        let _g = capture::scope(cp.scope_name());
+        let _g = session::scope(cp.scope_name());
         let classifier = vec![
             Item::Linear(linear(&cp.sub(0), 512 * 7 * 7, 4096)),
             Item::F(Func::new(&cp.sub(1), |x, _| x.relu())),
@@ -401,12 +401,12 @@ struct Attention {
 impl Attention {
     fn new(p: &P, qkv: &str, proj: &str, width: i64, heads: i64, causal: bool) -> Self {
         let name = p.scope_name();
-        let _g = capture::scope(name);
+        let _g = session::scope(name);
         Self { name, qkv: linear(&p.sub(qkv), width, 3 * width), proj: linear(&p.sub(proj), width, width), heads, causal }
     }
 
     fn forward(&self, xs: &Tensor, train: bool) -> Tensor {
-        let _g = capture::scope(self.name);
+        let _g = session::scope(self.name);
         let (b, t, c) = xs.size3().unwrap_or((1, 1, 1));
         let qkv = self.qkv.forward(xs, train);
         let parts = qkv.split(c, 2);
@@ -439,11 +439,11 @@ impl Transformer {
         let lp = root.sub("encoder").sub("layers");
         let mut blocks = Vec::new();
         {
-            let _g = capture::scope(lp.scope_name());
+            let _g = session::scope(lp.scope_name());
             for i in 0..layers {
                 let p = lp.sub(i);
                 let name = p.scope_name();
-                let _g = capture::scope(name);
+                let _g = session::scope(name);
                 blocks.push(EncoderLayer {
                     name,
                     self_attn: Attention::new(&p.sub("self_attn"), "in_proj", "out_proj", width, heads, false),
@@ -463,9 +463,9 @@ impl Net for Transformer {
         // Token ids go through the embedding; embeddings (batch, sequence, width) come in as is.
         let mut x = if xs.dim() == 3 { xs.shallow_clone() } else { self.embedding.forward(xs, train) };
         {
-            let _g = capture::scope(self.layers.0);
+            let _g = session::scope(self.layers.0);
             for l in &self.layers.1 {
-                let _g = capture::scope(l.name);
+                let _g = session::scope(l.name);
                 // Post-norm, as nn.TransformerEncoderLayer's default.
                 x = l.norm1.forward(&(&x + l.self_attn.forward(&x, train).dropout(0.1, train)), train);
                 let ff = l.linear2.forward(&l.linear1.forward(&x, train).relu().dropout(0.1, train), train);
@@ -499,14 +499,14 @@ impl Gpt {
         let hp = root.sub("h");
         let mut blocks = Vec::new();
         {
-            let _g = capture::scope(hp.scope_name());
+            let _g = session::scope(hp.scope_name());
             for i in 0..layers {
                 let p = hp.sub(i);
                 let name = p.scope_name();
-                let _g = capture::scope(name);
+                let _g = session::scope(name);
                 let mp = p.sub("mlp");
                 let mlp = {
-                    let _g = capture::scope(mp.scope_name());
+                    let _g = session::scope(mp.scope_name());
                     (mp.scope_name(), linear(&mp.sub("c_fc"), width, 4 * width), linear(&mp.sub("c_proj"), 4 * width, width))
                 };
                 blocks.push(GptBlock {
@@ -536,13 +536,13 @@ impl Net for Gpt {
         let pos = Tensor::arange(t, (Kind::Int64, xs.device()));
         let mut x = self.wte.forward(xs, train) + self.wpe.forward(&pos, train);
         {
-            let _g = capture::scope(self.h.0);
+            let _g = session::scope(self.h.0);
             for b in &self.h.1 {
-                let _g = capture::scope(b.name);
+                let _g = session::scope(b.name);
                 x = &x + b.attn.forward(&b.ln_1.forward(&x, train), train);
                 let (mlp, fc, proj) = &b.mlp;
                 let m = {
-                    let _g = capture::scope(*mlp);
+                    let _g = session::scope(*mlp);
                     proj.forward(&fc.forward(&b.ln_2.forward(&x, train), train).gelu("tanh"), train)
                 };
                 x = &x + m;

@@ -1,8 +1,8 @@
 //! Traces a model: builds it inside a capture session, runs the training or inference loop,
 //! and assembles the trace with the device facts and PyTorch's own counters.
 
-use crate::capture::{self, assemble, CaptureConfig, Session};
 use crate::models::{self, ModelError, ModelSpec};
+use crate::session::{self, assemble, CaptureConfig, Session};
 use record::live::{LiveDevice, LiveTotals};
 use shared::model::{DeviceSample, Phase, SourceFormat, TraceMeta};
 use shared::Trace;
@@ -124,7 +124,7 @@ pub enum RunError {
     #[error("invalid option: {0}")]
     Invalid(String),
     #[error(transparent)]
-    Capture(#[from] capture::CaptureError),
+    Capture(#[from] session::CaptureError),
     /// libtorch raised an error while running the model (out of memory, a TorchScript model
     /// that does not take the input, ...).
     #[error("the model failed while running: {0}")]
@@ -228,7 +228,7 @@ pub fn trace_model(opts: &RunOptions, progress: &mut dyn FnMut(Progress)) -> Res
         capture_ops: opts.capture_ops,
         cuda_device: cuda.map(|i| i as i8),
     })?;
-    capture::set_torchscript(opts.torchscript.is_some());
+    session::set_torchscript(opts.torchscript.is_some());
 
     let mut input_shape = Vec::new();
     let mut iteration_s = Vec::new();
@@ -248,7 +248,7 @@ pub fn trace_model(opts: &RunOptions, progress: &mut dyn FnMut(Progress)) -> Res
         };
         run_loop(opts, device, &mut input_shape, &mut iteration_s, progress, &mut checkpoint)
     });
-    capture::set_torchscript(false);
+    session::set_torchscript(false);
     let captured = session.finish();
     // The model, optimizer and batch outlive the recording: their teardown is not part of
     // the run (the trace ends with what the loop left allocated).
@@ -261,7 +261,7 @@ pub fn trace_model(opts: &RunOptions, progress: &mut dyn FnMut(Progress)) -> Res
     };
     if let Some(e) = failure {
         if cuda.is_some() {
-            capture::cuda_empty_cache();
+            session::cuda_empty_cache();
         }
         return Err(e);
     }
@@ -320,9 +320,9 @@ struct Workload {
     input_shape: Vec<i64>,
     device: tch::Device,
     amp: bool,
-    loss_scope: capture::Name,
-    step_scope: capture::Name,
-    zero_scope: capture::Name,
+    loss_scope: session::Name,
+    step_scope: session::Name,
+    zero_scope: session::Name,
 }
 
 impl Workload {
@@ -331,7 +331,7 @@ impl Workload {
         let mut vs = nn::VarStore::new(device);
         let model = match &opts.torchscript {
             Some(path) => {
-                let _g = capture::scope(capture::intern("model.load"));
+                let _g = session::scope(session::intern("model.load"));
                 models::load_torchscript(path, &vs)?
             }
             None => {
@@ -359,7 +359,7 @@ impl Workload {
             None
         };
         let (x, y) = {
-            let _g = capture::scope(capture::intern(shared::model::INPUT_LAYER));
+            let _g = session::scope(session::intern(shared::model::INPUT_LAYER));
             (model.input(&input_shape, device), model.targets(&input_shape, device))
         };
         Ok(Self {
@@ -371,9 +371,9 @@ impl Workload {
             input_shape,
             device,
             amp: opts.amp,
-            loss_scope: capture::intern("loss"),
-            step_scope: capture::intern("optimizer.step"),
-            zero_scope: capture::intern("optimizer.zero_grad"),
+            loss_scope: session::intern("loss"),
+            step_scope: session::intern("optimizer.step"),
+            zero_scope: session::intern("optimizer.zero_grad"),
         })
     }
 
@@ -381,10 +381,10 @@ impl Workload {
     /// each under its phase. `phase_done` runs after each phase (live reports).
     fn step(&mut self, phase_done: &mut dyn FnMut()) -> Result<(), RunError> {
         let train = self.optimizer.is_some();
-        capture::set_phase(Phase::Forward);
+        session::set_phase(Phase::Forward);
         let forward = || -> Result<tch::Tensor, RunError> {
             let out = self.model.net.forward(&self.x, train).map_err(torch_err)?;
-            let _g = capture::scope(self.loss_scope);
+            let _g = session::scope(self.loss_scope);
             Ok(self.model.loss(&out, self.y.as_ref()))
         };
         // tch::autocast toggles libtorch's (deprecated, warning) global switch even when off.
@@ -392,23 +392,23 @@ impl Workload {
         if train {
             let loss = amp(&forward)?;
             phase_done();
-            capture::set_phase(Phase::Backward);
+            session::set_phase(Phase::Backward);
             loss.f_backward().map_err(torch_err)?;
             drop(loss);
             phase_done();
-            capture::set_phase(Phase::Optimizer);
+            session::set_phase(Phase::Optimizer);
             if let Some(opt) = self.optimizer.as_mut() {
                 {
-                    let _g = capture::scope(self.step_scope);
+                    let _g = session::scope(self.step_scope);
                     opt.step();
                 }
-                let _g = capture::scope(self.zero_scope);
+                let _g = session::scope(self.zero_scope);
                 opt.zero_grad();
             }
         } else {
             drop(tch::no_grad(|| amp(&forward))?);
         }
-        capture::set_phase(Phase::Other);
+        session::set_phase(Phase::Other);
         phase_done();
         Ok(())
     }
@@ -431,19 +431,19 @@ fn run_loop(
 ) -> Result<Workload, RunError> {
     let mut work = Workload::prepare(opts, device)?;
     input_shape.clone_from(&work.input_shape);
-    let begin = capture::intern(assemble::ITERATION_BEGIN);
-    let end = capture::intern(assemble::ITERATION_END);
+    let begin = session::intern(assemble::ITERATION_BEGIN);
+    let end = session::intern(assemble::ITERATION_END);
     progress(Progress::Started { iterations: opts.iterations });
     for it in 0..opts.iterations {
         let t0 = Instant::now();
-        capture::mark(begin, i64::from(it));
+        session::mark(begin, i64::from(it));
         work.step(&mut || {
             if let Some(p) = checkpoint() {
                 progress(p);
             }
         })?;
         work.sync();
-        capture::mark(end, i64::from(it));
+        session::mark(end, i64::from(it));
         let seconds = t0.elapsed().as_secs_f64();
         iteration_s.push(seconds);
         progress(Progress::Iteration { done: it + 1, of: opts.iterations, seconds });
@@ -511,8 +511,8 @@ pub fn overhead_benchmark(opts: &RunOptions, steps: u32, warmup: u32) -> Result<
             session.drain();
             let r = session.records();
             records += r.len();
-            mem += r.iter().filter(|r| r.kind == capture::ffi::MT_MEM).count();
-            ops += r.iter().filter(|r| r.kind == capture::ffi::MT_OP_ENTER).count();
+            mem += r.iter().filter(|r| r.kind == session::ffi::MT_MEM).count();
+            ops += r.iter().filter(|r| r.kind == session::ffi::MT_OP_ENTER).count();
             session.clear_records();
         } else {
             untraced.push(step()?);

@@ -98,7 +98,7 @@ pub fn sweep(
         };
         // Each batch size starts from an empty cache, so reserved peaks do not carry over.
         if matches!(opts.device, crate::run::DeviceChoice::Cuda(_)) {
-            crate::capture::cuda_empty_cache();
+            crate::session::cuda_empty_cache();
         }
         progress(SweepProgress::Done { run: &run });
         runs.push(run);

@@ -17,8 +17,8 @@
 //! Thread-safe: the tracer is `Send + Sync`; traces taken from several threads run one after
 //! another (libtorch's callbacks are process-wide), each replacing the last result.
 
-use crate::capture::{self, assemble, CaptureConfig, CaptureError, Session};
 use crate::run::DeviceChoice;
+use crate::session::{self, assemble, CaptureConfig, CaptureError, Session};
 use shared::analysis::{self, FragmentationStats, LayerMemoryStats};
 use shared::export::{self, ExportFormat};
 use shared::model::{SourceFormat, TraceMeta};
@@ -85,8 +85,8 @@ impl MemoryTracer {
     }
 
     /// A layer scope named `name` until the guard drops (nest them for module paths).
-    pub fn scope(&self, name: &str) -> capture::ScopeGuard {
-        capture::scope(capture::intern(name))
+    pub fn scope(&self, name: &str) -> session::ScopeGuard {
+        session::scope(session::intern(name))
     }
 
     /// Runs a tch module's forward inside a layer scope named `name`.

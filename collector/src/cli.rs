@@ -154,7 +154,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
 /// signals are then the command's own).
 fn run_in_capture(job: &protocol::CaptureJob) -> anyhow::Result<()> {
     use std::os::unix::process::CommandExt;
-    let Some(capture) = crate::capture::binary() else {
+    let Some(capture) = crate::capture_binary::binary() else {
         anyhow::bail!(
             "this command runs a model through libtorch, which `collector-capture` does, and there is none beside this collector (or in MEMORY_TRACER_CAPTURE); build it with `cargo build -p capture`, or trace a Python program instead: `collector trace -- python train.py`"
         );

@@ -4,7 +4,7 @@
 //! programs traced through the shim they load, and models run in-process by the
 //! `collector-capture` binary (the `capture` crate), which `collector` hands a typed job.
 
-pub mod capture;
+pub mod capture_binary;
 pub mod cli;
 pub mod commands;
 pub mod mcp;

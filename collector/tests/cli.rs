@@ -121,7 +121,8 @@ fn analyze_derives_ranks_from_a_profiler_trace_and_refuses_a_snapshot_clearly() 
 }
 
 /// `collector merge` of one snapshot per rank: the merged summary lists every rank's device
-/// with its own peak (PyTorch's counters from facts.json), ranks from the file names.
+/// with its own peak (PyTorch's counters from facts.json), ranks from the file names; a merged
+/// trace merges again with another rank.
 #[test]
 fn merge_lists_each_rank_with_its_device_and_peak() {
     let d = tmpdir("merge");
@@ -147,6 +148,21 @@ fn merge_lists_each_rank_with_its_device_and_peak() {
             ("cuda:0 (rank 1)".to_owned(), 1, peak("resnet18_sgd_2steps.pickle")),
         ]
     );
+    // A merged trace brings its ranks: with one more rank it merges again, each peak kept.
+    let (c, again) = (d.join("job_rank2.pickle"), d.join("again.mtrace.json"));
+    std::fs::copy(data("mlp_adam_3steps.pickle"), &c).unwrap();
+    let out = collector(&["merge".as_ref(), out_path.as_os_str(), c.as_os_str(), "-o".as_ref(), again.as_os_str()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("3 ranks"), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = collector(&["summary".as_ref(), again.as_os_str(), "--json".as_ref()]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let peaks: Vec<(u64, u64)> = v["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| (x["rank"].as_u64().unwrap(), x["peak_allocated_bytes"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(peaks, [(0, peak("mlp_adam_3steps.pickle")), (1, peak("resnet18_sgd_2steps.pickle")), (2, peak("mlp_adam_3steps.pickle"))]);
     let out = collector(&["merge".as_ref(), a.as_os_str(), a.as_os_str(), "-o".as_ref(), out_path.as_os_str()]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("rank 0 is given twice"));

@@ -731,7 +731,7 @@ fn recorder_fallback_without_cuda_runs_the_program_and_says_nothing_was_recorded
     assert!(err.contains(&format!("(exit3.py): {nothing}")), "{err}");
     let t = t.expect("a trace that says why it is empty");
     assert_eq!(t.meta.warnings[..2], [capture.to_owned(), nothing.to_owned()], "{:?}", t.meta.warnings);
-    // The recorder's frames are read whole by protocol::capture's types.
+    // The recorder's frames are read whole by protocol::frames's types.
     assert!(!t.meta.warnings.iter().any(|w| w.starts_with(collector::pyrun::UNKNOWN_FIELDS)), "{:?}", t.meta.warnings);
     assert_eq!(t.meta.capture.as_deref(), capture.strip_prefix("capture: "));
     assert!(t.events.is_empty() && t.scopes.is_empty() && t.iterations.is_empty());
@@ -747,7 +747,7 @@ fn recorder_fallback_without_cuda_runs_the_program_and_says_nothing_was_recorded
 }
 
 /// The recorder's side in the collector, on real snapshots (an H100's, `tests/data`) with the
-/// annotations `_recorder.py` makes added, written as it writes them (`annotate_snapshot.py`):
+/// annotations `_history.py` makes added, written as it writes them (`annotate_snapshot.py`):
 /// two snapshots of one process, one after the other, become one trace whose iterations, layer
 /// scopes (depth, phase), every allocation's layer and phase are what the annotations say, whose
 /// events and peak are the two snapshots' own (the peak PyTorch counted), and whose notes say

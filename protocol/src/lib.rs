@@ -8,7 +8,7 @@
 //! lines take the run's words ([`Mode`], [`OptimizerKind`]) as value enums.
 
 pub mod api;
-pub mod capture;
+pub mod frames;
 pub mod jobs;
 pub mod run;
 pub mod trace;

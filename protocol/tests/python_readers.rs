@@ -1,13 +1,13 @@
 //! The Python side reads two of these types: the options a traced process is handed
 //! ([`CaptureOptions`], `MEMORY_TRACER_OPTIONS`, read by `_auto.py`, `_capture.py` and the
-//! recorder fallback's `_recorder.py`) and
+//! recorder fallback's `_history.py`) and
 //! what `collector ingest --stats-json` prints ([`IngestStats`], read by the `MemoryTracer`
 //! API in `__init__.py`). Python has no copy of the types, so its readers are checked against
 //! them here: every key Python reads is a field, and every option is read.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
-use protocol::capture::{CaptureOptions, IngestStats};
+use protocol::frames::{CaptureOptions, IngestStats};
 use std::collections::BTreeSet;
 
 const PACKAGE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../collector/python/memory_tracer");
@@ -49,12 +49,12 @@ fn python_reads_exactly_the_capture_options() {
     let mut read = keys_read(&source("_capture.py"), &receivers);
     read.extend(keys_read(&source("_auto.py"), &receivers));
     // The recorder fallback reads its own two (max_events, iteration_marker).
-    let recorder = keys_read(&source("_recorder.py"), &receivers);
+    let recorder = keys_read(&source("_history.py"), &receivers);
     assert!(recorder.contains("max_events"), "the scan found the recorder's reads: {recorder:?}");
     read.extend(recorder);
     let declared = fields(&CaptureOptions::default());
     let unknown: Vec<_> = read.difference(&declared).collect();
-    assert!(unknown.is_empty(), "Python reads options CaptureOptions does not have: {unknown:?} (protocol/src/capture.rs)");
+    assert!(unknown.is_empty(), "Python reads options CaptureOptions does not have: {unknown:?} (protocol/src/frames.rs)");
     let unread: Vec<_> = declared.difference(&read).collect();
     assert!(unread.is_empty(), "CaptureOptions has fields no Python code reads: {unread:?}");
 }
@@ -66,7 +66,7 @@ fn the_tracer_api_reads_only_fields_of_the_ingest_stats() {
     let trace = shared::Trace::new(shared::model::TraceMeta::new(shared::model::SourceFormat::MemoryTracer));
     let stats = fields(&IngestStats::of(&trace, std::path::Path::new("t.mtrace.json")));
     let unknown: Vec<_> = read.difference(&stats).collect();
-    assert!(unknown.is_empty(), "MemoryTracer reads keys IngestStats lacks: {unknown:?} (protocol/src/capture.rs)");
+    assert!(unknown.is_empty(), "MemoryTracer reads keys IngestStats lacks: {unknown:?} (protocol/src/frames.rs)");
 }
 
 #[test]

@@ -22,6 +22,28 @@ pub struct MergeInput {
     pub label: String,
 }
 
+impl MergeInput {
+    /// What `trace` brings to a merge: each rank of a merged trace taken back out (labelled
+    /// `LABEL rank N`), else the whole trace as `rank`. Every merge of ranks (`collector merge`,
+    /// a torchrun job's ranks, a multi-node job's parts) takes its inputs through here, so a
+    /// merged trace can be merged again.
+    pub fn ranks_of(trace: Trace, rank: u32, label: &str) -> Vec<MergeInput> {
+        let held = ranks(&trace);
+        if held.is_empty() {
+            return vec![MergeInput { trace, rank, label: label.to_owned() }];
+        }
+        held.into_iter()
+            .filter_map(|r| Some(MergeInput { trace: rank_trace(&trace, r)?, rank: r, label: format!("{label} rank {r}") }))
+            .collect()
+    }
+}
+
+/// The ranks below `world` that none of `inputs` is, each with `why(rank)`: what
+/// [`MergeOptions::missing_reasons`] takes.
+pub fn absent_ranks(inputs: &[MergeInput], world: u32, why: impl Fn(u32) -> String) -> BTreeMap<u32, String> {
+    (0..world).filter(|r| !inputs.iter().any(|i| i.rank == *r)).map(|r| (r, why(r))).collect()
+}
+
 /// How to merge.
 #[derive(Clone, Debug, Default)]
 pub struct MergeOptions {

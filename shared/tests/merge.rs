@@ -5,7 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use shared::analysis::device_peaks;
-use shared::merge::{merge, merge_with, rank_trace, ranks, MergeError, MergeInput, MergeOptions};
+use shared::merge::{absent_ranks, merge, merge_with, rank_trace, ranks, MergeError, MergeInput, MergeOptions};
 use shared::model::{Device, EventRecord, EventType, IterationSpan, Phase, SourceFormat, StrId, TraceMeta};
 use shared::{import, ImportOptions, Trace};
 use std::path::PathBuf;
@@ -132,6 +132,31 @@ fn each_rank_comes_back_out_whole() {
     }
     assert!(rank_trace(&merged, 7).is_none());
     assert!(ranks(&load(SAMPLES[0])).is_empty());
+}
+
+/// What every merge takes its inputs through: a merged trace brings each of its ranks (so
+/// merged traces merge again, the result equal to merging the ranks at once), one process's
+/// trace the rank it is given; the ranks none brings are named.
+#[test]
+fn a_merged_trace_brings_its_ranks_to_a_merge_and_the_absent_are_named() {
+    let first = merge(vec![rank(0, "a", 4, 0, Some(5)), rank(1, "a", 4, 0, Some(5))]).unwrap();
+    let mut inputs = MergeInput::ranks_of(first, 9, "first.mtrace.json");
+    assert_eq!(
+        inputs.iter().map(|i| (i.rank, i.label.as_str())).collect::<Vec<_>>(),
+        [(0, "first.mtrace.json rank 0"), (1, "first.mtrace.json rank 1")]
+    );
+    let third = rank(3, "a", 4, 0, Some(5));
+    inputs.extend(MergeInput::ranks_of(third.trace, 3, "rank3.mtrace.json"));
+    assert_eq!(inputs.iter().map(|i| i.rank).collect::<Vec<_>>(), [0, 1, 3]);
+    let absent = absent_ranks(&inputs, 4, |r| format!("rank {r} never connected"));
+    assert_eq!(absent, [(2, "rank 2 never connected".to_owned())].into());
+    let again = merge_with(inputs, &MergeOptions { missing_reasons: absent, ..MergeOptions::default() }).unwrap();
+    let at_once = merge(vec![rank(0, "a", 4, 0, Some(5)), rank(1, "a", 4, 0, Some(5)), rank(3, "a", 4, 0, Some(5))]).unwrap();
+    assert_eq!(ranks(&again), [0, 1, 3]);
+    assert_eq!(again.meta.missing_ranks, [2]);
+    assert_eq!(again.events.len(), at_once.events.len());
+    assert_eq!(shared::analysis::device_peaks(&again), shared::analysis::device_peaks(&at_once));
+    assert!(again.meta.warnings.contains(&"rank 2 of 4 is missing: rank 2 never connected".to_owned()), "{:?}", again.meta.warnings);
 }
 
 /// A rank of a torchrun job: `job` and `WORLD_SIZE` as the capture records them, two

@@ -11,7 +11,7 @@
 //! another.
 //!
 //! Every view is a component in [`components`]; [`state`] says who gets which signals;
-//! [`bridge`] talks to the worker (messages in [`protocol`]) and to `collector serve`
+//! [`bridge`] talks to the worker (messages in [`messages`]) and to `collector serve`
 //! ([`server`]).
 
 pub mod bridge;
@@ -19,8 +19,8 @@ pub mod charts;
 pub mod components;
 mod dom;
 mod http;
+pub mod messages;
 pub mod perf;
-pub mod protocol;
 pub mod server;
 pub mod state;
 pub mod tables;

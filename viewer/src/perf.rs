@@ -2,7 +2,7 @@
 //! answered with the overview), `data-drawn-ms` (file chosen → every chart drawn) and
 //! `window.__mtFrames` (milliseconds from each zoom or pan input to its redrawn frame) and
 //! `data-worker-memory` (bytes of the worker's wasm memory, its peak); `data-warm` (ms since the page
-//! started) once the hidden warm-up report ([`crate::protocol::ToPage::Warmup`]) is drawn.
+//! started) once the hidden warm-up report ([`crate::messages::ToPage::Warmup`]) is drawn.
 
 use shared::explore::Overview;
 use std::cell::RefCell;
@@ -27,7 +27,7 @@ thread_local! {
 /// Every chart a report of `o` draws.
 fn charts_of(o: &Overview) -> BTreeSet<&'static str> {
     let mut expected: BTreeSet<&'static str> = ["timeline", "active", "flame"].into_iter().collect();
-    if crate::protocol::requests::draws_fragmentation(o) {
+    if crate::messages::requests::draws_fragmentation(o) {
         expected.insert("fragmentation");
     }
     if o.profile.is_some() || !o.curves.is_empty() {

@@ -91,7 +91,7 @@ fn simulated_segments_draw_beside_the_recorded_ones() {
     let allocated = |s: &[shared::model::SegmentInfo]| -> u64 {
         s.iter().flat_map(|g| &g.blocks).filter(|b| b.state == shared::model::BlockState::Allocated).map(|b| b.size_bytes).sum()
     };
-    let request = viewer::protocol::requests::simulated_segments(t_s, " expandable_segments:True ");
+    let request = viewer::messages::requests::simulated_segments(t_s, " expandable_segments:True ");
     let Response::SimulatedSegments { segments, error, alloc_conf, .. } = session.answer(&request) else { panic!() };
     assert_eq!((error, alloc_conf.as_str()), (None, "expandable_segments:True"));
     assert_eq!(allocated(&segments), allocated(&recorded));
@@ -100,7 +100,7 @@ fn simulated_segments_draw_beside_the_recorded_ones() {
     assert_eq!(charts::draw_segments(&c, &Palette::DARK, &segments, 12).unwrap(), segments.len().saturating_sub(16));
     assert!(charts::painted_pixels(&c) > 1_000);
     // A setting that does not parse is an error line naming what was wrong, not a panic.
-    let bad = viewer::protocol::requests::simulated_segments(t_s, "expandable_segments:yes");
+    let bad = viewer::messages::requests::simulated_segments(t_s, "expandable_segments:yes");
     let Response::SimulatedSegments { segments, error: Some(e), .. } = session.answer(&bad) else { panic!("no error") };
     assert!(segments.is_empty() && e.contains("expandable_segments") && e.contains("yes"), "{e}");
 }
@@ -189,7 +189,7 @@ fn two_traces_compare_and_both_curves_draw() {
 
 #[wasm_bindgen_test]
 fn page_messages_read_back_as_they_were_sent() {
-    use viewer::protocol::{requests, ChartWidths, ToWorker, Unreadable};
+    use viewer::messages::{requests, ChartWidths, ToWorker, Unreadable};
     let request = Request::Timeline { start_s: 0.5, end_s: 2.0, buckets: 900 };
     let ToWorker::Request { id, request: back } =
         ToWorker::from_js(&ToWorker::Request { id: 7, request: request.clone() }.to_js()).unwrap()
@@ -233,6 +233,6 @@ fn a_request_kind_is_the_name_its_json_carries() {
     ];
     for r in &all {
         let json = serde_json::to_string(r).unwrap();
-        assert!(json.starts_with(&format!("{{\"kind\":\"{}\"", viewer::protocol::requests::kind(r))), "{json}");
+        assert!(json.starts_with(&format!("{{\"kind\":\"{}\"", viewer::messages::requests::kind(r))), "{json}");
     }
 }

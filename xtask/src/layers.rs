@@ -32,14 +32,14 @@ pub const CRATES: [Layers; 7] = [
             "explore",
         ],
     },
-    Layers { src: "protocol/src", order: &["capture", "trace", "jobs", "worker", "run", "api"] },
+    Layers { src: "protocol/src", order: &["frames", "trace", "jobs", "worker", "run", "api"] },
     Layers { src: "record/src", order: &["layout", "sys", "live", "assemble"] },
     Layers { src: "traceio/src", order: &["read_ahead", "files", "parquet", "text", "plots", "folders"] },
-    Layers { src: "capture/src", order: &["capture", "models", "run", "sweep", "tracer", "cli"] },
-    Layers { src: "collector/src", order: &["objects", "capture", "report", "verify", "pyrun", "mcp", "serve", "commands", "cli"] },
+    Layers { src: "capture/src", order: &["session", "models", "run", "sweep", "tracer", "cli"] },
+    Layers { src: "collector/src", order: &["objects", "capture_binary", "report", "verify", "pyrun", "mcp", "serve", "commands", "cli"] },
     Layers {
         src: "viewer/src",
-        order: &["dom", "protocol", "widgets", "perf", "http", "charts", "tables", "state", "bridge", "server", "components"],
+        order: &["dom", "messages", "widgets", "perf", "http", "charts", "tables", "state", "bridge", "server", "components"],
     },
 ];
 

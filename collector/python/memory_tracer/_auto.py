@@ -166,9 +166,9 @@ def _load_or_rebuild(choice, found):
 def _recorder_start(path, reason):
     def start(torch):
         try:
-            from . import _recorder
+            from . import _history
 
-            _recorder.start(torch, path, _options(), reason)
+            _history.start(torch, path, _options(), reason)
         except Exception as e:  # never into the user's program
             sys.stderr.write(f"memory-tracer: the recorder capture could not start ({e}); running untraced\n")
             _send_note(path, {"kind": "capture_failed", "pid": os.getpid(), "detail": str(e)})

@@ -39,7 +39,7 @@ pub fn ingest_command(a: IngestArgs) -> anyhow::Result<()> {
     let trace = pyrun::build_trace(stream, &opts).map_err(anyhow::Error::msg)?;
     write_export(&trace, shared::export::ExportFormat::Native, output)?;
     if stats_json {
-        println!("{}", serde_json::to_string(&protocol::capture::IngestStats::of(&trace, output))?);
+        println!("{}", serde_json::to_string(&protocol::frames::IngestStats::of(&trace, output))?);
     }
     Ok(())
 }

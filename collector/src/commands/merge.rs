@@ -9,14 +9,15 @@ use traceio::text::print_summary;
 /// `collector merge` options.
 #[derive(clap::Args)]
 pub struct MergeArgs {
-    /// The traces, one per rank.
+    /// The traces, one per rank (a merged trace brings each of its ranks).
     #[arg(required = true)]
     pub inputs: Vec<PathBuf>,
     /// Output file; written atomically.
     #[arg(short, long)]
     pub output: PathBuf,
     /// The inputs' ranks, in order. Default: the rank a traced process recorded (RANK),
-    /// else `rank<N>` in the file name, else the input's position.
+    /// else `rank<N>` in the file name, else the input's position. A merged input keeps its
+    /// ranks.
     #[arg(long, value_delimiter = ',')]
     pub ranks: Option<Vec<u32>>,
     /// Merge inputs recorded far apart in time (more than a minute and than the longest
@@ -43,8 +44,9 @@ pub fn merge_command(a: MergeArgs) -> anyhow::Result<()> {
             Some(r) => r[k],
             None => shared::rank_files::rank_of(&trace, &path.to_string_lossy()).unwrap_or(k as u32),
         };
-        merge_inputs.push(shared::merge::MergeInput { trace, rank, label: path.display().to_string() });
+        merge_inputs.extend(shared::merge::MergeInput::ranks_of(trace, rank, &path.display().to_string()));
     }
+    let ranks = merge_inputs.len();
     let opts = shared::merge::MergeOptions { allow_disjoint: a.allow_disjoint, ..Default::default() };
     let merged = shared::merge::merge_with(merge_inputs, &opts)?;
     let bytes = write_export(&merged, format, &a.output)?;
@@ -53,7 +55,7 @@ pub fn merge_command(a: MergeArgs) -> anyhow::Result<()> {
         "wrote {} ({}, {} ranks, {} events) to {}",
         shared::units::format_bytes(bytes),
         format.name(),
-        a.inputs.len(),
+        ranks,
         merged.events.len(),
         a.output.display()
     );

@@ -298,15 +298,15 @@ struct Written {
 /// there are several).
 fn write_processes(outcome: pyrun::Outcome, opts: &PyOptions, format: ExportFormat, output: &Path) -> anyhow::Result<Written> {
     let mut w = Written { notes: outcome.processes.iter().flat_map(pyrun::notes_text).collect(), ..Written::default() };
-    for p in outcome.processes.iter().filter(|p| pyrun::recorder::is_recorder(p)) {
+    for p in outcome.processes.iter().filter(|p| pyrun::history::is_recorder(p)) {
         let who = format!("process {} ({})", p.pid().unwrap_or(0), pyrun::program_name(p));
-        w.notes.extend(pyrun::recorder::stderr_notes(p).into_iter().skip(1).map(|n| format!("{who}: {n}")));
+        w.notes.extend(pyrun::history::stderr_notes(p).into_iter().skip(1).map(|n| format!("{who}: {n}")));
     }
     // A recorder process that recorded nothing gets a trace (saying why) only when it is the
     // command's one process: torchrun's launcher imports torch but never uses CUDA.
     let lone = outcome.processes.iter().filter(|p| p.hello.is_some()).count() == 1;
     let keep = |p: &pyrun::wire::ProcessStream| {
-        pyrun::has_capture(p) && (lone || !pyrun::recorder::is_recorder(p) || !pyrun::recorder::recorded_nothing(p))
+        pyrun::has_capture(p) && (lone || !pyrun::history::is_recorder(p) || !pyrun::history::recorded_nothing(p))
     };
     let mut traced: Vec<_> = outcome.processes.into_iter().filter(keep).collect();
     traced.sort_by_key(|p| (pyrun::rank(p).unwrap_or(u64::MAX), p.pid().unwrap_or(0)));
@@ -367,13 +367,12 @@ fn capture_lines(traced: &[pyrun::wire::ProcessStream]) -> Vec<String> {
 /// Merges the ranks' traces into `output`, naming the ranks that streamed nothing.
 fn merge_ranks(w: &mut Written, format: ExportFormat, output: &Path) -> anyhow::Result<()> {
     let program = w.ranks[0].trace.meta.model.clone().unwrap_or_else(|| "program".into());
-    for r in 0..w.world.unwrap_or(0) {
-        if !w.ranks.iter().any(|i| i.rank == r) {
-            let elsewhere = w.other_nodes.as_ref().filter(|(here, _)| !here.contains(&r)).map(|(_, why)| why.clone());
-            w.missing.entry(r).or_insert_with(|| {
-                elsewhere.unwrap_or_else(|| "its process streamed no trace (it did not start, did not import torch, or died before)".into())
-            });
-        }
+    let absent = shared::merge::absent_ranks(&w.ranks, w.world.unwrap_or(0), |r| {
+        let elsewhere = w.other_nodes.as_ref().filter(|(here, _)| !here.contains(&r)).map(|(_, why)| why.clone());
+        elsewhere.unwrap_or_else(|| "its process streamed no trace (it did not start, did not import torch, or died before)".into())
+    });
+    for (r, why) in absent {
+        w.missing.entry(r).or_insert(why);
     }
     let merge_opts = shared::merge::MergeOptions { missing_reasons: std::mem::take(&mut w.missing), ..Default::default() };
     match shared::merge::merge_with(std::mem::take(&mut w.ranks), &merge_opts) {

@@ -6,18 +6,18 @@
 //! and streams its records while it runs ([`wire`]); the collector keeps each process's stream
 //! and, when the command ends, assembles each into a [`Trace`] with the same code as
 //! `collector trace --model` ([`record::assemble`]). A process that runs the recorder
-//! fallback instead (PyTorch's own CUDA memory recorder, [`recorder`]) writes snapshots into
+//! fallback instead (PyTorch's own CUDA memory history, [`history`]) writes snapshots into
 //! the socket's private folder and names them on its stream. The command's stdin, stdout and
 //! stderr are its own; its exit status becomes the collector's. With `--serve URL` the run is
 //! followed live and stored by a `collector serve` ([`client`]).
 
 mod client;
+pub mod history;
 pub mod package;
-pub mod recorder;
 pub mod wire;
 
 use anyhow::Context;
-use protocol::capture::{CaptureOptions, End, Hello};
+use protocol::frames::{CaptureOptions, End, Hello};
 use record::assemble::{self, Captured};
 use record::live::{decimate, LiveDevice, LivePoint, LiveTotals, LIVE_POINTS_PER_REPORT};
 use record::{self as ffi, MtCounters, MtDeviceStats};
@@ -449,15 +449,15 @@ pub fn world_size(p: &ProcessStream) -> Option<u32> {
 /// Whether the stream carries anything to build a trace from (a recorder process always
 /// does: its trace says what it recorded, or why nothing).
 pub fn has_capture(p: &ProcessStream) -> bool {
-    p.hello.is_some() && (!p.records.is_empty() || recorder::is_recorder(p))
+    p.hello.is_some() && (!p.records.is_empty() || history::is_recorder(p))
 }
 
 /// Which capture ran in the process, as the summary says it: `capture: native (torch 2.11,
 /// library built for torch 2.11.0)` (or `built on first use for torch ...`),
 /// or the recorder's note (its reason, what it cannot record).
 pub fn capture_line(p: &ProcessStream) -> String {
-    if recorder::is_recorder(p) {
-        return recorder::capture_note(p.hello.as_ref().and_then(|h| h.reason.as_deref()).unwrap_or("no reason given"));
+    if history::is_recorder(p) {
+        return history::capture_note(p.hello.as_ref().and_then(|h| h.reason.as_deref()).unwrap_or("no reason given"));
     }
     let torch = p.hello.as_ref().and_then(|h| h.torch_version.as_deref()).unwrap_or("unknown");
     let minor: Vec<&str> = torch.split(['.', '+']).take(2).collect();
@@ -472,7 +472,7 @@ pub fn capture_line(p: &ProcessStream) -> String {
 pub fn notes_text(p: &ProcessStream) -> Vec<String> {
     p.notes
         .iter()
-        .filter(|n| n.kind != recorder::SNAPSHOT_NOTE)
+        .filter(|n| n.kind != history::SNAPSHOT_NOTE)
         .map(|n| {
             let pid = n.pid.unwrap_or(0);
             let exe = n.executable.as_deref().unwrap_or("python");
@@ -531,7 +531,7 @@ pub const UNKNOWN_FIELDS: &str = "the capture sent fields this collector does no
 pub fn build_trace(mut p: ProcessStream, opts: &PyOptions) -> Result<Trace, String> {
     let capture = capture_line(&p);
     let unknown = std::mem::take(&mut p.unknown_fields);
-    let mut trace = if recorder::is_recorder(&p) { recorder::build_trace(p, opts)? } else { build_native_trace(p, opts)? };
+    let mut trace = if history::is_recorder(&p) { history::build_trace(p, opts)? } else { build_native_trace(p, opts)? };
     trace.meta.capture = Some(capture.strip_prefix("capture: ").unwrap_or(&capture).to_owned());
     if !unknown.is_empty() {
         trace.meta.warnings.push(format!(

@@ -23,7 +23,7 @@ pub const FILES: &[(&str, &[u8])] = py!(
     "memory_tracer/_compiled.py",
     "memory_tracer/_holders.py",
     "memory_tracer/_notebook.py",
-    "memory_tracer/_recorder.py",
+    "memory_tracer/_history.py",
     "memory_tracer/_shim.py",
     "memory_tracer/pytest_plugin.py",
     "memory_tracer/zoo.py",

@@ -3,7 +3,7 @@
 //! (kind, length, record size, string ids in order), so a broken or hostile peer gets an error
 //! naming the frame, never a panic or an unbounded allocation.
 
-use protocol::capture::{End, Hello, Note};
+use protocol::frames::{End, Hello, Note};
 use record::{MtHolder, MtRecord};
 use std::io::{ErrorKind, Read};
 
@@ -28,11 +28,11 @@ pub struct ProcessStream {
     /// Why the stream stopped early (cut mid-frame, a malformed frame), if it did.
     pub error: Option<String>,
     /// Fields of its frames this collector does not know (`hello.foo`): a package newer than
-    /// the collector, or a writer out of step with `protocol::capture`.
+    /// the collector, or a writer out of step with `protocol::frames`.
     pub unknown_fields: Vec<String>,
     pub bytes: u64,
     /// The folder where the process may leave snapshot files, which its notes name (the
-    /// recorder fallback; see `pyrun::recorder`).
+    /// recorder fallback; see `pyrun::history`).
     pub snapshot_dir: Option<std::path::PathBuf>,
 }
 
@@ -123,11 +123,11 @@ fn take_frame(
     on_records: &mut dyn FnMut(Option<&Hello>, &[MtRecord]),
 ) -> Result<(), String> {
     match kind {
-        FRAME_HELLO => s.hello = Some(frame(payload, "a capture header (protocol::capture::Hello)", "hello", &mut s.unknown_fields)?),
-        FRAME_END => s.end = Some(frame(payload, "a capture end (protocol::capture::End)", "end", &mut s.unknown_fields)?),
+        FRAME_HELLO => s.hello = Some(frame(payload, "a capture header (protocol::frames::Hello)", "hello", &mut s.unknown_fields)?),
+        FRAME_END => s.end = Some(frame(payload, "a capture end (protocol::frames::End)", "end", &mut s.unknown_fields)?),
         // A note is kept whatever it holds: one that does not read says so where notes are shown.
         FRAME_NOTE => {
-            let note = frame(payload, "a note (protocol::capture::Note)", "note", &mut s.unknown_fields);
+            let note = frame(payload, "a note (protocol::frames::Note)", "note", &mut s.unknown_fields);
             s.notes.push(note.unwrap_or_else(|e| Note { kind: "malformed".into(), detail: Some(e), ..Note::default() }));
         }
         FRAME_RECORDS => {
@@ -268,7 +268,7 @@ mod tests {
         let cases: Vec<(Vec<u8>, &str)> = vec![
             ([good.clone(), frame(FRAME_RECORDS, &[0u8; 63])].concat(), "whole 64-byte records"),
             ([good.clone(), frame(9, b"")].concat(), "unknown frame kind 9"),
-            ([good.clone(), frame(FRAME_END, b"not json")].concat(), "expected a capture end (protocol::capture::End) as a JSON object"),
+            ([good.clone(), frame(FRAME_END, b"not json")].concat(), "expected a capture end (protocol::frames::End) as a JSON object"),
             ([good.clone(), frame(FRAME_END, b"[1, 2]")].concat(), "as a JSON object, found an array"),
             ([good.clone(), frame(FRAME_END, br#"{"counters": {"mem_kept": "many"}}"#)].concat(), "expected a capture end"),
             ([good.clone(), 2u32.to_le_bytes().to_vec(), u32::MAX.to_le_bytes().to_vec()].concat(), "at most"),

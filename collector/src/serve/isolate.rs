@@ -388,23 +388,17 @@ fn merge_parts(
                 continue;
             }
         };
-        let ranks = shared::merge::ranks(&trace);
-        if ranks.is_empty() {
-            let rank = shared::rank_files::rank_of(&trace, label).with_context(|| format!("{label}'s part names no rank (RANK)"))?;
-            inputs.push(shared::merge::MergeInput { trace, rank, label: label.clone() });
-            continue;
-        }
-        for r in ranks {
-            if let Some(t) = shared::merge::rank_trace(&trace, r) {
-                inputs.push(shared::merge::MergeInput { trace: t, rank: r, label: format!("{label} rank {r}") });
-            }
-        }
+        // A part that is already a merge of ranks brings its own; one process's names its rank.
+        let rank = if shared::merge::ranks(&trace).is_empty() {
+            shared::rank_files::rank_of(&trace, label).with_context(|| format!("{label}'s part names no rank (RANK)"))?
+        } else {
+            0
+        };
+        inputs.extend(shared::merge::MergeInput::ranks_of(trace, rank, label));
     }
     anyhow::ensure!(!inputs.is_empty(), "no part could be read: {}", unread.join("; "));
     let world = inputs.iter().filter_map(|i| i.trace.meta.reported.get("env.WORLD_SIZE").copied()).max().unwrap_or(0);
-    let given: Vec<u32> = inputs.iter().map(|i| i.rank).collect();
-    let missing_reasons =
-        (0..u32::try_from(world).unwrap_or(u32::MAX)).filter(|r| !given.contains(r)).map(|r| (r, missing_reason.to_owned())).collect();
+    let missing_reasons = shared::merge::absent_ranks(&inputs, u32::try_from(world).unwrap_or(u32::MAX), |_| missing_reason.to_owned());
     let opts = shared::merge::MergeOptions { missing_reasons, ..Default::default() };
     let mut merged = shared::merge::merge_with(inputs, &opts)?;
     merged.meta.warnings.extend(absent.iter().map(|a| format!("{a}: its ranks are not in this trace")));

@@ -218,7 +218,7 @@ impl AppState {
         };
         // Models run in `collector-capture` (the trace children exec it); without it the server
         // stores, exports and serves traces only.
-        let tracing = crate::capture::binary().is_some();
+        let tracing = crate::capture_binary::binary().is_some();
         let exe = tracing.then(|| collector.clone());
         let store = Arc::new(store);
         let limits = jobs::JobLimits {

@@ -1,5 +1,5 @@
 """Turns real memory snapshots (tests/data, recorded on an H100) into what the recorder fallback
-(memory_tracer/_recorder.py) writes: the same snapshots with its `memory_tracer:*` annotations
+(memory_tracer/_history.py) writes: the same snapshots with its `memory_tracer:*` annotations
 added, as its files `recorder-1-<k>.pickles` (one protocol-2 pickle per device's entries, then
 the annotations, segments and settings), one per input, in order (several inputs are the
 snapshots of one process, one after another).

@@ -1,14 +1,14 @@
 //! The viewer's Web Worker: reads files (or URLs), imports and analyses them with `shared`, keeps
 //! the trace, and answers the page's requests, so the page never freezes on a large file.
 //! Several files at once are the ranks of one job and are merged; one more file can be
-//! compared with the open trace. The page's messages are `viewer::protocol::ToWorker`, the
+//! compared with the open trace. The page's messages are `viewer::messages::ToWorker`, the
 //! worker's `ToPage`.
 
 use shared::explore::{Opened, Request, Response, Session};
 use shared::merge::MergeOptions;
 use shared::units::format_bytes;
 use std::cell::RefCell;
-use viewer::protocol::{requests, ChartWidths, ToPage, ToWorker, Unreadable};
+use viewer::messages::{requests, ChartWidths, ToPage, ToWorker, Unreadable};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 use web_sys::{DedicatedWorkerGlobalScope, MessageEvent};
@@ -198,7 +198,7 @@ fn ways_around(name: &str) -> String {
 }
 
 /// Largest file opened here (a page served by `collector serve` offers the server first).
-const MAX_FILE_BYTES: f64 = viewer::protocol::PAGE_FILE_LIMIT_BYTES;
+const MAX_FILE_BYTES: f64 = viewer::messages::PAGE_FILE_LIMIT_BYTES;
 
 fn open_file(file: web_sys::File, memory_budget: f64, widths: Option<ChartWidths>) {
     let name = file.name();
@@ -333,7 +333,7 @@ fn warm_up() {
     let parts = js_sys::Array::of1(&blob);
     let Ok(file) = web_sys::File::new_with_u8_array_sequence(&parts, "warmup.pickle") else { return };
     let size = file.size();
-    let memory_budget = viewer::protocol::WORKER_MEMORY_BYTES as f64;
+    let memory_budget = viewer::messages::WORKER_MEMORY_BYTES as f64;
     let mut last = None;
     for round in 1..=WARMUP_ROUNDS {
         let Ok(reader) = web_sys::FileReaderSync::new() else { return };

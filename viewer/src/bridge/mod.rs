@@ -5,9 +5,9 @@
 
 pub mod warmup;
 
+use crate::messages::requests::{self, Key};
+use crate::messages::{ChartWidths, ToPage, ToWorker};
 use crate::perf;
-use crate::protocol::requests::{self, Key};
-use crate::protocol::{ChartWidths, ToPage, ToWorker};
 use crate::state::{Comparison, Loader};
 use leptos::prelude::*;
 use shared::explore::{Overview, Request, Response};
@@ -189,22 +189,22 @@ fn end_offer(loader: Loader) {
     }
 }
 
-/// The largest file this page opens itself: [`crate::protocol::PAGE_FILE_LIMIT_BYTES`], or
+/// The largest file this page opens itself: [`crate::messages::PAGE_FILE_LIMIT_BYTES`], or
 /// `?page_limit_mb=` (a machine with less memory, and the tests).
 fn page_limit_bytes() -> f64 {
     crate::dom::query_param("page_limit_mb")
         .and_then(|v| v.parse::<f64>().ok())
         .filter(|v| *v > 0.0)
-        .map_or(crate::protocol::PAGE_FILE_LIMIT_BYTES, |mb| mb * 1e6)
+        .map_or(crate::messages::PAGE_FILE_LIMIT_BYTES, |mb| mb * 1e6)
 }
 
-/// The memory the worker may hold once a file is open: [`crate::protocol::WORKER_MEMORY_BYTES`],
+/// The memory the worker may hold once a file is open: [`crate::messages::WORKER_MEMORY_BYTES`],
 /// or `?page_memory_mb=` (a machine with less memory, and the tests).
 fn page_memory_bytes() -> f64 {
     crate::dom::query_param("page_memory_mb")
         .and_then(|v| v.parse::<f64>().ok())
         .filter(|v| *v > 0.0)
-        .map_or(crate::protocol::WORKER_MEMORY_BYTES as f64, |mb| mb * 1e6)
+        .map_or(crate::messages::WORKER_MEMORY_BYTES as f64, |mb| mb * 1e6)
 }
 
 /// Uploads the file kept by [`open_file`] to the server that serves the page, and opens it

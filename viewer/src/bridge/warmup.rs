@@ -1,5 +1,5 @@
 //! The hidden warm-up report: the worker answers a small snapshot as soon as it starts
-//! ([`crate::protocol::ToPage::Warmup`]), which the page draws out of sight a few times so the
+//! ([`crate::messages::ToPage::Warmup`]), which the page draws out of sight a few times so the
 //! wasm a file's first report runs is already optimised; a file opened first ends it.
 
 use crate::dom::after_this_task;

@@ -4,7 +4,7 @@
 //! stack or category; hover for size and lifetime; click to pin one with its stack; search.
 
 use crate::charts::{self, ActiveMapping, ColourBy};
-use crate::protocol::requests;
+use crate::messages::requests;
 use crate::state::{Errors, Theme};
 use crate::widgets::png_button;
 use crate::{bridge, dom::fit_canvas, perf};

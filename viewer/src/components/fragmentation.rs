@@ -2,7 +2,7 @@
 //! reserves nothing (a CPU run) gets a line saying so instead.
 
 use crate::charts;
-use crate::protocol::requests;
+use crate::messages::requests;
 use crate::state::{Errors, Theme};
 use crate::widgets::{percent, png_button};
 use crate::{bridge, dom::fit_canvas, perf};

@@ -4,7 +4,7 @@
 //! would have had under it at the same moment (`shared::whatif::segments_after`).
 
 use crate::charts;
-use crate::protocol::requests;
+use crate::messages::requests;
 use crate::state::{Errors, Theme};
 use crate::widgets::png_button;
 use crate::{bridge, dom::fit_canvas, perf};

@@ -5,7 +5,7 @@
 //! `shared::analysis::view_math`'s; the worker answers each window at the canvas's width.
 
 use crate::charts::{self, Mapping};
-use crate::protocol::requests;
+use crate::messages::requests;
 use crate::state::{Errors, Theme};
 use crate::widgets::png_button;
 use crate::{bridge, dom::fit_canvas, perf};

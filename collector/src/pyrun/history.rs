@@ -1,6 +1,7 @@
-//! Traces of processes that ran the recorder fallback (`memory_tracer/_recorder.py`): PyTorch's
-//! own CUDA memory recorder instead of the native capture, for a torch that no capture library
-//! fits or `collector trace --capture recorder`.
+//! Traces of processes that ran the recorder fallback (`memory_tracer/_history.py`): PyTorch's
+//! own CUDA memory history (`torch.cuda.memory._record_memory_history`) instead of the native
+//! capture (the `record` crate's shim), for a torch that no capture library fits or
+//! `collector trace --capture recorder`.
 //!
 //! Such a process sends a hello (`"capture": "recorder"`), then, for each snapshot it took (at
 //! exit, and at iteration ends before its recorder's ring would fill), a note naming the
@@ -71,7 +72,7 @@ pub fn recorded_nothing(p: &ProcessStream) -> bool {
 }
 
 /// One pickle of a snapshot file: what it holds and where.
-type Piece = protocol::capture::SnapshotPiece;
+type Piece = protocol::frames::SnapshotPiece;
 
 /// A snapshot file a process named (a note frame): its pickles, checked.
 struct SnapshotFile {
@@ -91,7 +92,7 @@ impl SnapshotFile {
 /// and why. A name must be a plain `*.pickles` file of the process's folder whose size is the
 /// one the note gives, and every pickle in it whole (a file cut short is never imported).
 fn snapshot_files(p: &ProcessStream) -> (Vec<SnapshotFile>, Option<String>) {
-    let mut notes: Vec<&protocol::capture::Note> = p.notes.iter().filter(|n| n.kind == SNAPSHOT_NOTE).collect();
+    let mut notes: Vec<&protocol::frames::Note> = p.notes.iter().filter(|n| n.kind == SNAPSHOT_NOTE).collect();
     notes.sort_by_key(|n| n.index.unwrap_or(u64::MAX));
     let mut files = Vec::new();
     for (k, n) in notes.into_iter().enumerate() {
@@ -343,7 +344,7 @@ fn pick_device(src: Option<&Trace>, filter: Option<DeviceFilter>, warnings: &mut
 }
 
 /// PyTorch's own counters of CUDA device `index` at the process's end, and the device's name.
-fn report_device(trace: &mut Trace, end: Option<&protocol::capture::End>, index: i32) {
+fn report_device(trace: &mut Trace, end: Option<&protocol::frames::End>, index: i32) {
     let Some(d) = end.and_then(|e| e.cuda.iter().find(|d| d.device == Some(i64::from(index)))) else {
         return;
     };

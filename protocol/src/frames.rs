@@ -1,5 +1,5 @@
 //! The frames a traced Python process sends the collector (`collector/src/pyrun/wire.rs` reads
-//! them; `memory_tracer/_capture.py`, `_recorder.py` and `_auto.py` write them), and the options
+//! them; `memory_tracer/_capture.py`, `_history.py` and `_auto.py` write them), and the options
 //! the collector hands the process (`MEMORY_TRACER_OPTIONS`, read by `_auto.py`).
 //!
 //! Every field may be missing (an older package leaves out what it did not know; the recorder
