@@ -111,7 +111,7 @@ fn main() {
         dt.as_secs_f64() * 1e3,
         merged.memory_footprint().total_bytes_per_event()
     );
-    let (dt, spans) = time(Duration::from_secs(1), || shared::analysis::leaks::repeating_spans(&big));
+    let (dt, spans) = time(Duration::from_secs(1), || shared::analysis::iterations::repeating_spans(&big));
     println!(
         "iterations from repeating allocation sizes over {} events: {:.1} ms ({} found)",
         big.events.len(),

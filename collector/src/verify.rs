@@ -110,7 +110,7 @@ impl Timing {
 /// Iteration times after warm-up (the first iteration is left out when there are more), from
 /// the trace's iterations.
 pub fn iteration_timing(trace: &Trace) -> Option<Timing> {
-    let spans = shared::analysis::leaks::iteration_spans(trace).0;
+    let spans = shared::analysis::iterations::spans(trace).bounds();
     let mut d: Vec<f64> = spans.iter().skip(usize::from(spans.len() > 1)).map(|(s, e)| e.saturating_sub(*s) as f64 / 1e9).collect();
     let median_s = shared::analysis::median_f64(&mut d)?;
     // d is sorted now; nearest-rank percentiles.

@@ -482,7 +482,7 @@ fn torchrun(args: &[&str]) -> Vec<String> {
 /// Where each iteration of `rank` ends in a merged trace (its optimizer steps), in ns.
 fn iteration_ends(merged: &Trace, rank: u32) -> Vec<u64> {
     let own = shared::merge::rank_trace(merged, rank).expect("the rank");
-    shared::analysis::leaks::iteration_spans(&own).0.iter().map(|s| s.1).collect()
+    shared::analysis::iterations::spans(&own).spans.iter().map(|s| s.end_ns).collect()
 }
 
 /// torchrun: every rank is traced into its own file and the ranks are merged into the
@@ -595,7 +595,7 @@ fn a_rank_that_dies_is_named_and_the_others_are_kept() {
     );
     let rank1 = shared::merge::rank_trace(&merged, 1).unwrap();
     // The job's iterations: rank 0 finished one, then waited for rank 1 in the next.
-    assert_eq!(shared::analysis::leaks::iteration_spans(&rank1).0.len(), 1);
+    assert_eq!(shared::analysis::iterations::spans(&rank1).spans.len(), 1);
     assert!(!rank1.events.is_empty());
 }
 

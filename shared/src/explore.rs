@@ -12,6 +12,7 @@
 
 use crate::analysis::diff::{diff, diff_devices, TraceDiff};
 use crate::analysis::flame::{flame_graph, innermost_ops, FlameGraph};
+use crate::analysis::iterations::is_iteration_scope;
 use crate::analysis::profile::{graph_profile, GraphProfile};
 use crate::analysis::sweep::{read_sweep, RankPoint, SWEEP_FORMAT};
 use crate::analysis::timeline_index::TimelineIndex;
@@ -895,13 +896,13 @@ fn overview_of(trace: &Trace, device: u8, file_name: &str, file_bytes: u64, prog
     phase_bands.retain(|b| b.phase != Phase::Other);
     // The shallowest depth with two or more names: below a root module that spans everything.
     let band_depth = (0..=trace.scopes.iter().map(|s| s.depth).max().unwrap_or(0)).find(|&d| {
-        let mut names = trace.scopes.iter().filter(|s| s.depth == d && !is_iteration_scope(trace, s.name)).map(|s| s.name);
+        let mut names = trace.scopes.iter().filter(|s| s.depth == d && !is_iteration_scope(trace.str(s.name))).map(|s| s.name);
         names.next().is_some_and(|first| names.any(|n| n != first))
     });
     let layer_bands = trace
         .scopes
         .iter()
-        .filter(|s| Some(s.depth) == band_depth && !is_iteration_scope(trace, s.name))
+        .filter(|s| Some(s.depth) == band_depth && !is_iteration_scope(trace.str(s.name)))
         .map(|s| Band { start_s: secs(s.start_ns), end_s: secs(s.end_ns), label: trace.str(s.name).to_owned(), phase: s.phase })
         .collect();
     Overview {
@@ -976,8 +977,4 @@ fn rank_set(whole: &Trace, selected: Option<u32>) -> Option<RankSet> {
         duration_s: duration_s(whole),
         devices,
     })
-}
-
-fn is_iteration_scope(trace: &Trace, name: StrId) -> bool {
-    trace.opt_str(name).is_some_and(|n| n.starts_with("ProfilerStep#") || n.starts_with("iteration"))
 }

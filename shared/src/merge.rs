@@ -244,7 +244,7 @@ impl Clocks {
         let start = inputs.iter().filter_map(|i| wall_origin(&i.trace)).map(|(_, s)| s).min().unwrap_or(0);
         // Without wall clocks, ranks line up on their first iteration when every rank has one.
         let first_iteration: Vec<Option<u64>> =
-            inputs.iter().map(|i| crate::analysis::leaks::iteration_spans(&i.trace).0.first().map(|s| s.0)).collect();
+            inputs.iter().map(|i| crate::analysis::iterations::spans(&i.trace).spans.first().map(|s| s.start_ns)).collect();
         let on_iterations = !aligned && first_iteration.iter().all(Option::is_some);
         Clocks { aligned, start, first_iteration, on_iterations }
     }

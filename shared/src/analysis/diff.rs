@@ -7,7 +7,6 @@
 //! one ([`diff_devices`]); only that device's events count (and, for a rank of a merged
 //! trace, only that rank's operators and scopes).
 
-use super::leaks::iteration_spans;
 use super::profile::{graph_profile, TensorClass};
 use super::{fragmentation_stats_with_layers, layer_stats, peak_device, summary, timeline, LayerMemoryStats, Summary, TimelineOptions};
 use crate::model::{EventRecord, SourceFormat, Trace};
@@ -388,7 +387,8 @@ fn analyse(view: &View) -> Analysed {
     let sum = summary(trace);
     let layers = layer_stats(trace);
     let frag = fragmentation_stats_with_layers(trace, &layers);
-    let (spans, from) = iteration_spans(trace);
+    let found = super::iterations::spans(trace);
+    let (spans, from) = (found.bounds(), found.from.describe());
     let start_ns = trace.start_ns();
     let peak_ns = sum.peak_event_index.and_then(|i| trace.events.ts_ns.get(i).copied());
     let facts = SideFacts {

@@ -31,7 +31,6 @@
 
 mod autocast;
 
-use crate::analysis::leaks::iteration_spans;
 use crate::analysis::profile::{graph_profile, GraphProfile, IterationRole};
 use crate::analysis::{median_f64, peak_device};
 use crate::hash::FastMap;
@@ -251,8 +250,7 @@ struct Curve<'a> {
 impl<'a> Curve<'a> {
     fn build(trace: &'a Trace, device: u8) -> Self {
         let ev = &trace.events;
-        let (mut spans, _) = iteration_spans(trace);
-        spans.sort_unstable();
+        let spans = crate::analysis::iterations::spans(trace).bounds();
         let mut c = Curve {
             trace,
             event: Vec::new(),

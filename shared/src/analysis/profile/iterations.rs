@@ -2,16 +2,8 @@
 //! iterations (those running the most common node sequence) that are aligned rank by rank.
 
 use super::{node_name, IterationRole, ProfileError};
-use crate::model::{Phase, Trace};
+use crate::model::{IterationSpan, Phase, Trace};
 use std::collections::HashMap;
-
-/// One iteration's span in trace time.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct IterationSpan {
-    pub index: u32,
-    pub start_ns: u64,
-    pub end_ns: u64,
-}
 
 /// One node of one iteration.
 #[derive(Clone, Debug)]
@@ -110,22 +102,13 @@ fn top_level(trace: &Trace) -> TopLevel {
     TopLevel { tops, root }
 }
 
-/// Iteration spans: the recorded ones, else `ProfilerStep#N` scopes, else the whole trace.
+/// The iterations a profile aligns: those the trace recorded (marks, profiler steps), else the
+/// whole trace as one. Spans inferred from optimizer scopes or allocations are not taken: a
+/// profile's iterations group operators, which such spans may cut in the middle.
 fn iteration_spans(trace: &Trace) -> Vec<IterationSpan> {
-    if !trace.iterations.is_empty() {
-        return trace.iterations.iter().map(|i| IterationSpan { index: i.index, start_ns: i.start_ns, end_ns: i.end_ns }).collect();
-    }
-    let mut steps: Vec<IterationSpan> = trace
-        .scopes
-        .iter()
-        .filter_map(|s| {
-            let n = trace.opt_str(s.name)?.strip_prefix("ProfilerStep#")?;
-            Some(IterationSpan { index: n.parse().ok()?, start_ns: s.start_ns, end_ns: s.end_ns })
-        })
-        .collect();
-    if !steps.is_empty() {
-        steps.sort_by_key(|s| s.start_ns);
-        return steps;
+    let found = crate::analysis::iterations::spans(trace);
+    if found.from.is_recorded() {
+        return found.spans;
     }
     let start_ns = trace.ops.iter().map(|o| o.start_ns).min().unwrap_or(0);
     let end_ns = trace.ops.iter().map(|o| o.end_ns).max().unwrap_or(0);

@@ -1,11 +1,9 @@
 //! Memory per iteration, on the peak's device: each iteration's peak allocated and reserved
 //! bytes, the fragmentation at its peak, its peak in each phase, what is allocated at its end
-//! and the growth from the previous end. The iterations are [`super::leaks::iteration_spans`]'
-//! (iteration marks, optimizer steps, or repeating allocations); a trace without any is one
-//! iteration. What TensorBoard plots per step ([`crate::export::tensorboard`]) and the
+//! and the growth from the previous end. The iterations are [`super::spans`]; a trace without
+//! any is one iteration. What TensorBoard plots per step ([`crate::export::tensorboard`]) and the
 //! `MemoryTracer` API hands a `SummaryWriter`.
 
-use super::leaks::iteration_spans;
 use crate::model::Trace;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -44,10 +42,11 @@ pub struct IterationsReport {
 
 /// Memory per iteration of `trace`, on the device whose allocated bytes peak highest.
 pub fn per_iteration(trace: &Trace) -> IterationsReport {
-    let device = super::peak_device(trace);
+    let device = crate::analysis::peak_device(trace);
     let start = trace.start_ns();
-    let (mut spans, from) = iteration_spans(trace);
-    let mut from = from.to_owned();
+    let found = super::spans(trace);
+    let mut spans = found.bounds();
+    let mut from = found.from.describe().to_owned();
     let ev = &trace.events;
     if spans.is_empty() {
         let end = ev.ts_ns.last().copied().unwrap_or(start);
