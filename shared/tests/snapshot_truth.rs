@@ -262,4 +262,15 @@ fn blocks_pending_their_free_take_space_but_are_not_allocated() {
     let pending: Vec<_> = segs.iter().flat_map(|s| &s.blocks).filter(|b| b.state == BlockState::PendingFree).collect();
     assert_eq!(pending.len(), 1);
     assert_eq!(pending[0].size_bytes, 2 * MIB);
+    // A real one (H200, tests/gpu/pending_free.py): PyTorch's max_memory_allocated,
+    // memory_allocated and memory_reserved at the end were 128 MiB each; the 64 MiB block waits
+    // for the side stream after its free request (still at the `snapshot` entry PyTorch's own
+    // snapshot made then) and is the allocator's again once the free completes.
+    let trace = import(&data("pending_free_real.pickle.gz"), &ImportOptions::default()).unwrap();
+    let s = summary(&trace);
+    assert_eq!((s.peak_allocated_bytes, s.final_allocated_bytes, s.peak_reserved_bytes), (128 * MIB, 128 * MIB, 128 * MIB));
+    let states =
+        |event: usize| -> Vec<BlockState> { segments_at(&trace, event, 0).iter().flat_map(|s| &s.blocks).map(|b| b.state).collect() };
+    assert!(states(3).contains(&BlockState::PendingFree), "{:?}", states(3));
+    assert!(!states(5).contains(&BlockState::PendingFree), "{:?}", states(5));
 }

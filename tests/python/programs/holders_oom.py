@@ -23,6 +23,10 @@ def main():
             keep.append(torch.empty(total // 8, dtype=torch.uint8, device=a.device))
     except torch.OutOfMemoryError:
         print(f"OOM after {len(keep)} batches")
+        # What PyTorch says the list holds, for tests/gpu to set beside `collector why --at oom`.
+        held = sum(t.untyped_storage().nbytes() for t in keep)
+        allocated = torch.cuda.memory_allocated() if a.device != "cpu" else 0
+        print(f"held by keep: {held} bytes; torch.cuda.memory_allocated: {allocated}")
 
 
 if __name__ == "__main__":
