@@ -572,7 +572,8 @@ impl RequestedSizes {
     }
 }
 
-/// Each holder joined to the allocation live at its address when it took or let go of it.
+/// Each holder joined to the allocation live at its address when it took or let go of it (a
+/// pending free: the allocation last freed there).
 /// A saved tensor's holder is named by the forward operator that made its autograd node, and
 /// its module is that operator's (else the scope's whose forward made the node).
 fn push_holders(trace: &mut Trace, strings: &mut Strings, c: &Captured, savers: &Savers) {
@@ -583,6 +584,8 @@ fn push_holders(trace: &mut Trace, strings: &mut Strings, c: &Captured, savers: 
     let mut order: Vec<&MtHolder> = c.holders.iter().collect();
     order.sort_by_key(|h| h.ts_ns);
     let mut live: HashMap<(u8, u64), u32> = HashMap::new();
+    // The block last freed at each address: a pending free's (its free waits for another stream).
+    let mut freed: HashMap<(u8, u64), u32> = HashMap::new();
     let mut open: HashMap<(u32, u8, u32, u32), usize> = HashMap::new();
     let mut out: Vec<EventHolder> = Vec::new();
     let (mut next, mut unmatched) = (0usize, 0u64);
@@ -592,10 +595,15 @@ fn push_holders(trace: &mut Trace, strings: &mut Strings, c: &Captured, savers: 
         while next < ev.len() && ev.ts_ns[next] <= t {
             match ev.event_type(next) {
                 EventType::Alloc => {
-                    live.insert((ev.device[next], ev.address[next]), next as u32);
+                    let key = (ev.device[next], ev.address[next]);
+                    freed.remove(&key);
+                    live.insert(key, next as u32);
                 }
                 EventType::Free => {
-                    live.remove(&(ev.device[next], ev.address[next]));
+                    let key = (ev.device[next], ev.address[next]);
+                    if let Some(event) = live.remove(&key) {
+                        freed.insert(key, event);
+                    }
                 }
                 _ => {}
             }
@@ -603,9 +611,14 @@ fn push_holders(trace: &mut Trace, strings: &mut Strings, c: &Captured, savers: 
         }
         let device = device_of(h.device_type, h.device_index);
         let Some(kind) = HolderKind::from_code(h.kind) else { continue };
-        let block = trace.devices.iter().position(|d| *d == device).and_then(|d| live.get(&(d as u8, h.ptr)).copied());
+        // A pending free's block was freed by the program already: the one last freed there.
+        let blocks = if kind == HolderKind::PendingFree { &freed } else { &live };
+        let block = trace.devices.iter().position(|d| *d == device).and_then(|d| blocks.get(&(d as u8, h.ptr)).copied());
         let Some(event) = block else {
-            unmatched += 1;
+            // A pending free let go of once its block was taken again: the reuse ended it.
+            if !(kind == HolderKind::PendingFree && h.take == 0) {
+                unmatched += 1;
+            }
             continue;
         };
         let key = (event, h.kind, h.name, h.module);
@@ -913,6 +926,10 @@ mod tests {
             holder(19, 0x2000, ffi::MT_HOLDER_SAVED, 0, 4, 6),
             holder(22, 0x2000, ffi::MT_HOLDER_GRADIENT, 1, 3, -1),
             holder(22, 0x9000, ffi::MT_HOLDER_GRADIENT, 1, 3, -1), // nothing lives there
+            // The activation's free waited for another stream: seen pending after it, and done
+            // at a look after its address was taken again (no block to let go of: not counted).
+            holder(20, 0x2000, ffi::MT_HOLDER_PENDING_FREE, 1, 0, -1),
+            holder(23, 0x2000, ffi::MT_HOLDER_PENDING_FREE, 0, 0, -1),
         ];
         let captured = Captured { records: r, strings, start_ns: 10, holders, ..Default::default() };
         let t = assemble(&captured, TraceMeta::new(shared::model::SourceFormat::MemoryTracer));
@@ -924,6 +941,7 @@ mod tests {
             [
                 (0, HolderKind::Parameter, "weight", "", 6, None),
                 (1, HolderKind::SavedForBackward, "ReluBackward0", "block.fc", 6, Some(9)),
+                (1, HolderKind::PendingFree, "", "", 10, None),
                 (3, HolderKind::Gradient, "weight", "", 12, None),
             ]
         );

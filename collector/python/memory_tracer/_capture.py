@@ -150,6 +150,7 @@ class Capture:
             h.rescan()
             for opt in list(self.optimizers.keys()):
                 h.optimizer_state(opt)
+            h.pending_frees()
             if h.python:
                 h.python_referrers()
             h.flush()
@@ -257,7 +258,7 @@ class Capture:
         # What this installation's hooks test: off once they are taken out, so one left
         # beneath someone else's patch passes calls through even after a later install.
         live = self.live = Live()
-        if holders is not None and holders.python:
+        if holders is not None:
             self._hook_out_of_memory(torch, holders, live)
 
         # Module scopes: nn.Module.__call__ itself is replaced, not hooked globally (global
@@ -533,9 +534,10 @@ class Capture:
             self.end_iteration()
 
     def _hook_out_of_memory(self, torch, holders, live):
-        """`--holders=python`: the Python variables holding tensors when an out-of-memory
-        error is made (torch raises it from C++; Python 3.12 builds the exception at once, in
-        the frames that ran out), as at a mark. The error itself is untouched."""
+        """`--holders`: the frees waiting for other streams, and with `--holders=python` the
+        Python variables holding tensors, when an out-of-memory error is made (torch raises it
+        from C++; Python 3.12 builds the exception at once, in the frames that ran out), as at
+        a mark. The error itself is untouched."""
         oom = getattr(torch, "OutOfMemoryError", None) or getattr(torch.cuda, "OutOfMemoryError", None)
         if not isinstance(oom, type):
             return
@@ -545,7 +547,9 @@ class Capture:
             orig(self_, *args, **kwargs)
             if live.on:
                 try:
-                    holders.python_referrers()
+                    holders.pending_frees()
+                    if holders.python:
+                        holders.python_referrers()
                     holders.flush()
                 except Exception:  # never in the way of the error being raised
                     pass

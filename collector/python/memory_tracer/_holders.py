@@ -49,6 +49,7 @@ class Holders:
         self.saved_names = {}  # node class -> [raw saved attribute names]
         self.node_names = {}  # node class -> interned id of its name
         self.python_held = {}  # data pointer -> its storage, of what Python variables hold
+        self.pending = {}  # (device, address) -> the block of a free waiting for another stream
         # Whether a saved variable shows what it keeps without unpacking (`data`: torch 2.11 and
         # newer); older ones are unpacked (`_saved_*`), which runs no hook only while no
         # saved-tensor hook was ever entered, so after one their saved tensors go unread.
@@ -305,6 +306,37 @@ class Holders:
                     where = self._storage(t)
                     if where is not None:
                         taken.append((where, name, seq))
+
+    # -- frees waiting for other streams ---------------------------------------------------
+    def pending_frees(self):
+        """Blocks the CUDA caching allocator keeps for frees that wait on another stream
+        (`record_stream`), read from its own state (`torch.cuda.memory_snapshot()`, which needs
+        no memory history and costs a walk of the segments): each is sent once while pending and
+        let go of at the first look that finds it done, so its completion is known to lie
+        between the two looks. Called at marks and out-of-memory errors."""
+        torch = self.torch
+        try:
+            if not torch.cuda.is_initialized():
+                return
+            segments = torch.cuda.memory_snapshot()
+        except Exception:  # no CUDA, another allocator backend: nothing to read
+            return
+        now = {}
+        for seg in segments:
+            address, device = seg.get("address"), seg.get("device")
+            if not isinstance(address, int) or not isinstance(device, int):
+                continue
+            for b in seg.get("blocks", ()):
+                size = b.get("size", 0)
+                if b.get("state") == "active_pending_free":
+                    now[(device, address)] = (address, size, _DEVICE_TYPES["cuda"], device)
+                address += size
+        for key in [k for k in self.pending if k not in now]:
+            self._send(_shim.HOLDER_PENDING_FREE, 0, self.pending.pop(key))
+        for key, where in now.items():
+            if key not in self.pending:
+                self.pending[key] = where
+                self._send(_shim.HOLDER_PENDING_FREE, 1, where)
 
     # -- Python variables (--holders=python) ------------------------------------------------
     def python_referrers(self):

@@ -210,7 +210,7 @@ pub fn why_with(trace: &Trace, moment: &Moment, device: Option<u8>, fold_layers:
         Moment::Peak | Moment::Oom => at,
         _ => ev.ts_ns.partition_point(|&ts| ts <= t_ns).checked_sub(1),
     };
-    let live = Live::after(trace, d, event.map_or(0, |i| i + 1));
+    let live = Live::after(trace, d, event.map_or(0, |i| i + 1), t_ns);
     let totals = live.totals;
     let mut groups = Groups { fold: fold_layers, ..Groups::default() };
     let (block_bytes, named_bytes) = group_blocks(trace, &live, t_ns, &mut groups);
@@ -243,8 +243,8 @@ pub fn why_with(trace: &Trace, moment: &Moment, device: Option<u8>, fold_layers:
     Ok(Why { at, live_bytes: totals.allocated_bytes, reserved_bytes: totals.reserved_bytes, holders, recorded, named_bytes })
 }
 
-/// One device's live blocks and pending frees after the first `end` events, its totals then,
-/// and when each of them goes.
+/// One device's live blocks and pending frees after the first `end` events (at `now`, on the
+/// trace's clock), its totals then, and when each of them goes.
 struct Live {
     totals: crate::model::Totals,
     /// Address → its `Alloc` event.
@@ -255,10 +255,12 @@ struct Live {
     /// `Alloc` event → when it is freed; pending `Free` event → when it completes.
     freed_at: FastMap<usize, u64>,
     completed_at: FastMap<usize, u64>,
+    /// Pending `Free` event → its block's `Alloc` event.
+    pending_block: FastMap<usize, usize>,
 }
 
 impl Live {
-    fn after(trace: &Trace, d: u8, end: usize) -> Live {
+    fn after(trace: &Trace, d: u8, end: usize, now: u64) -> Live {
         let ev = &trace.events;
         let mut live = Live {
             totals: ev.base_totals.get(d as usize).copied().unwrap_or_default(),
@@ -266,8 +268,17 @@ impl Live {
             pending: FastMap::default(),
             freed_at: FastMap::default(),
             completed_at: FastMap::default(),
+            pending_block: FastMap::default(),
         };
         let completions = (0..ev.len()).any(|i| ev.event_type(i) == EventType::FreeCompleted);
+        // Frees the capture saw waiting for another stream (the allocator's own state read at
+        // a mark or an out-of-memory error): block → (seen pending at, let go of at).
+        let recorded: FastMap<usize, (u64, Option<u64>)> = trace
+            .event_holders
+            .iter()
+            .filter(|h| h.kind == HolderKind::PendingFree)
+            .map(|h| (h.event as usize, (h.taken_ns, h.released_ns)))
+            .collect();
         let mut cursor = ev.cursor();
         for i in 0..end {
             let t = cursor.advance();
@@ -278,11 +289,18 @@ impl Live {
             let a = ev.address[i];
             match ev.event_type(i) {
                 EventType::Alloc => {
+                    live.pending.remove(&a);
                     live.blocks.insert(a, i);
                 }
-                // Where frees complete later, a free is pending until its completion.
-                EventType::Free if live.blocks.remove(&a).is_some() && completions => {
-                    live.pending.insert(a, i);
+                // Where frees complete later, a free is pending until its completion; a free seen
+                // pending is so from its request until it was seen done (or its space reused).
+                EventType::Free => {
+                    if let Some(block) = live.blocks.remove(&a) {
+                        if completions || recorded.contains_key(&block) {
+                            live.pending.insert(a, i);
+                            live.pending_block.insert(i, block);
+                        }
+                    }
                 }
                 EventType::FreeCompleted => {
                     live.pending.remove(&a);
@@ -290,6 +308,17 @@ impl Live {
                 _ => {}
             }
         }
+        live.pending.retain(|_, free| {
+            let Some(&(_, done)) = live.pending_block.get(free).and_then(|b| recorded.get(b)) else { return true };
+            match done {
+                Some(done) if done <= now => false,
+                Some(done) => {
+                    live.completed_at.insert(*free, done);
+                    true
+                }
+                None => true,
+            }
+        });
         for i in end..ev.len() {
             if ev.device[i] != d {
                 continue;
@@ -308,6 +337,12 @@ impl Live {
                 }
                 _ => {}
             }
+            // A pending free's space taken again: it had completed by then.
+            if ev.event_type(i) == EventType::Alloc {
+                if let Some(&k) = live.pending.get(&a) {
+                    live.completed_at.entry(k).or_insert(ev.ts_ns[i]);
+                }
+            }
         }
         live
     }
@@ -319,7 +354,7 @@ fn group_blocks(trace: &Trace, live: &Live, t_ns: u64, groups: &mut Groups) -> (
     let ev = &trace.events;
     let mut blocks: Vec<usize> = live.blocks.values().copied().collect();
     blocks.sort_unstable();
-    let needs_inference = blocks.iter().any(|&e| trace.holders_of(e).is_empty());
+    let needs_inference = blocks.iter().any(|&e| trace.holders_of(e).iter().all(|h| h.kind == HolderKind::PendingFree));
     let (categories, workspaces): (FastMap<u32, Category>, _) = if needs_inference {
         (categorize(trace).into_iter().map(|c| (c.event, c.category)).collect(), workspace_allocations(trace))
     } else {
@@ -431,8 +466,10 @@ fn locate(trace: &Trace, moment: &Moment, device: Option<u8>) -> Result<(Option<
 /// The holder of a block at `t_ns`: of those holding it then, the one that ranks first; else the
 /// next one to take it.
 pub fn holder_at(holders: &[EventHolder], t_ns: u64) -> Option<&EventHolder> {
-    let holding = holders.iter().filter(|h| h.taken_ns <= t_ns && h.released_ns.is_none_or(|r| r > t_ns)).min_by_key(|h| h.kind.rank());
-    holding.or_else(|| holders.iter().find(|h| h.taken_ns > t_ns))
+    // A pending free holds a block the program freed already: never a live block's holder.
+    let holders = || holders.iter().filter(|h| h.kind != HolderKind::PendingFree);
+    let holding = holders().filter(|h| h.taken_ns <= t_ns && h.released_ns.is_none_or(|r| r > t_ns)).min_by_key(|h| h.kind.rank());
+    holding.or_else(|| holders().find(|h| h.taken_ns > t_ns))
 }
 
 /// What a block nothing holds most likely is, by the phase that allocated it.
@@ -752,5 +789,35 @@ mod tests {
         assert_eq!(unfold(&p, vec![vec![3, 0, 1, 2]]), "train:history[{0..3}]");
         assert_eq!(fold("x2.h[a1].7").0, "x2.h[a1].{}");
         assert_eq!(fold("naïve.3").0, "naïve.{}");
+    }
+
+    /// A free the capture saw waiting for another stream (at a mark, 35): pending from its
+    /// request (31) until the look that found it done (38), or until its space is taken again.
+    #[test]
+    fn a_free_seen_waiting_for_another_stream_is_pending_until_seen_done_or_reused() {
+        let mut t = sample();
+        t.event_holders.clear();
+        holder(&mut t, 3, HolderKind::PendingFree, "", "", 35, Some(38));
+        t.event_holders.sort_by_key(|h| (h.event, h.taken_ns));
+        let pending = |t: &Trace, at_ns: u64| -> Vec<(u64, Option<f64>)> {
+            let w = why(t, &Moment::Seconds((at_ns - 10) as f64 / 1e9), None).unwrap();
+            w.holders.iter().filter(|g| g.kind == HolderKind::PendingFree).map(|g| (g.bytes, g.released_at_s)).collect()
+        };
+        assert_eq!(pending(&t, 30), []);
+        assert_eq!(pending(&t, 31), [(1000, Some(28e-9))]);
+        assert_eq!(pending(&t, 37), [(1000, Some(28e-9))]);
+        assert_eq!(pending(&t, 38), []);
+        // Never seen done, but its space taken again at 42: done by then.
+        t.event_holders[0].released_ns = None;
+        ev(&mut t, 42, EventType::Alloc, 0x4000, 200, "layers.1.fc");
+        t.finish();
+        assert_eq!(pending(&t, 41), [(1000, Some(32e-9))]);
+        assert_eq!(pending(&t, 42), []);
+        // Other frees stay done at once.
+        assert!(why(&t, &Moment::Seconds(31e-9), None)
+            .unwrap()
+            .holders
+            .iter()
+            .all(|g| g.kind != HolderKind::PendingFree || g.bytes == 1000));
     }
 }
