@@ -1,0 +1,267 @@
+//! Trace entries as the importer keeps them: one packed [`Entry`] per allocator action, with its
+//! block, stream, frames and pool, in per-device columns.
+
+use super::*;
+
+/// An entry's `size`: what it says, read the same way by the [`Compactor`] and the walk.
+/// `Err(Some(reason))` for a value that is not a size, `Err(None)` when it is missing (a
+/// `snapshot` entry needs none).
+pub(super) fn entry_size(action: Action, size: Option<&Value>) -> Result<u64, Option<String>> {
+    match size {
+        Some(Value::Int(i)) if *i >= 0 => Ok(*i as u64),
+        Some(Value::Bool(b)) => Ok(u64::from(*b)),
+        _ if matches!(action, Action::Snapshot | Action::Annotate) => Ok(0),
+        Some(Value::Int(i)) => Err(Some(format!("expected a size ≥ 0, found {i}"))),
+        Some(Value::BigInt(_)) => Err(Some("expected a size below 2⁶³ bytes, found a larger integer".to_owned())),
+        Some(other) => Err(Some(format!("expected an integer, found {}", other.type_name()))),
+        None => Err(None),
+    }
+}
+
+/// The fields of a trace entry's dict that its record keeps, in [`Compactor::entry`]'s order.
+pub(super) const ENTRY_KEYS: [&str; 9] =
+    ["action", "addr", "size", "stream", "time_us", "frames", "pool_id", "user_metadata", "internal_metadata"];
+
+/// One trace entry, decoded. 40 bytes: a snapshot's entries are held until they are sorted by
+/// time.
+#[derive(Clone)]
+pub(super) struct Entry {
+    pub(super) addr: u64,
+    pub(super) size: u64,
+    pub(super) time_us: i64,
+    /// Position in its device's trace (for error paths; entries are then sorted by time);
+    /// [`UNPLACED`] while a compacted entry has not been found in `device_traces` yet.
+    pub(super) index: u32,
+    pub(super) frames: PackedFrames,
+    /// Items of the entry's dict, for the [`WalkBudget`].
+    pub(super) items: u16,
+    /// In [`LocalStreams`].
+    pub(super) stream: u16,
+    /// Its pool and metadata, in [`Extras`] (0: none).
+    pub(super) extra: u16,
+    pub(super) device: u8,
+    pub(super) action: Action,
+}
+
+const _: () = assert!(std::mem::size_of::<Entry>() == 40);
+
+/// A snapshot's entries, in blocks of at most [`EntryBlocks::BLOCK`] while it streams: a `Vec`
+/// doubles as it grows, and in a browser's worker (whose memory never shrinks) a 19.2 M-entry
+/// snapshot rose from 1.29 to 2.54 GiB at one doubling of 0.67 to 1.34 GB of entries, 570 MB
+/// of it never used. Blocks grow the memory one block at a time, and the replay gives each
+/// block back as it is done, while the trace's columns grow.
+#[derive(Default)]
+pub(super) struct EntryBlocks {
+    pub(super) blocks: Vec<Vec<Entry>>,
+    pub(super) len: usize,
+}
+
+impl EntryBlocks {
+    /// Entries per block while streaming (2.5 MiB).
+    pub(super) const BLOCK: usize = 1 << 16;
+
+    pub(super) fn len(&self) -> usize {
+        self.len
+    }
+
+    pub(super) fn push(&mut self, e: Entry) {
+        match self.blocks.last_mut() {
+            Some(b) if b.len() < Self::BLOCK => b.push(e),
+            // Each block grows from empty (to exactly `BLOCK`, a power of two), so a small
+            // snapshot holds what its entries need, not a whole block.
+            _ => self.blocks.push(vec![e]),
+        }
+        self.len += 1;
+    }
+
+    pub(super) fn get(&self, k: usize) -> &Entry {
+        &self.blocks[k / Self::BLOCK][k % Self::BLOCK]
+    }
+
+    pub(super) fn get_mut(&mut self, k: usize) -> &mut Entry {
+        &mut self.blocks[k / Self::BLOCK][k % Self::BLOCK]
+    }
+
+    /// Adds `more` after these entries, as a block of its own (indices past it no longer hold).
+    pub(super) fn append(&mut self, more: Vec<Entry>) {
+        self.len += more.len();
+        if !more.is_empty() {
+            self.blocks.push(more);
+        }
+    }
+
+    /// Keeps the entries `keep` takes, in place.
+    pub(super) fn retain(&mut self, keep: impl Fn(&Entry) -> bool) {
+        for b in &mut self.blocks {
+            b.retain(&keep);
+        }
+        self.blocks.retain(|b| !b.is_empty());
+        self.len = self.blocks.iter().map(Vec::len).sum();
+    }
+
+    pub(super) fn iter(&self) -> impl Iterator<Item = &Entry> {
+        self.blocks.iter().flatten()
+    }
+
+    pub(super) fn for_each_mut(&mut self, f: impl FnMut(&mut Entry)) {
+        self.blocks.iter_mut().flatten().for_each(f);
+    }
+
+    /// The first and the last entry (blocks may differ in length: not through [`Self::get`]).
+    pub(super) fn ends(&self) -> Option<(&Entry, &Entry)> {
+        Some((self.blocks.first()?.first()?, self.blocks.last()?.last()?))
+    }
+
+    /// Sorted by `key`, stably; entries already in order are left where they are (checking
+    /// costs a pass, sorting far more), others become one block.
+    pub(super) fn sort_by_key<K: Ord>(&mut self, key: impl Fn(&Entry) -> K) {
+        if self.iter().is_sorted_by_key(&key) {
+            return;
+        }
+        let mut all = Vec::with_capacity(self.len);
+        for b in std::mem::take(&mut self.blocks) {
+            all.extend(b);
+        }
+        // Stable, so it finds the long runs already in order (half as many instructions on real
+        // snapshots); its buffer of half the entries is less than what the replay adds later.
+        all.sort_by_key(key);
+        self.blocks.push(all);
+    }
+}
+
+/// An `Option<Frames>` in 4 bytes: `u32::MAX` is none, the high bit marks a pickle value (the
+/// arena's ids stay below `2^31 - 1`), anything else is a local stack (below `2^29`).
+#[derive(Clone, Copy)]
+pub(super) struct PackedFrames(u32);
+
+impl PackedFrames {
+    pub(super) const NONE: PackedFrames = PackedFrames(u32::MAX);
+
+    pub(super) fn new(frames: Option<Frames>) -> Self {
+        match frames {
+            None => Self::NONE,
+            Some(Frames::Local(sid)) => PackedFrames(sid),
+            Some(Frames::Value(id)) => PackedFrames(id | (1 << 31)),
+        }
+    }
+
+    pub(super) fn get(self) -> Option<Frames> {
+        match self.0 {
+            u32::MAX => None,
+            v if v & (1 << 31) != 0 => Some(Frames::Value(v & !(1 << 31))),
+            v => Some(Frames::Local(v)),
+        }
+    }
+}
+
+/// The snapshot's stream ids as local indices, so that an entry holds 2 bytes for its stream;
+/// they enter the trace in the order the walk meets them, as before.
+#[derive(Default)]
+pub(super) struct LocalStreams {
+    pub(super) raw: Vec<i64>,
+    pub(super) ids: HashMap<i64, u16>,
+}
+
+impl LocalStreams {
+    pub(super) fn id(&mut self, raw: i64) -> Option<u16> {
+        if let Some(&i) = self.ids.get(&raw) {
+            return Some(i);
+        }
+        let i = u16::try_from(self.raw.len()).ok()?;
+        self.raw.push(raw);
+        self.ids.insert(raw, i);
+        Some(i)
+    }
+
+    pub(super) fn raw(&self, id: u16) -> i64 {
+        self.raw[id as usize]
+    }
+}
+
+/// [`Entry::index`] of an entry the walk has not placed.
+pub(super) const UNPLACED: u32 = u32::MAX;
+
+/// An entry's stack: still a pickle value, or already a [`LocalFrames`] stack.
+#[derive(Clone, Copy)]
+pub(super) enum Frames {
+    Value(ValueId),
+    Local(u32),
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum Action {
+    Alloc,
+    FreeRequested,
+    FreeCompleted,
+    /// Older snapshots: a free that is both requested and completed.
+    Free,
+    SegmentAlloc,
+    SegmentFree,
+    SegmentMap,
+    SegmentUnmap,
+    Snapshot,
+    Oom,
+    /// Metadata attached to the live allocation at `addr` (torch 2.14+).
+    Annotate,
+}
+
+pub(super) fn parse_action(s: &str) -> Option<Action> {
+    Some(match s {
+        "alloc" => Action::Alloc,
+        "free_requested" => Action::FreeRequested,
+        "free_completed" => Action::FreeCompleted,
+        "free" => Action::Free,
+        "segment_alloc" => Action::SegmentAlloc,
+        "segment_free" => Action::SegmentFree,
+        "segment_map" => Action::SegmentMap,
+        "segment_unmap" => Action::SegmentUnmap,
+        "snapshot" => Action::Snapshot,
+        "oom" => Action::Oom,
+        "annotate" => Action::Annotate,
+        _ => return None,
+    })
+}
+
+/// Stream ids as the trace's stream indices, looked up in a map (the model's own lookup is a
+/// linear search, quadratic over a file with a stream per entry).
+#[derive(Default)]
+pub(super) struct Streams {
+    pub(super) ids: HashMap<i64, u16>,
+}
+
+impl Streams {
+    pub(super) fn index(&mut self, trace: &mut Trace, stream: i64) -> Result<u16, ImportError> {
+        if let Some(&i) = self.ids.get(&stream) {
+            return Ok(i);
+        }
+        if trace.streams.len() > u16::MAX as usize {
+            return Err(ImportError::Snapshot {
+                path: "device_traces".into(),
+                reason: format!("more than {} distinct streams", u16::MAX as usize + 1),
+            });
+        }
+        // Distinct ids have distinct names and only this map adds streams, so the stream is
+        // new: no search needed.
+        let name = trace.strings.intern(&stream_name(stream));
+        trace.streams.push(name);
+        let i = (trace.streams.len() - 1) as u16;
+        self.ids.insert(stream, i);
+        Ok(i)
+    }
+}
+
+pub(super) fn stream_name(stream: i64) -> String {
+    if stream == 0 {
+        "default".to_owned()
+    } else {
+        format!("0x{stream:x}")
+    }
+}
+
+pub(super) fn pool_for_segment(size: u64) -> Pool {
+    if size == SMALL_SEGMENT_BYTES {
+        Pool::Small
+    } else {
+        Pool::Large
+    }
+}

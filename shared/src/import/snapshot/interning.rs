@@ -1,0 +1,433 @@
+//! Frames and stacks interned while the pickle is read (the [`Compactor`] hook): each distinct
+//! frame and stack kept once, tagged in place of the values it replaces, and each stack's phase
+//! and layer classified once.
+
+use super::*;
+
+/// A frame as the snapshot wrote it, before it enters the trace's tables.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub(super) struct LocalFrame {
+    pub(super) name: Box<str>,
+    pub(super) filename: Box<str>,
+    pub(super) line: u32,
+}
+
+/// Frames and stacks interned while the pickle streams, so that an entry keeps a stack id and
+/// not its frame list. They enter the trace's tables later, in time order (see
+/// [`StackInterner`]), so that the trace's ids are what a walk of the whole pickle gives.
+#[derive(Default)]
+pub(super) struct LocalFrames {
+    pub(super) frames: Vec<LocalFrame>,
+    pub(super) frame_index: HashMap<LocalFrame, u32>,
+    pub(super) stacks: Vec<Box<[u32]>>,
+    pub(super) stack_index: HashMap<Box<[u32]>, u32>,
+    /// Frame dicts already converted, by slot; only slots that are never reused (memoized or
+    /// shared ones) are cached.
+    pub(super) frame_cache: HashMap<ValueId, u32>,
+}
+
+impl LocalFrames {
+    /// The frame dict `f`, or `None` if it lacks a string `name` or `filename`.
+    pub(super) fn frame(&mut self, a: &pickle::Arena, f: ValueId) -> Option<u32> {
+        if pickle::is_opaque(f) {
+            return (f & TAGS == FRAME_TAG).then_some(f & !(pickle::OPAQUE | TAGS));
+        }
+        if let Some(&id) = self.frame_cache.get(&f) {
+            return Some(id);
+        }
+        let [name, filename, line] = a.dict_pick(f, ["name", "filename", "line"]);
+        let (Value::Str(name), Value::Str(filename)) = (a.get(name?), a.get(filename?)) else {
+            return None;
+        };
+        let line = match line.map(|l| a.get(l)) {
+            Some(Value::Int(i)) => (*i).clamp(0, u32::MAX as i64) as u32,
+            _ => 0,
+        };
+        let frame = LocalFrame { name: name.as_str().into(), filename: filename.as_str().into(), line };
+        let id = match self.frame_index.get(&frame) {
+            Some(&id) => id,
+            None => {
+                let id = self.frames.len() as u32;
+                self.frames.push(frame.clone());
+                self.frame_index.insert(frame, id);
+                id
+            }
+        };
+        if a.is_named(f) {
+            self.frame_cache.insert(f, id);
+        }
+        Some(id)
+    }
+
+    pub(super) fn stack(&mut self, ids: &[u32]) -> u32 {
+        if let Some(&id) = self.stack_index.get(ids) {
+            return id;
+        }
+        let id = self.stacks.len() as u32;
+        self.stacks.push(ids.into());
+        self.stack_index.insert(ids.into(), id);
+        id
+    }
+}
+
+/// Opaque ids of [`LocalFrames`] stacks carry this bit besides [`pickle::OPAQUE`]; entries do not.
+pub(super) const STACK_TAG: ValueId = 1 << 30;
+/// Opaque ids of [`LocalFrames`] frames carry this bit besides [`pickle::OPAQUE`].
+pub(super) const FRAME_TAG: ValueId = 1 << 29;
+/// The tag bits of an opaque id; what remains is the index.
+pub(super) const TAGS: ValueId = STACK_TAG | FRAME_TAG;
+
+/// The pickle hook of the snapshot importer: every trace entry appended to a list becomes a
+/// compact [`Entry`] and its values are given back to the arena, so that a snapshot's memory
+/// while it streams is its entries' compact records, its distinct frames and stacks, and the
+/// final segment state. Entries that a walk of the pickle would refuse are left as values, and
+/// the walk reports them with their path.
+#[derive(Default)]
+pub(super) struct Compactor {
+    pub(super) entries: EntryBlocks,
+    pub(super) local: LocalFrames,
+    pub(super) streams: LocalStreams,
+    /// Entries held in several places, by slot, while a holder remains.
+    pub(super) shared_entries: HashMap<ValueId, u32>,
+    pub(super) keys: EntryKeys,
+    /// Leaves every entry to [`Compactor::compact`] (the tests compare both ways).
+    pub(super) no_read_ahead: bool,
+    /// [`Compactor::frames`]'s frame ids, kept to save an allocation per entry.
+    pub(super) frame_ids: Vec<u32>,
+    /// The entries' pools and metadata.
+    pub(super) extras: Extras,
+}
+
+/// The frame list an entry named, as [`Compactor::entry`] read it into a stack.
+pub(super) struct FrameList {
+    /// Its arena slot; `None` for a fresh list read ahead.
+    pub(super) slot: Option<ValueId>,
+    pub(super) stack: u32,
+}
+
+/// The [`ENTRY_KEYS`] position of each key string met in a read-ahead entry, by slot: a
+/// snapshot's entries name their keys through the memo, so comparing strings once per slot
+/// is enough.
+#[derive(Default)]
+pub(super) struct EntryKeys {
+    /// By slot: 0 unknown, [`EntryKeys::NOT_A_FIELD`], or the position plus one. Key strings
+    /// are memoized early, so their slots are small; larger ones are compared each time.
+    pub(super) slots: Vec<u8>,
+}
+
+impl EntryKeys {
+    pub(super) const NOT_A_FIELD: u8 = u8::MAX;
+    pub(super) const MAX_SLOT: usize = 1 << 16;
+
+    /// Position in [`ENTRY_KEYS`] of the key `k`, if it is one of them.
+    #[inline]
+    pub(super) fn field(&mut self, a: &pickle::Arena, k: ValueId) -> Option<usize> {
+        match self.slots.get(k as usize) {
+            Some(0) | None => {}
+            Some(&Self::NOT_A_FIELD) => return None,
+            Some(&i) => return Some(i as usize - 1),
+        }
+        let Value::Str(s) = a.get(k) else { return None };
+        let i = ENTRY_KEYS.iter().position(|key| key == s);
+        // A named string stays in its slot to the end; others may be given back and reused.
+        if a.is_named(k) && (k as usize) < Self::MAX_SLOT {
+            if self.slots.len() <= k as usize {
+                self.slots.resize(k as usize + 1, 0);
+            }
+            self.slots[k as usize] = i.map_or(Self::NOT_A_FIELD, |i| i as u8 + 1);
+        }
+        i
+    }
+}
+
+impl Compactor {
+    /// The index in [`Compactor::entries`] of an opaque entry id.
+    pub(super) fn entry_index(id: ValueId) -> Option<usize> {
+        (pickle::is_opaque(id) && id & TAGS == 0).then_some((id & !pickle::OPAQUE) as usize)
+    }
+
+    pub(super) fn local_stack(id: ValueId) -> Option<u32> {
+        (pickle::is_opaque(id) && id & TAGS == STACK_TAG).then_some(id & !(pickle::OPAQUE | TAGS))
+    }
+
+    /// The stack of a frame list: `None` if it is not one the walk would accept.
+    pub(super) fn frames(&mut self, a: &pickle::Arena, frames: &[ValueId]) -> Option<u32> {
+        let mut ids = std::mem::take(&mut self.frame_ids);
+        ids.clear();
+        for &f in frames {
+            match self.local.frame(a, f) {
+                Some(id) => ids.push(id),
+                None => {
+                    self.frame_ids = ids;
+                    return None;
+                }
+            }
+        }
+        let sid = self.local.stack(&ids);
+        self.frame_ids = ids;
+        Some(sid)
+    }
+
+    pub(super) fn compact(&mut self, a: &mut pickle::Arena, item: ValueId) -> Option<ValueId> {
+        // An entry held in several places (fetched from the memo) is read once.
+        if let Some(&k) = self.shared_entries.get(&item) {
+            if self.entries.len() >= FRAME_TAG as usize {
+                return None;
+            }
+            let copy = Entry { index: UNPLACED, ..self.entries.get(k as usize).clone() };
+            return Some(self.push(a, item, copy));
+        }
+        let Value::Dict(d) = a.get(item) else { return None };
+        let items = d.len();
+        let fields = a.dict_pick(item, ENTRY_KEYS).map(|v| v.map(FlatValue::Id));
+        let (entry, frames) = self.entry(a, fields, items)?;
+        if let Some(FrameList { slot: Some(list), stack }) = frames {
+            self.forget_frame_list(a, list, stack);
+        }
+        Some(self.push(a, item, entry))
+    }
+
+    /// The record of an entry whose dict has `items` items and these [`ENTRY_KEYS`] fields,
+    /// with the frame list it read; `None` if the walk would refuse the entry (it is then left as a
+    /// value, for the walk to report).
+    pub(super) fn entry(
+        &mut self,
+        a: &pickle::Arena,
+        [action_v, addr_v, size_v, stream_v, time_v, frames_v, pool_v, user_v, internal_v]: [Option<FlatValue>; 9],
+        items: usize,
+    ) -> Option<(Entry, Option<FrameList>)> {
+        let action = match action_v? {
+            FlatValue::Str(s) => parse_action(s)?,
+            FlatValue::Id(id) => match a.get(id) {
+                Value::Str(s) => parse_action(s)?,
+                _ => return None,
+            },
+            _ => return None,
+        };
+        let size = size_v.map_or(entry_size(action, None), |v| v.with_value(a, |v| entry_size(action, Some(v)))).ok()?;
+        let int = |x: Option<FlatValue>| x.and_then(|x| x.int(a));
+        let (addr, time_us) = (int(addr_v).unwrap_or(0) as u64, int(time_v).unwrap_or(0));
+        let stream = self.streams.id(int(stream_v).unwrap_or(0))?;
+        let items = u16::try_from(items).ok()?;
+        let mut frames_list = None;
+        let frames = match frames_v {
+            None => None,
+            Some(FlatValue::Id(f)) if pickle::is_opaque(f) => Some(Self::local_stack(f)?),
+            Some(FlatValue::Id(f)) => match a.get(f) {
+                Value::List(l) if l.is_empty() => None,
+                Value::List(l) | Value::Tuple(l) => {
+                    let sid = self.frames(a, l)?;
+                    frames_list = Some(FrameList { slot: Some(f), stack: sid });
+                    Some(sid)
+                }
+                _ => return None,
+            },
+            Some(FlatValue::List([])) => None,
+            Some(FlatValue::List(l)) => {
+                let sid = self.frames(a, l)?;
+                frames_list = Some(FrameList { slot: None, stack: sid });
+                Some(sid)
+            }
+            Some(_) => return None,
+        };
+        if self.entries.len() >= FRAME_TAG as usize
+            || self.local.stacks.len() >= FRAME_TAG as usize
+            || self.local.frames.len() >= FRAME_TAG as usize
+        {
+            return None;
+        }
+        let extra = self.extras.read(a, pool_v, user_v, internal_v);
+        let entry = Entry {
+            device: 0,
+            index: UNPLACED,
+            action,
+            addr,
+            size,
+            stream,
+            time_us,
+            frames: PackedFrames::new(frames.map(Frames::Local)),
+            items,
+            extra,
+        };
+        Some((entry, frames_list))
+    }
+
+    /// Points the memo key of the frame list `list` (of stack `sid`) and those of its frames
+    /// at the opaque stack and frames: later references (Python memoizes every dict and list)
+    /// get those, and the values go with their last holder.
+    pub(super) fn forget_frame_list(&mut self, a: &mut pickle::Arena, list: ValueId, sid: u32) {
+        if let Value::List(items) | Value::Tuple(items) = a.get(list) {
+            let items = items.clone();
+            self.forget_frames(a, &items, sid);
+        }
+        a.forget_memo(list, pickle::OPAQUE | STACK_TAG | sid);
+    }
+
+    /// Points the memo keys of the frame dicts `frames` (those of stack `sid`) at the opaque
+    /// frames, so that later references get those; the dicts go with their last holder.
+    pub(super) fn forget_frames(&mut self, a: &mut pickle::Arena, frames: &[ValueId], sid: u32) {
+        for (&frame, &lid) in frames.iter().zip(self.local.stacks[sid as usize].iter()) {
+            if !pickle::is_opaque(frame) && a.forget_memo(frame, pickle::OPAQUE | FRAME_TAG | lid) {
+                self.local.frame_cache.remove(&frame);
+            }
+        }
+    }
+
+    /// Keeps `entry`, the record of `item`, and gives `item` up.
+    pub(super) fn push(&mut self, a: &mut pickle::Arena, item: ValueId, entry: Entry) -> ValueId {
+        let k = self.entries.len() as u32;
+        let opaque = pickle::OPAQUE | k;
+        self.entries.push(entry);
+        if a.refs(item) > 1 && !self.shared_entries.contains_key(&item) {
+            // Held elsewhere too: kept in its slot for good, so that the slot stays its key.
+            a.pin(item);
+            self.shared_entries.insert(item, k);
+        }
+        a.forget_memo(item, opaque);
+        a.drop_ref(item);
+        opaque
+    }
+}
+
+impl pickle::Hook for Compactor {
+    const TAKES_FLAT_DICTS: bool = true;
+
+    /// A trace entry read ahead: kept as its record, as [`Compactor::compact`] would once it
+    /// was built and appended.
+    fn flat_dict(&mut self, a: &mut pickle::Arena, d: &FlatDict) -> Option<FlatTaken> {
+        if self.no_read_ahead {
+            return None;
+        }
+        let fields = d.pick(|k| self.keys.field(a, k));
+        let (entry, frames) = self.entry(a, fields, d.len())?;
+        let mut list = None;
+        match (frames, fields[5]) {
+            (Some(FrameList { slot: Some(slot), stack }), _) => self.forget_frame_list(a, slot, stack),
+            (Some(FrameList { slot: None, stack }), Some(FlatValue::List(items))) => {
+                self.forget_frames(a, items, stack);
+                list = Some(pickle::OPAQUE | STACK_TAG | stack);
+            }
+            _ => {}
+        }
+        let k = self.entries.len() as u32;
+        self.entries.push(entry);
+        Some(FlatTaken { dict: pickle::OPAQUE | k, list })
+    }
+
+    fn append(&mut self, a: &mut pickle::Arena, _list: ValueId, item: ValueId) -> Result<ValueId, ImportError> {
+        if pickle::is_opaque(item) {
+            return Ok(item);
+        }
+        Ok(self.compact(a, item).unwrap_or(item))
+    }
+}
+
+/// A stack in the trace's tables, with the phase and layer it names.
+#[derive(Clone, Copy)]
+pub(super) struct InternedStack {
+    pub(super) stack: u32,
+    pub(super) phase: Phase,
+    pub(super) layer: StrId,
+}
+
+/// Interns the entries' stacks into the trace's tables, in the order the entries are walked.
+#[derive(Default)]
+pub(super) struct StackInterner {
+    pub(super) frames: HashMap<u32, u32>,
+    pub(super) stacks: HashMap<u32, InternedStack>,
+    /// Frame lists that were left as values, by slot.
+    pub(super) values: HashMap<ValueId, u32>,
+}
+
+impl StackInterner {
+    pub(super) fn stack(
+        &mut self,
+        v: &View,
+        local: &mut LocalFrames,
+        trace: &mut Trace,
+        frames: Frames,
+        path: &dyn Fn() -> String,
+    ) -> Result<InternedStack, ImportError> {
+        let sid = match frames {
+            Frames::Local(sid) => sid,
+            Frames::Value(list) => match self.values.get(&list) {
+                Some(&sid) => sid,
+                None => {
+                    let items = v.list(list, &path)?;
+                    let mut ids = Vec::with_capacity(items.len());
+                    for (i, &f) in items.iter().enumerate() {
+                        let id = match local.frame(&v.p.arena, f) {
+                            Some(id) => id,
+                            None => {
+                                // Not a frame: say what is wrong, as the walk of a frame does.
+                                let fpath = || format!("{}[{i}]", path());
+                                v.str(f, "name", &fpath)?;
+                                v.str(f, "filename", &fpath)?;
+                                return Err(v.err(&fpath, "expected a frame"));
+                            }
+                        };
+                        ids.push(id);
+                    }
+                    let sid = local.stack(&ids);
+                    self.values.insert(list, sid);
+                    sid
+                }
+            },
+        };
+        if let Some(&s) = self.stacks.get(&sid) {
+            return Ok(s);
+        }
+        let mut ids = Vec::with_capacity(local.stacks[sid as usize].len());
+        for &lf in local.stacks[sid as usize].iter() {
+            let id = match self.frames.get(&lf) {
+                Some(&id) => id,
+                None => {
+                    let f = &local.frames[lf as usize];
+                    let frame = Frame { name: trace.strings.intern(&f.name), filename: trace.strings.intern(&f.filename), line: f.line };
+                    let id = trace.stacks.intern_frame(frame);
+                    self.frames.insert(lf, id);
+                    id
+                }
+            };
+            ids.push(id);
+        }
+        let (phase, layer) = classify_stack(trace, &ids);
+        let interned = InternedStack { stack: trace.stacks.intern_stack(ids), phase, layer };
+        self.stacks.insert(sid, interned);
+        Ok(interned)
+    }
+}
+
+/// Phase and a layer name from an allocation's stack: the autograd engine means backward,
+/// `torch/optim` means optimizer, `torch/nn/modules` means forward; the layer is the innermost
+/// Python frame of user code (`name (file.py:line)`), which is what a user can act on.
+pub(super) fn classify_stack(trace: &mut Trace, frame_ids: &[u32]) -> (Phase, StrId) {
+    let mut phase = Phase::Other;
+    let mut user: Option<(StrId, StrId, u32)> = None;
+    for &fid in frame_ids {
+        let f = trace.stacks.frames[fid as usize];
+        let name = trace.str(f.name);
+        let file = trace.str(f.filename);
+        if phase == Phase::Other {
+            if name.contains("torch::autograd::Engine") || name.contains("evaluate_function") {
+                phase = Phase::Backward;
+            } else if file.contains("/torch/optim/") {
+                phase = Phase::Optimizer;
+            } else if file.contains("/torch/nn/modules/") {
+                phase = Phase::Forward;
+            }
+        }
+        if user.is_none() && file.ends_with(".py") && !file.contains("/site-packages/") && !file.contains("/torch/") {
+            user = Some((f.name, f.filename, f.line));
+        }
+    }
+    let layer = match user {
+        Some((n, file, line)) => {
+            let base = trace.str(file).rsplit('/').next().unwrap_or("").to_owned();
+            let label = format!("{} ({base}:{line})", trace.str(n));
+            trace.strings.intern(&label)
+        }
+        None => StrId::NONE,
+    };
+    (phase, layer)
+}
