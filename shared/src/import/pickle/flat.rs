@@ -1,0 +1,326 @@
+//! Flat reads: small dictionaries of scalars (a trace entry, a frame) read ahead from the
+//! bytes without building their values, offered to the [`Hook`] as a [`FlatDict`].
+
+use super::*;
+
+/// What a [`Hook`] that took a [`FlatDict`] makes the memo name.
+pub struct FlatTaken {
+    /// An opaque id, for the dict.
+    pub dict: ValueId,
+    /// An opaque id for the dict's fresh list, or `None` to build that list as usual.
+    pub list: Option<ValueId>,
+}
+
+/// A value of a [`FlatDict`], as its opcodes spell it.
+#[derive(Clone, Copy)]
+pub(super) enum Flat {
+    /// A memo reference: an arena slot or a hook's opaque id.
+    Id(ValueId),
+    Int(i64),
+    None,
+    Bool(bool),
+    /// A fresh string: its bytes in the window, and whether MEMOIZE follows it.
+    Str {
+        at: u32,
+        len: u32,
+        memo: bool,
+    },
+    /// A fresh list of memo references: its items in `FlatDict::lists`.
+    List {
+        at: u32,
+        len: u32,
+        memo: bool,
+    },
+    /// A fresh pair of integers (`TUPLE2`), as a snapshot's `pool_id` (torch 2.12+).
+    Pair {
+        a: i64,
+        b: i64,
+        memo: bool,
+    },
+}
+
+/// A value of a [`FlatDict`], for a hook.
+#[derive(Clone, Copy)]
+pub enum FlatValue<'a> {
+    /// A memo reference: an arena slot or a hook's opaque id.
+    Id(ValueId),
+    Int(i64),
+    None,
+    Bool(bool),
+    /// A fresh string.
+    Str(&'a str),
+    /// A fresh list of memo references.
+    List(&'a [ValueId]),
+    /// A fresh pair of integers.
+    Pair(i64, i64),
+}
+
+impl FlatValue<'_> {
+    /// Calls `f` with the value as the arena would hold it; fresh strings and lists come
+    /// without their contents (for a type name or a match on their kind).
+    pub fn with_value<T>(&self, a: &Arena, f: impl FnOnce(&Value) -> T) -> T {
+        match *self {
+            FlatValue::Id(id) => f(a.get(id)),
+            FlatValue::Int(i) => f(&Value::Int(i)),
+            FlatValue::None => f(&Value::None),
+            FlatValue::Bool(b) => f(&Value::Bool(b)),
+            FlatValue::Str(_) => f(&Value::Str(String::new())),
+            FlatValue::List(_) => f(&Value::List(Vec::new())),
+            FlatValue::Pair(..) => f(&Value::Tuple(Vec::new())),
+        }
+    }
+
+    /// The integer this is, if it is one.
+    pub fn int(&self, a: &Arena) -> Option<i64> {
+        match *self {
+            FlatValue::Int(i) => Some(i),
+            FlatValue::Id(id) => match a.get(id) {
+                Value::Int(i) => Some(*i),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+}
+
+/// A dict read ahead from the input's window: `} MEMOIZE ( key value ... SETITEMS`, keys memo
+/// references, values memo references, numbers, None, bools, strings, or at most one list of
+/// memo references, as Python writes a snapshot's trace entries. Reading it makes no slot and
+/// changes no memo key; the machine does both only once a hook took it.
+pub struct FlatDict<'a> {
+    pub(super) window: &'a [u8],
+    pub(super) items: &'a [(ValueId, Flat)],
+    pub(super) lists: &'a [ValueId],
+}
+
+impl<'a> FlatDict<'a> {
+    /// Items, duplicate keys included (as a built dict counts them).
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    pub(super) fn value(&self, v: Flat) -> FlatValue<'a> {
+        match v {
+            Flat::Id(id) => FlatValue::Id(id),
+            Flat::Int(i) => FlatValue::Int(i),
+            Flat::None => FlatValue::None,
+            Flat::Bool(b) => FlatValue::Bool(b),
+            // Checked as UTF-8 when it was read.
+            Flat::Str { at, len, .. } => {
+                FlatValue::Str(std::str::from_utf8(&self.window[at as usize..(at + len) as usize]).unwrap_or_default())
+            }
+            Flat::List { at, len, .. } => FlatValue::List(&self.lists[at as usize..(at + len) as usize]),
+            Flat::Pair { a, b, .. } => FlatValue::Pair(a, b),
+        }
+    }
+
+    /// Looks up several keys in one pass, as [`Arena::dict_pick`] does: `field` gives the
+    /// position in the answer of the key whose memo reference is its argument, if any.
+    pub fn pick<const N: usize>(&self, mut field: impl FnMut(ValueId) -> Option<usize>) -> [Option<FlatValue<'a>>; N] {
+        let mut out = [None; N];
+        for &(k, v) in self.items {
+            if let Some(slot) = field(k).and_then(|i| out.get_mut(i)) {
+                *slot = Some(self.value(v));
+            }
+        }
+        out
+    }
+}
+
+/// Most items a read-ahead dict may have, and most items of its list; larger ones run as
+/// opcodes.
+pub(super) const FLAT_MAX_ITEMS: usize = 64;
+pub(super) const FLAT_MAX_LIST: usize = 4096;
+/// Bytes the window must hold ahead of a dict before it is read ahead.
+pub(super) const FLAT_LOOKAHEAD: usize = 16 << 10;
+
+/// Reads the opcodes of a [`FlatDict`] from `b` (the window after its EMPTY_DICT); `None` if
+/// they are anything else, or run past the window.
+pub(super) struct FlatReader<'b> {
+    pub(super) b: &'b [u8],
+    pub(super) i: usize,
+}
+
+impl FlatReader<'_> {
+    #[inline]
+    pub(super) fn byte(&mut self) -> Option<u8> {
+        let c = *self.b.get(self.i)?;
+        self.i += 1;
+        Some(c)
+    }
+
+    #[inline]
+    pub(super) fn bytes(&mut self, n: usize) -> Option<&[u8]> {
+        let s = self.b.get(self.i..self.i.checked_add(n)?)?;
+        self.i += n;
+        Some(s)
+    }
+
+    pub(super) fn u32(&mut self) -> Option<u32> {
+        let b = self.bytes(4)?;
+        Some(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+
+    /// The opcode at the cursor, past any FRAME (protocol 4 writes them between any two
+    /// opcodes).
+    pub(super) fn peek(&mut self) -> Option<u8> {
+        while *self.b.get(self.i)? == 0x95 {
+            self.i += 9;
+        }
+        self.b.get(self.i).copied()
+    }
+
+    /// The opcode at the cursor, consumed.
+    pub(super) fn op(&mut self) -> Option<u8> {
+        self.peek()?;
+        self.byte()
+    }
+
+    /// BINGET or LONG_BINGET at the cursor, resolved through the memo.
+    pub(super) fn get(&mut self, memo: &Memo) -> Option<ValueId> {
+        let key = match self.op()? {
+            b'h' => self.byte()? as u32,
+            b'j' => self.u32()?,
+            _ => return None,
+        };
+        memo.get(key)
+    }
+
+    /// A MEMOIZE at the cursor, if there is one.
+    pub(super) fn memoize(&mut self) -> bool {
+        let m = self.peek() == Some(0x94);
+        self.i += usize::from(m);
+        m
+    }
+
+    /// The argument of BININT1 (`K`), BININT2 (`M`) or BININT (`J`), the opcode consumed.
+    pub(super) fn small_int(&mut self, op: u8) -> Option<i64> {
+        Some(match op {
+            b'K' => self.byte()? as i64,
+            b'M' => {
+                let b = self.bytes(2)?;
+                u16::from_le_bytes([b[0], b[1]]) as i64
+            }
+            _ => self.u32()? as i32 as i64,
+        })
+    }
+
+    pub(super) fn string(&mut self, n: usize) -> Option<Flat> {
+        let at = self.i;
+        std::str::from_utf8(self.bytes(n)?).ok()?;
+        Some(Flat::Str { at: u32::try_from(at).ok()?, len: n as u32, memo: self.memoize() })
+    }
+
+    /// A value; a fresh list's items go to `lists`.
+    pub(super) fn value(&mut self, memo: &Memo, lists: &mut Vec<ValueId>) -> Option<Flat> {
+        Some(match self.peek()? {
+            b'h' | b'j' => Flat::Id(self.get(memo)?),
+            op => {
+                self.i += 1;
+                match op {
+                    b'K' | b'M' | b'J' => {
+                        let a = self.small_int(op)?;
+                        // Two integers and TUPLE2: a fresh pair.
+                        let save = self.i;
+                        let pair = match self.peek() {
+                            Some(op @ (b'K' | b'M' | b'J')) => {
+                                self.i += 1;
+                                let b = self.small_int(op)?;
+                                (self.peek() == Some(0x86)).then_some(b)
+                            }
+                            _ => None,
+                        };
+                        match pair {
+                            Some(b) => {
+                                self.i += 1;
+                                Flat::Pair { a, b, memo: self.memoize() }
+                            }
+                            None => {
+                                self.i = save;
+                                Flat::Int(a)
+                            }
+                        }
+                    }
+                    0x8a => {
+                        let n = self.byte()? as usize;
+                        if n > 9 {
+                            return None;
+                        }
+                        Flat::Int(long_from_le(self.bytes(n)?)?)
+                    }
+                    b'N' => Flat::None,
+                    0x88 => Flat::Bool(true),
+                    0x89 => Flat::Bool(false),
+                    0x8c => {
+                        let n = self.byte()? as usize;
+                        self.string(n)?
+                    }
+                    b'X' => {
+                        let n = self.u32()? as usize;
+                        self.string(n)?
+                    }
+                    b']' => {
+                        let memo_list = self.memoize();
+                        let at = lists.len();
+                        match self.peek() {
+                            Some(b'(') => {
+                                self.i += 1;
+                                while self.peek()? != b'e' {
+                                    if lists.len() - at >= FLAT_MAX_LIST {
+                                        return None;
+                                    }
+                                    lists.push(self.get(memo)?);
+                                }
+                                self.i += 1;
+                            }
+                            // One item: BINGET then APPEND. (A memo reference not followed by
+                            // APPEND is the next key: the list is empty.)
+                            Some(b'h' | b'j') => {
+                                let save = self.i;
+                                let item = self.get(memo)?;
+                                if self.peek() == Some(b'a') {
+                                    self.i += 1;
+                                    lists.push(item);
+                                } else {
+                                    self.i = save;
+                                }
+                            }
+                            _ => {}
+                        }
+                        let len = (lists.len() - at) as u32;
+                        Flat::List { at: at as u32, len, memo: memo_list }
+                    }
+                    _ => return None,
+                }
+            }
+        })
+    }
+
+    /// The dict's items up to its SETITEMS; `None` if it is not a flat dict.
+    pub(super) fn dict(&mut self, memo: &Memo, items: &mut Vec<(ValueId, Flat)>, lists: &mut Vec<ValueId>) -> Option<()> {
+        if self.op()? != 0x94 || self.op()? != b'(' {
+            return None;
+        }
+        let mut fresh_lists = 0;
+        while self.peek()? != b'u' {
+            if items.len() >= FLAT_MAX_ITEMS {
+                return None;
+            }
+            let k = self.get(memo)?;
+            let v = self.value(memo, lists)?;
+            if matches!(v, Flat::List { .. }) {
+                fresh_lists += 1;
+                if fresh_lists > 1 {
+                    return None;
+                }
+            }
+            items.push((k, v));
+        }
+        self.i += 1;
+        Some(())
+    }
+}
