@@ -5,7 +5,7 @@
 //!
 //! What counts as a path: a word of a comment, backticked or in prose, with a `/` inside it
 //! and only path characters in it, that
-//! - starts with a top-level directory of the repository (`shared/src/model.rs`, `tests/data/`),
+//! - starts with a top-level directory of the repository (`shared/src/units.rs`, `tests/data/`),
 //! - or ends in `.rs`, or in another known extension under a directory that one of the bases
 //!   has (`python/memory_tracer/_shim.py` in the collector),
 //! - or is backticked and starts with such a directory (`capture/` in the collector's `src/`).

@@ -14,7 +14,7 @@ pub const SOURCES: [&str; 8] =
 
 /// Files that hold free-form JSON, and why.
 pub const ALLOWED: [(&str, &str); 9] = [
-    ("shared/src/model.rs", "the allocator settings PyTorch reports, kept as they came (a free-form map)"),
+    ("shared/src/model/meta.rs", "the allocator settings PyTorch reports, kept as they came (a free-form map)"),
     ("shared/src/explore.rs", "the user metadata a program attaches, shown as it came"),
     ("shared/src/import/snapshot/view.rs", "a snapshot's allocator settings and user metadata, from pickle to those free-form maps"),
     ("shared/src/whatif/conf.rs", "reads those allocator settings by PyTorch's own key names"),
@@ -86,12 +86,12 @@ mod tests {
         let viewer = root.join("viewer/src");
         let shared = root.join("shared/src");
         std::fs::create_dir_all(&viewer).unwrap();
-        std::fs::create_dir_all(shared.join("export")).unwrap();
+        std::fs::create_dir_all(shared.join("model")).unwrap();
         std::fs::write(viewer.join("server.rs"), "//! x\nfn f() { let body = serde_json::json!({\"a\": 1}); }\n").unwrap();
-        std::fs::write(shared.join("model.rs"), "//! the settings, typed now\n").unwrap();
+        std::fs::write(shared.join("model/meta.rs"), "//! the settings, typed now\n").unwrap();
         let found = untyped(&root).unwrap();
         let _ = std::fs::remove_dir_all(&root);
         assert!(found.iter().any(|f| f.starts_with("viewer/src/server.rs:2: ")), "{found:?}");
-        assert!(found.iter().any(|f| f.starts_with("shared/src/model.rs: allowed untyped JSON")), "{found:?}");
+        assert!(found.iter().any(|f| f.starts_with("shared/src/model/meta.rs: allowed untyped JSON")), "{found:?}");
     }
 }

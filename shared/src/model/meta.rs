@@ -1,0 +1,247 @@
+//! What a trace says about itself: its source and devices, the run's facts ([`TraceMeta`]), its
+//! compiled code, and PyTorch's own counters ([`Counter`]).
+
+use super::*;
+
+/// A device as the source names it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Device {
+    /// `cuda`, `cpu`, or what the source says.
+    pub kind: String,
+    pub index: i32,
+    /// The process's rank in a distributed job (traces merged by `shared::merge`), so that
+    /// two ranks' `cuda:0` on different hosts stay two devices.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rank: Option<u32>,
+}
+
+impl Device {
+    /// The kind of pinned host memory's device (`CachingHostAllocator`, in snapshots of torch
+    /// 2.14+ recorded with `record_pinned_host_memory=True`).
+    pub const PINNED_HOST: &'static str = "pinned host";
+
+    /// Pinned host memory: its totals are its own, never added to a GPU's.
+    pub fn is_pinned_host(&self) -> bool {
+        self.kind == Self::PINNED_HOST
+    }
+}
+
+impl std::fmt::Display for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.index < 0 {
+            write!(f, "{}", self.kind)?;
+        } else {
+            write!(f, "{}:{}", self.kind, self.index)?;
+        }
+        match self.rank {
+            Some(r) => write!(f, " (rank {r})"),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Which importer produced a trace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SourceFormat {
+    /// Memory Tracer's own format (native capture or a conversion).
+    MemoryTracer,
+    /// `torch.cuda.memory._dump_snapshot` pickle.
+    PytorchSnapshot,
+    /// torch.profiler Chrome trace.
+    ChromeTrace,
+    /// DFTracer `.pfw`.
+    Dftracer,
+}
+
+impl SourceFormat {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SourceFormat::MemoryTracer => "memory_tracer",
+            SourceFormat::PytorchSnapshot => "pytorch_snapshot",
+            SourceFormat::ChromeTrace => "chrome_trace",
+            SourceFormat::Dftracer => "dftracer",
+        }
+    }
+}
+
+/// Facts about the run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TraceMeta {
+    pub model: Option<String>,
+    pub input_shape: Option<Vec<i64>>,
+    pub batch_size: Option<u64>,
+    pub device_name: Option<String>,
+    pub device_total_memory_bytes: Option<u64>,
+    pub pytorch_version: Option<String>,
+    pub source_format: SourceFormat,
+    /// Wall-clock start of the trace in nanoseconds since the Unix epoch, when known.
+    pub start_unix_ns: Option<u64>,
+    /// Allocator settings as the source gave them (snapshots), for display.
+    #[serde(default)]
+    pub allocator_settings: Option<serde_json::Value>,
+    /// What the importer could not take at face value (skipped entries, estimated sizes).
+    #[serde(default)]
+    pub warnings: Vec<String>,
+    /// Counters PyTorch itself reported during the run, by name
+    /// (`cuda.max_memory_allocated`, ...), to check the trace against. Read and written
+    /// through [`TraceMeta::counter`] and [`TraceMeta::report`] ([`Counter`] names them).
+    #[serde(default)]
+    pub reported: std::collections::BTreeMap<String, u64>,
+    /// False when the recorder was asked not to track fragmentation: analyses then report a
+    /// fragmentation of 0, as the MemoryTracer API does.
+    #[serde(default = "yes")]
+    pub fragmentation_tracked: bool,
+    /// Which distributed job the process belonged to (torchrun's run id and rendezvous
+    /// address), so that `merge` refuses ranks of different jobs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<String>,
+    /// Ranks of the job that a merged trace lacks (their reasons are in `warnings`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub missing_ranks: Vec<u32>,
+    /// Which capture recorded a traced program (`native (torch 2.11, library built for torch
+    /// 2.11.0)`, or PyTorch's recorder with why and what it lacks); None for imported files.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capture: Option<String>,
+    /// Devices (indices into [`Trace::devices`]) whose reserved memory is unknown: a snapshot
+    /// names none of their segments, or its segments cannot hold its allocations. Their
+    /// reserved totals read 0 and mean "unknown"; `warnings` says why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reserved_unknown: Vec<u8>,
+    /// What the capture made of torch.compile's generated code, when the program ran some.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compiled: Option<CompiledCode>,
+}
+
+/// Inductor's generated code in a traced run: its allocations are attributed to the modules
+/// whose FX nodes they come from (`nn_module_stack`), which the capture reads as PyTorch loads
+/// each generated module.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct CompiledCode {
+    /// Generated modules (a forward, a backward, each recompilation) that were attributed.
+    pub graphs: u32,
+    /// Statements of theirs that allocate a buffer.
+    pub sites: u32,
+    /// Of those, the ones no module metadata names: their allocations stay on the module the
+    /// compiled code runs in.
+    pub unresolved: u32,
+    /// The module paths compiled allocations were attributed to.
+    pub modules: Vec<String>,
+    /// Generated modules that could not be read, and why (at most five).
+    pub failures: Vec<String>,
+}
+
+impl CompiledCode {
+    /// Adds another process's (a rank's) compiled code.
+    pub fn absorb(&mut self, other: &CompiledCode) {
+        self.graphs += other.graphs;
+        self.sites += other.sites;
+        self.unresolved += other.unresolved;
+        self.modules.extend(other.modules.iter().cloned());
+        self.modules.sort();
+        self.modules.dedup();
+        self.failures.extend(other.failures.iter().cloned());
+        self.failures.truncate(5);
+    }
+
+    /// One line for summaries: `2 Inductor graphs: 39 of 39 allocation sites attributed to 9 modules`.
+    pub fn describe(&self) -> String {
+        let mut s = format!(
+            "{} Inductor graph{}: {} of {} allocation sites attributed to {} module{}",
+            self.graphs,
+            if self.graphs == 1 { "" } else { "s" },
+            self.sites - self.unresolved.min(self.sites),
+            self.sites,
+            self.modules.len(),
+            if self.modules.len() == 1 { "" } else { "s" }
+        );
+        if self.unresolved > 0 {
+            s.push_str(&format!("; {} without module metadata stay on the compiled module (a compiled function with no module in it, or backward code an untraced run compiled and AOTAutograd's cache handed back: TORCHINDUCTOR_FORCE_DISABLE_CACHES=1 for one traced run attributes that)", self.unresolved));
+        }
+        if !self.failures.is_empty() {
+            s.push_str(&format!("; {} generated module(s) not read: {}", self.failures.len(), self.failures.join("; ")));
+        }
+        s
+    }
+}
+
+pub(super) fn yes() -> bool {
+    true
+}
+
+/// A counter of PyTorch's CUDA caching allocator (`torch.cuda.memory_stats`) that a traced
+/// process reports at its end, kept in [`TraceMeta::reported`] under [`Counter::key`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Counter {
+    /// `torch.cuda.max_memory_allocated()`.
+    MaxMemoryAllocated,
+    /// `torch.cuda.max_memory_reserved()`.
+    MaxMemoryReserved,
+    /// `torch.cuda.memory_allocated()` at the end.
+    MemoryAllocated,
+    /// `torch.cuda.memory_reserved()` at the end.
+    MemoryReserved,
+    /// Allocations retried after freeing the cache (`num_alloc_retries`).
+    NumAllocRetries,
+    /// Out-of-memory errors raised (`num_ooms`).
+    NumOoms,
+}
+
+impl Counter {
+    pub const ALL: [Counter; 6] = [
+        Counter::MaxMemoryAllocated,
+        Counter::MaxMemoryReserved,
+        Counter::MemoryAllocated,
+        Counter::MemoryReserved,
+        Counter::NumAllocRetries,
+        Counter::NumOoms,
+    ];
+
+    /// Its name in [`TraceMeta::reported`] (and in the own format and `collector ingest`'s
+    /// JSON, which keep that map as it is).
+    pub fn key(self) -> &'static str {
+        match self {
+            Counter::MaxMemoryAllocated => "cuda.max_memory_allocated",
+            Counter::MaxMemoryReserved => "cuda.max_memory_reserved",
+            Counter::MemoryAllocated => "cuda.memory_allocated",
+            Counter::MemoryReserved => "cuda.memory_reserved",
+            Counter::NumAllocRetries => "cuda.num_alloc_retries",
+            Counter::NumOoms => "cuda.num_ooms",
+        }
+    }
+}
+
+impl TraceMeta {
+    /// What PyTorch reported for `c`, where the trace has it.
+    pub fn counter(&self, c: Counter) -> Option<u64> {
+        self.reported.get(c.key()).copied()
+    }
+
+    /// Keeps what PyTorch reported for `c`.
+    pub fn report(&mut self, c: Counter, value: u64) {
+        self.reported.insert(c.key().to_owned(), value);
+    }
+
+    pub fn new(source_format: SourceFormat) -> Self {
+        Self {
+            model: None,
+            input_shape: None,
+            batch_size: None,
+            device_name: None,
+            device_total_memory_bytes: None,
+            pytorch_version: None,
+            source_format,
+            start_unix_ns: None,
+            allocator_settings: None,
+            warnings: Vec::new(),
+            reported: std::collections::BTreeMap::new(),
+            fragmentation_tracked: true,
+            job: None,
+            missing_ranks: Vec::new(),
+            capture: None,
+            reserved_unknown: Vec::new(),
+            compiled: None,
+        }
+    }
+}
