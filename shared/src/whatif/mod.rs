@@ -125,6 +125,7 @@
 mod conf;
 mod expandable;
 mod initial;
+mod outcome;
 mod release;
 mod report;
 mod requests;
@@ -134,10 +135,11 @@ mod sim;
 pub use conf::{
     allocation_size, AllocConf, Backend, ConfError, ReserveSpec, TorchRelease, DEFAULT_LARGE_SEGMENT_BYTES, DIVISION_INTERVALS, MIB,
 };
+pub use outcome::{Anomalies, At, OomAt, Outcome, Placement, SimOptions};
 pub use report::{parse_settings, what_if, OomReport, Recorded, SettingOutcome, WhatIfError, WhatIfOptions, WhatIfReport};
 pub use requests::{requests, DeviceRequests, Op, Request, Requests};
 pub use segments::segments_after;
-pub use sim::{simulate, Anomalies, At, OomAt, Outcome, Placement, SimOptions};
+pub use sim::simulate;
 
 use crate::model::{Totals, Trace};
 

@@ -4,8 +4,9 @@
 
 use super::compare_with_recorded;
 use super::conf::{AllocConf, ConfError};
+use super::outcome::{Outcome, SimOptions};
 use super::requests::{requests, DeviceRequests};
-use super::sim::{simulate, Outcome, SimOptions};
+use super::sim::simulate;
 use crate::model::{Phase, Trace};
 use serde::Serialize;
 

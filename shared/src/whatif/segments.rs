@@ -2,8 +2,9 @@
 //! beside the recorded one, under another `PYTORCH_CUDA_ALLOC_CONF`.
 
 use super::conf::{AllocConf, ConfError};
+use super::outcome::SimOptions;
 use super::requests::DeviceRequests;
-use super::sim::{Sim, SimOptions, State, NONE};
+use super::sim::{Sim, State, NONE};
 use crate::model::{BlockInfo, BlockState, Pool, SegmentInfo};
 
 /// The segments of `dev`'s simulated allocator (configured by `conf`) once every request whose
