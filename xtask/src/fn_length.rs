@@ -1,5 +1,6 @@
-//! Function lengths by brace matching, in lines of the file (comments and blank lines count,
-//! as a reader sees them): at most 120 a function everywhere, 80 in the viewer's components.
+//! Function and file lengths, in lines of the file (comments and blank lines count, as a
+//! reader sees them): at most 120 a function everywhere (by brace matching), 80 in the viewer's
+//! components, and 800 a file before its tests.
 
 use anyhow::Result;
 use std::path::Path;
@@ -10,9 +11,33 @@ pub const COMPONENT_LINES: usize = 80;
 /// The most lines any function may span (clippy's `too_many_lines` counts only code lines).
 pub const FUNCTION_LINES: usize = 120;
 
-/// Where [`FUNCTION_LINES`] holds: every crate's sources.
+/// The most lines a Rust source file may have before its `#[cfg(test)]` module (a file past it
+/// holds several jobs and is cut along them). Test targets (`tests/`, `benches/`) are not sources.
+pub const FILE_LINES: usize = 800;
+
+/// Where [`FUNCTION_LINES`] and [`FILE_LINES`] hold: every crate's sources.
 pub const SOURCES: [&str; 9] =
     ["shared/src", "protocol/src", "record/src", "traceio/src", "device/src", "capture/src", "collector/src", "viewer/src", "xtask/src"];
+
+/// `file: N lines before its tests` for every Rust file under `dir` longer than `max` lines
+/// before its first `#[cfg(test)]`.
+pub fn too_long_files(dir: &Path, max: usize) -> Result<Vec<String>> {
+    let mut found = Vec::new();
+    for file in crate::rust_files(dir)? {
+        let text = std::fs::read_to_string(&file)?;
+        let n = lines_before_tests(&text);
+        if n > max {
+            found.push(format!("{}: {n} lines before its tests (at most {max})", file.display()));
+        }
+    }
+    Ok(found)
+}
+
+/// Lines of `text` before the line that opens its tests (`#[cfg(test)]` at the start of a line;
+/// comments do not count as opening them).
+fn lines_before_tests(text: &str) -> usize {
+    crate::layers::strip_comments(text).lines().take_while(|l| l.trim_end() != "#[cfg(test)]").count()
+}
 
 /// `file: N components` for every Rust file under `dir` that defines more than one
 /// `#[component]` (ARCHITECTURE.md: one component per file).
@@ -157,6 +182,21 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         assert_eq!(found.len(), 1, "{found:?}");
         assert!(found[0].ends_with("two.rs: 2 components (one per file)"), "{found:?}");
+    }
+
+    #[test]
+    fn a_file_is_measured_up_to_its_tests_and_one_past_the_limit_is_refused() {
+        assert_eq!(lines_before_tests("//! a\n// #[cfg(test)]\nfn a() {}\n\n#[cfg(test)]\nmod tests {}\n"), 4);
+        assert_eq!(lines_before_tests("fn a() {}\n"), 1);
+        let dir = std::env::temp_dir().join(format!("xtask-files-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let body = |n: usize| "fn f() {}\n".repeat(n);
+        std::fs::write(dir.join("long.rs"), body(5)).unwrap();
+        std::fs::write(dir.join("short.rs"), body(4) + "#[cfg(test)]\nmod tests {\n" + &body(10) + "}\n").unwrap();
+        let found = too_long_files(&dir, 4).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(found[0].ends_with("long.rs: 5 lines before its tests (at most 4)"), "{found:?}");
     }
 
     /// The holes the check had: `pub(super) fn` was not a function, and comment lines did

@@ -353,6 +353,13 @@ fn tidy() -> Result<()> {
     if !long.is_empty() {
         bail!("these functions are over the limit (ARCHITECTURE.md: lines in the file, comments included):\n{}", long.join("\n"));
     }
+    let mut big = Vec::new();
+    for src in fn_length::SOURCES {
+        big.extend(fn_length::too_long_files(Path::new(src), fn_length::FILE_LINES)?);
+    }
+    if !big.is_empty() {
+        bail!("these files are over the limit (ARCHITECTURE.md: cut a file along its jobs):\n{}", big.join("\n"));
+    }
     let io = forbidden_code(&[Path::new("shared/src")], &SHARED_IO)?;
     if !io.is_empty() {
         bail!("shared does I/O here (ARCHITECTURE.md: importers take bytes or a reader, exporters a writer):\n{}", io.join("\n"));
