@@ -283,3 +283,8 @@ impl Session {
         }
     }
 }
+
+/// Seconds from the trace's start to its last event.
+pub(super) fn duration_s(trace: &Trace) -> f64 {
+    trace.events.ts_ns.last().map_or(0.0, |&t| t.saturating_sub(trace.start_ns()) as f64 * 1e-9)
+}

@@ -208,11 +208,6 @@ pub(super) fn overview_of(trace: &Trace, device: u8, file_name: &str, file_bytes
     }
 }
 
-/// Seconds from the trace's start to its last event.
-pub(super) fn duration_s(trace: &Trace) -> f64 {
-    trace.events.ts_ns.last().map_or(0.0, |&t| t.saturating_sub(trace.start_ns()) as f64 * 1e-9)
-}
-
 /// The ranks of `whole` when it has two or more, with `selected` the rank shown.
 pub(super) fn rank_set(whole: &Trace, selected: Option<u32>) -> Option<RankSet> {
     if crate::merge::ranks(whole).len() < 2 {

@@ -47,27 +47,6 @@ pub(super) fn partition(paths: &BTreeSet<&str>) -> Vec<String> {
     out
 }
 
-/// One forward call of a candidate module and what its checkpoint changes.
-#[derive(Clone, Debug)]
-pub(super) struct Call {
-    /// Positions of the forward: `[first, end)`.
-    pub(super) first: usize,
-    pub(super) end: usize,
-    /// Position of the first event of the module's backward.
-    pub(super) backward_pos: usize,
-    /// Blocks dropped from the forward's end to the backward's start.
-    pub(super) dropped: Vec<u32>,
-    pub(super) iteration: Option<u32>,
-    pub(super) forward_ns: u64,
-}
-
-#[derive(Clone, Debug)]
-pub(super) struct CandidateDef {
-    pub(super) path: String,
-    pub(super) calls: Vec<Call>,
-    pub(super) first_start_ns: u64,
-}
-
 /// Forward calls of each candidate module, with the activations a checkpoint drops.
 pub(super) fn checkpoint_candidates(c: &Curve, notes: &mut Vec<String>) -> Vec<CandidateDef> {
     let by_path = forward_scopes(c.trace);

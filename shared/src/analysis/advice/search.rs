@@ -286,3 +286,24 @@ pub(super) fn greedy(engine: &mut Engine, times: &[f64], budget: Option<u64>, mi
     }
     steps
 }
+
+/// One forward call of a candidate module and what its checkpoint changes.
+#[derive(Clone, Debug)]
+pub(super) struct Call {
+    /// Positions of the forward: `[first, end)`.
+    pub(super) first: usize,
+    pub(super) end: usize,
+    /// Position of the first event of the module's backward.
+    pub(super) backward_pos: usize,
+    /// Blocks dropped from the forward's end to the backward's start.
+    pub(super) dropped: Vec<u32>,
+    pub(super) iteration: Option<u32>,
+    pub(super) forward_ns: u64,
+}
+
+#[derive(Clone, Debug)]
+pub(super) struct CandidateDef {
+    pub(super) path: String,
+    pub(super) calls: Vec<Call>,
+    pub(super) first_start_ns: u64,
+}

@@ -159,3 +159,24 @@ impl<R: Read> Input<R> {
         }
     }
 }
+
+/// A little-endian two's complement integer (LONG1, LONG4) as an `i64`, or `None` when it
+/// needs more than 64 bits.
+pub(super) fn long_from_le(bytes: &[u8]) -> Option<i64> {
+    if bytes.is_empty() {
+        return Some(0);
+    }
+    if bytes.len() > 8 {
+        // Python's encoder adds a sign byte; accept it when it carries no information.
+        let (low, high) = bytes.split_at(8);
+        let sign = if low[7] & 0x80 != 0 { 0xff } else { 0 };
+        if high.iter().any(|&b| b != sign) {
+            return None;
+        }
+        return long_from_le(low);
+    }
+    let neg = bytes[bytes.len() - 1] & 0x80 != 0;
+    let mut a = if neg { [0xffu8; 8] } else { [0u8; 8] };
+    a[..bytes.len()].copy_from_slice(bytes);
+    Some(i64::from_le_bytes(a))
+}
