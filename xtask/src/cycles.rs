@@ -1,7 +1,9 @@
 //! The module graph of a crate, file by file, and its cycles: module `a` depends on module `b`
 //! when `a`'s code (tests left out) names `crate::b…` or reaches `b` through `super::`. A
 //! module and its own ancestors or descendants are not edges (a parent declares its children,
-//! and children may use what their parent defines); every other cycle is refused.
+//! and children may use what their parent defines); a child that takes its parent's names
+//! (`use super::*;`) where the parent globs its children depends on each sibling whose items it
+//! names ([`glob_edges`]); every other cycle is refused.
 
 use anyhow::{Context, Result};
 use std::collections::{BTreeMap, BTreeSet};
@@ -22,14 +24,81 @@ pub fn module_cycles(src: &Path) -> Result<Vec<Vec<String>>> {
     for (module, text) in &code {
         let targets = edges.entry(module.clone()).or_default();
         for path in paths_named(module, text) {
-            if let Some(target) = resolve(&path, &modules) {
+            if let Some(mut target) = resolve(&path, &modules) {
+                // A name the module reaches through a parent that glob-imports it is its child's.
+                if let Some(child) = path.get(target.split("::").count()).and_then(|name| globbed_child(&code, &target, name)) {
+                    target = child;
+                }
                 if !nested(module, &target) {
                     targets.insert(target);
                 }
             }
         }
     }
+    for (from, to) in glob_edges(&code) {
+        edges.entry(from).or_default().insert(to);
+    }
     Ok(strongly_connected(&edges).into_iter().filter(|c| c.len() > 1).collect())
+}
+
+/// Edges that glob imports hide: a module whose parent glob-imports its children (`use
+/// child::*;`, `pub use child::*;`) and which takes its parent's names (`use super::*;`) names a
+/// sibling's item without a path. Such a module depends on every sibling the parent globs whose
+/// items (functions, types, constants, statics, traits, modules) it names as a word and does not
+/// define itself.
+fn glob_edges(code: &BTreeMap<String, String>) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for (module, text) in code {
+        if !text.contains("use super::*;") {
+            continue;
+        }
+        let Some((parent, _)) = module.rsplit_once("::") else { continue };
+        let Some(parent_code) = code.get(parent) else { continue };
+        let own = item_names(text);
+        let words: BTreeSet<&str> = text.split(|c: char| !(c.is_alphanumeric() || c == '_')).filter(|w| !w.is_empty()).collect();
+        for (sibling, sibling_code) in code.range(format!("{parent}::")..) {
+            let Some(name) = sibling.strip_prefix(&format!("{parent}::")) else { break };
+            if name.contains("::") || sibling == module || !parent_code.contains(&format!("use {name}::*;")) {
+                continue;
+            }
+            if item_names(sibling_code).iter().any(|n| !own.contains(n) && words.contains(n.as_str())) {
+                out.push((module.clone(), sibling.clone()));
+            }
+        }
+    }
+    out
+}
+
+/// The child of `parent` that defines `name` and that `parent` glob-imports (`use child::*;`).
+fn globbed_child(code: &BTreeMap<String, String>, parent: &str, name: &str) -> Option<String> {
+    let parent_code = code.get(parent)?;
+    code.range(format!("{parent}::")..).take_while(|(m, _)| m.starts_with(&format!("{parent}::"))).find_map(|(child, text)| {
+        let short = &child[parent.len() + 2..];
+        let globbed = !short.contains("::") && parent_code.contains(&format!("use {short}::*;"));
+        (globbed && item_names(text).contains(name)).then(|| child.clone())
+    })
+}
+
+/// The names of the items a file defines at its top level.
+fn item_names(code: &str) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    for line in code.lines().filter(|l| !l.starts_with(char::is_whitespace)) {
+        let mut t = line;
+        if let Some(rest) = t.strip_prefix("pub(") {
+            t = rest.split_once(')').map_or("", |(_, r)| r);
+        }
+        let t = t.trim_start().strip_prefix("pub ").unwrap_or(t.trim_start());
+        let t = ["const ", "unsafe ", "async "].iter().fold(t, |t, q| if t.starts_with("fn") { t } else { t.strip_prefix(q).unwrap_or(t) });
+        for kw in ["fn ", "struct ", "enum ", "const ", "type ", "static ", "trait ", "mod ", "union "] {
+            if let Some(rest) = t.strip_prefix(kw) {
+                let name: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+                if !name.is_empty() && name != "_" {
+                    names.insert(name);
+                }
+            }
+        }
+    }
+    names
 }
 
 /// A file's module path (`x::y` for the file y.rs in folder x, or for mod.rs in x/y); the crate roots and `bin` are none.
@@ -95,9 +164,18 @@ fn paths_named(module: &str, code: &str) -> Vec<Vec<String>> {
         }
         let Some(base) = parent.len().checked_sub(up) else { continue };
         let mut path: Vec<String> = parent[..base].iter().map(|s| (*s).to_owned()).collect();
-        let tail = rest.strip_prefix('{').map_or_else(|| segments(rest), |l| segments(l.trim()));
-        path.extend(tail);
-        found.push(path);
+        match rest.strip_prefix('{') {
+            Some(list) => {
+                let inner = &list[..list.find('}').unwrap_or(list.len())];
+                for item in inner.split(',').map(|s| segments(s.trim())).filter(|s| !s.is_empty()) {
+                    found.push(path.iter().cloned().chain(item).collect());
+                }
+            }
+            None => {
+                path.extend(segments(rest));
+                found.push(path);
+            }
+        }
     }
     found
 }
@@ -189,6 +267,39 @@ mod tests {
         let _ = std::fs::remove_dir_all(&root);
         // a → b → a::inner is nesting-free only through b; b → c → b is the cycle.
         assert_eq!(cycles, vec![vec!["b".to_owned(), "c".to_owned()]]);
+    }
+
+    /// Siblings that reach each other through their parent's glob imports (`use super::*;` in
+    /// each, `use a::*; use b::*;` in the parent) are a circle; one way only is none.
+    #[test]
+    fn a_cycle_through_glob_imports_is_found() {
+        let files = |b_uses_a: bool| {
+            let b = if b_uses_a { "use super::*;\npub(super) fn g() { f(); }\n" } else { "use super::*;\npub(super) fn g() {}\n" };
+            crate_with(&[
+                ("lib.rs", "pub mod x;"),
+                ("x/mod.rs", "mod a;\nmod b;\nuse a::*;\nuse b::*;\n"),
+                ("x/a.rs", "use super::*;\npub(super) fn f() { g(); }\n"),
+                ("x/b.rs", b),
+            ])
+        };
+        let root = files(true);
+        let cycles = module_cycles(&root).unwrap();
+        let _ = std::fs::remove_dir_all(&root);
+        assert_eq!(cycles, vec![vec!["x::a".to_owned(), "x::b".to_owned()]]);
+        let root = files(false);
+        let cycles = module_cycles(&root).unwrap();
+        let _ = std::fs::remove_dir_all(&root);
+        assert!(cycles.is_empty(), "{cycles:?}");
+        // Named through the parent (`super::{g, h}`) rather than taken with a glob: the same.
+        let root = crate_with(&[
+            ("lib.rs", "pub mod x;"),
+            ("x/mod.rs", "mod a;\nmod b;\nuse a::*;\nuse b::*;\n"),
+            ("x/a.rs", "use super::{h, g};\npub(super) fn f() { g(); }\n"),
+            ("x/b.rs", "pub(super) fn h() {}\npub(super) fn g() { super::f(); }\n"),
+        ]);
+        let cycles = module_cycles(&root).unwrap();
+        let _ = std::fs::remove_dir_all(&root);
+        assert_eq!(cycles, vec![vec!["x::a".to_owned(), "x::b".to_owned()]]);
     }
 
     #[test]
