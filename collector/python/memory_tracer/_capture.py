@@ -361,13 +361,7 @@ class Capture:
                 self.compiled = Compiled(self, *_shim.scope_functions(lib))
             self.compiled.install()
 
-        def opt_entry(opt):
-            e = cap.optimizers.get(opt)
-            if e is None:
-                name = "optimizer" if len(cap.optimizers) == 0 else f"optimizer{len(cap.optimizers)}"
-                e = [name, cap.intern(f"{name}.step"), 0]
-                cap.optimizers[opt] = e
-            return e
+        opt_entry = cap.optimizer_entry
 
         def opt_pre(opt, args, kwargs):
             if not live.on or compiling():
@@ -450,27 +444,9 @@ class Capture:
             BackwardCFunction.apply = backward_apply
             self.patches.append((BackwardCFunction, "apply", orig_apply, backward_apply))
 
-        # GradScaler.step skips optimizer.step when gradients overflowed (AMP's first steps):
-        # the iteration still ends there.
-        try:
-            from torch.amp.grad_scaler import GradScaler
-        except ImportError:
-            GradScaler = None
-        if GradScaler is not None:
-            orig_step = GradScaler.step
-
-            def scaler_step(scaler, optimizer, *args, **kwargs):
-                before = cap.optimizers.get(optimizer, [None, None, 0])[2] if live.on else 0
-                try:
-                    return orig_step(scaler, optimizer, *args, **kwargs)
-                finally:
-                    if live.on:
-                        e = opt_entry(optimizer)
-                        if e[2] == before:
-                            cap.after_step(optimizer, e)
-
-            GradScaler.step = scaler_step
-            self.patches.append((GradScaler, "step", orig_step, scaler_step))
+        patch = hook_grad_scaler(cap, lambda: live.on)
+        if patch is not None:
+            self.patches.append(patch)
 
     def _c_module_call(self, fast, nn, wrapped_call, direct, scopes):
         """nn.Module.__call__ as a Python function that calls the shim's C method descriptor
@@ -522,6 +498,16 @@ class Capture:
             _teach_dynamo(self.patches, descr, wrapped_call, module_call, (before, after))
         self.c_live = live_fn
         return module_call
+
+    def optimizer_entry(self, opt):
+        """`[name, step scope, steps]` of an optimizer: `optimizer`, `optimizer1`, … in the order
+        they first step (both captures name them so; the recorder fallback borrows this)."""
+        e = self.optimizers.get(opt)
+        if e is None:
+            name = "optimizer" if len(self.optimizers) == 0 else f"optimizer{len(self.optimizers)}"
+            e = [name, self.intern(f"{name}.step"), 0]
+            self.optimizers[opt] = e
+        return e
 
     def after_step(self, opt, entry):
         entry[2] += 1
@@ -677,6 +663,32 @@ class Capture:
         # The shim stopped itself in the child (pthread_atfork); keep Python quiet too.
         self.enabled = False
         self.finished = True
+
+
+def hook_grad_scaler(tracer, recording):
+    """GradScaler.step skips optimizer.step when gradients overflowed (AMP's first steps): the
+    iteration still ends there. `tracer` is either capture (`optimizers`, `optimizer_entry`,
+    `after_step`); `recording()` says whether it records now. Gives the patch
+    `(GradScaler, "step", original, replacement)` made, or None without GradScaler."""
+    try:
+        from torch.amp.grad_scaler import GradScaler
+    except ImportError:
+        return None
+    orig_step = GradScaler.step
+
+    def scaler_step(scaler, optimizer, *args, **kwargs):
+        live = recording()
+        before = tracer.optimizers.get(optimizer, [None, None, 0])[2] if live else 0
+        try:
+            return orig_step(scaler, optimizer, *args, **kwargs)
+        finally:
+            if live and recording():
+                e = tracer.optimizer_entry(optimizer)
+                if e[2] == before:
+                    tracer.after_step(optimizer, e)
+
+    GradScaler.step = scaler_step
+    return (GradScaler, "step", orig_step, scaler_step)
 
 
 class DeviceSampler:

@@ -89,6 +89,7 @@ class Recorder:
     name_root = _capture.Capture.name_root
     is_marker = _capture.Capture.is_marker
     after_step = _capture.Capture.after_step
+    optimizer_entry = _capture.Capture.optimizer_entry
 
     def __init__(self, torch, socket_path, options, reason):
         self.torch = torch
@@ -377,13 +378,7 @@ class Recorder:
                 rec.broken(e)
             return None
 
-        def opt_entry(opt):
-            e = rec.optimizers.get(opt)
-            if e is None:
-                name = "optimizer" if len(rec.optimizers) == 0 else f"optimizer{len(rec.optimizers)}"
-                e = [name, f"{name}.step", 0]
-                rec.optimizers[opt] = e
-            return e
+        opt_entry = rec.optimizer_entry
 
         def opt_pre(opt, args, kwargs):
             try:
@@ -435,28 +430,9 @@ class Recorder:
             setattr(autograd, attr, phased(orig))
             self.patches.append((autograd, attr, orig))
 
-        # GradScaler.step skips optimizer.step when gradients overflowed: the iteration still
-        # ends there.
-        try:
-            from torch.amp.grad_scaler import GradScaler
-        except ImportError:
-            GradScaler = None
-        if GradScaler is not None:
-            orig_step = GradScaler.step
-
-            def scaler_step(scaler, optimizer, *args, **kwargs):
-                live = rec.recording and not rec.finished and threading.get_ident() == rec.thread
-                before = rec.optimizers.get(optimizer, [None, None, 0])[2] if live else 0
-                try:
-                    return orig_step(scaler, optimizer, *args, **kwargs)
-                finally:
-                    if live and rec.recording and not rec.finished:
-                        e = opt_entry(optimizer)
-                        if e[2] == before:
-                            rec.after_step(optimizer, e)
-
-            GradScaler.step = scaler_step
-            self.patches.append((GradScaler, "step", orig_step))
+        patch = _capture.hook_grad_scaler(rec, lambda: rec.recording and not rec.finished and threading.get_ident() == rec.thread)
+        if patch is not None:
+            self.patches.append(patch[:3])
 
     def uninstall(self):
         for h in self.handles:
