@@ -12,13 +12,15 @@
 //! - `cargo xtask lint`: only clippy with warnings denied (native, wasm32).
 //! - `cargo xtask bench`: import/export benchmarks on the real samples, the graph-profile
 //!   benchmark on a traced ResNet-50, the viewer in headless Chromium, and the timeline at
-//!   4 million events (full scan against the multi-resolution index).
+//!   4 million events (full scan against the multi-resolution index). `--check`: the load
+//!   ratios against `pickle.load` and memory_viz, held to `xtask/bench-baseline.txt` (`bench.rs`).
 //! - `cargo xtask run`: the main job.
 //! - `cargo xtask wheel [--dev]`: the `memory_tracer` Python wheel (pip install it; without
 //!   `--dev` with the viewer built optimised).
 //! - `cargo xtask fuzz [--seconds N] [--runs N] [TARGET...]`: coverage-guided fuzzing of the
 //!   importers (`fuzz/`, cargo-fuzz on nightly), 30 s per target by default.
 
+mod bench;
 mod cycles;
 mod doc_paths;
 mod fn_length;
@@ -80,6 +82,7 @@ fn main() -> Result<()> {
         Some("lint") => lint(),
         Some("viewer") => build_viewer(!args.iter().any(|a| a == "--no-opt")),
         Some("tidy") => tidy(),
+        Some("bench") if args.iter().any(|a| a == "--check") => bench::check(args.iter().any(|a| a == "--write-baseline")),
         Some("bench") => {
             build_viewer(true)?;
             run(Command::new("cargo").args(["build", "--release", "-p", "capture"]))?;

@@ -1,0 +1,192 @@
+//! `cargo xtask bench --check`: the load-speed lead, guarded (issue 51). Each ratio is measured
+//! against its reference in the same run, runs interleaved: `collector summary FILE` (release
+//! build, process start to exit) against Python's bare `pickle.load` of the same file, and, when
+//! `MEMORY_TRACER_MEMORY_VIZ` names memory_viz's page script, the viewer against
+//! pytorch.org/memory_viz in the same headless Chromium (`collector/benches/viewer.rs`, whose
+//! table gives memory_viz's time over ours). A ratio more than 15 % below the one committed in
+//! [`BASELINE`] fails the command; `--write-baseline` records this run's ratios there.
+//! A benchmark, not a test: CI never runs it.
+
+use anyhow::{bail, Context, Result};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+/// The committed ratios: `name<TAB>ratio` lines, `#` comments.
+pub const BASELINE: &str = "xtask/bench-baseline.txt";
+
+/// A ratio may fall this far below its baseline (15 %) before the check fails.
+const TOLERANCE: f64 = 0.85;
+
+/// Interleaved runs of each side; the medians are compared.
+const RUNS: usize = 5;
+
+/// Measures every ratio, prints them beside the baseline, and fails on one that fell too far.
+pub fn check(write_baseline: bool) -> Result<()> {
+    crate::run(Command::new("cargo").args(["build", "--release", "-p", "collector"]))?;
+    let mut measured = BTreeMap::new();
+    // The large file only: on the 0.47 MB one the collector's process start outweighs the load.
+    let big = files()?.pop().context("no benchmark file")?;
+    let name = big.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
+    measured.insert(format!("summary_over_pickle_load {name}"), summary_over_pickle_load(&big)?);
+    match std::env::var_os("MEMORY_TRACER_MEMORY_VIZ") {
+        Some(_) => measured.extend(viewer_over_memory_viz()?),
+        None => eprintln!("xtask: the viewer's ratios need MEMORY_TRACER_MEMORY_VIZ (memory_viz's MemoryViz.js): not measured"),
+    }
+    let baseline = read_baseline(Path::new(BASELINE))?;
+    let failed = report(&measured, &baseline);
+    if write_baseline {
+        let mut text =
+            String::from("# cargo xtask bench --check's ratios (xtask/src/bench.rs): name<TAB>ratio; --write-baseline rewrites it\n");
+        for (name, ratio) in &measured {
+            text += &format!("{name}\t{ratio:.2}\n");
+        }
+        std::fs::write(BASELINE, text).with_context(|| format!("cannot write {BASELINE}"))?;
+        eprintln!("xtask: wrote {BASELINE}");
+        return Ok(());
+    }
+    if !failed.is_empty() {
+        bail!("these ratios fell more than 15 % below {BASELINE}:\n{}", failed.join("\n"));
+    }
+    Ok(())
+}
+
+/// Prints the table; gives the lines of the ratios that fell too far.
+fn report(measured: &BTreeMap<String, f64>, baseline: &BTreeMap<String, f64>) -> Vec<String> {
+    let mut failed = Vec::new();
+    println!("| ratio | this run | baseline | |");
+    println!("|---|---|---|---|");
+    for (name, &ratio) in measured {
+        let (base, verdict) = match baseline.get(name) {
+            Some(&b) if ratio < b * TOLERANCE => {
+                failed.push(format!("{name}: {ratio:.2} against {b:.2}"));
+                (format!("{b:.2}"), "below")
+            }
+            Some(&b) => (format!("{b:.2}"), "ok"),
+            None => ("—".to_owned(), "no baseline"),
+        };
+        println!("| {name} | {ratio:.2}× | {base} | {verdict} |");
+    }
+    failed
+}
+
+/// `name<TAB>ratio` lines; none when the file is absent.
+fn read_baseline(path: &Path) -> Result<BTreeMap<String, f64>> {
+    let Ok(text) = std::fs::read_to_string(path) else { return Ok(BTreeMap::new()) };
+    let mut out = BTreeMap::new();
+    for (k, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty() && !l.starts_with('#')) {
+        let (name, ratio) = line.rsplit_once('\t').with_context(|| format!("{}:{}: expected NAME<TAB>RATIO", path.display(), k + 1))?;
+        let ratio: f64 = ratio.trim().parse().with_context(|| format!("{}:{}: {ratio:?} is not a number", path.display(), k + 1))?;
+        out.insert(name.to_owned(), ratio);
+    }
+    Ok(out)
+}
+
+/// The files measured (the viewer both, the summary the large one): the real ResNet-18
+/// snapshot (0.47 MB) and a 57 MB one with a real
+/// `stacks="all"` recording's structure (`tests/bench/scale_snapshot.py`, 4 copies of
+/// `tests/data/big_all_cut.pickle.xz`), made once under `target/bench/`.
+fn files() -> Result<Vec<PathBuf>> {
+    let dir = Path::new("target/bench");
+    std::fs::create_dir_all(dir)?;
+    let big = dir.join("big_all_x4.pickle");
+    if !big.exists() {
+        let cut = dir.join("big_all_cut.pickle");
+        let py = crate::torch_venv().join("bin/python");
+        let unpack = format!(
+            "import lzma, shutil; shutil.copyfileobj(lzma.open('tests/data/big_all_cut.pickle.xz'), open('{}', 'wb'))",
+            cut.display()
+        );
+        crate::run(Command::new(&py).args(["-c", &unpack]))?;
+        crate::run(Command::new(&py).arg("tests/bench/scale_snapshot.py").arg(&cut).arg("4").arg(&big))?;
+    }
+    Ok(vec![PathBuf::from("tests/data/resnet18_sgd_2steps.pickle"), big])
+}
+
+/// Median seconds of Python's `pickle.load` over the median seconds of `collector summary`.
+fn summary_over_pickle_load(file: &Path) -> Result<f64> {
+    let py = crate::torch_venv().join("bin/python");
+    let load = format!(
+        "import pickle, time\nt = time.perf_counter()\nwith open({:?}, 'rb') as f: pickle.load(f)\nprint(time.perf_counter() - t)",
+        file.display().to_string()
+    );
+    let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+    for _ in 0..RUNS {
+        let t = Instant::now();
+        let status = Command::new("target/release/collector").arg("summary").arg(file).stdout(Stdio::null()).status()?;
+        if !status.success() {
+            bail!("collector summary {} failed ({status})", file.display());
+        }
+        ours.push(t.elapsed().as_secs_f64());
+        let out = Command::new(&py).args(["-c", &load]).output()?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        theirs.push(text.trim().parse::<f64>().with_context(|| format!("pickle.load of {} printed {text:?}", file.display()))?);
+    }
+    let (ours, theirs) = (median(ours), median(theirs));
+    eprintln!("xtask: {}: collector summary {:.3} s, pickle.load {:.3} s (medians of {RUNS})", file.display(), ours, theirs);
+    Ok(theirs / ours)
+}
+
+/// memory_viz's time over ours for each file, from the viewer benchmark's table.
+fn viewer_over_memory_viz() -> Result<BTreeMap<String, f64>> {
+    crate::build_viewer(true)?;
+    let files: Vec<String> =
+        files()?.iter().map(|f| std::fs::canonicalize(f).map(|p| p.display().to_string())).collect::<Result<_, _>>()?;
+    let out = Command::new("cargo")
+        .args(["bench", "-p", "collector", "--bench", "viewer"])
+        .env("MEMORY_TRACER_VIEWER_BENCH_FILES", files.join(","))
+        .env("MEMORY_TRACER_BENCH_RUNS", RUNS.min(3).to_string())
+        .stderr(Stdio::inherit())
+        .output()?;
+    if !out.status.success() {
+        bail!("the viewer benchmark failed ({})", out.status);
+    }
+    Ok(viewer_ratios(&String::from_utf8_lossy(&out.stdout)))
+}
+
+/// `| FILE | MB | viewer | … | N.N× |` rows of the viewer benchmark's table.
+fn viewer_ratios(table: &str) -> BTreeMap<String, f64> {
+    let mut out = BTreeMap::new();
+    for line in table.lines() {
+        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+        if cells.len() >= 8 && cells[3] == "viewer" {
+            if let Some(Ok(r)) = cells[6].strip_suffix('×').map(str::parse::<f64>) {
+                out.insert(format!("viewer_over_memory_viz {}", cells[1]), r);
+            }
+        }
+    }
+    out
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_ratio_more_than_15_percent_below_its_baseline_fails_and_one_without_is_said() {
+        let measured: BTreeMap<String, f64> = [("a".to_owned(), 2.0), ("b".to_owned(), 3.5), ("c".to_owned(), 1.0)].into();
+        let baseline: BTreeMap<String, f64> = [("a".to_owned(), 2.2), ("b".to_owned(), 4.2)].into();
+        assert_eq!(report(&measured, &baseline), ["b: 3.50 against 4.20"]);
+    }
+
+    #[test]
+    fn the_baseline_and_the_viewer_table_are_read() {
+        let path = std::env::temp_dir().join(format!("xtask-baseline-{}", std::process::id()));
+        std::fs::write(&path, "# comment\nsummary_over_pickle_load x.pickle\t2.60\n\n").unwrap();
+        let read = read_baseline(&path).unwrap();
+        std::fs::write(&path, "summary x 2.6\n").unwrap();
+        let bad = read_baseline(&path).unwrap_err().to_string();
+        let _ = std::fs::remove_file(&path);
+        assert_eq!(read, [("summary_over_pickle_load x.pickle".to_owned(), 2.6)].into());
+        assert!(bad.contains(":1: expected NAME<TAB>RATIO"), "{bad}");
+        let table = "| file | MB | page | runs | peak | memory_viz / ours |\n|---|---|---|---|---|---|\n| a.pickle | 0.5 | memory_viz | 238 | 90 |  |\n| a.pickle | 0.5 | viewer | 190 | 80 | 1.3× |\n";
+        assert_eq!(viewer_ratios(table), [("viewer_over_memory_viz a.pickle".to_owned(), 1.3)].into());
+        assert!(read_baseline(Path::new("/nonexistent/baseline")).unwrap().is_empty());
+    }
+}
