@@ -80,3 +80,24 @@ def test_nothing_is_read_before_cuda_starts_or_from_another_allocator(monkeypatc
     h.pending_frees()
     h.flush()
     assert cap.lib.sent == []
+
+
+def test_a_slow_read_of_the_allocator_state_is_not_made_again(monkeypatch):
+    import time
+
+    calls = []
+
+    def slow():
+        calls.append(1)
+        time.sleep(0.15)  # the program's own memory history makes the snapshot symbolize stacks
+        return segments("active_pending_free")
+
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "memory_snapshot", slow)
+    cap = Cap()
+    h = _holders.Holders(cap)
+    h.pending_frees()
+    h.pending_frees()
+    h.flush()
+    assert len(calls) == 1
+    assert [r[6] for r in cap.lib.sent] == [_shim.HOLDER_PENDING_FREE]

@@ -16,6 +16,7 @@ check autograd makes, stay as they are untraced.
 import struct
 import sys
 import threading
+import time
 import types
 import weakref
 
@@ -50,6 +51,7 @@ class Holders:
         self.node_names = {}  # node class -> interned id of its name
         self.python_held = {}  # data pointer -> its storage, of what Python variables hold
         self.pending = {}  # (device, address) -> the block of a free waiting for another stream
+        self.pending_off = False  # reading the allocator's state proved slow: not read again
         # Whether a saved variable shows what it keeps without unpacking (`data`: torch 2.11 and
         # newer); older ones are unpacked (`_saved_*`), which runs no hook only while no
         # saved-tensor hook was ever entered, so after one their saved tensors go unread.
@@ -313,14 +315,21 @@ class Holders:
         (`record_stream`), read from its own state (`torch.cuda.memory_snapshot()`, which needs
         no memory history and costs a walk of the segments): each is sent once while pending and
         let go of at the first look that finds it done, so its completion is known to lie
-        between the two looks. Called at marks and out-of-memory errors."""
+        between the two looks. Called at marks and out-of-memory errors; not again once a read
+        took over 0.1 s (the program's own memory history makes it symbolize every stack)."""
         torch = self.torch
+        if self.pending_off:
+            return
         try:
             if not torch.cuda.is_initialized():
                 return
+            began = time.perf_counter()
             segments = torch.cuda.memory_snapshot()
         except Exception:  # no CUDA, another allocator backend: nothing to read
             return
+        # With the program's own memory history on, the snapshot symbolizes every block's stack
+        # (seconds on a large run): then pending frees are not read again.
+        self.pending_off = time.perf_counter() - began > 0.1
         now = {}
         for seg in segments:
             address, device = seg.get("address"), seg.get("device")
