@@ -1,9 +1,14 @@
-//! Trace entries as the importer keeps them: one packed [`Entry`] per allocator action, with its
-//! block, stream, frames and pool, in per-device columns.
+//! A snapshot's trace entries as compact records: the 40-byte [`Entry`], the blocks that hold
+//! them ([`EntryBlocks`]), their actions, and the stacks and streams they name packed into a
+//! few bytes ([`PackedFrames`], [`LocalStreams`]; [`Streams`] for the trace's own indices).
 
-use super::*;
+use crate::hash::FastMap as HashMap;
+use crate::import::pickle::{Value, ValueId};
+use crate::import::ImportError;
+use crate::model::Trace;
 
-/// An entry's `size`: what it says, read the same way by the [`Compactor`] and the walk.
+/// An entry's `size`: what it says, read the same way by the
+/// [`Compactor`](super::compactor::Compactor) and the walk.
 /// `Err(Some(reason))` for a value that is not a size, `Err(None)` when it is missing (a
 /// `snapshot` entry needs none).
 pub(super) fn entry_size(action: Action, size: Option<&Value>) -> Result<u64, Option<String>> {
@@ -18,7 +23,8 @@ pub(super) fn entry_size(action: Action, size: Option<&Value>) -> Result<u64, Op
     }
 }
 
-/// The fields of a trace entry's dict that its record keeps, in [`Compactor::entry`]'s order.
+/// The fields of a trace entry's dict that its record keeps, in
+/// [`Compactor::entry`](super::compactor::Compactor::entry)'s order.
 pub(super) const ENTRY_KEYS: [&str; 9] =
     ["action", "addr", "size", "stream", "time_us", "frames", "pool_id", "user_metadata", "internal_metadata"];
 
@@ -33,11 +39,11 @@ pub(super) struct Entry {
     /// [`UNPLACED`] while a compacted entry has not been found in `device_traces` yet.
     pub(super) index: u32,
     pub(super) frames: PackedFrames,
-    /// Items of the entry's dict, for the [`WalkBudget`].
+    /// Items of the entry's dict, for the [`WalkBudget`](super::budget::WalkBudget).
     pub(super) items: u16,
     /// In [`LocalStreams`].
     pub(super) stream: u16,
-    /// Its pool and metadata, in [`Extras`] (0: none).
+    /// Its pool and metadata, in [`Extras`](super::extras::Extras) (0: none).
     pub(super) extra: u16,
     pub(super) device: u8,
     pub(super) action: Action,
@@ -53,12 +59,12 @@ const _: () = assert!(std::mem::size_of::<Entry>() == 40);
 #[derive(Default)]
 pub(super) struct EntryBlocks {
     pub(super) blocks: Vec<Vec<Entry>>,
-    pub(super) len: usize,
+    len: usize,
 }
 
 impl EntryBlocks {
     /// Entries per block while streaming (2.5 MiB).
-    pub(super) const BLOCK: usize = 1 << 16;
+    const BLOCK: usize = 1 << 16;
 
     pub(super) fn len(&self) -> usize {
         self.len
@@ -135,7 +141,7 @@ impl EntryBlocks {
 pub(super) struct PackedFrames(u32);
 
 impl PackedFrames {
-    pub(super) const NONE: PackedFrames = PackedFrames(u32::MAX);
+    const NONE: PackedFrames = PackedFrames(u32::MAX);
 
     pub(super) fn new(frames: Option<Frames>) -> Self {
         match frames {
@@ -158,8 +164,8 @@ impl PackedFrames {
 /// they enter the trace in the order the walk meets them, as before.
 #[derive(Default)]
 pub(super) struct LocalStreams {
-    pub(super) raw: Vec<i64>,
-    pub(super) ids: HashMap<i64, u16>,
+    raw: Vec<i64>,
+    ids: HashMap<i64, u16>,
 }
 
 impl LocalStreams {
@@ -181,7 +187,8 @@ impl LocalStreams {
 /// [`Entry::index`] of an entry the walk has not placed.
 pub(super) const UNPLACED: u32 = u32::MAX;
 
-/// An entry's stack: still a pickle value, or already a [`LocalFrames`] stack.
+/// An entry's stack: still a pickle value, or already a
+/// [`LocalFrames`](super::compactor::LocalFrames) stack.
 #[derive(Clone, Copy)]
 pub(super) enum Frames {
     Value(ValueId),
@@ -226,7 +233,7 @@ pub(super) fn parse_action(s: &str) -> Option<Action> {
 /// linear search, quadratic over a file with a stream per entry).
 #[derive(Default)]
 pub(super) struct Streams {
-    pub(super) ids: HashMap<i64, u16>,
+    ids: HashMap<i64, u16>,
 }
 
 impl Streams {
@@ -250,7 +257,7 @@ impl Streams {
     }
 }
 
-pub(super) fn stream_name(stream: i64) -> String {
+fn stream_name(stream: i64) -> String {
     if stream == 0 {
         "default".to_owned()
     } else {
@@ -258,10 +265,39 @@ pub(super) fn stream_name(stream: i64) -> String {
     }
 }
 
-pub(super) fn pool_for_segment(size: u64) -> Pool {
-    if size == SMALL_SEGMENT_BYTES {
-        Pool::Small
-    } else {
-        Pool::Large
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The first and last entries, whatever the blocks' lengths: while streaming (full blocks),
+    /// after `append` (a short block), and after a sort (one block).
+    #[test]
+    fn entry_blocks_ends_hold_for_blocks_of_any_length() {
+        let at = |time_us: i64| Entry {
+            addr: 0,
+            size: 0,
+            time_us,
+            index: 0,
+            frames: PackedFrames::new(None),
+            items: 0,
+            stream: 0,
+            extra: 0,
+            device: 0,
+            action: Action::Alloc,
+        };
+        let mut e = EntryBlocks::default();
+        assert!(e.ends().is_none());
+        let n = EntryBlocks::BLOCK as i64 + 3;
+        for t in 0..n {
+            e.push(at(t));
+        }
+        let times = |e: &EntryBlocks| e.ends().map(|(a, b)| (a.time_us, b.time_us));
+        assert_eq!(times(&e), Some((0, n - 1)));
+        e.append(vec![at(-5), at(n + 10)]);
+        assert_eq!(times(&e), Some((0, n + 10)));
+        e.sort_by_key(|x| x.time_us);
+        assert_eq!(times(&e), Some((-5, n + 10)));
+        e.retain(|x| x.time_us != -5 && x.time_us != n + 10);
+        assert_eq!(times(&e), Some((0, n - 1)));
     }
 }

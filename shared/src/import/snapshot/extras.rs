@@ -6,9 +6,8 @@
 //! An entry holds all of it in 2 bytes: an index into a table of the distinct combinations,
 //! which are few (one pool per CUDA graph, one metadata text per phase a program marks).
 
-use super::{FlatValue, Value};
 use crate::hash::FastMap as HashMap;
-use crate::import::pickle::Arena;
+use crate::import::pickle::{Arena, FlatValue, Value, ValueId};
 use crate::model::{PoolId, StrId, Trace};
 
 /// Longest text kept per note; a longer one is cut there (a program may set megabytes).
@@ -89,7 +88,7 @@ impl Extras {
 
     /// A segment's private pool, from its `segment_pool_id`; `None` for the default pool or
     /// an id that is not a pair (counted as such).
-    pub fn segment_pool(&mut self, a: &Arena, id: super::ValueId) -> Option<u16> {
+    pub fn segment_pool(&mut self, a: &Arena, id: ValueId) -> Option<u16> {
         match read_pool(a, FlatValue::Id(id)) {
             Some(pool) => self.pool(pool),
             None => {

@@ -1,60 +1,71 @@
-//! The replay: every entry through the allocator model from the start state, giving each event
-//! its block's size and the totals `torch.cuda.memory_allocated()` reported then, its layer and
-//! phase from its stack, and the annotations as marks and iterations.
+//! The replay of the entries in time order through one allocator model per device, which
+//! gives the trace its events, stacks, pools and notes; and the external annotations that
+//! become its scopes first.
 
-use super::*;
+use super::budget::WalkBudget;
+use super::compactor::{Compactor, LocalFrames};
+use super::entries::{Action, Entry, EntryBlocks, LocalStreams, Streams};
+use super::extras::{Extra, Extras};
+use super::finals::{pool_for_segment, FinalSeg};
+use super::stacks::StackInterner;
+use super::view::View;
+use crate::allocator::AllocatorState;
+use crate::hash::FastMap as HashMap;
+use crate::import::pickle::ValueId;
+use crate::import::ImportError;
+use crate::model::{EventNote, EventRecord, EventType, LayerScope, NoteKind, Phase, Pool, StrId, Trace};
 
 /// An `Optimizer.step*` scope.
-pub(super) struct OptimizerSpan {
-    pub(super) start_ns: u64,
-    pub(super) end_ns: u64,
-    pub(super) name: StrId,
+struct OptimizerSpan {
+    start_ns: u64,
+    end_ns: u64,
+    name: StrId,
 }
 
 /// An entry as a trace event: its type and the bytes the allocator counts.
-pub(super) struct SizedEvent {
-    pub(super) event_type: EventType,
-    pub(super) size_bytes: u64,
+struct SizedEvent {
+    event_type: EventType,
+    size_bytes: u64,
     /// A free in one step (a `free`, or a `free_completed` without a request): its completion
     /// follows.
-    pub(super) completes: bool,
+    completes: bool,
 }
 
 /// Who made an event: its stack, and the phase and layer it ran in.
-pub(super) struct Attribution {
-    pub(super) stack: Option<u32>,
-    pub(super) phase: Phase,
-    pub(super) layer: StrId,
+struct Attribution {
+    stack: Option<u32>,
+    phase: Phase,
+    layer: StrId,
 }
 
 /// The replay of the entries in time order through one allocator model per device.
 pub(super) struct Replay {
-    pub(super) states: Vec<AllocatorState>,
+    states: Vec<AllocatorState>,
     /// Blocks alive at the start that no known segment holds, until freed.
-    pub(super) loose_allocated: HashMap<(usize, u64), u64>,
+    loose_allocated: HashMap<(usize, u64), u64>,
     /// Sizes of blocks that no known segment holds whose free was requested and not yet
     /// completed.
-    pub(super) pending_free: HashMap<(usize, u64), u64>,
+    pending_free: HashMap<(usize, u64), u64>,
     /// The first final segment at each (device, address), as a linear search would find it.
-    pub(super) final_pool: HashMap<(usize, u64), Pool>,
+    final_pool: HashMap<(usize, u64), Pool>,
     /// Sorted by start.
-    pub(super) optimizer_spans: Vec<OptimizerSpan>,
+    optimizer_spans: Vec<OptimizerSpan>,
     /// Entries come in time order, so one cursor walks the optimizer spans.
-    pub(super) span_cursor: usize,
-    pub(super) interner: StackInterner,
-    pub(super) streams: Streams,
+    span_cursor: usize,
+    interner: StackInterner,
+    streams: Streams,
     /// Frees sized by rounding the requested size.
     pub(super) estimated: usize,
     /// The private pool of the first final segment at each (device, address).
-    pub(super) final_private: HashMap<(usize, u64), u16>,
+    final_private: HashMap<(usize, u64), u16>,
     /// Each live allocation's event and pool, by (device, address), while annotations or
     /// pools need them.
-    pub(super) live: HashMap<(u8, u64), (u32, Option<u16>)>,
-    pub(super) track_live: bool,
+    live: HashMap<(u8, u64), (u32, Option<u16>)>,
+    track_live: bool,
     /// Annotations of addresses no allocation of the trace held then.
-    pub(super) annotations_not_live: usize,
+    annotations_not_live: usize,
     /// Frees whose `pool_id` is not their allocation's.
-    pub(super) pool_mismatches: usize,
+    pool_mismatches: usize,
 }
 
 impl Replay {
@@ -144,7 +155,7 @@ impl Replay {
 
     /// Replays one entry: its event, its stack, its pool and notes, and the completion of a
     /// one-step free.
-    pub(super) fn replay_entry(&mut self, v: &View, e: &Entry, compactor: &mut Compactor, trace: &mut Trace) -> Result<(), ImportError> {
+    fn replay_entry(&mut self, v: &View, e: &Entry, compactor: &mut Compactor, trace: &mut Trace) -> Result<(), ImportError> {
         if e.action == Action::Annotate {
             return self.annotate(v, e, compactor, trace);
         }
@@ -200,7 +211,7 @@ impl Replay {
     /// its address before it: an allocation's free is in its allocation's pool; otherwise
     /// the entry's own `pool_id` (torch 2.12+) wins over its segment's (older snapshots name
     /// pools only on final segments).
-    pub(super) fn pool_of(&mut self, e: &Entry, extra: extras::Extra, segment_pool: Option<u16>, index: u32) -> Option<u16> {
+    fn pool_of(&mut self, e: &Entry, extra: Extra, segment_pool: Option<u16>, index: u32) -> Option<u16> {
         let dev = e.device as usize;
         let given = extra.pool_given.then_some(extra.pool);
         match e.action {
@@ -232,7 +243,7 @@ impl Replay {
 
     /// An `annotate` entry: its text becomes a note of the live allocation at its address,
     /// with the annotating call's stack.
-    pub(super) fn annotate(&mut self, v: &View, e: &Entry, compactor: &mut Compactor, trace: &mut Trace) -> Result<(), ImportError> {
+    fn annotate(&mut self, v: &View, e: &Entry, compactor: &mut Compactor, trace: &mut Trace) -> Result<(), ImportError> {
         let Some(&(event, _)) = self.live.get(&(e.device, e.addr)) else {
             self.annotations_not_live += 1;
             return Ok(());
@@ -246,7 +257,7 @@ impl Replay {
     }
 
     /// Takes an entry; applies it to its device's allocator model and gives the event it makes.
-    pub(super) fn size_event(&mut self, e: &Entry, local_streams: &LocalStreams, trace: &mut Trace) -> Result<SizedEvent, ImportError> {
+    fn size_event(&mut self, e: &Entry, local_streams: &LocalStreams, trace: &mut Trace) -> Result<SizedEvent, ImportError> {
         let dev = e.device as usize;
         let state = &mut self.states[dev];
         let mut completes = false;
@@ -310,7 +321,7 @@ impl Replay {
 
     /// Takes an entry at `ts_ns`; gives its stack, and the phase and layer the stack names,
     /// unless an optimizer step was running then.
-    pub(super) fn attribute(
+    fn attribute(
         &mut self,
         v: &View,
         e: &Entry,

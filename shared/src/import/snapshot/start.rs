@@ -1,38 +1,44 @@
-//! The memory that existed before recording began, recovered from the final segments and the
-//! entries: the blocks and segments to start the replay from, and the allocator's state then.
+//! The memory that existed before the first trace entry: the final segments less every range
+//! a segment entry names, plus the segments and blocks the entries free before allocating;
+//! and the allocator models that start from it.
 
-use super::*;
+use super::entries::{Action, EntryBlocks, LocalStreams, Streams};
+use super::finals::{pool_for_segment, FinalSeg};
+use crate::allocator::{AllocatorConfig, AllocatorState, SMALL_REQUEST_BYTES};
+use crate::hash::{FastMap as HashMap, FastSet as HashSet};
+use crate::import::ImportError;
+use crate::model::{BlockInfo, BlockState, Pool, SegmentInfo, Totals, Trace};
 
 /// A segment the trace frees (or unmaps) before it allocates it.
-pub(super) struct PreSegment {
-    pub(super) device: usize,
-    pub(super) address: u64,
-    pub(super) size_bytes: u64,
+struct PreSegment {
+    device: usize,
+    address: u64,
+    size_bytes: u64,
     /// The snapshot's stream id.
-    pub(super) stream: i64,
+    stream: i64,
 }
 
 /// A block the trace frees before it allocates it.
-pub(super) struct PreBlock {
-    pub(super) device: usize,
-    pub(super) address: u64,
-    pub(super) requested_bytes: u64,
+struct PreBlock {
+    device: usize,
+    address: u64,
+    requested_bytes: u64,
     /// Its free was requested before recording began and completes during it (the first entry
     /// is `free_completed` in a trace that records requests): it takes its space, but
     /// `memory_allocated()` no longer counted it.
-    pub(super) pending: bool,
+    pending: bool,
 }
 
 /// What the entries show existed before the first of them.
 pub(super) struct PreExisting {
     /// Every (device, address) a segment entry names.
-    pub(super) seg_seen: HashSet<(usize, u64)>,
+    seg_seen: HashSet<(usize, u64)>,
     /// Every range a segment entry names, by device: sorted by start, overlaps merged.
     pub(super) seg_ranges: HashMap<usize, Vec<(u64, u64)>>,
-    pub(super) pre_segments: Vec<PreSegment>,
+    pre_segments: Vec<PreSegment>,
     /// The first action on each block (device, address).
-    pub(super) block_first: HashMap<(usize, u64), Action>,
-    pub(super) pre_blocks: Vec<PreBlock>,
+    block_first: HashMap<(usize, u64), Action>,
+    pre_blocks: Vec<PreBlock>,
 }
 
 impl PreExisting {
@@ -94,7 +100,7 @@ impl PreExisting {
     /// allocates again) leaves nothing; an expandable segment (`expandable_segments:True`),
     /// which grows by `segment_map` entries inside its range, leaves the part mapped before
     /// recording began.
-    pub(super) fn unnamed_parts(&self, device: usize, start: u64, end: u64) -> Vec<(u64, u64)> {
+    fn unnamed_parts(&self, device: usize, start: u64, end: u64) -> Vec<(u64, u64)> {
         let ranges = self.seg_ranges.get(&device).map_or(&[][..], Vec::as_slice);
         // The first range that ends after `start` (ranges are merged: their ends ascend too).
         let first = ranges.partition_point(|&(_, b)| b <= start);
@@ -187,7 +193,7 @@ impl StartState {
 /// the space up to the next block when that space could not be a free block of its own: in
 /// a large segment the allocator splits off only remainders above 1 MiB and frees only blocks
 /// above 1 MiB, so a gap of at most 1 MiB after a block is part of it.
-pub(super) fn widen_estimated_blocks(seg: &mut SegmentInfo, estimated: &HashSet<(u8, u64)>, config: &AllocatorConfig) {
+fn widen_estimated_blocks(seg: &mut SegmentInfo, estimated: &HashSet<(u8, u64)>, config: &AllocatorConfig) {
     if seg.pool != Pool::Large || config.expandable_segments || config.max_split_bytes.is_some() {
         return;
     }
@@ -208,8 +214,8 @@ pub(super) fn widen_estimated_blocks(seg: &mut SegmentInfo, estimated: &HashSet<
 /// Takes the start segments and the blocks freed before being allocated, which were alive at
 /// the start; adds each block to its segment and gives the sizes of those that have none
 /// (allocated, and pending their free).
-pub(super) type Loose = HashMap<(usize, u64), u64>;
-pub(super) fn place_pre_blocks(initial: &mut [SegmentInfo], pre_blocks: &[PreBlock], config: &AllocatorConfig) -> (Loose, Loose) {
+type Loose = HashMap<(usize, u64), u64>;
+fn place_pre_blocks(initial: &mut [SegmentInfo], pre_blocks: &[PreBlock], config: &AllocatorConfig) -> (Loose, Loose) {
     // Segments sorted by (device, address) so that each block finds its segment in O(log n):
     // the one starting nearest below it (segments do not overlap; of equal starts the first
     // wins, as a linear search would).

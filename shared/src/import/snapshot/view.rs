@@ -1,8 +1,9 @@
-//! The unpickled snapshot seen as dictionaries and lists: typed reads that say where a value
-//! was not what was expected ([`Loc`]), the allocator settings, and the budget that bounds a
-//! walk of nested values.
+//! The pickle seen through types: a [`View`] that reads fields and names where a value is
+//! when it is not what a snapshot needs ([`Loc`]), and the allocator settings read from it.
 
-use super::*;
+use crate::allocator::AllocatorConfig;
+use crate::import::pickle::{Pickle, Value, ValueId};
+use crate::import::ImportError;
 
 /// Where a value is, as a JSON-like path (`device_traces[0][12]`), built only when an error
 /// needs it: a snapshot has hundreds of thousands of entries and frames.
@@ -96,42 +97,6 @@ impl<'a> View<'a> {
 /// Most JSON nodes made from the allocator settings (a dozen in real snapshots): shared
 /// references could otherwise make a few bytes of pickle expand exponentially.
 pub(super) const SETTINGS_NODE_BUDGET: usize = 4096;
-
-/// What walking the snapshot may cost: one unit per segment, block, trace entry and
-/// annotation and one per item of their dicts. Without shared references each unit has bytes
-/// of its own (a dict is at least one opcode, an item at least two), so a budget of the input's
-/// length never refuses a real snapshot; with them (`[L]*N`, a list referenced N times through
-/// the memo) a few bytes would expand to N copies of L, and are counted as such.
-pub(super) struct WalkBudget {
-    pub(super) left: usize,
-    pub(super) input_bytes: usize,
-}
-
-impl WalkBudget {
-    pub(super) fn charge(&mut self, v: &View, id: ValueId, path: &(impl Loc + ?Sized)) -> Result<(), ImportError> {
-        let items = match v.p.get(id) {
-            Value::Dict(d) => d.len(),
-            _ => 0,
-        };
-        self.charge_items(items, path)
-    }
-
-    pub(super) fn charge_items(&mut self, items: usize, path: &(impl Loc + ?Sized)) -> Result<(), ImportError> {
-        match self.left.checked_sub(1 + items) {
-            Some(left) => {
-                self.left = left;
-                Ok(())
-            }
-            None => Err(ImportError::Snapshot {
-                path: path.loc(),
-                reason: format!(
-                    "the snapshot's shared references expand to more segments, blocks and entries than a pickle of {} bytes can hold; expected each to be its own object",
-                    self.input_bytes
-                ),
-            }),
-        }
-    }
-}
 
 /// Converts a pickle value to JSON for display (allocator settings); past `depth` 16 or the
 /// node budget, values become `null`.

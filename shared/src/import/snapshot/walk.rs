@@ -1,110 +1,18 @@
-//! The snapshot's final state: the segments and blocks it ends with, and the walk over each
-//! device's trace entries that reads them into [`Entry`]s.
+//! The walk of the trace entries (`device_traces`, `host_traces`): compacted entries placed
+//! where the walk finds them, entries left as values read, all merged by time; and the
+//! devices the entries and final segments name.
 
-use super::*;
-
-/// The two keys a snapshot's root dict must have.
-pub(super) struct RootIds {
-    pub(super) segments: ValueId,
-    pub(super) device_traces: ValueId,
-}
-
-impl RootIds {
-    /// Takes the parsed pickle; gives its `segments` and `device_traces`, or what was found
-    /// instead of a snapshot.
-    pub(super) fn find(p: &Pickle) -> Result<Self, ImportError> {
-        let root = p.root;
-        let Value::Dict(items) = p.get(root) else {
-            return Err(ImportError::NotASnapshot { found: format!("a pickled {}", p.get(root).type_name()) });
-        };
-        let (Some(segments), Some(device_traces)) = (p.dict_get(root, "segments"), p.dict_get(root, "device_traces")) else {
-            let keys: Vec<String> = items
-                .iter()
-                .take(8)
-                .map(|(k, _)| match p.get(*k) {
-                    Value::Str(s) => format!("'{s}'"),
-                    other => other.type_name().to_owned(),
-                })
-                .collect();
-            return Err(ImportError::NotASnapshot { found: format!("a dict with keys [{}]", keys.join(", ")) });
-        };
-        Ok(Self { segments, device_traces })
-    }
-}
-
-/// A segment of the final state (`segments`).
-pub(super) struct FinalSeg {
-    pub(super) address: u64,
-    pub(super) size: u64,
-    pub(super) device: usize,
-    pub(super) stream: i64,
-    pub(super) pool: Pool,
-    /// Its private pool (index into [`Extras::pools`]), from `segment_pool_id`.
-    pub(super) private_pool: Option<u16>,
-    pub(super) blocks: Vec<FinalBlock>,
-}
-
-/// A block of a final segment.
-pub(super) struct FinalBlock {
-    pub(super) address: u64,
-    pub(super) size_bytes: u64,
-    /// Taken (its state is `active_*`).
-    pub(super) active: bool,
-    /// Freed, waiting for other streams (`active_pending_free`): not counted as allocated.
-    pub(super) pending: bool,
-}
-
-/// Takes the `segments` list (or `host_segments`, when `host`); gives the final state it
-/// describes.
-pub(super) fn final_segments(
-    v: &View,
-    segments_id: ValueId,
-    host: bool,
-    extras: &mut Extras,
-    budget: &mut WalkBudget,
-) -> Result<Vec<FinalSeg>, ImportError> {
-    let mut finals = Vec::new();
-    let name = if host { "host_segments" } else { "segments" };
-    for (i, &s) in v.list(segments_id, name)?.iter().enumerate() {
-        let path = format!("{name}[{i}]");
-        budget.charge(v, s, &path)?;
-        let address = v.size(s, "address", &path)?;
-        let size = v.size(s, "total_size", &path)?;
-        let device = if host { HOST_DEVICE as u64 } else { v.size(s, "device", &path)? };
-        if !host && device >= HOST_DEVICE as u64 {
-            return Err(v.err(&format!("{path}.device"), format!("device index {device} is out of range (at most {})", HOST_DEVICE - 1)));
-        }
-        let device = device as usize;
-        let stream = v.opt_int(s, "stream").unwrap_or(0);
-        let pool = match v.opt_str(s, "segment_type") {
-            Some("small") => Pool::Small,
-            Some("large") => Pool::Large,
-            _ => pool_for_segment(size),
-        };
-        let private_pool = v.p.dict_get(s, "segment_pool_id").and_then(|id| extras.segment_pool(&v.p.arena, id));
-        let mut blocks = Vec::new();
-        let blocks_id = v.field(s, "blocks", &path)?;
-        for (j, &b) in v.list(blocks_id, &format!("{path}.blocks"))?.iter().enumerate() {
-            let bpath = format!("{path}.blocks[{j}]");
-            budget.charge(v, b, &bpath)?;
-            let state = v.str(b, "state", &bpath)?;
-            let address = v.opt_int(b, "address").map(|a| a as u64);
-            let size_bytes = v.size(b, "size", &bpath)?;
-            // Older snapshots omit block addresses; blocks are contiguous from the segment start.
-            let address = address.unwrap_or_else(|| address_from_previous(&blocks, s, v));
-            blocks.push(FinalBlock { address, size_bytes, active: state.starts_with("active"), pending: state == "active_pending_free" });
-        }
-        finals.push(FinalSeg { address, size, device, stream, pool, private_pool, blocks });
-    }
-    Ok(finals)
-}
-
-pub(super) fn address_from_previous(blocks: &[FinalBlock], seg: ValueId, v: &View) -> u64 {
-    match blocks.last() {
-        Some(b) => b.address.saturating_add(b.size_bytes),
-        None => v.opt_int(seg, "address").unwrap_or(0) as u64,
-    }
-}
+use super::budget::WalkBudget;
+use super::compactor::Compactor;
+use super::entries::{entry_size, parse_action, Entry, EntryBlocks, Frames, LocalStreams, PackedFrames, ENTRY_KEYS, UNPLACED};
+use super::extras::Extras;
+use super::finals::FinalSeg;
+use super::view::View;
+use super::HOST_DEVICE;
+use crate::hash::FastMap as HashMap;
+use crate::import::pickle::{self, FlatValue, Value, ValueId};
+use crate::import::ImportError;
+use crate::model::{Device, Trace};
 
 /// Takes `device_traces` and the compacted entries; gives the trace entries of every device,
 /// merged by time. Compacted entries are placed where the walk finds them: the first time in
@@ -150,20 +58,20 @@ pub(super) struct Traces {
 }
 
 /// The entries as the walk places them.
-pub(super) struct Walk {
+struct Walk {
     /// The compacted entries, placed where the walk finds them.
-    pub(super) entries: EntryBlocks,
+    entries: EntryBlocks,
     /// Entries placed a second time and those read from values, after the compacted ones.
-    pub(super) more: Vec<Entry>,
+    more: Vec<Entry>,
     /// Entries of unknown actions, by action.
-    pub(super) skipped: HashMap<String, usize>,
+    skipped: HashMap<String, usize>,
 }
 
 impl Walk {
     /// Places the entries of one device's list. Compacted entries are placed where the walk
     /// finds them: the first time in place, again as a copy; any the walk never finds are
     /// dropped. Unknown actions are counted.
-    pub(super) fn device(
+    fn device(
         &mut self,
         v: &View,
         list: &[ValueId],
@@ -201,14 +109,14 @@ impl Walk {
 
 /// Where the walk found an entry.
 #[derive(Clone, Copy)]
-pub(super) struct EntryPlace {
-    pub(super) device: u8,
+struct EntryPlace {
+    device: u8,
     /// Position in its device's trace.
-    pub(super) index: u32,
+    index: u32,
 }
 
 /// A trace entry left as a pickle value, read.
-pub(super) enum ReadEntry<'a> {
+enum ReadEntry<'a> {
     Known(Entry),
     /// Its action, which this importer does not know: the entry is skipped.
     UnknownAction(&'a str),
@@ -216,7 +124,7 @@ pub(super) enum ReadEntry<'a> {
 
 /// Takes a trace entry that the compactor left as a value; gives its record, or the error a
 /// walk reports for it.
-pub(super) fn read_entry<'a>(
+fn read_entry<'a>(
     v: &View<'a>,
     e: ValueId,
     place: EntryPlace,

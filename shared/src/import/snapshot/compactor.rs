@@ -1,8 +1,12 @@
-//! Frames and stacks interned while the pickle is read (the [`Compactor`] hook): each distinct
-//! frame and stack kept once, tagged in place of the values it replaces, and each stack's phase
-//! and layer classified once.
+//! The pickle hook of the snapshot importer ([`Compactor`]): each trace entry becomes a
+//! compact record the moment it is appended, its frames and stacks interned in
+//! [`LocalFrames`], so that a streaming snapshot is never held as values.
 
-use super::*;
+use super::entries::{entry_size, parse_action, Entry, EntryBlocks, Frames, LocalStreams, PackedFrames, ENTRY_KEYS, UNPLACED};
+use super::extras::Extras;
+use crate::hash::FastMap as HashMap;
+use crate::import::pickle::{self, FlatDict, FlatTaken, FlatValue, Value, ValueId};
+use crate::import::ImportError;
 
 /// A frame as the snapshot wrote it, before it enters the trace's tables.
 #[derive(Clone, PartialEq, Eq, Hash)]
@@ -14,16 +18,17 @@ pub(super) struct LocalFrame {
 
 /// Frames and stacks interned while the pickle streams, so that an entry keeps a stack id and
 /// not its frame list. They enter the trace's tables later, in time order (see
-/// [`StackInterner`]), so that the trace's ids are what a walk of the whole pickle gives.
+/// [`StackInterner`](super::stacks::StackInterner)), so that the trace's ids are what a walk
+/// of the whole pickle gives.
 #[derive(Default)]
 pub(super) struct LocalFrames {
     pub(super) frames: Vec<LocalFrame>,
-    pub(super) frame_index: HashMap<LocalFrame, u32>,
+    frame_index: HashMap<LocalFrame, u32>,
     pub(super) stacks: Vec<Box<[u32]>>,
-    pub(super) stack_index: HashMap<Box<[u32]>, u32>,
+    stack_index: HashMap<Box<[u32]>, u32>,
     /// Frame dicts already converted, by slot; only slots that are never reused (memoized or
     /// shared ones) are cached.
-    pub(super) frame_cache: HashMap<ValueId, u32>,
+    frame_cache: HashMap<ValueId, u32>,
 }
 
 impl LocalFrames {
@@ -71,11 +76,11 @@ impl LocalFrames {
 }
 
 /// Opaque ids of [`LocalFrames`] stacks carry this bit besides [`pickle::OPAQUE`]; entries do not.
-pub(super) const STACK_TAG: ValueId = 1 << 30;
+const STACK_TAG: ValueId = 1 << 30;
 /// Opaque ids of [`LocalFrames`] frames carry this bit besides [`pickle::OPAQUE`].
-pub(super) const FRAME_TAG: ValueId = 1 << 29;
+const FRAME_TAG: ValueId = 1 << 29;
 /// The tag bits of an opaque id; what remains is the index.
-pub(super) const TAGS: ValueId = STACK_TAG | FRAME_TAG;
+const TAGS: ValueId = STACK_TAG | FRAME_TAG;
 
 /// The pickle hook of the snapshot importer: every trace entry appended to a list becomes a
 /// compact [`Entry`] and its values are given back to the arena, so that a snapshot's memory
@@ -88,40 +93,40 @@ pub(super) struct Compactor {
     pub(super) local: LocalFrames,
     pub(super) streams: LocalStreams,
     /// Entries held in several places, by slot, while a holder remains.
-    pub(super) shared_entries: HashMap<ValueId, u32>,
-    pub(super) keys: EntryKeys,
+    shared_entries: HashMap<ValueId, u32>,
+    keys: EntryKeys,
     /// Leaves every entry to [`Compactor::compact`] (the tests compare both ways).
     pub(super) no_read_ahead: bool,
     /// [`Compactor::frames`]'s frame ids, kept to save an allocation per entry.
-    pub(super) frame_ids: Vec<u32>,
+    frame_ids: Vec<u32>,
     /// The entries' pools and metadata.
     pub(super) extras: Extras,
 }
 
 /// The frame list an entry named, as [`Compactor::entry`] read it into a stack.
-pub(super) struct FrameList {
+struct FrameList {
     /// Its arena slot; `None` for a fresh list read ahead.
-    pub(super) slot: Option<ValueId>,
-    pub(super) stack: u32,
+    slot: Option<ValueId>,
+    stack: u32,
 }
 
 /// The [`ENTRY_KEYS`] position of each key string met in a read-ahead entry, by slot: a
 /// snapshot's entries name their keys through the memo, so comparing strings once per slot
 /// is enough.
 #[derive(Default)]
-pub(super) struct EntryKeys {
+struct EntryKeys {
     /// By slot: 0 unknown, [`EntryKeys::NOT_A_FIELD`], or the position plus one. Key strings
     /// are memoized early, so their slots are small; larger ones are compared each time.
-    pub(super) slots: Vec<u8>,
+    slots: Vec<u8>,
 }
 
 impl EntryKeys {
-    pub(super) const NOT_A_FIELD: u8 = u8::MAX;
-    pub(super) const MAX_SLOT: usize = 1 << 16;
+    const NOT_A_FIELD: u8 = u8::MAX;
+    const MAX_SLOT: usize = 1 << 16;
 
     /// Position in [`ENTRY_KEYS`] of the key `k`, if it is one of them.
     #[inline]
-    pub(super) fn field(&mut self, a: &pickle::Arena, k: ValueId) -> Option<usize> {
+    fn field(&mut self, a: &pickle::Arena, k: ValueId) -> Option<usize> {
         match self.slots.get(k as usize) {
             Some(0) | None => {}
             Some(&Self::NOT_A_FIELD) => return None,
@@ -151,7 +156,7 @@ impl Compactor {
     }
 
     /// The stack of a frame list: `None` if it is not one the walk would accept.
-    pub(super) fn frames(&mut self, a: &pickle::Arena, frames: &[ValueId]) -> Option<u32> {
+    fn frames(&mut self, a: &pickle::Arena, frames: &[ValueId]) -> Option<u32> {
         let mut ids = std::mem::take(&mut self.frame_ids);
         ids.clear();
         for &f in frames {
@@ -168,7 +173,7 @@ impl Compactor {
         Some(sid)
     }
 
-    pub(super) fn compact(&mut self, a: &mut pickle::Arena, item: ValueId) -> Option<ValueId> {
+    fn compact(&mut self, a: &mut pickle::Arena, item: ValueId) -> Option<ValueId> {
         // An entry held in several places (fetched from the memo) is read once.
         if let Some(&k) = self.shared_entries.get(&item) {
             if self.entries.len() >= FRAME_TAG as usize {
@@ -190,7 +195,7 @@ impl Compactor {
     /// The record of an entry whose dict has `items` items and these [`ENTRY_KEYS`] fields,
     /// with the frame list it read; `None` if the walk would refuse the entry (it is then left as a
     /// value, for the walk to report).
-    pub(super) fn entry(
+    fn entry(
         &mut self,
         a: &pickle::Arena,
         [action_v, addr_v, size_v, stream_v, time_v, frames_v, pool_v, user_v, internal_v]: [Option<FlatValue>; 9],
@@ -255,7 +260,7 @@ impl Compactor {
     /// Points the memo key of the frame list `list` (of stack `sid`) and those of its frames
     /// at the opaque stack and frames: later references (Python memoizes every dict and list)
     /// get those, and the values go with their last holder.
-    pub(super) fn forget_frame_list(&mut self, a: &mut pickle::Arena, list: ValueId, sid: u32) {
+    fn forget_frame_list(&mut self, a: &mut pickle::Arena, list: ValueId, sid: u32) {
         if let Value::List(items) | Value::Tuple(items) = a.get(list) {
             let items = items.clone();
             self.forget_frames(a, &items, sid);
@@ -265,7 +270,7 @@ impl Compactor {
 
     /// Points the memo keys of the frame dicts `frames` (those of stack `sid`) at the opaque
     /// frames, so that later references get those; the dicts go with their last holder.
-    pub(super) fn forget_frames(&mut self, a: &mut pickle::Arena, frames: &[ValueId], sid: u32) {
+    fn forget_frames(&mut self, a: &mut pickle::Arena, frames: &[ValueId], sid: u32) {
         for (&frame, &lid) in frames.iter().zip(self.local.stacks[sid as usize].iter()) {
             if !pickle::is_opaque(frame) && a.forget_memo(frame, pickle::OPAQUE | FRAME_TAG | lid) {
                 self.local.frame_cache.remove(&frame);
@@ -274,7 +279,7 @@ impl Compactor {
     }
 
     /// Keeps `entry`, the record of `item`, and gives `item` up.
-    pub(super) fn push(&mut self, a: &mut pickle::Arena, item: ValueId, entry: Entry) -> ValueId {
+    fn push(&mut self, a: &mut pickle::Arena, item: ValueId, entry: Entry) -> ValueId {
         let k = self.entries.len() as u32;
         let opaque = pickle::OPAQUE | k;
         self.entries.push(entry);
@@ -322,112 +327,32 @@ impl pickle::Hook for Compactor {
     }
 }
 
-/// A stack in the trace's tables, with the phase and layer it names.
-#[derive(Clone, Copy)]
-pub(super) struct InternedStack {
-    pub(super) stack: u32,
-    pub(super) phase: Phase,
-    pub(super) layer: StrId,
-}
+#[cfg(test)]
+mod tests {
+    use super::super::import_with;
+    use super::*;
 
-/// Interns the entries' stacks into the trace's tables, in the order the entries are walked.
-#[derive(Default)]
-pub(super) struct StackInterner {
-    pub(super) frames: HashMap<u32, u32>,
-    pub(super) stacks: HashMap<u32, InternedStack>,
-    /// Frame lists that were left as values, by slot.
-    pub(super) values: HashMap<ValueId, u32>,
-}
-
-impl StackInterner {
-    pub(super) fn stack(
-        &mut self,
-        v: &View,
-        local: &mut LocalFrames,
-        trace: &mut Trace,
-        frames: Frames,
-        path: &dyn Fn() -> String,
-    ) -> Result<InternedStack, ImportError> {
-        let sid = match frames {
-            Frames::Local(sid) => sid,
-            Frames::Value(list) => match self.values.get(&list) {
-                Some(&sid) => sid,
-                None => {
-                    let items = v.list(list, &path)?;
-                    let mut ids = Vec::with_capacity(items.len());
-                    for (i, &f) in items.iter().enumerate() {
-                        let id = match local.frame(&v.p.arena, f) {
-                            Some(id) => id,
-                            None => {
-                                // Not a frame: say what is wrong, as the walk of a frame does.
-                                let fpath = || format!("{}[{i}]", path());
-                                v.str(f, "name", &fpath)?;
-                                v.str(f, "filename", &fpath)?;
-                                return Err(v.err(&fpath, "expected a frame"));
-                            }
-                        };
-                        ids.push(id);
-                    }
-                    let sid = local.stack(&ids);
-                    self.values.insert(list, sid);
-                    sid
+    /// Entries read ahead ([`Compactor::flat_dict`]) give the trace that building each entry
+    /// and compacting it gives, on every snapshot fixture and on a pickle of odd entries.
+    #[test]
+    fn read_ahead_gives_the_trace_that_building_entries_gives() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data");
+        let mut files: Vec<_> =
+            std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|x| x == "pickle")).collect();
+        files.sort();
+        assert!(files.len() >= 7, "{files:?}");
+        for path in files {
+            let data = std::fs::read(&path).unwrap();
+            let fast = import_with(&data[..], None, Compactor::default());
+            let slow = import_with(&data[..], None, Compactor { no_read_ahead: true, ..Compactor::default() });
+            match (fast, slow) {
+                (Ok(fast), Ok(slow)) => {
+                    // Every fixture but the one taken without the recorder has entries.
+                    assert_eq!(fast.events.is_empty(), path.ends_with("no_history.pickle"), "{path:?}");
+                    assert_eq!(serde_json::to_value(&fast).unwrap(), serde_json::to_value(&slow).unwrap(), "{path:?}");
                 }
-            },
-        };
-        if let Some(&s) = self.stacks.get(&sid) {
-            return Ok(s);
-        }
-        let mut ids = Vec::with_capacity(local.stacks[sid as usize].len());
-        for &lf in local.stacks[sid as usize].iter() {
-            let id = match self.frames.get(&lf) {
-                Some(&id) => id,
-                None => {
-                    let f = &local.frames[lf as usize];
-                    let frame = Frame { name: trace.strings.intern(&f.name), filename: trace.strings.intern(&f.filename), line: f.line };
-                    let id = trace.stacks.intern_frame(frame);
-                    self.frames.insert(lf, id);
-                    id
-                }
-            };
-            ids.push(id);
-        }
-        let (phase, layer) = classify_stack(trace, &ids);
-        let interned = InternedStack { stack: trace.stacks.intern_stack(ids), phase, layer };
-        self.stacks.insert(sid, interned);
-        Ok(interned)
-    }
-}
-
-/// Phase and a layer name from an allocation's stack: the autograd engine means backward,
-/// `torch/optim` means optimizer, `torch/nn/modules` means forward; the layer is the innermost
-/// Python frame of user code (`name (file.py:line)`), which is what a user can act on.
-pub(super) fn classify_stack(trace: &mut Trace, frame_ids: &[u32]) -> (Phase, StrId) {
-    let mut phase = Phase::Other;
-    let mut user: Option<(StrId, StrId, u32)> = None;
-    for &fid in frame_ids {
-        let f = trace.stacks.frames[fid as usize];
-        let name = trace.str(f.name);
-        let file = trace.str(f.filename);
-        if phase == Phase::Other {
-            if name.contains("torch::autograd::Engine") || name.contains("evaluate_function") {
-                phase = Phase::Backward;
-            } else if file.contains("/torch/optim/") {
-                phase = Phase::Optimizer;
-            } else if file.contains("/torch/nn/modules/") {
-                phase = Phase::Forward;
+                (fast, slow) => assert_eq!(fast.err().map(|e| e.to_string()), slow.err().map(|e| e.to_string()), "{path:?}"),
             }
         }
-        if user.is_none() && file.ends_with(".py") && !file.contains("/site-packages/") && !file.contains("/torch/") {
-            user = Some((f.name, f.filename, f.line));
-        }
     }
-    let layer = match user {
-        Some((n, file, line)) => {
-            let base = trace.str(file).rsplit('/').next().unwrap_or("").to_owned();
-            let label = format!("{} ({base}:{line})", trace.str(n));
-            trace.strings.intern(&label)
-        }
-        None => StrId::NONE,
-    };
-    (phase, layer)
 }

@@ -1,0 +1,120 @@
+//! The entries' stacks entered into the trace's tables in the order the entries are replayed,
+//! each with the phase and layer it names.
+
+use super::compactor::LocalFrames;
+use super::entries::Frames;
+use super::view::View;
+use crate::hash::FastMap as HashMap;
+use crate::import::pickle::ValueId;
+use crate::import::ImportError;
+use crate::model::{Frame, Phase, StrId, Trace};
+
+/// A stack in the trace's tables, with the phase and layer it names.
+#[derive(Clone, Copy)]
+pub(super) struct InternedStack {
+    pub(super) stack: u32,
+    pub(super) phase: Phase,
+    pub(super) layer: StrId,
+}
+
+/// Interns the entries' stacks into the trace's tables, in the order the entries are walked.
+#[derive(Default)]
+pub(super) struct StackInterner {
+    frames: HashMap<u32, u32>,
+    stacks: HashMap<u32, InternedStack>,
+    /// Frame lists that were left as values, by slot.
+    values: HashMap<ValueId, u32>,
+}
+
+impl StackInterner {
+    pub(super) fn stack(
+        &mut self,
+        v: &View,
+        local: &mut LocalFrames,
+        trace: &mut Trace,
+        frames: Frames,
+        path: &dyn Fn() -> String,
+    ) -> Result<InternedStack, ImportError> {
+        let sid = match frames {
+            Frames::Local(sid) => sid,
+            Frames::Value(list) => match self.values.get(&list) {
+                Some(&sid) => sid,
+                None => {
+                    let items = v.list(list, &path)?;
+                    let mut ids = Vec::with_capacity(items.len());
+                    for (i, &f) in items.iter().enumerate() {
+                        let id = match local.frame(&v.p.arena, f) {
+                            Some(id) => id,
+                            None => {
+                                // Not a frame: say what is wrong, as the walk of a frame does.
+                                let fpath = || format!("{}[{i}]", path());
+                                v.str(f, "name", &fpath)?;
+                                v.str(f, "filename", &fpath)?;
+                                return Err(v.err(&fpath, "expected a frame"));
+                            }
+                        };
+                        ids.push(id);
+                    }
+                    let sid = local.stack(&ids);
+                    self.values.insert(list, sid);
+                    sid
+                }
+            },
+        };
+        if let Some(&s) = self.stacks.get(&sid) {
+            return Ok(s);
+        }
+        let mut ids = Vec::with_capacity(local.stacks[sid as usize].len());
+        for &lf in local.stacks[sid as usize].iter() {
+            let id = match self.frames.get(&lf) {
+                Some(&id) => id,
+                None => {
+                    let f = &local.frames[lf as usize];
+                    let frame = Frame { name: trace.strings.intern(&f.name), filename: trace.strings.intern(&f.filename), line: f.line };
+                    let id = trace.stacks.intern_frame(frame);
+                    self.frames.insert(lf, id);
+                    id
+                }
+            };
+            ids.push(id);
+        }
+        let (phase, layer) = classify_stack(trace, &ids);
+        let interned = InternedStack { stack: trace.stacks.intern_stack(ids), phase, layer };
+        self.stacks.insert(sid, interned);
+        Ok(interned)
+    }
+}
+
+/// Phase and a layer name from an allocation's stack: the autograd engine means backward,
+/// `torch/optim` means optimizer, `torch/nn/modules` means forward; the layer is the innermost
+/// Python frame of user code (`name (file.py:line)`), which is what a user can act on.
+fn classify_stack(trace: &mut Trace, frame_ids: &[u32]) -> (Phase, StrId) {
+    let mut phase = Phase::Other;
+    let mut user: Option<(StrId, StrId, u32)> = None;
+    for &fid in frame_ids {
+        let f = trace.stacks.frames[fid as usize];
+        let name = trace.str(f.name);
+        let file = trace.str(f.filename);
+        if phase == Phase::Other {
+            if name.contains("torch::autograd::Engine") || name.contains("evaluate_function") {
+                phase = Phase::Backward;
+            } else if file.contains("/torch/optim/") {
+                phase = Phase::Optimizer;
+            } else if file.contains("/torch/nn/modules/") {
+                phase = Phase::Forward;
+            }
+        }
+        if user.is_none() && file.ends_with(".py") && !file.contains("/site-packages/") && !file.contains("/torch/") {
+            user = Some((f.name, f.filename, f.line));
+        }
+    }
+    let layer = match user {
+        Some((n, file, line)) => {
+            let base = trace.str(file).rsplit('/').next().unwrap_or("").to_owned();
+            let label = format!("{} ({base}:{line})", trace.str(n));
+            trace.strings.intern(&label)
+        }
+        None => StrId::NONE,
+    };
+    (phase, layer)
+}
