@@ -39,7 +39,7 @@ WORKLOADS = {
 OVERHEAD_ARGS = ["--batch", "32", "--steps", "24", "--warmup", "5", "--flat", "200"]
 TOLERANCE = 0.05  # (b): relative error per module
 MIN_PASSING = 0.95  # (b): share of leaf modules within TOLERANCE
-ALLOC, FREE = 0, 1  # EventType in the low 5 bits of events.tag (shared/src/model.rs)
+ALLOC, FREE = 0, 1  # EventType in the low 5 bits of events.tag (shared/src/model/events.rs)
 
 
 def log(msg):

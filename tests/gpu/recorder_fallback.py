@@ -45,7 +45,7 @@ RUNS = {
     "gpt2": (["gpt2", "--batch", "4", "--seq", "512", "--iters", "3"], {}, ["GPT2LMHeadModel", "transformer.wte", "transformer.h.0.attn", "transformer.h.11.mlp", "lm_head", "optimizer.step"]),
     "ddp": (["ddp", "--batch", "32", "--iters", "3"], {}, ["DistributedDataParallel", "module.layer1.0.conv1", "module.fc", "optimizer.step"]),
 }
-PHASE_SHIFT, ALLOC = 5, 0  # events.tag: EventType in the low 5 bits, Phase above (shared/src/model.rs)
+PHASE_SHIFT, ALLOC = 5, 0  # events.tag: EventType in the low 5 bits, Phase above (shared/src/model/events.rs)
 PHASES = ["forward", "backward", "optimizer", "other"]
 
 

@@ -212,7 +212,7 @@ def test_module_scopes_off_keeps_phases_and_iterations(tmp_path):
     layers = {name for name, _, _, _ in scopes(t)}
     assert "fc" not in layers and "Net" not in layers, layers
     assert len(t["iterations"]) == 3
-    phases = {PHASES[tag >> 5] for tag in t["events"]["tag"]}  # shared/src/model.rs: phase << 5
+    phases = {PHASES[tag >> 5] for tag in t["events"]["tag"]}  # shared/src/model/events.rs: phase << 5
     assert {"forward", "backward", "optimizer"} <= phases, phases
 
 

@@ -15,7 +15,7 @@ pub const SOURCES: [&str; 8] =
 /// Files that hold free-form JSON, and why.
 pub const ALLOWED: [(&str, &str); 9] = [
     ("shared/src/model/meta.rs", "the allocator settings PyTorch reports, kept as they came (a free-form map)"),
-    ("shared/src/explore/moments.rs", "the user metadata a program attaches, shown as it came"),
+    ("shared/src/explore/allocations.rs", "the user metadata a program attaches, shown as it came"),
     ("shared/src/import/snapshot/view.rs", "a snapshot's allocator settings, from pickle to that free-form map"),
     ("shared/src/whatif/conf.rs", "reads those allocator settings by PyTorch's own key names"),
     ("shared/src/import/chrome.rs", "other tools' Chrome traces, whose `args` are free-form"),

@@ -10,28 +10,31 @@
 //! ([`Request::ShowRank`]) or compare two ranks ([`Request::DiffDevices`]). Any trace can be
 //! compared with another file ([`Session::compare_with`]).
 //!
-//! Files: `opening.rs` (opening files and ranks, the overview), `moments.rs` (the timeline, the
-//! bands and what is live at a moment); this one the messages and [`Session::answer`].
+//! - `overview.rs`: what the page draws once a file opens ([`Overview`]): bands, ranks, curves.
+//! - `timeline.rs`: memory over a window, at a moment, as Active Memory bands, per rank.
+//! - `allocations.rs`: the live allocations at a moment, or one, with lifetimes, stacks, holders.
+//! - `segments.rs`: the segment map replayed under another `PYTORCH_CUDA_ALLOC_CONF`.
+//! - `export.rs`: the trace in another format, as text.
 
-mod moments;
-mod opening;
+mod allocations;
+mod export;
+mod overview;
+mod segments;
+mod timeline;
 
-pub use moments::*;
-pub use opening::*;
+pub use allocations::Allocation;
+pub use overview::{Band, Curve, Overview, RankDevice, RankSet, FLAME_MIN_SHARE};
+pub use timeline::{Moment, RankCurve};
 
 use crate::analysis::diff::{diff, diff_devices, TraceDiff};
-use crate::analysis::flame::{flame_graph, innermost_ops, FlameGraph};
-use crate::analysis::iterations::is_iteration_scope;
-use crate::analysis::profile::{graph_profile, GraphProfile};
-use crate::analysis::sweep::{read_sweep, RankPoint, SWEEP_FORMAT};
+use crate::analysis::flame::innermost_ops;
+use crate::analysis::sweep::{read_sweep, SWEEP_FORMAT};
 use crate::analysis::timeline_index::TimelineIndex;
-use crate::analysis::{self, FragmentationStats, LayerMemoryStats, Summary, TimelineOptions, TimelinePoint};
+use crate::analysis::{self, TimelinePoint};
 use crate::merge::{merge_with, rank_trace, MergeError, MergeInput, MergeOptions};
-use crate::model::{EventType, Phase, SegmentInfo, StrId, Trace};
+use crate::model::{SegmentInfo, StrId, Trace};
+use overview::{duration_s, overview_of, rank_set};
 use serde::{Deserialize, Serialize};
-
-/// Subtrees of the flame graph below this share of the root (in both weights) are left out.
-pub const FLAME_MIN_SHARE: f64 = 1e-4;
 
 /// What the page asks.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -156,7 +159,171 @@ pub struct Session {
     whatif: Option<crate::whatif::Requests>,
 }
 
+/// Why files could not be opened as the ranks of one job.
+#[derive(Debug, thiserror::Error)]
+pub enum RanksError {
+    #[error("{file_name}: {message}")]
+    File { file_name: String, message: String },
+    /// The files were recorded far apart in time: merging them is possible when asked.
+    #[error(
+        "{a} ({a_span}) and {b} ({b_span}) were recorded at different times, so they are not ranks of one run; \
+         expected the files of one run (or merge them anyway)"
+    )]
+    Disjoint { a: String, a_span: String, b: String, b_span: String },
+    #[error(transparent)]
+    Merge(MergeError),
+}
+
+impl RanksError {
+    /// True when merging with `allow_disjoint` would succeed past this error.
+    pub fn can_merge_anyway(&self) -> bool {
+        matches!(self, RanksError::Disjoint { .. })
+    }
+}
+
+impl From<MergeError> for RanksError {
+    fn from(e: MergeError) -> Self {
+        match e {
+            MergeError::Disjoint { a, a_span, b, b_span } => RanksError::Disjoint { a, a_span, b, b_span },
+            other => RanksError::Merge(other),
+        }
+    }
+}
+
+/// What a file turned out to be.
+pub enum Opened {
+    Trace(Box<Session>, Box<Overview>),
+    /// A sweep file: curves only.
+    Sweep(Box<Overview>),
+}
+
 impl Session {
+    /// Imports `bytes` (any format [`crate::import`] reads, or a sweep file) and computes the
+    /// overview. `progress` is told each stage as it starts.
+    pub fn open(file_name: &str, bytes: &[u8], mut progress: impl FnMut(&str)) -> Result<Opened, String> {
+        if looks_like_sweep(bytes) {
+            let sweep = read_sweep(bytes).map_err(|e| e.to_string())?;
+            let curves = sweep
+                .runs
+                .iter()
+                .filter(|r| !r.curve.is_empty())
+                .map(|r| Curve { label: format!("{} batch {}", sweep.model, r.batch_size), points: r.curve.clone() })
+                .collect();
+            let empty = Trace::new(crate::model::TraceMeta::new(crate::model::SourceFormat::MemoryTracer));
+            let mut overview = overview_of(&empty, 0, file_name, bytes.len() as u64, &mut progress);
+            overview.curves = curves;
+            overview.profile_error = Some("a sweep file holds curves only; open one of its traces for the other views".into());
+            return Ok(Opened::Sweep(Box::new(overview)));
+        }
+        progress("parsing");
+        let trace = crate::import(bytes, &crate::ImportOptions::default()).map_err(|e| e.to_string())?;
+        Ok(Self::opened(trace, file_name, bytes.len() as u64, &mut progress))
+    }
+
+    /// A trace just imported from `file_name`, with its overview.
+    fn opened(trace: Trace, file_name: &str, file_bytes: u64, progress: &mut impl FnMut(&str)) -> Opened {
+        let stem = file_name.split('.').next().filter(|s| !s.is_empty()).unwrap_or("trace");
+        Self::start(trace, file_name, file_bytes, stem, progress)
+    }
+
+    /// Like [`Session::open`], with the file read from `reader` as it is imported, so that it
+    /// is never held whole; `file_bytes` is its size.
+    pub fn open_reader(
+        file_name: &str,
+        file_bytes: u64,
+        mut reader: impl std::io::Read,
+        mut progress: impl FnMut(&str),
+    ) -> Result<Opened, String> {
+        use std::io::Read as _;
+        let mut head = Vec::new();
+        (&mut reader).take(512).read_to_end(&mut head).map_err(|e| format!("reading {file_name} failed: {e}"))?;
+        if looks_like_sweep(&head) {
+            // A sweep file is a small JSON document: read it whole.
+            reader.read_to_end(&mut head).map_err(|e| format!("reading {file_name} failed: {e}"))?;
+            return Self::open(file_name, &head, progress);
+        }
+        progress("parsing");
+        let trace =
+            crate::import::import_reader(head.as_slice().chain(reader), &crate::ImportOptions::default()).map_err(|e| e.to_string())?;
+        Ok(Self::opened(trace, file_name, file_bytes, &mut progress))
+    }
+
+    /// Opens `files` (name, bytes), one trace per rank of a job, merged into one trace. Each
+    /// file's rank is the one its process recorded, else `rank<N>` in its name, else its
+    /// position ([`crate::rank_files`]), as `collector merge` does.
+    pub fn open_ranks(files: &[(String, Vec<u8>)], options: &MergeOptions, mut progress: impl FnMut(&str)) -> Result<Opened, RanksError> {
+        let n = files.len();
+        let mut traces = Vec::with_capacity(n);
+        for (k, (name, bytes)) in files.iter().enumerate() {
+            progress(&format!("parsing {name} ({} of {n})", k + 1));
+            let failed = |message: String| RanksError::File { file_name: name.clone(), message };
+            if looks_like_sweep(bytes) {
+                return Err(failed("a batch sweep holds curves, not the trace of a rank; expected one trace per rank".into()));
+            }
+            traces.push(crate::import(bytes, &crate::ImportOptions::default()).map_err(|e| failed(e.to_string()))?);
+        }
+        let ranks = crate::rank_files::assign_ranks(files.iter().map(|f| f.0.as_str()).zip(&traces));
+        let inputs =
+            traces.into_iter().zip(ranks).zip(files).map(|((trace, rank), (name, _))| MergeInput { trace, rank, label: name.clone() });
+        progress(&format!("merging {n} ranks"));
+        let merged = merge_with(inputs.collect(), options)?;
+        let name = files.iter().map(|f| f.0.as_str()).collect::<Vec<_>>().join(" + ");
+        let bytes = files.iter().map(|f| f.1.len() as u64).sum();
+        Ok(Self::start(merged, &name, bytes, "merged", &mut progress))
+    }
+
+    fn start(whole: Trace, file_name: &str, file_bytes: u64, export_stem: &str, progress: &mut impl FnMut(&str)) -> Opened {
+        let mut session = Session {
+            whole,
+            rank: None,
+            device: 0,
+            ops_at_event: Vec::new(),
+            file_name: file_name.to_owned(),
+            file_bytes,
+            export_stem: export_stem.to_owned(),
+            index: None,
+            pairs: None,
+            categories: Vec::new(),
+            whatif: None,
+        };
+        let overview = session.overview(progress);
+        Opened::Trace(Box::new(session), Box::new(overview))
+    }
+
+    /// Shows `rank` (or the whole trace) from now on; the overview of what is shown.
+    fn show(&mut self, rank: Option<u32>, progress: &mut impl FnMut(&str)) -> Result<Overview, String> {
+        self.rank = match rank {
+            None => None,
+            Some(r) => {
+                let known = crate::merge::ranks(&self.whole);
+                let trace = rank_trace(&self.whole, r).ok_or_else(|| format!("this trace has no rank {r}: expected one of {known:?}"))?;
+                Some((r, trace))
+            }
+        };
+        Ok(self.overview(progress))
+    }
+
+    /// The overview of the trace shown; sets the device and operators later answers use.
+    fn overview(&mut self, progress: &mut impl FnMut(&str)) -> Overview {
+        let rank = self.rank.as_ref().map(|(r, _)| *r);
+        let trace = self.trace();
+        // One pass finds the peak's device, for the overview and every later answer.
+        let device = analysis::peak_device(trace);
+        let ops_at_event = innermost_ops(trace);
+        let mut overview = overview_of(trace, device, &self.name(), self.file_bytes, progress);
+        progress("categorising allocations");
+        let categories = analysis::categories::categorize(trace);
+        overview.categories_at_peak = analysis::categories::bytes_at(trace, &categories, overview.summary.peak_event_index);
+        overview.ranks = rank_set(&self.whole, rank);
+        self.categories = categories;
+        self.device = device;
+        self.ops_at_event = ops_at_event;
+        self.index = Some(TimelineIndex::new(self.trace()));
+        self.pairs = None;
+        self.whatif = None;
+        overview
+    }
+
     /// The trace every view shows: the whole trace, or the rank picked.
     pub fn trace(&self) -> &Trace {
         self.rank.as_ref().map_or(&self.whole, |(_, t)| t)
@@ -231,60 +398,20 @@ impl Session {
         }
     }
 
-    /// The shown device's segments after `event_index` replayed under `alloc_conf` on top of
-    /// the run's own settings, with no device capacity (so no out-of-memory changes the map).
-    fn simulated_segments(&mut self, event_index: Option<usize>, alloc_conf: &str) -> Result<Vec<SegmentInfo>, String> {
-        use crate::whatif::{requests, segments_after, AllocConf, SimOptions};
-        if self.whatif.is_none() {
-            self.whatif = Some(requests(self.trace()));
-        }
-        let Some(reqs) = &self.whatif else { return Err("no requests".into()) };
-        // Read as `collector whatif` reads it: the newest release's rules.
-        let user = AllocConf::parse(alloc_conf).map_err(|e| e.to_string())?;
-        let conf = reqs.own_conf.overridden_by(&user);
-        let device = self.device;
-        let Some(dev) = reqs.devices.iter().find(|d| d.device == device) else {
-            let name = self.trace().devices.get(device as usize).map_or_else(|| format!("device {device}"), |d| d.to_string());
-            return Err(format!("{name} is not a CUDA device's caching allocator: nothing to replay"));
-        };
-        let event = event_index.map(|i| u32::try_from(i).unwrap_or(u32::MAX));
-        segments_after(dev, &conf, &SimOptions::default(), event).map_err(|e| e.to_string())
+    fn secs(&self, ts_ns: u64) -> f64 {
+        ts_ns.saturating_sub(self.trace().start_ns()) as f64 * 1e-9
     }
 
-    fn export(&self, format: &str) -> Response {
-        let stem = match &self.rank {
-            Some((r, _)) => format!("{}.rank{r}", self.export_stem),
-            None => self.export_stem.clone(),
-        };
-        let (text, file_name, mime) = if format == "layers_csv" {
-            let mut out = Vec::new();
-            let r = crate::export::csv::write_layer_stats(self.trace(), &mut out);
-            (r.map(|_| out), format!("{stem}.layers.csv"), "text/csv")
-        } else {
-            let Some(f) = crate::export::ExportFormat::from_name(format) else {
-                return Response::Error {
-                    message: format!("unknown export format {format:?}: expected speedscope, timeline, chrome, csv, native or layers_csv"),
-                };
-            };
-            if f == crate::export::ExportFormat::Dftracer {
-                // Answers carry text; a gzip file is not.
-                return Response::Error {
-                    message: "DFTracer .pfw.gz is binary: export it with `collector convert TRACE -o run.pfw.gz` or the server's /api/trace/export".into(),
-                };
-            }
-            let mut out = Vec::new();
-            let r = crate::export::export(self.trace(), f, &mut out);
-            let mime = if f == crate::export::ExportFormat::Csv { "text/csv" } else { "application/json" };
-            (r.map(|_| out), format!("{stem}.{}", f.extension()), mime)
-        };
-        match text {
-            Ok(bytes) => Response::Export { file_name, mime: mime.into(), text: String::from_utf8_lossy(&bytes).into_owned() },
-            Err(e) => Response::Error { message: e.to_string() },
-        }
+    /// The last event at or before `t_s` (any device).
+    fn event_at(&self, t_s: f64) -> Option<usize> {
+        let ts = self.trace().start_ns().saturating_add((t_s.max(0.0) * 1e9) as u64);
+        let n = self.trace().events.ts_ns.partition_point(|&t| t <= ts);
+        n.checked_sub(1)
     }
 }
 
-/// Seconds from the trace's start to its last event.
-pub(super) fn duration_s(trace: &Trace) -> f64 {
-    trace.events.ts_ns.last().map_or(0.0, |&t| t.saturating_sub(trace.start_ns()) as f64 * 1e-9)
+fn looks_like_sweep(bytes: &[u8]) -> bool {
+    let head = &bytes[..bytes.len().min(512)];
+    // Lossy: the cut at 512 bytes may split a character.
+    bytes.first() == Some(&b'{') && String::from_utf8_lossy(head).contains(SWEEP_FORMAT)
 }

@@ -1,8 +1,14 @@
-//! Memory events as columns ([`EventStore`]): what happened ([`EventType`]), in which phase, to
-//! which block, and the device's totals after each, kept at checkpoints and walked with a
-//! [`TotalsCursor`].
+//! Memory events as columns ([`EventStore`], 32 bytes each), their kinds and phases, and the
+//! running totals derived from them.
+//!
+//! Memory events are stored as columns rather than as a `Vec<MemoryEvent>`: the running totals
+//! (`allocated_bytes`, `reserved_bytes`) are derived from the event kinds and sizes, plus a sparse
+//! list of the places where the source reported a total that differs from the running sum. This
+//! keeps a recorded event at 32 bytes while every total stays exactly what the source said.
+//! [`MemoryEvent`] is the materialised, API-facing view of one event.
 
-use super::*;
+use super::StrId;
+use serde::{Deserialize, Serialize};
 
 /// What happened to memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -68,7 +74,7 @@ impl EventType {
     }
 
     /// How this event moves the (allocated, reserved) totals of its device.
-    pub(super) fn deltas(self, size_bytes: u64) -> (i128, i128) {
+    fn deltas(self, size_bytes: u64) -> (i128, i128) {
         let s = size_bytes as i128;
         match self {
             EventType::Alloc => (s, 0),
@@ -116,9 +122,9 @@ pub struct EventRecord {
     pub size_bytes: u64,
     pub address: u64,
     pub layer: StrId,
-    /// Index into [`Trace::devices`].
+    /// Index into [`Trace::devices`](super::Trace::devices).
     pub device: u8,
-    /// Index into [`Trace::streams`].
+    /// Index into [`Trace::streams`](super::Trace::streams).
     pub stream: u16,
     /// Totals after this event as the source reported them; `None` means "derive them".
     pub totals: Option<Totals>,
@@ -146,7 +152,7 @@ impl Totals {
         self.apply(event_type.deltas(size_bytes))
     }
 
-    pub(super) fn apply(self, (da, dr): (i128, i128)) -> Totals {
+    fn apply(self, (da, dr): (i128, i128)) -> Totals {
         let clamp = |v: i128| v.clamp(0, u64::MAX as i128) as u64;
         Totals { allocated_bytes: clamp(self.allocated_bytes as i128 + da), reserved_bytes: clamp(self.reserved_bytes as i128 + dr) }
     }
@@ -159,7 +165,7 @@ pub struct TotalsOverride {
     pub totals: Totals,
 }
 
-pub(super) const CHECKPOINT_EVERY: usize = 1024;
+const CHECKPOINT_EVERY: usize = 1024;
 
 /// Memory events as columns. 32 bytes per event; totals are derived (see module docs).
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -172,15 +178,16 @@ pub struct EventStore {
     pub tag: Vec<u8>,
     pub device: Vec<u8>,
     pub stream: Vec<u16>,
-    /// Totals of each device before the first event, indexed like [`Trace::devices`].
+    /// Totals of each device before the first event, indexed like
+    /// [`Trace::devices`](super::Trace::devices).
     pub base_totals: Vec<Totals>,
     /// Sorted by index.
     pub overrides: Vec<TotalsOverride>,
     /// Per-device totals before every `CHECKPOINT_EVERY`-th event; rebuilt, never stored.
     #[serde(skip)]
-    pub(super) checkpoints: Vec<Totals>,
+    checkpoints: Vec<Totals>,
     #[serde(skip)]
-    pub(super) running: Vec<Totals>,
+    running: Vec<Totals>,
 }
 
 impl EventStore {
@@ -209,7 +216,7 @@ impl EventStore {
         self.ts_ns.is_empty()
     }
 
-    pub(super) fn device_count(&self) -> usize {
+    fn device_count(&self) -> usize {
         self.base_totals.len()
     }
 
@@ -370,7 +377,7 @@ impl EventStore {
         TotalsCursor { store: self, next: start, running, ov }
     }
 
-    pub(super) fn cursor_from(&self, start: usize) -> TotalsCursor<'_> {
+    fn cursor_from(&self, start: usize) -> TotalsCursor<'_> {
         let d = self.device_count();
         let block = start / CHECKPOINT_EVERY;
         let running = if start == 0 || self.checkpoints.len() < (block + 1) * d {
@@ -420,10 +427,10 @@ impl EventStore {
 
 /// Sequential walk over an [`EventStore`], yielding each event's device totals.
 pub struct TotalsCursor<'a> {
-    pub(super) store: &'a EventStore,
-    pub(super) next: usize,
-    pub(super) running: Vec<Totals>,
-    pub(super) ov: usize,
+    store: &'a EventStore,
+    next: usize,
+    running: Vec<Totals>,
+    ov: usize,
 }
 
 impl TotalsCursor<'_> {
@@ -472,4 +479,76 @@ pub struct MemoryEvent<'a> {
     pub address: u64,
     pub device: String,
     pub stream: &'a str,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(et: EventType, size: u64, totals: Option<Totals>) -> EventRecord {
+        EventRecord {
+            ts_ns: 0,
+            event_type: et,
+            phase: Phase::Other,
+            size_bytes: size,
+            address: 0,
+            layer: StrId::NONE,
+            device: 0,
+            stream: 0,
+            totals,
+        }
+    }
+
+    #[test]
+    fn totals_are_derived_and_overridden_exactly() {
+        let mut s = EventStore::new(vec![Totals { allocated_bytes: 100, reserved_bytes: 1000 }]);
+        s.push(rec(EventType::Alloc, 50, None));
+        s.push(rec(EventType::Alloc, 10, Some(Totals { allocated_bytes: 999, reserved_bytes: 2000 })));
+        s.push(rec(EventType::Free, 9, None));
+        s.push(rec(EventType::SegmentAlloc, 24, None));
+        let mut c = s.cursor();
+        assert_eq!(c.advance(), Totals { allocated_bytes: 150, reserved_bytes: 1000 });
+        assert_eq!(c.advance(), Totals { allocated_bytes: 999, reserved_bytes: 2000 });
+        assert_eq!(c.advance(), Totals { allocated_bytes: 990, reserved_bytes: 2000 });
+        assert_eq!(c.advance(), Totals { allocated_bytes: 990, reserved_bytes: 2024 });
+        assert_eq!(s.overrides.len(), 1);
+        assert_eq!(s.totals_at(2).allocated_bytes, 990);
+    }
+
+    /// ARCHITECTURE.md: a memory event costs 32 bytes of columns.
+    #[test]
+    fn a_memory_event_costs_32_bytes_of_columns() {
+        let mut s = EventStore::new(vec![Totals::default()]);
+        for i in 0..10_000u64 {
+            s.push(rec(if i % 2 == 0 { EventType::Alloc } else { EventType::Free }, 64, None));
+        }
+        s.shrink_to_fit();
+        assert_eq!(s.column_bytes(), 32 * s.len());
+    }
+
+    #[test]
+    fn random_access_matches_cursor_across_checkpoints() {
+        let mut s = EventStore::new(vec![Totals::default()]);
+        for i in 0..5000u64 {
+            let et = if i % 3 == 2 { EventType::Free } else { EventType::Alloc };
+            let totals = (i % 1000 == 7).then_some(Totals { allocated_bytes: i * 7, reserved_bytes: i });
+            s.push(rec(et, i % 17 + 1, totals));
+        }
+        let mut c = s.cursor();
+        let walked: Vec<Totals> = (0..s.len()).map(|_| c.advance()).collect();
+        for i in [0, 1, 1023, 1024, 1025, 2047, 3000, 4999] {
+            assert_eq!(s.totals_at(i), walked[i], "event {i}");
+        }
+        let mut copy: EventStore = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
+        copy.rebuild_index();
+        assert_eq!(copy.totals_at(4999), walked[4999]);
+        assert_eq!(copy.totals_at(2500), walked[2500]);
+    }
+
+    #[test]
+    fn fragmentation_ratio_is_zero_without_reserve() {
+        assert_eq!(Totals::default().fragmentation_ratio(), 0.0);
+        let t = Totals { allocated_bytes: 25, reserved_bytes: 100 };
+        assert!((t.fragmentation_ratio() - 0.75).abs() < 1e-12);
+    }
 }

@@ -1,44 +1,7 @@
-//! What a trace says about itself: its source and devices, the run's facts ([`TraceMeta`]), its
-//! compiled code, and PyTorch's own counters ([`Counter`]).
+//! Facts about a run ([`TraceMeta`]): where the trace came from, the counters PyTorch reported
+//! ([`Counter`]), what torch.compile's generated code was attributed to.
 
-use super::*;
-
-/// A device as the source names it.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct Device {
-    /// `cuda`, `cpu`, or what the source says.
-    pub kind: String,
-    pub index: i32,
-    /// The process's rank in a distributed job (traces merged by `shared::merge`), so that
-    /// two ranks' `cuda:0` on different hosts stay two devices.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rank: Option<u32>,
-}
-
-impl Device {
-    /// The kind of pinned host memory's device (`CachingHostAllocator`, in snapshots of torch
-    /// 2.14+ recorded with `record_pinned_host_memory=True`).
-    pub const PINNED_HOST: &'static str = "pinned host";
-
-    /// Pinned host memory: its totals are its own, never added to a GPU's.
-    pub fn is_pinned_host(&self) -> bool {
-        self.kind == Self::PINNED_HOST
-    }
-}
-
-impl std::fmt::Display for Device {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if self.index < 0 {
-            write!(f, "{}", self.kind)?;
-        } else {
-            write!(f, "{}:{}", self.kind, self.index)?;
-        }
-        match self.rank {
-            Some(r) => write!(f, " (rank {r})"),
-            None => Ok(()),
-        }
-    }
-}
+use serde::{Deserialize, Serialize};
 
 /// Which importer produced a trace.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -103,9 +66,9 @@ pub struct TraceMeta {
     /// 2.11.0)`, or PyTorch's recorder with why and what it lacks); None for imported files.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capture: Option<String>,
-    /// Devices (indices into [`Trace::devices`]) whose reserved memory is unknown: a snapshot
-    /// names none of their segments, or its segments cannot hold its allocations. Their
-    /// reserved totals read 0 and mean "unknown"; `warnings` says why.
+    /// Devices (indices into [`Trace::devices`](super::Trace::devices)) whose reserved memory
+    /// is unknown: a snapshot names none of their segments, or its segments cannot hold its
+    /// allocations. Their reserved totals read 0 and mean "unknown"; `warnings` says why.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub reserved_unknown: Vec<u8>,
     /// What the capture made of torch.compile's generated code, when the program ran some.
@@ -166,7 +129,7 @@ impl CompiledCode {
     }
 }
 
-pub(super) fn yes() -> bool {
+fn yes() -> bool {
     true
 }
 

@@ -1,105 +1,38 @@
 //! The trace data model: memory events (columnar, 32 bytes each), operators, layer scopes,
-//! allocator state and metadata.
+//! allocator state and metadata, all held by one [`Trace`].
 //!
-//! Memory events are stored as columns rather than as a `Vec<MemoryEvent>`: the running totals
-//! (`allocated_bytes`, `reserved_bytes`) are derived from the event kinds and sizes, plus a sparse
-//! list of the places where the source reported a total that differs from the running sum. This
-//! keeps a recorded event at 32 bytes while every total stays exactly what the source said.
-//! [`MemoryEvent`] is the materialised, API-facing view of one event.
-//!
-//! Files: `events.rs` (the columns and their totals), `records.rs` (operators, scopes, stacks),
-//! `segments.rs` (allocator state), `meta.rs` (what a trace says about itself), `extras.rs`
-//! (holders, pools, notes, marks, iterations, samples); this one [`Trace`] and its strings.
+//! - `strings.rs`: interned names ([`StringTable`], [`StrId`]).
+//! - `events.rs`: memory events as columns ([`EventStore`]) and the totals derived from them.
+//! - `devices.rs`: [`Device`], the driver's [`DeviceSample`]s.
+//! - `ops.rs`, `scopes.rs`: operators and their tensors; layer scopes, iterations, marks.
+//! - `stacks.rs`: call stacks, interned ([`StackTable`]).
+//! - `segments.rs`: the caching allocator's segments, blocks and pools.
+//! - `meta.rs`: facts about the run ([`TraceMeta`], PyTorch's [`Counter`]s).
+//! - `holders.rs`, `notes.rs`: who held an allocation; text attached to events.
 
+mod devices;
 mod events;
-mod extras;
+mod holders;
 mod meta;
-mod records;
+mod notes;
+mod ops;
+mod scopes;
 mod segments;
+mod stacks;
+mod strings;
 
-pub use events::*;
-pub use extras::*;
-pub use meta::*;
-pub use records::*;
-pub use segments::*;
+pub use devices::{Device, DeviceSample};
+pub use events::{EventRecord, EventStore, EventType, MemoryEvent, Phase, Totals, TotalsCursor, TotalsOverride};
+pub use holders::{EventHolder, HolderKind};
+pub use meta::{CompiledCode, Counter, SourceFormat, TraceMeta};
+pub use notes::{EventNote, NoteKind};
+pub use ops::{OperatorEvent, TensorRef};
+pub use scopes::{IterationSpan, LayerScope, Mark, INPUT_LAYER};
+pub use segments::{BlockInfo, BlockState, Pool, PoolId, SegmentInfo};
+pub use stacks::{Frame, StackTable};
+pub use strings::{StrId, StringTable};
 
-use crate::hash::FastMap as HashMap;
 use serde::{Deserialize, Serialize};
-
-/// The layer scope the collector creates the input batch in; analyses tell data from weights
-/// by it.
-pub const INPUT_LAYER: &str = "input";
-
-/// Index into [`StringTable`]. `StrId::NONE` stands for "no string" (e.g. no layer).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct StrId(pub u32);
-
-impl StrId {
-    pub const NONE: StrId = StrId(u32::MAX);
-
-    pub fn is_none(self) -> bool {
-        self == Self::NONE
-    }
-}
-
-/// Interned strings: every name in a trace (layers, ops, frames, streams) is stored once.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-#[serde(from = "Vec<String>", into = "Vec<String>")]
-pub struct StringTable {
-    strings: Vec<String>,
-    index: HashMap<String, u32>,
-}
-
-impl From<Vec<String>> for StringTable {
-    fn from(strings: Vec<String>) -> Self {
-        let index = strings.iter().enumerate().map(|(i, s)| (s.clone(), i as u32)).collect();
-        Self { strings, index }
-    }
-}
-
-impl From<StringTable> for Vec<String> {
-    fn from(table: StringTable) -> Self {
-        table.strings
-    }
-}
-
-impl StringTable {
-    pub fn intern(&mut self, s: &str) -> StrId {
-        if let Some(&id) = self.index.get(s) {
-            return StrId(id);
-        }
-        let id = self.strings.len() as u32;
-        self.strings.push(s.to_owned());
-        self.index.insert(s.to_owned(), id);
-        StrId(id)
-    }
-
-    /// The id of `s` if it was interned.
-    pub fn lookup(&self, s: &str) -> Option<StrId> {
-        self.index.get(s).map(|&i| StrId(i))
-    }
-
-    /// The string of `id`; `None` for [`StrId::NONE`] or an id out of range.
-    pub fn get(&self, id: StrId) -> Option<&str> {
-        self.strings.get(id.0 as usize).map(String::as_str)
-    }
-
-    pub fn len(&self) -> usize {
-        self.strings.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.strings.is_empty()
-    }
-
-    pub fn heap_bytes(&self) -> usize {
-        // Each string is held twice (vector and index key) plus the map's slots.
-        self.strings.iter().map(|s| 2 * s.capacity()).sum::<usize>()
-            + self.strings.capacity() * std::mem::size_of::<String>()
-            + self.index.capacity() * (std::mem::size_of::<String>() + 4 + 8)
-    }
-}
 
 /// A whole trace.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -332,6 +265,30 @@ impl Trace {
     }
 }
 
+/// The value a list sorted by event index gives event `i`.
+fn of_event<T: Copy>(list: &[(u32, T)], i: usize) -> Option<T> {
+    list.binary_search_by_key(&(i as u32), |&(e, _)| e).ok().map(|k| list[k].1)
+}
+
+/// The value a list sorted by event index ([`Trace::event_pools`], [`Trace::event_requested`])
+/// gives each of `events` events, in event order.
+pub fn per_event<T: Copy>(list: &[(u32, T)], events: usize) -> impl Iterator<Item = Option<T>> + '_ {
+    let mut listed = list.iter().peekable();
+    (0..events).map(move |i| {
+        let mut value = None;
+        while let Some(&&(e, v)) = listed.peek() {
+            if e as usize > i {
+                break;
+            }
+            if e as usize == i {
+                value = Some(v);
+            }
+            listed.next();
+        }
+        value
+    })
+}
+
 /// Heap bytes of a trace, by part.
 #[derive(Clone, Copy, Debug, Default, Serialize)]
 pub struct Footprint {
@@ -357,77 +314,5 @@ impl Footprint {
     /// Everything the trace holds, per event.
     pub fn total_bytes_per_event(&self) -> f64 {
         self.total() as f64 / self.events.max(1) as f64
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn rec(et: EventType, size: u64, totals: Option<Totals>) -> EventRecord {
-        EventRecord {
-            ts_ns: 0,
-            event_type: et,
-            phase: Phase::Other,
-            size_bytes: size,
-            address: 0,
-            layer: StrId::NONE,
-            device: 0,
-            stream: 0,
-            totals,
-        }
-    }
-
-    #[test]
-    fn totals_are_derived_and_overridden_exactly() {
-        let mut s = EventStore::new(vec![Totals { allocated_bytes: 100, reserved_bytes: 1000 }]);
-        s.push(rec(EventType::Alloc, 50, None));
-        s.push(rec(EventType::Alloc, 10, Some(Totals { allocated_bytes: 999, reserved_bytes: 2000 })));
-        s.push(rec(EventType::Free, 9, None));
-        s.push(rec(EventType::SegmentAlloc, 24, None));
-        let mut c = s.cursor();
-        assert_eq!(c.advance(), Totals { allocated_bytes: 150, reserved_bytes: 1000 });
-        assert_eq!(c.advance(), Totals { allocated_bytes: 999, reserved_bytes: 2000 });
-        assert_eq!(c.advance(), Totals { allocated_bytes: 990, reserved_bytes: 2000 });
-        assert_eq!(c.advance(), Totals { allocated_bytes: 990, reserved_bytes: 2024 });
-        assert_eq!(s.overrides.len(), 1);
-        assert_eq!(s.totals_at(2).allocated_bytes, 990);
-    }
-
-    /// ARCHITECTURE.md: a memory event costs 32 bytes of columns.
-    #[test]
-    fn a_memory_event_costs_32_bytes_of_columns() {
-        let mut s = EventStore::new(vec![Totals::default()]);
-        for i in 0..10_000u64 {
-            s.push(rec(if i % 2 == 0 { EventType::Alloc } else { EventType::Free }, 64, None));
-        }
-        s.shrink_to_fit();
-        assert_eq!(s.column_bytes(), 32 * s.len());
-    }
-
-    #[test]
-    fn random_access_matches_cursor_across_checkpoints() {
-        let mut s = EventStore::new(vec![Totals::default()]);
-        for i in 0..5000u64 {
-            let et = if i % 3 == 2 { EventType::Free } else { EventType::Alloc };
-            let totals = (i % 1000 == 7).then_some(Totals { allocated_bytes: i * 7, reserved_bytes: i });
-            s.push(rec(et, i % 17 + 1, totals));
-        }
-        let mut c = s.cursor();
-        let walked: Vec<Totals> = (0..s.len()).map(|_| c.advance()).collect();
-        for i in [0, 1, 1023, 1024, 1025, 2047, 3000, 4999] {
-            assert_eq!(s.totals_at(i), walked[i], "event {i}");
-        }
-        let mut copy: EventStore = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
-        copy.rebuild_index();
-        assert_eq!(copy.totals_at(4999), walked[4999]);
-        assert_eq!(copy.totals_at(2500), walked[2500]);
-    }
-
-    #[test]
-    fn fragmentation_ratio_is_zero_without_reserve() {
-        assert_eq!(Totals::default().fragmentation_ratio(), 0.0);
-        let t = Totals { allocated_bytes: 25, reserved_bytes: 100 };
-        assert!((t.fragmentation_ratio() - 0.75).abs() < 1e-12);
     }
 }

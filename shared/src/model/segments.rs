@@ -1,6 +1,6 @@
-//! The allocator's state as a snapshot gives it: segments, their blocks and pools.
+//! The caching allocator's state: segments, their blocks, and memory pools' ids.
 
-use super::*;
+use serde::{Deserialize, Serialize};
 
 /// State of one allocator block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -25,14 +25,14 @@ pub struct BlockInfo {
 pub struct SegmentInfo {
     pub address: u64,
     pub size_bytes: u64,
-    /// Index into [`Trace::devices`].
+    /// Index into [`Trace::devices`](super::Trace::devices).
     pub device: u8,
     pub stream: u16,
     /// `small` (2 MiB segments for requests ≤ 1 MiB) or `large`.
     pub pool: Pool,
     pub blocks: Vec<BlockInfo>,
-    /// The private memory pool that owns the segment (index into [`Trace::pools`]); `None` for
-    /// the device's default pool.
+    /// The private memory pool that owns the segment (index into
+    /// [`Trace::pools`](super::Trace::pools)); `None` for the device's default pool.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub private_pool: Option<u16>,
 }
@@ -42,4 +42,15 @@ pub struct SegmentInfo {
 pub enum Pool {
     Small,
     Large,
+}
+
+/// A memory pool's id as PyTorch gives it (`MempoolId_t`): `(0, 0)` is a device's default
+/// pool; CUDA graph captures and `torch.cuda.MemPool`s own private ones.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct PoolId(pub i64, pub i64);
+
+impl std::fmt::Display for PoolId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "({}, {})", self.0, self.1)
+    }
 }

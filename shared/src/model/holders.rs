@@ -1,7 +1,7 @@
-//! What events carry besides memory, as lists sorted by event: holders ([`EventHolder`]), private
-//! pools, notes; and the trace's marks, iteration spans and device samples.
+//! Who held each allocation and when ([`EventHolder`], by [`HolderKind`]).
 
-use super::*;
+use super::StrId;
+use serde::{Deserialize, Serialize};
 
 /// What keeps an allocation alive.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -105,97 +105,4 @@ pub struct EventHolder {
     /// When it let go, if before the block's free.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub released_ns: Option<u64>,
-}
-
-/// The value a list sorted by event index gives event `i`.
-pub(super) fn of_event<T: Copy>(list: &[(u32, T)], i: usize) -> Option<T> {
-    list.binary_search_by_key(&(i as u32), |&(e, _)| e).ok().map(|k| list[k].1)
-}
-
-/// The value a list sorted by event index ([`Trace::event_pools`], [`Trace::event_requested`])
-/// gives each of `events` events, in event order.
-pub fn per_event<T: Copy>(list: &[(u32, T)], events: usize) -> impl Iterator<Item = Option<T>> + '_ {
-    let mut listed = list.iter().peekable();
-    (0..events).map(move |i| {
-        let mut value = None;
-        while let Some(&&(e, v)) = listed.peek() {
-            if e as usize > i {
-                break;
-            }
-            if e as usize == i {
-                value = Some(v);
-            }
-            listed.next();
-        }
-        value
-    })
-}
-
-/// A memory pool's id as PyTorch gives it (`MempoolId_t`): `(0, 0)` is a device's default
-/// pool; CUDA graph captures and `torch.cuda.MemPool`s own private ones.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct PoolId(pub i64, pub i64);
-
-impl std::fmt::Display for PoolId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "({}, {})", self.0, self.1)
-    }
-}
-
-/// What kind of text an [`EventNote`] is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum NoteKind {
-    /// The thread's metadata when the event happened (`torch.cuda.memory._set_memory_metadata`):
-    /// text, or compact JSON text when a dict was set.
-    UserMetadata,
-    /// Attached later to the live allocation the event made
-    /// (`torch.cuda.memory._annotate_tensor`), at `ts_ns`, from the stack `stack`.
-    Annotation,
-    /// A tag of the allocator's own (`internal_metadata`, e.g. `mallocWithAddress`).
-    Internal,
-}
-
-/// Text attached to one event.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct EventNote {
-    /// Index of the event: for an annotation, the allocation it names.
-    pub event: u32,
-    pub kind: NoteKind,
-    pub text: StrId,
-    /// When the text was attached (the event's own time, or the annotation's).
-    pub ts_ns: u64,
-    /// The annotating call's stack (index into [`StackTable::stacks`]), for annotations.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub stack: Option<u32>,
-}
-
-/// A named moment of a run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Mark {
-    pub ts_ns: u64,
-    pub name: StrId,
-    /// The program's value for it (a counter unless it gave one).
-    pub value: i64,
-    /// The rank that marked it, in a merged trace.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rank: Option<u32>,
-}
-
-/// One iteration of the traced loop.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct IterationSpan {
-    pub index: u32,
-    pub start_ns: u64,
-    pub end_ns: u64,
-}
-
-/// The driver's view of a device's memory at one moment (`cuMemGetInfo`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DeviceSample {
-    pub ts_ns: u64,
-    /// Index into `Trace::devices`.
-    pub device: u8,
-    pub used_bytes: u64,
-    pub total_bytes: u64,
 }

@@ -1,49 +1,8 @@
-//! What ran besides memory: operators with their tensors, module scopes, and the interned stack
-//! frames allocations carry.
+//! Call stacks of allocations, interned: each frame once, each stack a list of frame indices.
 
-use super::*;
-
-/// A tensor an operator read or wrote.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TensorRef {
-    /// Storage pointer (or another stable id of the storage); 0 when the source has none.
-    pub storage_id: u64,
-    pub size_bytes: u64,
-    /// Index into [`Trace::shapes`]; `u32::MAX` when unknown.
-    pub shape: u32,
-}
-
-/// An operator execution (forward op, autograd node, optimizer kernel ...).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct OperatorEvent {
-    pub name: StrId,
-    pub phase: Phase,
-    /// Autograd sequence number; -1 when the op has none.
-    pub seq_nr: i64,
-    pub start_ns: u64,
-    pub end_ns: u64,
-    pub thread: u64,
-    /// The forward thread of a backward node (pairs it with its forward op); 0 when unknown.
-    pub fwd_thread: u64,
-    /// Innermost layer scope (module path) the op ran in.
-    pub layer: StrId,
-    /// Range into [`Trace::tensors`].
-    pub inputs: (u32, u32),
-    /// Range into [`Trace::tensors`].
-    pub outputs: (u32, u32),
-}
-
-/// A named scope: a module path such as `layer1.0.conv1`, `optimizer.step`, an iteration.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct LayerScope {
-    pub name: StrId,
-    pub start_ns: u64,
-    pub end_ns: u64,
-    /// Nesting depth, 0 for outermost.
-    pub depth: u16,
-    pub phase: Phase,
-    pub thread: u64,
-}
+use super::StrId;
+use crate::hash::FastMap as HashMap;
+use serde::{Deserialize, Serialize};
 
 /// One stack frame of an allocation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -63,9 +22,9 @@ pub struct StackTable {
     /// (event index, stack index), sorted by event index.
     pub event_stacks: Vec<(u32, u32)>,
     #[serde(skip)]
-    pub(super) frame_index: HashMap<Frame, u32>,
+    frame_index: HashMap<Frame, u32>,
     #[serde(skip)]
-    pub(super) stack_index: HashMap<Vec<u32>, u32>,
+    stack_index: HashMap<Vec<u32>, u32>,
 }
 
 impl StackTable {

@@ -1,8 +1,16 @@
-//! Opening a trace in a [`Session`]: a file or a reader (a snapshot, a trace, a batch sweep), or
-//! several files as the ranks of one job, and the [`Overview`] the page first draws, of the whole
-//! job or of one rank.
+//! The overview: everything the page draws without asking again, sent once a file opens
+//! (summary, layers, profile, flame graph, phase and layer bands, ranks, leaks).
 
-use super::*;
+use crate::analysis::flame::{flame_graph, FlameGraph};
+use crate::analysis::iterations::is_iteration_scope;
+use crate::analysis::profile::{graph_profile, GraphProfile};
+use crate::analysis::sweep::RankPoint;
+use crate::analysis::{self, FragmentationStats, LayerMemoryStats, Summary};
+use crate::model::{Phase, Trace};
+use serde::{Deserialize, Serialize};
+
+/// Subtrees of the flame graph below this share of the root (in both weights) are left out.
+pub const FLAME_MIN_SHARE: f64 = 1e-4;
 
 /// Everything the page draws without asking again, sent once after loading.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -91,48 +99,80 @@ pub struct RankDevice {
     pub events: usize,
 }
 
-/// Why files could not be opened as the ranks of one job.
-#[derive(Debug, thiserror::Error)]
-pub enum RanksError {
-    #[error("{file_name}: {message}")]
-    File { file_name: String, message: String },
-    /// The files were recorded far apart in time: merging them is possible when asked.
-    #[error(
-        "{a} ({a_span}) and {b} ({b_span}) were recorded at different times, so they are not ranks of one run; \
-         expected the files of one run (or merge them anyway)"
-    )]
-    Disjoint { a: String, a_span: String, b: String, b_span: String },
-    #[error(transparent)]
-    Merge(MergeError),
+/// A labelled stretch of time, seconds since trace start.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Band {
+    pub start_s: f64,
+    pub end_s: f64,
+    pub label: String,
+    pub phase: Phase,
 }
 
-impl RanksError {
-    /// True when merging with `allow_disjoint` would succeed past this error.
-    pub fn can_merge_anyway(&self) -> bool {
-        matches!(self, RanksError::Disjoint { .. })
+/// Bands as they are written: one list per field, each label once. A long run's snapshot holds
+/// thousands of top-level layer calls under a few names (9 062 in a 57.5 MB one: 979 KB of
+/// JSON as a list of objects, most of the overview the page reads when a file opens).
+mod band_columns {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    use super::Band;
+    use crate::hash::FastMap;
+    use crate::model::Phase;
+
+    #[derive(Serialize, Deserialize)]
+    struct Columns {
+        labels: Vec<String>,
+        /// Index into `labels` of each band's label.
+        label: Vec<u32>,
+        phase: Vec<Phase>,
+        start_s: Vec<f64>,
+        end_s: Vec<f64>,
     }
-}
 
-impl From<MergeError> for RanksError {
-    fn from(e: MergeError) -> Self {
-        match e {
-            MergeError::Disjoint { a, a_span, b, b_span } => RanksError::Disjoint { a, a_span, b, b_span },
-            other => RanksError::Merge(other),
+    pub fn serialize<S: Serializer>(bands: &[Band], s: S) -> Result<S::Ok, S::Error> {
+        let mut index: FastMap<&str, u32> = FastMap::default();
+        let mut c = Columns {
+            labels: Vec::new(),
+            label: Vec::with_capacity(bands.len()),
+            phase: bands.iter().map(|b| b.phase).collect(),
+            start_s: bands.iter().map(|b| b.start_s).collect(),
+            end_s: bands.iter().map(|b| b.end_s).collect(),
+        };
+        for b in bands {
+            let next = index.len() as u32;
+            let id = *index.entry(b.label.as_str()).or_insert(next);
+            if id == next {
+                c.labels.push(b.label.clone());
+            }
+            c.label.push(id);
         }
+        c.serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Band>, D::Error> {
+        let c = Columns::deserialize(d)?;
+        let n = c.label.len();
+        crate::analysis::same_lengths(
+            "a band list",
+            &[("label", n), ("phase", c.phase.len()), ("start_s", c.start_s.len()), ("end_s", c.end_s.len())],
+        )
+        .map_err(serde::de::Error::custom)?;
+        (0..n)
+            .map(|i| {
+                let label = c
+                    .labels
+                    .get(c.label[i] as usize)
+                    .ok_or_else(|| serde::de::Error::custom(format!("band {i} names label {}, of {}", c.label[i], c.labels.len())))?;
+                Ok(Band { start_s: c.start_s[i], end_s: c.end_s[i], label: label.clone(), phase: c.phase[i] })
+            })
+            .collect()
     }
 }
 
-/// What a file turned out to be.
-pub enum Opened {
-    Trace(Box<Session>, Box<Overview>),
-    /// A sweep file: curves only.
-    Sweep(Box<Overview>),
-}
-
-pub(super) fn looks_like_sweep(bytes: &[u8]) -> bool {
-    let head = &bytes[..bytes.len().min(512)];
-    // Lossy: the cut at 512 bytes may split a character.
-    bytes.first() == Some(&b'{') && String::from_utf8_lossy(head).contains(SWEEP_FORMAT)
+/// One memory-vs-rank curve of an overlay.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Curve {
+    pub label: String,
+    pub points: Vec<RankPoint>,
 }
 
 /// Everything drawn without asking again; `device` is the peak's ([`analysis::peak_device`]).
@@ -208,6 +248,11 @@ pub(super) fn overview_of(trace: &Trace, device: u8, file_name: &str, file_bytes
     }
 }
 
+/// Seconds from the trace's start to its last event.
+pub(super) fn duration_s(trace: &Trace) -> f64 {
+    trace.events.ts_ns.last().map_or(0.0, |&t| t.saturating_sub(trace.start_ns()) as f64 * 1e-9)
+}
+
 /// The ranks of `whole` when it has two or more, with `selected` the rank shown.
 pub(super) fn rank_set(whole: &Trace, selected: Option<u32>) -> Option<RankSet> {
     if crate::merge::ranks(whole).len() < 2 {
@@ -249,132 +294,4 @@ pub(super) fn rank_set(whole: &Trace, selected: Option<u32>) -> Option<RankSet> 
         duration_s: duration_s(whole),
         devices,
     })
-}
-
-impl Session {
-    /// Imports `bytes` (any format [`crate::import`] reads, or a sweep file) and computes the
-    /// overview. `progress` is told each stage as it starts.
-    pub fn open(file_name: &str, bytes: &[u8], mut progress: impl FnMut(&str)) -> Result<Opened, String> {
-        if looks_like_sweep(bytes) {
-            let sweep = read_sweep(bytes).map_err(|e| e.to_string())?;
-            let curves = sweep
-                .runs
-                .iter()
-                .filter(|r| !r.curve.is_empty())
-                .map(|r| Curve { label: format!("{} batch {}", sweep.model, r.batch_size), points: r.curve.clone() })
-                .collect();
-            let empty = Trace::new(crate::model::TraceMeta::new(crate::model::SourceFormat::MemoryTracer));
-            let mut overview = overview_of(&empty, 0, file_name, bytes.len() as u64, &mut progress);
-            overview.curves = curves;
-            overview.profile_error = Some("a sweep file holds curves only; open one of its traces for the other views".into());
-            return Ok(Opened::Sweep(Box::new(overview)));
-        }
-        progress("parsing");
-        let trace = crate::import(bytes, &crate::ImportOptions::default()).map_err(|e| e.to_string())?;
-        Ok(Self::opened(trace, file_name, bytes.len() as u64, &mut progress))
-    }
-
-    /// A trace just imported from `file_name`, with its overview.
-    pub(super) fn opened(trace: Trace, file_name: &str, file_bytes: u64, progress: &mut impl FnMut(&str)) -> Opened {
-        let stem = file_name.split('.').next().filter(|s| !s.is_empty()).unwrap_or("trace");
-        Self::start(trace, file_name, file_bytes, stem, progress)
-    }
-
-    /// Like [`Session::open`], with the file read from `reader` as it is imported, so that it
-    /// is never held whole; `file_bytes` is its size.
-    pub fn open_reader(
-        file_name: &str,
-        file_bytes: u64,
-        mut reader: impl std::io::Read,
-        mut progress: impl FnMut(&str),
-    ) -> Result<Opened, String> {
-        use std::io::Read as _;
-        let mut head = Vec::new();
-        (&mut reader).take(512).read_to_end(&mut head).map_err(|e| format!("reading {file_name} failed: {e}"))?;
-        if looks_like_sweep(&head) {
-            // A sweep file is a small JSON document: read it whole.
-            reader.read_to_end(&mut head).map_err(|e| format!("reading {file_name} failed: {e}"))?;
-            return Self::open(file_name, &head, progress);
-        }
-        progress("parsing");
-        let trace =
-            crate::import::import_reader(head.as_slice().chain(reader), &crate::ImportOptions::default()).map_err(|e| e.to_string())?;
-        Ok(Self::opened(trace, file_name, file_bytes, &mut progress))
-    }
-
-    /// Opens `files` (name, bytes), one trace per rank of a job, merged into one trace. Each
-    /// file's rank is the one its process recorded, else `rank<N>` in its name, else its
-    /// position ([`crate::rank_files`]), as `collector merge` does.
-    pub fn open_ranks(files: &[(String, Vec<u8>)], options: &MergeOptions, mut progress: impl FnMut(&str)) -> Result<Opened, RanksError> {
-        let n = files.len();
-        let mut traces = Vec::with_capacity(n);
-        for (k, (name, bytes)) in files.iter().enumerate() {
-            progress(&format!("parsing {name} ({} of {n})", k + 1));
-            let failed = |message: String| RanksError::File { file_name: name.clone(), message };
-            if looks_like_sweep(bytes) {
-                return Err(failed("a batch sweep holds curves, not the trace of a rank; expected one trace per rank".into()));
-            }
-            traces.push(crate::import(bytes, &crate::ImportOptions::default()).map_err(|e| failed(e.to_string()))?);
-        }
-        let ranks = crate::rank_files::assign_ranks(files.iter().map(|f| f.0.as_str()).zip(&traces));
-        let inputs =
-            traces.into_iter().zip(ranks).zip(files).map(|((trace, rank), (name, _))| MergeInput { trace, rank, label: name.clone() });
-        progress(&format!("merging {n} ranks"));
-        let merged = merge_with(inputs.collect(), options)?;
-        let name = files.iter().map(|f| f.0.as_str()).collect::<Vec<_>>().join(" + ");
-        let bytes = files.iter().map(|f| f.1.len() as u64).sum();
-        Ok(Self::start(merged, &name, bytes, "merged", &mut progress))
-    }
-
-    pub(super) fn start(whole: Trace, file_name: &str, file_bytes: u64, export_stem: &str, progress: &mut impl FnMut(&str)) -> Opened {
-        let mut session = Session {
-            whole,
-            rank: None,
-            device: 0,
-            ops_at_event: Vec::new(),
-            file_name: file_name.to_owned(),
-            file_bytes,
-            export_stem: export_stem.to_owned(),
-            index: None,
-            pairs: None,
-            categories: Vec::new(),
-            whatif: None,
-        };
-        let overview = session.overview(progress);
-        Opened::Trace(Box::new(session), Box::new(overview))
-    }
-
-    /// Shows `rank` (or the whole trace) from now on; the overview of what is shown.
-    pub(super) fn show(&mut self, rank: Option<u32>, progress: &mut impl FnMut(&str)) -> Result<Overview, String> {
-        self.rank = match rank {
-            None => None,
-            Some(r) => {
-                let known = crate::merge::ranks(&self.whole);
-                let trace = rank_trace(&self.whole, r).ok_or_else(|| format!("this trace has no rank {r}: expected one of {known:?}"))?;
-                Some((r, trace))
-            }
-        };
-        Ok(self.overview(progress))
-    }
-
-    /// The overview of the trace shown; sets the device and operators later answers use.
-    pub(super) fn overview(&mut self, progress: &mut impl FnMut(&str)) -> Overview {
-        let rank = self.rank.as_ref().map(|(r, _)| *r);
-        let trace = self.trace();
-        // One pass finds the peak's device, for the overview and every later answer.
-        let device = analysis::peak_device(trace);
-        let ops_at_event = innermost_ops(trace);
-        let mut overview = overview_of(trace, device, &self.name(), self.file_bytes, progress);
-        progress("categorising allocations");
-        let categories = analysis::categories::categorize(trace);
-        overview.categories_at_peak = analysis::categories::bytes_at(trace, &categories, overview.summary.peak_event_index);
-        overview.ranks = rank_set(&self.whole, rank);
-        self.categories = categories;
-        self.device = device;
-        self.ops_at_event = ops_at_event;
-        self.index = Some(TimelineIndex::new(self.trace()));
-        self.pairs = None;
-        self.whatif = None;
-        overview
-    }
 }
