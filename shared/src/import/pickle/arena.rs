@@ -1,7 +1,8 @@
-//! Where unpickled values live: the arena of [`Value`]s by id, with the memo's references
-//! counted so that values nothing can reach again are freed as the stream goes.
+//! The arena of values and the memo: slots count their holders and are given back once nothing
+//! holds or names them.
 
-use super::*;
+use super::value::Value;
+use super::{is_opaque, ValueId, FIRST_OPAQUE};
 
 /// The pickle memo. Pickler writes keys 0, 1, 2, ... so they live in a vector; other keys
 /// (legal, but never written by Python) go to a map. The vector only grows by appending, so
@@ -9,14 +10,14 @@ use super::*;
 /// a hostile key cannot make it large.
 #[derive(Default)]
 pub(super) struct Memo {
-    pub(super) dense: Vec<ValueId>,
-    pub(super) sparse: crate::hash::FastMap<u32, ValueId>,
+    dense: Vec<ValueId>,
+    sparse: crate::hash::FastMap<u32, ValueId>,
     /// Distinct keys defined (MEMOIZE uses it as its key).
     pub(super) count: u32,
 }
 
 impl Memo {
-    pub(super) fn insert(&mut self, key: u32, id: ValueId) {
+    fn insert(&mut self, key: u32, id: ValueId) {
         let k = key as usize;
         let fresh = if k < self.dense.len() {
             self.dense[k] = id;
@@ -41,33 +42,33 @@ impl Memo {
 }
 
 /// [`Arena::memo_key_of`] of a slot that no memo key names alone.
-pub(super) const NO_KEY: u32 = u32::MAX;
+const NO_KEY: u32 = u32::MAX;
 
 /// What a hook's opaque id reads as through [`Arena::get`].
-pub(super) static OPAQUE_VALUE: Value = Value::None;
+static OPAQUE_VALUE: Value = Value::None;
 
 /// Set on a slot that a memo key names (the key is in [`Arena::memo_key_of`] for containers).
-pub(super) const MEMOIZED: u8 = 1;
+const MEMOIZED: u8 = 1;
 /// Set on a slot that is never given back: a memoized string or scalar, a value that two memo
 /// keys named, the first memoized string of its text.
-pub(super) const PINNED: u8 = 2;
+const PINNED: u8 = 2;
 /// Set on a slot given back to the arena, until it is reused.
-pub(super) const FREED: u8 = 4;
+const FREED: u8 = 4;
 
 /// The values of a pickle, with the memo. Every slot counts its holders (the stack, containers);
 /// a slot that no holder and no memo key names any more is given back and reused.
 #[derive(Default)]
 pub struct Arena {
     pub(super) values: Vec<Value>,
-    pub(super) flags: Vec<u8>,
-    pub(super) refs: Vec<u32>,
-    pub(super) free: Vec<ValueId>,
+    flags: Vec<u8>,
+    refs: Vec<u32>,
+    free: Vec<ValueId>,
     pub(super) memo: Memo,
     /// The memo key of each slot's container ([`NO_KEY`] if none), so that [`Arena::forget_memo`]
     /// can point the key at a hook's opaque id.
-    pub(super) memo_key_of: Vec<u32>,
+    memo_key_of: Vec<u32>,
     /// [`Arena::release`]'s work list, kept to save an allocation per release.
-    pub(super) work: Vec<ValueId>,
+    work: Vec<ValueId>,
     /// The first memoized string of each text (see [`Arena::memoize`]).
     pub(super) strings: crate::hash::FastMap<Box<str>, ValueId>,
     /// The shared slots of the ints 0 to 255, None, True and False.
@@ -75,6 +76,11 @@ pub struct Arena {
 }
 
 impl Arena {
+    /// An empty arena, its shared slots of small values not made yet.
+    pub(super) fn new() -> Arena {
+        Arena { small: vec![None; 259], ..Arena::default() }
+    }
+
     /// The value `id`; a hook's opaque id reads as `None`.
     pub fn get(&self, id: ValueId) -> &Value {
         self.values.get(id as usize).unwrap_or(&OPAQUE_VALUE)
@@ -176,7 +182,7 @@ impl Arena {
 
     /// Frees `id` (held and named by nothing) and, depth first without recursion, every value
     /// that only it held.
-    pub(super) fn release(&mut self, id: ValueId) {
+    fn release(&mut self, id: ValueId) {
         let mut work = std::mem::take(&mut self.work);
         work.push(id);
         self.flags[id as usize] = FREED;
@@ -218,9 +224,7 @@ impl Arena {
             _ => None,
         }
     }
-}
 
-impl Arena {
     /// Records that memo `key` names `id`, and returns the value the stack should hold: a
     /// fresh string equal to one memoized before becomes that one (Python memoizes every
     /// string object, and snapshots hold a new `"N/A"` object per entry; without this each
@@ -252,7 +256,7 @@ impl Arena {
 
     /// `id` if it is not a fresh string; else the first memoized string equal to it (`id`'s
     /// slot given back), or `id` itself, remembered as the first.
-    pub(super) fn canonical_str(&mut self, id: ValueId) -> ValueId {
+    fn canonical_str(&mut self, id: ValueId) -> ValueId {
         if is_opaque(id) || self.flags[id as usize] != 0 || self.refs[id as usize] != 1 {
             return id;
         }

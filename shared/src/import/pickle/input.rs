@@ -1,7 +1,7 @@
-//! The bytes in: a buffered reader with the position of every read for errors, bounded
-//! arguments, and strings too long to keep read past in pieces.
+//! The pickle's bytes, read through a window that grows only to the longest argument.
 
-use super::*;
+use crate::import::ImportError;
+use std::io::Read;
 
 /// Longest string, bytes or integer argument read: the window holds one whole, and no plain
 /// data a snapshot holds comes near it.
@@ -11,13 +11,13 @@ pub(super) const CUT_STRING_KEEPS: usize = 64 << 10;
 
 /// The input, read through a window that grows only to the longest argument.
 pub(super) struct Input<R> {
-    pub(super) src: R,
+    src: R,
     pub(super) buf: Vec<u8>,
     pub(super) start: usize,
     pub(super) end: usize,
     /// Offset in the input of `buf[start]`.
     pub(super) offset: u64,
-    pub(super) eof: bool,
+    eof: bool,
 }
 
 impl<R: Read> Input<R> {
@@ -158,25 +158,4 @@ impl<R: Read> Input<R> {
             }
         }
     }
-}
-
-/// A little-endian two's complement integer (LONG1, LONG4) as an `i64`, or `None` when it
-/// needs more than 64 bits.
-pub(super) fn long_from_le(bytes: &[u8]) -> Option<i64> {
-    if bytes.is_empty() {
-        return Some(0);
-    }
-    if bytes.len() > 8 {
-        // Python's encoder adds a sign byte; accept it when it carries no information.
-        let (low, high) = bytes.split_at(8);
-        let sign = if low[7] & 0x80 != 0 { 0xff } else { 0 };
-        if high.iter().any(|&b| b != sign) {
-            return None;
-        }
-        return long_from_le(low);
-    }
-    let neg = bytes[bytes.len() - 1] & 0x80 != 0;
-    let mut a = if neg { [0xffu8; 8] } else { [0u8; 8] };
-    a[..bytes.len()].copy_from_slice(bytes);
-    Some(i64::from_le_bytes(a))
 }

@@ -1,73 +1,43 @@
-//! The pickle machine: each opcode of protocols 0–5 run against the stack, the memo and the
-//! arena, and the integers the long opcodes carry.
+//! The opcode machine: reads opcodes from the input and applies them to the stack, the arena
+//! and the memo, passing list items through the hook.
 
-use super::*;
+use super::arena::Arena;
+use super::input::{Input, CUT_STRING_KEEPS, MAX_ARGUMENT_BYTES};
+use super::read_ahead::{Flat, FlatDict, FlatReader, FLAT_LOOKAHEAD};
+use super::value::{decimal_value, long_value, Value, MAX_DIGITS};
+use super::{Hook, Pickle, ValueId};
+use crate::import::ImportError;
+use std::io::Read;
 
-/// Most digits of a text integer (INT, LONG), as Python's own limit for converting text to int
-/// (`sys.get_int_max_str_digits()`).
-pub(super) const MAX_DIGITS: usize = 4300;
-
-/// A decimal integer (`-12`, `18446744073709551615`) as Python reads it, or `None` if it is
-/// not one or has more than [`MAX_DIGITS`] digits.
-pub(super) fn decimal_value(s: &str) -> Option<Value> {
-    if let Ok(v) = s.parse::<i64>() {
-        return Some(Value::Int(v));
-    }
-    let (neg, digits) = match s.strip_prefix('-') {
-        Some(d) => (true, d),
-        None => (false, s.strip_prefix('+').unwrap_or(s)),
+/// Runs the machine over `src` to its STOP ([`super::parse_stream`]).
+pub(super) fn run(src: impl Read, size_hint: Option<u64>, hook: &mut impl Hook) -> Result<Pickle, ImportError> {
+    let mut vm = Vm {
+        r: Input::new(src),
+        a: Arena::new(),
+        stack: Vec::new(),
+        marks: Vec::new(),
+        protocol: 0,
+        size_hint,
+        hook,
+        flat_items: Vec::new(),
+        flat_lists: Vec::new(),
+        pairs: Default::default(),
     };
-    if digits.is_empty() || digits.len() > MAX_DIGITS || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    // Magnitude, little-endian, then two's complement with a sign byte.
-    let mut mag: Vec<u8> = vec![0];
-    for d in digits.bytes() {
-        let mut carry = u32::from(d - b'0');
-        for b in &mut mag {
-            let v = u32::from(*b) * 10 + carry;
-            *b = v as u8;
-            carry = v >> 8;
+    loop {
+        let at = vm.r.pos();
+        let Some(op) = vm.r.opcode()? else {
+            return Err(perr(at, "truncated: the pickle ends before its STOP opcode"));
+        };
+        if op == b'.' {
+            return vm.stop(op, at);
         }
-        if carry > 0 {
-            mag.push(carry as u8);
-        }
-    }
-    mag.push(0);
-    if neg {
-        let mut carry = 1u16;
-        for b in &mut mag {
-            let v = u16::from(!*b) + carry;
-            *b = v as u8;
-            carry = v >> 8;
-        }
-    }
-    Some(long_value(&mag))
-}
-
-/// An integer of LONG1 or LONG4 bytes, as Python reads it: an `Int` where it fits, else a
-/// `BigInt`.
-pub(super) fn long_value(bytes: &[u8]) -> Value {
-    match long_from_le(bytes) {
-        Some(v) => Value::Int(v),
-        None => {
-            // Without redundant sign bytes, so that equal integers hold equal bytes.
-            let mut b = bytes;
-            while let [rest @ .., x, last] = b {
-                if (*last == 0 && x & 0x80 == 0) || (*last == 0xff && x & 0x80 != 0) {
-                    b = &b[..rest.len() + 1];
-                } else {
-                    break;
-                }
-            }
-            Value::BigInt(b.into())
-        }
+        vm.step(op, at)?;
     }
 }
 
 /// The top of the stack if it lies above the last MARK (`floor`): values below a MARK belong
 /// to it, as in CPython's unpickler.
-pub(super) fn top_above(stack: &[ValueId], floor: usize) -> Option<ValueId> {
+fn top_above(stack: &[ValueId], floor: usize) -> Option<ValueId> {
     if stack.len() > floor {
         stack.last().copied()
     } else {
@@ -75,29 +45,33 @@ pub(super) fn top_above(stack: &[ValueId], floor: usize) -> Option<ValueId> {
     }
 }
 
+fn perr(at: usize, reason: impl Into<String>) -> ImportError {
+    ImportError::Pickle { offset: at, reason: reason.into() }
+}
+
 /// The pickle machine: the input, the arena, the stack and its marks. Its methods take the
 /// opcode and its offset (`at`, for errors), read the opcode's arguments and apply it.
-pub(super) struct Vm<'h, R, H> {
-    pub(super) r: Input<R>,
-    pub(super) a: Arena,
-    pub(super) stack: Vec<ValueId>,
+struct Vm<'h, R, H> {
+    r: Input<R>,
+    a: Arena,
+    stack: Vec<ValueId>,
     /// Stack lengths at each MARK.
-    pub(super) marks: Vec<usize>,
-    pub(super) protocol: u8,
-    pub(super) size_hint: Option<u64>,
-    pub(super) hook: &'h mut H,
+    marks: Vec<usize>,
+    protocol: u8,
+    size_hint: Option<u64>,
+    hook: &'h mut H,
     /// A [`FlatDict`]'s items and list items, kept to save allocations.
-    pub(super) flat_items: Vec<(ValueId, Flat)>,
-    pub(super) flat_lists: Vec<ValueId>,
+    flat_items: Vec<(ValueId, Flat)>,
+    flat_lists: Vec<ValueId>,
     /// The tuple each fresh pair of integers read ahead stands for, by value.
-    pub(super) pairs: crate::hash::FastMap<(i64, i64), ValueId>,
+    pairs: crate::hash::FastMap<(i64, i64), ValueId>,
 }
 
 /// Control: one step, the stack and the end.
 impl<R: Read, H: Hook> Vm<'_, R, H> {
     /// Applies opcode `op` (anything but STOP), sending it to the method of its kind.
     #[inline(always)]
-    pub(super) fn step(&mut self, op: u8, at: usize) -> Result<(), ImportError> {
+    fn step(&mut self, op: u8, at: usize) -> Result<(), ImportError> {
         match op {
             b'}' if H::TAKES_FLAT_DICTS && self.appending() && self.flat_dict()? => Ok(()),
             0x80 | 0x95 => self.framing(op, at),
@@ -115,7 +89,7 @@ impl<R: Read, H: Hook> Vm<'_, R, H> {
     }
 
     /// PROTO (checks the version) and FRAME (ignored: the input is read as one stream).
-    pub(super) fn framing(&mut self, op: u8, at: usize) -> Result<(), ImportError> {
+    fn framing(&mut self, op: u8, at: usize) -> Result<(), ImportError> {
         if op == 0x80 {
             self.protocol = self.r.u8()?;
             if self.protocol > 5 {
@@ -129,7 +103,7 @@ impl<R: Read, H: Hook> Vm<'_, R, H> {
 
     /// STOP: takes the machine; gives the pickle whose root is the top of the stack, if the
     /// input ends there.
-    pub(super) fn stop(mut self, op: u8, at: usize) -> Result<Pickle, ImportError> {
+    fn stop(mut self, op: u8, at: usize) -> Result<Pickle, ImportError> {
         let root = self.pop(op, at)?;
         let input_bytes = self.r.offset;
         let rest = self.r.remaining()?;
@@ -140,7 +114,7 @@ impl<R: Read, H: Hook> Vm<'_, R, H> {
     }
 
     /// MARK, POP, POP_MARK and DUP.
-    pub(super) fn stack_op(&mut self, op: u8, at: usize) -> Result<(), ImportError> {
+    fn stack_op(&mut self, op: u8, at: usize) -> Result<(), ImportError> {
         match op {
             b'(' => self.marks.push(self.stack.len()),
             // POP of a MARK with nothing above it drops the mark (CPython's load_pop).
@@ -166,12 +140,12 @@ impl<R: Read, H: Hook> Vm<'_, R, H> {
     /// Stack length at the last MARK: values below it belong to the mark, and no opcode but the
     /// mark's own may take them (as in CPython's unpickler, "unpickling stack underflow").
     #[inline]
-    pub(super) fn floor(&self) -> usize {
+    fn floor(&self) -> usize {
         self.marks.last().copied().unwrap_or(0)
     }
 
     #[inline]
-    pub(super) fn pop(&mut self, op: u8, at: usize) -> Result<ValueId, ImportError> {
+    fn pop(&mut self, op: u8, at: usize) -> Result<ValueId, ImportError> {
         if self.stack.len() <= self.floor() {
             return Err(perr(at, format!("opcode 0x{op:02x} needs a value but the stack is empty above its last MARK")));
         }
@@ -179,13 +153,13 @@ impl<R: Read, H: Hook> Vm<'_, R, H> {
     }
 
     #[inline]
-    pub(super) fn pop_mark(&mut self, op: u8, at: usize) -> Result<usize, ImportError> {
+    fn pop_mark(&mut self, op: u8, at: usize) -> Result<usize, ImportError> {
         self.marks.pop().ok_or_else(|| perr(at, format!("opcode 0x{op:02x} needs a MARK but there is none")))
     }
 
     /// Puts `v` in a new slot on the stack.
     #[inline]
-    pub(super) fn push(&mut self, v: Value) -> Result<(), ImportError> {
+    fn push(&mut self, v: Value) -> Result<(), ImportError> {
         let id = self.a.alloc(v, self.size_hint).map_err(|e| self.r.err(self.r.pos(), e))?;
         self.stack.push(id);
         Ok(())
@@ -194,7 +168,7 @@ impl<R: Read, H: Hook> Vm<'_, R, H> {
     /// Puts the shared slot `k` of an immutable value (None, True, False, the one-byte ints)
     /// on the stack, so that a list of a billion Nones costs its list, not a billion values.
     #[inline]
-    pub(super) fn push_small(&mut self, k: usize, v: Value) -> Result<(), ImportError> {
+    fn push_small(&mut self, k: usize, v: Value) -> Result<(), ImportError> {
         let id = match self.a.small[k] {
             Some(id) => {
                 self.a.add_ref(id);
@@ -216,7 +190,7 @@ impl<R: Read, H: Hook> Vm<'_, R, H> {
 impl<R: Read, H: Hook> Vm<'_, R, H> {
     /// True if the values above the last MARK are to be appended to a list (APPENDS), as a
     /// list's items are.
-    pub(super) fn appending(&self) -> bool {
+    fn appending(&self) -> bool {
         let floor = self.floor();
         let below = if self.marks.len() >= 2 { self.marks[self.marks.len() - 2] } else { 0 };
         !self.marks.is_empty() && floor > below && matches!(self.a.get(self.stack[floor - 1]), Value::List(_))
@@ -225,7 +199,7 @@ impl<R: Read, H: Hook> Vm<'_, R, H> {
     /// After an EMPTY_DICT: reads the dict ahead ([`FlatDict`]) and offers it to the hook. True
     /// if the hook took it: its opcodes are consumed, the memo names what the generic opcodes
     /// would have left it naming, and the stack holds the hook's id. False changes nothing.
-    pub(super) fn flat_dict(&mut self) -> Result<bool, ImportError> {
+    fn flat_dict(&mut self) -> Result<bool, ImportError> {
         self.r.fill(FLAT_LOOKAHEAD)?;
         let window = &self.r.buf[self.r.start..self.r.end];
         self.flat_items.clear();
@@ -303,7 +277,7 @@ impl<R: Read, H: Hook> Vm<'_, R, H> {
 /// Values: numbers and strings.
 impl<R: Read, H: Hook> Vm<'_, R, H> {
     /// None, the bools, and the integer and float opcodes.
-    pub(super) fn number(&mut self, op: u8, at: usize) -> Result<(), ImportError> {
+    fn number(&mut self, op: u8, at: usize) -> Result<(), ImportError> {
         match op {
             b'N' => self.push_small(256, Value::None),
             0x88 => self.push_small(257, Value::Bool(true)),
@@ -365,7 +339,7 @@ impl<R: Read, H: Hook> Vm<'_, R, H> {
     /// A unicode string longer than the window holds (a program's metadata text of 100 MB):
     /// its first [`CUT_STRING_KEEPS`] bytes and how long it was; the rest is read past in
     /// pieces, so memory stays bounded.
-    pub(super) fn cut_string(&mut self, n: u64) -> Result<(), ImportError> {
+    fn cut_string(&mut self, n: u64) -> Result<(), ImportError> {
         let truncated = |e: ImportError| match e {
             ImportError::Pickle { offset, reason } if reason.starts_with("truncated") => ImportError::Pickle {
                 offset,
@@ -392,7 +366,7 @@ impl<R: Read, H: Hook> Vm<'_, R, H> {
     }
 
     /// The string and bytes opcodes.
-    pub(super) fn text(&mut self, op: u8, at: usize) -> Result<(), ImportError> {
+    fn text(&mut self, op: u8, at: usize) -> Result<(), ImportError> {
         let v = match op {
             b'S' => {
                 let s = self.r.line()?;
@@ -444,7 +418,7 @@ impl<R: Read, H: Hook> Vm<'_, R, H> {
 /// Containers: building them and filling them.
 impl<R: Read, H: Hook> Vm<'_, R, H> {
     /// The empty containers, and those built from the values above a MARK or the top 1 to 3.
-    pub(super) fn build(&mut self, op: u8, at: usize) -> Result<(), ImportError> {
+    fn build(&mut self, op: u8, at: usize) -> Result<(), ImportError> {
         let v = match op {
             b']' => Value::List(Vec::new()),
             b')' => Value::Tuple(Vec::new()),
@@ -477,7 +451,7 @@ impl<R: Read, H: Hook> Vm<'_, R, H> {
     }
 
     /// APPEND, APPENDS, ADDITEMS, SETITEM and SETITEMS: list items pass through the hook.
-    pub(super) fn fill(&mut self, op: u8, at: usize) -> Result<(), ImportError> {
+    fn fill(&mut self, op: u8, at: usize) -> Result<(), ImportError> {
         match op {
             b'a' => {
                 let v = self.pop(op, at)?;
@@ -542,7 +516,7 @@ impl<R: Read, H: Hook> Vm<'_, R, H> {
 impl<R: Read, H: Hook> Vm<'_, R, H> {
     /// PUT, BINPUT, LONG_BINPUT and MEMOIZE name the top of the stack; GET, BINGET and
     /// LONG_BINGET push what a key names.
-    pub(super) fn memo(&mut self, op: u8, at: usize) -> Result<(), ImportError> {
+    fn memo(&mut self, op: u8, at: usize) -> Result<(), ImportError> {
         match op {
             b'p' | b'q' | b'r' | 0x94 => {
                 let key = match op {
@@ -579,7 +553,7 @@ impl<R: Read, H: Hook> Vm<'_, R, H> {
 
     /// GLOBAL, STACK_GLOBAL, INST and the opcodes that call or build objects: always the
     /// error that refuses them, naming the class where the pickle spells it out.
-    pub(super) fn refuse_object(&mut self, op: u8, at: usize) -> Result<(), ImportError> {
+    fn refuse_object(&mut self, op: u8, at: usize) -> Result<(), ImportError> {
         if !matches!(op, b'c' | 0x93 | b'i') {
             return Err(self
                 .r
@@ -593,5 +567,54 @@ impl<R: Read, H: Hook> Vm<'_, R, H> {
             "a class named on the stack".to_owned()
         };
         Err(self.r.err(at, format!("the pickle constructs a Python object ({what}); expected plain data (dicts, lists, strings, numbers)")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{parse, Value};
+
+    #[test]
+    fn parses_protocol_2_dict_with_memo_and_long() {
+        // pickle.dumps({'a': [1, 2**40, -3], 'b': 'x', 'c': (True, None, 1.5)}, protocol=2)
+        let data = b"\x80\x02}q\x00(X\x01\x00\x00\x00aq\x01]q\x02(K\x01\x8a\x06\x00\x00\x00\x00\x00\x01J\xfd\xff\xff\xffeX\x01\x00\x00\x00bq\x03X\x01\x00\x00\x00xq\x04X\x01\x00\x00\x00cq\x05\x88NG?\xf8\x00\x00\x00\x00\x00\x00\x87q\x06u.";
+        let p = parse(data).unwrap();
+        assert_eq!(p.protocol, 2);
+        let a = p.dict_get(p.root, "a").unwrap();
+        let Value::List(items) = p.get(a) else { panic!("a is not a list") };
+        let ints: Vec<_> = items.iter().map(|&i| p.get(i).clone()).collect();
+        assert_eq!(ints, vec![Value::Int(1), Value::Int(1 << 40), Value::Int(-3)]);
+        let c = p.dict_get(p.root, "c").unwrap();
+        let Value::Tuple(t) = p.get(c) else { panic!("c is not a tuple") };
+        assert_eq!(p.get(t[2]), &Value::Float(1.5));
+    }
+
+    #[test]
+    fn none_bools_and_small_ints_share_one_slot_each() {
+        // [None] * 1000 + [True, False, 7, 7, 300]: the list, None, True, False, 7 and 300.
+        let mut data = b"\x80\x04](".to_vec();
+        data.extend(std::iter::repeat_n(b'N', 1000));
+        data.extend_from_slice(b"\x88\x89K\x07K\x07M\x2c\x01e.");
+        let p = parse(&data).unwrap();
+        assert_eq!(p.arena.values.len(), 6);
+        let Value::List(items) = p.get(p.root) else { panic!("not a list") };
+        assert_eq!(items.len(), 1005);
+        assert_eq!(p.get(items[999]), &Value::None);
+        assert_eq!(items[1002], items[1003]);
+        assert_eq!(p.get(items[1004]), &Value::Int(300));
+    }
+
+    #[test]
+    fn refuses_objects_and_truncation_with_offsets() {
+        // pickle.dumps(collections.OrderedDict(), protocol=2)
+        let data = b"\x80\x02ccollections\nOrderedDict\nq\x00)Rq\x01.";
+        let e = parse(data).unwrap_err().to_string();
+        assert!(e.contains("collections.OrderedDict") && e.contains("byte 2"), "{e}");
+        let e = parse(b"\x80\x04\x95").unwrap_err().to_string();
+        assert!(e.contains("truncated"), "{e}");
+        let e = parse(b"\x80\x04X\xff\xff\xff\x7f").unwrap_err().to_string();
+        assert!(e.contains("2147483647 bytes") && e.contains("truncated"), "{e}");
+        let e = parse(b"\x80\x04B\xff\xff\xff\x7f").unwrap_err().to_string();
+        assert!(e.contains("2147483647 bytes") && e.contains("at most 64 MiB"), "{e}");
     }
 }

@@ -1,15 +1,9 @@
-//! Flat reads: small dictionaries of scalars (a trace entry, a frame) read ahead from the
-//! bytes without building their values, offered to the [`Hook`] as a [`FlatDict`].
+//! Dicts read ahead from the input's window for a hook ([`FlatDict`]): a snapshot's trace
+//! entries, taken whole before any slot is made for them.
 
-use super::*;
-
-/// What a [`Hook`] that took a [`FlatDict`] makes the memo name.
-pub struct FlatTaken {
-    /// An opaque id, for the dict.
-    pub dict: ValueId,
-    /// An opaque id for the dict's fresh list, or `None` to build that list as usual.
-    pub list: Option<ValueId>,
-}
+use super::arena::{Arena, Memo};
+use super::value::{long_from_le, Value};
+use super::ValueId;
 
 /// A value of a [`FlatDict`], as its opcodes spell it.
 #[derive(Clone, Copy)]
@@ -103,7 +97,7 @@ impl<'a> FlatDict<'a> {
         self.items.is_empty()
     }
 
-    pub(super) fn value(&self, v: Flat) -> FlatValue<'a> {
+    fn value(&self, v: Flat) -> FlatValue<'a> {
         match v {
             Flat::Id(id) => FlatValue::Id(id),
             Flat::Int(i) => FlatValue::Int(i),
@@ -133,8 +127,8 @@ impl<'a> FlatDict<'a> {
 
 /// Most items a read-ahead dict may have, and most items of its list; larger ones run as
 /// opcodes.
-pub(super) const FLAT_MAX_ITEMS: usize = 64;
-pub(super) const FLAT_MAX_LIST: usize = 4096;
+const FLAT_MAX_ITEMS: usize = 64;
+const FLAT_MAX_LIST: usize = 4096;
 /// Bytes the window must hold ahead of a dict before it is read ahead.
 pub(super) const FLAT_LOOKAHEAD: usize = 16 << 10;
 
@@ -147,27 +141,27 @@ pub(super) struct FlatReader<'b> {
 
 impl FlatReader<'_> {
     #[inline]
-    pub(super) fn byte(&mut self) -> Option<u8> {
+    fn byte(&mut self) -> Option<u8> {
         let c = *self.b.get(self.i)?;
         self.i += 1;
         Some(c)
     }
 
     #[inline]
-    pub(super) fn bytes(&mut self, n: usize) -> Option<&[u8]> {
+    fn bytes(&mut self, n: usize) -> Option<&[u8]> {
         let s = self.b.get(self.i..self.i.checked_add(n)?)?;
         self.i += n;
         Some(s)
     }
 
-    pub(super) fn u32(&mut self) -> Option<u32> {
+    fn u32(&mut self) -> Option<u32> {
         let b = self.bytes(4)?;
         Some(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
     }
 
     /// The opcode at the cursor, past any FRAME (protocol 4 writes them between any two
     /// opcodes).
-    pub(super) fn peek(&mut self) -> Option<u8> {
+    fn peek(&mut self) -> Option<u8> {
         while *self.b.get(self.i)? == 0x95 {
             self.i += 9;
         }
@@ -175,13 +169,13 @@ impl FlatReader<'_> {
     }
 
     /// The opcode at the cursor, consumed.
-    pub(super) fn op(&mut self) -> Option<u8> {
+    fn op(&mut self) -> Option<u8> {
         self.peek()?;
         self.byte()
     }
 
     /// BINGET or LONG_BINGET at the cursor, resolved through the memo.
-    pub(super) fn get(&mut self, memo: &Memo) -> Option<ValueId> {
+    fn get(&mut self, memo: &Memo) -> Option<ValueId> {
         let key = match self.op()? {
             b'h' => self.byte()? as u32,
             b'j' => self.u32()?,
@@ -191,14 +185,14 @@ impl FlatReader<'_> {
     }
 
     /// A MEMOIZE at the cursor, if there is one.
-    pub(super) fn memoize(&mut self) -> bool {
+    fn memoize(&mut self) -> bool {
         let m = self.peek() == Some(0x94);
         self.i += usize::from(m);
         m
     }
 
     /// The argument of BININT1 (`K`), BININT2 (`M`) or BININT (`J`), the opcode consumed.
-    pub(super) fn small_int(&mut self, op: u8) -> Option<i64> {
+    fn small_int(&mut self, op: u8) -> Option<i64> {
         Some(match op {
             b'K' => self.byte()? as i64,
             b'M' => {
@@ -209,14 +203,14 @@ impl FlatReader<'_> {
         })
     }
 
-    pub(super) fn string(&mut self, n: usize) -> Option<Flat> {
+    fn string(&mut self, n: usize) -> Option<Flat> {
         let at = self.i;
         std::str::from_utf8(self.bytes(n)?).ok()?;
         Some(Flat::Str { at: u32::try_from(at).ok()?, len: n as u32, memo: self.memoize() })
     }
 
     /// A value; a fresh list's items go to `lists`.
-    pub(super) fn value(&mut self, memo: &Memo, lists: &mut Vec<ValueId>) -> Option<Flat> {
+    fn value(&mut self, memo: &Memo, lists: &mut Vec<ValueId>) -> Option<Flat> {
         Some(match self.peek()? {
             b'h' | b'j' => Flat::Id(self.get(memo)?),
             op => {
