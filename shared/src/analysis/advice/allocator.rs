@@ -1,7 +1,8 @@
 //! Allocator-settings advice: fragmentation at the peak, and the setting that saves the most
 //! reserved memory when the trace is replayed through PyTorch's caching allocator under it.
 
-use super::*;
+use super::{Baseline, Ctx, Suggestion, SuggestionKind};
+use crate::units::format_bytes;
 
 /// The allocator settings advice tries (`shared::whatif`), each over the run's own: the one
 /// PyTorch's out-of-memory message names, the one its docs give for fragmentation, and the

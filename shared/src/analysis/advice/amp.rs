@@ -2,7 +2,13 @@
 //! half-precision copies from [`weight_copies`]), and checkpointing under AMP where it lowers the
 //! AMP peak further. Which operators autocast casts is `autocast.rs`'s.
 
-use super::*;
+use super::curve::{span_of, Block, Curve, Range};
+use super::search::{greedy, scenario, CandidateDef, Engine};
+use super::{autocast, Ctx, Suggestion, SuggestionKind};
+use crate::hash::FastMap;
+use crate::model::{Phase, INPUT_LAYER};
+use crate::units::{format_bytes, format_seconds};
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Autocast's half-precision weight copies: each weight a half-precision op reads in a forward
 /// is cast once and kept (saved for the backward) until the last backward op that reads it, or

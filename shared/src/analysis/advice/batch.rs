@@ -1,6 +1,8 @@
 //! Smaller-batch advice: the largest batch that meets the budget, or half the batch without one.
 
-use super::*;
+use super::curve::Block;
+use super::{Ctx, Suggestion, SuggestionKind, NEW_BATCH, NEW_PERCENT};
+use crate::units::format_bytes;
 
 /// A smaller batch: the largest that meets the budget, or half the batch without one.
 pub(super) fn batch_advice(ctx: &Ctx, batch: Option<u64>, out: &mut Vec<Suggestion>, notes: &mut Vec<String>) {

@@ -2,7 +2,15 @@
 //! forward call's activations a checkpoint drops and its recomputation, and the parts of memory
 //! checkpointing cannot reduce.
 
-use super::*;
+use super::curve::{span_of, Block, Curve, NO_BLOCK};
+use super::search::{greedy, scenario, Call, CandidateDef, Engine, Step};
+use super::{budget_reason, CheckpointCandidate, Ctx, Suggestion, SuggestionKind};
+use crate::analysis::median_f64;
+use crate::analysis::profile::GraphProfile;
+use crate::hash::FastMap;
+use crate::model::{Phase, StrId, Trace, INPUT_LAYER};
+use crate::units::{format_bytes, format_seconds};
+use std::collections::{BTreeMap, BTreeSet};
 
 pub(super) fn under(layer: &str, path: &str) -> bool {
     layer.strip_prefix(path).is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))

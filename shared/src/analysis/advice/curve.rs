@@ -1,7 +1,8 @@
 //! The analysed device's allocated-memory curve that every prediction replays: its events as
 //! positions, the totals after each, and each allocation as a block from its alloc to its free.
 
-use super::*;
+use crate::hash::FastMap;
+use crate::model::{EventType, Phase, Trace};
 
 pub(super) const NO_BLOCK: u32 = u32::MAX;
 /// Bytes added over the positions `[from, to)` of a replay.

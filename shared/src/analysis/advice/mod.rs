@@ -54,11 +54,10 @@ use optimizer::*;
 use search::*;
 use set_to_none::*;
 
-use crate::analysis::profile::{graph_profile, GraphProfile, IterationRole};
+use crate::analysis::profile::{graph_profile, IterationRole};
 use crate::analysis::{median_f64, peak_device};
-use crate::hash::FastMap;
-use crate::model::{EventType, Phase, StrId, Trace, INPUT_LAYER};
-use crate::units::{format_bytes, format_seconds};
+use crate::model::{Phase, Trace};
+use crate::units::format_bytes;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 

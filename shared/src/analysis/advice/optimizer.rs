@@ -1,6 +1,8 @@
 //! Optimizer advice: state bytes per parameter, and the peak with less of it.
 
-use super::*;
+use super::curve::Block;
+use super::{Ctx, Suggestion, SuggestionKind};
+use crate::units::format_bytes;
 
 /// Optimizer state: bytes per parameter, and the peak with less of it.
 pub(super) fn optimizer_advice(ctx: &Ctx, out: &mut Vec<Suggestion>) {

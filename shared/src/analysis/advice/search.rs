@@ -2,7 +2,7 @@
 //! each candidate's removal windows and recomputation transients, and the steps that lower the
 //! peak most per second of recomputation.
 
-use super::*;
+use super::curve::{Block, Curve, Range};
 
 /// A range-add, max tree over leaves (recursive, lazy: a node's max includes its own pending
 /// add; a leaf's value is its max plus its ancestors' pending adds).

@@ -1,7 +1,12 @@
 //! `zero_grad(set_to_none=True)` advice: gradients zeroed in place, absent from each later forward
 //! until the backward writes them again.
 
-use super::*;
+use super::curve::{Block, Range};
+use super::{Ctx, Suggestion, SuggestionKind};
+use crate::hash::FastMap;
+use crate::model::Phase;
+use crate::units::format_bytes;
+use std::collections::BTreeSet;
 
 /// Gradients zeroed in place rather than freed: absent from each later forward until the
 /// backward first touches them (or, without tensor ids, until the backward starts).
