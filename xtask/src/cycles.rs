@@ -244,7 +244,10 @@ mod tests {
     use super::*;
 
     fn crate_with(files: &[(&str, &str)]) -> std::path::PathBuf {
-        let root = std::env::temp_dir().join(format!("xtask-cycles-{}-{}", std::process::id(), files.len()));
+        // One folder per call: tests run on several threads of one process.
+        static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let root = std::env::temp_dir().join(format!("xtask-cycles-{}-{call}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
         for (path, text) in files {
             let p = root.join(path);
