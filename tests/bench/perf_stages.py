@@ -10,8 +10,8 @@ import re, subprocess, sys, collections
 stages = [
     ("read (kernel copies, page faults)", r"^\[k\]"),
     ("unpickle (pickle VM, flat reads, arena)", r"shared::import::pickle::"),
-    ("entries and interning (frames, stacks, extras)", r"shared::import::snapshot::(interning|entries|extras|view|segments)|Compactor"),
-    ("start state and replay (allocator model, event columns)", r"shared::import::snapshot::(replay|start)|shared::allocator::|shared::model::events::|EventStore|TotalsCursor"),
+    ("entries and interning (frames, stacks, extras)", r"shared::import::snapshot::(interning|entries|extras|view|segments|compactor|stacks)|Compactor"),
+    ("start state and replay (allocator model, event columns)", r"shared::import::snapshot::(replay|start)|shared::allocator::|shared::model::events::|EventStore|TotalsCursor|btree::"),
     ("analyses (summary, layers, leaks, categories, …)", r"shared::analysis::"),
     ("memory copies and allocation (libc)", r"memmove|memcpy|memcmp|malloc|free|realloc|_int_|cfree"),
 ]

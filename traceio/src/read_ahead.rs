@@ -2,17 +2,21 @@
 //!
 //! Copying a file's bytes out of the page cache is a twelfth of a snapshot import natively
 //! (`read` in a profile of `collector summary` on a 393 MB snapshot); on its own thread it
-//! overlaps the parse. A few chunks are in flight at most (`IN_FLIGHT`), and chunks the
-//! reader is done with go back to the thread to be filled again, so memory stays a few chunks
-//! whatever the file's size.
+//! overlaps the parse. The thread fills a fixed pool of chunks (`POOL`) and the reader gives
+//! each back once it is done with it, so memory stays a few chunks whatever the file's size
+//! and no chunk is allocated, zeroed and faulted in twice (a new chunk per read cost a third of
+//! the import's page faults).
 
 use std::io::{self, Read};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 
-/// Bytes one read on the thread fills.
-const CHUNK_BYTES: usize = 4 << 20;
+/// Bytes one read on the thread fills: small enough that a chunk is still in the processor's
+/// cache when the reader copies it out.
+const CHUNK_BYTES: usize = 1 << 20;
 /// Chunks filled and not yet taken by the reader.
-const IN_FLIGHT: usize = 2;
+const IN_FLIGHT: usize = 4;
+/// Chunks there ever are: those in flight, the one the reader reads, the one being filled.
+const POOL: usize = IN_FLIGHT + 2;
 
 /// A [`Read`] whose source is read on its own thread, [`CHUNK_BYTES`] ahead at a time.
 ///
@@ -29,16 +33,31 @@ pub struct ReadAhead {
 impl ReadAhead {
     pub fn new<R: Read + Send + 'static>(source: R) -> io::Result<ReadAhead> {
         let (full_tx, full) = sync_channel::<io::Result<Vec<u8>>>(IN_FLIGHT);
-        let (empty, empty_rx) = sync_channel::<Vec<u8>>(IN_FLIGHT + 2);
+        let (empty, empty_rx) = sync_channel::<Vec<u8>>(POOL);
         std::thread::Builder::new().name("read-ahead".into()).spawn(move || fill(source, &full_tx, &empty_rx))?;
         Ok(ReadAhead { full, empty, chunk: Vec::new(), at: 0, done: false })
     }
 }
 
-/// The thread: fills chunks until the source ends or fails, or the reader is gone.
+/// The thread: fills chunks until the source ends or fails, or the reader is gone. It makes
+/// [`POOL`] chunks at most and then waits for the reader to give one back.
 fn fill<R: Read>(mut source: R, full: &SyncSender<io::Result<Vec<u8>>>, empty: &Receiver<Vec<u8>>) {
+    let mut made = 0;
     loop {
-        let mut buf = empty.try_recv().unwrap_or_default();
+        let mut buf = match empty.try_recv() {
+            Ok(buf) => buf,
+            Err(_) if made < POOL => {
+                made += 1;
+                vec![0; CHUNK_BYTES]
+            }
+            // Every chunk is made: wait for the reader to give one back (none comes once it
+            // is gone).
+            Err(_) => match empty.recv() {
+                Ok(buf) => buf,
+                Err(_) => return,
+            },
+        };
+        // A chunk given back keeps its bytes: only a short last read left it shorter.
         buf.resize(CHUNK_BYTES, 0);
         let mut n = 0;
         let result = loop {
@@ -86,8 +105,11 @@ impl Read for ReadAhead {
                 return Ok(0);
             }
             let used = std::mem::replace(&mut self.chunk, next);
-            // The thread fills it again; if it has enough, the chunk is freed.
-            let _ = self.empty.try_send(used);
+            // The thread fills it again (the channel holds the whole pool, so this never
+            // waits; the first, empty chunk is not one of the pool's).
+            if used.capacity() > 0 {
+                let _ = self.empty.try_send(used);
+            }
             self.at = 0;
         }
         let n = out.len().min(self.chunk.len() - self.at);
@@ -176,7 +198,7 @@ mod tests {
         // However long the reader waits, the thread holds a bounded number of chunks.
         std::thread::sleep(std::time::Duration::from_millis(300));
         let ahead = seen.0.load(SeqCst);
-        assert!(ahead <= (IN_FLIGHT + 2) * CHUNK_BYTES, "{ahead} bytes read ahead");
+        assert!(ahead <= POOL * CHUNK_BYTES, "{ahead} bytes read ahead");
         assert!(!seen.1.load(SeqCst));
         drop(r);
         let gone = (0..500).any(|_| {

@@ -73,6 +73,9 @@ pub struct Arena {
     pub(super) strings: crate::hash::FastMap<Box<str>, ValueId>,
     /// The shared slots of the ints 0 to 255, None, True and False.
     pub(super) small: Vec<Option<ValueId>>,
+    /// Set when a memo key already bound is bound again (PUT of a used index: Python never
+    /// writes one), so that what remembers values by the keys that named them forgets them.
+    pub(super) rebound: bool,
 }
 
 impl Arena {
@@ -174,7 +177,13 @@ impl Arena {
     }
 
     /// Frees `id` if nothing holds or names it (a hook forgot its memo key).
+    #[inline]
     pub(super) fn settle(&mut self, id: ValueId) {
+        // A hook's opaque id (most of a trace entry's references once its frames are known)
+        // has no slot.
+        if is_opaque(id) {
+            return;
+        }
         if self.refs(id) == 0 && self.flags.get(id as usize).is_some_and(|&f| f & (MEMOIZED | PINNED | FREED) == 0) {
             self.release(id);
         }
@@ -232,6 +241,7 @@ impl Arena {
     pub(super) fn memoize(&mut self, key: u32, id: ValueId) -> ValueId {
         let id = self.canonical_str(id);
         if let Some(old) = self.memo.get(key) {
+            self.rebound = true;
             if !is_opaque(old) && self.memo_key_of[old as usize] == key {
                 // The key moves away from a container that a hook might still forget: keep it.
                 self.memo_key_of[old as usize] = NO_KEY;

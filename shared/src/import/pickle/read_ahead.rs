@@ -25,6 +25,12 @@ pub(super) enum Flat {
         len: u32,
         memo: bool,
     },
+    /// A fresh list whose opcodes are byte for byte those of one a hook took before (see
+    /// [`KnownLists`]): the hook's opaque id for it, and whether MEMOIZE follows it.
+    Known {
+        id: ValueId,
+        memo: bool,
+    },
     /// A fresh pair of integers (`TUPLE2`), as a snapshot's `pool_id` (torch 2.12+).
     Pair {
         a: i64,
@@ -97,6 +103,7 @@ impl<'a> FlatDict<'a> {
         self.items.is_empty()
     }
 
+    #[inline(always)]
     fn value(&self, v: Flat) -> FlatValue<'a> {
         match v {
             Flat::Id(id) => FlatValue::Id(id),
@@ -108,12 +115,14 @@ impl<'a> FlatDict<'a> {
                 FlatValue::Str(std::str::from_utf8(&self.window[at as usize..(at + len) as usize]).unwrap_or_default())
             }
             Flat::List { at, len, .. } => FlatValue::List(&self.lists[at as usize..(at + len) as usize]),
+            Flat::Known { id, .. } => FlatValue::Id(id),
             Flat::Pair { a, b, .. } => FlatValue::Pair(a, b),
         }
     }
 
     /// Looks up several keys in one pass, as [`Arena::dict_pick`] does: `field` gives the
     /// position in the answer of the key whose memo reference is its argument, if any.
+    #[inline]
     pub fn pick<const N: usize>(&self, mut field: impl FnMut(ValueId) -> Option<usize>) -> [Option<FlatValue<'a>>; N] {
         let mut out = [None; N];
         for &(k, v) in self.items {
@@ -132,11 +141,43 @@ const FLAT_MAX_LIST: usize = 4096;
 /// Bytes the window must hold ahead of a dict before it is read ahead.
 pub(super) const FLAT_LOOKAHEAD: usize = 16 << 10;
 
+/// Fresh lists a hook took, by their opcodes (`(` memo references `e`), as the opaque id the
+/// hook gave each: a snapshot writes a new list of the same frames for every entry of the same
+/// stack, and finding its bytes here spares resolving and interning each frame again. The
+/// bytes mean the same list while no memo key they name is bound again ([`Arena::rebound`],
+/// which empties this); a hook forgetting a key points it at an id that stands for the same value.
+///
+/// [`Arena::rebound`]: super::arena::Arena::rebound
+#[derive(Default)]
+pub(super) struct KnownLists {
+    lists: crate::hash::FastMap<Box<[u8]>, ValueId>,
+    bytes: usize,
+}
+
+impl KnownLists {
+    /// Most bytes of opcodes kept: a file of ever new lists stops adding past it.
+    const MAX_BYTES: usize = 16 << 20;
+
+    pub(super) fn insert(&mut self, opcodes: &[u8], id: ValueId) {
+        if self.bytes + opcodes.len() <= Self::MAX_BYTES && self.lists.insert(opcodes.into(), id).is_none() {
+            self.bytes += opcodes.len();
+        }
+    }
+
+    pub(super) fn clear(&mut self) {
+        self.lists.clear();
+        self.bytes = 0;
+    }
+}
+
 /// Reads the opcodes of a [`FlatDict`] from `b` (the window after its EMPTY_DICT); `None` if
 /// they are anything else, or run past the window.
 pub(super) struct FlatReader<'b> {
     pub(super) b: &'b [u8],
     pub(super) i: usize,
+    pub(super) known: &'b KnownLists,
+    /// Where the opcodes of the dict's fresh list lie in `b`, for [`KnownLists::insert`].
+    pub(super) fresh_list: Option<(u32, u32)>,
 }
 
 impl FlatReader<'_> {
@@ -262,14 +303,15 @@ impl FlatReader<'_> {
                         let at = lists.len();
                         match self.peek() {
                             Some(b'(') => {
-                                self.i += 1;
-                                while self.peek()? != b'e' {
-                                    if lists.len() - at >= FLAT_MAX_LIST {
-                                        return None;
-                                    }
-                                    lists.push(self.get(memo)?);
+                                let start = self.i;
+                                let end = self.list_end(start)?;
+                                if let Some(&id) = self.known.lists.get(&self.b[start..end]) {
+                                    self.i = end;
+                                    return Some(Flat::Known { id, memo: memo_list });
                                 }
                                 self.i += 1;
+                                self.memo_refs(memo, lists, at)?;
+                                self.fresh_list = Some((start as u32, end as u32));
                             }
                             // One item: BINGET then APPEND. (A memo reference not followed by
                             // APPEND is the next key: the list is empty.)
@@ -294,6 +336,57 @@ impl FlatReader<'_> {
         })
     }
 
+    /// The end (past its APPENDS) of the list of memo references whose MARK is at `start`,
+    /// found without resolving them; `None` if it holds anything else or runs past the window.
+    #[inline]
+    fn list_end(&self, start: usize) -> Option<usize> {
+        let b = self.b;
+        let mut i = start + 1;
+        loop {
+            i += match *b.get(i)? {
+                b'j' => 5,
+                b'h' => 2,
+                0x95 => 9,
+                b'e' => return (i < b.len()).then_some(i + 1),
+                _ => return None,
+            };
+        }
+    }
+
+    /// The memo references of a list's items, up to its APPENDS (a stack's frames: most of a
+    /// trace entry's bytes). The cursor lives in a register here, and a FRAME between two
+    /// references goes the slow way.
+    #[inline]
+    fn memo_refs(&mut self, memo: &Memo, lists: &mut Vec<ValueId>, at: usize) -> Option<()> {
+        let b = self.b;
+        let mut i = self.i;
+        loop {
+            let (key, len) = match *b.get(i)? {
+                b'j' => (u32::from_le_bytes(b.get(i + 1..i + 5)?.try_into().ok()?), 5),
+                b'h' => (*b.get(i + 1)? as u32, 2),
+                b'e' => {
+                    self.i = i + 1;
+                    return Some(());
+                }
+                // Past a FRAME; anything else is not a memo reference.
+                _ => {
+                    self.i = i;
+                    self.peek()?;
+                    if self.i == i {
+                        return None;
+                    }
+                    i = self.i;
+                    continue;
+                }
+            };
+            if lists.len() - at >= FLAT_MAX_LIST {
+                return None;
+            }
+            lists.push(memo.get(key)?);
+            i += len;
+        }
+    }
+
     /// The dict's items up to its SETITEMS; `None` if it is not a flat dict.
     pub(super) fn dict(&mut self, memo: &Memo, items: &mut Vec<(ValueId, Flat)>, lists: &mut Vec<ValueId>) -> Option<()> {
         if self.op()? != 0x94 || self.op()? != b'(' {
@@ -306,7 +399,7 @@ impl FlatReader<'_> {
             }
             let k = self.get(memo)?;
             let v = self.value(memo, lists)?;
-            if matches!(v, Flat::List { .. }) {
+            if matches!(v, Flat::List { .. } | Flat::Known { .. }) {
                 fresh_lists += 1;
                 if fresh_lists > 1 {
                     return None;

@@ -3,7 +3,7 @@
 
 use super::arena::Arena;
 use super::input::{Input, CUT_STRING_KEEPS, MAX_ARGUMENT_BYTES};
-use super::read_ahead::{Flat, FlatDict, FlatReader, FLAT_LOOKAHEAD};
+use super::read_ahead::{Flat, FlatDict, FlatReader, KnownLists, FLAT_LOOKAHEAD};
 use super::value::{decimal_value, long_value, Value, MAX_DIGITS};
 use super::{Hook, Pickle, ValueId};
 use crate::import::ImportError;
@@ -22,6 +22,7 @@ pub(super) fn run(src: impl Read, size_hint: Option<u64>, hook: &mut impl Hook) 
         flat_items: Vec::new(),
         flat_lists: Vec::new(),
         pairs: Default::default(),
+        known_lists: Default::default(),
     };
     loop {
         let at = vm.r.pos();
@@ -65,6 +66,8 @@ struct Vm<'h, R, H> {
     flat_lists: Vec<ValueId>,
     /// The tuple each fresh pair of integers read ahead stands for, by value.
     pairs: crate::hash::FastMap<(i64, i64), ValueId>,
+    /// Fresh lists of read-ahead dicts the hook took, by their opcodes.
+    known_lists: KnownLists,
 }
 
 /// Control: one step, the stack and the end.
@@ -204,11 +207,14 @@ impl<R: Read, H: Hook> Vm<'_, R, H> {
         let window = &self.r.buf[self.r.start..self.r.end];
         self.flat_items.clear();
         self.flat_lists.clear();
-        let mut reader = FlatReader { b: window, i: 0 };
+        if std::mem::take(&mut self.a.rebound) {
+            self.known_lists.clear();
+        }
+        let mut reader = FlatReader { b: window, i: 0, known: &self.known_lists, fresh_list: None };
         if reader.dict(&self.a.memo, &mut self.flat_items, &mut self.flat_lists).is_none() {
             return Ok(false);
         }
-        let consumed = reader.i;
+        let (consumed, fresh_list) = (reader.i, reader.fresh_list);
         let dict = FlatDict { window, items: &self.flat_items, lists: &self.flat_lists };
         let Some(taken) = self.hook.flat_dict(&mut self.a, &dict) else { return Ok(false) };
         let a = &mut self.a;
@@ -230,6 +236,9 @@ impl<R: Read, H: Hook> Vm<'_, R, H> {
                     }
                 }
                 Flat::List { memo: true, .. } if let Some(id) = taken.list => {
+                    a.memoize(a.memo.count, id);
+                }
+                Flat::Known { id, memo: true } => {
                     a.memoize(a.memo.count, id);
                 }
                 Flat::Pair { a: x, b: y, memo: true } => {
@@ -268,6 +277,9 @@ impl<R: Read, H: Hook> Vm<'_, R, H> {
             }
         }
         self.flat_lists.iter().for_each(|&id| a.settle(id));
+        if let (Some(id), Some((start, end))) = (taken.list, fresh_list) {
+            self.known_lists.insert(&window[start as usize..end as usize], id);
+        }
         self.r.advance(consumed);
         self.stack.push(taken.dict);
         Ok(true)

@@ -33,10 +33,18 @@ pub(super) struct LocalFrames {
 
 impl LocalFrames {
     /// The frame dict `f`, or `None` if it lacks a string `name` or `filename`.
+    #[inline]
     pub(super) fn frame(&mut self, a: &pickle::Arena, f: ValueId) -> Option<u32> {
+        // Once met, a frame's memo key names its opaque id: the common case, kept inline.
         if pickle::is_opaque(f) {
             return (f & TAGS == FRAME_TAG).then_some(f & !(pickle::OPAQUE | TAGS));
         }
+        self.frame_dict(a, f)
+    }
+
+    /// [`LocalFrames::frame`] of a frame dict still in the arena.
+    #[inline(never)]
+    fn frame_dict(&mut self, a: &pickle::Arena, f: ValueId) -> Option<u32> {
         if let Some(&id) = self.frame_cache.get(&f) {
             return Some(id);
         }
@@ -354,5 +362,104 @@ mod tests {
                 (fast, slow) => assert_eq!(fast.err().map(|e| e.to_string()), slow.err().map(|e| e.to_string()), "{path:?}"),
             }
         }
+    }
+
+    /// Writes pickle opcodes by hand, counting memo keys.
+    #[derive(Default)]
+    struct Writer {
+        b: Vec<u8>,
+        memo: u32,
+    }
+
+    impl Writer {
+        fn op(&mut self, bytes: &[u8]) -> &mut Self {
+            self.b.extend_from_slice(bytes);
+            self
+        }
+
+        fn memoize(&mut self) -> u32 {
+            self.b.push(0x94);
+            self.memo += 1;
+            self.memo - 1
+        }
+
+        fn text(&mut self, t: &str) -> u32 {
+            self.op(&[0x8c, t.len() as u8]).op(t.as_bytes());
+            self.memoize()
+        }
+
+        fn get(&mut self, key: u32) -> &mut Self {
+            self.op(b"j").op(&key.to_le_bytes())
+        }
+
+        fn int(&mut self, v: u32) -> &mut Self {
+            self.op(b"J").op(&v.to_le_bytes())
+        }
+
+        /// A frame dict `{name, filename, line}` (keys as memo keys), memoized.
+        fn frame(&mut self, keys: [u32; 3], name: &str) -> u32 {
+            self.op(b"}");
+            let k = self.memoize();
+            self.op(b"(").get(keys[0]);
+            self.text(name);
+            self.get(keys[1]);
+            self.text("train.py");
+            self.get(keys[2]).int(7).op(b"u");
+            k
+        }
+    }
+
+    /// A list whose opcodes repeat those of a list read before stands for what its memo keys
+    /// name now: a key bound again in between (a PUT of a used index, which Python never
+    /// writes but a file may) gives the later entry its new frame, as building it would.
+    #[test]
+    fn a_list_of_the_same_bytes_after_a_memo_key_is_bound_again_reads_what_the_key_names_now() {
+        let mut w = Writer::default();
+        w.op(&[0x80, 4, b'}']);
+        w.memoize();
+        w.op(b"(");
+        w.text("frames_pool");
+        w.op(b"]");
+        w.memoize();
+        w.op(b"(");
+        let (name, filename, line) = (w.text("name"), w.text("filename"), w.text("line"));
+        let (a, b) = (w.frame([name, filename, line], "first"), w.frame([name, filename, line], "second"));
+        let keys = ["action", "addr", "size", "stream", "time_us", "frames"].map(|k| w.text(k));
+        let alloc = w.text("alloc");
+        w.op(b"e");
+        w.text("segments");
+        w.op(b"]");
+        w.memoize();
+        w.text("device_traces");
+        w.op(b"]");
+        w.memoize();
+        w.op(b"(]");
+        w.memoize();
+        w.op(b"(");
+        // Three entries with one list of frames byte for byte; the key of the second frame
+        // names a new frame before the third.
+        for i in 0..3u32 {
+            if i == 2 {
+                w.frame([name, filename, line], "rebound");
+                w.op(b"r").op(&b.to_le_bytes()).op(b"0");
+            }
+            w.op(b"}");
+            w.memoize();
+            w.op(b"(").get(keys[0]).get(alloc).get(keys[1]).int(4096 * (i + 1)).get(keys[2]).int(512);
+            w.get(keys[3]).int(0).get(keys[4]).int(10 + i).get(keys[5]).op(b"]");
+            w.memoize();
+            w.op(b"(").get(a).get(b).op(b"eu");
+        }
+        w.op(b"eeu.");
+        let fast = import_with(&w.b[..], None, Compactor::default()).unwrap();
+        let slow = import_with(&w.b[..], None, Compactor { no_read_ahead: true, ..Compactor::default() }).unwrap();
+        assert_eq!(serde_json::to_value(&fast).unwrap(), serde_json::to_value(&slow).unwrap());
+        let names = |e: usize| -> Vec<String> {
+            let id = fast.stacks.stack_of_event(e).unwrap();
+            fast.stacks.stack(id).map(|f| fast.strings.get(f.name).unwrap_or_default().to_owned()).collect()
+        };
+        assert_eq!(fast.events.len(), 3);
+        assert_eq!(names(0), names(1));
+        assert_eq!(names(2), ["first", "rebound"]);
     }
 }
