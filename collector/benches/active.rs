@@ -1,17 +1,19 @@
 //! The Active Memory Timeline's zoom and pan frames in headless Chromium (Debian's, through
 //! chromedriver), on both drawing paths: WebGL2 (SwiftShader: `--disable-gpu` plus
-//! `--enable-unsafe-swiftshader`, the GPU-less case) and the 2D canvas (`?render=canvas`, what
-//! a browser without WebGL2 gets). For each file and path, `MEMORY_TRACER_BENCH_RUNS` runs (3),
+//! `--enable-unsafe-swiftshader` and `?render=webgl2`, since the page takes a CPU-drawn WebGL2
+//! only when asked) and the 2D canvas (`?render=canvas`, what a browser without WebGL2 or
+//! without a GPU gets). For each file and path, `MEMORY_TRACER_BENCH_RUNS` runs (3),
 //! each in a fresh browser: the file opened, then 15 wheel zooms around the middle and 15 drags
 //! of 60 pixels, each input waiting for the worker's answer to be drawn before the next. A
 //! frame is the time from the input to its pixels (on the GPU path the bands already on the
-//! GPU moved by a uniform, `gl.finish()` included; on the canvas path the worker's answer
+//! GPU moved by a uniform, until a pixel read back shows it drawn; on the canvas path the worker's answer
 //! drawn); "refined" is input to the worker's answer drawn, on both. Also: the bands drawn in
 //! the whole window.
 //!
 //! The files: the ResNet-18 snapshot sample and a 1 M-allocation snapshot made from it by
 //! `tests/bench/scale_snapshot.py` (1,421 copies, written once to `target/active-1m.pickle`),
-//! or those named in `MEMORY_TRACER_ACTIVE_BENCH_FILES` (comma-separated).
+//! or those named in `MEMORY_TRACER_ACTIVE_BENCH_FILES` (comma-separated); one path only with
+//! `MEMORY_TRACER_ACTIVE_BENCH_PATHS=webgl2` (or `canvas`).
 //!
 //!     cargo bench -p collector --bench active
 //!
@@ -39,11 +41,13 @@ fn main() {
         Err(_) => vec![sample.clone(), million(&repo, &sample)],
     };
     let runs: usize = std::env::var("MEMORY_TRACER_BENCH_RUNS").ok().and_then(|v| v.parse().ok()).unwrap_or(3);
+    let paths: Vec<String> = std::env::var("MEMORY_TRACER_ACTIVE_BENCH_PATHS")
+        .map_or_else(|_| vec!["webgl2".into(), "canvas".into()], |v| v.split(',').map(str::to_owned).collect());
     let (_server, url) = webdriver::static_server(&dist);
     let mut rows = Vec::new();
     for file in &files {
         let name = file.file_name().unwrap().to_string_lossy().into_owned();
-        for path in ["webgl2", "canvas"] {
+        for path in paths.iter().map(String::as_str) {
             for run in 0..runs {
                 let r = zoom_and_pan(&url, file, path);
                 println!("{name} {path} run {run}: {r}");
@@ -75,7 +79,8 @@ fn million(repo: &Path, sample: &Path) -> PathBuf {
 /// Opens `file` on drawing path `path`, then zooms and pans, each input's answer drawn before
 /// the next.
 fn zoom_and_pan(url: &str, file: &Path, path: &str) -> Value {
-    let (flags, query): (&[&str], &str) = if path == "webgl2" { (&["--enable-unsafe-swiftshader"], "") } else { (&[], "?render=canvas") };
+    let (flags, query): (&[&str], &str) =
+        if path == "webgl2" { (&["--enable-unsafe-swiftshader"], "?render=webgl2") } else { (&[], "?render=canvas") };
     let b = webdriver::Browser::start_with(1400, 1000, flags);
     b.goto(&format!("{url}/index.html{query}"));
     b.wait_for("return document.querySelector('#trace-file')", 30, "the page");

@@ -935,7 +935,7 @@ fn out_of_memory_first_and_advice_with_predictions() {
 /// The Active Memory Timeline's answer for the whole of `name`, as the worker gives it to a
 /// canvas `width` pixels wide, and how many allocations the trace's shown device makes.
 fn native_active(name: &str, width: u32) -> (shared::analysis::active::ActiveTimeline, usize) {
-    use shared::explore::{Opened, Request, Response, Session};
+    use shared::explore::{Opened, Response, Session};
     let Opened::Trace(mut session, overview) = Session::open(name, &std::fs::read(sample(name)).unwrap(), |_| {}).unwrap() else {
         panic!("a sweep")
     };
@@ -981,8 +981,9 @@ fn active_painted(b: &Browser) -> u64 {
 }
 
 /// The Active Memory Timeline on both paths: WebGL2 (through SwiftShader: headless Chromium
-/// with `--disable-gpu` has no WebGL2 without `--enable-unsafe-swiftshader`) and the 2D canvas
-/// a browser without WebGL2 gets (forced by `?render=canvas`). On each, every allocation live
+/// with `--disable-gpu` has no WebGL2 without `--enable-unsafe-swiftshader`, and the page
+/// takes a CPU-drawn one only when `?render=webgl2` asks) and the 2D canvas a browser without
+/// WebGL2 gets (the harness's own browser). On each, every allocation live
 /// at a column's moment is its own band, as many as `shared` answers natively, with the rest
 /// counted as between two moments, so no allocation of the trace is grey; the top is PyTorch's
 /// peak; the band under every point of a grid is the same on both paths; a hover shows its
@@ -992,7 +993,7 @@ fn active_painted(b: &Browser) -> u64 {
 fn active_memory_draws_every_allocation_on_both_paths() {
     let name = "resnet18_sgd_2steps.pickle";
     let mut answers = Vec::new();
-    for (flags, query, render) in [(&["--enable-unsafe-swiftshader"][..], "", "webgl2"), (&[][..], "?render=canvas", "canvas")] {
+    for (flags, query, render) in [(&["--enable-unsafe-swiftshader"][..], "?render=webgl2", "webgl2"), (&[][..], "", "canvas")] {
         let (_server, url) = static_server(&dist());
         let b = Browser::start_with(1400, 1000, flags);
         b.goto(&format!("{url}/index.html{query}"));
@@ -1008,7 +1009,7 @@ fn active_memory_draws_every_allocation_on_both_paths() {
         let shown = |k: &str| b.exec(&format!("return +document.getElementById('active-canvas').dataset.{k}"), json!([])).as_u64().unwrap();
         assert_eq!(shown("bands"), native.bands.len() as u64, "{render}: every allocation live at a column's moment");
         assert_eq!(shown("bands") + shown("between"), made as u64, "{render}: every allocation of the trace is a band or between");
-        assert!(native.bands.len() > 2000, "{render}: more bands than the 2000 drawn before: {}", native.bands.len());
+        assert!(native.bands.len() * 10 > made * 9, "{render}: {} bands of {made} allocations", native.bands.len());
         assert_eq!(shown("beforeTrace"), native.before_trace.iter().max().copied().unwrap_or(0), "{render}");
         let caption = b.exec("return document.getElementById('active-caption').innerText", json!([]));
         assert!(caption.as_str().unwrap().contains(&format!("{} allocations, each its own band", native.bands.len())), "{caption}");

@@ -101,12 +101,16 @@ impl Active {
         }
     }
 
-    /// Picks the path once both canvases exist: WebGL2 unless the browser has none or the
-    /// address asks for the canvas (`?render=canvas`, which the tests use to compare both).
+    /// Picks the path once both canvases exist: WebGL2 where a GPU draws it, else the 2D
+    /// canvas; `?render=canvas` forces the canvas, `?render=webgl2` WebGL2 even drawn on the
+    /// CPU (the tests compare both paths in a GPU-less browser).
     fn start_gpu(self) {
         let (Some(c), Some(g)) = (self.canvas.get_untracked(), self.gl_canvas.get_untracked()) else { return };
-        let forced = crate::dom::query_param("render").is_some_and(|r| r == "canvas");
-        let gpu = if forced { Err("?render=canvas".to_owned()) } else { ActiveGl::new(&g) };
+        let asked = crate::dom::query_param("render");
+        let gpu = match asked.as_deref() {
+            Some("canvas") => Err("?render=canvas".to_owned()),
+            other => ActiveGl::new(&g, other == Some("webgl2")),
+        };
         let render = match gpu {
             Ok(gl) => {
                 self.gpu.set_value(Some(Gpu { gl, quads: Quads::default(), uploaded: None, ymax: 1.0 }));
