@@ -1129,16 +1129,16 @@ fn stored_traces_are_explored_over_http() {
         panic!("not a timeline")
     };
     assert_eq!(points.iter().map(|p| p.allocated_max_bytes).max(), Some(peak));
-    let active = ask(&protocol::ExploreRequest::Active { start_s: 0.0, end_s, columns: 300, detail: 200 });
+    let active = ask(&protocol::ExploreRequest::Active { start_s: 0.0, end_s, columns: 300 });
     let protocol::ExploreResponse::Active(a) = active else { panic!("not the active view") };
     assert_eq!(a.totals.iter().max().copied(), Some(peak));
     assert!(!a.bands.is_empty());
     let protocol::ExploreResponse::Allocations { allocations, .. } =
-        ask(&protocol::ExploreRequest::Allocation { event_index: a.bands[0].event_index as usize })
+        ask(&protocol::ExploreRequest::Allocation { event_index: a.bands.event_index[0] as usize })
     else {
         panic!("not an allocation")
     };
-    assert_eq!(allocations[0].size_bytes, a.bands[0].size_bytes);
+    assert_eq!(allocations[0].size_bytes, a.bands.size_bytes[0]);
     // Bad requests: 422 naming what is wrong; an unknown trace: 404.
     let (code, e) = s.post_json(&format!("/api/trace/{id}/explore"), &json!({"kind": "nonsense"}));
     assert_eq!(code, 422, "{e}");

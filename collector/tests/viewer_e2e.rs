@@ -932,49 +932,128 @@ fn out_of_memory_first_and_advice_with_predictions() {
     b.screenshot(&screenshots().join("advice.png"));
 }
 
-/// The Active Memory Timeline: its top is PyTorch's peak, its bands answer hover with a size
-/// and a lifetime, a click pins one with its stack, and the colour and detail controls redraw.
-#[test]
-fn active_memory_bands_hover_and_pin() {
-    let name = "resnet18_sgd_2steps.pickle";
-    let (_server, b) = static_page();
-    b.upload("#trace-file", &sample(name));
-    wait_drawn(&b, name);
-    let top = b.wait_for("return document.getElementById('active-canvas')?.dataset.maxAllocated", 30, "the active view");
-    assert_eq!(top.as_str().unwrap().parse::<u64>().unwrap(), max_allocated(name), "the stack's top is the peak");
-    let bands: u64 = b.exec("return +document.getElementById('active-canvas').dataset.bands", json!([])).as_u64().unwrap();
-    assert!(bands > 100, "{bands} bands");
-    b.exec("document.getElementById('active').scrollIntoView()", json!([]));
-    // Sweep the pointer over the plot until it is over a band.
-    let found = b.exec(
-        r#"const c = document.getElementById('active-canvas'); const r = c.getBoundingClientRect();
-           for (let fy = 0.85; fy > 0.1; fy -= 0.05) for (let fx = 0.1; fx < 0.95; fx += 0.05) {
-             const at = {clientX: r.left + r.width * fx, clientY: r.top + r.height * fy, bubbles: true};
-             c.dispatchEvent(new MouseEvent('mousemove', at));
-             if (c.dataset.hoverBand) { c.dispatchEvent(new MouseEvent('click', at)); return [fx, fy]; }
+/// The Active Memory Timeline's answer for the whole of `name`, as the worker gives it to a
+/// canvas `width` pixels wide, and how many allocations the trace's shown device makes.
+fn native_active(name: &str, width: u32) -> (shared::analysis::active::ActiveTimeline, usize) {
+    use shared::explore::{Opened, Response, Session};
+    let Opened::Trace(mut session, overview) = Session::open(name, &std::fs::read(sample(name)).unwrap(), |_| {}).unwrap() else {
+        panic!("a sweep")
+    };
+    let Response::Active(a) = session.answer(&viewer_active_request(overview.duration_s, width)) else { panic!("no active view") };
+    let device = shared::analysis::peak_device(session.trace());
+    let made = shared::analysis::active::Pairs::of(session.trace(), device).spans.len();
+    (*a, made)
+}
+
+/// The request the page makes (`viewer/src/messages.rs`, `requests::active`).
+fn viewer_active_request(duration_s: f64, width: u32) -> shared::explore::Request {
+    shared::explore::Request::Active { start_s: 0.0, end_s: duration_s.max(1e-9), columns: (width as usize).saturating_sub(90).max(100) }
+}
+
+/// Sweeps the pointer over the Active Memory plot: each point of a grid (fractions of the
+/// canvas) with the band under it (`-1`: none), as the page finds it.
+fn hover_sweep(b: &Browser) -> Vec<(f64, f64, i64)> {
+    let v = b.exec(
+        r#"const c = document.getElementById('active-canvas'); const r = c.getBoundingClientRect(); const out = [];
+           for (let fy = 0.9; fy > 0.05; fy -= 0.04) for (let fx = 0.08; fx < 0.99; fx += 0.015) {
+             c.dispatchEvent(new MouseEvent('mousemove', {clientX: r.left + r.width * fx, clientY: r.top + r.height * fy, bubbles: true}));
+             out.push([fx, fy, c.dataset.hoverBand === '' ? -1 : +c.dataset.hoverBand]);
            }
-           return null;"#,
+           return out;"#,
         json!([]),
     );
-    assert!(found.is_array(), "no band under the pointer anywhere");
-    let tip = b.wait_for("return document.querySelector('#active .tooltip')?.innerText", 20, "the band's tooltip");
-    let tip = tip.as_str().unwrap();
-    assert!(tip.contains("allocated at") && tip.contains("lives"), "{tip}");
-    let pinned = b.wait_for(
-        "const p = document.querySelector('#active-pinned pre'); return p && p.innerText.length > 0 && p.innerText",
-        20,
-        "the pinned allocation's stack",
+    serde_json::from_value(v).unwrap()
+}
+
+/// Non-background pixels of the bands as drawn: the WebGL canvas over the plot (read back
+/// through a 2D canvas), else the 2D canvas.
+fn active_painted(b: &Browser) -> u64 {
+    let v = b.exec(
+        "const g = document.getElementById('active-gl'); const c = document.getElementById('active-canvas');
+         let src = c; if (c.dataset.render === 'webgl2') { src = document.createElement('canvas'); src.width = g.width; src.height = g.height;
+           src.getContext('2d').drawImage(g, 0, 0); }
+         const d = src.getContext('2d').getImageData(0, 0, src.width, src.height).data; let n = 0, sum = 0;
+         for (let i = 0; i < d.length; i += 4) { if (d[i] !== d[0] || d[i+1] !== d[1] || d[i+2] !== d[2]) n++; sum = (sum * 31 + d[i] + d[i+1] * 7 + d[i+2] * 13) % 1000000007; }
+         return [n, sum];",
+        json!([]),
     );
-    assert!(pinned.as_str().unwrap().contains(".py:"), "a snapshot's stack names Python frames: {pinned}");
-    b.screenshot(&screenshots().join("active-pinned.png"));
-    // Fewer bands: the rest fold into the summary band, the top stays the peak.
-    select(&b, "#active-detail", "500");
-    b.wait_for("return +document.getElementById('active-canvas').dataset.bands <= 500", 30, "500 bands");
-    let top = b.exec("return document.getElementById('active-canvas').dataset.maxAllocated", json!([]));
-    assert_eq!(top.as_str().unwrap().parse::<u64>().unwrap(), max_allocated(name));
-    let before = painted(&b, "active-canvas");
-    select(&b, "#active-colour", "stack");
-    assert!(painted(&b, "active-canvas") > 2000 && before > 2000);
+    v[0].as_u64().unwrap() * 1_000_000_007 + v[1].as_u64().unwrap()
+}
+
+/// The Active Memory Timeline on both paths: WebGL2 (through SwiftShader: headless Chromium
+/// with `--disable-gpu` has no WebGL2 without `--enable-unsafe-swiftshader`, and the page
+/// takes a CPU-drawn one only when `?render=webgl2` asks) and the 2D canvas a browser without
+/// WebGL2 gets (the harness's own browser). On each, every allocation live
+/// at a column's moment is its own band, as many as `shared` answers natively, with the rest
+/// counted as between two moments, so no allocation of the trace is grey; the top is PyTorch's
+/// peak; the band under every point of a grid is the same on both paths; a hover shows its
+/// size and lifetime, a click pins it with its stack, a new colouring repaints, and a wheel
+/// zoom redraws at once on the GPU and then refines from the worker.
+#[test]
+fn active_memory_draws_every_allocation_on_both_paths() {
+    let name = "resnet18_sgd_2steps.pickle";
+    let mut answers = Vec::new();
+    for (flags, query, render) in [(&["--enable-unsafe-swiftshader"][..], "?render=webgl2", "webgl2"), (&[][..], "", "canvas")] {
+        let (_server, url) = static_server(&dist());
+        let b = Browser::start_with(1400, 1000, flags);
+        b.goto(&format!("{url}/index.html{query}"));
+        b.wait_for("return document.querySelector('#trace-file')", 30, "the page");
+        b.upload("#trace-file", &sample(name));
+        wait_drawn(&b, name);
+        let top = b.wait_for("return document.getElementById('active-canvas')?.dataset.maxAllocated", 30, "the active view");
+        assert_eq!(top.as_str().unwrap().parse::<u64>().unwrap(), max_allocated(name), "{render}: the stack's top is the peak");
+        let drawn = b.exec("return document.getElementById('active-canvas').dataset.render", json!([]));
+        assert!(drawn.as_str().unwrap().starts_with(render), "{render}: drawn by {drawn}");
+        let width = b.exec("return document.getElementById('active-canvas').width", json!([])).as_u64().unwrap() as u32;
+        let (native, made) = native_active(name, width);
+        let shown = |k: &str| b.exec(&format!("return +document.getElementById('active-canvas').dataset.{k}"), json!([])).as_u64().unwrap();
+        assert_eq!(shown("bands"), native.bands.len() as u64, "{render}: every allocation live at a column's moment");
+        assert_eq!(shown("bands") + shown("between"), made as u64, "{render}: every allocation of the trace is a band or between");
+        assert!(native.bands.len() * 10 > made * 9, "{render}: {} bands of {made} allocations", native.bands.len());
+        assert_eq!(shown("beforeTrace"), native.before_trace.iter().max().copied().unwrap_or(0), "{render}");
+        let caption = b.exec("return document.getElementById('active-caption').innerText", json!([]));
+        assert!(caption.as_str().unwrap().contains(&format!("{} allocations, each its own band", native.bands.len())), "{caption}");
+        b.exec("document.getElementById('active').scrollIntoView()", json!([]));
+        let hovered = hover_sweep(&b);
+        assert!(hovered.iter().filter(|h| h.2 >= 0).count() > 200, "{render}: bands under the pointer");
+        let painted = active_painted(&b);
+        assert!(painted / 1_000_000_007 > 20_000, "{render}: {} pixels painted", painted / 1_000_000_007);
+        // Hover, then pin the band under a point.
+        let &(fx, fy, _) = hovered.iter().find(|h| h.2 >= 0).unwrap();
+        b.exec(
+            "const c = document.getElementById('active-canvas'); const r = c.getBoundingClientRect();
+             const p = {clientX: r.left + r.width * arguments[0], clientY: r.top + r.height * arguments[1], bubbles: true};
+             c.dispatchEvent(new MouseEvent('mousemove', p)); c.dispatchEvent(new MouseEvent('click', p));",
+            json!([fx, fy]),
+        );
+        let pinned = b.wait_for(
+            "const p = document.querySelector('#active-pinned pre'); return p && p.innerText.length > 0 && p.innerText",
+            20,
+            "the pinned allocation's stack",
+        );
+        assert!(pinned.as_str().unwrap().contains(".py:"), "{render}: a snapshot's stack names Python frames: {pinned}");
+        b.screenshot(&screenshots().join(format!("active-pinned-{render}.png")));
+        select(&b, "#active-colour", "stack");
+        let repainted = (0..100).any(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            active_painted(&b) != painted
+        });
+        assert!(repainted, "{render}: colours by stack repaint");
+        // A wheel zoom: on the GPU a frame at once (before any answer), then the worker's bands.
+        b.exec(
+            "window.__mtActiveFrames = []; window.__mtActiveRefined = []; const c = document.getElementById('active-canvas');
+             const r = c.getBoundingClientRect();
+             c.dispatchEvent(new WheelEvent('wheel', {deltaY: -100, clientX: r.left + r.width * 0.5, clientY: r.top + r.height / 2, bubbles: true, cancelable: true}));",
+            json!([]),
+        );
+        if render == "webgl2" {
+            let at_once = b.exec("return window.__mtActiveFrames.length", json!([]));
+            assert_eq!(at_once, json!(1), "a frame drawn in the wheel's own task");
+        }
+        b.wait_for("return window.__mtActiveRefined.length > 0", 30, "the zoomed window's bands");
+        answers.push((native.bands.len(), top, hovered));
+    }
+    assert!(answers[0] == answers[1], "both paths give the same bands, top and band under every point");
 }
 
 /// A stored trace opened on the server (as files too large for the page are): every view is

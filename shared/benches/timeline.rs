@@ -2,7 +2,7 @@
 //! whole trace and for zoomed and panned windows as the viewer asks them (2 000 buckets).
 //! Both must give the same points; prints per-window time (median, p95, max) and the index's
 //! build time and size. Then the Active Memory Timeline over the same windows (1 500 columns,
-//! the 2 000 largest allocations as bands): pairing once, then time per window, its columns'
+//! every allocation live at a column's moment as a band): pairing once, then time per window, its columns'
 //! moments walked over the window's events and from the index (both must give the same view).
 //!
 //!     cargo bench -p shared --bench timeline
@@ -68,19 +68,19 @@ fn main() {
 }
 
 fn active(big: &shared::Trace, index: &TimelineIndex, windows: &[(f64, f64)]) {
-    use shared::analysis::active::{active_timeline, ActiveOptions, Pairs};
+    use shared::analysis::active::{active_timeline, ActiveOptions, Labels, Pairs};
     let t = Instant::now();
     let pairs = Pairs::of(big, 0);
     println!("active memory: {} allocations paired in {:.0} ms", pairs.spans.len(), t.elapsed().as_secs_f64() * 1e3);
     let (mut scan_ms, mut ms) = (Vec::new(), Vec::new());
     let mut bands = 0;
     for &(a, b) in windows {
-        let options = ActiveOptions { start_s: a, end_s: b, columns: 1500, detail: 2000 };
+        let options = ActiveOptions { start_s: a, end_s: b, columns: 1500 };
         let t = Instant::now();
-        let scanned = active_timeline(big, &pairs, None, &options);
+        let scanned = active_timeline(big, &pairs, None, &Labels::default(), &options);
         scan_ms.push(t.elapsed().as_secs_f64() * 1e3);
         let t = Instant::now();
-        let view = active_timeline(big, &pairs, Some(index), &options);
+        let view = active_timeline(big, &pairs, Some(index), &Labels::default(), &options);
         ms.push(t.elapsed().as_secs_f64() * 1e3);
         assert_eq!(view, scanned, "window {a}..{b}: the index's column moments are the walk's");
         bands = bands.max(view.bands.len());

@@ -43,7 +43,7 @@ fn main() {
         let full = (0.0, overview.duration_s.max(1e-9));
         let requests = [
             ("timeline", Request::Timeline { start_s: full.0, end_s: full.1, buckets: 1300 }),
-            ("active", Request::Active { start_s: full.0, end_s: full.1, columns: 1210, detail: 2000 }),
+            ("active", Request::Active { start_s: full.0, end_s: full.1, columns: 1210 }),
             ("fragmentation", Request::Timeline { start_s: full.0, end_s: full.1, buckets: 1300 }),
             ("segments", Request::Segments { t_s: overview.summary.peak_time_s }),
         ];

@@ -1,13 +1,14 @@
 //! The Active Memory Timeline (`shared::analysis::active`) on the real samples, against
 //! independent oracles: each column's bands are exactly the allocations live at its moment
-//! (`analysis::live_allocations_at`), stacked without gaps or overlaps on the summary band; the
-//! top of every column is the device's allocated total, and the highest is PyTorch's peak
-//! (facts.json); the drawn bands are the largest ones; the explorer answers with operators and
-//! an allocation's stack.
+//! (`analysis::live_allocations_at`), stacked without gaps or overlaps on the memory from
+//! before the trace (and only that is grey); the top of every column is the device's allocated
+//! total, and the highest is PyTorch's peak (facts.json); every allocation live in a window is
+//! a band or counted as between two moments; the band found under a point is the one drawn
+//! there; the explorer answers with operators and an allocation's stack.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
-use shared::analysis::active::{active_timeline, ActiveOptions, ActiveTimeline, Pairs};
+use shared::analysis::active::{active_timeline, ActiveOptions, ActiveTimeline, HoverIndex, Labels, Pairs};
 use shared::analysis::live_allocations_at;
 use shared::explore::{Opened, Request, Response, Session};
 use shared::{import, ImportOptions, Trace};
@@ -25,21 +26,27 @@ fn fact(sample: &str, key: &str) -> u64 {
 
 const SAMPLES: [&str; 2] = ["mlp_adam_3steps.pickle", "resnet18_sgd_2steps.pickle"];
 
-fn whole(trace: &Trace, pairs: &Pairs, columns: usize, detail: usize) -> ActiveTimeline {
+fn whole(trace: &Trace, pairs: &Pairs, columns: usize) -> ActiveTimeline {
     let end_s = (trace.end_ns() - trace.start_ns()) as f64 * 1e-9;
-    active_timeline(trace, pairs, None, &ActiveOptions { start_s: 0.0, end_s, columns, detail })
+    window(trace, pairs, (0.0, end_s), columns)
 }
 
-/// Band indices live in column `c`, bottom first.
+fn window(trace: &Trace, pairs: &Pairs, (start_s, end_s): (f64, f64), columns: usize) -> ActiveTimeline {
+    active_timeline(trace, pairs, None, &Labels::default(), &ActiveOptions { start_s, end_s, columns })
+}
+
+/// Band indices drawn in column `c`, bottom first.
 fn column(a: &ActiveTimeline, c: usize) -> Vec<usize> {
-    let mut live: Vec<usize> = (0..a.bands.len())
-        .filter(|&b| {
-            let band = &a.bands[b];
-            c >= band.first_column as usize && c < band.first_column as usize + band.bottoms.len()
-        })
-        .collect();
-    live.sort_by_key(|&b| a.bands[b].bottoms[c - a.bands[b].first_column as usize]);
+    let bands = &a.bands;
+    let mut live: Vec<usize> = (0..bands.len()).filter(|&b| bands.bottom_at(b, c).is_some()).collect();
+    live.sort_by_key(|&b| bands.bottom_at(b, c));
     live
+}
+
+/// Windows at several scales: the whole trace, a half, a tenth, a hundredth.
+fn windows(trace: &Trace) -> Vec<(f64, f64)> {
+    let end_s = (trace.end_ns() - trace.start_ns()) as f64 * 1e-9;
+    vec![(0.0, end_s), (end_s * 0.25, end_s * 0.75), (end_s * 0.4, end_s * 0.5), (end_s * 0.61, end_s * 0.62)]
 }
 
 #[test]
@@ -48,37 +55,73 @@ fn every_column_stacks_exactly_what_is_live_at_its_moment() {
         let trace = import(&data(sample), &ImportOptions::default()).unwrap();
         let device = 0;
         let pairs = Pairs::of(&trace, device);
-        let a = whole(&trace, &pairs, 300, usize::MAX);
-        assert_eq!(a.summarized, 0, "{sample}: every allocation drawn");
         let start = trace.start_ns();
         let mut checked = 0;
-        for c in 0..a.totals.len() {
-            let Some(at) = a.moment_events[c] else { continue };
-            let at = at as usize;
-            assert_eq!(trace.events.device[at], device);
-            let t = a.moments_s[c].unwrap();
-            assert!((t - trace.events.ts_ns[at].saturating_sub(start) as f64 * 1e-9).abs() < 1e-9);
-            let live = column(&a, c);
-            // Stacked on the summary without gaps or overlaps, topped by the total.
-            let mut bottom = a.summary[c];
-            for &b in &live {
-                let band = &a.bands[b];
-                assert_eq!(band.bottoms[c - band.first_column as usize], bottom, "{sample} column {c}");
-                bottom += band.size_bytes;
-            }
-            assert_eq!(bottom, a.totals[c], "{sample} column {c}: the top is the allocated total");
-            assert_eq!(a.totals[c], trace.events.totals_at(at).allocated_bytes, "{sample} column {c}");
-            // The same allocations as an independent walk finds live then (made in the trace).
-            let drawn: BTreeSet<usize> = live.iter().map(|&b| a.bands[b].event_index as usize).collect();
-            let oracle: BTreeSet<usize> =
-                live_allocations_at(&trace, at).into_iter().filter(|&i| trace.events.device[i] == device).collect();
-            if drawn == oracle {
+        for (w, columns) in windows(&trace).into_iter().zip([300, 97, 1000, 40]) {
+            let a = window(&trace, &pairs, w, columns);
+            assert!(a.bands.is_consistent(columns), "{sample} {w:?}");
+            for c in 0..a.totals.len() {
+                let Some(at) = a.moment_events[c] else { continue };
+                let at = at as usize;
+                assert_eq!(trace.events.device[at], device);
+                let t = a.moments_s[c].unwrap();
+                assert!((t - trace.events.ts_ns[at].saturating_sub(start) as f64 * 1e-9).abs() < 1e-9);
+                let live = column(&a, c);
+                // Stacked on the memory from before the trace without gaps or overlaps, topped
+                // by the total.
+                let mut bottom = a.before_trace[c];
+                for &b in &live {
+                    assert_eq!(a.bands.bottom_at(b, c), Some(bottom), "{sample} column {c}");
+                    bottom += a.bands.size_bytes[b];
+                }
+                assert_eq!(bottom, a.totals[c], "{sample} column {c}: the top is the allocated total");
+                assert_eq!(a.totals[c], trace.events.totals_at(at).allocated_bytes, "{sample} column {c}");
+                // Every allocation an independent walk finds live then (made in the trace) has
+                // its own band; the grey band holds only what no allocation event made.
+                let drawn: BTreeSet<usize> = live.iter().map(|&b| a.bands.event_index[b] as usize).collect();
+                let oracle: BTreeSet<usize> =
+                    live_allocations_at(&trace, at).into_iter().filter(|&i| trace.events.device[i] == device).collect();
+                assert!(drawn == oracle, "{sample} column {c}: drawn {} allocations, {} live", drawn.len(), oracle.len());
+                let oracle_bytes: u64 = oracle.iter().map(|&i| trace.events.size_bytes[i]).sum();
+                assert_eq!(a.before_trace[c], a.totals[c] - oracle_bytes, "{sample} column {c}");
                 checked += 1;
-            } else {
-                panic!("{sample} column {c}: drawn {} allocations, {} live", drawn.len(), oracle.len());
             }
         }
-        assert!(checked > 100, "{sample}: {checked} columns checked");
+        assert!(checked > 400, "{sample}: {checked} columns checked");
+    }
+}
+
+#[test]
+fn every_allocation_live_in_the_window_is_a_band_or_between_two_moments() {
+    for sample in SAMPLES {
+        let trace = import(&data(sample), &ImportOptions::default()).unwrap();
+        let pairs = Pairs::of(&trace, 0);
+        let start = trace.start_ns();
+        for (w, columns) in windows(&trace).into_iter().zip([50, 800, 20_000, 3]) {
+            let a = window(&trace, &pairs, w, columns);
+            // The bands are exactly the allocations live at some column's moment, once each.
+            let mut at_moments = BTreeSet::new();
+            for m in a.moment_events.iter().flatten() {
+                at_moments.extend(live_allocations_at(&trace, *m as usize).into_iter().filter(|&i| trace.events.device[i] == 0));
+            }
+            let drawn: BTreeSet<usize> = a.bands.event_index.iter().map(|&e| e as usize).collect();
+            assert_eq!(drawn.len(), a.bands.len(), "{sample} {w:?}: one band per allocation");
+            assert!(drawn == at_moments, "{sample} {w:?}: {} drawn, {} live at the moments", drawn.len(), at_moments.len());
+            // The others live in the window are counted as between two moments.
+            let to_ns = |s: f64| start + (s * 1e9) as u64;
+            let live: BTreeSet<usize> = pairs.live_in(to_ns(w.0), to_ns(w.1)).iter().map(|&k| pairs.spans[k as usize].0 as usize).collect();
+            assert_eq!(a.live, live.len(), "{sample} {w:?}");
+            assert_eq!(a.between, live.difference(&drawn).count(), "{sample} {w:?}");
+            // A band's runs are its longest stretches at one bottom.
+            for b in 0..a.bands.len() {
+                let runs: Vec<usize> = a.bands.runs(b).collect();
+                assert!(runs.windows(2).all(|r| a.bands.run_bottom[r[0]] != a.bands.run_bottom[r[1]]), "{sample} band {b}");
+            }
+        }
+        // Enough columns show every allocation of the trace.
+        let a = whole(&trace, &pairs, 20_000);
+        let wide = whole(&trace, &pairs, 200);
+        assert!(a.bands.len() > wide.bands.len() && a.bands.len() + a.between == pairs.spans.len(), "{sample}");
     }
 }
 
@@ -87,35 +130,34 @@ fn the_highest_column_is_pytorchs_peak() {
     for sample in SAMPLES {
         let trace = import(&data(sample), &ImportOptions::default()).unwrap();
         let pairs = Pairs::of(&trace, 0);
-        for (columns, detail) in [(50, 10), (800, 2000), (1, 1)] {
-            let a = whole(&trace, &pairs, columns, detail);
+        for columns in [50, 800, 1] {
+            let a = whole(&trace, &pairs, columns);
             assert_eq!(a.totals.iter().max().copied(), Some(fact(sample, "max_allocated")), "{sample} {columns} columns");
         }
     }
 }
 
 #[test]
-fn the_drawn_bands_are_the_largest_and_the_rest_are_summarized() {
+fn the_band_under_a_point_is_the_one_drawn_there() {
     let trace = import(&data("resnet18_sgd_2steps.pickle"), &ImportOptions::default()).unwrap();
     let pairs = Pairs::of(&trace, 0);
-    let all = whole(&trace, &pairs, 400, usize::MAX);
-    let a = whole(&trace, &pairs, 400, 40);
-    assert!(a.bands.len() <= 40 && a.bands.len() >= 30, "{} bands", a.bands.len());
-    assert_eq!((a.live, all.live, all.summarized), (all.live, a.summarized + 40, 0));
-    let smallest_drawn = a.bands.iter().map(|b| b.size_bytes).min().unwrap();
-    let drawn: BTreeSet<u32> = a.bands.iter().map(|b| b.event_index).collect();
-    let largest_left = all.bands.iter().filter(|b| !drawn.contains(&b.event_index)).map(|b| b.size_bytes).max().unwrap();
-    assert!(smallest_drawn >= largest_left, "{smallest_drawn} < {largest_left}");
-    // Folding bands into the summary moves bytes, never the total.
-    assert_eq!(a.totals, all.totals);
-    for c in 0..a.totals.len() {
-        assert!(a.summary[c] >= all.summary[c]);
+    for (w, columns) in windows(&trace).into_iter().zip([700, 300, 120, 60]) {
+        let a = window(&trace, &pairs, w, columns);
+        let index = HoverIndex::new(&a.bands);
+        let top = a.totals.iter().copied().max().unwrap_or(0) as f64;
+        let mut hits = 0;
+        for c in (0..columns).step_by(3) {
+            for k in 0..60 {
+                let bytes = top * k as f64 / 59.0;
+                let brute = (0..a.bands.len()).find(|&b| {
+                    a.bands.bottom_at(b, c).is_some_and(|bottom| bytes >= bottom as f64 && bytes < (bottom + a.bands.size_bytes[b]) as f64)
+                });
+                assert_eq!(index.band_at(&a.bands, c, bytes), brute, "column {c}, {bytes} bytes");
+                hits += usize::from(brute.is_some());
+            }
+        }
+        assert!(hits > 100, "{w:?}: {hits} points over a band");
     }
-    // A zoomed window: only what is live in it, the same totals where the columns coincide.
-    let end_s = (trace.end_ns() - trace.start_ns()) as f64 * 1e-9;
-    let z = active_timeline(&trace, &pairs, None, &ActiveOptions { start_s: end_s * 0.25, end_s: end_s * 0.5, columns: 200, detail: 1000 });
-    assert!(z.bands.iter().all(|b| b.alloc_s < end_s * 0.5 && b.free_s.is_none_or(|f| f >= end_s * 0.25)));
-    assert!(z.totals.iter().max() <= all.totals.iter().max());
 }
 
 #[test]
@@ -125,16 +167,19 @@ fn the_explorer_answers_bands_with_operators_and_an_allocation_with_its_stack() 
         Opened::Trace(s, o) => (*s, *o),
         Opened::Sweep(_) => panic!("a sweep"),
     };
-    let r = session.answer(&Request::Active { start_s: 0.0, end_s: overview.duration_s, columns: 500, detail: 100 });
+    let r = session.answer(&Request::Active { start_s: 0.0, end_s: overview.duration_s, columns: 500 });
     let Response::Active(a) = r else { panic!("{r:?}") };
     assert_eq!(a.totals.iter().max().copied(), Some(overview.summary.peak_allocated_bytes));
-    assert!(a.bands.iter().any(|b| b.stack.is_some()), "snapshots record stacks");
-    let biggest = a.bands.iter().max_by_key(|b| b.size_bytes).unwrap();
-    let r = session.answer(&Request::Allocation { event_index: biggest.event_index as usize });
+    let bands = &a.bands;
+    assert!((0..bands.len()).any(|b| bands.band(b).stack.is_some()), "snapshots record stacks");
+    assert!((0..bands.len()).any(|b| bands.band(b).category.is_some()), "categorised");
+    let biggest = (0..bands.len()).max_by_key(|&b| bands.size_bytes[b]).unwrap();
+    let band = bands.band(biggest);
+    let r = session.answer(&Request::Allocation { event_index: band.event_index as usize });
     let Response::Allocations { allocations, .. } = r else { panic!("{r:?}") };
     assert_eq!(allocations.len(), 1);
     let one = &allocations[0];
-    assert_eq!((one.size_bytes, one.free_s.is_some()), (biggest.size_bytes, biggest.free_s.is_some()));
+    assert_eq!((one.size_bytes, one.free_s.is_some(), one.layer.as_deref()), (band.size_bytes, band.free_s.is_some(), band.layer));
     assert!(!one.stack.is_empty());
     // Not an allocation: a clear error, no panic.
     let r = session.answer(&Request::Allocation { event_index: usize::MAX });
@@ -146,12 +191,12 @@ fn any_window_a_request_names_is_answered_without_panic() {
     let trace = import(&data("mlp_adam_3steps.pickle"), &ImportOptions::default()).unwrap();
     let pairs = Pairs::of(&trace, 0);
     for (start_s, end_s) in [(1e300, 1e300), (f64::NAN, f64::NAN), (-5.0, -1.0), (10.0, 2.0), (0.0, f64::MAX), (1e6, 1e7)] {
-        let a = active_timeline(&trace, &pairs, None, &ActiveOptions { start_s, end_s, columns: 7, detail: 10 });
+        let a = window(&trace, &pairs, (start_s, end_s), 7);
         assert_eq!(a.totals.len(), 7, "{start_s}..{end_s}");
         assert!(a.totals.iter().all(|&t| t <= fact("mlp_adam_3steps.pickle", "max_allocated")));
     }
     // A device without events: nothing to pair, nothing drawn.
-    let a = active_timeline(&trace, &Pairs::of(&trace, 200), None, &ActiveOptions { start_s: 0.0, end_s: 1.0, columns: 3, detail: 10 });
+    let a = window(&trace, &Pairs::of(&trace, 200), (0.0, 1.0), 3);
     assert!(a.bands.is_empty() && a.moments_s.iter().all(Option::is_none));
 }
 

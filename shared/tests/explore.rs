@@ -301,17 +301,16 @@ fn overview_and_active_bands_arrive_as_they_were_sent() {
             assert!(back.iter().zip(sent).all(|(a, b)| near(a.start_s, b.start_s) && near(a.end_s, b.end_s)), "{name}: band times differ");
         }
         assert!(overview.flame.nodes.len() > 1, "{name}: a flame graph to send");
-        let request = Request::Active { start_s: 0.0, end_s: overview.duration_s, columns: 1200, detail: 2000 };
+        let request = Request::Active { start_s: 0.0, end_s: overview.duration_s, columns: 1200 };
         let Response::Active(a) = session.answer(&request) else { panic!("{name}: no active timeline") };
         assert!(!a.bands.is_empty(), "{name}: bands to send");
         let json = serde_json::to_string(&a).unwrap();
         let back: shared::analysis::active::ActiveTimeline = serde_json::from_str(&json).unwrap();
         // (Seconds may come back a unit in the last place off: serde_json parses floats fast.)
-        let columns = |t: &shared::analysis::active::ActiveTimeline| {
-            t.bands.iter().map(|b| (b.event_index, b.size_bytes, b.first_column, b.bottoms.clone())).collect::<Vec<_>>()
-        };
-        assert!(columns(&back) == columns(&a), "{name}: bands differ after the trip");
-        assert_eq!((&back.totals, &back.summary, back.live), (&a.totals, &a.summary, a.live), "{name}");
+        // Packed columns come back bit for bit (a never-freed band's infinity too).
+        assert!(back.bands == a.bands, "{name}: bands differ after the trip");
+        assert!(back.bands.is_consistent(back.totals.len()), "{name}");
+        assert_eq!((&back.totals, &back.before_trace, back.live), (&a.totals, &a.before_trace, a.live), "{name}");
         let request = Request::Timeline { start_s: 0.0, end_s: overview.duration_s, buckets: 1200 };
         let Response::Timeline { points, .. } = session.answer(&request) else { panic!("{name}: no timeline") };
         assert!(points.len() > 10, "{name}: points to send");
@@ -357,19 +356,28 @@ fn malformed_compact_forms_are_refused() {
     let mut flame = serde_json::to_value(&overview.flame).unwrap();
     flame["name"][0] = serde_json::json!(u32::MAX);
     assert!(serde_json::from_value::<shared::analysis::flame::FlameGraph>(flame).is_err());
-    let band = |bottoms: serde_json::Value| {
-        serde_json::json!({"event_index": 0, "size_bytes": 1, "alloc_s": 0.0, "free_s": null, "layer": null, "op": null,
-            "stack": null, "first_column": 0, "bottoms": bottoms})
+    // Active bands: packed columns of the wrong width or not base64 are refused; an answer
+    // whose runs leave its columns is told apart before it is drawn.
+    let (mut session, overview) = open(RESNET);
+    let Response::Active(a) = session.answer(&Request::Active { start_s: 0.0, end_s: overview.duration_s, columns: 300 }) else {
+        panic!("no active view")
     };
-    let ok: shared::analysis::active::ActiveBand = serde_json::from_value(band(serde_json::json!([7, 3, 9, 1]))).unwrap();
-    assert_eq!(ok.bottoms, vec![7, 7, 7, 9]);
-    let e = serde_json::from_value::<shared::analysis::active::ActiveBand>(band(serde_json::json!([7, 3, 9]))).unwrap_err().to_string();
-    assert!(e.contains("pairs"), "{e}");
-    // A run as long as memory: refused before anything is expanded.
-    let e = serde_json::from_value::<shared::analysis::active::ActiveBand>(band(serde_json::json!([7, u64::MAX, 9, 2])))
-        .unwrap_err()
-        .to_string();
-    assert!(e.contains("at most 20000"), "{e}");
+    assert!(a.bands.is_consistent(300));
+    let sent = serde_json::to_value(&a.bands).unwrap();
+    let mut bands = sent.clone();
+    bands["size_bytes"] = serde_json::json!("AAAA");
+    let e = serde_json::from_value::<shared::analysis::active::ActiveBands>(bands).unwrap_err().to_string();
+    assert!(e.contains("expected 8-byte numbers"), "{e}");
+    let mut bands = sent.clone();
+    bands["event_index"] = serde_json::json!("not base64!");
+    let e = serde_json::from_value::<shared::analysis::active::ActiveBands>(bands).unwrap_err().to_string();
+    assert!(e.contains("a packed column"), "{e}");
+    let mut bad = a.bands.clone();
+    bad.run_columns[0] = 1000;
+    assert!(!bad.is_consistent(300), "a run past the last column");
+    let mut bad = a.bands.clone();
+    bad.layer[0] = bad.names.len() as u32;
+    assert!(!bad.is_consistent(300), "a name that is not there");
     let (mut session, overview) = open(RESNET);
     let mut timeline =
         serde_json::to_value(session.answer(&Request::Timeline { start_s: 0.0, end_s: overview.duration_s, buckets: 100 })).unwrap();

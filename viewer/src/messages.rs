@@ -219,7 +219,7 @@ pub mod requests {
     #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
     pub enum Key {
         Timeline { start_bits: u64, end_bits: u64, buckets: usize },
-        Active { start_bits: u64, end_bits: u64, columns: usize, detail: usize },
+        Active { start_bits: u64, end_bits: u64, columns: usize },
         Segments { t_bits: u64 },
     }
 
@@ -229,8 +229,8 @@ pub mod requests {
                 Request::Timeline { start_s, end_s, buckets } => {
                     Key::Timeline { start_bits: start_s.to_bits(), end_bits: end_s.to_bits(), buckets }
                 }
-                Request::Active { start_s, end_s, columns, detail } => {
-                    Key::Active { start_bits: start_s.to_bits(), end_bits: end_s.to_bits(), columns, detail }
+                Request::Active { start_s, end_s, columns } => {
+                    Key::Active { start_bits: start_s.to_bits(), end_bits: end_s.to_bits(), columns }
                 }
                 Request::Segments { t_s } => Key::Segments { t_bits: t_s.to_bits() },
                 Request::At { .. }
@@ -270,9 +270,6 @@ pub mod requests {
         }
     }
 
-    /// How many allocations the Active Memory Timeline draws one by one at first.
-    pub const ACTIVE_DETAIL: usize = 2000;
-
     /// A report's whole time window.
     pub fn full_window(o: &Overview) -> (f64, f64) {
         (0.0, o.duration_s.max(1e-9))
@@ -284,8 +281,8 @@ pub mod requests {
     }
 
     /// The Active Memory Timeline over `window` on a canvas `width` pixels wide (less its axis).
-    pub fn active(window: (f64, f64), width: u32, detail: usize) -> Request {
-        Request::Active { start_s: window.0, end_s: window.1, columns: (width as usize).saturating_sub(90).max(100), detail }
+    pub fn active(window: (f64, f64), width: u32) -> Request {
+        Request::Active { start_s: window.0, end_s: window.1, columns: (width as usize).saturating_sub(90).max(100) }
     }
 
     /// Whether a report of `o` draws the fragmentation chart: only where memory was reserved

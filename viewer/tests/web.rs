@@ -225,7 +225,7 @@ fn a_request_kind_is_the_name_its_json_carries() {
         Request::ShowRank { rank: None },
         Request::DiffDevices { a: 0, b: 1 },
         Request::Advice { budget_bytes: None },
-        Request::Active { start_s: 0.0, end_s: 1.0, columns: 1, detail: 1 },
+        Request::Active { start_s: 0.0, end_s: 1.0, columns: 1 },
         Request::Allocation { event_index: 0 },
         Request::Pools { buckets: 1 },
         Request::Find { query: "x".into(), limit: 0 },

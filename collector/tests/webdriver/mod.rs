@@ -63,6 +63,12 @@ impl Browser {
 
     /// Starts chromedriver and a headless Chromium session.
     pub fn start(width: u32, height: u32) -> Browser {
+        Self::start_with(width, height, &[])
+    }
+
+    /// The same with more Chromium flags (`--enable-unsafe-swiftshader`: WebGL2 drawn on the CPU,
+    /// which headless Chromium with `--disable-gpu` otherwise lacks).
+    pub fn start_with(width: u32, height: u32, flags: &[&str]) -> Browser {
         let driver = std::env::var("CHROMEDRIVER").unwrap_or_else(|_| "/usr/bin/chromedriver".into());
         let port = free_port();
         let child = Command::new(&driver)
@@ -76,12 +82,18 @@ impl Browser {
         let agent: ureq::Agent =
             ureq::Agent::config_builder().http_status_as_error(false).timeout_global(Some(Duration::from_secs(120))).build().into();
         let base = format!("http://127.0.0.1:{port}");
+        let mut args: Vec<String> =
+            ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-dev-shm-usage"]
+                .into_iter()
+                .map(str::to_owned)
+                .collect();
+        args.push(format!("--window-size={width},{height}"));
+        args.extend(flags.iter().map(|f| f.to_string()));
         let caps = json!({"capabilities": {"alwaysMatch": {
             "browserName": "chrome",
             "goog:chromeOptions": {
                 "binary": std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into()),
-                "args": ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                         "--disable-dev-shm-usage", format!("--window-size={width},{height}")]
+                "args": args
             }
         }}});
         // Chromium sometimes exits while starting on a loaded 2-core machine (two test threads,

@@ -1,16 +1,23 @@
 //! The Active Memory Timeline, memory_viz's main view: every allocation of a device as its own
 //! band, stacked in the order the allocations were made, so that a band drops when one below
-//! it is freed. The largest allocations (`detail` of them) are drawn one by one; the rest, and
-//! what was allocated before the trace began, form one summary band at the bottom, so the top
-//! of the stack is always the device's exact allocated total.
+//! it is freed. Every allocation live at a column's moment is its own band; under them, only
+//! what was allocated before the trace began (memory with no allocation event of its own) forms
+//! a grey band, so the top of the stack is always the device's exact allocated total.
 //!
 //! Built per window and pixel column: each column shows the moment of its highest allocated
-//! total (so the peak's column shows the peak exactly). [`Pairs`] (which event frees each
-//! allocation) is computed once per device and kept by the caller.
+//! total (so the peak's column shows the peak exactly). An allocation made and freed between
+//! two columns' moments is counted ([`ActiveTimeline::between`]) and gets its band in a
+//! narrower window. The bands travel as packed columns ([`ActiveBands`]): hundreds of
+//! thousands of them cross from the worker to the page on a zoom. [`Pairs`] (which event frees
+//! each allocation) is computed once per device and kept by the caller.
 
+use super::categories::{Categorized, Category};
 use super::timeline_index::TimelineIndex;
-use crate::model::{EventType, Trace};
+use crate::hash::FastMap;
+use crate::model::{EventType, StrId, Trace};
 use serde::{Deserialize, Serialize};
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 
 /// The most pixel columns a window is drawn in.
 pub const MAX_COLUMNS: usize = 20_000;
@@ -28,14 +35,16 @@ pub struct Pairs {
     /// The latest free of each run of [`SPAN_BLOCK`] spans: a run that ended before a window
     /// is skipped whole (most allocations of a training step live for a moment).
     block_last_free: Vec<u64>,
-    /// The largest allocation of each run of [`SPAN_BLOCK`] spans: once a window's largest
-    /// live allocations are found, a run with none larger holds no more of them.
-    block_max_size: Vec<u64>,
+    /// The same as freeing events (`u32::MAX`: one is never freed): the allocations live at a
+    /// window's first moment are found in the runs that end after it.
+    block_last_free_event: Vec<u32>,
     /// Whether allocations are in time order (a trace's events are, unless merged oddly):
     /// then those made after a window are cut off by a binary search.
     time_ordered: bool,
 }
 
+/// A band's or an id's "none" (no layer, no operator, no stack).
+pub const NONE: u32 = u32::MAX;
 const NEVER: u32 = u32::MAX;
 const SPAN_BLOCK: usize = 64;
 
@@ -44,7 +53,7 @@ impl Pairs {
     pub fn of(trace: &Trace, device: u8) -> Self {
         let ev = &trace.events;
         let mut spans: Vec<(u32, u32)> = Vec::new();
-        let mut open: crate::hash::FastMap<u64, u32> = Default::default();
+        let mut open: FastMap<u64, u32> = Default::default();
         for i in 0..ev.len().min(NEVER as usize - 1) {
             if ev.device[i] != device {
                 continue;
@@ -65,58 +74,9 @@ impl Pairs {
         let alloc_ns: Vec<u64> = spans.iter().map(|&(a, _)| ev.ts_ns[a as usize]).collect();
         let free_ns: Vec<u64> = spans.iter().map(|&(_, f)| if f == NEVER { u64::MAX } else { ev.ts_ns[f as usize] }).collect();
         let block_last_free = free_ns.chunks(SPAN_BLOCK).map(|c| c.iter().copied().max().unwrap_or(0)).collect();
-        let block_max_size =
-            spans.chunks(SPAN_BLOCK).map(|c| c.iter().map(|&(a, _)| ev.size_bytes[a as usize]).max().unwrap_or(0)).collect();
+        let block_last_free_event = spans.chunks(SPAN_BLOCK).map(|c| c.iter().map(|s| s.1).max().unwrap_or(0)).collect();
         let time_ordered = alloc_ns.windows(2).all(|w| w[0] <= w[1]);
-        Self { device, spans, alloc_ns, free_ns, block_last_free, block_max_size, time_ordered }
-    }
-
-    /// Of the allocations live at some time of `[lo, hi)` (as [`Pairs::live_in`] finds them),
-    /// the `detail` largest, ties going to the earlier made, in span order; and how many are
-    /// live. Allocations are counted in sequence, but sizes are read, and candidates kept,
-    /// only in runs that hold one larger than the smallest kept: zoomed out over millions of
-    /// allocations, a few thousand are looked at, not all of them sorted.
-    pub fn largest_live(&self, trace: &Trace, lo: u64, hi: u64, detail: usize) -> (Vec<u32>, usize) {
-        use std::cmp::Reverse;
-        use std::collections::BinaryHeap;
-        let detail = detail.min(self.spans.len());
-        let size = |k: usize| trace.events.size_bytes[self.spans[k].0 as usize];
-        let end = if self.time_ordered { self.alloc_ns.partition_point(|&t| t < hi) } else { self.alloc_ns.len() };
-        // The kept, smallest (and among equals the latest made) on top.
-        let mut kept: BinaryHeap<Reverse<(u64, Reverse<u32>)>> = BinaryHeap::with_capacity(detail + 1);
-        let mut live = 0usize;
-        for (b, &last) in self.block_last_free.iter().enumerate() {
-            let start = b * SPAN_BLOCK;
-            if start >= end {
-                break;
-            }
-            if last < lo {
-                continue;
-            }
-            let ks = start..(start + SPAN_BLOCK).min(end);
-            // Later allocations win no tie, so a run's equal sizes cannot displace one kept.
-            let full_above = kept.len() == detail && kept.peek().is_none_or(|Reverse((s, _))| self.block_max_size[b] <= *s);
-            if full_above {
-                live += ks.filter(|&k| self.free_ns[k] >= lo && self.alloc_ns[k] < hi).count();
-                continue;
-            }
-            for k in ks {
-                if self.free_ns[k] < lo || self.alloc_ns[k] >= hi {
-                    continue;
-                }
-                live += 1;
-                let candidate = Reverse((size(k), Reverse(k as u32)));
-                if kept.len() < detail {
-                    kept.push(candidate);
-                } else if kept.peek().is_some_and(|smallest| candidate < *smallest) {
-                    kept.pop();
-                    kept.push(candidate);
-                }
-            }
-        }
-        let mut largest: Vec<u32> = kept.into_iter().map(|Reverse((_, Reverse(k)))| k).collect();
-        largest.sort_unstable();
-        (largest, live)
+        Self { device, spans, alloc_ns, free_ns, block_last_free, block_last_free_event, time_ordered }
     }
 
     /// The spans (indices into [`Pairs::spans`]) of the allocations live at some time of
@@ -140,6 +100,26 @@ impl Pairs {
         }
         live
     }
+
+    /// The spans live just after event `at`: made at or before it, freed after it (or never),
+    /// in span order; and the first span made after it. Runs of spans all freed by then are
+    /// skipped whole.
+    fn live_after(&self, at: u32) -> (Vec<u32>, usize) {
+        // Spans are made in event order: those made by `at` are a prefix.
+        let end = self.spans.partition_point(|s| s.0 <= at);
+        let mut live = Vec::new();
+        for (b, &last) in self.block_last_free_event.iter().enumerate() {
+            let start = b * SPAN_BLOCK;
+            if start >= end {
+                break;
+            }
+            if last != NEVER && last <= at {
+                continue;
+            }
+            live.extend((start..(start + SPAN_BLOCK).min(end)).filter(|&k| self.spans[k].1 > at).map(|k| k as u32));
+        }
+        (live, end)
+    }
 }
 
 /// What to draw.
@@ -149,66 +129,148 @@ pub struct ActiveOptions {
     pub end_s: f64,
     /// Pixel columns (at least 1, at most [`MAX_COLUMNS`]).
     pub columns: usize,
-    /// How many of the largest allocations live in the window get a band of their own.
-    pub detail: usize,
 }
 
-/// One allocation drawn as its own band.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct ActiveBand {
+/// What the explorer knows of each allocation besides the trace: the innermost operator open
+/// at each event, and what each allocation is for (sorted by event). Empty: unknown.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Labels<'a> {
+    pub ops_at_event: &'a [StrId],
+    pub categories: &'a [Categorized],
+}
+
+/// Every band of a window, one entry per band in each column (in allocation order, which is
+/// also the order of their first columns); a band's place over the columns is its runs: a
+/// band's bottom only moves when one below it is freed, so a run (a first column, a number of
+/// columns, a bottom) is one quad to draw. Each column travels packed (little-endian bytes in
+/// base64): a million bands cross from the worker to the page as a few strings, not millions
+/// of JSON numbers.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ActiveBands {
     /// The allocation's event (for its stack and details).
+    #[serde(with = "packed")]
+    pub event_index: Vec<u32>,
+    #[serde(with = "packed")]
+    pub size_bytes: Vec<u64>,
+    #[serde(with = "packed")]
+    pub alloc_s: Vec<f64>,
+    /// Infinity: never freed in the trace.
+    #[serde(with = "packed")]
+    pub free_s: Vec<f64>,
+    /// The layer and the innermost operator open when it was made: indices into `names`
+    /// ([`NONE`]: none).
+    #[serde(with = "packed")]
+    pub layer: Vec<u32>,
+    #[serde(with = "packed")]
+    pub op: Vec<u32>,
+    /// The stack recorded for the allocation (an id into the trace's stacks; [`NONE`]: none).
+    #[serde(with = "packed")]
+    pub stack: Vec<u32>,
+    /// What it is for: an index into [`Category::ALL`] (255: unknown).
+    #[serde(with = "packed")]
+    pub category: Vec<u8>,
+    /// The layers' and operators' names.
+    pub names: Vec<String>,
+    /// Band `b`'s runs are `run_start[b]..run_start[b + 1]` (one more entry than bands).
+    #[serde(with = "packed")]
+    pub run_start: Vec<u32>,
+    /// Each run's first column, its number of columns and its bottom (bytes above zero).
+    #[serde(with = "packed")]
+    pub run_column: Vec<u32>,
+    #[serde(with = "packed")]
+    pub run_columns: Vec<u32>,
+    #[serde(with = "packed")]
+    pub run_bottom: Vec<u64>,
+}
+
+/// One band's allocation, as a tooltip shows it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ActiveBand<'a> {
     pub event_index: u32,
     pub size_bytes: u64,
     pub alloc_s: f64,
     /// `None`: never freed in the trace.
     pub free_s: Option<f64>,
-    pub layer: Option<String>,
-    /// The innermost operator open when it was made (filled by the explorer, which knows).
-    pub op: Option<String>,
-    /// The stack recorded for the allocation (an id into the trace's stacks), if any.
+    pub layer: Option<&'a str>,
+    pub op: Option<&'a str>,
     pub stack: Option<u32>,
-    /// What the allocation is for (filled by the explorer, which categorised the trace).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub category: Option<super::categories::Category>,
-    /// The first column the band is live in.
-    pub first_column: u32,
-    /// Its bottom, bytes above zero, in each column from `first_column` on. Written as runs
-    /// (`[bottom, columns, bottom, columns, ...]`): a band's bottom only moves when one below
-    /// it is freed, and the answer crosses from the worker to the page on every zoom.
-    #[serde(with = "runs")]
-    pub bottoms: Vec<u64>,
+    pub category: Option<Category>,
 }
 
-/// A column list as `[value, count, ...]` runs.
-mod runs {
-    use serde::de::Error as _;
-    use serde::{Deserialize, Deserializer, Serialize, Serializer};
-
-    pub fn serialize<S: Serializer>(values: &[u64], s: S) -> Result<S::Ok, S::Error> {
-        let mut flat = Vec::new();
-        let mut rest = values;
-        while let Some(&v) = rest.first() {
-            let n = rest.iter().take_while(|&&x| x == v).count();
-            flat.extend([v, n as u64]);
-            rest = &rest[n..];
-        }
-        flat.serialize(s)
+impl ActiveBands {
+    pub fn len(&self) -> usize {
+        self.event_index.len()
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u64>, D::Error> {
-        let flat = Vec::<u64>::deserialize(d)?;
-        if flat.len() % 2 != 0 {
-            return Err(D::Error::custom(format!("{} numbers: expected [bottom, columns] pairs", flat.len())));
+    pub fn is_empty(&self) -> bool {
+        self.event_index.is_empty()
+    }
+
+    /// Whether every column has an entry per band and every band's runs are in bounds and in
+    /// column order (an answer read from a server is checked before it is drawn).
+    pub fn is_consistent(&self, columns: usize) -> bool {
+        let n = self.len();
+        let per_band = [self.size_bytes.len(), self.alloc_s.len(), self.free_s.len(), self.layer.len(), self.op.len()];
+        let runs = self.run_column.len();
+        let names_ok = |ids: &[u32]| ids.iter().all(|&i| i == NONE || (i as usize) < self.names.len());
+        per_band.iter().chain([self.stack.len(), self.category.len()].iter()).all(|&l| l == n)
+            && self.run_start.len() == n + 1
+            && self.run_start.first() == Some(&0)
+            && self.run_start.last().is_some_and(|&l| l as usize == runs)
+            && self.run_start.windows(2).all(|w| w[0] < w[1])
+            && self.run_columns.len() == runs
+            && self.run_bottom.len() == runs
+            && (0..runs).all(|r| self.run_columns[r] > 0 && self.run_column[r] as usize + self.run_columns[r] as usize <= columns)
+            && (0..n).all(|b| self.runs(b).collect::<Vec<_>>().windows(2).all(|w| self.run_end(w[0]) == self.run_column[w[1]] as usize))
+            && names_ok(&self.layer)
+            && names_ok(&self.op)
+    }
+
+    /// Band `b`'s runs (indices into the run columns).
+    pub fn runs(&self, b: usize) -> std::ops::Range<usize> {
+        self.run_start[b] as usize..self.run_start[b + 1] as usize
+    }
+
+    /// The column after run `r`.
+    pub fn run_end(&self, r: usize) -> usize {
+        self.run_column[r] as usize + self.run_columns[r] as usize
+    }
+
+    /// The first column band `b` is drawn in, and the one after its last.
+    pub fn columns_of(&self, b: usize) -> (usize, usize) {
+        let runs = self.runs(b);
+        (self.run_column[runs.start] as usize, self.run_end(runs.end - 1))
+    }
+
+    /// Band `b`'s bottom in `column`, where it is drawn there.
+    pub fn bottom_at(&self, b: usize, column: usize) -> Option<u64> {
+        let runs = self.runs(b);
+        let cols = &self.run_column[runs.clone()];
+        let k = cols.partition_point(|&c| c as usize <= column).checked_sub(1)?;
+        let r = runs.start + k;
+        (column < self.run_end(r)).then(|| self.run_bottom[r])
+    }
+
+    pub fn name(&self, id: u32) -> Option<&str> {
+        self.names.get(id as usize).map(String::as_str)
+    }
+
+    pub fn category_of(&self, b: usize) -> Option<Category> {
+        Category::ALL.get(self.category[b] as usize).copied()
+    }
+
+    /// Band `b`'s allocation.
+    pub fn band(&self, b: usize) -> ActiveBand<'_> {
+        ActiveBand {
+            event_index: self.event_index[b],
+            size_bytes: self.size_bytes[b],
+            alloc_s: self.alloc_s[b],
+            free_s: Some(self.free_s[b]).filter(|f| f.is_finite()),
+            layer: self.name(self.layer[b]),
+            op: self.name(self.op[b]),
+            stack: Some(self.stack[b]).filter(|&s| s != NONE),
+            category: self.category_of(b),
         }
-        let total = flat.chunks(2).try_fold(0u64, |t, p| t.checked_add(p[1])).unwrap_or(u64::MAX);
-        if total > super::MAX_COLUMNS as u64 {
-            return Err(D::Error::custom(format!("runs of {total} columns: expected at most {}", super::MAX_COLUMNS)));
-        }
-        let mut values = Vec::with_capacity(total as usize);
-        for p in flat.chunks(2) {
-            values.extend(std::iter::repeat_n(p[0], p[1] as usize));
-        }
-        Ok(values)
     }
 }
 
@@ -223,19 +285,26 @@ pub struct ActiveTimeline {
     pub moment_events: Vec<Option<u32>>,
     /// Each column's allocated total: the top of its stack.
     pub totals: Vec<u64>,
-    /// Each column's summary band: allocations not drawn one by one, and memory allocated
-    /// before the trace began.
-    pub summary: Vec<u64>,
-    pub bands: Vec<ActiveBand>,
+    /// Each column's memory allocated before the trace began (no allocation event of its own
+    /// in it): the grey band under every allocation's.
+    pub before_trace: Vec<u64>,
+    pub bands: ActiveBands,
     /// Allocations (made in the trace) live at some time of the window.
     pub live: usize,
-    /// Those not drawn one by one: in the summary band.
-    pub summarized: usize,
+    /// Of those, the ones live at no column's moment (made and freed between two): drawn once
+    /// the window is narrower.
+    pub between: usize,
 }
 
 /// The Active Memory Timeline of `pairs.device` over a window; with `index` (this trace's),
 /// the columns' moments come from it instead of a walk over every event in the window.
-pub fn active_timeline(trace: &Trace, pairs: &Pairs, index: Option<&TimelineIndex>, options: &ActiveOptions) -> ActiveTimeline {
+pub fn active_timeline(
+    trace: &Trace,
+    pairs: &Pairs,
+    index: Option<&TimelineIndex>,
+    labels: &Labels<'_>,
+    options: &ActiveOptions,
+) -> ActiveTimeline {
     let columns = options.columns.clamp(1, MAX_COLUMNS);
     let start_ns = trace.start_ns();
     let to_ns = |s: f64| start_ns.saturating_add((s.max(0.0) * 1e9) as u64);
@@ -246,43 +315,76 @@ pub fn active_timeline(trace: &Trace, pairs: &Pairs, index: Option<&TimelineInde
         .and_then(|x| x.column_moments(trace, pairs.device, (lo, hi), columns))
         .unwrap_or_else(|| column_moments(trace, pairs.device, (lo, hi), columns));
     let secs = |i: u32| trace.events.ts_ns[i as usize].saturating_sub(start_ns) as f64 * 1e-9;
-    // The allocations live in the window: made before its end, freed after its start.
-    let ev = &trace.events;
-    let (live, in_window) = pairs.largest_live(trace, lo, hi, options.detail);
-    let summarized = in_window - live.len();
-    let mut bands: Vec<ActiveBand> = live
-        .iter()
-        .map(|&k| {
-            let (a, f) = pairs.spans[k as usize];
-            ActiveBand {
-                event_index: a,
-                size_bytes: ev.size_bytes[a as usize],
-                alloc_s: secs(a),
-                free_s: (f != NEVER).then(|| secs(f)),
-                layer: trace.opt_str(ev.layer[a as usize]).map(str::to_owned),
-                op: None,
-                stack: trace.stacks.stack_of_event(a as usize),
-                category: None,
-                first_column: 0,
-                bottoms: Vec::new(),
-            }
-        })
-        .collect();
-    let (summary, totals) = stack_columns(pairs, &live, &moments, &mut bands);
-    bands.retain(|b| !b.bottoms.is_empty());
-    let moments_s = moments.iter().map(|m| m.map(|(i, _)| secs(i))).collect();
-    let moment_events = moments.iter().map(|m| m.map(|(i, _)| i)).collect();
+    let stacked = stack_columns(trace, pairs, &moments);
+    let bands = describe(trace, pairs, labels, &stacked, secs);
+    // The allocations live in the window that no column shows (both lists in span order).
+    let in_window = pairs.live_in(lo, hi);
+    let mut drawn = stacked.spans.iter().peekable();
+    let mut between = 0;
+    for k in &in_window {
+        while drawn.next_if(|&d| d < k).is_some() {}
+        if drawn.next_if_eq(&k).is_none() {
+            between += 1;
+        }
+    }
     ActiveTimeline {
         start_s: options.start_s,
         end_s: options.end_s,
-        moments_s,
-        moment_events,
-        totals,
-        summary,
+        moments_s: moments.iter().map(|m| m.map(|(i, _)| secs(i))).collect(),
+        moment_events: moments.iter().map(|m| m.map(|(i, _)| i)).collect(),
+        totals: moments.iter().map(|m| m.map_or(0, |(_, t)| t)).collect(),
+        before_trace: stacked.before_trace,
         bands,
-        live: in_window,
-        summarized,
+        live: in_window.len(),
+        between,
     }
+}
+
+/// Each band's allocation, its labels (names interned once) and its runs grouped by band.
+fn describe(trace: &Trace, pairs: &Pairs, labels: &Labels<'_>, stacked: &Stacked, secs: impl Fn(u32) -> f64) -> ActiveBands {
+    let ev = &trace.events;
+    let n = stacked.spans.len();
+    let mut out = ActiveBands { run_start: vec![0; n + 1], ..ActiveBands::default() };
+    let mut ids: FastMap<StrId, u32> = Default::default();
+    let mut name = |names: &mut Vec<String>, id: StrId| -> u32 {
+        let Some(text) = trace.opt_str(id) else { return NONE };
+        *ids.entry(id).or_insert_with(|| {
+            names.push(text.to_owned());
+            names.len() as u32 - 1
+        })
+    };
+    for &k in &stacked.spans {
+        let (a, f) = pairs.spans[k as usize];
+        let i = a as usize;
+        out.event_index.push(a);
+        out.size_bytes.push(ev.size_bytes[i]);
+        out.alloc_s.push(secs(a));
+        out.free_s.push(if f == NEVER { f64::INFINITY } else { secs(f) });
+        out.layer.push(name(&mut out.names, ev.layer[i]));
+        let op = labels.ops_at_event.get(i).map_or(NONE, |&o| name(&mut out.names, o));
+        out.op.push(op);
+        out.stack.push(trace.stacks.stack_of_event(i).unwrap_or(NONE));
+        let c = labels.categories.partition_point(|c| c.event < a);
+        let category = labels.categories.get(c).filter(|c| c.event == a).map(|c| c.category);
+        out.category.push(category.and_then(|c| Category::ALL.iter().position(|&x| x == c)).map_or(u8::MAX, |p| p as u8));
+    }
+    // Runs grouped by band, in the order each band's were closed (column order): a counting sort.
+    for r in &stacked.runs {
+        out.run_start[r.band as usize + 1] += 1;
+    }
+    for b in 0..n {
+        out.run_start[b + 1] += out.run_start[b];
+    }
+    let total = stacked.runs.len();
+    let (mut column, mut columns, mut bottom) = (vec![0u32; total], vec![0u32; total], vec![0u64; total]);
+    let mut next: Vec<u32> = out.run_start[..n].to_vec();
+    for r in &stacked.runs {
+        let at = next[r.band as usize] as usize;
+        next[r.band as usize] += 1;
+        (column[at], columns[at], bottom[at]) = (r.column, r.columns, r.bottom);
+    }
+    (out.run_column, out.run_columns, out.run_bottom) = (column, columns, bottom);
+    out
 }
 
 /// For each column, the event of `device` with the highest allocated total after it (the
@@ -335,41 +437,218 @@ pub fn column_moments(trace: &Trace, device: u8, (lo, hi): (u64, u64), columns: 
     out
 }
 
-/// Walks the columns' moments in order with the live drawn bands in allocation order: each
-/// band's bottom is the summary plus the bands below it. Returns (summary, total) per column.
-fn stack_columns(pairs: &Pairs, drawn: &[u32], moments: &[Option<(u32, u64)>], bands: &mut [ActiveBand]) -> (Vec<u64>, Vec<u64>) {
-    let mut summary = Vec::with_capacity(moments.len());
-    let mut totals = Vec::with_capacity(moments.len());
-    // Band indices live at the current moment, in allocation order (= index order).
-    let mut live: Vec<usize> = Vec::new();
-    let mut next = 0;
+/// A band's columns `column..column + columns` at `bottom`.
+#[derive(Clone, Copy, Debug)]
+struct Run {
+    band: u32,
+    column: u32,
+    columns: u32,
+    bottom: u64,
+}
+
+/// The bands of a window: each band's span, the runs (in the order they ended), and each
+/// column's memory from before the trace.
+struct Stacked {
+    spans: Vec<u32>,
+    runs: Vec<Run>,
+    before_trace: Vec<u64>,
+}
+
+/// The bands live in a column, bottom first, with each one's current run.
+#[derive(Default)]
+struct Stack {
+    /// Band, its current run's bottom (`u64::MAX`: none yet) and first column.
+    live: Vec<(u32, u64, u32)>,
+    bytes: u64,
+}
+
+impl Stack {
+    /// Ends band at position `p`'s current run before column `c`.
+    fn close(&self, p: usize, c: usize, runs: &mut Vec<Run>) {
+        let (band, bottom, since) = self.live[p];
+        if bottom != u64::MAX && c > since as usize {
+            runs.push(Run { band, column: since, columns: c as u32 - since, bottom });
+        }
+    }
+}
+
+/// Walks the columns' moments in order with the allocations live at each (every one made in
+/// the trace: a band each, in allocation order): each band's bottom is the memory from before
+/// the trace plus the bands below it. Only the bands above the lowest one freed (or all, when
+/// the memory from before the trace changed) are looked at again in a column, and a band's
+/// run ends only when its bottom moves: the work follows what is drawn, not columns × bands.
+fn stack_columns(trace: &Trace, pairs: &Pairs, moments: &[Option<(u32, u64)>]) -> Stacked {
+    let size = |k: u32| trace.events.size_bytes[pairs.spans[k as usize].0 as usize];
+    let mut out = Stacked { spans: Vec::new(), runs: Vec::new(), before_trace: Vec::with_capacity(moments.len()) };
+    let mut stack = Stack::default();
+    // Frees to come, soonest on top: (freeing event, band).
+    let mut frees: BinaryHeap<Reverse<(u32, u32)>> = BinaryHeap::new();
+    let mut next_span = None;
+    let mut last_base = None;
+    let mut gone: Vec<u32> = Vec::new();
     for (c, m) in moments.iter().enumerate() {
         let Some((at, total)) = *m else {
-            summary.push(0);
-            totals.push(0);
+            out.before_trace.push(0);
             continue;
         };
-        while next < drawn.len() && pairs.spans[drawn[next] as usize].0 <= at {
-            live.push(next);
-            next += 1;
+        gone.clear();
+        while let Some(&Reverse((_, band))) = frees.peek().filter(|Reverse((f, _))| *f <= at) {
+            frees.pop();
+            gone.push(band);
         }
-        live.retain(|&b| {
-            let f = pairs.spans[drawn[b] as usize].1;
-            f == NEVER || f > at
-        });
-        let drawn_bytes: u64 = live.iter().map(|&b| bands[b].size_bytes).sum();
-        let base = total.saturating_sub(drawn_bytes);
-        let mut bottom = base;
-        for &b in &live {
-            let band = &mut bands[b];
-            if band.bottoms.is_empty() {
-                band.first_column = c as u32;
+        let mut lowest = stack.live.len();
+        if !gone.is_empty() {
+            gone.sort_unstable();
+            let p0 = stack.live.partition_point(|l| l.0 < gone[0]);
+            lowest = p0;
+            let mut g = 0;
+            let mut kept = p0;
+            for p in p0..stack.live.len() {
+                if gone.get(g) == Some(&stack.live[p].0) {
+                    g += 1;
+                    stack.close(p, c, &mut out.runs);
+                    stack.bytes -= size(out.spans[stack.live[p].0 as usize]);
+                } else {
+                    stack.live[kept] = stack.live[p];
+                    kept += 1;
+                }
             }
-            band.bottoms.push(bottom);
-            bottom += band.size_bytes;
+            stack.live.truncate(kept);
         }
-        summary.push(base);
-        totals.push(total);
+        // The allocations made since the last moment and still live: new bands on top (at the
+        // first moment, every one live then).
+        let fresh = match next_span {
+            None => pairs.live_after(at),
+            Some(k) => {
+                let end = k + pairs.spans[k..].partition_point(|s| s.0 <= at);
+                ((k..end).filter(|&j| pairs.spans[j].1 > at).map(|j| j as u32).collect(), end)
+            }
+        };
+        next_span = Some(fresh.1);
+        lowest = lowest.min(stack.live.len());
+        for k in fresh.0 {
+            let band = out.spans.len() as u32;
+            out.spans.push(k);
+            stack.live.push((band, u64::MAX, c as u32));
+            stack.bytes += size(k);
+            let f = pairs.spans[k as usize].1;
+            if f != NEVER {
+                frees.push(Reverse((f, band)));
+            }
+        }
+        let base = total.saturating_sub(stack.bytes);
+        if last_base != Some(base) {
+            lowest = 0;
+        }
+        last_base = Some(base);
+        let mut bottom = match lowest.checked_sub(1) {
+            Some(p) => stack.live[p].1 + size(out.spans[stack.live[p].0 as usize]),
+            None => base,
+        };
+        for p in lowest..stack.live.len() {
+            if stack.live[p].1 != bottom {
+                stack.close(p, c, &mut out.runs);
+                stack.live[p].1 = bottom;
+                stack.live[p].2 = c as u32;
+            }
+            bottom += size(out.spans[stack.live[p].0 as usize]);
+        }
+        out.before_trace.push(base);
     }
-    (summary, totals)
+    for p in 0..stack.live.len() {
+        stack.close(p, moments.len(), &mut out.runs);
+    }
+    out
+}
+
+/// Finds the band under a point fast among hundreds of thousands: bands are in the order of
+/// their first columns, so those that can hold a column are a prefix, and of that prefix only
+/// runs of [`HOVER_BLOCK`] bands with one drawn as far as the column are looked into.
+#[derive(Clone, Debug, Default)]
+pub struct HoverIndex {
+    first_columns: Vec<u32>,
+    /// The column after the last drawn by any band of each block.
+    block_end: Vec<u32>,
+}
+
+const HOVER_BLOCK: usize = 64;
+
+impl HoverIndex {
+    pub fn new(bands: &ActiveBands) -> Self {
+        let spans: Vec<(usize, usize)> = (0..bands.len()).map(|b| bands.columns_of(b)).collect();
+        let first_columns = spans.iter().map(|s| s.0 as u32).collect();
+        let block_end = spans.chunks(HOVER_BLOCK).map(|c| c.iter().map(|s| s.1 as u32).max().unwrap_or(0)).collect();
+        Self { first_columns, block_end }
+    }
+
+    /// The band drawn in `column` over `bytes` (bytes above zero), if any.
+    pub fn band_at(&self, bands: &ActiveBands, column: usize, bytes: f64) -> Option<usize> {
+        let end = self.first_columns.partition_point(|&c| c as usize <= column);
+        for (k, &last) in self.block_end.iter().enumerate() {
+            let start = k * HOVER_BLOCK;
+            if start >= end {
+                break;
+            }
+            if (last as usize) <= column {
+                continue;
+            }
+            for b in start..(start + HOVER_BLOCK).min(end) {
+                let Some(bottom) = bands.bottom_at(b, column) else { continue };
+                if bytes >= bottom as f64 && bytes < (bottom + bands.size_bytes[b]) as f64 {
+                    return Some(b);
+                }
+            }
+        }
+        None
+    }
+}
+
+/// A column of numbers as the base64 of their little-endian bytes: a million of them parse
+/// as one JSON string in milliseconds, where a million JSON numbers take a hundred or more.
+mod packed {
+    use base64::engine::general_purpose::STANDARD;
+    use base64::Engine as _;
+    use serde::de::Error as _;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    /// A number of fixed width, little-endian.
+    pub trait Packed: Sized + Copy {
+        const BYTES: usize;
+        fn put(self, out: &mut Vec<u8>);
+        fn get(bytes: &[u8]) -> Self;
+    }
+
+    macro_rules! packed {
+        ($($t:ty),*) => {$(
+            impl Packed for $t {
+                const BYTES: usize = std::mem::size_of::<$t>();
+                fn put(self, out: &mut Vec<u8>) {
+                    out.extend_from_slice(&self.to_le_bytes());
+                }
+                fn get(bytes: &[u8]) -> Self {
+                    let mut b = [0u8; std::mem::size_of::<$t>()];
+                    b.copy_from_slice(bytes);
+                    <$t>::from_le_bytes(b)
+                }
+            }
+        )*};
+    }
+    packed!(u8, u32, u64, f64);
+
+    pub fn serialize<T: Packed, S: Serializer>(values: &[T], s: S) -> Result<S::Ok, S::Error> {
+        let mut bytes = Vec::with_capacity(values.len() * T::BYTES);
+        for &v in values {
+            v.put(&mut bytes);
+        }
+        s.serialize_str(&STANDARD.encode(bytes))
+    }
+
+    pub fn deserialize<'de, T: Packed, D: Deserializer<'de>>(d: D) -> Result<Vec<T>, D::Error> {
+        let text = std::borrow::Cow::<str>::deserialize(d)?;
+        let bytes = STANDARD.decode(text.as_bytes()).map_err(|e| D::Error::custom(format!("a packed column: {e}")))?;
+        if bytes.len() % T::BYTES != 0 {
+            return Err(D::Error::custom(format!("a packed column of {} bytes: expected {}-byte numbers", bytes.len(), T::BYTES)));
+        }
+        Ok(bytes.chunks_exact(T::BYTES).map(T::get).collect())
+    }
 }

@@ -60,9 +60,9 @@ pub enum Request {
     DiffDevices { a: u8, b: u8 },
     /// What to change so the shown trace needs less memory, under a budget when given.
     Advice { budget_bytes: Option<u64> },
-    /// The Active Memory Timeline of a window: `detail` largest allocations as bands over
-    /// `columns` pixel columns.
-    Active { start_s: f64, end_s: f64, columns: usize, detail: usize },
+    /// The Active Memory Timeline of a window: every allocation live at a column's moment as its
+    /// own band over `columns` pixel columns.
+    Active { start_s: f64, end_s: f64, columns: usize },
     /// One allocation (an allocation event's index) with its lifetime and stack: answered as
     /// `Allocations` with it alone.
     Allocation { event_index: usize },
@@ -370,7 +370,7 @@ impl Session {
                 Ok(d) => Response::Diff(Box::new(d)),
                 Err(e) => Response::Error { message: e.to_string() },
             },
-            Request::Active { start_s, end_s, columns, detail } => self.active(*start_s, *end_s, *columns, *detail),
+            Request::Active { start_s, end_s, columns } => self.active(*start_s, *end_s, *columns),
             Request::Allocation { event_index } => self.allocation_at(*event_index),
             Request::Find { query, limit } => Response::Found(Box::new(analysis::search::find(self.trace(), query, (*limit).min(1000)))),
             Request::Holders { t_s } => {

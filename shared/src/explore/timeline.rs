@@ -86,19 +86,15 @@ impl Session {
         }
     }
 
-    pub(super) fn active(&mut self, start_s: f64, end_s: f64, columns: usize, detail: usize) -> Response {
+    pub(super) fn active(&mut self, start_s: f64, end_s: f64, columns: usize) -> Response {
         let device = self.device;
         if self.pairs.as_ref().is_none_or(|p| p.device != device) {
             self.pairs = Some(analysis::active::Pairs::of(self.trace(), device));
         }
         let Some(pairs) = &self.pairs else { return Response::Error { message: "no allocations".into() } };
-        let options = analysis::active::ActiveOptions { start_s, end_s, columns, detail: detail.min(200_000) };
-        let mut a = analysis::active::active_timeline(self.trace(), pairs, self.index.as_ref(), &options);
-        for b in &mut a.bands {
-            b.op = self.ops_at_event.get(b.event_index as usize).and_then(|&o| self.trace().opt_str(o)).map(str::to_owned);
-            let k = self.categories.partition_point(|c| c.event < b.event_index);
-            b.category = self.categories.get(k).filter(|c| c.event == b.event_index).map(|c| c.category);
-        }
+        let options = analysis::active::ActiveOptions { start_s, end_s, columns };
+        let labels = analysis::active::Labels { ops_at_event: &self.ops_at_event, categories: &self.categories };
+        let a = analysis::active::active_timeline(self.trace(), pairs, self.index.as_ref(), &labels, &options);
         Response::Active(Box::new(a))
     }
 

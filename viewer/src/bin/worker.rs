@@ -50,7 +50,7 @@ fn first_answers(session: &mut Session, overview: &shared::explore::Overview, wi
         return Vec::new();
     }
     let full = requests::full_window(overview);
-    let mut first = vec![requests::timeline(full, w.timeline), requests::active(full, w.active, requests::ACTIVE_DETAIL)];
+    let mut first = vec![requests::timeline(full, w.timeline), requests::active(full, w.active)];
     if requests::draws_fragmentation(overview) {
         first.push(requests::fragmentation(full, w.fragmentation));
     }

@@ -1,38 +1,37 @@
-//! The Active Memory Timeline: every allocation a band, coloured by what the user picks.
+//! The Active Memory Timeline: every allocation a band, coloured by what the user picks; what
+//! both paths share (colours, styles, outlines, where the pointer is) and the 2D canvas path
+//! with plotters. The WebGL2 path draws the same bands as quads (`active_gl.rs`).
 
 use super::{area, err, window_chart, Mapping, Palette, Res};
 use plotters::prelude::*;
-use shared::analysis::active::{ActiveBand, ActiveTimeline};
+use shared::analysis::active::{ActiveBands, ActiveTimeline, NONE};
 use web_sys::HtmlCanvasElement;
 
-/// Where the Active Memory Timeline was drawn, to find the band under the pointer.
+/// Where the Active Memory Timeline was drawn, to find the band under the pointer: the plot
+/// shows `plot.x` (the window on screen, which a zoom moves before the worker answers).
 #[derive(Clone, Copy, Debug)]
 pub struct ActiveMapping {
     pub plot: Mapping,
     /// The bytes at the plot's top edge.
     pub ymax: f64,
-    pub columns: usize,
 }
 
 impl ActiveMapping {
-    /// The (column, bytes) under pixel (px, py), inside the plot.
-    pub fn at(&self, px: f64, py: f64) -> Option<(usize, f64)> {
-        if !self.plot.contains(px, py) || self.columns == 0 {
+    /// The (seconds, bytes) under pixel (px, py), inside the plot.
+    pub fn at(&self, px: f64, py: f64) -> Option<(f64, f64)> {
+        if !self.plot.contains(px, py) {
             return None;
         }
-        let f = ((px - self.plot.px.0) / (self.plot.px.1 - self.plot.px.0).max(1.0)).clamp(0.0, 0.999_999);
         let bytes = self.ymax * (self.plot.py.1 - py) / (self.plot.py.1 - self.plot.py.0).max(1.0);
-        Some(((f * self.columns as f64) as usize, bytes))
+        Some((self.plot.x_at(px), bytes))
     }
 }
 
-/// The band under (column, bytes), if any.
-pub fn active_band_at(a: &ActiveTimeline, column: usize, bytes: f64) -> Option<usize> {
-    let holds = |b: &ActiveBand| -> Option<bool> {
-        let bottom = *b.bottoms.get(column.checked_sub(b.first_column as usize)?)? as f64;
-        Some(bytes >= bottom && bytes < bottom + b.size_bytes as f64)
-    };
-    a.bands.iter().position(|b| holds(b).unwrap_or(false))
+/// The column of `a` that shows time `t_s`, if its window holds it.
+pub fn column_at(a: &ActiveTimeline, t_s: f64) -> Option<usize> {
+    let n = a.totals.len();
+    let f = (t_s - a.start_s) / (a.end_s - a.start_s);
+    (n > 0 && (0.0..=1.0).contains(&f)).then(|| ((f * n as f64) as usize).min(n - 1))
 }
 
 /// What gives a band its colour.
@@ -60,25 +59,73 @@ pub fn category_colour(c: Option<shared::analysis::categories::Category>) -> RGB
 }
 
 impl ColourBy {
-    fn key(self, b: &ActiveBand) -> u64 {
+    /// Each band's colour: fixed per category, else from the hash of its key (a layer's or an
+    /// operator's name, a stack), each name hashed once.
+    pub fn colours(self, bands: &ActiveBands) -> Vec<RGBColor> {
         use std::hash::{Hash, Hasher};
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        match self {
-            ColourBy::Layer => b.layer.hash(&mut h),
-            ColourBy::Operator => b.op.hash(&mut h),
-            ColourBy::Stack => b.stack.hash(&mut h),
-            ColourBy::Category => b.category.hash(&mut h),
-        }
-        h.finish()
+        let hash = |key: &dyn Fn(&mut std::collections::hash_map::DefaultHasher)| {
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            key(&mut h);
+            h.finish()
+        };
+        let by_name: Vec<RGBColor> = bands.names.iter().map(|n| hashed_colour(hash(&|h| Some(n.as_str()).hash(h)))).collect();
+        let unnamed = hashed_colour(hash(&|h| None::<&str>.hash(h)));
+        let named = |id: u32| if id == NONE { unnamed } else { by_name.get(id as usize).copied().unwrap_or(unnamed) };
+        (0..bands.len())
+            .map(|b| match self {
+                ColourBy::Layer => named(bands.layer[b]),
+                ColourBy::Operator => named(bands.op[b]),
+                ColourBy::Stack => hashed_colour(hash(&|h| Some(bands.stack[b]).filter(|&s| s != NONE).hash(h))),
+                ColourBy::Category => category_colour(bands.category_of(b)),
+            })
+            .collect()
     }
+}
 
-    /// A band's colour: fixed per category, else from the hash of its key.
-    pub fn colour(self, b: &ActiveBand) -> RGBColor {
-        match self {
-            ColourBy::Category => category_colour(b.category),
-            _ => hashed_colour(self.key(b)),
-        }
+/// How each band is shown: its colour, and whether it is dimmed (`pinned` lights the bands that
+/// share its stack, or without stacks its layer and size; with `found`, a search's allocation
+/// events, sorted, the others are dimmed).
+pub fn band_styles(bands: &ActiveBands, colours: &[RGBColor], pinned: Option<usize>, found: Option<&[u32]>) -> Vec<(RGBColor, bool)> {
+    let lit = pinned.filter(|&p| p < bands.len()).map(|p| (bands.stack[p], bands.layer[p], bands.size_bytes[p]));
+    let shares = |b: usize| match lit {
+        Some((stack, _, _)) if stack != NONE => bands.stack[b] == stack,
+        Some((_, layer, size)) => bands.stack[b] == NONE && bands.layer[b] == layer && bands.size_bytes[b] == size,
+        None => true,
+    };
+    let matched = |b: usize| found.is_none_or(|f| f.binary_search(&bands.event_index[b]).is_ok());
+    colours.iter().enumerate().map(|(b, &c)| (c, !(shares(b) && matched(b)))).collect()
+}
+
+/// A band's outline over its runs, in (column, bytes): along its top, then back along its
+/// bottom (a band's height never changes, its bottom steps where one below it was freed).
+pub fn band_outline(bands: &ActiveBands, b: usize) -> Vec<(f64, f64)> {
+    let size = bands.size_bytes[b] as f64;
+    let mut pts = Vec::new();
+    for r in bands.runs(b) {
+        let top = bands.run_bottom[r] as f64 + size;
+        pts.extend([(bands.run_column[r] as f64, top), (bands.run_end(r) as f64, top)]);
     }
+    for r in bands.runs(b).rev() {
+        let bottom = bands.run_bottom[r] as f64;
+        pts.extend([(bands.run_end(r) as f64, bottom), (bands.run_column[r] as f64, bottom)]);
+    }
+    pts
+}
+
+/// The memory from before the trace as quads in (first column, columns after it, bytes): one
+/// per run of columns holding the same.
+pub fn before_trace_runs(a: &ActiveTimeline) -> Vec<(usize, usize, u64)> {
+    let mut runs = Vec::new();
+    let mut c = 0;
+    while c < a.before_trace.len() {
+        let v = a.before_trace[c];
+        let end = (c..a.before_trace.len()).find(|&k| a.before_trace[k] != v).unwrap_or(a.before_trace.len());
+        if v > 0 {
+            runs.push((c, end, v));
+        }
+        c = end;
+    }
+    runs
 }
 
 /// A colour from a hash: spread hues, middling saturation and lightness, readable on both
@@ -101,72 +148,50 @@ fn hashed_colour(key: u64) -> RGBColor {
     RGBColor(to(r), to(g), to(b))
 }
 
-/// The Active Memory Timeline: the summary band at the bottom, then every drawn allocation
-/// as its own band over the columns it is live in; `pinned` is outlined and the bands that
-/// share its stack (or, without stacks, its layer and size) are lit; with `found` (a search's
-/// allocation events, sorted) the others are dimmed.
+/// The axes of the Active Memory Timeline over `window` (seconds) up to `top_bytes`: the
+/// WebGL path draws its bands over them.
+pub fn draw_active_axes(canvas: &HtmlCanvasElement, pal: &Palette, window: (f64, f64), top_bytes: u64) -> Res<ActiveMapping> {
+    let root = area(canvas, pal)?;
+    let (_, plot, ymax) = window_chart(&root, pal, window, top_bytes, 14)?;
+    root.present().map_err(err)?;
+    Ok(ActiveMapping { plot, ymax })
+}
+
+/// The Active Memory Timeline on a 2D canvas (the path where the browser has no WebGL2): the
+/// memory from before the trace at the bottom, then every band over the columns it is drawn
+/// in, in its style ([`band_styles`]); `pinned` is outlined.
 pub fn draw_active(
     canvas: &HtmlCanvasElement,
     pal: &Palette,
     a: &ActiveTimeline,
-    by: ColourBy,
+    styles: &[(RGBColor, bool)],
     pinned: Option<usize>,
-    found: Option<&[u32]>,
 ) -> Res<ActiveMapping> {
     let root = area(canvas, pal)?;
     let (mut chart, plot, ymax) = window_chart(&root, pal, (a.start_s, a.end_s), a.totals.iter().copied().max().unwrap_or(0), 14)?;
     let (t0, t1) = plot.x;
     let columns = a.totals.len();
-    let mapping = ActiveMapping { plot, ymax, columns };
+    let mapping = ActiveMapping { plot, ymax };
     if columns == 0 {
         return Ok(mapping);
     }
     let width = (t1 - t0) / columns as f64;
-    let x = |c: usize| t0 + c as f64 * width;
-    // A band over columns first.. with the given bottoms and height, as one polygon of steps:
-    // a corner where the top or the bottom moves, none between equal columns (a band's
-    // bottom only moves when one below it is freed).
-    let outline = |first: usize, bottoms: &[u64], height: &dyn Fn(usize) -> u64| -> Vec<(f64, f64)> {
-        let mut pts = Vec::new();
-        let n = bottoms.len();
-        let mut k = 0;
-        while k < n {
-            let top = bottoms[k] + height(k);
-            let end = (k + 1..n).find(|&j| bottoms[j] + height(j) != top).unwrap_or(n);
-            pts.push((x(first + k), top as f64));
-            pts.push((x(first + end), top as f64));
-            k = end;
-        }
-        let mut k = n;
-        while k > 0 {
-            let b = bottoms[k - 1];
-            let start = (0..k - 1).rev().find(|&j| bottoms[j] != b).map_or(0, |j| j + 1);
-            pts.push((x(first + k), b as f64));
-            pts.push((x(first + start), b as f64));
-            k = start;
-        }
-        pts
-    };
-    let zeros = vec![0u64; columns];
-    let summary = outline(0, &zeros, &|k| a.summary[k]);
-    chart.draw_series(std::iter::once(Polygon::new(summary, pal.grid.mix(0.9).filled()))).map_err(err)?;
-    let lit = pinned.and_then(|p| a.bands.get(p)).map(|p| (p.stack, p.layer.clone(), p.size_bytes));
-    // A search's matches stay lit, the rest dimmed.
-    let unmatched = |b: &ActiveBand| found.is_some_and(|f| f.binary_search(&b.event_index).is_err());
-    let shares = |b: &ActiveBand| match &lit {
-        Some((Some(stack), _, _)) => b.stack == Some(*stack),
-        Some((None, layer, size)) => b.stack.is_none() && &b.layer == layer && b.size_bytes == *size,
-        None => false,
-    };
+    let at = |(c, y): (f64, f64)| (t0 + c * width, y);
+    let grey = pal.grid.mix(0.9).filled();
     chart
-        .draw_series(a.bands.iter().map(|b| {
-            let colour = by.colour(b);
-            let style = if (lit.is_some() && !shares(b)) || unmatched(b) { colour.mix(0.2).filled() } else { colour.filled() };
-            Polygon::new(outline(b.first_column as usize, &b.bottoms, &|_| b.size_bytes), style)
+        .draw_series(
+            before_trace_runs(a).into_iter().map(|(c0, c1, v)| Rectangle::new([at((c0 as f64, 0.0)), at((c1 as f64, v as f64))], grey)),
+        )
+        .map_err(err)?;
+    let bands = &a.bands;
+    chart
+        .draw_series(styles.iter().enumerate().map(|(b, &(colour, dim))| {
+            let style = if dim { colour.mix(0.2).filled() } else { colour.filled() };
+            Polygon::new(band_outline(bands, b).into_iter().map(at).collect::<Vec<_>>(), style)
         }))
         .map_err(err)?;
-    if let Some(b) = pinned.and_then(|p| a.bands.get(p)) {
-        let mut pts = outline(b.first_column as usize, &b.bottoms, &|_| b.size_bytes);
+    if let Some(b) = pinned.filter(|&p| p < bands.len()) {
+        let mut pts: Vec<(f64, f64)> = band_outline(bands, b).into_iter().map(at).collect();
         if let Some(&first) = pts.first() {
             pts.push(first);
         }

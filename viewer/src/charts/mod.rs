@@ -7,12 +7,14 @@
 //! they share (the palette, the pixel mapping, the axes) is here.
 
 mod active;
+mod active_gl;
 mod blocks;
 mod curves;
 mod live;
 mod timeline;
 
 pub use active::*;
+pub use active_gl::*;
 pub use blocks::*;
 pub use curves::*;
 pub use live::*;
