@@ -1039,17 +1039,19 @@ fn active_memory_draws_every_allocation_on_both_paths() {
             active_painted(&b) != painted
         });
         assert!(repainted, "{render}: colours by stack repaint");
-        // A wheel zoom: on the GPU a frame at once (before any answer), then the worker's bands.
+        // A wheel zoom: a frame at once (before any answer: the GPU's quads or the canvas's last
+        // picture moved), then the worker's bands.
+        let moved = |b: &Browser| b.exec("return +(document.getElementById('active-canvas').dataset.movedFrames || 0)", json!([]));
+        let before = moved(&b);
         b.exec(
             "window.__mtActiveFrames = []; window.__mtActiveRefined = []; const c = document.getElementById('active-canvas');
              const r = c.getBoundingClientRect();
              c.dispatchEvent(new WheelEvent('wheel', {deltaY: -100, clientX: r.left + r.width * 0.5, clientY: r.top + r.height / 2, bubbles: true, cancelable: true}));",
             json!([]),
         );
-        if render == "webgl2" {
-            let at_once = b.exec("return window.__mtActiveFrames.length", json!([]));
-            assert_eq!(at_once, json!(1), "a frame drawn in the wheel's own task");
-        }
+        let at_once = b.exec("return window.__mtActiveFrames.length", json!([]));
+        assert_eq!(at_once, json!(1), "{render}: a frame drawn in the wheel's own task");
+        assert_eq!(moved(&b).as_u64(), before.as_u64().map(|n| n + 1), "{render}: drawn from the bands the page held");
         b.wait_for("return window.__mtActiveRefined.length > 0", 30, "the zoomed window's bands");
         answers.push((native.bands.len(), top, hovered));
     }
