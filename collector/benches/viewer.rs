@@ -15,9 +15,13 @@
 //! times (3) in each page, runs interleaved, each in a fresh browser: file chosen → the Active
 //! Memory Timeline's polygons built and the next frame painted (memory_viz) or every chart
 //! drawn (ours), the renderer process's peak memory, and whether it finished within
-//! `MEMORY_TRACER_BENCH_TIMEOUT_S` (600). A table closes the output.
+//! `MEMORY_TRACER_BENCH_TIMEOUT_S` (600). A table closes the output, then, per file, where our
+//! page's load went, stage by stage (the worker's stages on its own clock, then the page's
+//! until each chart is drawn: docs/benchmarks.md, "Where a load's time goes (issue 51)").
+//! `MEMORY_TRACER_VIEWER_BENCH_ALSO=NAME=DIR,...` measures other builds of the viewer (a
+//! `dist/` kept from before a change) in the same runs, interleaved.
 //!
-//! Needs `dist/` (the viewer built by `cargo xtask check`).
+//! Needs `dist/` (the viewer built by `cargo xtask viewer`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -36,13 +40,23 @@ fn main() {
     let dist = repo.join("dist");
     assert!(dist.join("index.html").exists(), "build the viewer first: cargo xtask check");
     let files: Vec<PathBuf> = std::env::var("MEMORY_TRACER_VIEWER_BENCH_FILES")
-        .map(|v| v.split(',').map(PathBuf::from).collect())
+        // Cargo runs a benchmark in its package's folder: a relative path is the repository's.
+        .map(|v| v.split(',').map(|f| repo.join(f)).collect())
         .unwrap_or_else(|_| vec![repo.join("tests/data/resnet18_sgd_2steps.pickle")]);
     let runs: usize = std::env::var("MEMORY_TRACER_BENCH_RUNS").ok().and_then(|v| v.parse().ok()).unwrap_or(1);
     let timeout_s: u64 = std::env::var("MEMORY_TRACER_BENCH_TIMEOUT_S").ok().and_then(|v| v.parse().ok()).unwrap_or(600);
     let memory_viz = std::env::var("MEMORY_TRACER_MEMORY_VIZ").ok().map(|p| memory_viz_page(Path::new(&p)));
 
     let (_server, url) = webdriver::static_server(&dist);
+    // Other builds of the viewer measured in the same runs, interleaved: `NAME=DIST,...`.
+    let others: Vec<(String, (webdriver::Guard, String))> = std::env::var("MEMORY_TRACER_VIEWER_BENCH_ALSO")
+        .map(|v| {
+            v.split(',')
+                .filter_map(|p| p.split_once('='))
+                .map(|(name, dir)| (format!("viewer {name}"), webdriver::static_server(Path::new(dir))))
+                .collect()
+        })
+        .unwrap_or_default();
     let mv_server = memory_viz.as_ref().map(|dir| webdriver::static_server(dir));
     let runs = if memory_viz.is_some() { runs.max(1) } else { runs };
     let mut rows = Vec::new();
@@ -58,10 +72,118 @@ fn main() {
             let r = open_in_viewer(&url, file, timeout_s);
             println!("{name} run {run}: viewer {}", describe(&r));
             rows.push(json!({"file": name, "bytes": size, "page": "viewer", "run": run, "result": r}));
+            for (page, (_, other_url)) in &others {
+                let r = open_in_viewer(other_url, file, timeout_s);
+                println!("{name} run {run}: {page} {}", describe(&r));
+                rows.push(json!({"file": name, "bytes": size, "page": page, "run": run, "result": r}));
+            }
         }
     }
     println!("{}", serde_json::to_string_pretty(&rows).unwrap());
     print_table(&rows);
+    print_stages(&rows);
+}
+
+/// Where one load's time went: (stage, ms) in order, from the page's marks
+/// (`window.__mtMarks`): the worker's stages (`worker: STAGE`, each timed on the worker's clock
+/// until the next), the overview's message arriving and read, then each chart drawn; the
+/// parse split into the worker's reads of the file (`read_ms`) and the rest.
+fn stages(marks: &Value, read_ms: f64) -> Vec<(String, f64)> {
+    let marks: Vec<(String, f64)> = marks
+        .as_array()
+        .map(|m| m.iter().filter_map(|p| Some((p.get(0)?.as_str()?.to_owned(), p.get(1)?.as_f64()?))).collect())
+        .unwrap_or_default();
+    let at = |label: &str| marks.iter().find(|(l, _)| l == label).map(|p| p.1);
+    // (where a stage ends, the name of the stage that begins there)
+    let mut points: Vec<(f64, String)> = marks.iter().filter_map(|(l, t)| Some((*t, l.strip_prefix("worker: ")?.to_owned()))).collect();
+    if let Some(received) = at("overview received") {
+        // The last message before the overview was read is the overview's.
+        if let Some(arrived) = marks.iter().filter(|(l, t)| l.starts_with("message of ") && *t <= received).map(|p| p.1).reduce(f64::max) {
+            points.push((arrived, "page: read the overview's message (JSON)".into()));
+        }
+        points.push((received, "page: render the report".into()));
+    }
+    let mut drawn: Vec<(f64, String)> = marks.iter().filter_map(|(l, t)| Some((*t, l.strip_prefix("drawn ")?.to_owned()))).collect();
+    points.sort_by(|a, b| a.0.total_cmp(&b.0));
+    drawn.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let mut out = Vec::new();
+    let (mut from, mut label) = (0.0, "page → worker: the file handed over".to_owned());
+    for (t, next) in points {
+        if label == "opening" {
+            // Opening reads the file's first slice: it is the parse's.
+            (from, label) = (from, "parsing".to_owned());
+            continue;
+        }
+        if label == "parsing" {
+            out.push(("read the file (the worker's reads of its slices)".to_owned(), read_ms));
+            out.push(("unpickle (the parse, less the reads)".to_owned(), t - from - read_ms));
+        } else {
+            out.push((label, t - from));
+        }
+        (from, label) = (t, next);
+    }
+    // After the overview: the page renders, each chart's row ends when it is drawn.
+    let overview_at = from;
+    for (t, chart) in drawn.into_iter().filter(|(t, _)| *t >= overview_at) {
+        out.push((format!("{label}, until the {chart} chart is drawn"), t - from));
+        (from, label) = (t, "page".to_owned());
+    }
+    out
+}
+
+/// Markdown, per file: each stage of our page's load, median and range over the runs, and its
+/// share of the median file chosen → drawn.
+fn print_stages(rows: &[Value]) {
+    let mut files: Vec<&str> = Vec::new();
+    let mut pages: Vec<&str> = Vec::new();
+    for r in rows.iter().filter(|r| r["page"].as_str().is_some_and(|p| p.starts_with("viewer"))) {
+        let f = r["file"].as_str().unwrap();
+        if !files.contains(&f) {
+            files.push(f);
+        }
+        let p = r["page"].as_str().unwrap();
+        if !pages.contains(&p) {
+            pages.push(p);
+        }
+    }
+    for (file, page) in files.iter().flat_map(|f| pages.iter().map(move |p| (*f, *p))) {
+        let runs: Vec<(Vec<(String, f64)>, f64)> = rows
+            .iter()
+            .filter(|r| r["file"] == file && r["page"] == page && r["result"]["drawn_ms"].is_f64())
+            .map(|r| {
+                (
+                    stages(&r["result"]["marks"], r["result"]["worker_read_ms"].as_f64().unwrap_or(0.0)),
+                    r["result"]["drawn_ms"].as_f64().unwrap(),
+                )
+            })
+            .collect();
+        if runs.is_empty() {
+            continue;
+        }
+        let mut labels: Vec<&str> = Vec::new();
+        for (s, _) in &runs {
+            for (l, _) in s {
+                if !labels.contains(&l.as_str()) {
+                    labels.push(l);
+                }
+            }
+        }
+        let drawn = median(runs.iter().map(|r| r.1).collect());
+        println!("\n{file}: where the {page}'s load goes ({} runs; file chosen → drawn, median {drawn:.0} ms)\n", runs.len());
+        println!("| stage | ms, median | range | share |");
+        println!("|---|---|---|---|");
+        for l in labels {
+            let ms: Vec<f64> = runs.iter().map(|(s, _)| s.iter().filter(|(k, _)| k == l).map(|p| p.1).sum()).collect();
+            let (lo, hi) = (ms.iter().copied().fold(f64::INFINITY, f64::min), ms.iter().copied().fold(0.0, f64::max));
+            let m = median(ms);
+            println!("| {l} | {m:.1} | {lo:.1}–{hi:.1} | {:.0} % |", m / drawn * 100.0);
+        }
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
 fn describe(r: &Value) -> String {
@@ -107,7 +229,14 @@ fn print_table(rows: &[Value]) {
             t.sort_by(f64::total_cmp);
             t.get(t.len() / 2).copied()
         };
-        for page in ["memory_viz", "viewer"] {
+        let mut pages: Vec<&str> = vec!["memory_viz", "viewer"];
+        for r in rows.iter().filter(|r| r["file"] == file) {
+            let p = r["page"].as_str().unwrap();
+            if !pages.contains(&p) {
+                pages.push(p);
+            }
+        }
+        for page in pages {
             let of_page: Vec<&Value> = rows.iter().filter(|r| r["file"] == file && r["page"] == page).collect();
             if of_page.is_empty() {
                 continue;
@@ -120,8 +249,8 @@ fn print_table(rows: &[Value]) {
                 })
                 .collect();
             let peak = of_page.iter().filter_map(|r| r["result"]["renderer_peak_bytes"].as_f64()).fold(0.0, f64::max);
-            let ratio = match (page, median_of("memory_viz"), median_of("viewer")) {
-                ("viewer", Some(mv), Some(ours)) => format!("{:.1}×", mv / ours),
+            let ratio = match (median_of("memory_viz"), median_of(page)) {
+                (Some(mv), Some(ours)) if page != "memory_viz" => format!("{:.1}×", mv / ours),
                 _ => String::new(),
             };
             println!("| {file} | {:.1} | {page} | {} | {:.0} | {ratio} |", bytes as f64 / 1e6, runs.join(", "), peak / 1048576.0);
@@ -208,6 +337,7 @@ fn open_in_viewer(url: &str, file: &Path, timeout_s: u64) -> Value {
     };
     let load_ms: f64 = b.exec("return document.body.dataset.loadMs", json!([])).as_str().unwrap().parse().unwrap();
     let memory: u64 = b.exec("return document.body.dataset.workerMemory", json!([])).as_str().unwrap().parse().unwrap();
+    let read_ms = b.exec("return document.body.dataset.workerReadMs", json!([])).as_str().and_then(|v| v.parse::<f64>().ok());
     let renderer_peak = renderer_peak_bytes(&b);
     let each = b.exec(
         "return Object.fromEntries(Object.entries(document.body.dataset).filter(([k]) => /^drawn.+Ms$/.test(k)).map(([k, v]) => [k, Number(v)]))",
@@ -236,7 +366,7 @@ fn open_in_viewer(url: &str, file: &Path, timeout_s: u64) -> Value {
     let p95 = frames[(frames.len() * 95 / 100).min(frames.len() - 1)];
     let max = frames[frames.len() - 1];
     json!({"events": events, "warm_ms": warm_ms, "load_ms": load_ms, "drawn_ms": drawn_ms, "worker_memory_bytes": memory,
-        "renderer_peak_bytes": renderer_peak, "drawn_each_ms": each, "marks": marks, "frame_ms": {"median": median, "p95": p95, "max": max, "n": frames.len()}})
+        "renderer_peak_bytes": renderer_peak, "drawn_each_ms": each, "marks": marks, "worker_read_ms": read_ms, "frame_ms": {"median": median, "p95": p95, "max": max, "n": frames.len()}})
 }
 
 /// memory_viz's page as pytorch.org serves it (its script, a `<select>` per snapshot, view and

@@ -1,6 +1,7 @@
 //! Messages between the page and the worker (`src/bin/worker.rs`), one enum per direction:
 //! [`ToWorker`] (open a file, files, a URL or bytes; compare with a file; answer a request)
-//! and [`ToPage`] (ready, progress, loaded, failed, compared, an answer, the warm-up). Each
+//! and [`ToPage`] (ready, progress, loaded, a prefetched answer, failed, compared, an answer,
+//! the warm-up). Each
 //! converts to and from the JS value posted in one place here: a [`ToWorker`] is a plain JS
 //! object, because a `File` cannot travel as JSON; a [`ToPage`] is JSON text.
 
@@ -32,10 +33,23 @@ pub enum ToPage {
     Loaded {
         overview: Box<Overview>,
         worker_memory_bytes: u64,
-        /// The answers to the requests the report asks first (the charts' full windows at the
-        /// widths the page gave with the file), so that it draws without waiting on the worker.
+        /// The requests the report asks first (the charts' full windows at the widths the page
+        /// gave with the file), answered next, each in a [`ToPage::Prefetched`], while the page
+        /// lays the report out: it waits for these answers instead of asking.
         #[serde(default)]
-        first: Vec<(Request, Response)>,
+        coming: Vec<Request>,
+        /// When each stage of opening began, milliseconds since the epoch on the worker's
+        /// clock, for the benchmark's breakdown (`crate::perf::worker_stages`).
+        #[serde(default)]
+        stages: Vec<(String, f64)>,
+        /// Milliseconds of those the worker spent reading the file.
+        #[serde(default)]
+        read_ms: f64,
+    },
+    /// The answer to one of [`ToPage::Loaded`]'s `coming` requests.
+    Prefetched {
+        request: Request,
+        response: Box<Response>,
     },
     /// Opening (or comparing) failed; the previously loaded trace (if any) is still there.
     Failed {
@@ -87,12 +101,13 @@ impl ToPage {
 }
 
 /// Pixel widths of the charts whose first requests depend on them ([`ToPage::Loaded`]'s
-/// `first`), as the page's warm-up report laid them out.
+/// `coming`), as the page's warm-up report laid them out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ChartWidths {
     pub timeline: u32,
     pub active: u32,
     pub fragmentation: u32,
+    pub pools: u32,
 }
 
 /// What the page tells the worker.
@@ -137,13 +152,18 @@ fn object(pairs: &[(&str, JsValue)]) -> JsValue {
 
 impl ChartWidths {
     fn to_js(self) -> JsValue {
-        object(&[("timeline", self.timeline.into()), ("active", self.active.into()), ("fragmentation", self.fragmentation.into())])
+        object(&[
+            ("timeline", self.timeline.into()),
+            ("active", self.active.into()),
+            ("fragmentation", self.fragmentation.into()),
+            ("pools", self.pools.into()),
+        ])
     }
 
     /// The widths in `value`, when each is a plausible canvas width.
     fn from_js(value: &JsValue) -> Option<ChartWidths> {
         let px = |name: &str| field(value, name).as_f64().filter(|v| *v >= 1.0 && *v <= 20_000.0).map(|v| v as u32);
-        Some(ChartWidths { timeline: px("timeline")?, active: px("active")?, fragmentation: px("fragmentation")? })
+        Some(ChartWidths { timeline: px("timeline")?, active: px("active")?, fragmentation: px("fragmentation")?, pools: px("pools")? })
     }
 }
 
@@ -208,7 +228,7 @@ impl ToWorker {
 }
 
 /// The requests the charts make, built in one place: by the views, and by the worker for a
-/// report's first requests ([`ToPage::Loaded`]'s `first`, looked up by their [`Key`]), so both
+/// report's first requests ([`ToPage::Loaded`]'s `coming`, looked up by their [`Key`]), so both
 /// build the same ones.
 pub mod requests {
     use shared::explore::{Overview, Request};
@@ -221,6 +241,7 @@ pub mod requests {
         Timeline { start_bits: u64, end_bits: u64, buckets: usize },
         Active { start_bits: u64, end_bits: u64, columns: usize },
         Segments { t_bits: u64 },
+        Pools { buckets: usize },
     }
 
     impl Key {
@@ -233,6 +254,7 @@ pub mod requests {
                     Key::Active { start_bits: start_s.to_bits(), end_bits: end_s.to_bits(), columns }
                 }
                 Request::Segments { t_s } => Key::Segments { t_bits: t_s.to_bits() },
+                Request::Pools { buckets } => Key::Pools { buckets },
                 Request::At { .. }
                 | Request::Allocations { .. }
                 | Request::Export { .. }
@@ -241,7 +263,6 @@ pub mod requests {
                 | Request::DiffDevices { .. }
                 | Request::Advice { .. }
                 | Request::Allocation { .. }
-                | Request::Pools { .. }
                 | Request::Find { .. }
                 | Request::SimulatedSegments { .. }
                 | Request::Holders { .. } => return None,
@@ -294,6 +315,11 @@ pub mod requests {
     /// The fragmentation chart's timeline (the whole trace) on a canvas `width` pixels wide.
     pub fn fragmentation(window: (f64, f64), width: u32) -> Request {
         Request::Timeline { start_s: window.0, end_s: window.1, buckets: width as usize }
+    }
+
+    /// The Pools view's curves on a canvas `width` pixels wide.
+    pub fn pools(width: u32) -> Request {
+        Request::Pools { buckets: width.max(200) as usize }
     }
 
     /// The allocator's segments at `t_s` (the Segments view starts at the peak's time).

@@ -2,7 +2,8 @@
 //! answered with the overview), `data-drawn-ms` (file chosen → every chart drawn) and
 //! `window.__mtFrames` (milliseconds from each zoom or pan input to its redrawn frame) and
 //! `data-worker-memory` (bytes of the worker's wasm memory, its peak); `data-warm` (ms since the page
-//! started) once the hidden warm-up report ([`crate::messages::ToPage::Warmup`]) is drawn.
+//! started) once the hidden warm-up report ([`crate::messages::ToPage::Warmup`]) is drawn;
+//! `window.__mtMarks`, the points in opening a file, the worker's stages among them.
 
 use shared::explore::Overview;
 use std::cell::RefCell;
@@ -143,6 +144,17 @@ pub fn drawn(chart: &'static str) {
     }
 }
 
+/// The worker's stages of opening the file (when each began, ms since the epoch on its clock)
+/// as marks `worker: STAGE` on the page's clock, and the ms it spent reading the file as
+/// `<body data-worker-read-ms>`.
+pub fn worker_stages(stages: &[(String, f64)], read_ms: f64) {
+    let origin = web_sys::window().and_then(|w| w.performance()).map_or(0.0, |p| p.time_origin());
+    for (stage, at) in stages {
+        mark_at(&format!("worker: {stage}"), at - origin);
+    }
+    set_body("data-worker-read-ms", &format!("{read_ms:.1}"));
+}
+
 /// A zoom or pan frame took `ms` from input to pixels.
 pub fn frame(ms: f64) {
     let Some(w) = web_sys::window() else { return };
@@ -161,10 +173,15 @@ pub fn frame(ms: f64) {
 /// the benchmark's breakdown of where the time goes: kept from choosing a file until every
 /// chart is drawn (not while zooming, nor for the warm-up), the list restarted per file.
 pub fn mark(label: &str) {
+    mark_at(label, now());
+}
+
+/// A point in opening a file, at `page_ms` on the page's clock ([`now`]).
+fn mark_at(label: &str, page_ms: f64) {
     let Some(w) = web_sys::window() else { return };
     let Some(at) = MARKS.with(|m| {
         let m = m.borrow();
-        (m.opened_at > 0.0 && !m.done && !warming()).then(|| now() - m.opened_at)
+        (m.opened_at > 0.0 && !m.done && !warming()).then(|| page_ms - m.opened_at)
     }) else {
         return;
     };

@@ -198,7 +198,7 @@ fn page_messages_read_back_as_they_were_sent() {
     };
     assert_eq!((id, requests::Key::of(&back)), (7, requests::Key::of(&request)));
     let file = web_sys::File::new_with_str_sequence(&js_sys::Array::of1(&"x".into()), "t.pickle").unwrap();
-    let widths = Some(ChartWidths { timeline: 900, active: 880, fragmentation: 900 });
+    let widths = Some(ChartWidths { timeline: 900, active: 880, fragmentation: 900, pools: 860 });
     let sent = ToWorker::OpenFile { file, memory_budget_bytes: 1e9, widths };
     let ToWorker::OpenFile { file, memory_budget_bytes, widths: got } = ToWorker::from_js(&sent.to_js()).unwrap() else {
         panic!("not a file")

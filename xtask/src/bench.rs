@@ -114,7 +114,11 @@ fn summary_over_pickle_load(file: &Path) -> Result<f64> {
     let (mut ours, mut theirs) = (Vec::new(), Vec::new());
     for _ in 0..RUNS {
         let t = Instant::now();
-        let status = Command::new("target/release/collector").arg("summary").arg(file).stdout(Stdio::null()).status()?;
+        let status = Command::new(crate::viewer::cargo_target_dir().join("release/collector"))
+            .arg("summary")
+            .arg(file)
+            .stdout(Stdio::null())
+            .status()?;
         if !status.success() {
             bail!("collector summary {} failed ({status})", file.display());
         }

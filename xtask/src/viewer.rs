@@ -47,6 +47,12 @@ fn assets(html: &str) -> Result<Vec<(usize, Asset)>> {
     Ok(out)
 }
 
+/// Where cargo writes its builds: `CARGO_TARGET_DIR` when set (several worktrees sharing one
+/// build), else `target/`.
+pub fn cargo_target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("target"))
+}
+
 /// FNV-1a of `bytes`, as the 16 hex digits a file name carries.
 fn hash(bytes: &[u8]) -> String {
     let h = bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
@@ -100,7 +106,7 @@ pub fn package(wasm_opt: &Path, optimize: bool) -> Result<()> {
                 page[*line] = format!("    <link rel=\"stylesheet\" href=\"./{name}\"/>");
             }
             Asset::Rust { bin, worker, opt } => {
-                let wasm = PathBuf::from(format!("target/wasm32-unknown-unknown/release/{bin}.wasm"));
+                let wasm = cargo_target_dir().join(format!("wasm32-unknown-unknown/release/{bin}.wasm"));
                 let bytes = std::fs::read(&wasm).with_context(|| format!("cargo built no {}", wasm.display()))?;
                 // Trunk's names: the worker keeps its own (its loader names it), the page's is hashed.
                 let name = if *worker { bin.clone() } else { format!("{bin}-{}", hash(&bytes)) };

@@ -308,7 +308,9 @@ impl Session {
         let rank = self.rank.as_ref().map(|(r, _)| *r);
         let trace = self.trace();
         // One pass finds the peak's device, for the overview and every later answer.
+        progress("finding the peak's device");
         let device = analysis::peak_device(trace);
+        progress("innermost operators");
         let ops_at_event = innermost_ops(trace);
         let mut overview = overview_of(trace, device, &self.name(), self.file_bytes, progress);
         progress("categorising allocations");
@@ -318,6 +320,7 @@ impl Session {
         self.categories = categories;
         self.device = device;
         self.ops_at_event = ops_at_event;
+        progress("indexing the timeline");
         self.index = Some(TimelineIndex::new(self.trace()));
         self.pairs = None;
         self.whatif = None;

@@ -179,7 +179,9 @@ pub struct Curve {
 pub(super) fn overview_of(trace: &Trace, device: u8, file_name: &str, file_bytes: u64, progress: &mut impl FnMut(&str)) -> Overview {
     progress("summarising");
     let summary = analysis::summary(trace);
+    progress("layer statistics");
     let by_name = analysis::layer_stats(trace);
+    progress("fragmentation statistics");
     let fragmentation = analysis::fragmentation_stats_with_layers(trace, &by_name);
     let layers: Vec<LayerMemoryStats> = by_name.into_values().collect();
     progress("profiling operators");
@@ -199,6 +201,7 @@ pub(super) fn overview_of(trace: &Trace, device: u8, file_name: &str, file_bytes
     };
     progress("building the flame graph");
     let flame = flame_graph(trace, FLAME_MIN_SHARE);
+    progress("phase and layer bands");
     let ev = &trace.events;
     let start = trace.start_ns();
     let secs = |ns: u64| ns.saturating_sub(start) as f64 * 1e-9;
@@ -222,6 +225,12 @@ pub(super) fn overview_of(trace: &Trace, device: u8, file_name: &str, file_bytes
         .filter(|s| Some(s.depth) == band_depth && !is_iteration_scope(trace.str(s.name)))
         .map(|s| Band { start_s: secs(s.start_ns), end_s: secs(s.end_ns), label: trace.str(s.name).to_owned(), phase: s.phase })
         .collect();
+    progress("device peaks");
+    let devices = analysis::device_peaks(trace);
+    progress("looking for leaks");
+    let leaks = analysis::leaks::leaks(trace, 8);
+    progress("explaining out of memory");
+    let oom = analysis::oom::oom(trace, 8);
     Overview {
         file_name: file_name.to_owned(),
         file_bytes,
@@ -238,9 +247,9 @@ pub(super) fn overview_of(trace: &Trace, device: u8, file_name: &str, file_bytes
         has_segments: analysis::has_segments(trace),
         has_device_samples: !trace.device_samples.is_empty(),
         curves: Vec::new(),
-        devices: analysis::device_peaks(trace),
-        leaks: analysis::leaks::leaks(trace, 8),
-        oom: analysis::oom::oom(trace, 8),
+        devices,
+        leaks,
+        oom,
         ranks: None,
         notes: trace.meta.warnings.clone(),
         categories_at_peak: Vec::new(),

@@ -15,6 +15,49 @@ use web_sys::{DedicatedWorkerGlobalScope, MessageEvent};
 
 thread_local! {
     static SESSION: RefCell<Option<Session>> = const { RefCell::new(None) };
+    /// When each stage of the file being opened began ([`Stages`]), for the benchmark's
+    /// breakdown; restarted per file.
+    static STAGES: RefCell<Stages> = RefCell::new(Stages::default());
+}
+
+/// The stages of opening a file, timed on the worker's own clock (the page's is busy
+/// meanwhile and would time its own turns).
+#[derive(Default)]
+struct Stages {
+    /// (stage, ms since the epoch it began), in order.
+    begun: Vec<(String, f64)>,
+    /// Milliseconds spent reading slices of the file (the browser's round trips and the copy).
+    read_ms: f64,
+    /// When the importer last asked for bytes: the pickle is parsed then, the replay follows.
+    last_read: Option<f64>,
+}
+
+/// Milliseconds since the epoch on the worker's clock (the page converts them to its own).
+fn epoch_ms() -> f64 {
+    scope().performance().map_or(0.0, |p| p.time_origin() + p.now())
+}
+
+/// A file begins to open: its stages are timed from here.
+fn begin_stages() {
+    STAGES.with(|s| *s.borrow_mut() = Stages::default());
+    stage("opening");
+}
+
+/// Notes that `stage` begins now.
+fn stage(stage: &str) {
+    let at = epoch_ms();
+    STAGES.with(|s| s.borrow_mut().begun.push((stage.to_owned(), at)));
+}
+
+/// The stages of the file just opened, the moment its last bytes were read among them.
+fn take_stages() -> (Vec<(String, f64)>, f64) {
+    let s = STAGES.with(|s| std::mem::take(&mut *s.borrow_mut()));
+    let mut begun = s.begun;
+    if let Some(at) = s.last_read {
+        let k = begun.partition_point(|(_, t)| *t <= at);
+        begun.insert(k, ("replaying (the last bytes read)".to_owned(), at));
+    }
+    (begun, s.read_ms)
 }
 
 fn scope() -> DedicatedWorkerGlobalScope {
@@ -38,13 +81,20 @@ fn memory_bytes() -> u64 {
     0
 }
 
-fn progress(stage: &str) {
+/// Shows `stage` in the page's progress.
+fn post_progress(stage: &str) {
     post(&ToPage::Progress { stage: stage.to_owned() });
 }
 
-/// The requests a report of `overview` asks first (built as the views build them, for charts
-/// `widths` wide), answered.
-fn first_answers(session: &mut Session, overview: &shared::explore::Overview, widths: Option<ChartWidths>) -> Vec<(Request, Response)> {
+/// A stage of opening a file begins: timed, and shown in the page.
+fn progress(name: &str) {
+    stage(name);
+    post_progress(name);
+}
+
+/// The requests a report of `overview` asks first, built as the views build them, for charts
+/// `widths` wide.
+fn first_requests(overview: &shared::explore::Overview, widths: Option<ChartWidths>) -> Vec<Request> {
     let Some(w) = widths else { return Vec::new() };
     if overview.summary.total_events == 0 {
         return Vec::new();
@@ -56,18 +106,20 @@ fn first_answers(session: &mut Session, overview: &shared::explore::Overview, wi
     }
     if overview.has_segments {
         first.push(requests::segments(overview.summary.peak_time_s));
+        first.push(requests::pools(w.pools));
     }
-    first.into_iter().map(|r| (session.answer(&r), r)).map(|(a, r)| (r, a)).collect()
+    first
 }
 
-/// Keeps what was opened and tells the page, with the answers to the report's first requests
-/// when the page gave the charts' `widths`.
+/// Keeps what was opened and tells the page; then answers the report's first requests (when the
+/// page gave the charts' `widths`), each posted as it is ready, while the page lays the report
+/// out.
 fn opened(result: Opened, widths: Option<ChartWidths>) {
-    let (overview, first) = match result {
-        Opened::Trace(mut session, overview) => {
-            let first = first_answers(&mut session, &overview, widths);
+    let (overview, coming) = match result {
+        Opened::Trace(session, overview) => {
             SESSION.with(|s| *s.borrow_mut() = Some(*session));
-            (overview, first)
+            let coming = first_requests(&overview, widths);
+            (overview, coming)
         }
         Opened::Sweep(overview) => {
             SESSION.with(|s| *s.borrow_mut() = None);
@@ -75,10 +127,21 @@ fn opened(result: Opened, widths: Option<ChartWidths>) {
         }
     };
     progress("overview built");
-    post(&ToPage::Loaded { overview, worker_memory_bytes: memory_bytes(), first });
+    // Posting includes writing the message (JSON): the page times it to its arrival.
+    stage("posting the overview");
+    let (stages, read_ms) = take_stages();
+    post(&ToPage::Loaded { overview, worker_memory_bytes: memory_bytes(), coming: coming.clone(), stages, read_ms });
+    for request in coming {
+        let response = SESSION.with(|s| match s.borrow_mut().as_mut() {
+            Some(session) => session.answer(&request),
+            None => Response::Error { message: "no trace is open".into() },
+        });
+        post(&ToPage::Prefetched { request, response: Box::new(response) });
+    }
 }
 
 fn open(file_name: &str, bytes: &[u8]) {
+    begin_stages();
     match Session::open(file_name, bytes, progress) {
         Ok(result) => opened(result, None),
         Err(message) => failed(file_name, message),
@@ -147,7 +210,19 @@ impl FileSlices {
 
 impl std::io::Read for FileSlices {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.read_slices(buf);
+        if !self.quiet {
+            let at = epoch_ms();
+            STAGES.with(|s| s.borrow_mut().last_read = Some(at));
+        }
+        n
+    }
+}
+
+impl FileSlices {
+    fn read_slices(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         if self.at == self.chunk.len() {
+            let began = epoch_ms();
             let size = self.file.size();
             if self.offset >= size {
                 return Ok(0);
@@ -164,6 +239,10 @@ impl std::io::Read for FileSlices {
             view.copy_to(&mut self.chunk);
             self.at = 0;
             self.offset = end;
+            if !self.quiet {
+                let ms = epoch_ms() - began;
+                STAGES.with(|s| s.borrow_mut().read_ms += ms);
+            }
             if self.chunk.is_empty() {
                 // The file is shorter than it said (changed while read): its end.
                 self.offset = size;
@@ -171,7 +250,8 @@ impl std::io::Read for FileSlices {
             }
             if !self.quiet && size > 0.0 && (end - self.last_progress >= size / 20.0 || end == size) {
                 self.last_progress = end;
-                progress(&format!(
+                // Shown, not timed: the stage is the parse.
+                post_progress(&format!(
                     "parsing {} ({:.0} % of {:.1} MB; the page holds {})",
                     self.file.name(),
                     end / size * 100.0,
@@ -201,6 +281,7 @@ fn ways_around(name: &str) -> String {
 const MAX_FILE_BYTES: f64 = viewer::messages::PAGE_FILE_LIMIT_BYTES;
 
 fn open_file(file: web_sys::File, memory_budget: f64, widths: Option<ChartWidths>) {
+    begin_stages();
     let name = file.name();
     let reader = match web_sys::FileReaderSync::new() {
         Ok(r) => r,
@@ -225,6 +306,7 @@ fn open_file(file: web_sys::File, memory_budget: f64, widths: Option<ChartWidths
 
 /// Several files: the ranks of one job, merged into one trace.
 fn open_files(files: Vec<web_sys::File>, allow_disjoint: bool) {
+    begin_stages();
     let mut named = Vec::with_capacity(files.len());
     for file in &files {
         match read(file) {
@@ -269,6 +351,7 @@ fn compare_file(file: web_sys::File) {
 }
 
 async fn open_url(url: String) {
+    begin_stages();
     let name = url.rsplit('/').next().unwrap_or(&url).split('?').next().unwrap_or("trace").to_owned();
     progress(&format!("downloading {url}"));
     let fetched = async {

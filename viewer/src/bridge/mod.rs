@@ -33,8 +33,14 @@ struct Bridge {
     /// Requests waiting for the ones in flight ([`ask_when_idle`]), and whether the warm-up
     /// report asked.
     deferred: Vec<(Request, OnAnswer, bool)>,
-    /// Answers that came with the overview ([`ToPage::Loaded`]'s `first`), by request.
+    /// Answers the worker sent after the overview ([`ToPage::Prefetched`]), by request, until
+    /// asked for.
     prefetched: Vec<(Key, Response)>,
+    /// The requests whose answers the worker is sending after the overview
+    /// ([`ToPage::Loaded`]'s `coming`) and has not sent yet.
+    coming: Vec<Key>,
+    /// Callbacks waiting for one of those answers.
+    waiting: Vec<(Key, OnAnswer)>,
     /// The widths of the timeline, active memory and fragmentation charts, as the warm-up
     /// report laid them out (the same width as a report's).
     chart_widths: Option<ChartWidths>,
@@ -57,6 +63,8 @@ thread_local! {
         pending: HashMap::new(),
         deferred: Vec::new(),
         prefetched: Vec::new(),
+        coming: Vec::new(),
+        waiting: Vec::new(),
         chart_widths: None,
         remote: None,
         rank_files: Vec::new(),
@@ -77,7 +85,11 @@ fn begin_loading(loader: Loader, name: &str) {
     perf::begin_open();
     warmup::end_warmup();
     // Answers kept for a report that was not drawn: another trace is opening.
-    with(|b| b.prefetched.clear());
+    with(|b| {
+        b.prefetched.clear();
+        b.coming.clear();
+        b.waiting.clear();
+    });
     loader.error.set(None);
     loader.merge_anyway.set(None);
     loader.loading.set(Some((name.to_owned(), "starting".into())));
@@ -174,10 +186,10 @@ pub fn note_chart_widths() {
             .and_then(|c| c.dyn_into::<web_sys::HtmlCanvasElement>().ok())
             .map(|c| c.width())
     };
-    if let (Some(timeline), Some(active), Some(fragmentation)) =
-        (width("timeline-canvas"), width("active-canvas"), width("fragmentation-canvas"))
+    if let (Some(timeline), Some(active), Some(fragmentation), Some(pools)) =
+        (width("timeline-canvas"), width("active-canvas"), width("fragmentation-canvas"), width("pools-canvas"))
     {
-        with(|b| b.chart_widths = Some(ChartWidths { timeline, active, fragmentation }));
+        with(|b| b.chart_widths = Some(ChartWidths { timeline, active, fragmentation, pools }));
     }
 }
 
@@ -350,6 +362,12 @@ pub fn ask(request: &Request, done: impl FnOnce(Response) + 'static) {
         leptos::task::spawn_local(async move { done(answer) });
         return;
     }
+    // The worker is sending this answer already: wait for it rather than ask again.
+    if let Some(key) = Key::of(request).filter(|key| with(|b| b.coming.contains(key))) {
+        perf::mark(&format!("awaits {kind}"));
+        with(|b| b.waiting.push((key, Box::new(done))));
+        return;
+    }
     if let Some(id) = with(|b| b.remote.clone()) {
         let Ok(body) = serde_json::to_string(request) else { return };
         leptos::task::spawn_local(async move {
@@ -402,7 +420,8 @@ pub fn forget_warmup_requests() {
 
 /// Sends the deferred requests if nothing is in flight.
 fn flush_deferred() {
-    let deferred = with(|b| if b.worker.is_some() && b.pending.is_empty() { std::mem::take(&mut b.deferred) } else { Vec::new() });
+    let idle = |b: &Bridge| b.worker.is_some() && b.pending.is_empty() && b.waiting.is_empty();
+    let deferred = with(|b| if idle(b) { std::mem::take(&mut b.deferred) } else { Vec::new() });
     for (request, done, _) in deferred {
         ask(&request, done);
     }
@@ -426,10 +445,10 @@ fn receive(loader: Loader, msg: ToPage) {
                 }
             })
         }
-        ToPage::Loaded { overview, worker_memory_bytes, first } => {
-            let first = first.into_iter().filter_map(|(r, a)| Some((Key::of(&r)?, a))).collect();
+        ToPage::Loaded { overview, worker_memory_bytes, coming, stages, read_ms } => {
+            perf::worker_stages(&stages, read_ms);
             with(|b| {
-                b.prefetched = first;
+                b.coming = coming.iter().filter_map(Key::of).collect();
                 // The worker holds the shown trace again.
                 b.remote = None;
             });
@@ -439,6 +458,7 @@ fn receive(loader: Loader, msg: ToPage) {
             finish_loading(loader, *overview);
             perf::mark("overview set");
         }
+        ToPage::Prefetched { request, response } => prefetched(&request, *response),
         ToPage::Failed { file_name, message, merge_anyway } => {
             loader.loading.set(None);
             loader.merge_anyway.set(merge_anyway.then(|| file_name.clone()));
@@ -456,6 +476,26 @@ fn receive(loader: Loader, msg: ToPage) {
             if let Some((cb, _)) = cb {
                 cb(*response);
             }
+            flush_deferred();
+        }
+    }
+}
+
+/// An answer the worker sent after the overview: to the view waiting for it, else kept until
+/// a view asks. One for a trace no longer opening (another was chosen) is dropped.
+fn prefetched(request: &Request, response: Response) {
+    let Some(key) = Key::of(request) else { return };
+    let waiting = with(|b| {
+        let at = b.coming.iter().position(|k| *k == key)?;
+        b.coming.swap_remove(at);
+        Some(b.waiting.iter().position(|(k, _)| *k == key).map(|w| b.waiting.swap_remove(w).1))
+    });
+    match waiting {
+        None => {}
+        Some(None) => with(|b| b.prefetched.push((key, response))),
+        Some(Some(done)) => {
+            perf::mark(&format!("prefetched {} (awaited)", requests::kind(request)));
+            done(response);
             flush_deferred();
         }
     }

@@ -5,13 +5,14 @@
 //! segments view, filtered by pool.
 
 use crate::charts;
+use crate::messages::requests;
 use crate::state::{Errors, Theme};
 use crate::widgets::png_button;
 use crate::{bridge, dom::fit_canvas, perf};
 use leptos::html::Canvas;
 use leptos::prelude::*;
 use shared::analysis::pools::PoolCurve;
-use shared::explore::{Overview, Request, Response};
+use shared::explore::{Overview, Response};
 use shared::units::format_bytes;
 use std::sync::Arc;
 
@@ -43,7 +44,7 @@ pub fn PoolsSection(
     Effect::new(move |_| {
         let Some(c) = canvas.get() else { return };
         fit_canvas(&c, PANEL);
-        bridge::ask(&Request::Pools { buckets: c.width().max(200) as usize }, move |r| match r {
+        bridge::ask(&requests::pools(c.width()), move |r| match r {
             Response::Pools { end_s, curves: got } => curves.set(Some((end_s, Arc::new(got)))),
             Response::Error { message } => errors.report("the pools", message),
             _ => {}
