@@ -309,8 +309,8 @@ impl FlatReader<'_> {
                                     self.i = end;
                                     return Some(Flat::Known { id, memo: memo_list });
                                 }
-                                self.i += 1;
-                                self.memo_refs(memo, lists, at)?;
+                                self.memo_refs(memo, lists, at, start, end)?;
+                                self.i = end;
                                 self.fresh_list = Some((start as u32, end as u32));
                             }
                             // One item: BINGET then APPEND. (A memo reference not followed by
@@ -353,29 +353,19 @@ impl FlatReader<'_> {
         }
     }
 
-    /// The memo references of a list's items, up to its APPENDS (a stack's frames: most of a
-    /// trace entry's bytes). The cursor lives in a register here, and a FRAME between two
-    /// references goes the slow way.
+    /// The memo references of the list whose opcodes [`FlatReader::list_end`] found at
+    /// `start..end` (a stack's frames: most of a trace entry's bytes), resolved into `lists`.
     #[inline]
-    fn memo_refs(&mut self, memo: &Memo, lists: &mut Vec<ValueId>, at: usize) -> Option<()> {
-        let b = self.b;
-        let mut i = self.i;
-        loop {
-            let (key, len) = match *b.get(i)? {
+    fn memo_refs(&self, memo: &Memo, lists: &mut Vec<ValueId>, at: usize, start: usize, end: usize) -> Option<()> {
+        // Past the MARK, up to the APPENDS: only memo references and FRAMEs, whole.
+        let b = self.b.get(..end - 1)?;
+        let mut i = start + 1;
+        while i < b.len() {
+            let (key, len) = match b[i] {
                 b'j' => (u32::from_le_bytes(b.get(i + 1..i + 5)?.try_into().ok()?), 5),
                 b'h' => (*b.get(i + 1)? as u32, 2),
-                b'e' => {
-                    self.i = i + 1;
-                    return Some(());
-                }
-                // Past a FRAME; anything else is not a memo reference.
                 _ => {
-                    self.i = i;
-                    self.peek()?;
-                    if self.i == i {
-                        return None;
-                    }
-                    i = self.i;
+                    i += 9;
                     continue;
                 }
             };
@@ -385,6 +375,7 @@ impl FlatReader<'_> {
             lists.push(memo.get(key)?);
             i += len;
         }
+        Some(())
     }
 
     /// The dict's items up to its SETITEMS; `None` if it is not a flat dict.

@@ -299,22 +299,27 @@ fn stream_name(stream: i64) -> String {
 mod tests {
     use super::*;
 
-    /// The first and last entries, whatever the blocks' lengths: while streaming (full blocks),
-    /// after `append` (a short block), and after a sort (one block).
-    #[test]
-    fn entry_blocks_ends_hold_for_blocks_of_any_length() {
-        let at = |time_us: i64| Entry {
+    /// An allocation's entry at `time_us`, `index` in the walk.
+    fn entry(time_us: i64, index: u32) -> Entry {
+        Entry {
             addr: 0,
             size: 0,
             time_us,
-            index: 0,
+            index,
             frames: PackedFrames::new(None),
             items: 0,
             stream: 0,
             extra: 0,
             device: 0,
             action: Action::Alloc,
-        };
+        }
+    }
+
+    /// The first and last entries, whatever the blocks' lengths: while streaming (full blocks),
+    /// after `append` (a short block), and after a sort (one block).
+    #[test]
+    fn entry_blocks_ends_hold_for_blocks_of_any_length() {
+        let at = |time_us: i64| entry(time_us, 0);
         let mut e = EntryBlocks::default();
         assert!(e.ends().is_none());
         let n = EntryBlocks::BLOCK as i64 + 3;
@@ -336,18 +341,7 @@ mod tests {
     /// block; either way the order is the key's, and equal keys keep their order.
     #[test]
     fn entry_blocks_sort_in_place_or_whole() {
-        let at = |time_us: i64, index: u32| Entry {
-            addr: 0,
-            size: 0,
-            time_us,
-            index,
-            frames: PackedFrames::new(None),
-            items: 0,
-            stream: 0,
-            extra: 0,
-            device: 0,
-            action: Action::Alloc,
-        };
+        let at = entry;
         // Three blocks, batches of 1,000 across both boundaries.
         let n = 133_000;
         // Each run of 1,000 reversed, as when a batch's entries come after those read ahead;
