@@ -119,6 +119,25 @@ fn wait_drawn(b: &Browser, file_name: &str) {
     );
 }
 
+/// The report's first screen (summary and timeline) was painted before any view below it was
+/// drawn, and after its own timeline: those views are built only once it is painted.
+fn check_first_screen_first(b: &Browser, file_name: &str) {
+    let marks = b.exec(
+        "const d = document.body.dataset; return [d.firstScreenMs, d.drawnTimelineMs, d.drawnActiveMs, d.drawnFlameMs, d.drawnFragmentationMs, d.drawnSegmentsMs, d.drawnPoolsMs].map(v => v === undefined || v === '' ? null : Number(v))",
+        json!([]),
+    );
+    let ms: Vec<Option<f64>> = serde_json::from_value(marks).unwrap();
+    let first = ms[0].unwrap_or_else(|| panic!("{file_name}: no data-first-screen-ms"));
+    if let Some(timeline) = ms[1] {
+        assert!(timeline <= first, "{file_name}: first screen painted at {first} ms, before its timeline ({timeline} ms)");
+    }
+    for (below, name) in ms[2..].iter().zip(["active", "flame", "fragmentation", "segments", "pools"]) {
+        if let Some(at) = below {
+            assert!(first <= *at, "{file_name}: the {name} chart drawn at {at} ms, before the first screen was painted ({first} ms)");
+        }
+    }
+}
+
 /// The layer table's default order: peak allocated, highest first; ties in name order.
 fn native_layer_order(trace: &shared::Trace) -> Vec<LayerMemoryStats> {
     let mut rows: Vec<LayerMemoryStats> = layer_stats(trace).into_values().collect();
@@ -288,6 +307,7 @@ fn every_format_opens_and_every_view_draws() {
         b.upload("#trace-file", path);
         let name = path.file_name().unwrap().to_str().unwrap();
         wait_drawn(&b, name);
+        check_first_screen_first(&b, name);
         check_views(&b, path);
         screenshot_sections(&b, &shots, name);
     }

@@ -284,23 +284,34 @@ fn rank_files_that_are_not_one_run_are_refused_with_why() {
     assert!(o.ranks.unwrap().warnings.iter().any(|w| w.contains("far apart")));
 }
 
-/// The overview and the Active Memory Timeline cross from the worker (or the server) to the
-/// page as JSON in compact forms (the flame graph in columns with each name once, band bottoms
-/// as runs): what arrives equals what was sent, on every sample.
+/// The session's flame graph, as it answers it.
+fn flame_of(session: &mut Session) -> shared::analysis::flame::FlameGraph {
+    match session.answer(&Request::Flame) {
+        Response::Flame { graph } => *graph,
+        _ => panic!("no flame graph"),
+    }
+}
+
+/// The overview, the flame graph and the Active Memory Timeline cross from the worker (or the
+/// server) to the page as JSON in compact forms (the flame graph in columns with each name
+/// once, band bottoms as runs): what arrives equals what was sent, on every sample.
 #[test]
 fn overview_and_active_bands_arrive_as_they_were_sent() {
     for name in [RESNET, MLP, "read_ahead_cases.pickle"] {
         let (mut session, overview) = open(name);
         let json = serde_json::to_string(&overview).unwrap();
         let back: Overview = serde_json::from_str(&json).unwrap();
-        assert_eq!(back.flame, overview.flame, "{name}");
+        let flame = flame_of(&mut session);
+        let sent = serde_json::to_string(&session.answer(&Request::Flame)).unwrap();
+        let Response::Flame { graph: arrived } = serde_json::from_str(&sent).unwrap() else { panic!("{name}: not a flame graph") };
+        assert_eq!(*arrived, flame, "{name}");
         for (back, sent) in [(&back.layer_bands, &overview.layer_bands), (&back.phase_bands, &overview.phase_bands)] {
             let names = |b: &[shared::explore::Band]| b.iter().map(|b| (b.label.clone(), b.phase)).collect::<Vec<_>>();
             assert_eq!(names(back), names(sent), "{name}");
             let near = |a: f64, b: f64| (a - b).abs() <= b.abs() * 1e-15;
             assert!(back.iter().zip(sent).all(|(a, b)| near(a.start_s, b.start_s) && near(a.end_s, b.end_s)), "{name}: band times differ");
         }
-        assert!(overview.flame.nodes.len() > 1, "{name}: a flame graph to send");
+        assert!(flame.nodes.len() > 1, "{name}: a flame graph to send");
         let request = Request::Active { start_s: 0.0, end_s: overview.duration_s, columns: 1200 };
         let Response::Active(a) = session.answer(&request) else { panic!("{name}: no active timeline") };
         assert!(!a.bands.is_empty(), "{name}: bands to send");
@@ -335,25 +346,26 @@ fn overview_and_active_bands_arrive_as_they_were_sent() {
         assert!(back.iter().zip(&points).all(|(b, p)| (b.t_s - p.t_s).abs() <= p.t_s.abs() * 1e-15), "{name}: times differ");
     }
     // The ResNet's graph repeats its frame names: each is written once.
-    let (_, overview) = open(RESNET);
-    let names: usize = overview.flame.nodes.iter().map(|n| n.name.len()).sum();
-    let json = serde_json::to_string(&overview.flame).unwrap();
+    let flame = flame_of(&mut open(RESNET).0);
+    let names: usize = flame.nodes.iter().map(|n| n.name.len()).sum();
+    let json = serde_json::to_string(&flame).unwrap();
     assert!(json.len() < names / 2, "flame graph JSON {} bytes for {names} bytes of node names", json.len());
 }
 
 /// Compact forms that do not add up are refused with what was expected, not expanded.
 #[test]
 fn malformed_compact_forms_are_refused() {
-    let (_, overview) = open(RESNET);
-    let mut flame = serde_json::to_value(&overview.flame).unwrap();
+    let (mut session, _) = open(RESNET);
+    let graph = flame_of(&mut session);
+    let mut flame = serde_json::to_value(&graph).unwrap();
     flame["depth"].as_array_mut().unwrap().pop();
     let e = serde_json::from_value::<shared::analysis::flame::FlameGraph>(flame).unwrap_err().to_string();
     assert!(e.contains("columns differ in length"), "{e}");
-    let mut flame = serde_json::to_value(&overview.flame).unwrap();
+    let mut flame = serde_json::to_value(&graph).unwrap();
     flame["parent"][1] = serde_json::json!(5);
     let e = serde_json::from_value::<shared::analysis::flame::FlameGraph>(flame).unwrap_err().to_string();
     assert!(e.contains("expected an earlier node"), "{e}");
-    let mut flame = serde_json::to_value(&overview.flame).unwrap();
+    let mut flame = serde_json::to_value(&graph).unwrap();
     flame["name"][0] = serde_json::json!(u32::MAX);
     assert!(serde_json::from_value::<shared::analysis::flame::FlameGraph>(flame).is_err());
     // Active bands: packed columns of the wrong width or not base64 are refused; an answer

@@ -60,3 +60,20 @@ pub fn after_this_task(f: impl FnOnce() + 'static) {
         let _ = w.set_timeout_with_callback(wasm_bindgen::JsCast::unchecked_ref(&later));
     }
 }
+
+/// Runs `f` after the next frame is painted (a zero-delay timeout from an animation frame's
+/// callback, which runs just before that frame is drawn).
+pub fn after_next_frame(f: impl FnOnce() + 'static) {
+    let frame = wasm_bindgen::closure::Closure::once_into_js(move || after_this_task(f));
+    if let Some(w) = web_sys::window() {
+        let _ = w.request_animation_frame(wasm_bindgen::JsCast::unchecked_ref(&frame));
+    }
+}
+
+/// Runs `f` in `ms` milliseconds.
+pub fn after_ms(ms: i32, f: impl FnOnce() + 'static) {
+    let later = wasm_bindgen::closure::Closure::once_into_js(f);
+    if let Some(w) = web_sys::window() {
+        let _ = w.set_timeout_with_callback_and_timeout_and_arguments_0(wasm_bindgen::JsCast::unchecked_ref(&later), ms);
+    }
+}

@@ -46,10 +46,13 @@ pub enum ToPage {
         #[serde(default)]
         read_ms: f64,
     },
-    /// The answer to one of [`ToPage::Loaded`]'s `coming` requests.
+    /// The answer to one of [`ToPage::Loaded`]'s `coming` requests, as the JSON of its
+    /// [`Response`]: the page reads it when a view asks for it ([`read_answer`]), so reading an
+    /// answer for a view below the first screen (a 0.47 MB snapshot's Active Memory answer is
+    /// 140 KB) does not hold up the first screen's paint.
     Prefetched {
         request: Request,
-        response: Box<Response>,
+        response: String,
     },
     /// Opening (or comparing) failed; the previously loaded trace (if any) is still there.
     Failed {
@@ -98,6 +101,11 @@ impl ToPage {
     pub fn from_text(text: &str) -> Result<ToPage, String> {
         serde_json::from_str(text).map_err(|e| format!("unreadable message from the worker: {e}"))
     }
+}
+
+/// A [`ToPage::Prefetched`] answer read; one that does not read is an error answer saying so.
+pub fn read_answer(json: &str) -> Response {
+    serde_json::from_str(json).unwrap_or_else(|e| Response::Error { message: format!("unreadable answer from the worker: {e}") })
 }
 
 /// Pixel widths of the charts whose first requests depend on them ([`ToPage::Loaded`]'s
@@ -242,6 +250,7 @@ pub mod requests {
         Active { start_bits: u64, end_bits: u64, columns: usize },
         Segments { t_bits: u64 },
         Pools { buckets: usize },
+        Flame,
     }
 
     impl Key {
@@ -255,6 +264,7 @@ pub mod requests {
                 }
                 Request::Segments { t_s } => Key::Segments { t_bits: t_s.to_bits() },
                 Request::Pools { buckets } => Key::Pools { buckets },
+                Request::Flame => Key::Flame,
                 Request::At { .. }
                 | Request::Allocations { .. }
                 | Request::Export { .. }
@@ -288,6 +298,7 @@ pub mod requests {
             Request::Find { .. } => "find",
             Request::SimulatedSegments { .. } => "simulated_segments",
             Request::Holders { .. } => "holders",
+            Request::Flame => "flame",
         }
     }
 

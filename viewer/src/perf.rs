@@ -1,5 +1,6 @@
 //! Timing marks the benchmarks read from the page: `<body data-load-ms>` (file chosen → worker
-//! answered with the overview), `data-drawn-ms` (file chosen → every chart drawn) and
+//! answered with the overview), `data-first-screen-ms` (file chosen → the report's first screen
+//! drawn and painted), `data-drawn-ms` (file chosen → every chart drawn) and
 //! `window.__mtFrames` (milliseconds from each zoom or pan input to its redrawn frame) and
 //! `data-worker-memory` (bytes of the worker's wasm memory, its peak); `data-warm` (ms since the page
 //! started) once the hidden warm-up report ([`crate::messages::ToPage::Warmup`]) is drawn;
@@ -15,6 +16,8 @@ struct Marks {
     expected: BTreeSet<&'static str>,
     drawn: BTreeSet<&'static str>,
     done: bool,
+    /// Whether the first screen's painting was marked.
+    first_screen: bool,
 }
 
 thread_local! {
@@ -24,6 +27,9 @@ thread_local! {
     /// What runs (after the task that drew its last chart) once the warm-up report is drawn.
     static WARM_DRAWN: std::cell::Cell<Option<fn()>> = const { std::cell::Cell::new(None) };
 }
+
+/// Every chart a report can draw.
+const CHARTS: [&str; 8] = ["timeline", "active", "flame", "fragmentation", "rank", "segments", "pools", "ranks"];
 
 /// Every chart a report of `o` draws.
 fn charts_of(o: &Overview) -> BTreeSet<&'static str> {
@@ -89,6 +95,11 @@ pub fn begin_open() {
         let _ = js_sys::Reflect::set(&w, &"__mtMarks".into(), &js_sys::Array::new());
     }
     set_body("data-drawn-ms", "");
+    set_body("data-first-screen-ms", "");
+    // Each chart's time is this file's, not the last one's.
+    for chart in CHARTS {
+        set_body(&format!("data-drawn-{chart}-ms"), "");
+    }
 }
 
 /// Every chart this overview will draw.
@@ -102,6 +113,24 @@ pub fn loaded(o: &Overview) {
     if ms.1 {
         // Nothing to draw: the page is complete as it is.
         set_body("data-drawn-ms", &format!("{:.1}", ms.0));
+    }
+}
+
+/// The report's first screen (its summary and timeline) is drawn and painted
+/// (`data-first-screen-ms`), unless it is the warm-up report's.
+pub fn first_screen_drawn() {
+    if warming() {
+        return;
+    }
+    let ms = MARKS.with(|m| {
+        let mut m = m.borrow_mut();
+        let first = !m.first_screen && m.opened_at > 0.0;
+        m.first_screen = true;
+        first.then(|| now() - m.opened_at)
+    });
+    if let Some(ms) = ms {
+        mark("first screen painted");
+        set_body("data-first-screen-ms", &format!("{ms:.1}"));
     }
 }
 

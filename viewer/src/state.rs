@@ -6,6 +6,7 @@
 //!   (the header, the rank picker, the server panel) get it as a prop, to hand to the bridge.
 //! - [`Theme`] (context): the colours every chart draws in, read-only.
 //! - [`Errors`] (context): where any view reports a failure, write-only.
+//! - [`FirstScreen`] (context): a report's first screen, which its timeline says is drawn.
 //!
 //! The help overlay's and the theme's switches are the root's signals, given as props to the
 //! header and the overlay.
@@ -106,4 +107,34 @@ pub struct Comparison {
     /// A is the trace open on the page (so the comparison goes when another opens); false for
     /// two traces stored on the server.
     pub of_open_trace: bool,
+}
+
+/// Whether the report's first screen (the summary and the timeline, what a window shows before
+/// it is scrolled) is drawn and painted: the views below it are built then. The timeline
+/// tells it when it has drawn ([`FirstScreen::drawn`]).
+#[derive(Clone, Copy)]
+pub struct FirstScreen(RwSignal<bool>);
+
+impl FirstScreen {
+    /// The report's first screen, whose views below are built when `rest_built` turns true.
+    pub fn new(rest_built: RwSignal<bool>) -> Self {
+        Self(rest_built)
+    }
+
+    /// The first screen's chart is drawn (or failed to): after the frame that paints it, the
+    /// rest is built.
+    pub fn drawn(self) {
+        if self.0.try_get_untracked() != Some(false) {
+            return;
+        }
+        crate::dom::after_next_frame(move || self.build_rest());
+    }
+
+    /// Builds the views below the first screen, unless they are, or the report is gone.
+    pub fn build_rest(self) {
+        if self.0.try_get_untracked() == Some(false) {
+            crate::perf::first_screen_drawn();
+            self.0.set(true);
+        }
+    }
 }

@@ -54,18 +54,19 @@ fn timeline_of_a_real_snapshot_draws_and_maps_pixels_to_time() {
 
 #[wasm_bindgen_test]
 fn flame_graph_layout_fills_the_width_and_draws() {
-    let (_, o) = open("mlp.pickle", SNAPSHOT);
-    let boxes = flame_layout(&o.flame, 0, FlameMetric::LiveAtPeak, 1000.0);
+    let (mut session, _) = open("mlp.pickle", SNAPSHOT);
+    let Response::Flame { graph: flame } = session.answer(&Request::Flame) else { panic!("no flame graph") };
+    let boxes = flame_layout(&flame, 0, FlameMetric::LiveAtPeak, 1000.0);
     // The root spans the width; its children together span at most the width.
     assert_eq!((boxes[0].x, boxes[0].w), (0.0, 1000.0));
-    let children: f64 = boxes.iter().filter(|b| o.flame.nodes[b.node as usize].parent == Some(0)).map(|b| b.w).sum();
+    let children: f64 = boxes.iter().filter(|b| flame.nodes[b.node as usize].parent == Some(0)).map(|b| b.w).sum();
     assert!(children <= 1000.0 + 1e-6 && children > 999.0, "{children}");
     let c = canvas(1000, 400);
-    charts::draw_flame(&c, &Palette::LIGHT, &o.flame, &boxes, "").unwrap();
+    charts::draw_flame(&c, &Palette::LIGHT, &flame, &boxes, "").unwrap();
     assert!(charts::painted_pixels(&c) > 20_000);
     // Zooming into a child makes it the full width.
-    let child = boxes.iter().find(|b| o.flame.nodes[b.node as usize].parent == Some(0)).unwrap().node;
-    let zoomed = flame_layout(&o.flame, child, FlameMetric::LiveAtPeak, 1000.0);
+    let child = boxes.iter().find(|b| flame.nodes[b.node as usize].parent == Some(0)).unwrap().node;
+    let zoomed = flame_layout(&flame, child, FlameMetric::LiveAtPeak, 1000.0);
     assert!(zoomed.iter().any(|b| b.node == child && b.w == 1000.0));
 }
 
@@ -213,6 +214,27 @@ fn page_messages_read_back_as_they_were_sent() {
     assert!(matches!(ToWorker::from_js(&js_sys::Object::new().into()), Err(Unreadable { request_id: None, .. })));
 }
 
+/// A prefetched answer crosses as its JSON and reads back as the session answered it (the
+/// flame graph, whose columns have a `kind` of their own); one that does not read is an error
+/// answer saying so.
+#[wasm_bindgen_test]
+fn prefetched_answers_read_back_when_asked() {
+    use viewer::messages::{read_answer, ToPage};
+    let (mut session, _) = open("mlp.pickle", SNAPSHOT);
+    let answer = session.answer(&Request::Flame);
+    let sent = ToPage::Prefetched { request: Request::Flame, response: serde_json::to_string(&answer).unwrap() };
+    let Ok(ToPage::Prefetched { request, response }) = ToPage::from_text(&serde_json::to_string(&sent).unwrap()) else {
+        panic!("not a prefetched answer")
+    };
+    assert!(matches!(request, Request::Flame));
+    let (Response::Flame { graph: back }, Response::Flame { graph }) = (read_answer(&response), answer) else {
+        panic!("not a flame graph")
+    };
+    assert_eq!(back, graph);
+    let Response::Error { message } = read_answer("{\"kind\": \"flame\"}") else { panic!("a bad answer read") };
+    assert!(message.starts_with("unreadable answer from the worker"), "{message}");
+}
+
 #[wasm_bindgen_test]
 fn a_request_kind_is_the_name_its_json_carries() {
     let all = [
@@ -230,6 +252,8 @@ fn a_request_kind_is_the_name_its_json_carries() {
         Request::Pools { buckets: 1 },
         Request::Find { query: "x".into(), limit: 0 },
         Request::SimulatedSegments { t_s: 0.0, alloc_conf: String::new() },
+        Request::Holders { t_s: 0.0 },
+        Request::Flame,
     ];
     for r in &all {
         let json = serde_json::to_string(r).unwrap();

@@ -43,7 +43,7 @@ pub struct FlameNode {
 /// The flame graph of one device.
 ///
 /// Serialized in columns with each name once ([`FlameWire`]): frame names repeat across the
-/// tree, and the overview that carries the graph to the page is read on every file opened
+/// tree, and the answer that carries the graph to the page is read on every file opened
 /// (a ResNet-18 snapshot's graph: 613 KB of JSON as a list of nodes, 160 KB in columns).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(into = "FlameWire", try_from = "FlameWire")]

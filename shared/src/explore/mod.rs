@@ -77,6 +77,9 @@ pub enum Request {
     SimulatedSegments { t_s: f64, alloc_conf: String },
     /// Who holds the live bytes at a moment ([`analysis::holders::why`]).
     Holders { t_s: f64 },
+    /// The shown trace's memory flame graph ([`analysis::flame::flame_graph`], subtrees under
+    /// [`FLAME_MIN_SHARE`] of the root left out).
+    Flame,
 }
 
 /// The answers, one per [`Request`] kind.
@@ -129,6 +132,9 @@ pub enum Response {
     Advice(Box<analysis::advice::AdviceReport>),
     Active(Box<analysis::active::ActiveTimeline>),
     Holders(Box<analysis::holders::Why>),
+    Flame {
+        graph: Box<analysis::flame::FlameGraph>,
+    },
     Error {
         message: String,
     },
@@ -157,6 +163,8 @@ pub struct Session {
     categories: Vec<analysis::categories::Categorized>,
     /// The shown trace's allocator requests, extracted on the first simulated segment map.
     whatif: Option<crate::whatif::Requests>,
+    /// The shown trace's flame graph, made on the first request for it.
+    flame: Option<analysis::flame::FlameGraph>,
 }
 
 /// Why files could not be opened as the ranks of one job.
@@ -285,6 +293,7 @@ impl Session {
             pairs: None,
             categories: Vec::new(),
             whatif: None,
+            flame: None,
         };
         let overview = session.overview(progress);
         Opened::Trace(Box::new(session), Box::new(overview))
@@ -324,6 +333,7 @@ impl Session {
         self.index = Some(TimelineIndex::new(self.trace()));
         self.pairs = None;
         self.whatif = None;
+        self.flame = None;
         overview
     }
 
@@ -376,6 +386,14 @@ impl Session {
             Request::Active { start_s, end_s, columns } => self.active(*start_s, *end_s, *columns),
             Request::Allocation { event_index } => self.allocation_at(*event_index),
             Request::Find { query, limit } => Response::Found(Box::new(analysis::search::find(self.trace(), query, (*limit).min(1000)))),
+            Request::Flame => {
+                let trace = match &self.rank {
+                    Some((_, t)) => t,
+                    None => &self.whole,
+                };
+                let flame = self.flame.get_or_insert_with(|| analysis::flame::flame_graph(trace, FLAME_MIN_SHARE));
+                Response::Flame { graph: Box::new(flame.clone()) }
+            }
             Request::Holders { t_s } => {
                 let moment = analysis::holders::Moment::Seconds(t_s.max(0.0));
                 match analysis::holders::why(self.trace(), &moment, Some(self.device)) {

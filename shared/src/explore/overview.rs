@@ -1,7 +1,7 @@
 //! The overview: everything the page draws without asking again, sent once a file opens
-//! (summary, layers, profile, flame graph, phase and layer bands, ranks, leaks).
+//! (summary, layers, profile, phase and layer bands, ranks, leaks). The flame graph, most of
+//! what a report holds and drawn below the first screen, is asked for ([`super::Request::Flame`]).
 
-use crate::analysis::flame::{flame_graph, FlameGraph};
 use crate::analysis::iterations::is_iteration_scope;
 use crate::analysis::profile::{graph_profile, GraphProfile};
 use crate::analysis::sweep::RankPoint;
@@ -26,7 +26,6 @@ pub struct Overview {
     pub profile: Option<GraphProfile>,
     /// Why there is no profile (a snapshot has no operators, ...).
     pub profile_error: Option<String>,
-    pub flame: FlameGraph,
     /// Runs of one phase (forward, backward, optimizer) in time.
     #[serde(with = "band_columns")]
     pub phase_bands: Vec<Band>,
@@ -199,8 +198,6 @@ pub(super) fn overview_of(trace: &Trace, device: u8, file_name: &str, file_bytes
             Err(e) => (None, Some(e.to_string())),
         }
     };
-    progress("building the flame graph");
-    let flame = flame_graph(trace, FLAME_MIN_SHARE);
     progress("phase and layer bands");
     let ev = &trace.events;
     let start = trace.start_ns();
@@ -241,7 +238,6 @@ pub(super) fn overview_of(trace: &Trace, device: u8, file_name: &str, file_bytes
         fragmentation,
         profile,
         profile_error,
-        flame,
         phase_bands,
         layer_bands,
         has_segments: analysis::has_segments(trace),

@@ -100,7 +100,7 @@ fn first_requests(overview: &shared::explore::Overview, widths: Option<ChartWidt
         return Vec::new();
     }
     let full = requests::full_window(overview);
-    let mut first = vec![requests::timeline(full, w.timeline), requests::active(full, w.active)];
+    let mut first = vec![requests::timeline(full, w.timeline), requests::active(full, w.active), Request::Flame];
     if requests::draws_fragmentation(overview) {
         first.push(requests::fragmentation(full, w.fragmentation));
     }
@@ -136,7 +136,10 @@ fn opened(result: Opened, widths: Option<ChartWidths>) {
             Some(session) => session.answer(&request),
             None => Response::Error { message: "no trace is open".into() },
         });
-        post(&ToPage::Prefetched { request, response: Box::new(response) });
+        let response = serde_json::to_string(&response).unwrap_or_else(|e| {
+            serde_json::to_string(&Response::Error { message: format!("cannot write the answer: {e}") }).unwrap_or_default()
+        });
+        post(&ToPage::Prefetched { request, response });
     }
 }
 

@@ -6,7 +6,7 @@
 pub mod warmup;
 
 use crate::messages::requests::{self, Key};
-use crate::messages::{ChartWidths, ToPage, ToWorker};
+use crate::messages::{read_answer, ChartWidths, ToPage, ToWorker};
 use crate::perf;
 use crate::state::{Comparison, Loader};
 use leptos::prelude::*;
@@ -35,7 +35,7 @@ struct Bridge {
     deferred: Vec<(Request, OnAnswer, bool)>,
     /// Answers the worker sent after the overview ([`ToPage::Prefetched`]), by request, until
     /// asked for.
-    prefetched: Vec<(Key, Response)>,
+    prefetched: Vec<(Key, String)>,
     /// The requests whose answers the worker is sending after the overview
     /// ([`ToPage::Loaded`]'s `coming`) and has not sent yet.
     coming: Vec<Key>,
@@ -357,6 +357,7 @@ pub fn ask(request: &Request, done: impl FnOnce(Response) + 'static) {
         })
     });
     if let Some(answer) = ready {
+        let answer = read_answer(&answer);
         // Answered as the worker would be: after this task's own work, before the next frame.
         perf::mark(&format!("prefetched {kind}"));
         leptos::task::spawn_local(async move { done(answer) });
@@ -458,7 +459,7 @@ fn receive(loader: Loader, msg: ToPage) {
             finish_loading(loader, *overview);
             perf::mark("overview set");
         }
-        ToPage::Prefetched { request, response } => prefetched(&request, *response),
+        ToPage::Prefetched { request, response } => prefetched(&request, response),
         ToPage::Failed { file_name, message, merge_anyway } => {
             loader.loading.set(None);
             loader.merge_anyway.set(merge_anyway.then(|| file_name.clone()));
@@ -483,7 +484,7 @@ fn receive(loader: Loader, msg: ToPage) {
 
 /// An answer the worker sent after the overview: to the view waiting for it, else kept until
 /// a view asks. One for a trace no longer opening (another was chosen) is dropped.
-fn prefetched(request: &Request, response: Response) {
+fn prefetched(request: &Request, response: String) {
     let Some(key) = Key::of(request) else { return };
     let waiting = with(|b| {
         let at = b.coming.iter().position(|k| *k == key)?;
@@ -495,7 +496,7 @@ fn prefetched(request: &Request, response: Response) {
         Some(None) => with(|b| b.prefetched.push((key, response))),
         Some(Some(done)) => {
             perf::mark(&format!("prefetched {} (awaited)", requests::kind(request)));
-            done(response);
+            done(read_answer(&response));
             flush_deferred();
         }
     }

@@ -5,12 +5,12 @@
 use crate::charts;
 use crate::state::{Errors, Theme};
 use crate::widgets::{percent, png_button};
-use crate::{dom::fit_canvas, perf};
+use crate::{bridge, dom::fit_canvas, perf};
 use leptos::html::Canvas;
 use leptos::prelude::*;
 use shared::analysis::flame::FlameGraph;
 use shared::analysis::view_math::{flame_box_at, flame_height_px, flame_layout, flame_search, FlameBox, FlameMetric};
-use shared::explore::Overview;
+use shared::explore::{Request, Response};
 use shared::units::format_bytes;
 use std::sync::Arc;
 
@@ -38,14 +38,22 @@ fn metric_of(ev: &leptos::ev::Event) -> FlameMetric {
     }
 }
 
-/// The flame graph.
+/// The flame graph, once the worker (or the server) answers it.
 #[component]
-pub fn FlameSection(
-    /// The trace's overview (its flame graph).
-    overview: Arc<Overview>,
-) -> impl IntoView {
+pub fn FlameSection() -> impl IntoView {
+    let errors = expect_context::<Errors>();
+    let flame: RwSignal<Option<Arc<FlameGraph>>> = RwSignal::new(None);
+    bridge::ask(&Request::Flame, move |r| match r {
+        Response::Flame { graph } => flame.set(Some(Arc::new(*graph))),
+        Response::Error { message } => errors.report("flame graph", message),
+        _ => {}
+    });
+    move || flame.get().map(flame_view)
+}
+
+/// The flame graph drawn.
+fn flame_view(flame: Arc<FlameGraph>) -> impl IntoView {
     let (theme, errors) = (expect_context::<Theme>(), expect_context::<Errors>());
-    let flame = Arc::new(overview.flame.clone());
     let metric = RwSignal::new(FlameMetric::LiveAtPeak);
     let focus = RwSignal::new(0u32);
     let search = RwSignal::new(String::new());

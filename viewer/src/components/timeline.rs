@@ -6,7 +6,7 @@
 
 use crate::charts::{self, Mapping};
 use crate::messages::requests;
-use crate::state::{Errors, Theme};
+use crate::state::{Errors, FirstScreen, Theme};
 use crate::widgets::png_button;
 use crate::{bridge, dom::fit_canvas, perf};
 use leptos::html::Canvas;
@@ -48,10 +48,12 @@ struct Timeline {
     drag: StoredValue<Option<(f64, Window)>>,
     dragged: StoredValue<bool>,
     canvas: NodeRef<Canvas>,
+    /// The report's first screen, which this chart is on: told when it is drawn.
+    first_screen: Option<FirstScreen>,
 }
 
 impl Timeline {
-    fn new(full: Window) -> Self {
+    fn new(full: Window, first_screen: Option<FirstScreen>) -> Self {
         Self {
             full,
             window: RwSignal::new(full),
@@ -66,6 +68,7 @@ impl Timeline {
             drag: StoredValue::new(None),
             dragged: StoredValue::new(false),
             canvas: NodeRef::new(),
+            first_screen,
         }
     }
 
@@ -79,8 +82,16 @@ impl Timeline {
         let width = self.canvas.get_untracked().map_or(1200, |c| c.width());
         bridge::ask(&requests::timeline(w, width), move |r| {
             self.in_flight.set_value(false);
-            if let Response::Timeline { start_s, end_s, points, driver } = r {
-                self.data.set(Some((start_s, end_s, Arc::new(points), Arc::new(driver))));
+            match r {
+                Response::Timeline { start_s, end_s, points, driver } => {
+                    self.data.set(Some((start_s, end_s, Arc::new(points), Arc::new(driver))));
+                }
+                // Nothing to draw: the first screen waits no longer.
+                _ => {
+                    if let Some(first) = self.first_screen {
+                        first.drawn();
+                    }
+                }
             }
             if let Some(next) = self.queued.get_value() {
                 self.queued.set_value(None);
@@ -105,12 +116,20 @@ impl Timeline {
                     let top = points.iter().map(|p| p.allocated_max_bytes).max().unwrap_or(0);
                     let _ = c.set_attribute("data-max-allocated", &top.to_string());
                     perf::drawn("timeline");
+                    if let Some(first) = self.first_screen {
+                        first.drawn();
+                    }
                     if let Some(t) = self.input_at.get_value() {
                         self.input_at.set_value(None);
                         perf::frame(perf::now() - t);
                     }
                 }
-                Err(e) => errors.report("timeline", e),
+                Err(e) => {
+                    errors.report("timeline", e);
+                    if let Some(first) = self.first_screen {
+                        first.drawn();
+                    }
+                }
             }
         });
     }
@@ -297,7 +316,7 @@ pub fn TimelineSection(
 ) -> impl IntoView {
     let (theme, errors) = (expect_context::<Theme>(), expect_context::<Errors>());
     let full = requests::full_window(&overview);
-    let t = Timeline::new(full);
+    let t = Timeline::new(full, use_context::<FirstScreen>());
     Effect::new(move |_| {
         let w = t.window.get();
         if let Some(c) = t.canvas.get() {
