@@ -55,10 +55,7 @@ pub fn query_param(name: &str) -> Option<String> {
 /// Runs `f` after the task running now (a zero-delay timeout): after its effects, before the
 /// next input.
 pub fn after_this_task(f: impl FnOnce() + 'static) {
-    let later = wasm_bindgen::closure::Closure::once_into_js(f);
-    if let Some(w) = web_sys::window() {
-        let _ = w.set_timeout_with_callback(wasm_bindgen::JsCast::unchecked_ref(&later));
-    }
+    after_ms(0, f);
 }
 
 /// Runs `f` after the next frame is painted (a zero-delay timeout from an animation frame's

@@ -87,11 +87,7 @@ impl Timeline {
                     self.data.set(Some((start_s, end_s, Arc::new(points), Arc::new(driver))));
                 }
                 // Nothing to draw: the first screen waits no longer.
-                _ => {
-                    if let Some(first) = self.first_screen {
-                        first.drawn();
-                    }
-                }
+                _ => self.tell_first_screen(),
             }
             if let Some(next) = self.queued.get_value() {
                 self.queued.set_value(None);
@@ -116,9 +112,7 @@ impl Timeline {
                     let top = points.iter().map(|p| p.allocated_max_bytes).max().unwrap_or(0);
                     let _ = c.set_attribute("data-max-allocated", &top.to_string());
                     perf::drawn("timeline");
-                    if let Some(first) = self.first_screen {
-                        first.drawn();
-                    }
+                    self.tell_first_screen();
                     if let Some(t) = self.input_at.get_value() {
                         self.input_at.set_value(None);
                         perf::frame(perf::now() - t);
@@ -126,12 +120,17 @@ impl Timeline {
                 }
                 Err(e) => {
                     errors.report("timeline", e);
-                    if let Some(first) = self.first_screen {
-                        first.drawn();
-                    }
+                    self.tell_first_screen();
                 }
             }
         });
+    }
+
+    /// Tells the report's first screen that this chart is drawn (or will not be).
+    fn tell_first_screen(self) {
+        if let Some(first) = self.first_screen {
+            first.drawn();
+        }
     }
 
     /// Shows `w`, timing the frame it takes from now.
