@@ -118,6 +118,10 @@ pub struct AllocatorState {
     config: AllocatorConfig,
     segments: BTreeMap<u64, Segment>,
     blocks: BTreeMap<u64, Block>,
+    /// Whether a segment was ever given a private pool: until one is, no lookup is needed to
+    /// say that an address is in none (most traces have no CUDA graph or memory pool, and the
+    /// replay asks for every entry).
+    any_private_pool: bool,
 }
 
 impl AllocatorState {
@@ -134,6 +138,7 @@ impl AllocatorState {
     /// free block (an allocation there splits it, as it would split PyTorch's).
     pub fn add_segment_info(&mut self, seg: &SegmentInfo) {
         let (size_bytes, device, stream, pool, private_pool) = (seg.size_bytes, seg.device, seg.stream, seg.pool, seg.private_pool);
+        self.any_private_pool |= private_pool.is_some();
         self.segments.insert(seg.address, Segment { size_bytes, device, stream, pool, private_pool });
         let end = seg.address.saturating_add(seg.size_bytes);
         let mut cursor = seg.address;
@@ -167,12 +172,16 @@ impl AllocatorState {
     /// Gives the segment at `address` to a private pool (index into `Trace::pools`).
     pub fn set_private_pool(&mut self, address: u64, private_pool: Option<u16>) {
         if let Some(seg) = self.segments.get_mut(&address) {
+            self.any_private_pool |= private_pool.is_some();
             seg.private_pool = private_pool;
         }
     }
 
     /// The private pool of the segment holding `address`, if it is in one.
     pub fn private_pool_at(&self, address: u64) -> Option<u16> {
+        if !self.any_private_pool {
+            return None;
+        }
         self.segment_of(address).and_then(|(_, s)| s.private_pool)
     }
 

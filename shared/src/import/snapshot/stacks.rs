@@ -24,6 +24,8 @@ pub(super) struct StackInterner {
     stacks: HashMap<u32, InternedStack>,
     /// Frame lists that were left as values, by slot.
     values: HashMap<ValueId, u32>,
+    /// Each trace frame's class, by frame id, once looked at.
+    classes: Vec<Option<FrameClass>>,
 }
 
 impl StackInterner {
@@ -78,33 +80,56 @@ impl StackInterner {
             };
             ids.push(id);
         }
-        let (phase, layer) = classify_stack(trace, &ids);
+        let (phase, layer) = classify_stack(trace, &ids, &mut self.classes);
         let interned = InternedStack { stack: trace.stacks.intern_stack(ids), phase, layer };
         self.stacks.insert(sid, interned);
         Ok(interned)
     }
 }
 
+/// What one frame says of its stack: the phase its name or file means (`Other` if none), and
+/// whether it is user code.
+#[derive(Clone, Copy)]
+struct FrameClass {
+    phase: Phase,
+    user: bool,
+}
+
+impl FrameClass {
+    fn of(name: &str, file: &str) -> Self {
+        let phase = if name.contains("torch::autograd::Engine") || name.contains("evaluate_function") {
+            Phase::Backward
+        } else if file.contains("/torch/optim/") {
+            Phase::Optimizer
+        } else if file.contains("/torch/nn/modules/") {
+            Phase::Forward
+        } else {
+            Phase::Other
+        };
+        let user = file.ends_with(".py") && !file.contains("/site-packages/") && !file.contains("/torch/");
+        FrameClass { phase, user }
+    }
+}
+
 /// Phase and a layer name from an allocation's stack: the autograd engine means backward,
 /// `torch/optim` means optimizer, `torch/nn/modules` means forward; the layer is the innermost
-/// Python frame of user code (`name (file.py:line)`), which is what a user can act on.
-fn classify_stack(trace: &mut Trace, frame_ids: &[u32]) -> (Phase, StrId) {
+/// Python frame of user code (`name (file.py:line)`), which is what a user can act on. Each
+/// frame is looked at once (`classes`, by frame id): stacks share most of their frames, and
+/// the substring searches were most of a new stack's cost.
+fn classify_stack(trace: &mut Trace, frame_ids: &[u32], classes: &mut Vec<Option<FrameClass>>) -> (Phase, StrId) {
     let mut phase = Phase::Other;
     let mut user: Option<(StrId, StrId, u32)> = None;
     for &fid in frame_ids {
         let f = trace.stacks.frames[fid as usize];
-        let name = trace.str(f.name);
-        let file = trace.str(f.filename);
-        if phase == Phase::Other {
-            if name.contains("torch::autograd::Engine") || name.contains("evaluate_function") {
-                phase = Phase::Backward;
-            } else if file.contains("/torch/optim/") {
-                phase = Phase::Optimizer;
-            } else if file.contains("/torch/nn/modules/") {
-                phase = Phase::Forward;
-            }
+        let i = fid as usize;
+        if classes.len() <= i {
+            classes.resize(i + 1, None);
         }
-        if user.is_none() && file.ends_with(".py") && !file.contains("/site-packages/") && !file.contains("/torch/") {
+        let class = *classes[i].get_or_insert_with(|| FrameClass::of(trace.str(f.name), trace.str(f.filename)));
+        if phase == Phase::Other {
+            phase = class.phase;
+        }
+        if user.is_none() && class.user {
             user = Some((f.name, f.filename, f.line));
         }
     }
