@@ -34,8 +34,11 @@ pub enum ToPage {
         overview: Box<Overview>,
         worker_memory_bytes: u64,
         /// The requests the report asks first (the charts' full windows at the widths the page
-        /// gave with the file), answered next, each in a [`ToPage::Prefetched`], while the page
-        /// lays the report out: it waits for these answers instead of asking.
+        /// gave with the file), each answered in a [`ToPage::Prefetched`]: the first screen's
+        /// (the timeline, first in the list) next, while the page lays the report out, and the
+        /// others once the page says the first screen is painted ([`ToWorker::FirstScreenShown`]),
+        /// so that making them does not take a core from the page's first paint. The page waits
+        /// for these answers instead of asking.
         #[serde(default)]
         coming: Vec<Request>,
         /// When each stage of opening began, milliseconds since the epoch on the worker's
@@ -134,6 +137,9 @@ pub enum ToWorker {
     CompareFile { file: web_sys::File },
     /// Answer `request` with [`ToPage::Answer`] of the same `id`.
     Request { id: u32, request: Request },
+    /// The report's first screen is painted (or its views below are built without it): send
+    /// the rest of [`ToPage::Loaded`]'s `coming` answers.
+    FirstScreenShown,
 }
 
 /// A message the worker cannot read: why, and the id of the request it was (to answer with
@@ -179,7 +185,7 @@ impl ToWorker {
     /// The message as the page posts it: `{kind: "open_file", file, memory_budget, widths}`,
     /// `{kind: "open_files", files, allow_disjoint}`, `{kind: "open_url", url}`, `{kind:
     /// "open_bytes", name, bytes}`, `{kind: "compare_file", file}`, `{kind: "request", id, body}`
-    /// (the request as JSON).
+    /// (the request as JSON), `{kind: "first_screen_shown"}`.
     pub fn to_js(&self) -> JsValue {
         match self {
             ToWorker::OpenFile { file, memory_budget_bytes, widths } => {
@@ -199,6 +205,7 @@ impl ToWorker {
                 let body = serde_json::to_string(request).unwrap_or_default();
                 object(&[("kind", "request".into()), ("id", (*id).into()), ("body", body.into())])
             }
+            ToWorker::FirstScreenShown => object(&[("kind", "first_screen_shown".into())]),
         }
     }
 
@@ -230,6 +237,7 @@ impl ToWorker {
                 let request = serde_json::from_str(&body).map_err(|e| Unreadable { request_id: Some(id), message: e.to_string() })?;
                 ToWorker::Request { id, request }
             }
+            "first_screen_shown" => ToWorker::FirstScreenShown,
             other => return Err(unreadable(format!("unknown message kind `{other}`"))),
         })
     }

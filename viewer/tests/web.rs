@@ -205,6 +205,7 @@ fn page_messages_read_back_as_they_were_sent() {
         panic!("not a file")
     };
     assert_eq!((file.name(), memory_budget_bytes, got), ("t.pickle".to_owned(), 1e9, widths));
+    assert!(matches!(ToWorker::from_js(&ToWorker::FirstScreenShown.to_js()), Ok(ToWorker::FirstScreenShown)));
     // A request whose body does not parse is answered with its id; anything else unknown is not.
     let bad = js_sys::Object::new();
     js_sys::Reflect::set(&bad, &"kind".into(), &"request".into()).unwrap();

@@ -18,6 +18,9 @@ thread_local! {
     /// When each stage of the file being opened began ([`Stages`]), for the benchmark's
     /// breakdown; restarted per file.
     static STAGES: RefCell<Stages> = RefCell::new(Stages::default());
+    /// The open trace's `coming` requests below its report's first screen, answered when the
+    /// page says that screen is painted ([`ToWorker::FirstScreenShown`]); replaced at each open.
+    static AFTER_FIRST_SCREEN: RefCell<Vec<Request>> = const { RefCell::new(Vec::new()) };
 }
 
 /// The stages of opening a file, timed on the worker's own clock (the page's is busy
@@ -131,15 +134,30 @@ fn opened(result: Opened, widths: Option<ChartWidths>) {
     stage("posting the overview");
     let (stages, read_ms) = take_stages();
     post(&ToPage::Loaded { overview, worker_memory_bytes: memory_bytes(), coming: coming.clone(), stages, read_ms });
-    for request in coming {
-        let response = SESSION.with(|s| match s.borrow_mut().as_mut() {
-            Some(session) => session.answer(&request),
-            None => Response::Error { message: "no trace is open".into() },
-        });
-        let response = serde_json::to_string(&response).unwrap_or_else(|e| {
-            serde_json::to_string(&Response::Error { message: format!("cannot write the answer: {e}") }).unwrap_or_default()
-        });
-        post(&ToPage::Prefetched { request, response });
+    let mut coming = coming.into_iter();
+    // The first screen's (the timeline's) answer now; the others when the page has painted it.
+    if let Some(first) = coming.next() {
+        prefetch(first);
+    }
+    AFTER_FIRST_SCREEN.with(|p| *p.borrow_mut() = coming.collect());
+}
+
+/// Answers a request the page was told is coming ([`ToPage::Loaded`]'s `coming`).
+fn prefetch(request: Request) {
+    let response = SESSION.with(|s| match s.borrow_mut().as_mut() {
+        Some(session) => session.answer(&request),
+        None => Response::Error { message: "no trace is open".into() },
+    });
+    let response = serde_json::to_string(&response).unwrap_or_else(|e| {
+        serde_json::to_string(&Response::Error { message: format!("cannot write the answer: {e}") }).unwrap_or_default()
+    });
+    post(&ToPage::Prefetched { request, response });
+}
+
+/// The page painted its first screen: the answers below it, in the order its views come.
+fn first_screen_shown() {
+    for request in AFTER_FIRST_SCREEN.with(|p| std::mem::take(&mut *p.borrow_mut())) {
+        prefetch(request);
     }
 }
 
@@ -392,6 +410,7 @@ fn on_message(e: MessageEvent) {
         Ok(ToWorker::OpenBytes { name, bytes }) => open(&name, &bytes.to_vec()),
         Ok(ToWorker::OpenUrl { url }) => wasm_bindgen_futures::spawn_local(open_url(url)),
         Ok(ToWorker::Request { id, request }) => answer(id, &request),
+        Ok(ToWorker::FirstScreenShown) => first_screen_shown(),
         Err(Unreadable { request_id: Some(id), message }) => {
             let response = Response::Error { message: format!("bad request: {message}") };
             post(&ToPage::Answer { id, response: Box::new(response), worker_memory_bytes: memory_bytes() });

@@ -308,6 +308,14 @@ pub fn compare_file(loader: Loader, file: web_sys::File) {
 }
 
 /// The files of a file input or a drop.
+/// The report's first screen is painted, or its views below are built without it: the worker
+/// sends the answers they wait for ([`ToWorker::FirstScreenShown`]), if any are still coming.
+pub fn first_screen_shown() {
+    if with(|b| !b.coming.is_empty()) {
+        send(ToWorker::FirstScreenShown);
+    }
+}
+
 pub fn files_of(list: Option<web_sys::FileList>) -> Vec<web_sys::File> {
     let Some(list) = list else { return Vec::new() };
     (0..list.length()).filter_map(|i| list.get(i)).collect()
@@ -493,7 +501,10 @@ fn prefetched(request: &Request, response: String) {
     });
     match waiting {
         None => {}
-        Some(None) => with(|b| b.prefetched.push((key, response))),
+        Some(None) => {
+            perf::mark(&format!("prefetched {} (kept)", requests::kind(request)));
+            with(|b| b.prefetched.push((key, response)));
+        }
         Some(Some(done)) => {
             perf::mark(&format!("prefetched {} (awaited)", requests::kind(request)));
             done(read_answer(&response));

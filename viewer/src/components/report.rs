@@ -37,6 +37,12 @@ pub fn Report(
     } else {
         perf::first_screen_drawn();
     }
+    // The worker makes the answers below the first screen once it is painted.
+    Effect::new(move |_| {
+        if rest_built.get() {
+            crate::bridge::first_screen_shown();
+        }
+    });
     let o = overview.clone();
     let rest = move || rest_built.get().then(|| below_first_screen(o.clone(), has_rank, has_segments, has_events));
     let o = overview.clone();
