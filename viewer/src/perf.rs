@@ -13,8 +13,8 @@ use std::collections::BTreeSet;
 #[derive(Default)]
 struct Marks {
     opened_at: f64,
-    expected: BTreeSet<&'static str>,
-    drawn: BTreeSet<&'static str>,
+    expected: BTreeSet<Chart>,
+    drawn: BTreeSet<Chart>,
     done: bool,
     /// Whether the first screen's painting was marked.
     first_screen: bool,
@@ -23,34 +23,61 @@ struct Marks {
 thread_local! {
     static MARKS: RefCell<Marks> = RefCell::new(Marks::default());
     /// The charts the warm-up report has still to draw; `None` when none is drawing.
-    static WARMING: RefCell<Option<BTreeSet<&'static str>>> = const { RefCell::new(None) };
+    static WARMING: RefCell<Option<BTreeSet<Chart>>> = const { RefCell::new(None) };
     /// What runs (after the task that drew its last chart) once the warm-up report is drawn.
     static WARM_DRAWN: std::cell::Cell<Option<fn()>> = const { std::cell::Cell::new(None) };
 }
 
-/// Every chart a report can draw.
-const CHARTS: [&str; 8] = ["timeline", "active", "flame", "fragmentation", "rank", "segments", "pools", "ranks"];
+/// A chart a report draws; it tells [`drawn`] when it has, and its time is
+/// `data-drawn-{name}-ms`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Chart {
+    Timeline,
+    Active,
+    Flame,
+    Fragmentation,
+    Rank,
+    Segments,
+    Pools,
+    Ranks,
+}
+
+impl Chart {
+    const ALL: [Chart; 8] =
+        [Chart::Timeline, Chart::Active, Chart::Flame, Chart::Fragmentation, Chart::Rank, Chart::Segments, Chart::Pools, Chart::Ranks];
+
+    /// The name in its marks (`drawn {name}`, `data-drawn-{name}-ms`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Chart::Timeline => "timeline",
+            Chart::Active => "active",
+            Chart::Flame => "flame",
+            Chart::Fragmentation => "fragmentation",
+            Chart::Rank => "rank",
+            Chart::Segments => "segments",
+            Chart::Pools => "pools",
+            Chart::Ranks => "ranks",
+        }
+    }
+}
 
 /// Every chart a report of `o` draws.
-fn charts_of(o: &Overview) -> BTreeSet<&'static str> {
-    let mut expected: BTreeSet<&'static str> = ["timeline", "active", "flame"].into_iter().collect();
-    if crate::messages::requests::draws_fragmentation(o) {
-        expected.insert("fragmentation");
+fn charts_of(o: &Overview) -> BTreeSet<Chart> {
+    let mut expected = BTreeSet::new();
+    if o.summary.total_events > 0 {
+        expected.extend([Chart::Timeline, Chart::Active, Chart::Flame]);
+        if crate::messages::requests::draws_fragmentation(o) {
+            expected.insert(Chart::Fragmentation);
+        }
     }
     if o.profile.is_some() || !o.curves.is_empty() {
-        expected.insert("rank");
+        expected.insert(Chart::Rank);
     }
     if o.has_segments {
-        expected.insert("segments");
-        expected.insert("pools");
+        expected.extend([Chart::Segments, Chart::Pools]);
     }
     if o.ranks.is_some() {
-        expected.insert("ranks");
-    }
-    if o.summary.total_events == 0 {
-        for chart in ["timeline", "active", "fragmentation", "flame"] {
-            expected.remove(chart);
-        }
+        expected.insert(Chart::Ranks);
     }
     expected
 }
@@ -97,8 +124,8 @@ pub fn begin_open() {
     set_body("data-drawn-ms", "");
     set_body("data-first-screen-ms", "");
     // Each chart's time is this file's, not the last one's.
-    for chart in CHARTS {
-        set_body(&format!("data-drawn-{chart}-ms"), "");
+    for chart in Chart::ALL {
+        set_body(&format!("data-drawn-{}-ms", chart.name()), "");
     }
 }
 
@@ -135,11 +162,11 @@ pub fn first_screen_drawn() {
 }
 
 /// A chart finished drawing.
-pub fn drawn(chart: &'static str) {
+pub fn drawn(chart: Chart) {
     let warm_done = WARMING.with(|w| {
         let mut w = w.borrow_mut();
         let left = w.as_mut()?;
-        left.remove(chart);
+        left.remove(&chart);
         Some(left.is_empty())
     });
     match warm_done {
@@ -153,12 +180,12 @@ pub fn drawn(chart: &'static str) {
         Some(false) => return,
         None => {}
     }
-    mark(&format!("drawn {chart}"));
+    mark(&format!("drawn {}", chart.name()));
     let done = MARKS.with(|m| {
         let mut m = m.borrow_mut();
-        if !m.done && !m.drawn.contains(chart) {
+        if !m.done && !m.drawn.contains(&chart) {
             // When each chart was first drawn, for the benchmark's breakdown.
-            set_body(&format!("data-drawn-{chart}-ms"), &format!("{:.1}", now() - m.opened_at));
+            set_body(&format!("data-drawn-{}-ms", chart.name()), &format!("{:.1}", now() - m.opened_at));
         }
         m.drawn.insert(chart);
         if !m.done && !m.expected.is_empty() && m.expected.is_subset(&m.drawn) {

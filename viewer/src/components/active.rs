@@ -218,7 +218,7 @@ impl Active {
         let _ = c.set_attribute("data-bands", &a.bands.len().to_string());
         let _ = c.set_attribute("data-between", &a.between.to_string());
         let _ = c.set_attribute("data-before-trace", &a.before_trace.iter().max().copied().unwrap_or(0).to_string());
-        perf::drawn("active");
+        perf::drawn(perf::Chart::Active);
         if let Some((t, framed)) = self.input_at.get_value() {
             self.input_at.set_value(None);
             push_ms("__mtActiveRefined", perf::now() - t);

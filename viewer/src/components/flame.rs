@@ -70,7 +70,7 @@ fn flame_view(flame: Arc<FlameGraph>) -> impl IntoView {
         fit_canvas(&c, (flame_height_px(&layout) as u32 + 4).clamp(60, 2400));
         perf::mark("draw flame");
         match charts::draw_flame(&c, &pal, &f, &layout, &q) {
-            Ok(()) => perf::drawn("flame"),
+            Ok(()) => perf::drawn(perf::Chart::Flame),
             Err(e) => errors.report("flame graph", e),
         }
         boxes.set_value(layout);

@@ -79,7 +79,7 @@ pub fn FragmentationSection(
             let Some(p) = p else { return };
             perf::mark("draw fragmentation");
             match charts::draw_fragmentation(&c, &pal, full, p) {
-                Ok(_) => perf::drawn("fragmentation"),
+                Ok(_) => perf::drawn(perf::Chart::Fragmentation),
                 Err(e) => errors.report("fragmentation", e),
             }
         });

@@ -57,7 +57,7 @@ pub fn PoolsSection(
             let Some((end_s, got)) = got else { return };
             fit_canvas(&c, PANEL * got.len().max(1) as u32);
             match charts::draw_pool_curves(&c, &pal, *end_s, got) {
-                Ok(()) => perf::drawn("pools"),
+                Ok(()) => perf::drawn(perf::Chart::Pools),
                 Err(e) => errors.report("the pools", e),
             }
         });

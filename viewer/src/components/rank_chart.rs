@@ -60,7 +60,7 @@ pub fn RankChart(
         match charts::draw_rank(&c, &pal, o.profile.as_ref(), &o.curves) {
             Ok(m) => {
                 mapping.set_value(Some(m));
-                perf::drawn("rank");
+                perf::drawn(perf::Chart::Rank);
             }
             Err(e) => errors.report("memory vs rank", e),
         }

@@ -46,7 +46,7 @@ pub fn RankCurves(
             let Some((end_s, got)) = got else { return };
             fit_canvas(&c, height);
             match charts::draw_rank_curves(&c, &pal, *end_s, got, highest) {
-                Ok(_) => perf::drawn("ranks"),
+                Ok(_) => perf::drawn(perf::Chart::Ranks),
                 Err(e) => errors.report("the rank curves", e),
             }
         });

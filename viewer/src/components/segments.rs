@@ -154,7 +154,7 @@ fn draw_on(canvas: NodeRef<Canvas>, segments: Memo<Option<Segments>>, layout: Op
             match charts::draw_segments(&c, &pal, s, ROW) {
                 Ok(n) => {
                     not_drawn.set(n);
-                    perf::drawn("segments");
+                    perf::drawn(perf::Chart::Segments);
                 }
                 Err(e) => errors.report("segments", e),
             }

@@ -111,7 +111,7 @@ impl Timeline {
                     // The highest allocated level drawn, for tests and the benchmark to read.
                     let top = points.iter().map(|p| p.allocated_max_bytes).max().unwrap_or(0);
                     let _ = c.set_attribute("data-max-allocated", &top.to_string());
-                    perf::drawn("timeline");
+                    perf::drawn(perf::Chart::Timeline);
                     self.tell_first_screen();
                     if let Some(t) = self.input_at.get_value() {
                         self.input_at.set_value(None);
