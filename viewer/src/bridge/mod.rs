@@ -307,7 +307,6 @@ pub fn compare_file(loader: Loader, file: web_sys::File) {
     send(ToWorker::CompareFile { file });
 }
 
-/// The files of a file input or a drop.
 /// The report's first screen is painted, or its views below are built without it: the worker
 /// sends the answers they wait for ([`ToWorker::FirstScreenShown`]), if any are still coming.
 pub fn first_screen_shown() {
@@ -316,6 +315,7 @@ pub fn first_screen_shown() {
     }
 }
 
+/// The files of a file input or a drop.
 pub fn files_of(list: Option<web_sys::FileList>) -> Vec<web_sys::File> {
     let Some(list) = list else { return Vec::new() };
     (0..list.length()).filter_map(|i| list.get(i)).collect()
