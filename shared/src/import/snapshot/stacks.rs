@@ -115,7 +115,7 @@ impl FrameClass {
 /// `torch/optim` means optimizer, `torch/nn/modules` means forward; the layer is the innermost
 /// Python frame of user code (`name (file.py:line)`), which is what a user can act on. Each
 /// frame is looked at once (`classes`, by frame id): stacks share most of their frames, and
-/// the substring searches were most of a new stack's cost.
+/// these substring searches were the viewer worker's busiest wasm function as it warmed up.
 fn classify_stack(trace: &mut Trace, frame_ids: &[u32], classes: &mut Vec<Option<FrameClass>>) -> (Phase, StrId) {
     let mut phase = Phase::Other;
     let mut user: Option<(StrId, StrId, u32)> = None;
