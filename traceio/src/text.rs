@@ -704,11 +704,17 @@ pub fn print_advice(r: &shared::analysis::advice::AdviceReport, mut out: impl Wr
 
 /// `collector trace --progress-json`: one JSON object per line on stdout.
 pub fn emit(line: &protocol::ChildLine) {
-    let mut out = std::io::stdout().lock();
-    if serde_json::to_writer(&mut out, line).is_ok() {
-        let _ = writeln!(out);
-        let _ = out.flush();
-    }
+    let _ = emit_to(&mut std::io::stdout().lock(), line);
+}
+
+/// Writes `line` and its newline to `out` in one write: the traced program shares stdout, and
+/// a line written in pieces (stdout flushes every 1 KiB of a longer one) could take the
+/// program's output in between, leaving neither line readable.
+fn emit_to(out: &mut impl Write, line: &protocol::ChildLine) -> std::io::Result<()> {
+    let mut text = serde_json::to_vec(line)?;
+    text.push(b'\n');
+    out.write_all(&text)?;
+    out.flush()
 }
 
 /// `collector check`'s report: one line per budget, then what was at the peak.
@@ -744,6 +750,36 @@ pub fn print_github_annotations(r: &shared::analysis::budget::BudgetReport, trac
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each write that reaches the file descriptor, as stdout's line buffer passes them on.
+    #[derive(Default)]
+    struct Writes(Vec<Vec<u8>>);
+
+    impl Write for Writes {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.push(buf.to_vec());
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// A progress line longer than stdout's 1 KiB line buffer reaches the descriptor in one
+    /// write, whole and ending its line, so the traced program's output cannot split it.
+    #[test]
+    fn a_long_progress_line_is_one_write() {
+        let points: Vec<[u64; 3]> = (0..200u64).map(|i| [i * 1_000_000, i << 20, i << 21]).collect();
+        let line = protocol::ChildLine::Memory { points: points.clone(), rank: Some(3) };
+        let mut out = std::io::LineWriter::with_capacity(1024, Writes::default());
+        emit_to(&mut out, &line).unwrap_or_else(|e| panic!("{e}"));
+        let writes = out.into_inner().unwrap_or_else(|e| panic!("{e}")).0;
+        assert_eq!(writes.len(), 1, "{} writes", writes.len());
+        let text = String::from_utf8(writes[0].clone()).unwrap_or_else(|e| panic!("{e}"));
+        assert!(text.len() > 4096 && text.ends_with('\n') && text.matches('\n').count() == 1, "{} bytes", text.len());
+        let back: protocol::ChildLine = serde_json::from_str(text.trim_end()).unwrap_or_else(|e| panic!("{e}"));
+        assert!(matches!(back, protocol::ChildLine::Memory { points: p, rank: Some(3) } if p == points));
+    }
 
     fn summary_text(trace: &Trace) -> String {
         let mut out = Vec::new();
