@@ -144,11 +144,7 @@ fn opened(result: Opened, widths: Option<ChartWidths>) {
 
 /// Answers a request the page was told is coming ([`ToPage::Loaded`]'s `coming`).
 fn prefetch(request: Request) {
-    let response = SESSION.with(|s| match s.borrow_mut().as_mut() {
-        Some(session) => session.answer(&request),
-        None => Response::Error { message: "no trace is open".into() },
-    });
-    let response = serde_json::to_string(&response).unwrap_or_else(|e| {
+    let response = serde_json::to_string(&session_answer(&request)).unwrap_or_else(|e| {
         serde_json::to_string(&Response::Error { message: format!("cannot write the answer: {e}") }).unwrap_or_default()
     });
     post(&ToPage::Prefetched { request, response });
@@ -394,11 +390,16 @@ async fn open_url(url: String) {
     }
 }
 
-fn answer(id: u32, request: &Request) {
-    let response = SESSION.with(|s| match s.borrow_mut().as_mut() {
+/// The open trace's answer to `request`.
+fn session_answer(request: &Request) -> Response {
+    SESSION.with(|s| match s.borrow_mut().as_mut() {
         Some(session) => session.answer(request),
         None => Response::Error { message: "no trace is open".into() },
-    });
+    })
+}
+
+fn answer(id: u32, request: &Request) {
+    let response = session_answer(request);
     post(&ToPage::Answer { id, response: Box::new(response), worker_memory_bytes: memory_bytes() });
 }
 
