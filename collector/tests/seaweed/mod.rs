@@ -95,14 +95,27 @@ impl Weed {
         }
         let mut child = cmd.spawn().map_err(|e| format!("cannot start weed: {e}"))?;
         let s3 = format!("http://127.0.0.1:{}", p[3]);
-        let deadline = Instant::now() + Duration::from_secs(90);
+        // Ready once an object can be written, not when the gateway first answers: a bucket is
+        // the filer's alone, but an object needs a volume, and the master assigns none until the
+        // volume server's heartbeat reaches it (seconds after start; on a loaded machine, more
+        // than the collector's 30 s request timeout, which failed every bucket test in one CI run).
+        let deadline = Instant::now() + Duration::from_secs(180);
+        let quick: ureq::Agent =
+            ureq::Agent::config_builder().http_status_as_error(false).timeout_global(Some(Duration::from_secs(10))).build().into();
+        let put = |path: &str, body: &[u8]| quick.put(&format!("{s3}/{path}")).send(body).map(|r| r.status().as_u16()).unwrap_or(0);
         loop {
-            if anon(&s3, "PUT", "ready-check", b"").0 == 200 {
+            if matches!(put("ready-check", b""), 200 | 409) && put("ready-check/probe", b"written") == 200 {
                 break;
             }
             if Instant::now() > deadline || child.try_wait().ok().flatten().is_some() {
                 let _ = child.kill();
-                return Err(format!("SeaweedFS did not start within 90 s; see {}", dir.join("weed.log").display()));
+                let log = std::fs::read_to_string(dir.join("weed.log")).unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(30).collect::<Vec<_>>().into_iter().rev().collect();
+                return Err(format!(
+                    "SeaweedFS could not store an object within 180 s; the end of {}:\n{}",
+                    dir.join("weed.log").display(),
+                    tail.join("\n")
+                ));
             }
             std::thread::sleep(Duration::from_millis(300));
         }
