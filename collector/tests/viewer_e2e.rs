@@ -136,6 +136,17 @@ fn check_first_screen_first(b: &Browser, file_name: &str) {
             assert!(first <= *at, "{file_name}: the {name} chart drawn at {at} ms, before the first screen was painted ({first} ms)");
         }
     }
+    // The timeline's answer comes with the overview: it is there when the chart asks, and the
+    // page neither waits for it nor asks the worker.
+    if ms[1].is_some() {
+        let marks = b.exec("return (window.__mtMarks || []).filter(m => /^(prefetched|awaits|ask|draw|drawn) timeline/.test(m[0]))", json!([]));
+        let marks: Vec<(String, f64)> = serde_json::from_value(marks).unwrap();
+        let before: Vec<&str> = marks.iter().filter(|(_, at)| *at <= first).map(|(l, _)| l.as_str()).collect();
+        assert!(
+            before.first() == Some(&"prefetched timeline"),
+            "{file_name}: the timeline's answer did not come with the overview: {marks:?}"
+        );
+    }
     // The worker makes the answers below the first screen after the page has painted it (so
     // as not to take a core from that paint): they arrive after it.
     let marks = b.exec("return (window.__mtMarks || []).filter(m => /^prefetched (active|flame|segments|pools)/.test(m[0]))", json!([]));

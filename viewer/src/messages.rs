@@ -33,14 +33,21 @@ pub enum ToPage {
     Loaded {
         overview: Box<Overview>,
         worker_memory_bytes: u64,
-        /// The requests the report asks first (the charts' full windows at the widths the page
-        /// gave with the file), each answered in a [`ToPage::Prefetched`]: the first screen's
-        /// (the timeline, first in the list) next, while the page lays the report out, and the
-        /// others once the page says the first screen is painted ([`ToWorker::FirstScreenShown`]),
-        /// so that making them does not take a core from the page's first paint. The page waits
-        /// for these answers instead of asking.
+        /// The first screen's answers (the timeline's full window at the width the page gave
+        /// with the file), made before this message, as `(its request's key, the JSON of its
+        /// Response)`:
+        /// the chart is drawn in the task that builds the report, and painted in its first frame.
+        /// (Sent after it, the answer reached a page that had laid out and painted the report
+        /// without it: a frame more before the timeline showed.)
         #[serde(default)]
-        coming: Vec<Request>,
+        answered: Vec<(requests::Key, String)>,
+        /// The keys of the other requests the report asks first (the charts below the first
+        /// screen), each
+        /// answered in a [`ToPage::Prefetched`] once the page says the first screen is painted
+        /// ([`ToWorker::FirstScreenShown`]), so that making them does not take a core from the
+        /// page's first paint. The page waits for these answers instead of asking.
+        #[serde(default)]
+        coming: Vec<requests::Key>,
         /// When each stage of opening began, milliseconds since the epoch on the worker's
         /// clock, for the benchmark's breakdown (`crate::perf::worker_stages`).
         #[serde(default)]
@@ -54,7 +61,7 @@ pub enum ToPage {
     /// answer for a view below the first screen (a 0.47 MB snapshot's Active Memory answer is
     /// 140 KB) does not hold up the first screen's paint.
     Prefetched {
-        request: Request,
+        key: requests::Key,
         response: String,
     },
     /// Opening (or comparing) failed; the previously loaded trace (if any) is still there.
@@ -252,7 +259,12 @@ pub mod requests {
     /// A request the worker answers first, as the page looks its answer up: by kind and fields,
     /// times by their bits (the same function with the same inputs built both). Requests of
     /// other kinds have no key (a kind added to the first answers needs one here).
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    ///
+    /// The messages name these, not the requests: the page never reads a [`Request`] otherwise,
+    /// and the first message that did ran its deserialiser (large: every kind of request) cold,
+    /// 5-20 ms of the first screen of a 0.47 MB snapshot.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+    #[serde(rename_all = "snake_case")]
     pub enum Key {
         Timeline { start_bits: u64, end_bits: u64, buckets: usize },
         Active { start_bits: u64, end_bits: u64, columns: usize },
@@ -262,6 +274,17 @@ pub mod requests {
     }
 
     impl Key {
+        /// The kind of its request as the request's JSON names it, for the timing marks.
+        pub fn kind(self) -> &'static str {
+            match self {
+                Key::Timeline { .. } => "timeline",
+                Key::Active { .. } => "active",
+                Key::Segments { .. } => "segments",
+                Key::Pools { .. } => "pools",
+                Key::Flame => "flame",
+            }
+        }
+
         pub fn of(request: &Request) -> Option<Key> {
             Some(match *request {
                 Request::Timeline { start_s, end_s, buckets } => {

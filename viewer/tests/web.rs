@@ -220,20 +220,53 @@ fn page_messages_read_back_as_they_were_sent() {
 /// answer saying so.
 #[wasm_bindgen_test]
 fn prefetched_answers_read_back_when_asked() {
+    use viewer::messages::requests::Key;
     use viewer::messages::{read_answer, ToPage};
     let (mut session, _) = open("mlp.pickle", SNAPSHOT);
     let answer = session.answer(&Request::Flame);
-    let sent = ToPage::Prefetched { request: Request::Flame, response: serde_json::to_string(&answer).unwrap() };
-    let Ok(ToPage::Prefetched { request, response }) = ToPage::from_text(&serde_json::to_string(&sent).unwrap()) else {
+    let sent = ToPage::Prefetched { key: Key::Flame, response: serde_json::to_string(&answer).unwrap() };
+    let Ok(ToPage::Prefetched { key, response }) = ToPage::from_text(&serde_json::to_string(&sent).unwrap()) else {
         panic!("not a prefetched answer")
     };
-    assert!(matches!(request, Request::Flame));
+    assert_eq!(key, Key::Flame);
     let (Response::Flame { graph: back }, Response::Flame { graph }) = (read_answer(&response), answer) else {
         panic!("not a flame graph")
     };
     assert_eq!(back, graph);
     let Response::Error { message } = read_answer("{\"kind\": \"flame\"}") else { panic!("a bad answer read") };
     assert!(message.starts_with("unreadable answer from the worker"), "{message}");
+}
+
+/// An overview crosses with the first screen's answer and the keys of the answers to come: the
+/// keys read back as the page looks them up (`Key::of` the requests its views build, times by
+/// their bits), and the answer as the session made it.
+#[wasm_bindgen_test]
+fn an_overview_crosses_with_its_first_answer_and_the_keys_to_come() {
+    use viewer::messages::requests::{self, Key};
+    use viewer::messages::{read_answer, ToPage};
+    let (mut session, overview) = open("mlp.pickle", SNAPSHOT);
+    let full = requests::full_window(&overview);
+    let timeline = requests::timeline(full, 1187);
+    let below = [requests::active(full, 1187), Request::Flame, requests::segments(overview.summary.peak_time_s), requests::pools(640)];
+    let answer = serde_json::to_string(&session.answer(&timeline)).unwrap();
+    let sent = ToPage::Loaded {
+        overview: Box::new(overview.clone()),
+        worker_memory_bytes: 1 << 20,
+        answered: vec![(Key::of(&timeline).unwrap(), answer)],
+        coming: below.iter().map(|r| Key::of(r).unwrap()).collect(),
+        stages: vec![("parsing".into(), 1.5)],
+        read_ms: 2.0,
+    };
+    let Ok(ToPage::Loaded { answered, coming, overview: back, .. }) = ToPage::from_text(&serde_json::to_string(&sent).unwrap()) else {
+        panic!("not an overview")
+    };
+    assert_eq!(back.summary.peak_allocated_bytes, overview.summary.peak_allocated_bytes);
+    assert_eq!(answered.len(), 1);
+    assert_eq!(Some(answered[0].0), Key::of(&requests::timeline(requests::full_window(&back), 1187)));
+    let Response::Timeline { points, .. } = read_answer(&answered[0].1) else { panic!("not a timeline") };
+    assert!(!points.is_empty());
+    let looked_up: Vec<Option<Key>> = below.iter().map(Key::of).collect();
+    assert_eq!(coming.into_iter().map(Some).collect::<Vec<_>>(), looked_up);
 }
 
 #[wasm_bindgen_test]

@@ -8,7 +8,8 @@ use shared::explore::{Opened, Request, Response, Session};
 use shared::merge::MergeOptions;
 use shared::units::format_bytes;
 use std::cell::RefCell;
-use viewer::messages::{requests, ChartWidths, ToPage, ToWorker, Unreadable};
+use viewer::messages::requests::{self, Key};
+use viewer::messages::{ChartWidths, ToPage, ToWorker, Unreadable};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 use web_sys::{DedicatedWorkerGlobalScope, MessageEvent};
@@ -20,7 +21,7 @@ thread_local! {
     static STAGES: RefCell<Stages> = RefCell::new(Stages::default());
     /// The open trace's `coming` requests below its report's first screen, answered when the
     /// page says that screen is painted ([`ToWorker::FirstScreenShown`]); replaced at each open.
-    static AFTER_FIRST_SCREEN: RefCell<Vec<Request>> = const { RefCell::new(Vec::new()) };
+    static AFTER_FIRST_SCREEN: RefCell<Vec<(Key, Request)>> = const { RefCell::new(Vec::new()) };
 }
 
 /// The stages of opening a file, timed on the worker's own clock (the page's is busy
@@ -114,9 +115,9 @@ fn first_requests(overview: &shared::explore::Overview, widths: Option<ChartWidt
     first
 }
 
-/// Keeps what was opened and tells the page; then answers the report's first requests (when the
-/// page gave the charts' `widths`), each posted as it is ready, while the page lays the report
-/// out.
+/// Keeps what was opened and tells the page, with the answer to the report's first request
+/// (the timeline's, when the page gave the charts' `widths`); the other first requests are
+/// answered once the page has painted its first screen ([`first_screen_shown`]).
 fn opened(result: Opened, widths: Option<ChartWidths>) {
     let (overview, coming) = match result {
         Opened::Trace(session, overview) => {
@@ -130,24 +131,36 @@ fn opened(result: Opened, widths: Option<ChartWidths>) {
         }
     };
     progress("overview built");
+    // The first screen's (the timeline's) answer goes with the overview; the others when the
+    // page has painted that screen. The page looks them up by key (every first request has one).
+    let mut coming = coming.into_iter().filter_map(|r| Some((Key::of(&r)?, r)));
+    let answered: Vec<(Key, String)> = coming
+        .next()
+        .map(|(key, first)| {
+            stage("the first screen's answer");
+            (key, answer_json(&first))
+        })
+        .into_iter()
+        .collect();
+    let (keys, coming): (Vec<Key>, Vec<(Key, Request)>) = coming.map(|(k, r)| (k, (k, r))).unzip();
     // Posting includes writing the message (JSON): the page times it to its arrival.
     stage("posting the overview");
     let (stages, read_ms) = take_stages();
-    post(&ToPage::Loaded { overview, worker_memory_bytes: memory_bytes(), coming: coming.clone(), stages, read_ms });
-    let mut coming = coming.into_iter();
-    // The first screen's (the timeline's) answer now; the others when the page has painted it.
-    if let Some(first) = coming.next() {
-        prefetch(first);
-    }
-    AFTER_FIRST_SCREEN.with(|p| *p.borrow_mut() = coming.collect());
+    post(&ToPage::Loaded { overview, worker_memory_bytes: memory_bytes(), answered, coming: keys, stages, read_ms });
+    AFTER_FIRST_SCREEN.with(|p| *p.borrow_mut() = coming);
+}
+
+/// The JSON of the open trace's answer to `request`.
+fn answer_json(request: &Request) -> String {
+    serde_json::to_string(&session_answer(request)).unwrap_or_else(|e| {
+        serde_json::to_string(&Response::Error { message: format!("cannot write the answer: {e}") }).unwrap_or_default()
+    })
 }
 
 /// Answers a request the page was told is coming ([`ToPage::Loaded`]'s `coming`).
-fn prefetch(request: Request) {
-    let response = serde_json::to_string(&session_answer(&request)).unwrap_or_else(|e| {
-        serde_json::to_string(&Response::Error { message: format!("cannot write the answer: {e}") }).unwrap_or_default()
-    });
-    post(&ToPage::Prefetched { request, response });
+fn prefetch((key, request): (Key, Request)) {
+    let response = answer_json(&request);
+    post(&ToPage::Prefetched { key, response });
 }
 
 /// The page painted its first screen: the answers below it, in the order its views come.

@@ -454,10 +454,15 @@ fn receive(loader: Loader, msg: ToPage) {
                 }
             })
         }
-        ToPage::Loaded { overview, worker_memory_bytes, coming, stages, read_ms } => {
+        ToPage::Loaded { overview, worker_memory_bytes, answered, coming, stages, read_ms } => {
             perf::worker_stages(&stages, read_ms);
             with(|b| {
-                b.coming = coming.iter().filter_map(Key::of).collect();
+                // Kept for the view that asks (the report is built after this task).
+                for (key, response) in answered {
+                    b.prefetched.retain(|(k, _)| *k != key);
+                    b.prefetched.push((key, response));
+                }
+                b.coming = coming;
                 // The worker holds the shown trace again.
                 b.remote = None;
             });
@@ -467,7 +472,7 @@ fn receive(loader: Loader, msg: ToPage) {
             finish_loading(loader, *overview);
             perf::mark("overview set");
         }
-        ToPage::Prefetched { request, response } => prefetched(&request, response),
+        ToPage::Prefetched { key, response } => prefetched(key, response),
         ToPage::Failed { file_name, message, merge_anyway } => {
             loader.loading.set(None);
             loader.merge_anyway.set(merge_anyway.then(|| file_name.clone()));
@@ -492,8 +497,7 @@ fn receive(loader: Loader, msg: ToPage) {
 
 /// An answer the worker sent after the overview: to the view waiting for it, else kept until
 /// a view asks. One for a trace no longer opening (another was chosen) is dropped.
-fn prefetched(request: &Request, response: String) {
-    let Some(key) = Key::of(request) else { return };
+fn prefetched(key: Key, response: String) {
     let waiting = with(|b| {
         let at = b.coming.iter().position(|k| *k == key)?;
         b.coming.swap_remove(at);
@@ -502,11 +506,11 @@ fn prefetched(request: &Request, response: String) {
     match waiting {
         None => {}
         Some(None) => {
-            perf::mark(&format!("prefetched {} (kept)", requests::kind(request)));
+            perf::mark(&format!("prefetched {} (kept)", key.kind()));
             with(|b| b.prefetched.push((key, response)));
         }
         Some(Some(done)) => {
-            perf::mark(&format!("prefetched {} (awaited)", requests::kind(request)));
+            perf::mark(&format!("prefetched {} (awaited)", key.kind()));
             done(read_answer(&response));
             flush_deferred();
         }
