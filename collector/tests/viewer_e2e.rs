@@ -139,7 +139,8 @@ fn check_first_screen_first(b: &Browser, file_name: &str) {
     // The timeline's answer comes with the overview: it is there when the chart asks, and the
     // page neither waits for it nor asks the worker.
     if ms[1].is_some() {
-        let marks = b.exec("return (window.__mtMarks || []).filter(m => /^(prefetched|awaits|ask|draw|drawn) timeline/.test(m[0]))", json!([]));
+        let marks =
+            b.exec("return (window.__mtMarks || []).filter(m => /^(prefetched|awaits|ask|draw|drawn) timeline/.test(m[0]))", json!([]));
         let marks: Vec<(String, f64)> = serde_json::from_value(marks).unwrap();
         let before: Vec<&str> = marks.iter().filter(|(_, at)| *at <= first).map(|(l, _)| l.as_str()).collect();
         assert!(
