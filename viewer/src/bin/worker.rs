@@ -99,7 +99,7 @@ fn post_progress(stage: &str) {
 /// few ms each, too fast to read, and each message changes the page's progress line, which the
 /// page then lays out and paints while the worker opens the file (on two cores, beside it). In
 /// 15 interleaved runs of the viewer benchmark (ResNet-18 snapshot) the first screen came at
-/// 64 ms against 69 (median) and every chart at 157 against 185.
+/// 66 ms against 69 (median) and every chart at 157 against 185.
 const QUIET_PROGRESS_MS: f64 = 100.0;
 
 /// A stage of opening a file begins: timed, and shown in the page.
