@@ -24,8 +24,8 @@ fn scratch(name: &str) -> PathBuf {
     dir
 }
 
-fn agent() -> ureq::Agent {
-    ureq::Agent::config_builder().http_status_as_error(false).timeout_global(Some(Duration::from_secs(300))).build().into()
+fn agent(timeout: Duration) -> ureq::Agent {
+    ureq::Agent::config_builder().http_status_as_error(false).timeout_global(Some(timeout)).build().into()
 }
 
 /// A SeaweedFS server (master, volume, filer and S3 gateway in one process) on loopback.
@@ -75,6 +75,10 @@ impl Weed {
         cmd.arg("server")
             .arg(format!("-dir={}", dir.display()))
             .args(["-ip=127.0.0.1", "-ip.bind=127.0.0.1", "-s3", "-volume.max=200", "-master.volumeSizeLimitMB=64"])
+            // The volume server offers no capacity while its disk has less free than this (by
+            // default 1 % of the disk: on a 252 GB disk with 1.8 GB free, no object could be
+            // stored, and every bucket test failed); the tests store tens of MB.
+            .arg("-volume.minFreeSpace=256MiB")
             // Off: the catalogs' fixed ports (8181, 9101) and telemetry (no network here).
             .args(["-s3.port.iceberg=0", "-s3.port.lance=0", "-master.telemetry=false"])
             .arg(format!("-master.port={}", p[0]))
@@ -97,11 +101,9 @@ impl Weed {
         let s3 = format!("http://127.0.0.1:{}", p[3]);
         // Ready once an object can be written, not when the gateway first answers: a bucket is
         // the filer's alone, but an object needs a volume, and the master assigns none until the
-        // volume server's heartbeat reaches it (seconds after start; on a loaded machine, more
-        // than the collector's 30 s request timeout, which failed every bucket test in one CI run).
+        // volume server's heartbeat reaches it with free capacity (seconds after start).
         let deadline = Instant::now() + Duration::from_secs(180);
-        let quick: ureq::Agent =
-            ureq::Agent::config_builder().http_status_as_error(false).timeout_global(Some(Duration::from_secs(10))).build().into();
+        let quick = agent(Duration::from_secs(10));
         let put = |path: &str, body: &[u8]| quick.put(&format!("{s3}/{path}")).send(body).map(|r| r.status().as_u16()).unwrap_or(0);
         loop {
             if matches!(put("ready-check", b""), 200 | 409) && put("ready-check/probe", b"written") == 200 {
@@ -110,11 +112,11 @@ impl Weed {
             if Instant::now() > deadline || child.try_wait().ok().flatten().is_some() {
                 let _ = child.kill();
                 let log = std::fs::read_to_string(dir.join("weed.log")).unwrap_or_default();
-                let tail: Vec<&str> = log.lines().rev().take(30).collect::<Vec<_>>().into_iter().rev().collect();
+                let lines: Vec<&str> = log.lines().collect();
                 return Err(format!(
                     "SeaweedFS could not store an object within 180 s; the end of {}:\n{}",
                     dir.join("weed.log").display(),
-                    tail.join("\n")
+                    lines[lines.len().saturating_sub(30)..].join("\n")
                 ));
             }
             std::thread::sleep(Duration::from_millis(300));
@@ -142,7 +144,7 @@ pub fn weed() -> &'static Weed {
 
 /// An unsigned (anonymous) S3 request: `(status, body)`.
 pub fn anon(s3: &str, method: &str, path: &str, body: &[u8]) -> (u16, String) {
-    let agent = agent();
+    let agent = agent(Duration::from_secs(300));
     let url = format!("{s3}/{path}");
     let r = match method {
         "PUT" => agent.put(&url).send(body),
