@@ -35,17 +35,16 @@ pub enum ToPage {
         worker_memory_bytes: u64,
         /// The first screen's answers (the timeline's full window at the width the page gave
         /// with the file), made before this message, as `(its request's key, the JSON of its
-        /// Response)`:
-        /// the chart is drawn in the task that builds the report, and painted in its first frame.
-        /// (Sent after it, the answer reached a page that had laid out and painted the report
-        /// without it: a frame more before the timeline showed.)
+        /// Response)`: the chart is drawn in the task that builds the report, and painted in its
+        /// first frame. (Sent after it, the answer reached a page that had laid out and painted
+        /// the report without it: a frame more before the timeline showed.)
         #[serde(default)]
         answered: Vec<(requests::Key, String)>,
         /// The keys of the other requests the report asks first (the charts below the first
-        /// screen), each
-        /// answered in a [`ToPage::Prefetched`] once the page says the first screen is painted
-        /// ([`ToWorker::FirstScreenShown`]), so that making them does not take a core from the
-        /// page's first paint. The page waits for these answers instead of asking.
+        /// screen), each answered in a [`ToPage::Prefetched`] once the page says the first
+        /// screen is painted ([`ToWorker::FirstScreenShown`]), so that making them does not take
+        /// a core from the page's first paint. The page waits for these answers instead of
+        /// asking.
         #[serde(default)]
         coming: Vec<requests::Key>,
         /// When each stage of opening began, milliseconds since the epoch on the worker's

@@ -154,7 +154,8 @@ fn opened(result: Opened, widths: Option<ChartWidths>) {
         })
         .into_iter()
         .collect();
-    let (keys, coming): (Vec<Key>, Vec<(Key, Request)>) = coming.map(|(k, r)| (k, (k, r))).unzip();
+    let coming: Vec<(Key, Request)> = coming.collect();
+    let keys = coming.iter().map(|(key, _)| *key).collect();
     // Posting includes writing the message (JSON): the page times it to its arrival.
     stage("posting the overview");
     let (stages, read_ms) = take_stages();
