@@ -161,7 +161,7 @@ fn python() -> PathBuf {
 
 #[test]
 fn torchscript_model_gets_module_paths() {
-    let dir = std::env::temp_dir().join(format!("mt-ts-{}", std::process::id()));
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("torchscript");
     std::fs::create_dir_all(&dir).unwrap();
     let script = dir.join("make.py");
     std::fs::write(
@@ -252,7 +252,7 @@ fn library_tracer_traces_a_closure_with_named_layers() {
     assert!(stats["fc2"].total_allocations >= 1);
     let frag = tracer.get_fragmentation_stats().unwrap();
     assert_eq!(frag.avg_fragmentation, 0.0, "the CPU allocator caches nothing");
-    let dir = std::env::temp_dir().join(format!("mt-tracer-{}", std::process::id()));
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("tracer");
     std::fs::create_dir_all(&dir).unwrap();
     tracer.export_flame_graph(dir.join("f.speedscope.json")).unwrap();
     tracer.export_timeline(dir.join("t.json")).unwrap();

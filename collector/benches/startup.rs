@@ -46,7 +46,7 @@ fn row(name: &str, runs: usize, mut make: impl FnMut() -> Command) {
 
 /// Peak RSS of `collector serve` once it listens and has answered one health request.
 fn serve_rss(exe: &Path) -> u64 {
-    let dir = std::env::temp_dir().join(format!("mt-startup-{}", std::process::id()));
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("startup");
     let mut child = Command::new(exe)
         .args(["serve", "--port", "0", "--data-dir"])
         .arg(&dir)
@@ -69,8 +69,8 @@ fn serve_rss(exe: &Path) -> u64 {
 fn main() {
     let exe = PathBuf::from(env!("CARGO_BIN_EXE_collector"));
     let sample = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/data/mlp_adam_3steps.pickle");
-    let out = std::env::temp_dir().join(format!("mt-startup-{}.csv", std::process::id()));
-    let report = std::env::temp_dir().join(format!("mt-startup-report-{}", std::process::id()));
+    let out = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("startup.csv");
+    let report = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("startup-report");
     println!("collector: {}", exe.display());
     row("collector --version", 50, || {
         let mut c = Command::new(&exe);

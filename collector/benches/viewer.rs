@@ -443,7 +443,7 @@ fn memory_viz_page(script: &Path) -> PathBuf {
             .expect("npm (to install d3 for memory_viz)");
         assert!(status.success(), "npm install d3@{D3_VERSION} failed");
     }
-    let dir = std::env::temp_dir().join(format!("memory-viz-bench-{}", std::process::id()));
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("memory-viz-bench");
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("index.html"), MEMORY_VIZ_PAGE).unwrap();
     std::fs::write(dir.join("MemoryViz.js"), rewritten).unwrap();

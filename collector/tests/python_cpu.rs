@@ -27,7 +27,7 @@ fn program(name: &str) -> String {
 }
 
 fn workdir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("mt-python-cpu-{}-{name}", std::process::id()));
+    let d = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("python-cpu-{name}"));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     d

@@ -23,7 +23,7 @@ fn program(name: &str) -> String {
 }
 
 fn workdir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("mt-torch-versions-{}-{name}", std::process::id()));
+    let d = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("torch-versions-{name}"));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     d

@@ -47,7 +47,7 @@ fn header_structs(h: &str) -> BTreeMap<String, Vec<String>> {
 
 /// Offsets and sizes as the C++ compiler lays the header's structs out.
 fn c_layout(structs: &BTreeMap<String, Vec<String>>) -> Layout {
-    let dir = std::env::temp_dir().join(format!("mt-layout-{}", std::process::id()));
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("layout");
     std::fs::create_dir_all(&dir).unwrap();
     let mut src = String::from("#include <cstdio>\n#include <cstddef>\n#include \"mt_shim.h\"\nint main() {\n");
     for (name, fields) in structs {

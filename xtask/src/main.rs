@@ -502,17 +502,11 @@ fn split_doc_comments(text: &str) -> Vec<usize> {
 
 fn test() -> Result<()> {
     // The viewer is built for wasm32 by `check`; it has no native tests. Its components run in
-    // headless Chromium (runner: wasm-bindgen-test-runner, from .cargo/config.toml; browser
-    // options in viewer/webdriver.json) beside the workspace's tests: cargo holds the build
-    // folder only while it compiles, and a browser waits more than it computes.
+    // headless Chromium beside the workspace's tests: cargo holds the build folder only while
+    // it compiles, and a browser waits more than it computes.
     jobs::side_by_side(vec![
         jobs::job("the workspace's tests", || run(Command::new("cargo").args(wheel::TEST_BUILD))),
-        jobs::job("the viewer in Chromium", || {
-            run(Command::new("cargo")
-                .args(["test", "-p", "viewer", "--target", "wasm32-unknown-unknown", "--test", "web"])
-                .env("CHROMEDRIVER", "/usr/bin/chromedriver")
-                .current_dir("viewer"))
-        }),
+        jobs::job("the viewer in Chromium", viewer::browser_tests),
     ])?;
     let (wheel, site) = wheel_site()?;
     // The pinned torch's pytest suite, each other tested torch's tests, and a short run of

@@ -9,6 +9,23 @@ use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+/// The viewer's components in headless Chromium (runner: wasm-bindgen-test-runner, from
+/// `.cargo/config.toml`; browser options in `viewer/webdriver.json`). Chromium's temporary
+/// profiles (~30 MB a browser, left behind) go to a folder of `target/`, removed after, not to
+/// `/tmp`.
+pub fn browser_tests() -> Result<()> {
+    let temp = std::env::current_dir()?.join("target/tmp/viewer-chromium");
+    std::fs::create_dir_all(&temp).with_context(|| format!("cannot create {}", temp.display()))?;
+    let ran = crate::run(
+        Command::new("cargo")
+            .args(["test", "-p", "viewer", "--target", "wasm32-unknown-unknown", "--test", "web"])
+            .envs([("CHROMEDRIVER", Path::new("/usr/bin/chromedriver")), ("TMPDIR", &temp)])
+            .current_dir("viewer"),
+    );
+    std::fs::remove_dir_all(&temp).ok();
+    ran
+}
+
 /// One `<link data-trunk ...>` of the page.
 #[derive(Debug, PartialEq)]
 enum Asset {

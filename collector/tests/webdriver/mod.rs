@@ -5,8 +5,9 @@
 
 use serde_json::{json, Value};
 use std::net::TcpListener;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 pub fn free_port() -> u16 {
@@ -51,7 +52,30 @@ pub struct Browser {
     agent: ureq::Agent,
     base: String,
     session: String,
+    // Dropped in this order: the driver stopped, then its temporary folder removed.
     _driver: Guard,
+    _temp: TempFolder,
+}
+
+/// The folder chromedriver and Chromium make their temporary profiles in (`TMPDIR`), under the
+/// target directory and removed on drop: each browser left ~30 MB in `/tmp` otherwise.
+struct TempFolder(PathBuf);
+
+impl TempFolder {
+    fn new() -> TempFolder {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let dir =
+            Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("chromium-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
+        TempFolder(dir)
+    }
+}
+
+impl Drop for TempFolder {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 impl Browser {
@@ -71,8 +95,10 @@ impl Browser {
     pub fn start_with(width: u32, height: u32, flags: &[&str]) -> Browser {
         let driver = std::env::var("CHROMEDRIVER").unwrap_or_else(|_| "/usr/bin/chromedriver".into());
         let port = free_port();
+        let temp = TempFolder::new();
         let child = Command::new(&driver)
             .arg(format!("--port={port}"))
+            .env("TMPDIR", &temp.0)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -105,7 +131,7 @@ impl Browser {
                 if !failures.is_empty() {
                     eprintln!("webdriver: a session after {attempt} failed start(s): {failures:?}");
                 }
-                return Browser { agent, base, session: session.to_owned(), _driver: guard };
+                return Browser { agent, base, session: session.to_owned(), _driver: guard, _temp: temp };
             }
             failures.push(v["value"]["message"].as_str().map_or_else(|| v.to_string(), str::to_owned));
             std::thread::sleep(Duration::from_secs(2));
