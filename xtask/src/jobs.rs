@@ -116,8 +116,34 @@ fn file_name(name: &str) -> String {
     name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '.' { c.to_ascii_lowercase() } else { '-' }).collect()
 }
 
+/// Says how much of the disk under `dir` is free (`df`): a fresh clone's tests write ~6 GB into
+/// `target/`, and a first run installs ~25 GB of tools and torch versions into the caches; a run
+/// that fills the disk otherwise ends in a compiler's "No space left on device".
+pub fn say_free_disk(dir: &Path) {
+    if let Some(bytes) = free_disk_bytes(dir) {
+        let gb = bytes as f64 / 1e9;
+        let low = if gb < 8.0 { " (low: the tests need ~6 GB in target/, more on a first run)" } else { "" };
+        eprintln!("xtask: {gb:.1} GB free on the disk of {}{low}", dir.display());
+    }
+}
+
+/// The bytes free to this user on the disk under `dir`, as `df -P` says.
+fn free_disk_bytes(dir: &Path) -> Option<u64> {
+    let out = Command::new("df").arg("-Pk").arg(dir).output().ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let kib: u64 = text.lines().nth(1)?.split_whitespace().nth(3)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn free_disk_is_read_from_df() {
+        let free = super::free_disk_bytes(std::path::Path::new(".")).expect("df answers for the checkout");
+        assert!(free > 0);
+        assert_eq!(super::free_disk_bytes(std::path::Path::new("/no/such/folder")), None);
+    }
+
     use super::*;
 
     /// Each job's commands write to its own log, every job runs to its end, and the error

@@ -66,10 +66,12 @@ fn main() -> Result<()> {
             // and 9 s without vector code. The tests compare traced with untraced runs under
             // the same setting; torch 2.6 has no such variable and still probes.
             std::env::set_var("TORCHINDUCTOR_VEC_ISA_OK", "0");
+            jobs::say_free_disk(Path::new("."));
             install::for_tests()?;
             install::fuzz_tools()?;
             let sccache = install::build_cache();
             let done = check().and_then(|()| test());
+            jobs::say_free_disk(Path::new("."));
             if let Some(sccache) = sccache {
                 // How much the cache gave, and no server left running after the command.
                 let _ = run(Command::new(&sccache).arg("--show-stats"));
