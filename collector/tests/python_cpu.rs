@@ -11,10 +11,13 @@
 
 mod server;
 
+mod scratch;
+
+use scratch::Scratch;
 use shared::analysis::layer_stats;
 use shared::model::Phase;
 use shared::{ImportOptions, Trace};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use traceio::files::load_trace;
 
@@ -26,11 +29,8 @@ fn program(name: &str) -> String {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/python/programs").join(name).display().to_string()
 }
 
-fn workdir(name: &str) -> PathBuf {
-    let d = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("python-cpu-{name}"));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+fn workdir(name: &str) -> Scratch {
+    Scratch::new(&format!("python-cpu-{name}"))
 }
 
 fn collector(dir: &Path) -> Command {
@@ -40,7 +40,7 @@ fn collector(dir: &Path) -> Command {
 }
 
 /// Runs `collector trace -q -o DIR/out.mtrace.json FLAGS -- COMMAND` and loads the trace.
-fn trace(name: &str, flags: &[&str], command: &[String]) -> (Output, Option<Trace>, PathBuf) {
+fn trace(name: &str, flags: &[&str], command: &[String]) -> (Output, Option<Trace>, Scratch) {
     let dir = workdir(name);
     let out = dir.join("out.mtrace.json");
     let output = collector(&dir).args(["trace", "-q", "-o"]).arg(&out).args(flags).arg("--").args(command).output().unwrap();
@@ -261,7 +261,7 @@ fn compiled_code_is_attributed_to_the_modules_it_came_from() {
     let remembered = workdir("no_remembered_modules");
     let plain = Command::new(python())
         .arg(program("compiled_blocks.py"))
-        .env("TORCHINDUCTOR_CACHE_DIR", &cache)
+        .env("TORCHINDUCTOR_CACHE_DIR", &*cache)
         .env_remove("PYTHONPATH")
         .output()
         .unwrap();
@@ -759,7 +759,7 @@ fn recorder_snapshots_become_layer_scopes_phases_and_iterations() {
     let dir = workdir("recorder_snapshots");
     let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data");
     let inputs = [data.join("mlp_adam_3steps.pickle"), data.join("resnet18_sgd_2steps.pickle")];
-    let out = Command::new(python()).arg(program("annotate_snapshot.py")).arg(&dir).args(&inputs).output().unwrap();
+    let out = Command::new(python()).arg(program("annotate_snapshot.py")).arg(&*dir).args(&inputs).output().unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
     let facts: Value = serde_json::from_slice(&out.stdout).unwrap();
     let mut notes: Vec<Value> = facts["files"]
@@ -783,7 +783,7 @@ fn recorder_snapshots_become_layer_scopes_phases_and_iterations() {
             "cuda": [{"device": 0, "name": "NVIDIA H100 80GB HBM3", "allocated_peak": 238_078_976u64, "reserved_peak": 260_046_848u64}]}))
         .unwrap(),
         notes: serde_json::from_value(Value::Array(notes)).unwrap(),
-        snapshot_dir: Some(dir.clone()),
+        snapshot_dir: Some(dir.to_path_buf()),
         ..ProcessStream::default()
     };
     let t = collector::pyrun::build_trace(p, &collector::pyrun::PyOptions::default()).unwrap();

@@ -8,6 +8,9 @@
 //! separated, also set by `cargo xtask`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod scratch;
+
+use scratch::Scratch;
 use shared::analysis::layer_stats;
 use shared::{ImportOptions, Trace};
 use std::path::{Path, PathBuf};
@@ -22,11 +25,8 @@ fn program(name: &str) -> String {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/python/programs").join(name).display().to_string()
 }
 
-fn workdir(name: &str) -> PathBuf {
-    let d = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("torch-versions-{name}"));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+fn workdir(name: &str) -> Scratch {
+    Scratch::new(&format!("torch-versions-{name}"))
 }
 
 fn text(b: &[u8]) -> String {
