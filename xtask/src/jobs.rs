@@ -137,14 +137,14 @@ fn free_disk_bytes(dir: &Path) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn free_disk_is_read_from_df() {
-        let free = super::free_disk_bytes(std::path::Path::new(".")).expect("df answers for the checkout");
+        let free = free_disk_bytes(Path::new(".")).expect("df answers for the checkout");
         assert!(free > 0);
-        assert_eq!(super::free_disk_bytes(std::path::Path::new("/no/such/folder")), None);
+        assert_eq!(free_disk_bytes(Path::new("/no/such/folder")), None);
     }
-
-    use super::*;
 
     /// Each job's commands write to its own log, every job runs to its end, and the error
     /// names the ones that failed.
