@@ -41,10 +41,7 @@ fn sample(name: &str) -> PathBuf {
 }
 
 fn tmpdir(name: &str) -> PathBuf {
-    let d = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("e2e-{name}"));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    server::scratch(&format!("e2e-{name}"))
 }
 
 fn screenshots() -> PathBuf {

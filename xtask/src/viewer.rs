@@ -14,7 +14,7 @@ use std::process::Command;
 /// profiles (~30 MB a browser, left behind) go to a folder of `target/`, removed after, not to
 /// `/tmp`.
 pub fn browser_tests() -> Result<()> {
-    let temp = std::env::current_dir()?.join("target/tmp/viewer-chromium");
+    let temp = std::env::current_dir()?.join(cargo_target_dir()).join("tmp/viewer-chromium");
     std::fs::create_dir_all(&temp).with_context(|| format!("cannot create {}", temp.display()))?;
     let ran = crate::run(
         Command::new("cargo")
