@@ -150,7 +150,9 @@ pub(super) const FLAT_LOOKAHEAD: usize = 16 << 10;
 /// [`Arena::rebound`]: super::arena::Arena::rebound
 #[derive(Default)]
 pub(super) struct KnownLists {
-    lists: crate::hash::FastMap<Box<[u8]>, ValueId>,
+    /// Each list's opcodes and id, found by [`list_hash`] of the opcodes (which
+    /// [`FlatReader::list_end`] works out as it walks them, not in a second pass).
+    lists: hashbrown::HashTable<(Box<[u8]>, ValueId)>,
     bytes: usize,
 }
 
@@ -158,10 +160,22 @@ impl KnownLists {
     /// Most bytes of opcodes kept: a file of ever new lists stops adding past it.
     const MAX_BYTES: usize = 16 << 20;
 
-    pub(super) fn insert(&mut self, opcodes: &[u8], id: ValueId) {
-        if self.bytes + opcodes.len() <= Self::MAX_BYTES && self.lists.insert(opcodes.into(), id).is_none() {
-            self.bytes += opcodes.len();
+    /// Keeps `opcodes` (a list [`FlatReader::list_end`] walked, `hash` its [`list_hash`]) as `id`.
+    pub(super) fn insert(&mut self, opcodes: &[u8], hash: u64, id: ValueId) {
+        if self.bytes + opcodes.len() > Self::MAX_BYTES {
+            return;
         }
+        match self.lists.entry(hash, |(b, _)| **b == *opcodes, |(b, _)| list_hash(b)) {
+            hashbrown::hash_table::Entry::Occupied(_) => {}
+            hashbrown::hash_table::Entry::Vacant(slot) => {
+                slot.insert((opcodes.into(), id));
+                self.bytes += opcodes.len();
+            }
+        }
+    }
+
+    fn get(&self, opcodes: &[u8], hash: u64) -> Option<ValueId> {
+        self.lists.find(hash, |(b, _)| **b == *opcodes).map(|&(_, id)| id)
     }
 
     pub(super) fn clear(&mut self) {
@@ -170,14 +184,49 @@ impl KnownLists {
     }
 }
 
+/// One step of a list's hash: an opcode's argument (`word`) mixed in (FxHash's step).
+#[inline(always)]
+fn mix(hash: u64, word: u64) -> u64 {
+    (hash.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95)
+}
+
+/// The hash of a list's opcodes (`(`, memo references and FRAMEs, `e`), as
+/// [`FlatReader::list_end`] works it out while it walks them; the opcodes name their bytes, so
+/// equal opcodes are equal bytes. 0 for anything that is not such a list (never looked up).
+fn list_hash(b: &[u8]) -> u64 {
+    let mut hash = 0;
+    let mut i = 1;
+    while i + 1 < b.len() {
+        let (word, len) = match b[i] {
+            b'j' => (u32::from_le_bytes([b[i + 1], b[i + 2], b[i + 3], b[i + 4]]) as u64 | 1 << 32, 5),
+            b'h' => (b[i + 1] as u64 | 2 << 32, 2),
+            _ => (3 << 32, 9),
+        };
+        hash = mix(hash, word);
+        i += len;
+    }
+    finish(hash)
+}
+
+/// MurmurHash3's finaliser, as [`crate::hash::FxHasher`]'s: every bit into the low ones.
+#[inline(always)]
+fn finish(mut h: u64) -> u64 {
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    h ^ (h >> 33)
+}
+
 /// Reads the opcodes of a [`FlatDict`] from `b` (the window after its EMPTY_DICT); `None` if
 /// they are anything else, or run past the window.
 pub(super) struct FlatReader<'b> {
     pub(super) b: &'b [u8],
     pub(super) i: usize,
     pub(super) known: &'b KnownLists,
-    /// Where the opcodes of the dict's fresh list lie in `b`, for [`KnownLists::insert`].
-    pub(super) fresh_list: Option<(u32, u32)>,
+    /// Where the opcodes of the dict's fresh list lie in `b`, and their [`list_hash`], for
+    /// [`KnownLists::insert`].
+    pub(super) fresh_list: Option<(u32, u32, u64)>,
 }
 
 impl FlatReader<'_> {
@@ -304,14 +353,14 @@ impl FlatReader<'_> {
                         match self.peek() {
                             Some(b'(') => {
                                 let start = self.i;
-                                let end = self.list_end(start)?;
-                                if let Some(&id) = self.known.lists.get(&self.b[start..end]) {
+                                let (end, hash) = self.list_end(start)?;
+                                if let Some(id) = self.known.get(&self.b[start..end], hash) {
                                     self.i = end;
                                     return Some(Flat::Known { id, memo: memo_list });
                                 }
                                 self.memo_refs(memo, lists, at, start, end)?;
                                 self.i = end;
-                                self.fresh_list = Some((start as u32, end as u32));
+                                self.fresh_list = Some((start as u32, end as u32, hash));
                             }
                             // One item: BINGET then APPEND. (A memo reference not followed by
                             // APPEND is the next key: the list is empty.)
@@ -337,19 +386,23 @@ impl FlatReader<'_> {
     }
 
     /// The end (past its APPENDS) of the list of memo references whose MARK is at `start`,
-    /// found without resolving them; `None` if it holds anything else or runs past the window.
+    /// found without resolving them, and the [`list_hash`] of its opcodes; `None` if it holds
+    /// anything else or runs past the window.
     #[inline]
-    fn list_end(&self, start: usize) -> Option<usize> {
+    fn list_end(&self, start: usize) -> Option<(usize, u64)> {
         let b = self.b;
         let mut i = start + 1;
+        let mut hash = 0;
         loop {
-            i += match *b.get(i)? {
-                b'j' => 5,
-                b'h' => 2,
-                0x95 => 9,
-                b'e' => return (i < b.len()).then_some(i + 1),
+            let (word, len) = match *b.get(i)? {
+                b'j' => (u32::from_le_bytes(b.get(i + 1..i + 5)?.try_into().ok()?) as u64 | 1 << 32, 5),
+                b'h' => (*b.get(i + 1)? as u64 | 2 << 32, 2),
+                0x95 => (3 << 32, 9),
+                b'e' => return (i < b.len()).then_some((i + 1, finish(hash))),
                 _ => return None,
             };
+            hash = mix(hash, word);
+            i += len;
         }
     }
 
@@ -400,5 +453,59 @@ impl FlatReader<'_> {
         }
         self.i += 1;
         Some(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A list's opcodes: MARK, memo references (BINGET below 256, LONG_BINGET above), a FRAME
+    /// after every seventh, APPENDS.
+    fn list_opcodes(keys: &[u32]) -> Vec<u8> {
+        let mut b = vec![b'('];
+        for (n, &k) in keys.iter().enumerate() {
+            match u8::try_from(k) {
+                Ok(k) => b.extend([b'h', k]),
+                Err(_) => b.extend(std::iter::once(b'j').chain(k.to_le_bytes())),
+            }
+            if n % 7 == 6 {
+                b.push(0x95);
+                b.extend(65536u64.to_le_bytes());
+            }
+        }
+        b.push(b'e');
+        b
+    }
+
+    /// The hash `list_end` works out while it walks a list is the one the table rehashes with
+    /// (`list_hash`): every list kept is found again after the table has grown many times, and
+    /// a list of other references is not.
+    #[test]
+    fn lists_kept_are_found_by_the_hash_their_walk_gives() {
+        let lists: Vec<Vec<u8>> = (0..5000u32).map(|n| list_opcodes(&(0..(n % 40 + 1)).map(|i| i * 97 + n).collect::<Vec<_>>())).collect();
+        let mut known = KnownLists::default();
+        let walk = |b: &[u8]| {
+            let reader = FlatReader { b, i: 0, known: &KnownLists::default(), fresh_list: None };
+            reader.list_end(0).expect("a list of memo references")
+        };
+        for (n, b) in lists.iter().enumerate() {
+            let (end, hash) = walk(b);
+            assert_eq!((end, hash), (b.len(), list_hash(b)), "list {n}");
+            known.insert(b, hash, n as ValueId);
+        }
+        for (n, b) in lists.iter().enumerate() {
+            assert_eq!(known.get(b, walk(b).1), Some(n as ValueId), "list {n}");
+        }
+        let other = list_opcodes(&[1, 2, 3, 100_000]);
+        assert_eq!(known.get(&other, walk(&other).1), None);
+        // A list followed by more opcodes ends at its APPENDS; anything but memo references
+        // in it is no such list.
+        let mut longer = lists[3].clone();
+        longer.extend([b'K', 1]);
+        assert_eq!(walk(&longer).0, lists[3].len());
+        let bad = [b'(', b'h', 1, b'K', 2, b'e'];
+        let reader = FlatReader { b: &bad, i: 0, known: &known, fresh_list: None };
+        assert_eq!(reader.list_end(0), None);
     }
 }

@@ -277,8 +277,8 @@ impl<R: Read, H: Hook> Vm<'_, R, H> {
             }
         }
         self.flat_lists.iter().for_each(|&id| a.settle(id));
-        if let (Some(id), Some((start, end))) = (taken.list, fresh_list) {
-            self.known_lists.insert(&window[start as usize..end as usize], id);
+        if let (Some(id), Some((start, end, hash))) = (taken.list, fresh_list) {
+            self.known_lists.insert(&window[start as usize..end as usize], hash, id);
         }
         self.r.advance(consumed);
         self.stack.push(taken.dict);
