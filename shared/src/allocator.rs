@@ -293,8 +293,8 @@ impl AllocatorState {
     /// Returns the freed block's size.
     pub fn free(&mut self, address: u64) -> Option<u64> {
         let end = address.saturating_add(self.blocks.get(&address).filter(|b| b.allocated)?.size_bytes);
-        // The block, the one starting where it ends and the one before it, from one walk down
-        // the tree (one lookup each took three).
+        // The block, the one starting where it ends and the one before it, from one range of
+        // the tree (a lookup each took three walks down it, and a fourth made the change).
         let mut from_end = self.blocks.range_mut(..=end).rev();
         let mut next = None;
         let block = loop {

@@ -4,6 +4,8 @@
 use super::arena::{Arena, Memo};
 use super::value::{long_from_le, Value};
 use super::ValueId;
+use crate::hash::FxHasher;
+use std::hash::Hasher;
 
 /// A value of a [`FlatDict`], as its opcodes spell it.
 #[derive(Clone, Copy)]
@@ -184,17 +186,12 @@ impl KnownLists {
     }
 }
 
-/// One step of a list's hash: an opcode's argument (`word`) mixed in (FxHash's step).
-#[inline(always)]
-fn mix(hash: u64, word: u64) -> u64 {
-    (hash.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95)
-}
-
-/// The hash of a list's opcodes (`(`, memo references and FRAMEs, `e`), as
-/// [`FlatReader::list_end`] works it out while it walks them; the opcodes name their bytes, so
-/// equal opcodes are equal bytes. 0 for anything that is not such a list (never looked up).
+/// The hash of a list's opcodes (`(`, memo references and FRAMEs, `e`, as
+/// [`FlatReader::list_end`] found them), worked out as that walk works it out: each opcode's
+/// argument a word of [`FxHasher`]. The opcodes name their bytes, so equal opcodes are equal
+/// bytes.
 fn list_hash(b: &[u8]) -> u64 {
-    let mut hash = 0;
+    let mut hash = FxHasher::default();
     let mut i = 1;
     while i + 1 < b.len() {
         let (word, len) = match b[i] {
@@ -202,20 +199,10 @@ fn list_hash(b: &[u8]) -> u64 {
             b'h' => (b[i + 1] as u64 | 2 << 32, 2),
             _ => (3 << 32, 9),
         };
-        hash = mix(hash, word);
+        hash.write_u64(word);
         i += len;
     }
-    finish(hash)
-}
-
-/// MurmurHash3's finaliser, as [`crate::hash::FxHasher`]'s: every bit into the low ones.
-#[inline(always)]
-fn finish(mut h: u64) -> u64 {
-    h ^= h >> 33;
-    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
-    h ^= h >> 33;
-    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
-    h ^ (h >> 33)
+    hash.finish()
 }
 
 /// Reads the opcodes of a [`FlatDict`] from `b` (the window after its EMPTY_DICT); `None` if
@@ -392,16 +379,16 @@ impl FlatReader<'_> {
     fn list_end(&self, start: usize) -> Option<(usize, u64)> {
         let b = self.b;
         let mut i = start + 1;
-        let mut hash = 0;
+        let mut hash = FxHasher::default();
         loop {
             let (word, len) = match *b.get(i)? {
                 b'j' => (u32::from_le_bytes(b.get(i + 1..i + 5)?.try_into().ok()?) as u64 | 1 << 32, 5),
                 b'h' => (*b.get(i + 1)? as u64 | 2 << 32, 2),
                 0x95 => (3 << 32, 9),
-                b'e' => return (i < b.len()).then_some((i + 1, finish(hash))),
+                b'e' => return (i < b.len()).then_some((i + 1, hash.finish())),
                 _ => return None,
             };
-            hash = mix(hash, word);
+            hash.write_u64(word);
             i += len;
         }
     }
