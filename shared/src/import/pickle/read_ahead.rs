@@ -187,22 +187,75 @@ impl KnownLists {
 }
 
 /// The hash of a list's opcodes (`(`, memo references and FRAMEs, `e`, as
-/// [`FlatReader::list_end`] found them), worked out as that walk works it out: each opcode's
-/// argument a word of [`FxHasher`]. The opcodes name their bytes, so equal opcodes are equal
-/// bytes.
+/// [`FlatReader::list_end`] found them): the same walk ([`walk_list`]). The opcodes name
+/// their bytes, so equal opcodes are equal bytes.
 fn list_hash(b: &[u8]) -> u64 {
-    let mut hash = FxHasher::default();
-    let mut i = 1;
-    while i + 1 < b.len() {
-        let (word, len) = match b[i] {
-            b'j' => (u32::from_le_bytes([b[i + 1], b[i + 2], b[i + 3], b[i + 4]]) as u64 | 1 << 32, 5),
-            b'h' => (b[i + 1] as u64 | 2 << 32, 2),
-            _ => (3 << 32, 9),
-        };
-        hash.write_u64(word);
-        i += len;
+    walk_list(b, 0).map_or(0, |(_, hash)| hash)
+}
+
+/// The end (past its APPENDS) of the list of memo references whose MARK is at `b[start]`,
+/// and the hash of its opcodes; `None` if it holds anything else or runs past `b`. Each
+/// opcode is a word ([`list_item`]), four LONG_BINGETs in a row two words, hashed in two
+/// lanes ([`FxHasher`] each) that take turns: a lane's multiply waits for its last one, and
+/// one chain of them for every opcode was most of the walk's time.
+#[inline]
+fn walk_list(b: &[u8], start: usize) -> Option<(usize, u64)> {
+    let mut i = start + 1;
+    let (mut lane_a, mut lane_b) = (FxHasher::default(), FxHasher::default());
+    loop {
+        if let Some([k0, k1, k2, k3]) = four_long_gets(b, i) {
+            lane_a.write_u64(k0 | k1 << 32);
+            lane_b.write_u64(k2 | k3 << 32);
+            i += 20;
+            continue;
+        }
+        match list_item(b, i)? {
+            ListItem::Item { word, len } => {
+                lane_a.write_u64(word);
+                i += len;
+            }
+            ListItem::End => return Some((i + 1, lane_a.finish() ^ lane_b.finish().rotate_left(29))),
+        }
     }
-    hash.finish()
+}
+
+/// What [`list_item`] finds at a position of a list of memo references.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum ListItem {
+    /// A memo reference (BINGET, LONG_BINGET) or a FRAME: a word that tells it and its
+    /// argument apart from any other (the key, and the opcode above it), and its length.
+    Item { word: u64, len: usize },
+    /// APPENDS: the list's end.
+    End,
+}
+
+/// The opcode at `b[i]` of a list of memo references; `None` if it is anything else or runs
+/// past `b`.
+#[inline(always)]
+fn list_item(b: &[u8], i: usize) -> Option<ListItem> {
+    Some(match *b.get(i)? {
+        b'j' => ListItem::Item { word: u32::from_le_bytes(b.get(i + 1..i + 5)?.try_into().ok()?) as u64 | 1 << 32, len: 5 },
+        b'h' => ListItem::Item { word: *b.get(i + 1)? as u64 | 2 << 32, len: 2 },
+        0x95 => {
+            b.get(i + 8)?;
+            ListItem::Item { word: 3 << 32, len: 9 }
+        }
+        b'e' => ListItem::End,
+        _ => return None,
+    })
+}
+
+/// The keys of four LONG_BINGETs in a row at `b[i..i + 20]`, if that is what is there: most
+/// of a large snapshot's bytes (a frame list of a program with more than 256 memo keys).
+/// Their opcodes are read side by side, not each one after the last one's length is known.
+#[inline(always)]
+fn four_long_gets(b: &[u8], i: usize) -> Option<[u64; 4]> {
+    let w: &[u8; 20] = b.get(i..i + 20)?.try_into().ok()?;
+    if w[0] != b'j' || w[5] != b'j' || w[10] != b'j' || w[15] != b'j' {
+        return None;
+    }
+    let key = |at: usize| u32::from_le_bytes([w[at + 1], w[at + 2], w[at + 3], w[at + 4]]) as u64;
+    Some([key(0), key(5), key(10), key(15)])
 }
 
 /// Reads the opcodes of a [`FlatDict`] from `b` (the window after its EMPTY_DICT); `None` if
@@ -377,20 +430,7 @@ impl FlatReader<'_> {
     /// anything else or runs past the window.
     #[inline]
     fn list_end(&self, start: usize) -> Option<(usize, u64)> {
-        let b = self.b;
-        let mut i = start + 1;
-        let mut hash = FxHasher::default();
-        loop {
-            let (word, len) = match *b.get(i)? {
-                b'j' => (u32::from_le_bytes(b.get(i + 1..i + 5)?.try_into().ok()?) as u64 | 1 << 32, 5),
-                b'h' => (*b.get(i + 1)? as u64 | 2 << 32, 2),
-                0x95 => (3 << 32, 9),
-                b'e' => return (i < b.len()).then_some((i + 1, hash.finish())),
-                _ => return None,
-            };
-            hash.write_u64(word);
-            i += len;
-        }
+        walk_list(self.b, start)
     }
 
     /// The memo references of the list whose opcodes [`FlatReader::list_end`] found at

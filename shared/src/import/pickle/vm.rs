@@ -23,6 +23,7 @@ pub(super) fn run(src: impl Read, size_hint: Option<u64>, hook: &mut impl Hook) 
         flat_lists: Vec::new(),
         pairs: Default::default(),
         known_lists: Default::default(),
+        last_str: None,
     };
     loop {
         let at = vm.r.pos();
@@ -68,6 +69,10 @@ struct Vm<'h, R, H> {
     pairs: crate::hash::FastMap<(i64, i64), ValueId>,
     /// Fresh lists of read-ahead dicts the hook took, by their opcodes.
     known_lists: KnownLists,
+    /// The last fresh string of a read-ahead dict found among the arena's strings, and the id
+    /// it found (a string the arena keeps to the end): a snapshot's entries repeat one (their
+    /// `compile_context`, `'N/A'`), which then costs a compare, not a check and a hash lookup.
+    last_str: Option<(Vec<u8>, ValueId)>,
 }
 
 /// Control: one step, the stack and the end.
@@ -223,10 +228,16 @@ impl<R: Read, H: Hook> Vm<'_, R, H> {
         for &(_, v) in &self.flat_items {
             match v {
                 Flat::Str { at, len, memo: true } => {
-                    let text = std::str::from_utf8(&window[at as usize..(at + len) as usize]).unwrap_or_default();
+                    let bytes = &window[at as usize..(at + len) as usize];
+                    if let Some(id) = self.last_str.as_ref().filter(|(last, _)| **last == *bytes).map(|&(_, id)| id) {
+                        a.memoize(a.memo.count, id);
+                        continue;
+                    }
+                    let text = std::str::from_utf8(bytes).unwrap_or_default();
                     match a.strings.get(text) {
                         Some(&first) => {
                             a.memoize(a.memo.count, first);
+                            self.last_str = Some((bytes.to_vec(), first));
                         }
                         None => {
                             let id = a.alloc(Value::Str(text.to_owned()), self.size_hint).map_err(|e| self.r.err(self.r.pos(), e))?;

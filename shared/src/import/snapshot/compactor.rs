@@ -462,4 +462,55 @@ mod tests {
         assert_eq!(names(0), names(1));
         assert_eq!(names(2), ["first", "rebound"]);
     }
+
+    /// Fresh strings of read-ahead entries, the same text again and again (a snapshot's
+    /// `compile_context`), others between, and the empty one: each memo key names its own
+    /// text, as building each entry would have it, whether the text was met just before or
+    /// not.
+    #[test]
+    fn fresh_strings_read_ahead_name_their_own_text_in_the_memo() {
+        let mut w = Writer::default();
+        w.op(&[0x80, 4, b'}']);
+        w.memoize();
+        w.op(b"(");
+        w.text("strings_pool");
+        w.op(b"]");
+        w.memoize();
+        w.op(b"(");
+        let keys = ["action", "addr", "size", "stream", "time_us", "user_metadata"].map(|k| w.text(k));
+        let alloc = w.text("alloc");
+        w.op(b"e");
+        w.text("segments");
+        w.op(b"]");
+        w.memoize();
+        w.text("device_traces");
+        w.op(b"]");
+        w.memoize();
+        w.op(b"(]");
+        w.memoize();
+        w.op(b"(");
+        let texts = ["x", "x", "", "y", "x", "x", "y"];
+        let mut memo_of = Vec::new();
+        for (i, text) in texts.iter().enumerate() {
+            w.op(b"}");
+            w.memoize();
+            w.op(b"(").get(keys[0]).get(alloc).get(keys[1]).int(4096 * (i as u32 + 1)).get(keys[2]).int(512);
+            w.get(keys[3]).int(0).get(keys[4]).int(10 + i as u32).get(keys[5]);
+            memo_of.push(w.text(text));
+            w.op(b"u");
+        }
+        // Two more entries whose texts are memo references to the strings read ahead above.
+        for (i, &k) in [memo_of[4], memo_of[3]].iter().enumerate() {
+            w.op(b"}");
+            w.memoize();
+            w.op(b"(").get(keys[0]).get(alloc).get(keys[1]).int((1 << 20) * (i as u32 + 1)).get(keys[2]).int(512);
+            w.get(keys[3]).int(0).get(keys[4]).int(100 + i as u32).get(keys[5]).get(k).op(b"u");
+        }
+        w.op(b"eeu.");
+        let fast = import_with(&w.b[..], None, Compactor::default()).unwrap();
+        let slow = import_with(&w.b[..], None, Compactor { no_read_ahead: true, ..Compactor::default() }).unwrap();
+        assert_eq!(serde_json::to_value(&fast).unwrap(), serde_json::to_value(&slow).unwrap());
+        let notes: Vec<(u32, &str)> = fast.event_notes.iter().map(|n| (n.event, fast.strings.get(n.text).unwrap_or_default())).collect();
+        assert_eq!(notes, [(0, "x"), (1, "x"), (3, "y"), (4, "x"), (5, "x"), (6, "y"), (7, "x"), (8, "y")]);
+    }
 }
