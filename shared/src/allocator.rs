@@ -271,11 +271,6 @@ impl AllocatorState {
         self.blocks.insert(address, Block { size_bytes, allocated: true, pending: false, segment: seg_addr });
     }
 
-    /// Size of the allocated block at `address` (not one pending its free), if there is one.
-    pub fn allocated_block(&self, address: u64) -> Option<u64> {
-        self.blocks.get(&address).filter(|b| b.allocated && !b.pending).map(|b| b.size_bytes)
-    }
-
     /// Marks the allocated block at `address` freed by the program but not yet reusable (a
     /// free waiting for other streams). Returns its size.
     pub fn free_requested(&mut self, address: u64) -> Option<u64> {
@@ -284,15 +279,28 @@ impl AllocatorState {
         Some(b.size_bytes)
     }
 
-    /// Size of the block at `address` waiting for its free to complete, if there is one.
-    pub fn pending_block(&self, address: u64) -> Option<u64> {
-        self.blocks.get(&address).filter(|b| b.allocated && b.pending).map(|b| b.size_bytes)
-    }
-
     /// Frees the block at `address` and merges it with free neighbours of the same segment.
     /// Returns the freed block's size.
     pub fn free(&mut self, address: u64) -> Option<u64> {
-        let end = address.saturating_add(self.blocks.get(&address).filter(|b| b.allocated)?.size_bytes);
+        self.free_where(address, |b| b.allocated)
+    }
+
+    /// Frees the block at `address` if its free was requested and waits to complete, as
+    /// [`AllocatorState::free`] does; returns its size.
+    pub fn free_pending(&mut self, address: u64) -> Option<u64> {
+        self.free_where(address, |b| b.allocated && b.pending)
+    }
+
+    /// Frees the block at `address` if it is allocated and not pending its free, as
+    /// [`AllocatorState::free`] does; returns its size.
+    pub fn free_allocated(&mut self, address: u64) -> Option<u64> {
+        self.free_where(address, |b| b.allocated && !b.pending)
+    }
+
+    /// [`AllocatorState::free`] of the block at `address` if `which` takes it: one walk down
+    /// the tree to find it, not one more to ask first.
+    fn free_where(&mut self, address: u64, which: impl Fn(&Block) -> bool) -> Option<u64> {
+        let end = address.saturating_add(self.blocks.get(&address).filter(|b| which(b))?.size_bytes);
         // The block, the one starting where it ends and the one before it, from one range of
         // the tree (a lookup each took three walks down it, and a fourth made the change).
         let mut from_end = self.blocks.range_mut(..=end).rev();
@@ -529,6 +537,17 @@ mod tests {
                     9 => {
                         let address = at(rand(1 << 16));
                         assert_eq!(ours.free_requested(address), theirs.free_requested(address), "step {step}");
+                    }
+                    10..=11 => {
+                        // A free that takes only a pending block, or only one not pending: the
+                        // block looked at first, then freed as `free` frees it.
+                        let address = at(rand(1 << 16));
+                        let pending = rand(2) == 0;
+                        let looked = theirs.blocks.get(&address).filter(|b| b.allocated && b.pending == pending).map(|b| b.size_bytes);
+                        let expected = looked.and_then(|_| reference_free(&mut theirs, address));
+                        assert_eq!(looked, expected, "step {step}");
+                        let freed = if pending { ours.free_pending(address) } else { ours.free_allocated(address) };
+                        assert_eq!(freed, expected, "step {step}");
                     }
                     _ => {
                         let address = if rand(10) == 0 { base + rand(seg_bytes) } else { at(rand(1 << 16)) };

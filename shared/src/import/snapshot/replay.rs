@@ -289,12 +289,17 @@ impl Replay {
                 (EventType::Free, size)
             }
             Action::FreeCompleted => {
-                if let Some(size) = state.pending_block(e.addr).or_else(|| self.pending_free.remove(&(dev, e.addr))) {
+                if let Some(size) = state.free_pending(e.addr) {
+                    (EventType::FreeCompleted, size)
+                } else if let Some(size) = self.pending_free.remove(&(dev, e.addr)) {
                     state.free(e.addr);
                     (EventType::FreeCompleted, size)
-                } else if let Some(size) = state.allocated_block(e.addr).or_else(|| self.loose_allocated.remove(&(dev, e.addr))) {
+                } else if let Some(size) = state.free_allocated(e.addr) {
                     // No request came first: the completion is the free (memory_viz reads it so).
-                    state.free(e.addr);
+                    completes = true;
+                    (EventType::Free, size)
+                } else if let Some(size) = self.loose_allocated.remove(&(dev, e.addr)) {
+                    // (No block of the model is allocated there: nothing to free in it.)
                     completes = true;
                     (EventType::Free, size)
                 } else {
