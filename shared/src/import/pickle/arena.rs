@@ -76,6 +76,9 @@ pub struct Arena {
     /// Set when a memo key already bound is bound again (PUT of a used index: Python never
     /// writes one), so that what remembers values by the keys that named them forgets them.
     pub(super) rebound: bool,
+    /// How many memo keys hooks forgot ([`Arena::forget_memo`]): a value a dict named can only
+    /// be left to free ([`Arena::settle`]) by a hook forgetting a key.
+    pub(super) forgotten: u64,
 }
 
 impl Arena {
@@ -163,6 +166,7 @@ impl Arena {
             self.memo.insert(key, opaque);
         }
         self.flags[id as usize] &= !MEMOIZED;
+        self.forgotten += 1;
         true
     }
 

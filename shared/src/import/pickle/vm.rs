@@ -221,6 +221,7 @@ impl<R: Read, H: Hook> Vm<'_, R, H> {
         }
         let (consumed, fresh_list) = (reader.i, reader.fresh_list);
         let dict = FlatDict { window, items: &self.flat_items, lists: &self.flat_lists };
+        let forgotten = self.a.forgotten;
         let Some(taken) = self.hook.flat_dict(&mut self.a, &dict) else { return Ok(false) };
         let a = &mut self.a;
         // The memo keys, in the order the dict's MEMOIZEs come.
@@ -280,14 +281,18 @@ impl<R: Read, H: Hook> Vm<'_, R, H> {
             }
         }
         // What the dict named and no one holds or names now (the hook forgot it) goes, as it
-        // would when a built dict went.
-        for &(k, v) in &self.flat_items {
-            a.settle(k);
-            if let Flat::Id(id) = v {
-                a.settle(id);
+        // would when a built dict went. Memo keys name every value of the dict that is not
+        // fresh, so only a key the hook forgot leaves one to go (most dicts: none, and no look
+        // at each value's holders).
+        if a.forgotten != forgotten {
+            for &(k, v) in &self.flat_items {
+                a.settle(k);
+                if let Flat::Id(id) = v {
+                    a.settle(id);
+                }
             }
+            self.flat_lists.iter().for_each(|&id| a.settle(id));
         }
-        self.flat_lists.iter().for_each(|&id| a.settle(id));
         if let (Some(id), Some((start, end, hash))) = (taken.list, fresh_list) {
             self.known_lists.insert(&window[start as usize..end as usize], hash, id);
         }
@@ -595,7 +600,8 @@ impl<R: Read, H: Hook> Vm<'_, R, H> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{parse, Value};
+    use super::super::{is_opaque, parse, parse_stream, Arena, FlatDict, FlatTaken, Hook, Pickle, Value, ValueId, OPAQUE};
+    use super::{Flat, ImportError};
 
     #[test]
     fn parses_protocol_2_dict_with_memo_and_long() {
@@ -639,5 +645,60 @@ mod tests {
         assert!(e.contains("2147483647 bytes") && e.contains("truncated"), "{e}");
         let e = parse(b"\x80\x04B\xff\xff\xff\x7f").unwrap_err().to_string();
         assert!(e.contains("2147483647 bytes") && e.contains("at most 64 MiB"), "{e}");
+    }
+
+    /// A hook that takes dicts appended to lists as opaque ids (other items stay): a built one after forgetting
+    /// its memo key and giving up its reference, as the snapshot importer does; a read-ahead
+    /// one after forgetting the memo key of every list it names.
+    struct Forgets(u32);
+
+    impl Hook for Forgets {
+        const TAKES_FLAT_DICTS: bool = true;
+
+        fn append(&mut self, a: &mut Arena, _: ValueId, item: ValueId) -> Result<ValueId, ImportError> {
+            if !matches!(a.get(item), Value::Dict(_)) {
+                return Ok(item);
+            }
+            self.0 += 1;
+            let opaque = OPAQUE | self.0;
+            a.forget_memo(item, opaque);
+            a.drop_ref(item);
+            Ok(opaque)
+        }
+
+        fn flat_dict(&mut self, a: &mut Arena, d: &FlatDict) -> Option<FlatTaken> {
+            for &(_, v) in d.items {
+                if let Flat::Id(id) = v {
+                    if matches!(a.get(id), Value::List(_)) {
+                        self.0 += 1;
+                        a.forget_memo(id, OPAQUE | self.0);
+                    }
+                }
+            }
+            self.0 += 1;
+            Some(FlatTaken { dict: OPAQUE | self.0, list: None })
+        }
+    }
+
+    /// A list that only the memo names when a read-ahead dict names it (the built dict that
+    /// held it was taken away) is freed once the hook forgets its key, and not before.
+    #[test]
+    fn a_value_a_read_ahead_dict_names_goes_once_the_hook_forgets_its_key() {
+        // [{'f': [1, 2], 'x': 1.5}, {'f': <memo 3>}], appended in two batches: the first dict
+        // is built (a float is no read-ahead value) and taken at its APPENDS, which leaves the
+        // list to the memo alone; the second is read ahead.
+        let mut data = b"\x80\x04]\x94(}\x94(\x8c\x01f\x94]\x94(K\x01K\x02e".to_vec();
+        data.extend_from_slice(b"\x8c\x01x\x94G?\xf8\x00\x00\x00\x00\x00\x00ue(");
+        let second = b"}\x94(h\x02h\x03u";
+        let lists = |p: &Pickle| p.arena.values.iter().filter(|v| matches!(v, Value::List(l) if l.len() == 2 && !is_opaque(l[0]))).count();
+        let with_second = [&data[..], second, b"e."].concat();
+        let p = parse_stream(&with_second[..], None, &mut Forgets(0)).unwrap();
+        let Value::List(items) = p.get(p.root) else { panic!("not a list") };
+        assert_eq!(items.len(), 2);
+        assert!(items.iter().all(|&i| is_opaque(i)));
+        assert_eq!(lists(&p), 0, "the list the hook forgot is still held");
+        // Without the second dict the memo still names the list: it stays.
+        let p = parse_stream(&[&data[..], b"e."].concat()[..], None, &mut Forgets(0)).unwrap();
+        assert_eq!(lists(&p), 1);
     }
 }
