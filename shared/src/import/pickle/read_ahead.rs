@@ -210,11 +210,12 @@ fn walk_list(b: &[u8], start: usize) -> Option<(usize, u64)> {
             continue;
         }
         match list_item(b, i)? {
-            ListItem::Item { word, len } => {
+            ListItem::End => return Some((i + 1, lane_a.finish() ^ lane_b.finish().rotate_left(29))),
+            item => {
+                let (word, len) = item.word();
                 lane_a.write_u64(word);
                 i += len;
             }
-            ListItem::End => return Some((i + 1, lane_a.finish() ^ lane_b.finish().rotate_left(29))),
         }
     }
 }
@@ -222,11 +223,24 @@ fn walk_list(b: &[u8], start: usize) -> Option<(usize, u64)> {
 /// What [`list_item`] finds at a position of a list of memo references.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum ListItem {
-    /// A memo reference (BINGET, LONG_BINGET) or a FRAME: a word that tells it and its
-    /// argument apart from any other (the key, and the opcode above it), and its length.
-    Item { word: u64, len: usize },
+    /// A memo reference: its key, and its opcode's length (BINGET 2, LONG_BINGET 5).
+    Get { key: u32, len: usize },
+    /// A FRAME (9 bytes).
+    Frame,
     /// APPENDS: the list's end.
     End,
+}
+
+impl ListItem {
+    /// The item as a word of a list's hash, which tells it and its argument apart from any
+    /// other (the key, and the opcode above it), and its length.
+    fn word(self) -> (u64, usize) {
+        match self {
+            ListItem::Get { key, len: 5 } => (key as u64 | 1 << 32, 5),
+            ListItem::Get { key, len } => (key as u64 | 2 << 32, len),
+            ListItem::Frame | ListItem::End => (3 << 32, 9),
+        }
+    }
 }
 
 /// The opcode at `b[i]` of a list of memo references; `None` if it is anything else or runs
@@ -234,11 +248,11 @@ enum ListItem {
 #[inline(always)]
 fn list_item(b: &[u8], i: usize) -> Option<ListItem> {
     Some(match *b.get(i)? {
-        b'j' => ListItem::Item { word: u32::from_le_bytes(b.get(i + 1..i + 5)?.try_into().ok()?) as u64 | 1 << 32, len: 5 },
-        b'h' => ListItem::Item { word: *b.get(i + 1)? as u64 | 2 << 32, len: 2 },
+        b'j' => ListItem::Get { key: u32::from_le_bytes(b.get(i + 1..i + 5)?.try_into().ok()?), len: 5 },
+        b'h' => ListItem::Get { key: *b.get(i + 1)? as u32, len: 2 },
         0x95 => {
             b.get(i + 8)?;
-            ListItem::Item { word: 3 << 32, len: 9 }
+            ListItem::Frame
         }
         b'e' => ListItem::End,
         _ => return None,
@@ -438,24 +452,21 @@ impl FlatReader<'_> {
     #[inline]
     fn memo_refs(&self, memo: &Memo, lists: &mut Vec<ValueId>, at: usize, start: usize, end: usize) -> Option<()> {
         // Past the MARK, up to the APPENDS: only memo references and FRAMEs, whole.
-        let b = self.b.get(..end - 1)?;
+        let b = self.b.get(..end)?;
         let mut i = start + 1;
-        while i < b.len() {
-            let (key, len) = match b[i] {
-                b'j' => (u32::from_le_bytes(b.get(i + 1..i + 5)?.try_into().ok()?), 5),
-                b'h' => (*b.get(i + 1)? as u32, 2),
-                _ => {
-                    i += 9;
-                    continue;
+        loop {
+            match list_item(b, i)? {
+                ListItem::Get { key, len } => {
+                    if lists.len() - at >= FLAT_MAX_LIST {
+                        return None;
+                    }
+                    lists.push(memo.get(key)?);
+                    i += len;
                 }
-            };
-            if lists.len() - at >= FLAT_MAX_LIST {
-                return None;
+                ListItem::Frame => i += 9,
+                ListItem::End => return Some(()),
             }
-            lists.push(memo.get(key)?);
-            i += len;
         }
-        Some(())
     }
 
     /// The dict's items up to its SETITEMS; `None` if it is not a flat dict.

@@ -396,6 +396,42 @@ mod tests {
             self.op(b"J").op(&v.to_le_bytes())
         }
 
+        /// The snapshot dict's start, then the list (under key `pool`) whose items the test
+        /// memoizes for its entries to name; [`Writer::traces`] closes it.
+        fn pool(&mut self, pool: &str) -> &mut Self {
+            self.op(&[0x80, 4, b'}']);
+            self.memoize();
+            self.op(b"(");
+            self.text(pool);
+            self.op(b"]");
+            self.memoize();
+            self.op(b"(")
+        }
+
+        /// Closes the pool, writes empty `segments` and opens `device_traces` and its one
+        /// device's list for the entries (closed by `eeu.`).
+        fn traces(&mut self) -> &mut Self {
+            self.op(b"e");
+            self.text("segments");
+            self.op(b"]");
+            self.memoize();
+            self.text("device_traces");
+            self.op(b"]");
+            self.memoize();
+            self.op(b"(]");
+            self.memoize();
+            self.op(b"(")
+        }
+
+        /// An entry's dict up to its last key: an `alloc` at `addr` at `time`, 512 bytes,
+        /// stream 0; `keys` the memo keys of action, addr, size, stream and time_us.
+        fn alloc_entry(&mut self, keys: &[u32], alloc: u32, addr: u32, time: u32) -> &mut Self {
+            self.op(b"}");
+            self.memoize();
+            self.op(b"(").get(keys[0]).get(alloc).get(keys[1]).int(addr).get(keys[2]).int(512);
+            self.get(keys[3]).int(0).get(keys[4]).int(time)
+        }
+
         /// A frame dict `{name, filename, line}` (keys as memo keys), memoized.
         fn frame(&mut self, keys: [u32; 3], name: &str) -> u32 {
             self.op(b"}");
@@ -415,27 +451,12 @@ mod tests {
     #[test]
     fn a_list_of_the_same_bytes_after_a_memo_key_is_bound_again_reads_what_the_key_names_now() {
         let mut w = Writer::default();
-        w.op(&[0x80, 4, b'}']);
-        w.memoize();
-        w.op(b"(");
-        w.text("frames_pool");
-        w.op(b"]");
-        w.memoize();
-        w.op(b"(");
+        w.pool("frames_pool");
         let (name, filename, line) = (w.text("name"), w.text("filename"), w.text("line"));
         let (a, b) = (w.frame([name, filename, line], "first"), w.frame([name, filename, line], "second"));
         let keys = ["action", "addr", "size", "stream", "time_us", "frames"].map(|k| w.text(k));
         let alloc = w.text("alloc");
-        w.op(b"e");
-        w.text("segments");
-        w.op(b"]");
-        w.memoize();
-        w.text("device_traces");
-        w.op(b"]");
-        w.memoize();
-        w.op(b"(]");
-        w.memoize();
-        w.op(b"(");
+        w.traces();
         // Three entries with one list of frames byte for byte; the key of the second frame
         // names a new frame before the third.
         for i in 0..3u32 {
@@ -443,10 +464,7 @@ mod tests {
                 w.frame([name, filename, line], "rebound");
                 w.op(b"r").op(&b.to_le_bytes()).op(b"0");
             }
-            w.op(b"}");
-            w.memoize();
-            w.op(b"(").get(keys[0]).get(alloc).get(keys[1]).int(4096 * (i + 1)).get(keys[2]).int(512);
-            w.get(keys[3]).int(0).get(keys[4]).int(10 + i).get(keys[5]).op(b"]");
+            w.alloc_entry(&keys, alloc, 4096 * (i + 1), 10 + i).get(keys[5]).op(b"]");
             w.memoize();
             w.op(b"(").get(a).get(b).op(b"eu");
         }
@@ -470,41 +488,20 @@ mod tests {
     #[test]
     fn fresh_strings_read_ahead_name_their_own_text_in_the_memo() {
         let mut w = Writer::default();
-        w.op(&[0x80, 4, b'}']);
-        w.memoize();
-        w.op(b"(");
-        w.text("strings_pool");
-        w.op(b"]");
-        w.memoize();
-        w.op(b"(");
+        w.pool("strings_pool");
         let keys = ["action", "addr", "size", "stream", "time_us", "user_metadata"].map(|k| w.text(k));
         let alloc = w.text("alloc");
-        w.op(b"e");
-        w.text("segments");
-        w.op(b"]");
-        w.memoize();
-        w.text("device_traces");
-        w.op(b"]");
-        w.memoize();
-        w.op(b"(]");
-        w.memoize();
-        w.op(b"(");
+        w.traces();
         let texts = ["x", "x", "", "y", "x", "x", "y"];
         let mut memo_of = Vec::new();
         for (i, text) in texts.iter().enumerate() {
-            w.op(b"}");
-            w.memoize();
-            w.op(b"(").get(keys[0]).get(alloc).get(keys[1]).int(4096 * (i as u32 + 1)).get(keys[2]).int(512);
-            w.get(keys[3]).int(0).get(keys[4]).int(10 + i as u32).get(keys[5]);
+            w.alloc_entry(&keys, alloc, 4096 * (i as u32 + 1), 10 + i as u32).get(keys[5]);
             memo_of.push(w.text(text));
             w.op(b"u");
         }
         // Two more entries whose texts are memo references to the strings read ahead above.
         for (i, &k) in [memo_of[4], memo_of[3]].iter().enumerate() {
-            w.op(b"}");
-            w.memoize();
-            w.op(b"(").get(keys[0]).get(alloc).get(keys[1]).int((1 << 20) * (i as u32 + 1)).get(keys[2]).int(512);
-            w.get(keys[3]).int(0).get(keys[4]).int(100 + i as u32).get(keys[5]).get(k).op(b"u");
+            w.alloc_entry(&keys, alloc, (1 << 20) * (i as u32 + 1), 100 + i as u32).get(keys[5]).get(k).op(b"u");
         }
         w.op(b"eeu.");
         let fast = import_with(&w.b[..], None, Compactor::default()).unwrap();
