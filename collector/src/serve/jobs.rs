@@ -418,17 +418,22 @@ impl Jobs {
         (self.running.load(Ordering::Relaxed), self.queued.load(Ordering::Relaxed))
     }
 
+    /// The job `id`, running or finished. Both lists are held at once (`active`, then
+    /// `finished`, the order [`Self::finish`] takes them in): a job that ends meanwhile is found
+    /// in one of them, never in neither.
     pub fn get(&self, id: &str) -> Option<Arc<Job>> {
-        if let Some(j) = self.active.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(id) {
+        let active = self.active.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(j) = active.get(id) {
             return Some(j.clone());
         }
         self.finished.lock().unwrap_or_else(std::sync::PoisonError::into_inner).iter().find(|j| j.id == id).cloned()
     }
 
     pub fn rows(&self) -> Vec<JobRow> {
-        let mut rows: Vec<JobRow> =
-            self.active.lock().unwrap_or_else(std::sync::PoisonError::into_inner).values().map(|j| j.row()).collect();
+        let active = self.active.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut rows: Vec<JobRow> = active.values().map(|j| j.row()).collect();
         rows.extend(self.finished.lock().unwrap_or_else(std::sync::PoisonError::into_inner).iter().rev().map(|j| j.row()));
+        drop(active);
         rows.sort_by(|a, b| a.trace_id.cmp(&b.trace_id));
         rows
     }
@@ -515,8 +520,10 @@ impl Jobs {
                 j.outcome.send_replace(Outcome::Failed(f));
             }
         }
-        self.active.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&j.id);
+        // One move under both locks: a follower asking meanwhile finds the job in one list.
+        let mut active = self.active.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut finished = self.finished.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        active.remove(&j.id);
         finished.push_back(j);
         while finished.len() > FINISHED_KEPT {
             finished.pop_front();
@@ -734,4 +741,48 @@ async fn run_child(jobs: &Arc<Jobs>, exe: &std::path::Path, job: &Arc<Job>) -> R
         Ok(TraceResponse::from(&stored))
     })
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A follower asking for a job while it ends finds it, running or finished, every time
+    /// (the move between the two lists was two steps: a job could be in neither, its events 404).
+    #[test]
+    fn a_job_that_ends_is_found_throughout() {
+        let root = std::env::temp_dir().join(format!("mt-jobs-end-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let store = Store::open(&root, None, super::super::store::StoreLimits { max_traces: 10, max_bytes: u64::MAX }).unwrap();
+        let limits = JobLimits { per_device: 1, max_queue: 1, timeout: std::time::Duration::from_secs(1), address_space_bytes: None };
+        let jobs = Arc::new(Jobs::new(None, Arc::new(store), limits));
+        let running: Vec<Arc<Job>> = (0..5_000).map(|k| jobs.external(format!("job{k}"), "m".into(), "cpu".into())).collect();
+        let ids: Vec<String> = running.iter().map(|j| j.id.clone()).collect();
+        // Asks for each job in turn until it is among the finished ones, while it ends (the
+        // next one ends only once the asker is on it: the finished list keeps the last 100).
+        let on = Arc::new(AtomicUsize::new(0));
+        let asker = {
+            let (jobs, on) = (jobs.clone(), on.clone());
+            std::thread::spawn(move || {
+                for (k, id) in ids.iter().enumerate() {
+                    on.store(k, Ordering::SeqCst);
+                    loop {
+                        assert!(jobs.get(id).is_some(), "{id} was in neither list");
+                        if jobs.finished.lock().unwrap().iter().any(|j| &j.id == id) {
+                            break;
+                        }
+                    }
+                }
+            })
+        };
+        for (k, j) in running.into_iter().enumerate() {
+            while on.load(Ordering::SeqCst) < k && !asker.is_finished() {
+                std::hint::spin_loop();
+            }
+            jobs.external_end(j, Err(Fault::Rejected("ended".into())));
+        }
+        let asked = asker.join();
+        let _ = std::fs::remove_dir_all(&root);
+        assert!(asked.is_ok(), "a follower found no job while it ended");
+    }
 }
