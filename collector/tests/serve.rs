@@ -717,6 +717,55 @@ fn sigterm_stops_the_server_gracefully() {
     assert_eq!(std::fs::read_dir(&tmp).unwrap().count(), 0, "temporary files left in {}", tmp.display());
 }
 
+/// `--open` hands the viewer's URL to the user's browser (`$BROWSER`, else the desktop's
+/// opener), which the server starts as its child. Stopping the server kills and reaps its
+/// traces, not that browser: it keeps running, and the server says no trace was stopped (it
+/// killed the browser, and counted it as a trace).
+#[test]
+fn stopping_the_server_leaves_the_browser_it_opened_running() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::time::{Duration, Instant};
+    let dir = scratch("serve_open_browser");
+    let (browser, pid_file) = (dir.join("browser.sh"), dir.join("browser.pid"));
+    // A browser that stays: it writes its pid and the URL it was given, then waits.
+    std::fs::write(&browser, format!("#!/bin/sh\necho \"$$ $1\" > {}\nsleep 60\n", pid_file.display())).unwrap();
+    std::fs::set_permissions(&browser, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let s = Server::start_env(env!("CARGO_BIN_EXE_collector"), &dir.join("data"), &["--open"], &[("BROWSER", browser.to_str().unwrap())]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let said = loop {
+        match std::fs::read_to_string(&pid_file) {
+            Ok(t) if t.ends_with('\n') => break t,
+            _ => {
+                assert!(Instant::now() < deadline, "the server started no browser");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    };
+    let (pid, url) = said.trim().split_once(' ').unwrap();
+    let pid: u32 = pid.parse().unwrap();
+    assert!(url.starts_with(&format!("{}/", s.base)), "the browser got {url}");
+    assert!(s.children().contains(&pid), "the browser is the server's child");
+    let started = start_time(pid);
+    let log = s.log.clone();
+    let status = s.terminate(Duration::from_secs(30));
+    assert_eq!(status.code(), Some(0));
+    let alive = start_time(pid) == started;
+    // The fake browser's `sleep`, then the browser itself.
+    let mut ours: Vec<u32> = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect();
+    ours.push(pid);
+    for p in ours {
+        // SAFETY: kill(2) of the test's own fake browser and its child, found by pid.
+        unsafe { libc::kill(p as libc::pid_t, libc::SIGKILL) };
+    }
+    assert!(alive, "the browser the server opened did not outlive it");
+    let log = log.lock().unwrap();
+    assert!(!log.iter().any(|l| l.contains("running trace(s)")), "no trace ran: {log:?}");
+}
+
 /// A process's start time (clock ticks since boot, field 22 of /proc/PID/stat), if it exists.
 fn start_time(pid: u32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;

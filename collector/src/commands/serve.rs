@@ -201,6 +201,9 @@ pub fn serve_command(a: ServeArgs) -> anyhow::Result<()> {
         eprintln!("  API docs: {base}api/docs (ReDoc: {base}api/redoc)");
         eprintln!("  stop with Ctrl-C");
         // $BROWSER, else the desktop's opener (xdg-open, WSL's wslview, macOS's open).
+        if open {
+            crate::serve::opening_browser(&url);
+        }
         if open && opener::open_browser(&url).is_err() {
             eprintln!("  (cannot open a browser here: open the viewer's URL yourself)");
         }

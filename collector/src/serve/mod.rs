@@ -248,10 +248,33 @@ pub fn child_pids(parent: u32) -> Vec<u32> {
         .collect()
 }
 
-/// Kills this process's children and waits for them (up to `wait` in all); returns how many
-/// there were.
+/// The viewer's URL that `--open` handed to the desktop's opener. The processes that carry it
+/// (`$BROWSER URL`, `xdg-open URL`, or the browser it became) are the user's, not traces: they
+/// outlive the server.
+static OPENED_URL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Says that `url` goes to the user's browser now (see [`OPENED_URL`]).
+pub fn opening_browser(url: &str) {
+    let _ = OPENED_URL.set(url.to_owned());
+}
+
+/// Whether process `pid`'s arguments include `arg`.
+fn runs_with_arg(pid: u32, arg: &str) -> bool {
+    std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c.split(|&b| b == 0).any(|a| a == arg.as_bytes()))
+}
+
+/// Whether process `pid` has exited and waits to be reaped.
+fn is_zombie(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|stat| stat.rsplit(')').next().and_then(|rest| rest.split_whitespace().next()) == Some("Z"))
+}
+
+/// Kills this process's children (the browser `--open` started excepted) and waits for them
+/// (up to `wait` in all); returns how many of them were still running.
 fn reap_children(wait: std::time::Duration) -> usize {
-    let kids = child_pids(std::process::id());
+    let opened = OPENED_URL.get();
+    let kids: Vec<u32> = child_pids(std::process::id()).into_iter().filter(|&k| !opened.is_some_and(|url| runs_with_arg(k, url))).collect();
+    let running = kids.iter().filter(|&&k| !is_zombie(k)).count();
     let deadline = std::time::Instant::now() + wait;
     for &pid in &kids {
         let pid = pid as libc::pid_t;
@@ -267,7 +290,7 @@ fn reap_children(wait: std::time::Duration) -> usize {
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
     }
-    kids.len()
+    running
 }
 
 /// Resolves on SIGINT (Ctrl-C) or SIGTERM (systemd, Docker, Kubernetes).
