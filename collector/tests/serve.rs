@@ -751,11 +751,7 @@ fn stopping_the_server_leaves_the_browser_it_opened_running() {
     assert_eq!(status.code(), Some(0));
     let alive = start_time(pid) == started;
     // The fake browser's `sleep`, then the browser itself.
-    let mut ours: Vec<u32> = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
-        .unwrap_or_default()
-        .split_whitespace()
-        .filter_map(|p| p.parse().ok())
-        .collect();
+    let mut ours = collector::serve::child_pids(pid);
     ours.push(pid);
     for p in ours {
         // SAFETY: kill(2) of the test's own fake browser and its child, found by pid.

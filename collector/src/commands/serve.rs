@@ -203,9 +203,9 @@ pub fn serve_command(a: ServeArgs) -> anyhow::Result<()> {
         // $BROWSER, else the desktop's opener (xdg-open, WSL's wslview, macOS's open).
         if open {
             crate::serve::opening_browser(&url);
-        }
-        if open && opener::open_browser(&url).is_err() {
-            eprintln!("  (cannot open a browser here: open the viewer's URL yourself)");
+            if opener::open_browser(&url).is_err() {
+                eprintln!("  (cannot open a browser here: open the viewer's URL yourself)");
+            }
         }
     }))
 }

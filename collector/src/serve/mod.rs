@@ -240,12 +240,17 @@ pub fn child_pids(parent: u32) -> Vec<u32> {
         .flatten()
         .flatten()
         .filter_map(|e| {
-            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
-            // pid (comm) state ppid ...: the fields after the last ')'.
-            let ppid = stat.rsplit(')').next()?.split_whitespace().nth(1)?;
-            (ppid == parent).then(|| e.file_name().to_str()?.parse().ok()).flatten()
+            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+            (stat_field(pid, 1)? == parent).then_some(pid)
         })
         .collect()
+}
+
+/// Field `n` of process `pid`'s /proc stat line after its command (`pid (comm) state ppid
+/// ...`: 0 is the state, 1 the parent's pid), if the process exists.
+fn stat_field(pid: u32, n: usize) -> Option<String> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    Some(stat.rsplit(')').next()?.split_whitespace().nth(n)?.to_owned())
 }
 
 /// The viewer's URL that `--open` handed to the desktop's opener. The processes that carry it
@@ -265,8 +270,7 @@ fn runs_with_arg(pid: u32, arg: &str) -> bool {
 
 /// Whether process `pid` has exited and waits to be reaped.
 fn is_zombie(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .is_ok_and(|stat| stat.rsplit(')').next().and_then(|rest| rest.split_whitespace().next()) == Some("Z"))
+    stat_field(pid, 0).as_deref() == Some("Z")
 }
 
 /// Kills this process's children (the browser `--open` started excepted) and waits for them
