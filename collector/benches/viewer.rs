@@ -20,7 +20,9 @@
 //! page's load went, stage by stage (the worker's stages on its own clock, then the page's
 //! until each chart is drawn: docs/benchmarks.md, "Where a load's time goes (issue 51)").
 //! `MEMORY_TRACER_VIEWER_BENCH_ALSO=NAME=DIR,...` measures other builds of the viewer (a
-//! `dist/` kept from before a change) in the same runs, interleaved.
+//! `dist/` kept from before a change) in the same runs, interleaved; `NAME=plain:DIR` serves one
+//! as a plain static host does, not cross-origin isolated (`dist/` itself is served with the
+//! headers `collector serve` sends: the page reads the file into shared memory for its worker).
 //!
 //! Needs `dist/` (the viewer built by `cargo xtask viewer`).
 
@@ -48,13 +50,21 @@ fn main() {
     let timeout_s: u64 = std::env::var("MEMORY_TRACER_BENCH_TIMEOUT_S").ok().and_then(|v| v.parse().ok()).unwrap_or(600);
     let memory_viz = std::env::var("MEMORY_TRACER_MEMORY_VIZ").ok().map(|p| memory_viz_page(Path::new(&p)));
 
-    let (_server, url) = webdriver::static_server(&dist);
-    // Other builds of the viewer measured in the same runs, interleaved: `NAME=DIST,...`.
+    // Served as `collector serve` serves it: cross-origin isolated.
+    let (_server, url) = webdriver::isolated_static_server(&dist);
+    // Other builds of the viewer measured in the same runs, interleaved: `NAME=DIST,...`; a
+    // `plain:DIST` served without the isolation headers (the page where the worker reads the file).
     let others: Vec<(String, (webdriver::Guard, String))> = std::env::var("MEMORY_TRACER_VIEWER_BENCH_ALSO")
         .map(|v| {
             v.split(',')
                 .filter_map(|p| p.split_once('='))
-                .map(|(name, dir)| (format!("viewer {name}"), webdriver::static_server(Path::new(dir))))
+                .map(|(name, dir)| {
+                    let server = match dir.strip_prefix("plain:") {
+                        Some(dir) => webdriver::static_server(&repo.join(dir)),
+                        None => webdriver::isolated_static_server(&repo.join(dir)),
+                    };
+                    (format!("viewer {name}"), server)
+                })
                 .collect()
         })
         .unwrap_or_default();
@@ -122,7 +132,7 @@ fn stages(marks: &Value, read_ms: f64) -> Vec<(String, f64)> {
             continue;
         }
         if label == "parsing" {
-            out.push(("read the file (the worker's reads of its slices)".to_owned(), read_ms));
+            out.push(("read the file (the worker's reads of its slices, or its waits for the page's)".to_owned(), read_ms));
             out.push(("unpickle (the parse, less the reads)".to_owned(), t - from - read_ms));
         } else {
             out.push((label, t - from));

@@ -1204,6 +1204,14 @@ fn the_served_viewer_explores_a_stored_trace_on_the_server() {
     let b = Browser::start(1400, 1000);
     b.goto(&format!("{}/", s.base));
     b.wait_for("return document.querySelector('#server-traces .explore-remote')", 30, "the stored trace's buttons");
+    // The server's page is cross-origin isolated: a local file goes to the worker through the
+    // shared ring the page reads it into.
+    assert_eq!(b.exec("return self.crossOriginIsolated", json!([])), json!(true));
+    let local = "mlp_adam_3steps.pickle";
+    b.upload("#trace-file", &sample(local));
+    wait_drawn(&b, local);
+    assert_eq!(b.exec("return document.body.dataset.read", json!([])), json!("shared"));
+    assert_eq!(timeline_top(&b), max_allocated(local));
     b.click("#server-traces .explore-remote");
     // Shown under the name it was uploaded with, like any stored trace.
     wait_drawn(&b, name);
@@ -1241,40 +1249,52 @@ fn a_file_past_the_worker_memory_stops_where_it_is_and_keeps_the_open_trace() {
     assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
     let size = std::fs::metadata(&path).unwrap().len();
     let small = "resnet18_sgd_2steps.pickle";
-    // What the worker holds with the small trace open, measured in a page like the one below.
-    let (_server, url) = static_server(&dist());
-    let b = Browser::start(1400, 1000);
-    b.goto(&format!("{url}/index.html"));
-    b.wait_for("return document.querySelector('#trace-file')", 30, "the page");
-    b.upload("#trace-file", &sample(small));
-    wait_drawn(&b, small);
-    let held: f64 = b.exec("return document.body.dataset.workerMemory", json!([])).as_str().unwrap().parse().unwrap();
-    // Room for 8 MiB more, with what opening adds after the parse (the worker's OPEN_OVER_PARSE).
-    let budget_mb = (held + f64::from(8u32 << 20)) * 1.6 / 1e6;
-    b.goto(&format!("{url}/index.html?page_memory_mb={budget_mb}"));
-    b.wait_for("return document.querySelector('#trace-file')", 30, "the page");
-    b.upload("#trace-file", &sample(small));
-    wait_drawn(&b, small);
-    b.upload("#trace-file", &path);
-    let said = b.wait_for("return document.querySelector('#error-panel')?.innerText", 60, "the page to stop reading");
-    let said = said.as_str().unwrap();
-    let at: f64 = said
-        .split("stopped at byte ")
-        .nth(1)
-        .and_then(|rest| rest.split(' ').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("the byte where reading stopped: {said}"));
-    assert!(at > 0.0 && at < size as f64, "stopped inside the file ({size} bytes): {said}");
-    assert!(said.contains(&format!("of {size}")), "{said}");
-    assert!(said.contains("collector serve") && said.contains("collector summary scaled.pickle"), "the ways around: {said}");
-    // The trace open before is still the one shown, and its worker session still answers.
-    let title = b.exec("return document.querySelector('#summary h2')?.textContent", json!([]));
-    assert_eq!(title, json!(small));
-    assert_eq!(timeline_top(&b), max_allocated(small));
+    // The worker reads the file itself (a plain static host), or takes it from the ring the page
+    // reads it into (cross-origin isolated): both stop, and the page's reading with them.
+    for isolated in [false, true] {
+        let (_server, url) = if isolated { webdriver::isolated_static_server(&dist()) } else { static_server(&dist()) };
+        // What the worker holds with the small trace open, measured in a page like the one below.
+        let b = Browser::start(1400, 1000);
+        b.goto(&format!("{url}/index.html"));
+        b.wait_for("return document.querySelector('#trace-file')", 30, "the page");
+        b.upload("#trace-file", &sample(small));
+        wait_drawn(&b, small);
+        let held: f64 = b.exec("return document.body.dataset.workerMemory", json!([])).as_str().unwrap().parse().unwrap();
+        // Room for 8 MiB more, with what opening adds after the parse (the worker's OPEN_OVER_PARSE).
+        let budget_mb = (held + f64::from(8u32 << 20)) * 1.6 / 1e6;
+        b.goto(&format!("{url}/index.html?page_memory_mb={budget_mb}"));
+        b.wait_for("return document.querySelector('#trace-file')", 30, "the page");
+        b.upload("#trace-file", &sample(small));
+        wait_drawn(&b, small);
+        b.upload("#trace-file", &path);
+        let said = b.wait_for("return document.querySelector('#error-panel')?.innerText", 60, "the page to stop reading");
+        let said = said.as_str().unwrap();
+        let at: f64 = said
+            .split("stopped at byte ")
+            .nth(1)
+            .and_then(|rest| rest.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("the byte where reading stopped: {said}"));
+        assert!(at > 0.0 && at < size as f64, "stopped inside the file ({size} bytes): {said}");
+        assert!(said.contains(&format!("of {size}")), "{said}");
+        assert!(said.contains("collector serve") && said.contains("collector summary scaled.pickle"), "the ways around: {said}");
+        // The trace open before is still the one shown, and its worker session still answers.
+        let title = b.exec("return document.querySelector('#summary h2')?.textContent", json!([]));
+        assert_eq!(title, json!(small));
+        assert_eq!(timeline_top(&b), max_allocated(small));
+        // And the next file opens, the same way.
+        let next = "mlp_adam_3steps.pickle";
+        b.upload("#trace-file", &sample(next));
+        wait_drawn(&b, next);
+        assert_eq!(b.exec("return document.body.dataset.read", json!([])), json!(if isolated { "shared" } else { "worker" }));
+        assert_eq!(timeline_top(&b), max_allocated(next));
+    }
 }
 
-/// A file read in several slices (the worker reads 16 MiB at a time into one reused buffer):
-/// a 43 MB snapshot opens in the page with the native importer's peak and event count.
+/// A file read in several slices (the worker reads 16 MiB at a time into one reused buffer), and
+/// through the page's ring (8 MiB of shared memory, filled again and again) on a cross-origin
+/// isolated page: a 43 MB snapshot opens with the native importer's peak and event count both
+/// ways.
 #[test]
 fn a_file_of_several_slices_opens_as_the_native_importer_reads_it() {
     let dir = tmpdir("slices");
@@ -1289,18 +1309,25 @@ fn a_file_of_several_slices_opens_as_the_native_importer_reads_it() {
         .unwrap();
     assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
     let size = std::fs::metadata(&path).unwrap().len();
-    assert!(size > 32 << 20, "more than two slices of 16 MiB: {size}");
+    assert!(size > 32 << 20, "more than two slices of 16 MiB, and four rings of 8 MiB: {size}");
     let trace = shared::import::import_reader(std::io::BufReader::new(std::fs::File::open(&path).unwrap()), &Default::default()).unwrap();
-    let (_server, b) = static_page();
-    b.upload("#trace-file", &path);
-    wait_drawn(&b, "scaled.pickle");
-    assert_eq!(timeline_top(&b), summary(&trace).peak_allocated_bytes);
-    let events = b.exec(
-        "return [...document.querySelectorAll('#summary dt')].find(d => d.textContent === 'Events')?.nextSibling?.textContent",
-        json!([]),
-    );
-    let digits: String = events.as_str().unwrap_or_default().chars().filter(char::is_ascii_digit).collect();
-    assert_eq!(digits, trace.events.len().to_string(), "events shown: {events}");
+    for (isolated, read) in [(false, "worker"), (true, "shared")] {
+        let (_server, url) = if isolated { webdriver::isolated_static_server(&dist()) } else { static_server(&dist()) };
+        let b = Browser::start(1400, 1000);
+        b.goto(&format!("{url}/index.html"));
+        b.wait_for("return document.querySelector('#trace-file')", 30, "the page");
+        assert_eq!(b.exec("return self.crossOriginIsolated", json!([])), json!(isolated));
+        b.upload("#trace-file", &path);
+        wait_drawn(&b, "scaled.pickle");
+        assert_eq!(b.exec("return document.body.dataset.read", json!([])), json!(read));
+        assert_eq!(timeline_top(&b), summary(&trace).peak_allocated_bytes, "read by the {read}");
+        let events = b.exec(
+            "return [...document.querySelectorAll('#summary dt')].find(d => d.textContent === 'Events')?.nextSibling?.textContent",
+            json!([]),
+        );
+        let digits: String = events.as_str().unwrap_or_default().chars().filter(char::is_ascii_digit).collect();
+        assert_eq!(digits, trace.events.len().to_string(), "events shown, read by the {read}: {events}");
+    }
 }
 
 /// A torch 2.15 snapshot with a private pool, pinned host memory and annotations: the Pools

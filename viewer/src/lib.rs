@@ -21,6 +21,7 @@ mod dom;
 mod http;
 pub mod messages;
 pub mod perf;
+pub mod ring;
 pub mod server;
 pub mod state;
 pub mod tables;

@@ -131,8 +131,10 @@ pub struct ChartWidths {
 #[derive(Clone, Debug)]
 pub enum ToWorker {
     /// Open a local file, holding at most `memory_budget_bytes` once it is open; answer the
-    /// report's first requests for charts `widths` wide.
-    OpenFile { file: web_sys::File, memory_budget_bytes: f64, widths: Option<ChartWidths> },
+    /// report's first requests for charts `widths` wide. With a `ring`, the page reads the file
+    /// into it ([`crate::ring`]) and the worker takes its bytes from there; without, the worker
+    /// reads the file itself.
+    OpenFile { file: web_sys::File, memory_budget_bytes: f64, widths: Option<ChartWidths>, ring: Option<crate::ring::Ring> },
     /// Merge files, the ranks of one job; `allow_disjoint`: although recorded far apart.
     OpenFiles { files: Vec<web_sys::File>, allow_disjoint: bool },
     /// Download and open a trace.
@@ -188,16 +190,20 @@ impl ChartWidths {
 }
 
 impl ToWorker {
-    /// The message as the page posts it: `{kind: "open_file", file, memory_budget, widths}`,
+    /// The message as the page posts it: `{kind: "open_file", file, memory_budget, widths,
+    /// ring_data, ring_control}` (the ring's fields where there is one),
     /// `{kind: "open_files", files, allow_disjoint}`, `{kind: "open_url", url}`, `{kind:
     /// "open_bytes", name, bytes}`, `{kind: "compare_file", file}`, `{kind: "request", id, body}`
     /// (the request as JSON), `{kind: "first_screen_shown"}`.
     pub fn to_js(&self) -> JsValue {
         match self {
-            ToWorker::OpenFile { file, memory_budget_bytes, widths } => {
+            ToWorker::OpenFile { file, memory_budget_bytes, widths, ring } => {
                 let mut fields =
                     vec![("kind", "open_file".into()), ("file", file.into()), ("memory_budget", (*memory_budget_bytes).into())];
                 fields.extend(widths.map(|w| ("widths", w.to_js())));
+                if let Some(ring) = ring {
+                    fields.extend([("ring_data", ring.data.clone().into()), ("ring_control", ring.control.clone().into())]);
+                }
                 object(&fields)
             }
             ToWorker::OpenFiles { files, allow_disjoint } => {
@@ -226,6 +232,7 @@ impl ToWorker {
                 file: file("file")?,
                 memory_budget_bytes: field(data, "memory_budget").as_f64().filter(|b| *b > 0.0).unwrap_or(WORKER_MEMORY_BYTES as f64),
                 widths: ChartWidths::from_js(&field(data, "widths")),
+                ring: crate::ring::Ring::from_parts(field(data, "ring_data"), field(data, "ring_control")),
             },
             "open_files" => {
                 let files = field(data, "files").dyn_into::<js_sys::Array>().map(|a| a.iter().filter_map(|f| f.dyn_into().ok()).collect());

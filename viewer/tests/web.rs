@@ -200,11 +200,16 @@ fn page_messages_read_back_as_they_were_sent() {
     assert_eq!((id, requests::Key::of(&back)), (7, requests::Key::of(&request)));
     let file = web_sys::File::new_with_str_sequence(&js_sys::Array::of1(&"x".into()), "t.pickle").unwrap();
     let widths = Some(ChartWidths { timeline: 900, active: 880, fragmentation: 900, pools: 860 });
-    let sent = ToWorker::OpenFile { file, memory_budget_bytes: 1e9, widths };
-    let ToWorker::OpenFile { file, memory_budget_bytes, widths: got } = ToWorker::from_js(&sent.to_js()).unwrap() else {
+    // A ring only where the test's page may share memory (cross-origin isolated).
+    let ring = viewer::ring::Ring::for_file(100.0);
+    assert_eq!(ring.is_some(), viewer::ring::shared_memory_available());
+    let sent = ToWorker::OpenFile { file, memory_budget_bytes: 1e9, widths, ring: ring.clone() };
+    let ToWorker::OpenFile { file, memory_budget_bytes, widths: got, ring: ring_back } = ToWorker::from_js(&sent.to_js()).unwrap() else {
         panic!("not a file")
     };
     assert_eq!((file.name(), memory_budget_bytes, got), ("t.pickle".to_owned(), 1e9, widths));
+    // The same shared memory, sized to the file.
+    assert_eq!(ring_back.map(|r| r.data.byte_length()), ring.map(|r| r.data.byte_length()));
     assert!(matches!(ToWorker::from_js(&ToWorker::FirstScreenShown.to_js()), Ok(ToWorker::FirstScreenShown)));
     // A request whose body does not parse is answered with its id; anything else unknown is not.
     let bad = js_sys::Object::new();

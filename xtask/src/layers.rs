@@ -39,7 +39,7 @@ pub const CRATES: [Layers; 7] = [
     Layers { src: "collector/src", order: &["objects", "capture_binary", "report", "verify", "pyrun", "mcp", "serve", "commands", "cli"] },
     Layers {
         src: "viewer/src",
-        order: &["dom", "messages", "widgets", "perf", "http", "charts", "tables", "state", "bridge", "server", "components"],
+        order: &["dom", "ring", "messages", "widgets", "perf", "http", "charts", "tables", "state", "bridge", "server", "components"],
     },
 ];
 

@@ -215,13 +215,23 @@ async fn viewer_index() -> Response {
         .into_response();
     };
     let html = html.replacen("</head>", "<meta name=\"memory-tracer-server\" content=\"./\" />\n</head>", 1);
-    ([(header::CONTENT_TYPE, "text/html; charset=utf-8"), (header::CACHE_CONTROL, "no-cache")], html).into_response()
+    ([(header::CONTENT_TYPE, "text/html; charset=utf-8"), (header::CACHE_CONTROL, "no-cache")], CROSS_ORIGIN_ISOLATED, html).into_response()
 }
+
+/// The headers that make the viewer's page cross-origin isolated, so that it may share memory
+/// with its worker: the page then reads a chosen file into a ring the worker parses from
+/// (`viewer/src/ring.rs`) instead of the worker stopping to read it. The page loads nothing
+/// from other origins; its worker's fetches of traces elsewhere are CORS requests, which
+/// `require-corp` lets through.
+const CROSS_ORIGIN_ISOLATED: [(&str, &str); 2] =
+    [("cross-origin-opener-policy", "same-origin"), ("cross-origin-embedder-policy", "require-corp")];
 
 async fn viewer_asset(axum::extract::Path(file): axum::extract::Path<String>) -> Response {
     let found = crate::report::viewer_assets().ok().and_then(|a| a.iter().find(|(n, _)| *n == file && *n != "index.html"));
     match found {
-        Some((name, bytes)) => ([(header::CONTENT_TYPE, crate::objects::content_type(name))], *bytes).into_response(),
+        Some((name, bytes)) => {
+            ([(header::CONTENT_TYPE, crate::objects::content_type(name))], CROSS_ORIGIN_ISOLATED, *bytes).into_response()
+        }
         None if file == "index.html" => viewer_index().await,
         None => ApiError::new(StatusCode::NOT_FOUND, "Not Found").into_response(),
     }

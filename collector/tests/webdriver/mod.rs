@@ -34,15 +34,35 @@ impl Drop for Guard {
 
 /// Serves `dir` on 127.0.0.1 with Python's static server (a plain static host).
 pub fn static_server(dir: &Path) -> (Guard, String) {
+    serve_static(dir, &["-m", "http.server"])
+}
+
+/// The same, with the headers `collector serve` sends its viewer's files with (a cross-origin
+/// isolated page: the page reads a chosen file into shared memory for its worker).
+pub fn isolated_static_server(dir: &Path) -> (Guard, String) {
+    const SERVER: &str = "import functools, http.server, sys
+class Isolated(http.server.SimpleHTTPRequestHandler):
+    def end_headers(self):
+        self.send_header('Cross-Origin-Opener-Policy', 'same-origin')
+        self.send_header('Cross-Origin-Embedder-Policy', 'require-corp')
+        super().end_headers()
+handler = functools.partial(Isolated, directory=sys.argv[5])
+http.server.ThreadingHTTPServer(('127.0.0.1', int(sys.argv[1])), handler).serve_forever()";
+    serve_static(dir, &["-c", SERVER])
+}
+
+/// `python3 ARGS PORT --bind 127.0.0.1 --directory DIR`, once it listens.
+fn serve_static(dir: &Path, args: &[&str]) -> (Guard, String) {
     let port = free_port();
     let python = std::env::var("MEMORY_TRACER_PYTHON").unwrap_or_else(|_| "python3".into());
     let child = Command::new(python)
-        .args(["-m", "http.server", &port.to_string(), "--bind", "127.0.0.1", "--directory"])
+        .args(args)
+        .args([&port.to_string(), "--bind", "127.0.0.1", "--directory"])
         .arg(dir)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .expect("cannot start python3 -m http.server");
+        .expect("cannot start python3's static server");
     let guard = Guard(child);
     wait_for_port(port, "the static server");
     (guard, format!("http://127.0.0.1:{port}"))

@@ -10,6 +10,7 @@ use shared::units::format_bytes;
 use std::cell::RefCell;
 use viewer::messages::requests::{self, Key};
 use viewer::messages::{ChartWidths, ToPage, ToWorker, Unreadable};
+use viewer::ring::{Ring, RingReader};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 use web_sys::{DedicatedWorkerGlobalScope, MessageEvent};
@@ -78,6 +79,60 @@ fn failed(file_name: &str, message: String) {
 }
 
 /// The worker's wasm memory: it only grows, so this is also its peak.
+/// The worker's allocator, counting the bytes it holds ([`held_bytes`]).
+struct Counting;
+
+static HELD: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+// SAFETY: every call is passed to `System` as it came; the count is only read.
+unsafe impl std::alloc::GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        // SAFETY: the caller's contract, passed on.
+        let p = unsafe { std::alloc::System.alloc(layout) };
+        if !p.is_null() {
+            HELD.fetch_add(layout.size(), std::sync::atomic::Ordering::Relaxed);
+        }
+        p
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: std::alloc::Layout) -> *mut u8 {
+        // SAFETY: the caller's contract, passed on.
+        let p = unsafe { std::alloc::System.alloc_zeroed(layout) };
+        if !p.is_null() {
+            HELD.fetch_add(layout.size(), std::sync::atomic::Ordering::Relaxed);
+        }
+        p
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        // SAFETY: the caller's contract, passed on.
+        unsafe { std::alloc::System.dealloc(ptr, layout) };
+        HELD.fetch_sub(layout.size(), std::sync::atomic::Ordering::Relaxed);
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: the caller's contract, passed on.
+        let p = unsafe { std::alloc::System.realloc(ptr, layout, new_size) };
+        if !p.is_null() {
+            HELD.fetch_add(new_size, std::sync::atomic::Ordering::Relaxed);
+            HELD.fetch_sub(layout.size(), std::sync::atomic::Ordering::Relaxed);
+        }
+        p
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+/// Bytes the worker's allocations hold now. A file's opening is checked against these, not
+/// against the wasm memory's size ([`memory_bytes`]): that memory only grows, so after a file
+/// stopped for want of memory it stays near the budget, and every file after it would stop at
+/// its first byte though the memory is free again.
+fn held_bytes() -> u64 {
+    HELD.load(std::sync::atomic::Ordering::Relaxed) as u64
+}
+
+/// Bytes of the worker's wasm memory (its high-water mark: it never shrinks).
 fn memory_bytes() -> u64 {
     #[cfg(target_arch = "wasm32")]
     return core::arch::wasm32::memory_size(0) as u64 * 65536;
@@ -200,11 +255,14 @@ fn read(file: &web_sys::File) -> Result<Vec<u8>, String> {
         .map_err(|_| "the browser could not read the file".to_owned())
 }
 
-/// A local file read in slices ([`web_sys::Blob::slice`]) as the importer asks for bytes, so
-/// that the worker never holds the whole file.
+/// A local file read as the importer asks for bytes, so that the worker never holds the whole
+/// file: from the ring the page reads it into ([`viewer::ring`]), or, on a page that cannot
+/// share memory with its worker, in slices ([`web_sys::Blob::slice`]) the worker reads itself.
 struct FileSlices {
     file: web_sys::File,
     reader: web_sys::FileReaderSync,
+    /// The page's reads of the file, when it sent a ring.
+    ring: Option<RingReader>,
     offset: f64,
     chunk: Vec<u8>,
     at: usize,
@@ -217,9 +275,9 @@ struct FileSlices {
 
 /// Bytes read from the file at once. Each read is a round trip to the browser process: on a
 /// 295 MB snapshot, 4 MiB slices spent 630 ms of a 1.78 s parse reading, 16 MiB ones 415 ms
-/// of 1.49 s. (A second thread reading ahead, through a `SharedArrayBuffer` in a
-/// cross-origin isolated page, gained nothing more on two cores: the browser process needs
-/// the other one to serve the bytes.)
+/// of 1.49 s. (A second thread reading ahead in 16 MiB slices, through a `SharedArrayBuffer`
+/// in a cross-origin isolated page, gained nothing more on two cores; the page's stream into a
+/// ring, which the worker takes from as soon as any bytes arrived, does: [`viewer::ring`].)
 const SLICE_BYTES: f64 = (16 << 20) as f64;
 
 /// What opening a snapshot holds at its end over what its parse held: the trace's columns
@@ -229,12 +287,16 @@ const SLICE_BYTES: f64 = (16 << 20) as f64;
 const OPEN_OVER_PARSE: f64 = 1.6;
 
 impl FileSlices {
+    fn new(file: web_sys::File, reader: web_sys::FileReaderSync, ring: Option<RingReader>, quiet: bool, memory_budget: f64) -> FileSlices {
+        FileSlices { file, reader, ring, offset: 0.0, chunk: Vec::new(), at: 0, last_progress: 0.0, quiet, memory_budget }
+    }
+
     /// Stops reading once what the worker holds, with what the rest of opening adds, passes
     /// its budget (a browser ends a worker that asks for more than 4 GiB, and what it was
     /// doing is lost with it): the error says where, how much the page holds, and the ways
     /// that open the file. The trace already open stays.
     fn check_memory(&self, size: f64) -> std::io::Result<()> {
-        let held = memory_bytes();
+        let held = held_bytes();
         if held as f64 * OPEN_OVER_PARSE <= self.memory_budget {
             return Ok(());
         }
@@ -267,37 +329,31 @@ impl FileSlices {
         if self.at == self.chunk.len() {
             let began = epoch_ms();
             let size = self.file.size();
-            if self.offset >= size {
-                return Ok(0);
+            if self.offset < size {
+                self.check_memory(size)?;
             }
-            self.check_memory(size)?;
-            let end = (self.offset + SLICE_BYTES).min(size);
-            let slice = self
-                .file
-                .slice_with_f64_and_f64(self.offset, end)
-                .map_err(|_| std::io::Error::other("the browser could not slice the file"))?;
-            let buf = self.reader.read_as_array_buffer(&slice).map_err(|_| std::io::Error::other("the browser could not read the file"))?;
-            let view = js_sys::Uint8Array::new(&buf);
-            self.chunk.resize(view.length() as usize, 0);
-            view.copy_to(&mut self.chunk);
+            let n = match &mut self.ring {
+                Some(ring) => ring.take(&mut self.chunk, viewer::ring::TAKE_BYTES)?,
+                None => self.read_slice(size)?,
+            };
             self.at = 0;
-            self.offset = end;
+            self.offset += n as f64;
             if !self.quiet {
                 let ms = epoch_ms() - began;
                 STAGES.with(|s| s.borrow_mut().read_ms += ms);
             }
-            if self.chunk.is_empty() {
-                // The file is shorter than it said (changed while read): its end.
-                self.offset = size;
+            if n == 0 {
+                self.chunk.clear();
                 return Ok(0);
             }
+            let end = self.offset;
             if !self.quiet && size > 0.0 && (end - self.last_progress >= size / 20.0 || end == size) {
                 self.last_progress = end;
                 // Shown, not timed: the stage is the parse.
                 post_progress(&format!(
                     "parsing {} ({:.0} % of {:.1} MB; the page holds {})",
                     self.file.name(),
-                    end / size * 100.0,
+                    (end / size * 100.0).min(100.0),
                     size / 1e6,
                     format_bytes(memory_bytes())
                 ));
@@ -307,6 +363,24 @@ impl FileSlices {
         buf[..n].copy_from_slice(&self.chunk[self.at..self.at + n]);
         self.at += n;
         Ok(n)
+    }
+
+    /// Reads the file's next slice into the chunk: its length, 0 at the file's end (or where
+    /// it turned out shorter than it said, changed while read).
+    fn read_slice(&mut self, size: f64) -> std::io::Result<usize> {
+        if self.offset >= size {
+            return Ok(0);
+        }
+        let end = (self.offset + SLICE_BYTES).min(size);
+        let slice = self
+            .file
+            .slice_with_f64_and_f64(self.offset, end)
+            .map_err(|_| std::io::Error::other("the browser could not slice the file"))?;
+        let buf = self.reader.read_as_array_buffer(&slice).map_err(|_| std::io::Error::other("the browser could not read the file"))?;
+        let view = js_sys::Uint8Array::new(&buf);
+        self.chunk.resize(view.length() as usize, 0);
+        view.copy_to(&mut self.chunk);
+        Ok(self.chunk.len())
     }
 }
 
@@ -323,7 +397,9 @@ fn ways_around(name: &str) -> String {
 /// Largest file opened here (a page served by `collector serve` offers the server first).
 const MAX_FILE_BYTES: f64 = viewer::messages::PAGE_FILE_LIMIT_BYTES;
 
-fn open_file(file: web_sys::File, memory_budget: f64, widths: Option<ChartWidths>) {
+fn open_file(file: web_sys::File, memory_budget: f64, widths: Option<ChartWidths>, ring: Option<Ring>) {
+    // Dropped on every way out, which tells the page to stop reading.
+    let ring = ring.map(RingReader::new);
     begin_stages();
     let name = file.name();
     let reader = match web_sys::FileReaderSync::new() {
@@ -340,7 +416,7 @@ fn open_file(file: web_sys::File, memory_budget: f64, widths: Option<ChartWidths
         );
         return failed(&name, message);
     }
-    let slices = FileSlices { file, reader, offset: 0.0, chunk: Vec::new(), at: 0, last_progress: 0.0, quiet: false, memory_budget };
+    let slices = FileSlices::new(file, reader, ring, false, memory_budget);
     match Session::open_reader(&name, size as u64, slices, progress) {
         Ok(result) => opened(result, widths),
         Err(message) => failed(&name, message),
@@ -431,7 +507,7 @@ fn answer(id: u32, request: &Request) {
 
 fn on_message(e: MessageEvent) {
     match ToWorker::from_js(&e.data()) {
-        Ok(ToWorker::OpenFile { file, memory_budget_bytes, widths }) => open_file(file, memory_budget_bytes, widths),
+        Ok(ToWorker::OpenFile { file, memory_budget_bytes, widths, ring }) => open_file(file, memory_budget_bytes, widths, ring),
         Ok(ToWorker::OpenFiles { files, allow_disjoint }) => open_files(files, allow_disjoint),
         Ok(ToWorker::CompareFile { file }) => compare_file(file),
         Ok(ToWorker::OpenBytes { name, bytes }) => open(&name, &bytes.to_vec()),
@@ -455,7 +531,16 @@ const WARMUP_SNAPSHOT: &[u8] = include_bytes!("../../../tests/data/mlp_adam_3ste
 /// needs more than three of these to get there. Under Node's V8 (`open_stages` built for
 /// wasm32-wasip1), the ResNet-18 snapshot opened after 3 rounds in 38 ms, after 8 in 27, after
 /// 15 in 20 and after 25 in 11 (natively: 5 ms).
-const WARMUP_ROUNDS: usize = 20;
+///
+/// The functions an open calls once and that loop inside (the importer's parse loop
+/// `import_reader`, the replay's walk, the overview's analyses) need more: V8 does not replace
+/// a running wasm function, so one optimised during an open serves the next open only, and
+/// its optimising compile (195 ms for `import_reader`) takes the other core meanwhile. With 20
+/// rounds, Chromium 148 (`--js-flags=--trace-wasm-compilation-times`) compiled these during the
+/// 57.5 MB snapshot's open; with 60 all but five of them before it, with 100 all but two (the
+/// out-of-memory analysis, 29 ms, and one overview function, 6 ms). The first screen of that
+/// file came at 300 ms against 420 (docs/benchmarks.md); the page is warm 0.2 s later (0.9 s).
+const WARMUP_ROUNDS: usize = 100;
 
 /// Opens [`WARMUP_SNAPSHOT`] [`WARMUP_ROUNDS`] times, read as a `Blob` the way a chosen file
 /// is read, and keeps it open for the page's hidden warm-up report ([`ToPage::Warmup`]) until
@@ -472,16 +557,7 @@ fn warm_up() {
     let mut last = None;
     for round in 1..=WARMUP_ROUNDS {
         let Ok(reader) = web_sys::FileReaderSync::new() else { return };
-        let slices = FileSlices {
-            file: file.clone(),
-            reader,
-            offset: 0.0,
-            chunk: Vec::new(),
-            at: 0,
-            last_progress: 0.0,
-            quiet: true,
-            memory_budget,
-        };
+        let slices = FileSlices::new(file.clone(), reader, None, true, memory_budget);
         let Ok(Opened::Trace(session, overview)) = Session::open_reader("warmup.pickle", size as u64, slices, |_| {}) else { return };
         if round < WARMUP_ROUNDS {
             // What posting it costs, too (the last round is posted).

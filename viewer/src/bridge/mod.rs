@@ -263,8 +263,15 @@ pub fn open_file(loader: Loader, file: web_sys::File) {
     }
     let name = file.name();
     let widths = with(|b| b.chart_widths);
-    // The worker reads while the page drops its warm-up report and shows the progress.
-    send(ToWorker::OpenFile { file, memory_budget_bytes: page_memory_bytes(), widths });
+    // The page reads the file into shared memory as the worker parses it, where it may share
+    // memory; elsewhere the worker reads it. Either way while the page drops its warm-up report
+    // and shows the progress.
+    let ring = crate::ring::Ring::for_file(file.size());
+    perf::set_body("data-read", if ring.is_some() { "shared" } else { "worker" });
+    send(ToWorker::OpenFile { file: file.clone(), memory_budget_bytes: page_memory_bytes(), widths, ring: ring.clone() });
+    if let Some(ring) = ring {
+        leptos::task::spawn_local(crate::ring::fill(ring, file));
+    }
     begin_loading(loader, &name);
 }
 
