@@ -97,11 +97,23 @@ fn column(b: &Browser, table: &str, col: usize) -> Vec<String> {
 /// The viewer served from `dist/` by a static server, open in a fresh headless browser and
 /// ready for a file (the server lives as long as the guard).
 fn static_page() -> (webdriver::Guard, Browser) {
-    let (server, url) = static_server(&dist());
-    let b = Browser::start(1400, 1000);
-    b.goto(&format!("{url}/index.html"));
-    b.wait_for("return document.querySelector('#trace-file')", 30, "the page");
+    let (server, b, _) = static_page_at(false);
     (server, b)
+}
+
+/// The same, served with the headers `collector serve` sends (cross-origin isolated: the page
+/// reads a chosen file into shared memory for its worker) when `isolated`; the server's URL too.
+fn static_page_at(isolated: bool) -> (webdriver::Guard, Browser, String) {
+    let (server, url) = if isolated { webdriver::isolated_static_server(&dist()) } else { static_server(&dist()) };
+    let b = Browser::start(1400, 1000);
+    goto_viewer(&b, &format!("{url}/index.html"));
+    (server, b, url)
+}
+
+/// Opens the viewer at `url` and waits until it takes a file.
+fn goto_viewer(b: &Browser, url: &str) {
+    b.goto(url);
+    b.wait_for("return document.querySelector('#trace-file')", 30, "the page");
 }
 
 /// Waits until `file_name` is loaded and every chart drawn.
@@ -1041,8 +1053,7 @@ fn active_memory_draws_every_allocation_on_both_paths() {
     for (flags, query, render) in [(&["--enable-unsafe-swiftshader"][..], "?render=webgl2", "webgl2"), (&[][..], "", "canvas")] {
         let (_server, url) = static_server(&dist());
         let b = Browser::start_with(1400, 1000, flags);
-        b.goto(&format!("{url}/index.html{query}"));
-        b.wait_for("return document.querySelector('#trace-file')", 30, "the page");
+        goto_viewer(&b, &format!("{url}/index.html{query}"));
         b.upload("#trace-file", &sample(name));
         wait_drawn(&b, name);
         let top = b.wait_for("return document.getElementById('active-canvas')?.dataset.maxAllocated", 30, "the active view");
@@ -1174,8 +1185,7 @@ fn a_file_too_large_for_the_page_opens_on_the_server_that_serves_it() {
     let s = server::Server::start(&tmpdir("serve-offer"), &[]);
     let name = "resnet18_sgd_2steps.pickle";
     let b = Browser::start(1400, 1000);
-    b.goto(&format!("{}/?page_limit_mb=0.1", s.base));
-    b.wait_for("return document.querySelector('#trace-file')", 30, "the page");
+    goto_viewer(&b, &format!("{}/?page_limit_mb=0.1", s.base));
     b.upload("#trace-file", &sample(name));
     let said = b.wait_for("return document.querySelector('#error-panel')?.innerText", 30, "the page's refusal");
     let said = said.as_str().unwrap();
@@ -1252,18 +1262,14 @@ fn a_file_past_the_worker_memory_stops_where_it_is_and_keeps_the_open_trace() {
     // The worker reads the file itself (a plain static host), or takes it from the ring the page
     // reads it into (cross-origin isolated): both stop, and the page's reading with them.
     for isolated in [false, true] {
-        let (_server, url) = if isolated { webdriver::isolated_static_server(&dist()) } else { static_server(&dist()) };
         // What the worker holds with the small trace open, measured in a page like the one below.
-        let b = Browser::start(1400, 1000);
-        b.goto(&format!("{url}/index.html"));
-        b.wait_for("return document.querySelector('#trace-file')", 30, "the page");
+        let (_server, b, url) = static_page_at(isolated);
         b.upload("#trace-file", &sample(small));
         wait_drawn(&b, small);
         let held: f64 = b.exec("return document.body.dataset.workerMemory", json!([])).as_str().unwrap().parse().unwrap();
         // Room for 8 MiB more, with what opening adds after the parse (the worker's OPEN_OVER_PARSE).
         let budget_mb = (held + f64::from(8u32 << 20)) * 1.6 / 1e6;
-        b.goto(&format!("{url}/index.html?page_memory_mb={budget_mb}"));
-        b.wait_for("return document.querySelector('#trace-file')", 30, "the page");
+        goto_viewer(&b, &format!("{url}/index.html?page_memory_mb={budget_mb}"));
         b.upload("#trace-file", &sample(small));
         wait_drawn(&b, small);
         b.upload("#trace-file", &path);
@@ -1312,10 +1318,7 @@ fn a_file_of_several_slices_opens_as_the_native_importer_reads_it() {
     assert!(size > 32 << 20, "more than two slices of 16 MiB, and four rings of 8 MiB: {size}");
     let trace = shared::import::import_reader(std::io::BufReader::new(std::fs::File::open(&path).unwrap()), &Default::default()).unwrap();
     for (isolated, read) in [(false, "worker"), (true, "shared")] {
-        let (_server, url) = if isolated { webdriver::isolated_static_server(&dist()) } else { static_server(&dist()) };
-        let b = Browser::start(1400, 1000);
-        b.goto(&format!("{url}/index.html"));
-        b.wait_for("return document.querySelector('#trace-file')", 30, "the page");
+        let (_server, b, _) = static_page_at(isolated);
         assert_eq!(b.exec("return self.crossOriginIsolated", json!([])), json!(isolated));
         b.upload("#trace-file", &path);
         wait_drawn(&b, "scaled.pickle");

@@ -28,15 +28,13 @@ more, each marked before or during the open.
 import re
 import sys
 
+from wasm_tiers import function_names
+
 LINE = re.compile(r"([0-9.]+) Compiled function 0x([0-9a-f]+)#(\d+) using (\w+), took (\d+) μs")
 
 
 def main(log, function_map, least_ms=5.0):
-    names = {}
-    for line in open(function_map):
-        index, _, name = line.partition(":")
-        if index.strip().isdigit():
-            names[int(index)] = name.strip()
+    names = function_names(function_map)
     rows = []
     for line in open(log, encoding="utf-8", errors="replace"):
         m = LINE.match(line)

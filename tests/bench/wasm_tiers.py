@@ -20,12 +20,18 @@ warm-up, then each open. Each burst's top functions are printed with their tier.
 import collections, re, subprocess, sys
 
 
-def main(data, function_map, top=25):
+def function_names(function_map):
+    """{index: name} of `wasm-opt --print-function-map`'s output."""
     names = {}
     for line in open(function_map):
         index, _, name = line.partition(":")
         if index.strip().isdigit():
             names[int(index)] = name.strip()
+    return names
+
+
+def main(data, function_map, top=25):
+    names = function_names(function_map)
     out = subprocess.run(["perf", "script", "-i", data, "--comm", "DedicatedWorker", "-F", "tid,time,ip,sym,dso", "-G"],
                          capture_output=True, text=True).stdout
     samples = []

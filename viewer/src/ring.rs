@@ -77,10 +77,12 @@ impl Ring {
         let _ = Atomics::store(&self.control, word, value);
     }
 
-    /// Moves the state from reading to `state` (an end already said stays).
+    /// Moves the state from reading to `state` (an end already said stays), and wakes both
+    /// sides: the worker waiting for bytes, the page waiting for room.
     fn end(&self, state: i32) {
         let _ = Atomics::compare_exchange(&self.control, STATE, READING, state);
         self.changed();
+        let _ = Atomics::notify(&self.control, TAKEN);
     }
 
     /// Wakes the worker: something it may wait for changed.
@@ -208,7 +210,6 @@ impl RingReader {
 
 impl Drop for RingReader {
     fn drop(&mut self) {
-        let _ = Atomics::compare_exchange(&self.ring.control, STATE, READING, STOPPED);
-        let _ = Atomics::notify(&self.ring.control, TAKEN);
+        self.ring.end(STOPPED);
     }
 }

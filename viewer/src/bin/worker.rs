@@ -8,6 +8,7 @@ use shared::explore::{Opened, Request, Response, Session};
 use shared::merge::MergeOptions;
 use shared::units::format_bytes;
 use std::cell::RefCell;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use viewer::messages::requests::{self, Key};
 use viewer::messages::{ChartWidths, ToPage, ToWorker, Unreadable};
 use viewer::ring::{Ring, RingReader};
@@ -78,11 +79,10 @@ fn failed(file_name: &str, message: String) {
     post(&ToPage::Failed { file_name: file_name.to_owned(), message, merge_anyway: false });
 }
 
-/// The worker's wasm memory: it only grows, so this is also its peak.
 /// The worker's allocator, counting the bytes it holds ([`held_bytes`]).
 struct Counting;
 
-static HELD: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+static HELD: AtomicUsize = AtomicUsize::new(0);
 
 // SAFETY: every call is passed to `System` as it came; the count is only read.
 unsafe impl std::alloc::GlobalAlloc for Counting {
@@ -90,7 +90,7 @@ unsafe impl std::alloc::GlobalAlloc for Counting {
         // SAFETY: the caller's contract, passed on.
         let p = unsafe { std::alloc::System.alloc(layout) };
         if !p.is_null() {
-            HELD.fetch_add(layout.size(), std::sync::atomic::Ordering::Relaxed);
+            HELD.fetch_add(layout.size(), Relaxed);
         }
         p
     }
@@ -99,7 +99,7 @@ unsafe impl std::alloc::GlobalAlloc for Counting {
         // SAFETY: the caller's contract, passed on.
         let p = unsafe { std::alloc::System.alloc_zeroed(layout) };
         if !p.is_null() {
-            HELD.fetch_add(layout.size(), std::sync::atomic::Ordering::Relaxed);
+            HELD.fetch_add(layout.size(), Relaxed);
         }
         p
     }
@@ -107,15 +107,15 @@ unsafe impl std::alloc::GlobalAlloc for Counting {
     unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
         // SAFETY: the caller's contract, passed on.
         unsafe { std::alloc::System.dealloc(ptr, layout) };
-        HELD.fetch_sub(layout.size(), std::sync::atomic::Ordering::Relaxed);
+        HELD.fetch_sub(layout.size(), Relaxed);
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, new_size: usize) -> *mut u8 {
         // SAFETY: the caller's contract, passed on.
         let p = unsafe { std::alloc::System.realloc(ptr, layout, new_size) };
         if !p.is_null() {
-            HELD.fetch_add(new_size, std::sync::atomic::Ordering::Relaxed);
-            HELD.fetch_sub(layout.size(), std::sync::atomic::Ordering::Relaxed);
+            HELD.fetch_add(new_size, Relaxed);
+            HELD.fetch_sub(layout.size(), Relaxed);
         }
         p
     }
@@ -129,7 +129,7 @@ static ALLOCATOR: Counting = Counting;
 /// stopped for want of memory it stays near the budget, and every file after it would stop at
 /// its first byte though the memory is free again.
 fn held_bytes() -> u64 {
-    HELD.load(std::sync::atomic::Ordering::Relaxed) as u64
+    HELD.load(Relaxed) as u64
 }
 
 /// Bytes of the worker's wasm memory (its high-water mark: it never shrinks).
@@ -260,9 +260,7 @@ fn read(file: &web_sys::File) -> Result<Vec<u8>, String> {
 /// share memory with its worker, in slices ([`web_sys::Blob::slice`]) the worker reads itself.
 struct FileSlices {
     file: web_sys::File,
-    reader: web_sys::FileReaderSync,
-    /// The page's reads of the file, when it sent a ring.
-    ring: Option<RingReader>,
+    source: Source,
     offset: f64,
     chunk: Vec<u8>,
     at: usize,
@@ -280,6 +278,14 @@ struct FileSlices {
 /// ring, which the worker takes from as soon as any bytes arrived, does: [`viewer::ring`].)
 const SLICE_BYTES: f64 = (16 << 20) as f64;
 
+/// Where [`FileSlices`] gets the file's bytes.
+enum Source {
+    /// The page reads the file into this ring.
+    Ring(RingReader),
+    /// The worker reads slices itself.
+    Slices(web_sys::FileReaderSync),
+}
+
 /// What opening a snapshot holds at its end over what its parse held: the trace's columns
 /// (32 bytes an event) and stacks are built while the parsed entries (40 bytes each) are
 /// still held. Measured in the page: 1.51 / 0.96 GiB (3.08 GB, 15.4 M entries of real
@@ -287,8 +293,8 @@ const SLICE_BYTES: f64 = (16 << 20) as f64;
 const OPEN_OVER_PARSE: f64 = 1.6;
 
 impl FileSlices {
-    fn new(file: web_sys::File, reader: web_sys::FileReaderSync, ring: Option<RingReader>, quiet: bool, memory_budget: f64) -> FileSlices {
-        FileSlices { file, reader, ring, offset: 0.0, chunk: Vec::new(), at: 0, last_progress: 0.0, quiet, memory_budget }
+    fn new(file: web_sys::File, source: Source, quiet: bool, memory_budget: f64) -> FileSlices {
+        FileSlices { file, source, offset: 0.0, chunk: Vec::new(), at: 0, last_progress: 0.0, quiet, memory_budget }
     }
 
     /// Stops reading once what the worker holds, with what the rest of opening adds, passes
@@ -332,9 +338,9 @@ impl FileSlices {
             if self.offset < size {
                 self.check_memory(size)?;
             }
-            let n = match &mut self.ring {
-                Some(ring) => ring.take(&mut self.chunk, viewer::ring::TAKE_BYTES)?,
-                None => self.read_slice(size)?,
+            let n = match &mut self.source {
+                Source::Ring(ring) => ring.take(&mut self.chunk, viewer::ring::TAKE_BYTES)?,
+                Source::Slices(reader) => read_slice(&self.file, reader, self.offset, size, &mut self.chunk)?,
             };
             self.at = 0;
             self.offset += n as f64;
@@ -364,24 +370,27 @@ impl FileSlices {
         self.at += n;
         Ok(n)
     }
+}
 
-    /// Reads the file's next slice into the chunk: its length, 0 at the file's end (or where
-    /// it turned out shorter than it said, changed while read).
-    fn read_slice(&mut self, size: f64) -> std::io::Result<usize> {
-        if self.offset >= size {
-            return Ok(0);
-        }
-        let end = (self.offset + SLICE_BYTES).min(size);
-        let slice = self
-            .file
-            .slice_with_f64_and_f64(self.offset, end)
-            .map_err(|_| std::io::Error::other("the browser could not slice the file"))?;
-        let buf = self.reader.read_as_array_buffer(&slice).map_err(|_| std::io::Error::other("the browser could not read the file"))?;
-        let view = js_sys::Uint8Array::new(&buf);
-        self.chunk.resize(view.length() as usize, 0);
-        view.copy_to(&mut self.chunk);
-        Ok(self.chunk.len())
+/// Reads the slice of `file` (`size` bytes) at `offset` into `chunk`: its length, 0 at the
+/// file's end (or where it turned out shorter than it said, changed while read).
+fn read_slice(
+    file: &web_sys::File,
+    reader: &web_sys::FileReaderSync,
+    offset: f64,
+    size: f64,
+    chunk: &mut Vec<u8>,
+) -> std::io::Result<usize> {
+    if offset >= size {
+        return Ok(0);
     }
+    let end = (offset + SLICE_BYTES).min(size);
+    let slice = file.slice_with_f64_and_f64(offset, end).map_err(|_| std::io::Error::other("the browser could not slice the file"))?;
+    let buf = reader.read_as_array_buffer(&slice).map_err(|_| std::io::Error::other("the browser could not read the file"))?;
+    let view = js_sys::Uint8Array::new(&buf);
+    chunk.resize(view.length() as usize, 0);
+    view.copy_to(chunk);
+    Ok(chunk.len())
 }
 
 /// How a file too large for a page opens: on the server, or with the native tools.
@@ -398,14 +407,14 @@ fn ways_around(name: &str) -> String {
 const MAX_FILE_BYTES: f64 = viewer::messages::PAGE_FILE_LIMIT_BYTES;
 
 fn open_file(file: web_sys::File, memory_budget: f64, widths: Option<ChartWidths>, ring: Option<Ring>) {
-    // Dropped on every way out, which tells the page to stop reading.
-    let ring = ring.map(RingReader::new);
+    // The ring's reader is dropped on every way out, which tells the page to stop reading.
+    let source = match ring.map(RingReader::new) {
+        Some(ring) => Ok(Source::Ring(ring)),
+        None => web_sys::FileReaderSync::new().map(Source::Slices),
+    };
     begin_stages();
     let name = file.name();
-    let reader = match web_sys::FileReaderSync::new() {
-        Ok(r) => r,
-        Err(_) => return failed(&name, "the browser could not read the file".into()),
-    };
+    let Ok(source) = source else { return failed(&name, "the browser could not read the file".into()) };
     let size = file.size();
     if size > MAX_FILE_BYTES {
         let message = format!(
@@ -416,7 +425,7 @@ fn open_file(file: web_sys::File, memory_budget: f64, widths: Option<ChartWidths
         );
         return failed(&name, message);
     }
-    let slices = FileSlices::new(file, reader, ring, false, memory_budget);
+    let slices = FileSlices::new(file, source, false, memory_budget);
     match Session::open_reader(&name, size as u64, slices, progress) {
         Ok(result) => opened(result, widths),
         Err(message) => failed(&name, message),
@@ -557,7 +566,7 @@ fn warm_up() {
     let mut last = None;
     for round in 1..=WARMUP_ROUNDS {
         let Ok(reader) = web_sys::FileReaderSync::new() else { return };
-        let slices = FileSlices::new(file.clone(), reader, None, true, memory_budget);
+        let slices = FileSlices::new(file.clone(), Source::Slices(reader), true, memory_budget);
         let Ok(Opened::Trace(session, overview)) = Session::open_reader("warmup.pickle", size as u64, slices, |_| {}) else { return };
         if round < WARMUP_ROUNDS {
             // What posting it costs, too (the last round is posted).
