@@ -13,6 +13,7 @@ use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{CallToolResult, ContentBlock, ServerCapabilities, ServerConfig};
 use rmcp::{schemars, tool, tool_handler, tool_router, ErrorData, ServerHandler};
 use serde::{Deserialize, Serialize};
+use shared::report::TraceReport;
 use shared::{ImportOptions, Trace};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -187,8 +188,16 @@ pub struct SummaryAnswer {
     pub top_layers: Vec<(String, u64)>,
     /// The leak analysis in one line.
     pub leaks: String,
+    /// Whether the leak check found memory kept every iteration.
+    pub leaking: bool,
+    /// What is never freed, the largest groups first (as the summary lists them).
+    pub never_freed: Vec<shared::analysis::leaks::LeakGroup>,
     /// Whether the run ran out of memory (ask `oom` why).
     pub out_of_memory: bool,
+    /// Every out-of-memory event, in order.
+    pub ooms: Vec<shared::analysis::oom::OomEvent>,
+    /// Who holds the bytes live at the peak, where the capture recorded holders.
+    pub holders_at_peak: Option<shared::analysis::holders::Why>,
     pub warnings: Vec<String>,
     /// The tools that go deeper.
     pub next: &'static str,
@@ -414,27 +423,29 @@ impl ServerHandler for Tools {
     }
 }
 
+/// The trace's [`TraceReport`] as the `summary` tool answers it.
 fn summary_answer(t: &Trace) -> SummaryAnswer {
-    use shared::analysis;
-    let s = analysis::summary(t);
-    let stats = analysis::layer_stats(t);
-    let categorized = analysis::categories::categorize(t);
-    let at_peak = analysis::categories::bytes_at(t, &categorized, s.peak_event_index);
+    let r = TraceReport::of(t);
+    let s = &r.summary;
     SummaryAnswer {
         peak_allocated_bytes: s.peak_allocated_bytes,
         peak_reserved_bytes: s.peak_reserved_bytes,
         peak_time_s: s.peak_time_s,
-        peak_layer: s.peak_layer,
-        peak_device: s.peak_device,
+        peak_layer: s.peak_layer.clone(),
+        peak_device: s.peak_device.clone(),
         avg_fragmentation: s.avg_fragmentation,
         total_events: s.total_events,
         duration_s: s.duration_s,
-        source_format: s.source_format,
+        source_format: s.source_format.clone(),
         model: t.meta.model.clone(),
-        categories_at_peak: at_peak.into_iter().map(|(c, b)| (c.as_str(), b)).collect(),
-        top_layers: analysis::top_layers_by_peak(&stats, 5).into_iter().map(|l| (l.layer_name.clone(), l.peak_allocated)).collect(),
-        leaks: analysis::leaks::leaks(t, 3).verdict,
-        out_of_memory: analysis::oom::oom(t, 1).is_some(),
+        categories_at_peak: r.categories_at_peak.iter().map(|&(c, b)| (c.as_str(), b)).collect(),
+        top_layers: r.top_layers(5).into_iter().map(|l| (l.layer_name.clone(), l.peak_allocated)).collect(),
+        out_of_memory: r.oom.is_some(),
+        leaks: r.leaks.verdict.clone(),
+        leaking: r.leaks.leaking,
+        never_freed: r.leaks.survivors.clone(),
+        ooms: r.oom.as_ref().map(|o| o.all.clone()).unwrap_or_default(),
+        holders_at_peak: r.holders_at_peak.clone(),
         warnings: t.meta.warnings.iter().take(5).cloned().collect(),
         next: "top_allocations_at_peak, layer_stats, leaks, oom, advise, find, diff",
     }
@@ -486,4 +497,100 @@ pub fn http_service(
     use rmcp::transport::streamable_http_server::{session::local::LocalSessionManager, StreamableHttpServerConfig, StreamableHttpService};
     let config = StreamableHttpServerConfig::default().disable_allowed_hosts();
     StreamableHttpService::new(move || Ok(Tools::new(traces.clone(), options.clone())), Arc::new(LocalSessionManager::default()), config)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::summary_answer;
+    use shared::explore::{Opened, Session};
+    use shared::model::{EventHolder, EventType, HolderKind};
+    use shared::Trace;
+
+    fn data(name: &str) -> Trace {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data").join(name);
+        traceio::files::load_trace(&path, &shared::ImportOptions::default()).unwrap_or_else(|e| panic!("{e:#}"))
+    }
+
+    /// Every allocation held by a parameter named after its index, so that the report has
+    /// recorded holders to agree on.
+    fn with_holders(mut t: Trace) -> Trace {
+        let module = t.strings.intern("blocks.0.fc");
+        for i in 0..t.events.len() {
+            if t.events.event_type(i) == EventType::Alloc {
+                let name = t.strings.intern(&format!("weight{}", i % 3));
+                t.event_holders.push(EventHolder {
+                    event: i as u32,
+                    kind: if i % 2 == 0 { HolderKind::Parameter } else { HolderKind::Gradient },
+                    name,
+                    module,
+                    taken_ns: t.events.ts_ns[i],
+                    released_ns: None,
+                });
+            }
+        }
+        t
+    }
+
+    /// The text summary, `summary --json`, the MCP `summary` tool and the viewer's overview
+    /// say the same of one trace: peak, leak verdict and lines, out-of-memory list, holders.
+    fn views_agree(t: &Trace) -> (protocol::SummaryJson, String) {
+        let mut text = Vec::new();
+        traceio::text::print_summary(t, 10, false, &mut text).unwrap();
+        let text = String::from_utf8(text).unwrap();
+        let mut json = Vec::new();
+        traceio::text::print_summary(t, 10, true, &mut json).unwrap();
+        let json: protocol::SummaryJson = serde_json::from_slice(&json).unwrap();
+        let mcp = summary_answer(t);
+        let mut bytes = Vec::new();
+        shared::export::native::write(t, &mut bytes).unwrap();
+        let Ok(Opened::Trace(_, overview)) = Session::open("t.mtrace.json", &bytes, |_| {}) else { panic!("not opened as a trace") };
+
+        let peak = json.summary.peak_allocated_bytes;
+        assert!(peak > 0);
+        assert_eq!(mcp.peak_allocated_bytes, peak);
+        assert_eq!(overview.summary.peak_allocated_bytes, peak);
+        assert!(text.contains(&format!("({peak} bytes)")), "{text}");
+
+        assert_eq!(mcp.leaks, json.leaks.verdict);
+        assert_eq!(overview.leaks.verdict, json.leaks.verdict);
+        assert_eq!(mcp.never_freed, json.leaks.survivors);
+        assert_eq!(overview.leaks.survivors, json.leaks.survivors);
+        if json.leaks.iterations >= shared::analysis::leaks::MIN_ITERATIONS {
+            assert!(text.contains(&json.leaks.verdict), "{text}");
+        }
+        if json.leaks.leaking {
+            assert!(!json.leaks.survivors.is_empty());
+            for g in &json.leaks.survivors {
+                assert!(text.contains(&format!("kept in {} (", g.layer)), "{} missing from\n{text}", g.layer);
+            }
+        }
+
+        let ooms = json.oom.as_ref().map(|o| o.all.clone()).unwrap_or_default();
+        assert_eq!(mcp.ooms, ooms);
+        assert_eq!(mcp.out_of_memory, json.oom.is_some());
+        assert_eq!(overview.oom, json.oom);
+        assert_eq!(text.contains("OUT OF MEMORY"), json.oom.is_some());
+
+        assert_eq!(mcp.holders_at_peak, json.holders_at_peak);
+        assert_eq!(overview.holders_at_peak, json.holders_at_peak);
+        if let Some(w) = &json.holders_at_peak {
+            assert!(text.contains(&format!("({:.1} % named", 100.0 * w.coverage())), "{text}");
+            for g in &w.holders {
+                let label = if g.module.is_empty() { g.name.clone() } else { format!("{} in {}", g.name, g.module) };
+                assert!(text.contains(&format!("{:<18} {label}", g.kind.as_str())), "{g:?} missing from\n{text}");
+            }
+        }
+        (json, text)
+    }
+
+    #[test]
+    fn the_four_summaries_say_the_same() {
+        let (leaky, _) = views_agree(&data("leak_loop_leaky.pickle.gz"));
+        assert!(leaky.leaks.leaking, "{}", leaky.leaks.verdict);
+        let (oom, _) = views_agree(&data("oom_in_module.pickle.gz"));
+        assert!(oom.oom.is_some_and(|o| !o.all.is_empty()));
+        let (held, _) = views_agree(&with_holders(data("mlp_adam_3steps.pickle")));
+        assert!(held.holders_at_peak.is_some_and(|w| w.holders.len() > 1));
+        views_agree(&data("oom_in_module.ops.mtrace.json.gz"));
+    }
 }

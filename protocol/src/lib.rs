@@ -11,12 +11,14 @@ pub mod api;
 pub mod frames;
 pub mod jobs;
 pub mod run;
+pub mod summary;
 pub mod trace;
 pub mod worker;
 
 pub use api::*;
 pub use jobs::{is_out_of_memory, ChildLine, FailureClass, JobRow, JobState, LiveEvent};
 pub use run::{CaptureJob, Mode, ModelRun, OptimizerKind, OverheadRun, MODEL_ZOO, TORCH_VERSION};
+pub use summary::SummaryJson;
 pub use trace::{trace_info, ExportFile, LayerStatsBody, Origin, StoredTrace, TraceInfo, TraceResponse};
 pub use worker::WorkerAnswer;
 

@@ -14,6 +14,7 @@ pub mod merge;
 pub mod model;
 pub mod rank_files;
 pub mod ranks;
+pub mod report;
 pub mod units;
 pub mod whatif;
 

@@ -1,43 +1,11 @@
 //! What the commands print: the summary (or its `--json` form), the out-of-memory explanation,
 //! leaks, diffs and advice, as text for a terminal.
 
-use shared::analysis::{layer_stats, summary, top_layers_by_peak, LayerMemoryStats, Summary};
+use shared::analysis::{LayerMemoryStats, Summary};
+use shared::report::TraceReport;
 use shared::units::{format_bytes, format_seconds};
 use shared::Trace;
 use std::io::Write;
-
-/// The `--json` form of `summary`.
-#[derive(serde::Serialize)]
-pub struct SummaryJson<'a> {
-    #[serde(flatten)]
-    pub summary: &'a Summary,
-    pub device_name: Option<&'a str>,
-    pub model: Option<&'a str>,
-    pub warnings: &'a [String],
-    pub top_layers: Vec<&'a LayerMemoryStats>,
-    /// Counters PyTorch reported in the traced process (`cuda.max_memory_allocated`, ...).
-    pub reported: &'a std::collections::BTreeMap<String, u64>,
-    /// Highest device memory in use as the driver saw it (all of the process, CUDA context
-    /// and libraries included), when sampled.
-    pub driver_used_peak_bytes: Option<u64>,
-    /// Every device's peaks (one per rank in a merged distributed trace).
-    pub devices: Vec<shared::analysis::DevicePeak>,
-    /// Growth across iterations and what never gets freed.
-    pub leaks: shared::analysis::leaks::LeakReport,
-    /// Why the run ran out of memory, when it did.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub oom: Option<shared::analysis::oom::OomReport>,
-    /// Bytes of each allocation category alive at the peak (parameter, buffer, gradient,
-    /// activation, optimizer_state, temporary, other).
-    pub categories_at_peak: std::collections::BTreeMap<&'static str, u64>,
-    /// torch.compile's generated code and the modules its allocations were attributed to.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub compiled: Option<&'a shared::model::CompiledCode>,
-    /// Who holds the bytes live at the peak, largest first, where the capture recorded holders
-    /// (`collector trace --holders`; `collector why` infers them for other traces).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub holders_at_peak: Option<shared::analysis::holders::Why>,
-}
 
 /// The out-of-memory explanation, first in `summary`.
 pub fn print_oom(o: &shared::analysis::oom::OomReport, mut out: impl Write) -> anyhow::Result<()> {
@@ -122,39 +90,21 @@ fn print_holders(groups: &[shared::analysis::holders::HolderGroup], top: usize, 
     Ok(())
 }
 
-/// Prints the `print_summary` table (or one JSON object with `json`).
-pub fn print_summary(trace: &Trace, top: usize, json: bool, mut out: impl Write) -> anyhow::Result<()> {
-    // Three walks of every event, on as many cores (a 3 GB snapshot's are 15 M events).
-    let (s, stats, leaks, categorized) = std::thread::scope(|scope| {
-        let leaks = scope.spawn(|| shared::analysis::leaks::leaks(trace, if json { 5 } else { 3 }));
-        let stats = scope.spawn(|| layer_stats(trace));
-        let categorized = scope.spawn(|| shared::analysis::categories::categorize(trace));
-        let s = summary(trace);
-        (s, joined(stats), joined(leaks), joined(categorized))
-    });
-    let categories = shared::analysis::categories::bytes_at(trace, &categorized, s.peak_event_index);
-    let tops = top_layers_by_peak(&stats, top);
+/// Prints the summary (or one JSON object with `json`): the trace's [`TraceReport`] as text.
+pub fn print_summary(trace: &Trace, top: usize, json: bool, out: impl Write) -> anyhow::Result<()> {
+    print_report(trace, &TraceReport::of(trace), top, json, out)
+}
+
+/// Prints `report`, the report of `trace`, as text (or as `collector summary --json`'s object).
+pub fn print_report(trace: &Trace, report: &TraceReport, top: usize, json: bool, mut out: impl Write) -> anyhow::Result<()> {
     if json {
-        let j = SummaryJson {
-            summary: &s,
-            device_name: trace.meta.device_name.as_deref(),
-            model: trace.meta.model.as_deref(),
-            warnings: &trace.meta.warnings,
-            top_layers: tops,
-            reported: &trace.meta.reported,
-            driver_used_peak_bytes: trace.device_samples.iter().map(|d| d.used_bytes).max(),
-            devices: shared::analysis::device_peaks(trace),
-            leaks,
-            oom: shared::analysis::oom::oom(trace, 10),
-            categories_at_peak: categories.iter().map(|&(c, b)| (c.as_str(), b)).collect(),
-            compiled: trace.meta.compiled.as_ref(),
-            holders_at_peak: holders_at_peak(trace, 10),
-        };
-        serde_json::to_writer_pretty(&mut out, &j)?;
+        serde_json::to_writer_pretty(&mut out, &protocol::SummaryJson::new(trace, report, top))?;
         writeln!(out)?;
         return Ok(());
     }
-    print_peaks(trace, &s, top, &mut out)?;
+    let s = &report.summary;
+    print_peaks(trace, report, &mut out)?;
+    let categories = &report.categories_at_peak;
     if categories.iter().any(|&(_, b)| b > 0) {
         let parts: Vec<String> = categories
             .iter()
@@ -163,13 +113,13 @@ pub fn print_summary(trace: &Trace, top: usize, json: bool, mut out: impl Write)
             .collect();
         writeln!(out, "  at the peak        {}", parts.join(", "))?;
     }
-    if let Some(w) = holders_at_peak(trace, 5) {
+    if let Some(w) = &report.holders_at_peak {
         writeln!(out, "  held at the peak   ({:.1} % named; `collector why` lists them all)", 100.0 * w.coverage())?;
-        print_holders(&w.holders, 5, &mut out)?;
+        print_holders(&w.holders, w.holders.len(), &mut out)?;
     }
-    print_pools(trace, &s, &mut out)?;
-    print_run(trace, &s, &leaks, &mut out)?;
-    print_top_layers(trace, &tops, &mut out)
+    print_pools(trace, s, &mut out)?;
+    print_run(trace, report, &mut out)?;
+    print_top_layers(trace, &report.top_layers(top), &mut out)
 }
 
 /// Private pools, pinned host memory and annotations, where the trace has them.
@@ -218,22 +168,10 @@ fn print_pools(trace: &Trace, s: &Summary, out: &mut dyn Write) -> anyhow::Resul
     Ok(())
 }
 
-/// The largest holders at the peak, where the capture recorded holders.
-fn holders_at_peak(trace: &Trace, n: usize) -> Option<shared::analysis::holders::Why> {
-    if trace.event_holders.is_empty() {
-        return None;
-    }
-    shared::analysis::holders::top_at_peak(trace, n)
-}
-
-/// A scoped thread's result; its panic goes on in this thread, as it would have without it.
-fn joined<T>(h: std::thread::ScopedJoinHandle<'_, T>) -> T {
-    h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))
-}
-
 /// The summary's head: what was traced, the out-of-memory explanation, the peaks and PyTorch's
 /// and the driver's own counters.
-fn print_peaks(trace: &Trace, s: &Summary, top: usize, out: &mut dyn Write) -> anyhow::Result<()> {
+fn print_peaks(trace: &Trace, report: &TraceReport, out: &mut dyn Write) -> anyhow::Result<()> {
+    let s = &report.summary;
     let device = trace.meta.device_name.clone().or(s.peak_device.clone()).unwrap_or_else(|| "unknown device".into());
     writeln!(out, "Memory trace ({}, {device})", s.source_format)?;
     if let Some(m) = &trace.meta.model {
@@ -245,8 +183,8 @@ fn print_peaks(trace: &Trace, s: &Summary, top: usize, out: &mut dyn Write) -> a
     if let Some(c) = &trace.meta.compiled {
         writeln!(out, "  compiled code      {}", c.describe())?;
     }
-    if let Some(o) = shared::analysis::oom::oom(trace, top) {
-        print_oom(&o, &mut *out)?;
+    if let Some(o) = &report.oom {
+        print_oom(o, &mut *out)?;
     }
     let at = |t: f64| format_seconds(t);
     writeln!(
@@ -290,7 +228,7 @@ fn print_peaks(trace: &Trace, s: &Summary, top: usize, out: &mut dyn Write) -> a
             writeln!(out, "                     max_memory_reserved {r} bytes")?;
         }
     }
-    if let Some(used) = trace.device_samples.iter().map(|d| d.used_bytes).max() {
+    if let Some(used) = report.driver_used_peak_bytes {
         writeln!(
             out,
             "  driver used        up to {} on the device ({} samples; CUDA context, libraries and other processes included)",
@@ -302,23 +240,26 @@ fn print_peaks(trace: &Trace, s: &Summary, top: usize, out: &mut dyn Write) -> a
 }
 
 /// The rest of the run: leaks, each device's peaks, fragmentation, counts and notes.
-fn print_run(trace: &Trace, s: &Summary, leaks: &shared::analysis::leaks::LeakReport, out: &mut dyn Write) -> anyhow::Result<()> {
+fn print_run(trace: &Trace, report: &TraceReport, out: &mut dyn Write) -> anyhow::Result<()> {
+    let (s, leaks) = (&report.summary, &report.leaks);
     let at = |t: f64| format_seconds(t);
-    if leaks.iterations >= 3 {
+    if leaks.iterations >= shared::analysis::leaks::MIN_ITERATIONS {
         writeln!(out, "  leaks              {}", leaks.verdict)?;
         if leaks.leaking {
-            if let Some(g) = leaks.survivors.first() {
+            for g in &leaks.survivors {
                 writeln!(
                     out,
-                    "                     most in {} ({} per iteration); see `collector leaks`",
+                    "                     kept in {} ({} per iteration, {} iterations)",
                     g.layer,
-                    format_bytes(g.bytes_per_iteration as u64)
+                    format_bytes(g.bytes_per_iteration as u64),
+                    g.iterations
                 )?;
             }
+            writeln!(out, "                     see `collector leaks`")?;
         }
     }
     if trace.devices.len() > 1 {
-        for d in shared::analysis::device_peaks(trace) {
+        for d in &report.devices {
             writeln!(
                 out,
                 "  {:<18} peak {} allocated at {}, {} reserved ({} events)",

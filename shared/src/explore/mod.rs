@@ -218,7 +218,7 @@ impl Session {
                 .map(|r| Curve { label: format!("{} batch {}", sweep.model, r.batch_size), points: r.curve.clone() })
                 .collect();
             let empty = Trace::new(crate::model::TraceMeta::new(crate::model::SourceFormat::MemoryTracer));
-            let mut overview = overview_of(&empty, 0, file_name, bytes.len() as u64, &mut progress);
+            let (mut overview, _) = overview_of(&empty, 0, file_name, bytes.len() as u64, &mut progress);
             overview.curves = curves;
             overview.profile_error = Some("a sweep file holds curves only; open one of its traces for the other views".into());
             return Ok(Opened::Sweep(Box::new(overview)));
@@ -321,10 +321,7 @@ impl Session {
         let device = analysis::peak_device(trace);
         progress("innermost operators");
         let ops_at_event = innermost_ops(trace);
-        let mut overview = overview_of(trace, device, &self.name(), self.file_bytes, progress);
-        progress("categorising allocations");
-        let categories = analysis::categories::categorize(trace);
-        overview.categories_at_peak = analysis::categories::bytes_at(trace, &categories, overview.summary.peak_event_index);
+        let (mut overview, categories) = overview_of(trace, device, &self.name(), self.file_bytes, progress);
         overview.ranks = rank_set(&self.whole, rank);
         self.categories = categories;
         self.device = device;

@@ -7,6 +7,7 @@ use crate::analysis::profile::{graph_profile, GraphProfile};
 use crate::analysis::sweep::RankPoint;
 use crate::analysis::{self, FragmentationStats, LayerMemoryStats, Summary};
 use crate::model::{Phase, Trace};
+use crate::report::TraceReport;
 use serde::{Deserialize, Serialize};
 
 /// Subtrees of the flame graph below this share of the root (in both weights) are left out.
@@ -55,6 +56,12 @@ pub struct Overview {
     /// ([`analysis::categories::bytes_at`]).
     #[serde(default)]
     pub categories_at_peak: Vec<(analysis::categories::Category, u64)>,
+    /// Who holds the bytes live at the peak, where the capture recorded holders.
+    #[serde(default)]
+    pub holders_at_peak: Option<analysis::holders::Why>,
+    /// Highest device memory in use as the driver saw it, when sampled.
+    #[serde(default)]
+    pub driver_used_peak_bytes: Option<u64>,
     /// torch.compile's generated code in the run and the modules it was attributed to.
     #[serde(default)]
     pub compiled: Option<crate::model::CompiledCode>,
@@ -175,14 +182,18 @@ pub struct Curve {
 }
 
 /// Everything drawn without asking again; `device` is the peak's ([`analysis::peak_device`]).
-pub(super) fn overview_of(trace: &Trace, device: u8, file_name: &str, file_bytes: u64, progress: &mut impl FnMut(&str)) -> Overview {
-    progress("summarising");
-    let summary = analysis::summary(trace);
-    progress("layer statistics");
-    let by_name = analysis::layer_stats(trace);
+/// Its summary, layers, device peaks, leaks, out-of-memory, categories and holders are the
+/// trace's [`TraceReport`], as every other summary shows it; the categories come back too.
+pub(super) fn overview_of(
+    trace: &Trace,
+    device: u8,
+    file_name: &str,
+    file_bytes: u64,
+    progress: &mut impl FnMut(&str),
+) -> (Overview, Vec<analysis::categories::Categorized>) {
+    let (report, categorized) = TraceReport::with_categories(trace, progress);
     progress("fragmentation statistics");
-    let fragmentation = analysis::fragmentation_stats_with_layers(trace, &by_name);
-    let layers: Vec<LayerMemoryStats> = by_name.into_values().collect();
+    let fragmentation = analysis::fragmentation_stats_with_layers(trace, &report.layers);
     progress("profiling operators");
     let (profile, profile_error) = if trace.ops.is_empty() {
         (
@@ -222,19 +233,13 @@ pub(super) fn overview_of(trace: &Trace, device: u8, file_name: &str, file_bytes
         .filter(|s| Some(s.depth) == band_depth && !is_iteration_scope(trace.str(s.name)))
         .map(|s| Band { start_s: secs(s.start_ns), end_s: secs(s.end_ns), label: trace.str(s.name).to_owned(), phase: s.phase })
         .collect();
-    progress("device peaks");
-    let devices = analysis::device_peaks(trace);
-    progress("looking for leaks");
-    let leaks = analysis::leaks::leaks(trace, 8);
-    progress("explaining out of memory");
-    let oom = analysis::oom::oom(trace, 8);
-    Overview {
+    let overview = Overview {
         file_name: file_name.to_owned(),
         file_bytes,
         device: trace.devices.get(device as usize).map(|d| d.to_string()).unwrap_or_else(|| "unknown".into()),
         duration_s: duration_s(trace),
-        summary,
-        layers,
+        summary: report.summary,
+        layers: report.layers.into_values().collect(),
         fragmentation,
         profile,
         profile_error,
@@ -243,14 +248,17 @@ pub(super) fn overview_of(trace: &Trace, device: u8, file_name: &str, file_bytes
         has_segments: analysis::has_segments(trace),
         has_device_samples: !trace.device_samples.is_empty(),
         curves: Vec::new(),
-        devices,
-        leaks,
-        oom,
+        devices: report.devices,
+        leaks: report.leaks,
+        oom: report.oom,
         ranks: None,
         notes: trace.meta.warnings.clone(),
-        categories_at_peak: Vec::new(),
+        categories_at_peak: report.categories_at_peak,
+        holders_at_peak: report.holders_at_peak,
+        driver_used_peak_bytes: report.driver_used_peak_bytes,
         compiled: trace.meta.compiled.clone(),
-    }
+    };
+    (overview, categorized)
 }
 
 /// Seconds from the trace's start to its last event.

@@ -4,6 +4,7 @@
 use crate::charts;
 use crate::widgets::percent;
 use leptos::prelude::*;
+use shared::analysis::holders::Why;
 use shared::analysis::leaks::{LeakReport, MIN_ITERATIONS};
 use shared::analysis::DevicePeak;
 use shared::explore::Overview;
@@ -28,6 +29,7 @@ fn fields(overview: &Overview) -> Vec<(&'static str, String)> {
         ("Layers", s.total_layers.to_string()),
         ("Operators", s.total_ops.to_string()),
         ("Dropped events", s.dropped_events.to_string()),
+        ("Driver used at most", overview.driver_used_peak_bytes.map_or_else(|| "n/a (not sampled)".to_owned(), format_bytes)),
         ("Duration", format_seconds(s.duration_s)),
     ]
 }
@@ -51,6 +53,29 @@ fn categories_at_peak(overview: &Overview) -> Option<impl IntoView> {
             .collect_view();
         view! { <p class="sub" id="categories-at-peak">"At the peak: " {chips}</p> }
     })
+}
+
+/// Who holds the bytes live at the peak, where the capture recorded holders: the same rows as
+/// `collector summary`'s "held at the peak".
+fn holders_at_peak(w: Why) -> impl IntoView {
+    view! { <div id="holders-at-peak">
+        <h3>"Held at the peak"</h3>
+        <p class="sub">{format!("{:.1} % of {} named by recorded holders", 100.0 * w.coverage(), format_bytes(w.live_bytes))}</p>
+        <table class="data">
+            <thead><tr><th>"bytes"</th><th>"blocks"</th><th>"holder"</th><th>"name"</th><th>"module"</th></tr></thead>
+            <tbody>
+                {w.holders.into_iter().map(|g| view! {
+                    <tr data-kind=g.kind.as_str()>
+                        <td>{format_bytes(g.bytes)}</td>
+                        <td>{g.blocks.to_string()}</td>
+                        <td>{g.kind.as_str().replace('_', " ")}</td>
+                        <td>{g.name}</td>
+                        <td>{g.module}</td>
+                    </tr>
+                }).collect_view()}
+            </tbody>
+        </table>
+    </div> }
 }
 
 /// Each device's peaks, for a trace of several.
@@ -140,6 +165,7 @@ pub fn SummarySection(
             {(!notes.is_empty()).then(|| view! {
                 <ul class="import-notes" id="import-notes">{notes.into_iter().map(|n| view! { <li>{n}</li> }).collect_view()}</ul>
             })}
+            {overview.holders_at_peak.clone().map(holders_at_peak)}
             {devices.map(devices_table)}
             {leaks.map(leaks_view)}
         </section>

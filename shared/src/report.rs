@@ -1,0 +1,109 @@
+//! A trace at a glance, computed once: the peaks, the layers, each device's peaks, the leak
+//! check, the out-of-memory explanation, what the memory at the peak is for and who holds it.
+//! `collector summary` (text and `--json`), the MCP `summary` tool and the viewer's summary
+//! card are projections of one [`TraceReport`], so they cannot disagree.
+
+use crate::analysis::categories::{self, Categorized, Category};
+use crate::analysis::holders::{self, Why};
+use crate::analysis::leaks::{self, LeakReport};
+use crate::analysis::oom::{self, OomReport};
+use crate::analysis::{self, DevicePeak, LayerMemoryStats, Summary};
+use crate::model::Trace;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Never-freed groups the leak check lists (the largest first).
+pub const LEAK_LINES: usize = 5;
+/// Groups of each kind (by layer, phase, frame) the out-of-memory explanation lists.
+pub const OOM_LINES: usize = 10;
+/// Holders of the bytes live at the peak the report lists (the largest first).
+pub const HOLDER_LINES: usize = 8;
+
+/// Everything one trace's summary says, whichever way it is shown.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TraceReport {
+    pub summary: Summary,
+    /// Every layer's statistics, by name.
+    pub layers: BTreeMap<String, LayerMemoryStats>,
+    /// Every device's peaks (one per rank in a merged distributed trace).
+    pub devices: Vec<DevicePeak>,
+    /// Growth across iterations and what never gets freed ([`LEAK_LINES`] groups).
+    pub leaks: LeakReport,
+    /// Why the run ran out of memory, when it did.
+    pub oom: Option<OomReport>,
+    /// Bytes of each allocation category alive at the allocated peak.
+    pub categories_at_peak: Vec<(Category, u64)>,
+    /// Who holds the bytes live at the peak, where the capture recorded holders
+    /// (`collector trace --holders`; `collector why` infers them for other traces).
+    pub holders_at_peak: Option<Why>,
+    /// Highest device memory in use as the driver saw it, when sampled.
+    pub driver_used_peak_bytes: Option<u64>,
+}
+
+impl TraceReport {
+    /// The report of `trace`, its walks over every event side by side where threads exist.
+    pub fn of(trace: &Trace) -> Self {
+        Self::with_categories(trace, &mut |_| {}).0
+    }
+
+    /// The report and every allocation's category (the viewer keeps them for later answers);
+    /// `progress` hears each step's name where the walks run one after another.
+    pub fn with_categories(trace: &Trace, progress: &mut dyn FnMut(&str)) -> (Self, Vec<Categorized>) {
+        let (summary, layers, leaks, categorized) = walks(trace, progress);
+        progress("explaining out of memory");
+        let oom = oom::oom(trace, OOM_LINES);
+        let categories_at_peak = categories::bytes_at(trace, &categorized, summary.peak_event_index);
+        progress("who holds the peak");
+        let holders_at_peak = if trace.event_holders.is_empty() { None } else { holders::top_at_peak(trace, HOLDER_LINES) };
+        let report = Self {
+            devices: analysis::device_peaks(trace),
+            driver_used_peak_bytes: trace.device_samples.iter().map(|d| d.used_bytes).max(),
+            summary,
+            layers,
+            leaks,
+            oom,
+            categories_at_peak,
+            holders_at_peak,
+        };
+        (report, categorized)
+    }
+
+    /// The `n` layers with the highest allocated peaks.
+    pub fn top_layers(&self, n: usize) -> Vec<&LayerMemoryStats> {
+        analysis::top_layers_by_peak(&self.layers, n)
+    }
+}
+
+type Walks = (Summary, BTreeMap<String, LayerMemoryStats>, LeakReport, Vec<Categorized>);
+
+/// The four walks of every event (a 3 GB snapshot's are 15 M events), on as many cores.
+#[cfg(not(target_arch = "wasm32"))]
+fn walks(trace: &Trace, progress: &mut dyn FnMut(&str)) -> Walks {
+    progress("summarising, layers, leaks and categories");
+    std::thread::scope(|scope| {
+        let leaks = scope.spawn(|| leaks::leaks(trace, LEAK_LINES));
+        let layers = scope.spawn(|| analysis::layer_stats(trace));
+        let categorized = scope.spawn(|| categories::categorize(trace));
+        let summary = analysis::summary(trace);
+        (summary, joined(layers), joined(leaks), joined(categorized))
+    })
+}
+
+/// The four walks one after another (a page's worker has one thread).
+#[cfg(target_arch = "wasm32")]
+fn walks(trace: &Trace, progress: &mut dyn FnMut(&str)) -> Walks {
+    progress("summarising");
+    let summary = analysis::summary(trace);
+    progress("layer statistics");
+    let layers = analysis::layer_stats(trace);
+    progress("looking for leaks");
+    let leaks = leaks::leaks(trace, LEAK_LINES);
+    progress("categorising allocations");
+    (summary, layers, leaks, categories::categorize(trace))
+}
+
+/// A scoped thread's result; its panic goes on in this thread, as it would have without it.
+#[cfg(not(target_arch = "wasm32"))]
+fn joined<T>(h: std::thread::ScopedJoinHandle<'_, T>) -> T {
+    h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))
+}
