@@ -746,6 +746,51 @@ fn recorder_fallback_without_cuda_runs_the_program_and_says_nothing_was_recorded
     assert!(t.expect("a trace").meta.warnings.iter().any(|w| w == nothing));
 }
 
+/// The recorder fallback's hooks, run as on a GPU (`recorder_hooks.py` gives the recorder a
+/// fake CUDA memory API whose history keeps the recorder's own ranges and an allocation per
+/// module output, gradient and optimizer state): every forward output lands under the module
+/// that made it, with its phase, each gradient in the backward, each optimizer state in the
+/// optimizer's step, one iteration per step, and each leaf module's peak is the allocated total
+/// at its last allocation, as the native capture gives it. No CI test ran these hooks before,
+/// and a missing attribute (`holders`) stopped every module scope on GPUs.
+#[test]
+fn recorder_fallback_hooks_attribute_modules_phases_and_iterations() {
+    let (out, t, _) = trace("recorder_hooks", &["--capture", "recorder"], &py("recorder_hooks.py", &[]));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let facts = json_line(&out, "FACTS ");
+    assert!(!text(&out.stderr).contains("hooks failed"), "{}", text(&out.stderr));
+    assert_eq!(facts["notes"], serde_json::json!([]), "the recorder noted a failure");
+    let t = t.expect("a trace");
+    assert!(!t.meta.warnings.iter().any(|w| w.contains("failed")), "{:?}", t.meta.warnings);
+    assert_eq!(t.iterations.len(), 3, "one iteration per optimizer step");
+    let allocs: Vec<usize> = (0..t.events.len()).filter(|&i| t.events.event_type(i) == shared::EventType::Alloc).collect();
+    let want = facts["allocs"].as_array().unwrap();
+    assert_eq!(allocs.len(), want.len());
+    let mut total = 0u64;
+    let mut leaf_peaks = std::collections::BTreeMap::<String, u64>::new();
+    for (&i, w) in allocs.iter().zip(want) {
+        let (who, phase) = (w["who"].as_str().unwrap(), w["phase"].as_str().unwrap());
+        assert_eq!(t.events.size_bytes[i], w["size"].as_u64().unwrap());
+        assert_eq!(t.events.phase(i).as_str(), phase, "{who}");
+        total += t.events.size_bytes[i];
+        if phase == "forward" {
+            assert_eq!(t.str(t.events.layer[i]), who, "a forward output is its module's");
+            leaf_peaks.insert(who.to_owned(), total);
+        } else if phase == "optimizer" {
+            assert!(t.str(t.events.layer[i]).ends_with(".step"), "{}", t.str(t.events.layer[i]));
+        }
+    }
+    assert_eq!(leaf_peaks.len(), 7, "{leaf_peaks:?}");
+    let stats = layer_stats(&t);
+    for (leaf, peak) in &leaf_peaks {
+        assert_eq!(stats.get(leaf).map(|s| s.peak_allocated), Some(*peak), "{leaf}'s peak");
+    }
+    let scopes: std::collections::BTreeSet<(String, u16)> = t.scopes.iter().map(|s| (t.str(s.name).to_owned(), s.depth)).collect();
+    for want in [("Net", 0), ("blocks.0", 1), ("blocks.2.down", 2), ("head", 1)] {
+        assert!(scopes.contains(&(want.0.to_owned(), want.1)), "{want:?} missing from {scopes:?}");
+    }
+}
+
 /// The recorder's side in the collector, on real snapshots (an H100's, `tests/data`) with the
 /// annotations `_history.py` makes added, written as it writes them (`annotate_snapshot.py`):
 /// two snapshots of one process, one after the other, become one trace whose iterations, layer

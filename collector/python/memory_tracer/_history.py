@@ -107,8 +107,10 @@ class Recorder:
         chunk = os.environ.get("MEMORY_TRACER_RECORDER_CHUNK_ENTRIES", "")
         self.chunk_entries = int(chunk) if chunk.isdigit() else min(CHUNK_ENTRIES, self.max_entries // 2)
         self.marker = options.get("iteration_marker") or None
-        # What `_capture.Capture.name_root` and `after_step` keep.
+        # What `_capture.Capture.name_root` and `after_step` keep (the recorder records no
+        # holders: `name_root` names modules for them only where they are recorded).
         self.names = {}
+        self.holders = None
         self.main_root = None
         self.root_names = set()
         self.optimizers = weakref.WeakKeyDictionary()
