@@ -13,7 +13,6 @@ use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{CallToolResult, ContentBlock, ServerCapabilities, ServerConfig};
 use rmcp::{schemars, tool, tool_handler, tool_router, ErrorData, ServerHandler};
 use serde::{Deserialize, Serialize};
-use shared::report::TraceReport;
 use shared::{ImportOptions, Trace};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -198,6 +197,8 @@ pub struct SummaryAnswer {
     pub ooms: Vec<shared::analysis::oom::OomEvent>,
     /// Who holds the bytes live at the peak, where the capture recorded holders.
     pub holders_at_peak: Option<shared::analysis::holders::Why>,
+    /// The allocator settings the run had (a CUDA trace), or that they are unknown.
+    pub allocator_settings: Option<shared::whatif::SettingsInfo>,
     pub warnings: Vec<String>,
     /// The tools that go deeper.
     pub next: &'static str,
@@ -423,9 +424,9 @@ impl ServerHandler for Tools {
     }
 }
 
-/// The trace's [`TraceReport`] as the `summary` tool answers it.
+/// The trace's [`TraceReport`](shared::report::TraceReport) as the `summary` tool answers it.
 fn summary_answer(t: &Trace) -> SummaryAnswer {
-    let r = TraceReport::of(t);
+    let r = traceio::text::report(t);
     let s = &r.summary;
     SummaryAnswer {
         peak_allocated_bytes: s.peak_allocated_bytes,
@@ -446,6 +447,7 @@ fn summary_answer(t: &Trace) -> SummaryAnswer {
         never_freed: r.leaks.survivors.clone(),
         ooms: r.oom.as_ref().map(|o| o.all.clone()).unwrap_or_default(),
         holders_at_peak: r.holders_at_peak.clone(),
+        allocator_settings: r.allocator_settings.clone(),
         warnings: t.meta.warnings.iter().take(5).cloned().collect(),
         next: "top_allocations_at_peak, layer_stats, leaks, oom, advise, find, diff",
     }
@@ -573,6 +575,11 @@ mod tests {
 
         assert_eq!(mcp.holders_at_peak, json.holders_at_peak);
         assert_eq!(overview.holders_at_peak, json.holders_at_peak);
+        assert_eq!(mcp.allocator_settings, json.allocator_settings);
+        assert_eq!(overview.allocator_settings, json.allocator_settings);
+        if let Some(a) = &json.allocator_settings {
+            assert!(text.contains(&format!("  allocator          {}", a.description)), "{text}");
+        }
         if let Some(w) = &json.holders_at_peak {
             assert!(text.contains(&format!("({:.1} % named", 100.0 * w.coverage())), "{text}");
             for g in &w.holders {

@@ -177,6 +177,10 @@ pub(crate) fn traced_env(command: &[String], flags: &[String], ops: &str, out: &
     cmd.args(["trace", "-q", "--ops", ops, "-o"]).arg(out).arg("--").args(command).args(flags);
     if let Some(conf) = alloc_conf {
         cmd.env("PYTORCH_CUDA_ALLOC_CONF", conf);
+        // Releases differ on which of the two wins: the setting goes in both.
+        if std::env::var_os("PYTORCH_ALLOC_CONF").is_some() {
+            cmd.env("PYTORCH_ALLOC_CONF", conf);
+        }
     }
     let run = cmd.output().map_err(|e| format!("cannot run the collector: {e}"))?;
     let tail = || String::from_utf8_lossy(&run.stderr).lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").to_owned();
@@ -291,7 +295,7 @@ pub fn verify(command: &[String], opts: &AdviceOptions, dir: &Path) -> anyhow::R
         report.suggestions.iter().find(|s| matches!(s.kind, SuggestionKind::ExpandableSegments | SuggestionKind::AllocatorSetting));
     if let Some(s) = setting {
         let conf = s.change.trim_start_matches("PYTORCH_CUDA_ALLOC_CONF=").to_owned();
-        let own = std::env::var("PYTORCH_CUDA_ALLOC_CONF").unwrap_or_default();
+        let own = own_alloc_conf();
         let env = if own.is_empty() { conf.clone() } else { format!("{own},{conf}") };
         let path = dir.join(format!("run{}.mtrace.json", rows.len()));
         eprintln!("collector: tracing under PYTORCH_CUDA_ALLOC_CONF={env}");
@@ -354,4 +358,10 @@ pub fn print(v: &Verification, mut out: impl std::io::Write) -> std::io::Result<
         writeln!(out, "{}: {}", r.configuration, r.error.as_deref().unwrap_or(""))?;
     }
     Ok(())
+}
+
+/// The caller's own allocator setting, which a row's setting is appended to (PyTorch reads the
+/// keys left to right, the last one winning).
+pub fn own_alloc_conf() -> String {
+    std::env::var("PYTORCH_CUDA_ALLOC_CONF").or_else(|_| std::env::var("PYTORCH_ALLOC_CONF")).unwrap_or_default()
 }

@@ -42,6 +42,9 @@ pub struct Hello {
     pub options: Option<CaptureOptions>,
     /// torchrun's variables (`RANK`, `WORLD_SIZE`, `MASTER_ADDR`, …) the process had.
     pub env: BTreeMap<String, String>,
+    /// The caching allocator's variables the process started with (`PYTORCH_CUDA_ALLOC_CONF`,
+    /// `PYTORCH_ALLOC_CONF`, `PYTORCH_HIP_ALLOC_CONF`).
+    pub alloc_conf_env: BTreeMap<String, String>,
 }
 
 impl Hello {
@@ -54,6 +57,17 @@ impl Hello {
     pub fn world_size(&self) -> Option<u32> {
         self.env.get("WORLD_SIZE")?.parse().ok()
     }
+}
+
+/// What the process says of its caching allocator at its end (`_allocator.py`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct AllocatorEnd {
+    /// `torch.cuda.memory._snapshot()`'s `allocator_settings`, when it could be read.
+    pub settings: Option<shared::model::AllocatorSettings>,
+    /// `_set_allocator_settings` and `set_per_process_memory_fraction` calls, in order, on the
+    /// shim's clock.
+    pub changes: Vec<shared::model::AllocatorChange>,
 }
 
 /// One CUDA device's totals at the capture's start.
@@ -90,6 +104,8 @@ pub struct End {
     pub snapshots: Option<u64>,
     /// torch.compile's generated code and what of it was attributed to modules.
     pub compiled: Option<shared::model::CompiledCode>,
+    /// The allocator's effective settings at the end and the program's changes to them.
+    pub allocator: Option<AllocatorEnd>,
 }
 
 /// The shim's counters at the end.

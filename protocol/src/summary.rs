@@ -8,6 +8,7 @@ use shared::analysis::oom::OomReport;
 use shared::analysis::{DevicePeak, LayerMemoryStats, Summary};
 use shared::model::CompiledCode;
 use shared::report::TraceReport;
+use shared::whatif::SettingsInfo;
 use shared::Trace;
 use std::collections::BTreeMap;
 
@@ -42,6 +43,10 @@ pub struct SummaryJson {
     /// Who holds the bytes live at the peak, largest first, where the capture recorded holders.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub holders_at_peak: Option<Why>,
+    /// The CUDA caching allocator's settings the run had, for a CUDA trace (`known: false`:
+    /// the file did not record them, and PyTorch's defaults are assumed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allocator_settings: Option<SettingsInfo>,
 }
 
 impl SummaryJson {
@@ -61,6 +66,7 @@ impl SummaryJson {
             categories_at_peak: report.categories_at_peak.iter().map(|&(c, b)| (c.as_str().to_owned(), b)).collect(),
             compiled: trace.meta.compiled.clone(),
             holders_at_peak: report.holders_at_peak.clone(),
+            allocator_settings: report.allocator_settings.clone(),
         }
     }
 }

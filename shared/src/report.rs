@@ -9,6 +9,7 @@ use crate::analysis::leaks::{self, LeakReport};
 use crate::analysis::oom::{self, OomReport};
 use crate::analysis::{self, DevicePeak, LayerMemoryStats, Summary};
 use crate::model::Trace;
+use crate::whatif::{own_settings, SettingsInfo};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -38,24 +39,42 @@ pub struct TraceReport {
     pub holders_at_peak: Option<Why>,
     /// Highest device memory in use as the driver saw it, when sampled.
     pub driver_used_peak_bytes: Option<u64>,
+    /// The CUDA caching allocator's settings the run had (or that they are unknown), for a
+    /// trace of a CUDA device.
+    pub allocator_settings: Option<SettingsInfo>,
 }
 
 impl TraceReport {
-    /// The report of `trace`, its walks over every event side by side where threads exist.
+    /// The report of `trace`, its walks one after another (`traceio::text::report` runs them
+    /// side by side).
     pub fn of(trace: &Trace) -> Self {
         Self::with_categories(trace, &mut |_| {}).0
     }
 
     /// The report and every allocation's category (the viewer keeps them for later answers);
-    /// `progress` hears each step's name where the walks run one after another.
+    /// `progress` hears each step's name.
     pub fn with_categories(trace: &Trace, progress: &mut dyn FnMut(&str)) -> (Self, Vec<Categorized>) {
-        let (summary, layers, leaks, categorized) = walks(trace, progress);
+        let walks = Walks::one_by_one(trace, progress);
         progress("explaining out of memory");
+        Self::from_walks(trace, walks)
+    }
+
+    /// The report from its walks over every event, however they were run.
+    pub fn from_walks(trace: &Trace, walks: Walks) -> (Self, Vec<Categorized>) {
+        let Walks { summary, layers, leaks, categorized } = walks;
         let oom = oom::oom(trace, OOM_LINES);
         let categories_at_peak = categories::bytes_at(trace, &categorized, summary.peak_event_index);
-        progress("who holds the peak");
         let holders_at_peak = if trace.event_holders.is_empty() { None } else { holders::top_at_peak(trace, HOLDER_LINES) };
+        let cuda = trace.devices.iter().find(|d| d.kind == "cuda" && !d.is_pinned_host()).map(|d| d.index);
+        let peak_index = summary
+            .peak_device
+            .as_deref()
+            .and_then(|p| trace.devices.iter().find(|d| d.to_string() == p && d.kind == "cuda"))
+            .map(|d| d.index)
+            .or(cuda);
+        let allocator_settings = peak_index.map(|i| own_settings(trace).info(i, trace.meta.allocator_changes.len()));
         let report = Self {
+            allocator_settings,
             devices: analysis::device_peaks(trace),
             driver_used_peak_bytes: trace.device_samples.iter().map(|d| d.used_bytes).max(),
             summary,
@@ -74,36 +93,30 @@ impl TraceReport {
     }
 }
 
-type Walks = (Summary, BTreeMap<String, LayerMemoryStats>, LeakReport, Vec<Categorized>);
+/// The report's four walks over every event (a 3 GB snapshot's are 15 M events): independent,
+/// so a caller with threads runs them side by side.
+pub struct Walks {
+    pub summary: Summary,
+    pub layers: BTreeMap<String, LayerMemoryStats>,
+    pub leaks: LeakReport,
+    pub categorized: Vec<Categorized>,
+}
 
-/// The four walks of every event (a 3 GB snapshot's are 15 M events), on as many cores.
-#[cfg(not(target_arch = "wasm32"))]
-fn walks(trace: &Trace, progress: &mut dyn FnMut(&str)) -> Walks {
-    progress("summarising, layers, leaks and categories");
-    std::thread::scope(|scope| {
-        let leaks = scope.spawn(|| leaks::leaks(trace, LEAK_LINES));
-        let layers = scope.spawn(|| analysis::layer_stats(trace));
-        let categorized = scope.spawn(|| categories::categorize(trace));
+impl Walks {
+    /// The leak check as the report runs it.
+    pub fn leaks(trace: &Trace) -> LeakReport {
+        leaks::leaks(trace, LEAK_LINES)
+    }
+
+    /// The four walks one after another.
+    pub fn one_by_one(trace: &Trace, progress: &mut dyn FnMut(&str)) -> Self {
+        progress("summarising");
         let summary = analysis::summary(trace);
-        (summary, joined(layers), joined(leaks), joined(categorized))
-    })
-}
-
-/// The four walks one after another (a page's worker has one thread).
-#[cfg(target_arch = "wasm32")]
-fn walks(trace: &Trace, progress: &mut dyn FnMut(&str)) -> Walks {
-    progress("summarising");
-    let summary = analysis::summary(trace);
-    progress("layer statistics");
-    let layers = analysis::layer_stats(trace);
-    progress("looking for leaks");
-    let leaks = leaks::leaks(trace, LEAK_LINES);
-    progress("categorising allocations");
-    (summary, layers, leaks, categories::categorize(trace))
-}
-
-/// A scoped thread's result; its panic goes on in this thread, as it would have without it.
-#[cfg(not(target_arch = "wasm32"))]
-fn joined<T>(h: std::thread::ScopedJoinHandle<'_, T>) -> T {
-    h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))
+        progress("layer statistics");
+        let layers = analysis::layer_stats(trace);
+        progress("looking for leaks");
+        let leaks = Self::leaks(trace);
+        progress("categorising allocations");
+        Walks { summary, layers, leaks, categorized: categories::categorize(trace) }
+    }
 }

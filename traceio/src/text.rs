@@ -2,7 +2,7 @@
 //! leaks, diffs and advice, as text for a terminal.
 
 use shared::analysis::{LayerMemoryStats, Summary};
-use shared::report::TraceReport;
+use shared::report::{TraceReport, Walks};
 use shared::units::{format_bytes, format_seconds};
 use shared::Trace;
 use std::io::Write;
@@ -92,7 +92,25 @@ fn print_holders(groups: &[shared::analysis::holders::HolderGroup], top: usize, 
 
 /// Prints the summary (or one JSON object with `json`): the trace's [`TraceReport`] as text.
 pub fn print_summary(trace: &Trace, top: usize, json: bool, out: impl Write) -> anyhow::Result<()> {
-    print_report(trace, &TraceReport::of(trace), top, json, out)
+    print_report(trace, &report(trace), top, json, out)
+}
+
+/// The trace's report, its four walks over every event on as many cores.
+pub fn report(trace: &Trace) -> TraceReport {
+    use shared::analysis::{categories, layer_stats, summary};
+    let walks = std::thread::scope(|scope| {
+        let leaks = scope.spawn(|| Walks::leaks(trace));
+        let layers = scope.spawn(|| layer_stats(trace));
+        let categorized = scope.spawn(|| categories::categorize(trace));
+        let summary = summary(trace);
+        Walks { summary, layers: joined(layers), leaks: joined(leaks), categorized: joined(categorized) }
+    });
+    TraceReport::from_walks(trace, walks).0
+}
+
+/// A scoped thread's result; its panic goes on in this thread, as it would have without it.
+fn joined<T>(h: std::thread::ScopedJoinHandle<'_, T>) -> T {
+    h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))
 }
 
 /// Prints `report`, the report of `trace`, as text (or as `collector summary --json`'s object).
@@ -182,6 +200,12 @@ fn print_peaks(trace: &Trace, report: &TraceReport, out: &mut dyn Write) -> anyh
     }
     if let Some(c) = &trace.meta.compiled {
         writeln!(out, "  compiled code      {}", c.describe())?;
+    }
+    if let Some(a) = &report.allocator_settings {
+        writeln!(out, "  allocator          {}", a.description)?;
+        for n in &a.notes {
+            writeln!(out, "                     {n}")?;
+        }
     }
     if let Some(o) = &report.oom {
         print_oom(o, &mut *out)?;

@@ -15,7 +15,7 @@ import threading
 import time
 import weakref
 
-from . import _shim
+from . import _allocator, _shim
 from ._shim import PHASE_BACKWARD, PHASE_FORWARD, PHASE_OPTIMIZER, PHASE_OTHER
 
 ITERATION_BEGIN = "iteration.begin"
@@ -123,6 +123,7 @@ class Capture:
         self.sampler = None
         self.compiled = None  # Inductor's generated code attributed to modules (_compiled)
         self.holders = None  # who holds each storage (_holders), with --holders
+        self.allocator = None  # the allocator's settings and the program's changes (_allocator)
         self.begin_id = self.intern(ITERATION_BEGIN)
         self.end_id = self.intern(ITERATION_END)
 
@@ -599,7 +600,11 @@ class Capture:
             "base_totals": base,
             "options": o,
             "env": {k: os.environ[k] for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID") if k in os.environ},
+            "alloc_conf_env": _allocator.env(),
         })
+        # Kept while paused too: a setting changed then still decides what the replays start from.
+        self.allocator = _allocator.Watch(torch, lib.mt_now_ns)
+        self.allocator.install()
         self.set_phase(PHASE_OTHER)
         hello["start_ns"] = lib.mt_now_ns()
         self.send(_shim.FRAME_HELLO, hello)
@@ -647,6 +652,9 @@ class Capture:
                 end["compiled"] = self.compiled.meta()
             end["optimizers"] = sorted(e[0] for e in self.optimizers.values())
             end["cuda"] = _cuda_stats()
+            if self.allocator is not None:
+                end["allocator"] = self.allocator.end()
+                self.allocator.uninstall()
             end["private_pools"] = _private_pool_segments()
             if self.sampler is not None:
                 end["device_samples"] = self.sampler.stop()

@@ -105,7 +105,7 @@ pub fn whatif_command(a: WhatIfArgs) -> anyhow::Result<()> {
 /// overrides key by key as PyTorch reads them left to right).
 fn verify(command: &[String], opts: &WhatIfOptions, dir: &std::path::Path) -> anyhow::Result<Verified> {
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let own = std::env::var("PYTORCH_CUDA_ALLOC_CONF").unwrap_or_default();
+    let own = crate::verify::own_alloc_conf();
     let base_path = dir.join("baseline.mtrace.json");
     eprintln!("collector: tracing the baseline: {}", command.join(" "));
     let base = crate::verify::traced_env(command, &[], "none", &base_path, None).map_err(|e| anyhow::anyhow!("the baseline run: {e}"))?;
@@ -164,13 +164,14 @@ fn label(setting: &str) -> &str {
 
 /// The prediction: one row per setting.
 pub fn print(r: &WhatIfReport, mut out: impl std::io::Write) -> std::io::Result<()> {
-    let own = if r.own_settings.is_empty() { "PyTorch's defaults".to_owned() } else { r.own_settings.clone() };
+    let own =
+        if r.own_settings_known { format!("recorded under {}", r.own_description) } else { format!("recorded with {}", r.own_description) };
     let capacity =
         r.device_memory_bytes.map_or_else(|| "no device memory limit".to_owned(), |b| format!("{} of device memory", format_bytes(b)));
     let reserved = r.recorded.reserved_peak_bytes.map_or_else(|| "unknown".into(), format_bytes);
     writeln!(
         out,
-        "Allocator what-if on {}, recorded under {own}: peaks {} allocated, {reserved} reserved; {capacity}.",
+        "Allocator what-if on {}, {own}: peaks {} allocated, {reserved} reserved; {capacity}.",
         r.device,
         format_bytes(r.recorded.allocated_peak_bytes)
     )?;

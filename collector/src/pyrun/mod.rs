@@ -610,6 +610,9 @@ fn build_native_trace(mut p: ProcessStream, opts: &PyOptions) -> Result<Trace, S
     };
     let mut trace = assemble::assemble(&captured, meta);
     report_env(&mut trace, &hello);
+    if cuda_index.is_some() {
+        record_allocator_settings(&mut trace, &hello, end.as_ref(), start_ns);
+    }
     if let Some(i) = cuda_index {
         trace.device_samples = device_samples(end.as_ref(), i, start_ns);
         attach_private_pools(&mut trace, end.as_ref(), i);
@@ -677,6 +680,39 @@ fn attach_private_pools(trace: &mut Trace, end: Option<&End>, index: i8) {
     );
 }
 
+/// The allocator settings the process ran under: PyTorch's own effective settings at the end
+/// when the program changed none, else the environment's string with the changes after it
+/// (each replayed from its time). Always an object, so that a trace of this capture says its
+/// settings are known (an empty one: PyTorch's defaults).
+fn record_allocator_settings(trace: &mut Trace, hello: &Hello, end: Option<&End>, start_ns: u64) {
+    let allocator = end.and_then(|e| e.allocator.as_ref());
+    let mut changes = allocator.map(|a| a.changes.clone()).unwrap_or_default();
+    for c in &mut changes {
+        c.ts_ns = c.ts_ns.saturating_sub(start_ns);
+    }
+    let effective = allocator.and_then(|a| a.settings.clone()).filter(|s| s.is_object());
+    let env = &hello.alloc_conf_env;
+    let mut from_env = || {
+        // Releases differ on which variable wins when both are set; where they differ, say so.
+        let (cuda, generic) = (env.get("PYTORCH_CUDA_ALLOC_CONF"), env.get("PYTORCH_ALLOC_CONF"));
+        if let (Some(a), Some(b)) = (cuda, generic) {
+            if a != b {
+                trace.meta.warnings.push(format!(
+                    "PYTORCH_CUDA_ALLOC_CONF ({a:?}) and PYTORCH_ALLOC_CONF ({b:?}) were both set: the replays start from PYTORCH_CUDA_ALLOC_CONF"
+                ));
+            }
+        }
+        let s = cuda.or(generic).or(env.get("PYTORCH_HIP_ALLOC_CONF")).cloned().unwrap_or_default();
+        shared::model::allocator_settings_of_string(&s)
+    };
+    let settings = match effective {
+        Some(e) if changes.iter().all(|c| c.settings.is_none()) => e,
+        _ => from_env(),
+    };
+    trace.meta.allocator_settings = Some(settings);
+    trace.meta.allocator_changes = changes;
+}
+
 /// The process's torchrun variables (numbers, as `env.RANK`, ...) and job, from its header.
 fn report_env(trace: &mut Trace, hello: &Hello) {
     for (k, v) in &hello.env {
@@ -733,5 +769,45 @@ mod tests {
         let mut u = Trace::new(TraceMeta::new(SourceFormat::MemoryTracer));
         attach_private_pools(&mut u, Some(&End::default()), 0);
         assert!(u.pools.is_empty() && u.meta.warnings.is_empty());
+    }
+
+    /// A traced CUDA run's settings: PyTorch's effective ones when the program changed none,
+    /// else the environment's with the changes (timed from the capture's start), which the
+    /// what-if replays apply; a trace of this capture always says its settings are known.
+    #[test]
+    fn allocator_settings_come_from_the_run() {
+        use protocol::frames::AllocatorEnd;
+        use shared::model::AllocatorChange;
+        let mut hello = Hello::default();
+        hello.alloc_conf_env.insert("PYTORCH_CUDA_ALLOC_CONF".into(), "expandable_segments:True".into());
+        let effective = json!({"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", "expandable_segments": true, "max_split_size": -1});
+        let end = |changes: Vec<AllocatorChange>| End {
+            allocator: Some(AllocatorEnd { settings: Some(effective.clone()), changes }),
+            ..End::default()
+        };
+        let mut t = Trace::new(TraceMeta::new(SourceFormat::MemoryTracer));
+        record_allocator_settings(&mut t, &hello, Some(&end(Vec::new())), 1000);
+        assert_eq!(t.meta.allocator_settings.as_ref(), Some(&effective));
+        let own = shared::whatif::own_settings(&t);
+        assert!(own.known && own.conf.expandable());
+
+        let change = AllocatorChange { ts_ns: 1500, settings: Some("max_split_size_mb:128".into()), memory_fraction: None, device: None };
+        let fraction = AllocatorChange { ts_ns: 1600, settings: None, memory_fraction: Some(0.5), device: Some(0) };
+        let mut t = Trace::new(TraceMeta::new(SourceFormat::MemoryTracer));
+        record_allocator_settings(&mut t, &hello, Some(&end(vec![change, fraction])), 1000);
+        assert_eq!(t.meta.allocator_settings, Some(json!({"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"})));
+        assert_eq!(t.meta.allocator_changes.iter().map(|c| c.ts_ns).collect::<Vec<_>>(), [500, 600]);
+        let own = shared::whatif::own_settings(&t);
+        assert_eq!(own.conf.to_string(), "expandable_segments:True,max_split_size_mb:128");
+        assert_eq!(own.info(0, 2).description, "expandable_segments:True,max_split_size_mb:128; memory fraction 0.5");
+
+        // Both variables, differing: said; no end frame: the environment alone.
+        hello.alloc_conf_env.insert("PYTORCH_ALLOC_CONF".into(), "garbage_collection_threshold:0.8".into());
+        let mut t = Trace::new(TraceMeta::new(SourceFormat::MemoryTracer));
+        record_allocator_settings(&mut t, &hello, None, 0);
+        assert!(t.meta.warnings[0].contains("were both set"), "{:?}", t.meta.warnings);
+        let mut t = Trace::new(TraceMeta::new(SourceFormat::MemoryTracer));
+        record_allocator_settings(&mut t, &Hello::default(), None, 0);
+        assert_eq!(shared::whatif::own_settings(&t).info(0, 0).description, "PyTorch's defaults");
     }
 }

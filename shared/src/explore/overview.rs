@@ -62,6 +62,9 @@ pub struct Overview {
     /// Highest device memory in use as the driver saw it, when sampled.
     #[serde(default)]
     pub driver_used_peak_bytes: Option<u64>,
+    /// The CUDA caching allocator's settings the run had, or that they are unknown.
+    #[serde(default)]
+    pub allocator_settings: Option<crate::whatif::SettingsInfo>,
     /// torch.compile's generated code in the run and the modules it was attributed to.
     #[serde(default)]
     pub compiled: Option<crate::model::CompiledCode>,
@@ -256,6 +259,7 @@ pub(super) fn overview_of(
         categories_at_peak: report.categories_at_peak,
         holders_at_peak: report.holders_at_peak,
         driver_used_peak_bytes: report.driver_used_peak_bytes,
+        allocator_settings: report.allocator_settings,
         compiled: trace.meta.compiled.clone(),
     };
     (overview, categorized)

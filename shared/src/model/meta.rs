@@ -40,9 +40,15 @@ pub struct TraceMeta {
     pub source_format: SourceFormat,
     /// Wall-clock start of the trace in nanoseconds since the Unix epoch, when known.
     pub start_unix_ns: Option<u64>,
-    /// Allocator settings as the source gave them (snapshots), for display.
+    /// The caching allocator's settings the run started under, as a memory snapshot's
+    /// `allocator_settings` dict (its `PYTORCH_CUDA_ALLOC_CONF` string and effective values);
+    /// `None`: the source did not record them (then PyTorch's defaults are assumed, and said).
     #[serde(default)]
-    pub allocator_settings: Option<serde_json::Value>,
+    pub allocator_settings: Option<AllocatorSettings>,
+    /// Changes the program made to the allocator while it ran (`_set_allocator_settings`,
+    /// `set_per_process_memory_fraction`), in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allocator_changes: Vec<AllocatorChange>,
     /// What the importer could not take at face value (skipped entries, estimated sizes).
     #[serde(default)]
     pub warnings: Vec<String>,
@@ -74,6 +80,32 @@ pub struct TraceMeta {
     /// What the capture made of torch.compile's generated code, when the program ran some.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compiled: Option<CompiledCode>,
+}
+
+/// A caching allocator's settings as PyTorch reports them (a memory snapshot's
+/// `allocator_settings`): a free-form map of PyTorch's own key names.
+pub type AllocatorSettings = serde_json::Value;
+
+/// The settings of a run known only by its `PYTORCH_CUDA_ALLOC_CONF` string (empty: PyTorch's
+/// defaults), in the shape a snapshot gives them.
+pub fn allocator_settings_of_string(alloc_conf: &str) -> AllocatorSettings {
+    serde_json::json!({ "PYTORCH_CUDA_ALLOC_CONF": alloc_conf })
+}
+
+/// One change the program made to the CUDA caching allocator while it ran.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AllocatorChange {
+    /// When, on the trace's clock.
+    pub ts_ns: u64,
+    /// A `PYTORCH_CUDA_ALLOC_CONF` string given to `torch.cuda.memory._set_allocator_settings`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub settings: Option<String>,
+    /// A fraction given to `torch.cuda.set_per_process_memory_fraction`, for `device`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_fraction: Option<f64>,
+    /// The CUDA device index the fraction is for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<i32>,
 }
 
 /// Inductor's generated code in a traced run: its allocations are attributed to the modules
@@ -197,6 +229,7 @@ impl TraceMeta {
             source_format,
             start_unix_ns: None,
             allocator_settings: None,
+            allocator_changes: Vec::new(),
             warnings: Vec::new(),
             reported: std::collections::BTreeMap::new(),
             fragmentation_tracked: true,

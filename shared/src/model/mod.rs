@@ -24,7 +24,7 @@ mod strings;
 pub use devices::{Device, DeviceSample};
 pub use events::{EventRecord, EventStore, EventType, MemoryEvent, Phase, Totals, TotalsCursor, TotalsOverride};
 pub use holders::{EventHolder, HolderKind};
-pub use meta::{CompiledCode, Counter, SourceFormat, TraceMeta};
+pub use meta::{allocator_settings_of_string, AllocatorChange, AllocatorSettings, CompiledCode, Counter, SourceFormat, TraceMeta};
 pub use notes::{EventNote, NoteKind};
 pub use ops::{OperatorEvent, TensorRef};
 pub use scopes::{IterationSpan, LayerScope, Mark, INPUT_LAYER};

@@ -126,6 +126,7 @@ mod conf;
 mod expandable;
 mod initial;
 mod outcome;
+mod own;
 mod release;
 mod report;
 mod requests;
@@ -136,6 +137,7 @@ pub use conf::{
     allocation_size, AllocConf, Backend, ConfError, ReserveSpec, TorchRelease, DEFAULT_LARGE_SEGMENT_BYTES, DIVISION_INTERVALS, MIB,
 };
 pub use outcome::{Anomalies, At, OomAt, Outcome, Placement, SimOptions};
+pub use own::{lenient, own_settings, OwnSettings, SettingsInfo, UNKNOWN as SETTINGS_UNKNOWN};
 pub use report::{parse_settings, what_if, OomReport, Recorded, SettingOutcome, WhatIfError, WhatIfOptions, WhatIfReport};
 pub use requests::{requests, DeviceRequests, Op, Request, Requests};
 pub use segments::segments_after;

@@ -94,6 +94,12 @@ pub struct WhatIfReport {
     pub device: String,
     /// The run's own settings, canonically (empty: PyTorch's defaults).
     pub own_settings: String,
+    /// Whether the trace recorded its settings (else PyTorch's defaults were assumed).
+    pub own_settings_known: bool,
+    /// The memory fraction the run set on this device, applied to every replay.
+    pub memory_fraction: Option<f64>,
+    /// The run's own settings in words (`settings unknown, PyTorch's defaults assumed`).
+    pub own_description: String,
     /// The device memory the replays had (`None`: no limit).
     pub device_memory_bytes: Option<u64>,
     pub recorded: Recorded,
@@ -108,8 +114,12 @@ pub fn what_if(trace: &Trace, opts: &WhatIfOptions) -> Result<WhatIfReport, What
     let reqs = requests(trace);
     let dev = pick_device(trace, &reqs.devices, opts.device.as_deref())?;
     let device_memory = opts.device_memory_bytes.or(trace.meta.device_total_memory_bytes);
-    let sim_opts = SimOptions::with_capacity(device_memory);
-    let recorded = recorded(trace, dev, &reqs.own_conf)?;
+    let index = trace.devices.get(dev.device as usize).map_or(0, |d| d.index);
+    // A memory fraction caps reserved memory at a share of the device (and lets
+    // garbage_collection_threshold act): the run's own, for every replay.
+    let fraction = reqs.own.fraction_for(index).filter(|_| device_memory.is_some());
+    let sim_opts = SimOptions::with_capacity(device_memory).with_fraction(fraction);
+    let recorded = recorded(trace, dev, &reqs.own_conf, fraction.and(device_memory).map(|m| (m, fraction)))?;
     let own = simulate(dev, &reqs.own_conf, &sim_opts)?;
     let own_reserved = own.reserved_peak_bytes;
     let mut settings = vec![setting_report(trace, String::new(), &reqs.own_conf, &own, own_reserved, Vec::new())];
@@ -134,6 +144,9 @@ pub fn what_if(trace: &Trace, opts: &WhatIfOptions) -> Result<WhatIfReport, What
     Ok(WhatIfReport {
         device: dev.name.clone(),
         own_settings: reqs.own_conf.to_string(),
+        own_settings_known: reqs.own.known,
+        memory_fraction: fraction,
+        own_description: reqs.own.info(index, trace.meta.allocator_changes.len()).description,
         device_memory_bytes: device_memory,
         recorded,
         settings,
@@ -180,10 +193,16 @@ fn peaks_by_device(trace: &Trace) -> Vec<(u64, u64)> {
 
 /// The recorded peaks, and the replay under the run's own settings (no memory limit: every
 /// release the trace shows is replayed) held against them.
-fn recorded(trace: &Trace, dev: &DeviceRequests, own: &AllocConf) -> Result<Recorded, WhatIfError> {
+/// `limit`: the device's memory and the run's memory fraction, where it set one (the replay
+/// then caps and collects as the run did).
+fn recorded(trace: &Trace, dev: &DeviceRequests, own: &AllocConf, limit: Option<(u64, Option<f64>)>) -> Result<Recorded, WhatIfError> {
     let peaks = peaks_by_device(trace).get(dev.device as usize).copied().unwrap_or_default();
     let reserved_known = !trace.meta.reserved_unknown.contains(&dev.device);
-    let out = simulate(dev, own, &SimOptions::default().recording_totals())?;
+    let opts = match limit {
+        Some((memory, fraction)) => SimOptions::with_capacity(Some(memory)).with_fraction(fraction),
+        None => SimOptions::default(),
+    };
+    let out = simulate(dev, own, &opts.recording_totals())?;
     let c = compare_with_recorded(trace, dev, out.totals.as_deref().unwrap_or(&[]));
     let (replay_exact, first_divergence_s) = if reserved_known && c.compared > 0 {
         let at = c.first_divergence.map(|d| seconds_into(trace, trace.events.ts_ns.get(d.event as usize).copied().unwrap_or(0)));

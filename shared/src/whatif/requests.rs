@@ -77,6 +77,9 @@ pub struct Requests {
     /// The run's own allocator configuration, from the trace's settings (default if it has
     /// none): the base a what-if overrides.
     pub own_conf: AllocConf,
+    /// Everything the trace says of its settings (`own_conf` is its configuration): whether
+    /// it recorded them, the memory fractions the program set.
+    pub own: super::OwnSettings,
     /// The PyTorch release that recorded the trace, when it says.
     pub release: Option<TorchRelease>,
     /// What could not be taken as recorded.
@@ -143,15 +146,9 @@ impl DeviceWalk {
 /// trace with totals only, a reserved total that falls, or grows by more than the allocation
 /// could have asked of the device.
 pub fn requests(trace: &Trace) -> Requests {
-    let mut notes = Vec::new();
-    let own_conf = match trace.meta.allocator_settings.as_ref().map(AllocConf::from_settings) {
-        Some(Ok(c)) => c,
-        Some(Err(e)) => {
-            notes.push(format!("the trace's own allocator settings were not read ({e}): PyTorch's defaults assumed"));
-            AllocConf::default()
-        }
-        None => AllocConf::default(),
-    };
+    let own = super::own_settings(trace);
+    let mut notes = own.notes.clone();
+    let own_conf = own.conf.clone();
     let release = trace.meta.pytorch_version.as_deref().and_then(TorchRelease::parse);
     let ev = &trace.events;
     let mut walks: Vec<Option<DeviceWalk>> = (0..trace.devices.len()).map(|d| start_device(trace, d, &own_conf, &mut notes)).collect();
@@ -194,7 +191,7 @@ pub fn requests(trace: &Trace) -> Requests {
         }
         devices.push(w.out);
     }
-    Requests { devices, own_conf, release, notes }
+    Requests { devices, own_conf, own, release, notes }
 }
 
 /// The walk of device `d`, or `None` for memory the caching allocator does not hold.

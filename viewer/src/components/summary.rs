@@ -153,6 +153,12 @@ pub fn SummarySection(
                 {fields(&overview).into_iter().map(|(k, v)| view! { <div><dt>{k}</dt><dd>{v}</dd></div> }).collect_view()}
             </dl>
             {categories_at_peak(&overview)}
+            {overview.allocator_settings.as_ref().map(|a| view! {
+                <p class=if a.known { "sub" } else { "warning" } id="allocator-settings">
+                    {format!("Allocator: {}", a.description)}
+                    {a.notes.iter().map(|n| format!(" {n}.")).collect::<String>()}
+                </p>
+            })}
             {overview.compiled.as_ref().map(|c| view! {
                 <p class="sub" id="compiled-code" title="Layers marked * hold allocations of compiled code, attributed by the modules of the FX nodes they come from">
                     {format!("Compiled code: {}", c.describe())}
