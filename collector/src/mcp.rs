@@ -581,7 +581,7 @@ mod tests {
             assert!(text.contains(&format!("  allocator          {}", a.description)), "{text}");
         }
         if let Some(w) = &json.holders_at_peak {
-            assert!(text.contains(&format!("({:.1} % named", 100.0 * w.coverage())), "{text}");
+            assert!(text.contains(&format!("({:.1} % of the live bytes have one", 100.0 * w.coverage())), "{text}");
             for g in &w.holders {
                 let label = if g.module.is_empty() { g.name.clone() } else { format!("{} in {}", g.name, g.module) };
                 assert!(text.contains(&format!("{:<18} {label}", g.kind.as_str())), "{g:?} missing from\n{text}");

@@ -305,21 +305,25 @@ fn parity(out: &Output) -> serde_json::Value {
 fn torch_compile_and_export_behave_the_same_traced_and_untraced() {
     // Every case with dynamo imported early, through AOTAutograd without Inductor's C++
     // compile (what dynamo does is the same); the crash the tracer once caused, with Inductor
-    // and dynamo imported late.
-    for (case, backend) in [("all", "aot_eager"), ("module_fullgraph", "inductor")] {
-        let plain = Command::new(python())
-            .arg(program("compile_parity.py"))
-            .args([case, "--backend", backend])
-            .env_remove("PYTHONPATH")
-            .output()
-            .unwrap();
+    // and dynamo imported late; training (forward, backward, the optimizer step) through
+    // Inductor's generated code, in default mode and with fullgraph=True, the traced run
+    // finding Inductor's caches warm from the untraced one.
+    for (cases, backend) in
+        [(&["all"][..], "aot_eager"), (&["module_fullgraph"][..], "inductor"), (&["train", "train_fullgraph"][..], "inductor")]
+    {
+        let case = cases.join("+");
+        let args: Vec<&str> = cases.iter().copied().chain(["--backend", backend]).collect();
+        let plain = Command::new(python()).arg(program("compile_parity.py")).args(&args).env_remove("PYTHONPATH").output().unwrap();
         assert!(plain.status.success(), "{case} untraced: {}", text(&plain.stderr));
-        let (traced, t, _) = trace(&format!("parity_{case}"), &[], &py("compile_parity.py", &[case, "--backend", backend]));
+        let (traced, t, _) = trace(&format!("parity_{}", cases[0]), &[], &py("compile_parity.py", &args));
         assert!(traced.status.success(), "{case} traced failed where untraced ran: {}", text(&traced.stderr));
         let (plain, traced_json) = (parity(&plain), parity(&traced));
         assert_eq!(plain, traced_json, "{case}: untraced (left) and traced (right) differ");
         // The one break the program makes itself (`graph_break`), and no other.
         assert_eq!(plain["counters"]["graph_breaks"], u64::from(case == "all"), "{case}: {plain}");
+        for c in cases.iter().filter(|c| c.starts_with("train")) {
+            assert!(plain[c].as_f64().is_some_and(f64::is_finite), "{case}: no result for {c}: {plain}");
+        }
         assert!(!text(&traced.stderr).contains("Dynamo does not know"), "{case}: {}", text(&traced.stderr));
         assert!(!t.expect("a trace").events.is_empty(), "{case}: nothing traced");
     }
@@ -355,6 +359,16 @@ fn leaks_are_found_in_data_dependent_loops_and_clean_ones_are_clean() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     let r = shared::analysis::leaks::leaks(&t.expect("a trace"), 5);
     assert!(!r.leaking, "a clean loop called a leak: {}: {:?} {:?}", r.verdict, r.allocated_low_bytes, r.kept_per_iteration_bytes);
+    // Each iteration keeps its input batch, whose size follows the data: a leak, with its range.
+    let (out, t, _) = trace("moe_leak_varying", &[], &py("moe_loop.py", &["--leak-varying"]));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let r = shared::analysis::leaks::leaks(&t.expect("a trace"), 5);
+    assert!(r.leaking, "{}: {:?} {:?}", r.verdict, r.allocated_low_bytes, r.kept_per_iteration_bytes);
+    let kept: Vec<u64> = r.kept_per_iteration_bytes[r.warmup..r.kept_per_iteration_bytes.len() - 1].to_vec();
+    let (lo, hi) = (kept.iter().min().copied().unwrap(), kept.iter().max().copied().unwrap());
+    assert!(lo >= 24 * 1024 && hi <= 200 * 1024 && hi > lo, "{kept:?}");
+    let range = format!("leak: {}–{} per iteration", shared::units::format_bytes(lo), shared::units::format_bytes(hi));
+    assert!(r.verdict.starts_with(&range), "{} (want {range})", r.verdict);
 }
 
 #[test]

@@ -54,3 +54,55 @@ fn a_free_waiting_for_another_stream_is_a_pending_free_until_it_completes() {
     assert!(before.holders.iter().all(|g| g.kind != HolderKind::PendingFree), "{:?}", before.holders);
     assert_eq!(before.live_bytes, 128 << 20);
 }
+
+/// Holders recorded on the real MLP snapshot's blocks, each taking its block at a time of its
+/// own: at the peak, a block is named by the holder holding it then, never by one that takes it
+/// later (that block's holder is inferred, and counted apart); recorded and inferred bytes add
+/// up to the named ones; the JSON's names are full module paths, folded only for a reader.
+#[test]
+fn a_block_is_held_now_never_by_a_holder_that_takes_it_later() {
+    use shared::analysis::holders::why_with;
+    use shared::model::{EventHolder, EventType};
+    let mut t = load("mlp_adam_3steps.pickle");
+    let at = why(&t, &Moment::Peak, None).unwrap();
+    let peak_ns = t.events.ts_ns[at.at.event.unwrap() as usize];
+    let allocs: Vec<usize> =
+        (0..t.events.len()).filter(|&i| t.events.event_type(i) == EventType::Alloc && t.events.ts_ns[i] <= peak_ns).collect();
+    // Every block allocated by the peak gets a parameter holder, in three layers; the even ones
+    // from their allocation on, the odd ones only after the peak.
+    for (k, &i) in allocs.iter().enumerate() {
+        let (name, module) = (t.strings.intern("weight"), t.strings.intern(&format!("blocks.{}.fc", k % 3)));
+        let taken_ns = if k % 2 == 0 { t.events.ts_ns[i] } else { peak_ns + 1 };
+        t.event_holders.push(EventHolder { event: i as u32, kind: HolderKind::Parameter, name, module, taken_ns, released_ns: None });
+    }
+    t.event_holders.sort_by_key(|h| h.event);
+    let w = why_with(&t, &Moment::Peak, None, false).unwrap();
+    assert!(w.recorded);
+    let recorded: u64 = w.holders.iter().filter(|g| g.kind == HolderKind::Parameter && !g.inferred).map(|g| g.bytes).sum();
+    assert_eq!(w.recorded_bytes, recorded, "{:?}", w.holders);
+    assert_eq!(w.recorded_bytes + w.inferred_bytes, w.named_bytes);
+    assert!(w.inferred_bytes > 0 && w.recorded_bytes > 0, "{} {}", w.recorded_bytes, w.inferred_bytes);
+    // The odd blocks live at the peak are not the parameters' bytes.
+    let live_even: u64 = allocs
+        .iter()
+        .enumerate()
+        .filter(|(k, &i)| k % 2 == 0 && t.events.ts_ns[i] <= peak_ns && !freed_by(&t, i, peak_ns))
+        .map(|(_, &i)| t.events.size_bytes[i])
+        .sum();
+    assert_eq!(recorded, live_even);
+    let modules: Vec<&str> =
+        w.holders.iter().filter(|g| !g.inferred && g.kind == HolderKind::Parameter).map(|g| g.module.as_str()).collect();
+    assert!(modules.iter().all(|m| ["blocks.0.fc", "blocks.1.fc", "blocks.2.fc"].contains(m)), "{modules:?}");
+    let folded = why_with(&t, &Moment::Peak, None, true).unwrap();
+    assert!(folded.holders.iter().any(|g| g.module == "blocks.{0..2}.fc"), "{:?}", folded.holders);
+}
+
+/// Whether allocation `i`'s block is freed at or before `t_ns`.
+fn freed_by(t: &shared::Trace, i: usize, t_ns: u64) -> bool {
+    let a = t.events.address[i];
+    (i + 1..t.events.len()).any(|j| {
+        t.events.ts_ns[j] <= t_ns
+            && t.events.address[j] == a
+            && matches!(t.events.event_type(j), shared::model::EventType::Free | shared::model::EventType::Alloc)
+    })
+}

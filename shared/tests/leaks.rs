@@ -6,6 +6,7 @@
 
 use shared::analysis::leaks::{leaks, leaks_with, LeakOptions};
 use shared::model::{Device, EventRecord, EventType, OperatorEvent, Phase, SourceFormat, StrId, TraceMeta};
+use shared::units::format_bytes;
 use shared::Trace;
 
 const LEAK: u64 = 12_288;
@@ -322,6 +323,25 @@ fn a_clean_loop_whose_totals_wobble_is_never_a_leak() {
 fn a_loop_leaving_differing_sizes_behind_is_uncertain_not_a_leak() {
     let r = leaks(&wobbling_loop(|k| if k % 2 == 0 { 4096 * (k as u64 + 1) * 40 } else { 0 }), 5);
     assert!(!r.leaking && r.verdict.starts_with("uncertain"), "{}", r.verdict);
+}
+
+/// Every iteration keeps bytes whose amount follows the data (its variable-length logits): a
+/// leak, named with its range, where a loop leaving something behind only every other
+/// iteration stays uncertain and a clean loop of the same wobbling batches is never one.
+#[test]
+fn a_loop_keeping_amounts_that_follow_the_data_is_a_leak_with_its_range() {
+    let kept = |k: usize| 4096 * (3 + (k as u64 * 7) % 11) * 10;
+    let r = leaks(&wobbling_loop(kept), 5);
+    assert!(r.leaking, "{}: {:?}", r.verdict, r.kept_per_iteration_bytes);
+    let window = &r.kept_per_iteration_bytes[r.warmup..r.kept_per_iteration_bytes.len() - 1];
+    let (lo, hi) = (*window.iter().min().unwrap(), *window.iter().max().unwrap());
+    assert!(lo < hi, "{window:?}");
+    let want = format!("leak: {}–{} per iteration, differing with the data", format_bytes(lo), format_bytes(hi));
+    assert!(r.verdict.starts_with(&want), "{} (want {want})", r.verdict);
+    assert!(r.survivors.first().is_some_and(|g| g.iterations >= 9), "{:?}", r.survivors);
+    // One iteration in three keeping nothing: not (nearly) every one keeps, so no verdict of leak.
+    let r = leaks(&wobbling_loop(|k| if k % 3 == 0 { 0 } else { kept(k) }), 5);
+    assert!(!r.leaking, "{}", r.verdict);
 }
 
 /// Real traces of data-dependent loops on an H200 (`tests/gpu/compile_leaks_times.sh`): a

@@ -148,7 +148,8 @@ def compare_modules(hook, traced):
 
 def check_workload(name, args, a, env):
     out_trace = os.path.join(a.out, f"{name}.mtrace.json")
-    cmd = [a.collector, "trace", "-q", "-o", out_trace, "--", a.python, PROGRAM, name.split("_")[0]] + args
+    capture = ["--capture", a.capture] if a.capture else []
+    cmd = [a.collector, "trace", "-q", *capture, "-o", out_trace, "--", a.python, PROGRAM, name.split("_")[0]] + args
     code, stdout = run(cmd, os.path.join(a.out, f"{name}.log"), env, a.timeout)
     r = {"command": " ".join(cmd), "exit_code": code, "ok": False}
     result = parse_result(stdout)
@@ -218,6 +219,7 @@ def main():
     p.add_argument("--python", default=os.environ.get("PYTHON", "python3"), help="Python that runs the programs [$PYTHON or python3]")
     p.add_argument("--only", default="resnet50,gpt2,llama,llama_checkpointing,overhead", help="comma-separated subset of resnet50,gpt2,llama,llama_checkpointing,overhead")
     p.add_argument("--timeout", type=int, default=900, help="seconds per traced run")
+    p.add_argument("--capture", choices=["native", "recorder"], help="collector trace --capture (default: its own choice)")
     a = p.parse_args()
     only = [x for x in a.only.split(",") if x]
     unknown = sorted(set(only) - set(WORKLOADS) - {"overhead"})

@@ -2,7 +2,12 @@
 `collector whatif` (issue 48): each prints one `COUNTERS {json}` line at the end with
 PyTorch's own `max_memory_allocated()`, `max_memory_reserved()` and the settings it ran under.
 
-    whatif_train.py --model cnn|llama|moe [--steps N] [--seed S]
+    whatif_train.py --model cnn|llama|moe [--steps N] [--seed S] [--memory-limit-gib G]
+                    [--set-alloc-conf CONF]
+
+`--memory-limit-gib` sets a per-process memory fraction of G GiB of the device before the
+first allocation; `--set-alloc-conf` hands CONF to `torch.cuda.memory._set_allocator_settings`
+before it (settings made by the program, not the environment).
 
 - `cnn`: torchvision ResNet-50, SGD with momentum, batches of varying size (32, 48, 24, 64,
   40, 56, ... at 224x224), as a loader with a ragged last batch or a curriculum gives them.
@@ -126,7 +131,13 @@ def main():
     p.add_argument("--model", choices=["cnn", "llama", "moe"], required=True)
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--memory-limit-gib", type=float)
+    p.add_argument("--set-alloc-conf")
     a = p.parse_args()
+    if a.set_alloc_conf:
+        torch.cuda.memory._set_allocator_settings(a.set_alloc_conf)
+    if a.memory_limit_gib:
+        torch.cuda.set_per_process_memory_fraction(a.memory_limit_gib * 2**30 / torch.cuda.get_device_properties(0).total_memory, 0)
     torch.manual_seed(a.seed)
     g = torch.Generator().manual_seed(a.seed)
     loss = {"cnn": cnn, "llama": llama, "moe": moe}[a.model](a.steps, g)
@@ -134,6 +145,8 @@ def main():
     counters = {
         "model": a.model,
         "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
+        "set_alloc_conf": a.set_alloc_conf or "",
+        "memory_limit_gib": a.memory_limit_gib,
         "torch": torch.__version__,
         "device": torch.cuda.get_device_name(),
         "device_total_memory": torch.cuda.get_device_properties(0).total_memory,

@@ -56,8 +56,15 @@ pub fn print_why(w: &shared::analysis::holders::Why, top: usize, mut out: impl W
         _ => "at".to_owned(),
     };
     writeln!(out, "Who holds {} on {} {at} ({})", format_bytes(w.live_bytes), w.at.device, format_seconds(w.at.time_s))?;
-    let how = if w.recorded { "recorded by the capture" } else { "inferred: trace with `collector trace --holders` to record them" };
-    writeln!(out, "  holders {how}; {:.1} % of the live bytes have one", 100.0 * w.coverage())?;
+    if w.recorded {
+        writeln!(out, "  holders recorded by the capture; {}", w.shares())?;
+    } else {
+        writeln!(
+            out,
+            "  holders inferred: trace with `collector trace --holders` to record them; {:.1} % of the live bytes have one",
+            100.0 * w.coverage()
+        )?;
+    }
     if w.reserved_bytes > 0 {
         writeln!(out, "  reserved {}", format_bytes(w.reserved_bytes))?;
     }
@@ -132,7 +139,7 @@ pub fn print_report(trace: &Trace, report: &TraceReport, top: usize, json: bool,
         writeln!(out, "  at the peak        {}", parts.join(", "))?;
     }
     if let Some(w) = &report.holders_at_peak {
-        writeln!(out, "  held at the peak   ({:.1} % named; `collector why` lists them all)", 100.0 * w.coverage())?;
+        writeln!(out, "  held at the peak   ({}; `collector why` lists them all)", w.shares())?;
         print_holders(&w.holders, w.holders.len(), &mut out)?;
     }
     print_pools(trace, s, &mut out)?;

@@ -39,7 +39,8 @@ pub fn why_command(a: WhyArgs) -> anyhow::Result<()> {
     let moment = Moment::parse(&a.at).map_err(|e| anyhow::anyhow!("--at {}: {e}", a.at))?;
     let trace = load_trace(&a.input, &a.import.options())?;
     let device = a.device.as_deref().map(|d| device_named(&trace, d)).transpose()?;
-    let w = why_with(&trace, &moment, device, !a.no_fold).with_context(|| format!("--at {}", a.at))?;
+    // Folded indices (`blocks.{0..2}`) are for a reader: the JSON names every module in full.
+    let w = why_with(&trace, &moment, device, !a.no_fold && !a.json).with_context(|| format!("--at {}", a.at))?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&w)?);
     } else {

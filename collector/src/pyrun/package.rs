@@ -17,6 +17,7 @@ macro_rules! py {
 pub const FILES: &[(&str, &[u8])] = py!(
     "memory_tracer/__init__.py",
     "memory_tracer/__main__.py",
+    "memory_tracer/_allocator.py",
     "memory_tracer/_auto.py",
     "memory_tracer/_build.py",
     "memory_tracer/_capture.py",
@@ -117,5 +118,31 @@ pub fn materialize(root: &Path) -> anyhow::Result<PathBuf> {
             Ok(dir)
         }
         Err(e) => Err(e).with_context(|| format!("cannot move {} into place", dir.display())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Every Python file of the package's folder is carried: one left out breaks the import of
+    /// those that use it, and only where the carried copy runs (`collector trace`, not a checkout).
+    #[test]
+    fn every_python_file_of_the_package_is_carried() {
+        fn walk(dir: &std::path::Path, base: &std::path::Path, out: &mut Vec<String>) {
+            for e in std::fs::read_dir(dir).unwrap().flatten() {
+                let p = e.path();
+                if p.is_dir() {
+                    walk(&p, base, out);
+                } else if p.extension().is_some_and(|x| x == "py") {
+                    out.push(p.strip_prefix(base).unwrap().to_string_lossy().replace('\\', "/"));
+                }
+            }
+        }
+        let base = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("python");
+        let mut found = Vec::new();
+        walk(&base.join("memory_tracer"), &base, &mut found);
+        found.sort();
+        let mut carried: Vec<String> = super::FILES.iter().map(|(n, _)| (*n).to_owned()).collect();
+        carried.sort();
+        assert_eq!(found, carried, "collector/src/pyrun/package.rs's FILES against collector/python/");
     }
 }

@@ -6,14 +6,14 @@
 //! A block's holder is the one the capture recorded (`Trace::event_holders`, `collector trace
 //! --holders`) holding it at that moment; where several do, the one that outlives the step
 //! ([`HolderKind::rank`]: the parameter over the Python variable pointing at it). A block no
-//! recorded holder holds *yet* (an operator's output an instant before autograd saves it, a
-//! gradient before it lands in `.grad`) is given the holder it is about to have. A block with
-//! no recorded holder at all gets one inferred from its category
-//! ([`crate::analysis::categories`]), marked `inferred`; what neither names is `unknown`.
+//! recorded holder holds at that moment (an operator's output an instant before autograd saves
+//! it, a gradient before it lands in `.grad`) gets a holder inferred from its category
+//! ([`crate::analysis::categories`]), marked `inferred` and counted apart from the recorded
+//! ones; what neither names is `unknown`.
 //!
-//! Groups are by kind, name and module, with the indices of repeated layers folded
-//! (`layers.{0..11}.mlp`), so a 12-layer model's saved activations read as one line per
-//! operator and layer shape, not one per layer.
+//! Groups are by kind, name and module. For a reader, the indices of repeated layers fold
+//! (`layers.{0..11}.mlp`: one line per operator and layer shape, not one per layer); what
+//! programs read (`--json`, the summary's report) names every module by its full path.
 
 use super::categories::{categorize, workspace_allocations, Category};
 use crate::hash::FastMap;
@@ -120,9 +120,26 @@ pub struct Why {
     pub recorded: bool,
     /// Of `live_bytes`, those with a holder other than `unknown`.
     pub named_bytes: u64,
+    /// Of `named_bytes`, those a recorded holder held at the moment.
+    #[serde(default)]
+    pub recorded_bytes: u64,
+    /// Of `named_bytes`, those whose holder was inferred from what the allocation is for.
+    #[serde(default)]
+    pub inferred_bytes: u64,
 }
 
 impl Why {
+    /// "96.3 % of the live bytes have one: 90.1 % recorded, 6.2 % inferred".
+    pub fn shares(&self) -> String {
+        let pct = |b: u64| if self.live_bytes == 0 { 100.0 } else { 100.0 * b as f64 / self.live_bytes as f64 };
+        format!(
+            "{:.1} % of the live bytes have one: {:.1} % recorded, {:.1} % inferred",
+            100.0 * self.coverage(),
+            pct(self.recorded_bytes),
+            pct(self.inferred_bytes)
+        )
+    }
+
     /// The share of live bytes whose holder is known, 0 to 1 (1 with nothing live).
     pub fn coverage(&self) -> f64 {
         if self.live_bytes == 0 {
@@ -213,7 +230,7 @@ pub fn why_with(trace: &Trace, moment: &Moment, device: Option<u8>, fold_layers:
     let live = Live::after(trace, d, event.map_or(0, |i| i + 1), t_ns);
     let totals = live.totals;
     let mut groups = Groups { fold: fold_layers, ..Groups::default() };
-    let (block_bytes, named_bytes) = group_blocks(trace, &live, t_ns, &mut groups);
+    let (block_bytes, named_bytes, recorded_bytes) = group_blocks(trace, &live, t_ns, &mut groups);
     let mut pending_bytes = 0u64;
     for (&_, &i) in &live.pending {
         let bytes = ev.size_bytes[i];
@@ -233,6 +250,7 @@ pub fn why_with(trace: &Trace, moment: &Moment, device: Option<u8>, fold_layers:
     holders.retain(|g| g.bytes > 0);
     holders.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.kind.cmp(&b.kind)).then(a.module.cmp(&b.module)).then(a.name.cmp(&b.name)));
     let named_bytes = named_bytes.min(totals.allocated_bytes);
+    let recorded_bytes = recorded_bytes.min(named_bytes);
     let at = WhyAt {
         time_s: t_ns.saturating_sub(start) as f64 / 1e9,
         device: trace.devices.get(d as usize).map(|x| x.to_string()).unwrap_or_default(),
@@ -240,7 +258,16 @@ pub fn why_with(trace: &Trace, moment: &Moment, device: Option<u8>, fold_layers:
         ..at_kind(moment)
     };
     let recorded = !trace.event_holders.is_empty();
-    Ok(Why { at, live_bytes: totals.allocated_bytes, reserved_bytes: totals.reserved_bytes, holders, recorded, named_bytes })
+    Ok(Why {
+        at,
+        live_bytes: totals.allocated_bytes,
+        reserved_bytes: totals.reserved_bytes,
+        holders,
+        recorded,
+        named_bytes,
+        recorded_bytes,
+        inferred_bytes: named_bytes - recorded_bytes,
+    })
 }
 
 /// One device's live blocks and pending frees after the first `end` events (at `now`, on the
@@ -349,12 +376,13 @@ impl Live {
 }
 
 /// Each live block into its holder's group (recorded at `t_ns`, else inferred from its
-/// category or its stack); returns the blocks' bytes and those of them with a holder.
-fn group_blocks(trace: &Trace, live: &Live, t_ns: u64, groups: &mut Groups) -> (u64, u64) {
+/// category or its stack); returns the blocks' bytes, those of them with a holder, and those
+/// of these whose holder was recorded.
+fn group_blocks(trace: &Trace, live: &Live, t_ns: u64, groups: &mut Groups) -> (u64, u64, u64) {
     let ev = &trace.events;
     let mut blocks: Vec<usize> = live.blocks.values().copied().collect();
     blocks.sort_unstable();
-    let needs_inference = blocks.iter().any(|&e| trace.holders_of(e).iter().all(|h| h.kind == HolderKind::PendingFree));
+    let needs_inference = blocks.iter().any(|&e| holder_at(trace.holders_of(e), t_ns).is_none());
     let (categories, workspaces): (FastMap<u32, Category>, _) = if needs_inference {
         (categorize(trace).into_iter().map(|c| (c.event, c.category)).collect(), workspace_allocations(trace))
     } else {
@@ -364,7 +392,7 @@ fn group_blocks(trace: &Trace, live: &Live, t_ns: u64, groups: &mut Groups) -> (
     // block it never saw held is none of them, whatever its lifetime suggests (an input batch
     // the program keeps reads as a parameter by lifetime alone).
     let recorded = !trace.event_holders.is_empty();
-    let (mut block_bytes, mut named_bytes) = (0u64, 0u64);
+    let (mut block_bytes, mut named_bytes, mut recorded_bytes) = (0u64, 0u64, 0u64);
     for &e in &blocks {
         let bytes = (ev.size_bytes[e], trace.requested_of(e).unwrap_or(ev.size_bytes[e]));
         block_bytes += bytes.0;
@@ -375,7 +403,10 @@ fn group_blocks(trace: &Trace, live: &Live, t_ns: u64, groups: &mut Groups) -> (
                 (r, f) => r.or(f),
             };
             groups.add(trace, h.kind, h.name, h.module, bytes, released, false);
-            named_bytes += if h.kind == HolderKind::Unknown { 0 } else { bytes.0 };
+            if h.kind != HolderKind::Unknown {
+                named_bytes += bytes.0;
+                recorded_bytes += bytes.0;
+            }
             continue;
         }
         if workspaces.contains(&(e as u32)) {
@@ -398,7 +429,7 @@ fn group_blocks(trace: &Trace, live: &Live, t_ns: u64, groups: &mut Groups) -> (
             named_bytes += bytes.0;
         }
     }
-    (block_bytes, named_bytes)
+    (block_bytes, named_bytes, recorded_bytes)
 }
 
 /// The name of a block a cuBLAS handle keeps for its next matmul, known from the allocation's
@@ -463,13 +494,14 @@ fn locate(trace: &Trace, moment: &Moment, device: Option<u8>) -> Result<(Option<
     }
 }
 
-/// The holder of a block at `t_ns`: of those holding it then, the one that ranks first; else the
-/// next one to take it.
+/// The holder of a block at `t_ns`: of those holding it then, the one that ranks first. A holder
+/// that takes the block only later does not hold it now (the block is then inferred, and said so).
 pub fn holder_at(holders: &[EventHolder], t_ns: u64) -> Option<&EventHolder> {
     // A pending free holds a block the program freed already: never a live block's holder.
-    let holders = || holders.iter().filter(|h| h.kind != HolderKind::PendingFree);
-    let holding = holders().filter(|h| h.taken_ns <= t_ns && h.released_ns.is_none_or(|r| r > t_ns)).min_by_key(|h| h.kind.rank());
-    holding.or_else(|| holders().find(|h| h.taken_ns > t_ns))
+    holders
+        .iter()
+        .filter(|h| h.kind != HolderKind::PendingFree && h.taken_ns <= t_ns && h.released_ns.is_none_or(|r| r > t_ns))
+        .min_by_key(|h| h.kind.rank())
 }
 
 /// What a block nothing holds most likely is, by the phase that allocated it.
@@ -624,7 +656,7 @@ fn unfold(pattern: &str, mut numbers: Vec<Vec<u64>>) -> String {
 /// The largest holders at the allocated peak, for summaries: at most `n`, inferred ones
 /// included. `None` for a trace without memory events.
 pub fn top_at_peak(trace: &Trace, n: usize) -> Option<Why> {
-    let mut w = why(trace, &Moment::Peak, None).ok()?;
+    let mut w = why_with(trace, &Moment::Peak, None, false).ok()?;
     w.holders.truncate(n);
     Some(w)
 }

@@ -132,7 +132,10 @@ pub fn leaks_with(trace: &Trace, opts: &LeakOptions) -> LeakReport {
     // Evidence 2: the iterations after warm-up but the last leave the same bytes behind.
     let kept_window = &levels.kept[warmup..n.saturating_sub(1).max(warmup)];
     let kept = same_kept(kept_window);
-    let (leaking, growth, agreeing, compared) = match (low, kept) {
+    // Evidence 3: (nearly) every iteration keeps bytes, their amount following the data, and
+    // the lowest level rises by what they keep.
+    let varying = if kept.is_none() && low.is_none() { varying_kept(kept_window, &levels.low, warmup) } else { None };
+    let (leaking, growth, agreeing, compared) = match (low, kept.or(varying)) {
         (Some(g), _) => (true, g.median, g.agreeing, g.compared),
         (None, Some(k)) => (true, k.median, k.agreeing, k.compared),
         (None, None) => {
@@ -149,6 +152,17 @@ pub fn leaks_with(trace: &Trace, opts: &LeakOptions) -> LeakReport {
         format!(
             "leak: allocated memory grows by {} per iteration ({agreeing} of {compared} iterations after warm-up agree, at the lowest level of each)",
             fmt(growth)
+        )
+    } else if varying.is_some() {
+        let kept_by = survivors.first().map(|g| format!(", most kept by {}", g.layer)).unwrap_or_default();
+        format!(
+            "leak: {}–{} per iteration, differing with the data, born in each iteration and never freed ({agreeing} of {compared} \
+             iterations after warm-up keep some; the lowest allocated level rises by {} over them){kept_by}",
+            crate::units::format_bytes(leaving.iter().copied().min().unwrap_or(0)),
+            crate::units::format_bytes(leaving.iter().copied().max().unwrap_or(0)),
+            crate::units::format_bytes(
+                levels.low.last().copied().unwrap_or(0).saturating_sub(levels.low.get(warmup).copied().unwrap_or(0))
+            )
         )
     } else if leaking {
         format!(
@@ -245,6 +259,23 @@ fn same_kept(kept: &[u64]) -> Option<Agreement> {
         agreeing,
         compared,
     })
+}
+
+/// Bytes kept by (nearly) every iteration in amounts that differ (a leak whose size follows the
+/// data: each step keeps its variable-length logits): all but one of the iterations, and at
+/// least four in five, keep some, and the lowest allocated level rises from the first compared
+/// iteration to the last by at least half of what the iterations in between kept (a clean
+/// loop's levels come back down; what a leak keeps stays).
+fn varying_kept(kept: &[u64], low: &[u64], warmup: usize) -> Option<Agreement> {
+    let compared = kept.len();
+    let agreeing = kept.iter().filter(|&&b| b > 0).count();
+    if compared < 2 || agreeing + 1 < compared || agreeing * 5 < compared * 4 {
+        return None;
+    }
+    let held: u64 = kept.iter().skip(1).sum();
+    let rise = low.last()?.saturating_sub(*low.get(warmup)?);
+    let v: Vec<i64> = kept.iter().map(|&b| b as i64).collect();
+    (held > 0 && rise.saturating_mul(2) >= held).then_some(Agreement { median: median(&v), agreeing, compared })
 }
 
 /// What one pass over a device's events tells of each iteration.

@@ -7,7 +7,7 @@ Its blocks make hidden activations of sizes no other block makes (block i: 64 * 
 features), so a trace can tell which block each allocation came from.
 
 CASE: module_fullgraph, module, function_fullgraph, method_compile, early_dynamo,
-api_after_compile, train_fullgraph, graph_break (one the program makes), export, all (each in turn, in one process, with dynamo
+api_after_compile, train_fullgraph, train (default mode), graph_break (one the program makes), export, all (each in turn, in one process, with dynamo
 imported before the first module call). `--backend NAME` compiles with another backend than
 Inductor (`aot_eager`: dynamo and AOTAutograd alike, without Inductor's C++ compile);
 `--device cuda` runs it on the GPU.
@@ -114,9 +114,9 @@ def run(case):
             print(f"TRACED {int(tracer.get_summary()['total_allocations'] > 0)}")
         else:
             outs.append(f(batch()))
-    elif case == "train_fullgraph":
-        f = torch.compile(model, fullgraph=True, backend=BACKEND)
-        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    elif case in ("train_fullgraph", "train"):
+        f = torch.compile(model, fullgraph=case == "train_fullgraph", backend=BACKEND)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
         outs = []
         for _ in range(3):
             loss = f(batch()).pow(2).mean()

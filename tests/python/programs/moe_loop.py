@@ -2,11 +2,12 @@
 (some dropped before the step, as a loop that skips bad batches does), routed to experts in
 counts the router decides, the last outputs held across the iteration's end. With `--leak`,
 each iteration also keeps 64 KiB derived from the router's logits, never freed, the way a
-debugging list of routing statistics does.
+debugging list of routing statistics does. With `--leak-varying`, each iteration keeps a copy
+of its input batch instead, whose size follows the data (24 to 200 KiB).
 
 `--model lm` trains a small transformer encoder on sequences of varying length instead.
 
-`moe_loop.py [--leak] [--model moe|lm] [--iters N] [--device cpu|cuda]`; on CUDA it prints PyTorch's own
+`moe_loop.py [--leak | --leak-varying] [--model moe|lm] [--iters N] [--device cpu|cuda]`; on CUDA it prints PyTorch's own
 `memory_allocated()` after each optimizer step (`ALLOCATED <step> <bytes>`), the truth a
 leak verdict is checked against.
 """
@@ -64,6 +65,7 @@ class VarLenLM(nn.Module):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--leak", action="store_true")
+    p.add_argument("--leak-varying", action="store_true")
     p.add_argument("--iters", type=int, default=10)
     p.add_argument("--device", default="cpu")
     p.add_argument("--model", default="moe", choices=["moe", "lm"])
@@ -87,6 +89,8 @@ def main():
         loss.backward()
         if a.leak:
             kept.append(torch.zeros(KEEP_FLOATS, device=dev) + logits.detach().mean())
+        if a.leak_varying:
+            kept.append(x.detach().clone())
         opt.step()
         opt.zero_grad(set_to_none=True)
         step += 1

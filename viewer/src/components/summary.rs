@@ -60,7 +60,7 @@ fn categories_at_peak(overview: &Overview) -> Option<impl IntoView> {
 fn holders_at_peak(w: Why) -> impl IntoView {
     view! { <div id="holders-at-peak">
         <h3>"Held at the peak"</h3>
-        <p class="sub">{format!("{:.1} % of {} named by recorded holders", 100.0 * w.coverage(), format_bytes(w.live_bytes))}</p>
+        <p class="sub">{format!("{} live: {}", format_bytes(w.live_bytes), w.shares())}</p>
         <table class="data">
             <thead><tr><th>"bytes"</th><th>"blocks"</th><th>"holder"</th><th>"name"</th><th>"module"</th></tr></thead>
             <tbody>

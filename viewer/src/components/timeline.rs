@@ -278,7 +278,7 @@ fn holders_table(w: &Why) -> impl IntoView {
     view! {
         <div class="holders-table" id="holders-at">
             <h3>{format!("Who holds the {} live at {}", format_bytes(w.live_bytes), format_seconds(w.at.time_s))}</h3>
-            <p class="hint">{format!("holders {how}; {:.1} % of the live bytes have one", 100.0 * w.coverage())}</p>
+            <p class="hint">{format!("holders {how}; {}", w.shares())}</p>
             <table class="data">
                 <thead><tr><th>"bytes"</th><th>"blocks"</th><th>"holder"</th><th>"name"</th><th>"module"</th><th>"released"</th></tr></thead>
                 <tbody>{rows}</tbody>

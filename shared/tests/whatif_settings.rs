@@ -1,0 +1,87 @@
+//! Traces that know their allocator settings (issue 66): a ResNet-50 on varying batches traced
+//! by `collector trace` on an H200 under six settings (`tests/gpu/settings_check.sh`, into
+//! `tests/data/settings/`; PyTorch's counters of an untraced twin of each run in `facts.json`).
+//! Each trace names the settings it ran under, its own replay gives PyTorch's
+//! `max_memory_reserved()` and `max_memory_allocated()` to the byte, and from each trace the
+//! other five settings are predicted within 2 % reserved and 0.5 % allocated.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
+
+use shared::whatif::{own_settings, requests, simulate, what_if, AllocConf, SimOptions, WhatIfOptions};
+use shared::{import, ImportOptions, Trace};
+use std::path::PathBuf;
+
+const NAMES: [&str; 6] = ["default", "expandable", "split128", "divisions4", "expandable_divisions", "gc_fraction"];
+
+fn dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/data/settings")
+}
+
+fn load(name: &str) -> Trace {
+    let p = dir().join(format!("{name}.mtrace.json.gz"));
+    import(&std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display())), &ImportOptions::default()).unwrap()
+}
+
+/// The configuration a run had, as given (the environment's, or the program's own call), and
+/// its memory fraction.
+fn setting(facts: &serde_json::Value) -> (AllocConf, Option<f64>) {
+    let c = &facts["counters"];
+    let text = [c["alloc_conf"].as_str().unwrap(), c["set_alloc_conf"].as_str().unwrap()]
+        .into_iter()
+        .filter(|s| !s.is_empty())
+        .collect::<Vec<_>>()
+        .join(",");
+    let total = c["device_total_memory"].as_f64().unwrap();
+    let fraction = c["memory_limit_gib"].as_f64().map(|g| g * (1u64 << 30) as f64 / total);
+    (AllocConf::parse(&text).unwrap(), fraction)
+}
+
+#[test]
+fn each_trace_knows_its_settings_and_predicts_the_other_five() {
+    let facts: serde_json::Value = serde_json::from_slice(&std::fs::read(dir().join("facts.json")).unwrap()).unwrap();
+    let traces: Vec<Trace> = NAMES.iter().map(|n| load(n)).collect();
+    let mut worst = (0.0f64, 0.0f64);
+    for (i, t) in traces.iter().enumerate() {
+        let f = &facts[NAMES[i]];
+        let (conf, fraction) = setting(f);
+        let own = own_settings(t);
+        assert!(own.known, "{}", NAMES[i]);
+        assert_eq!(own.conf, conf, "{}: the trace's settings against the run's", NAMES[i]);
+        match (own.fraction_for(0), fraction) {
+            (Some(a), Some(b)) => assert!((a - b).abs() < 1e-9, "{}: fraction {a} against {b}", NAMES[i]),
+            (None, None) => {}
+            other => panic!("{}: fractions {other:?}", NAMES[i]),
+        }
+        let counters = &f["counters"];
+        let (allocated, reserved) = (counters["max_memory_allocated"].as_u64().unwrap(), counters["max_memory_reserved"].as_u64().unwrap());
+        let r = what_if(t, &WhatIfOptions::default()).unwrap();
+        assert_eq!(
+            (r.settings[0].allocated_peak_bytes, r.settings[0].reserved_peak_bytes),
+            (allocated, reserved),
+            "{}: own replay",
+            NAMES[i]
+        );
+        assert_eq!(r.recorded.replay_exact, Some(true), "{}", NAMES[i]);
+
+        let reqs = requests(t);
+        let dev = reqs.devices.iter().find(|d| !d.requests.is_empty()).unwrap();
+        let total = t.meta.device_total_memory_bytes.unwrap();
+        for other in NAMES.iter().filter(|&&n| n != NAMES[i]) {
+            let (conf, fraction) = setting(&facts[other]);
+            let out = simulate(dev, &conf, &SimOptions::with_capacity(Some(total)).with_fraction(fraction)).unwrap();
+            let c = &facts[other]["counters"];
+            let err = |p: u64, m: &serde_json::Value| (p as f64 - m.as_f64().unwrap()).abs() / m.as_f64().unwrap();
+            let (ea, er) =
+                (err(out.allocated_peak_bytes, &c["max_memory_allocated"]), err(out.reserved_peak_bytes, &c["max_memory_reserved"]));
+            assert!(
+                ea <= 0.005 && er <= 0.02,
+                "{} predicting {other}: allocated {:.3} %, reserved {:.3} %",
+                NAMES[i],
+                100.0 * ea,
+                100.0 * er
+            );
+            worst = (worst.0.max(ea), worst.1.max(er));
+        }
+    }
+    eprintln!("worst: allocated {:.3} %, reserved {:.3} %", 100.0 * worst.0, 100.0 * worst.1);
+}

@@ -1,0 +1,15 @@
+"""One line of `collector why --json`'s shares: live bytes at the moment, and the percentages
+named by recorded holders, by inferred ones, and in all.
+
+    python holders_share.py WHY.json LABEL
+"""
+import json
+import sys
+
+w = json.load(open(sys.argv[1]))
+live = w["live_bytes"] or 1
+pct = {k: 100 * w[k] / live for k in ("recorded_bytes", "inferred_bytes", "named_bytes")}
+print(
+    f"holders {sys.argv[2]:24s} live {w['live_bytes']:>12d}  recorded {pct['recorded_bytes']:5.1f} %  "
+    f"inferred {pct['inferred_bytes']:5.1f} %  named {pct['named_bytes']:5.1f} %"
+)
