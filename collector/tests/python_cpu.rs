@@ -278,8 +278,17 @@ fn compiled_code_is_attributed_to_the_modules_it_came_from() {
     let facts: serde_json::Value = serde_json::from_str(text(&out.stdout).trim().lines().last().unwrap()).unwrap();
     for (i, [inside, elsewhere, all]) in block_shares(&t, &facts).into_iter().enumerate() {
         assert_eq!(elsewhere, [0, 0], "blocks.{i}'s allocations attributed to another block");
-        assert!(inside[0] * 10 >= all[0] * 9, "forward: {} of {} allocations of blocks.{i}'s sizes under it", inside[0], all[0]);
+        for (p, phase) in ["forward", "backward"].iter().enumerate() {
+            assert!(
+                all[p] > 0 && inside[p] * 10 >= all[p] * 9,
+                "{phase}: {} of {} allocations of blocks.{i}'s sizes under it",
+                inside[p],
+                all[p]
+            );
+        }
     }
+    let compiled = t.meta.compiled.expect("compiled code in the meta");
+    assert_eq!(compiled.unresolved, 0, "AOTAutograd's cache bypassed, every site names its module: {compiled:?}");
 }
 
 /// The JSON a program printed on a line of its own after `prefix` (`PARITY `: what

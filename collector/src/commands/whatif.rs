@@ -18,8 +18,9 @@ pub struct WhatIfArgs {
     pub input: Option<PathBuf>,
     /// A setting to try, as PYTORCH_CUDA_ALLOC_CONF takes it (`expandable_segments:True`,
     /// `max_split_size_mb:128,roundup_power2_divisions:[256:1,512:2,>:4]`), applied over the
-    /// run's own settings; repeat for several.
-    #[arg(long = "alloc-conf", value_name = "CONF", required = true)]
+    /// run's own settings; repeat for several. None: the replay under the run's own settings
+    /// alone, held against what was recorded.
+    #[arg(long = "alloc-conf", value_name = "CONF")]
     pub alloc_conf: Vec<String>,
     /// The device's memory, for out-of-memory predictions (80GiB, 24GB, bytes). Default: the
     /// trace's own device's, else no limit.

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Issue 66 item 2: torch.compile'd code attributed when an untraced run compiled it first
+# (Inductor's and AOTAutograd's caches warm, nothing remembered by the tracer). Each case:
+# compiled_blocks.py run untraced into a fresh cache folder, then traced from it; prints the
+# summary's "compiled code" line (sites attributed, unresolved) and the block shares.
+#   tests/gpu/compiled_warm.sh COLLECTOR OUT_DIR [ENV=VALUE ...]
+# The extra ENV=VALUE pairs are set for the traced run (to compare ways of reading the caches).
+set -uo pipefail
+collector=$1
+out=$2
+shift 2
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/torch_env.sh"
+py="$venv/bin/python"
+mkdir -p "$out"
+for flags in "" "--fullgraph"; do
+  name=warm$(echo "$flags" | tr -d ' -')
+  cache=$(mktemp -d)
+  remembered=$(mktemp -d)
+  TORCHINDUCTOR_CACHE_DIR=$cache "$py" tests/python/programs/compiled_blocks.py --device cuda $flags > "$out/$name.plain.txt" 2>&1
+  env TORCHINDUCTOR_CACHE_DIR="$cache" XDG_CACHE_HOME="$remembered" "$@" "$collector" trace -q -o "$out/$name.mtrace.json" -- "$py" tests/python/programs/compiled_blocks.py --device cuda $flags > "$out/$name.traced.txt" 2>&1
+  "$collector" summary "$out/$name.mtrace.json" > "$out/$name.summary.txt" 2>&1
+  echo "$name $*: $(grep -m1 'compiled code' "$out/$name.summary.txt")"
+  echo "  plain  $(tail -1 "$out/$name.plain.txt")"
+  echo "  traced $(tail -1 "$out/$name.traced.txt")"
+  gzip -f "$out/$name.mtrace.json"
+done
