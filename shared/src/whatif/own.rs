@@ -62,7 +62,7 @@ impl OwnSettings {
         } else {
             let mut d = if settings.is_empty() { "PyTorch's defaults".to_owned() } else { settings.clone() };
             if let Some(f) = fraction {
-                d.push_str(&format!("; memory fraction {f}"));
+                d.push_str(&format!("; memory fraction {}", (f * 1e4).round() / 1e4));
             }
             d
         };

@@ -102,6 +102,10 @@ struct DeviceWalk {
     /// The address of a segment the previous event of this device allocated.
     new_segment_at: Option<u64>,
     unexplained_growth: u64,
+    /// The run collected garbage (`garbage_collection_threshold` under a memory fraction): a
+    /// release seen at an allocation happened inside it, so that a replay with a capacity
+    /// collects for itself rather than empty the whole cache there.
+    collects_in_malloc: bool,
 }
 
 impl DeviceWalk {
@@ -132,9 +136,9 @@ impl DeviceWalk {
         }
     }
 
-    fn infer_empty_cache(&mut self, event: usize, ts_ns: u64) {
+    fn infer_empty_cache(&mut self, event: usize, ts_ns: u64, in_malloc: bool) {
         self.out.inferred_empty_caches += 1;
-        self.push(event, ts_ns, Op::EmptyCache { inferred: true, released_pools: u32::MAX, in_malloc: false });
+        self.push(event, ts_ns, Op::EmptyCache { inferred: true, released_pools: u32::MAX, in_malloc });
     }
 }
 
@@ -152,6 +156,13 @@ pub fn requests(trace: &Trace) -> Requests {
     let release = trace.meta.pytorch_version.as_deref().and_then(TorchRelease::parse);
     let ev = &trace.events;
     let mut walks: Vec<Option<DeviceWalk>> = (0..trace.devices.len()).map(|d| start_device(trace, d, &own_conf, &mut notes)).collect();
+    for (d, w) in walks.iter_mut().enumerate() {
+        if let Some(w) = w {
+            let index = trace.devices[d].index;
+            w.collects_in_malloc = own_conf.gc_threshold() > 0.0
+                && (own.fraction_for(index).is_some_and(|f| f < 1.0) || own_conf.per_process_memory_fraction.is_some_and(|f| f < 1.0));
+        }
+    }
     for i in 0..ev.len() {
         let d = ev.device[i] as usize;
         if let Some(Some(w)) = walks.get_mut(d) {
@@ -238,6 +249,7 @@ fn start_device(trace: &Trace, d: usize, own: &AllocConf, notes: &mut Vec<String
         release_stack: None,
         new_segment_at: None,
         unexplained_growth: 0,
+        collects_in_malloc: false,
     })
 }
 
@@ -344,7 +356,8 @@ fn infer_from_totals(
         _ => false,
     };
     if released {
-        w.infer_empty_cache(i, ts);
+        let in_malloc = w.collects_in_malloc && et == EventType::Alloc;
+        w.infer_empty_cache(i, ts, in_malloc);
     }
 }
 
