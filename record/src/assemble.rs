@@ -575,7 +575,8 @@ impl RequestedSizes {
 /// Each holder joined to the allocation live at its address when it took or let go of it (a
 /// pending free: the allocation last freed there).
 /// A saved tensor's holder is named by the forward operator that made its autograd node, and
-/// its module is that operator's (else the scope's whose forward made the node).
+/// its module is that operator's (else the scope's whose forward made the node); it holds the
+/// block from when the node was made, not from the look that found it.
 fn push_holders(trace: &mut Trace, strings: &mut Strings, c: &Captured, savers: &Savers) {
     if c.holders.is_empty() {
         return;
@@ -633,8 +634,17 @@ fn push_holders(trace: &mut Trace, strings: &mut Strings, c: &Captured, savers: 
             (name, module) = (if op != 0 { op } else { name }, if layer != 0 { layer } else { module });
         }
         let (name, module) = (strings.get(trace, name), strings.get(trace, module));
+        // Saved tensors are found by a look at the backward's start, but were held since their
+        // node was made in the forward (or since the block's allocation, if later; the block's
+        // allocation where the node's operator was not recorded).
+        let taken_ns = if kind == HolderKind::SavedForBackward {
+            let allocated = trace.events.ts_ns[event as usize];
+            t.min(savers.made_at(h.seq).map_or(allocated, |m| m.max(allocated)))
+        } else {
+            t
+        };
         open.insert(key, out.len());
-        out.push(EventHolder { event, kind, name, module, taken_ns: t, released_ns: None });
+        out.push(EventHolder { event, kind, name, module, taken_ns, released_ns: None });
     }
     out.sort_by_key(|h| (h.event, h.taken_ns));
     trace.event_holders = out;
@@ -649,7 +659,8 @@ fn push_holders(trace: &mut Trace, strings: &mut Strings, c: &Captured, savers: 
 /// made the node and its layer (the shim's string ids; 0: unknown), else the scope whose
 /// forward made it.
 struct Savers<'a> {
-    by_op: HashMap<i64, (u32, u32)>,
+    /// Sequence number → the forward operator that made the node, its layer, and its start.
+    by_op: HashMap<i64, (u32, u32, u64)>,
     seq_scopes: &'a HashMap<u64, Vec<SeqScope>>,
 }
 
@@ -658,16 +669,24 @@ impl Savers<'_> {
         if seq < 0 {
             return None;
         }
-        self.by_op.get(&seq).copied().or_else(|| self.seq_scopes.values().find_map(|l| scope_of_sequence(Some(l), seq)).map(|s| (0, s)))
+        self.by_op
+            .get(&seq)
+            .map(|&(op, layer, _)| (op, layer))
+            .or_else(|| self.seq_scopes.values().find_map(|l| scope_of_sequence(Some(l), seq)).map(|s| (0, s)))
+    }
+
+    /// When the node of sequence number `seq` was made, where its forward operator was recorded.
+    fn made_at(&self, seq: i64) -> Option<u64> {
+        self.by_op.get(&seq).map(|&(_, _, start)| start)
     }
 }
 
 fn savers<'a>(ops: &[OpTmp], layer: &[u32], seq_scopes: &'a HashMap<u64, Vec<SeqScope>>) -> Savers<'a> {
-    let mut by_op: HashMap<i64, (u32, u32)> = HashMap::new();
+    let mut by_op: HashMap<i64, (u32, u32, u64)> = HashMap::new();
     for (k, o) in ops.iter().enumerate() {
         // Later entries are inner operators sharing the number; the innermost made the node.
         if !o.backward_node && o.seq_nr >= 0 {
-            by_op.insert(o.seq_nr, (o.name, layer.get(k).copied().unwrap_or(0)));
+            by_op.insert(o.seq_nr, (o.name, layer.get(k).copied().unwrap_or(0), o.start_ns));
         }
     }
     Savers { by_op, seq_scopes }
@@ -940,7 +959,9 @@ mod tests {
             got,
             [
                 (0, HolderKind::Parameter, "weight", "", 6, None),
-                (1, HolderKind::SavedForBackward, "ReluBackward0", "block.fc", 6, Some(9)),
+                // Found at the look at 16, held since its allocation at 13 (its node's operator
+                // was not recorded).
+                (1, HolderKind::SavedForBackward, "ReluBackward0", "block.fc", 3, Some(9)),
                 (1, HolderKind::PendingFree, "", "", 10, None),
                 (3, HolderKind::Gradient, "weight", "", 12, None),
             ]
