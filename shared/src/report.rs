@@ -45,14 +45,9 @@ pub struct TraceReport {
 }
 
 impl TraceReport {
-    /// The report of `trace`, its walks one after another (`traceio::text::report` runs them
-    /// side by side).
-    pub fn of(trace: &Trace) -> Self {
-        Self::with_categories(trace, &mut |_| {}).0
-    }
-
-    /// The report and every allocation's category (the viewer keeps them for later answers);
-    /// `progress` hears each step's name.
+    /// The report and every allocation's category (the viewer keeps them for later answers),
+    /// its walks one after another (`traceio::text::report` runs them side by side); `progress`
+    /// hears each step's name.
     pub fn with_categories(trace: &Trace, progress: &mut dyn FnMut(&str)) -> (Self, Vec<Categorized>) {
         let walks = Walks::one_by_one(trace, progress);
         progress("explaining out of memory");
@@ -72,7 +67,7 @@ impl TraceReport {
             .and_then(|p| trace.devices.iter().find(|d| d.to_string() == p && d.kind == "cuda"))
             .map(|d| d.index)
             .or(cuda);
-        let allocator_settings = peak_index.map(|i| own_settings(trace).info(i, trace.meta.allocator_changes.len()));
+        let allocator_settings = peak_index.map(|i| own_settings(trace).info(i));
         let report = Self {
             allocator_settings,
             devices: analysis::device_peaks(trace),

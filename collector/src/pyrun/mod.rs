@@ -799,7 +799,7 @@ mod tests {
         assert_eq!(t.meta.allocator_changes.iter().map(|c| c.ts_ns).collect::<Vec<_>>(), [500, 600]);
         let own = shared::whatif::own_settings(&t);
         assert_eq!(own.conf.to_string(), "expandable_segments:True,max_split_size_mb:128");
-        assert_eq!(own.info(0, 2).description, "expandable_segments:True,max_split_size_mb:128; memory fraction 0.5");
+        assert_eq!(own.info(0).description, "expandable_segments:True,max_split_size_mb:128; memory fraction 0.5");
 
         // Both variables, differing: said; no end frame: the environment alone.
         hello.alloc_conf_env.insert("PYTORCH_ALLOC_CONF".into(), "garbage_collection_threshold:0.8".into());
@@ -808,6 +808,6 @@ mod tests {
         assert!(t.meta.warnings[0].contains("were both set"), "{:?}", t.meta.warnings);
         let mut t = Trace::new(TraceMeta::new(SourceFormat::MemoryTracer));
         record_allocator_settings(&mut t, &Hello::default(), None, 0);
-        assert_eq!(shared::whatif::own_settings(&t).info(0, 0).description, "PyTorch's defaults");
+        assert_eq!(shared::whatif::own_settings(&t).info(0).description, "PyTorch's defaults");
     }
 }

@@ -22,6 +22,8 @@ pub struct OwnSettings {
     pub memory_fractions: Vec<(Option<i32>, f64, u64)>,
     /// The first allocation, on the trace's clock: settings changed later are not replayed.
     first_alloc_ns: Option<u64>,
+    /// Changes the program made while it ran (`TraceMeta::allocator_changes`).
+    pub changes: usize,
     /// What could not be taken as recorded (unknown keys, changes mid-run).
     pub notes: Vec<String>,
 }
@@ -54,7 +56,7 @@ impl OwnSettings {
     }
 
     /// The settings as the summary shows them, for CUDA device `index`.
-    pub fn info(&self, index: i32, changes: usize) -> SettingsInfo {
+    pub fn info(&self, index: i32) -> SettingsInfo {
         let settings = self.conf.to_string();
         let fraction = self.fraction_for(index);
         let description = if !self.known {
@@ -66,7 +68,14 @@ impl OwnSettings {
             }
             d
         };
-        SettingsInfo { known: self.known, settings, memory_fraction: fraction, changes, description, notes: self.notes.clone() }
+        SettingsInfo {
+            known: self.known,
+            settings,
+            memory_fraction: fraction,
+            changes: self.changes,
+            description,
+            notes: self.notes.clone(),
+        }
     }
 }
 
@@ -75,7 +84,7 @@ pub fn own_settings(trace: &Trace) -> OwnSettings {
     let release = trace.meta.pytorch_version.as_deref().and_then(TorchRelease::parse).unwrap_or(TorchRelease::NEWEST);
     let ev = &trace.events;
     let first_alloc_ns = (0..ev.len()).find(|&i| ev.event_type(i) == EventType::Alloc).map(|i| ev.ts_ns[i]);
-    let mut own = OwnSettings { first_alloc_ns, ..OwnSettings::default() };
+    let mut own = OwnSettings { first_alloc_ns, changes: trace.meta.allocator_changes.len(), ..OwnSettings::default() };
     if let Some(v) = &trace.meta.allocator_settings {
         own.known = true;
         own.conf = match AllocConf::from_settings(v) {
@@ -177,10 +186,10 @@ mod tests {
         let t = Trace::new(TraceMeta::new(SourceFormat::MemoryTracer));
         let own = own_settings(&t);
         assert!(!own.known);
-        assert_eq!(own.info(0, 0).description, UNKNOWN);
+        assert_eq!(own.info(0).description, UNKNOWN);
         let mut t = t;
         t.meta.allocator_settings = Some(serde_json::json!({}));
-        assert_eq!(own_settings(&t).info(0, 0).description, "PyTorch's defaults");
+        assert_eq!(own_settings(&t).info(0).description, "PyTorch's defaults");
     }
 
     #[test]
@@ -198,7 +207,7 @@ mod tests {
         let own = own_settings(&t);
         assert!(own.conf.expandable() && own.conf.max_split_size_bytes == Some(128 << 20), "{}", own.conf);
         assert_eq!(own.fraction_for(0), Some(0.5));
-        assert_eq!(own.info(0, 3).description, format!("{}; memory fraction 0.5", own.conf));
+        assert_eq!(own.info(0).description, format!("{}; memory fraction 0.5", own.conf));
         assert!(own.notes.is_empty(), "no allocation yet: every change comes before the first");
     }
 }

@@ -146,7 +146,7 @@ pub fn what_if(trace: &Trace, opts: &WhatIfOptions) -> Result<WhatIfReport, What
         own_settings: reqs.own_conf.to_string(),
         own_settings_known: reqs.own.known,
         memory_fraction: fraction,
-        own_description: reqs.own.info(index, trace.meta.allocator_changes.len()).description,
+        own_description: reqs.own.info(index).description,
         device_memory_bytes: device_memory,
         recorded,
         settings,
