@@ -117,6 +117,11 @@ pub fn own_settings(trace: &Trace) -> OwnSettings {
             }
         }
         if let Some(f) = c.memory_fraction {
+            if !(0.0..=1.0).contains(&f) {
+                // PyTorch refuses these; a file that holds one was not written by a run.
+                own.notes.push(format!("a memory fraction of {f} (PyTorch takes 0 to 1) was left out of the replay"));
+                continue;
+            }
             if !before && own.fraction_for(c.device.unwrap_or(0)).is_some() {
                 own.notes
                     .push(format!("the program set a memory fraction of {f} at {when}, after an earlier one: the replay keeps the first"));
@@ -209,5 +214,10 @@ mod tests {
         assert_eq!(own.fraction_for(0), Some(0.5));
         assert_eq!(own.info(0).description, format!("{}; memory fraction 0.5", own.conf));
         assert!(own.notes.is_empty(), "no allocation yet: every change comes before the first");
+        // A fraction PyTorch would refuse (a hand-made or damaged file) is named and left out.
+        t.meta.allocator_changes.insert(0, change(0, None, Some(f64::INFINITY)));
+        let own = own_settings(&t);
+        assert_eq!(own.fraction_for(0), Some(0.5));
+        assert!(own.notes[0].contains("memory fraction of inf"), "{:?}", own.notes);
     }
 }
