@@ -5,6 +5,7 @@
 # summary's "compiled code" line (sites attributed, unresolved) and the block shares.
 #   tests/gpu/compiled_warm.sh COLLECTOR OUT_DIR [ENV=VALUE ...]
 # The extra ENV=VALUE pairs are set for the traced run (to compare ways of reading the caches).
+# Exits non-zero when a site stays without its module or the traced results differ.
 set -uo pipefail
 collector=$1
 out=$2
@@ -13,6 +14,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$here/torch_env.sh"
 py="$venv/bin/python"
 mkdir -p "$out"
+fail=0
 for flags in "" "--fullgraph"; do
   name=warm$(echo "$flags" | tr -d ' -')
   cache=$(mktemp -d)
@@ -21,7 +23,10 @@ for flags in "" "--fullgraph"; do
   env TORCHINDUCTOR_CACHE_DIR="$cache" XDG_CACHE_HOME="$remembered" "$@" "$collector" trace -q -o "$out/$name.mtrace.json" -- "$py" tests/python/programs/compiled_blocks.py --device cuda $flags > "$out/$name.traced.txt" 2>&1
   "$collector" summary "$out/$name.mtrace.json" > "$out/$name.summary.txt" 2>&1
   echo "$name $*: $(grep -m1 'compiled code' "$out/$name.summary.txt")"
-  echo "  plain  $(tail -1 "$out/$name.plain.txt")"
-  echo "  traced $(tail -1 "$out/$name.traced.txt")"
+  echo "  plain  $(grep '^{' "$out/$name.plain.txt" | tail -1)"
+  echo "  traced $(grep '^{' "$out/$name.traced.txt" | tail -1)"
+  grep -q "without module metadata" "$out/$name.summary.txt" && { echo "FAIL $name: sites without their module"; fail=1; }
+  [ "$(grep '^{' "$out/$name.plain.txt" | tail -1)" = "$(grep '^{' "$out/$name.traced.txt" | tail -1)" ] || { echo "FAIL $name: traced results differ"; fail=1; }
   gzip -f "$out/$name.mtrace.json"
 done
+exit $fail
