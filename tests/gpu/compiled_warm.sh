@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue 66 item 2: torch.compile'd code attributed when an untraced run compiled it first
 # (Inductor's and AOTAutograd's caches warm, nothing remembered by the tracer). Each case:
-# compiled_blocks.py run untraced into a fresh cache folder, then traced from it; prints the
+# compiled_blocks.py run untraced into a fresh cache folder, untraced again and traced from it
+# (results and peak compared between the two warm runs); prints the
 # summary's "compiled code" line (sites attributed, unresolved) and the block shares.
 #   tests/gpu/compiled_warm.sh COLLECTOR OUT_DIR [ENV=VALUE ...]
 # The extra ENV=VALUE pairs are set for the traced run (to compare ways of reading the caches).
@@ -19,6 +20,9 @@ for flags in "" "--fullgraph"; do
   name=warm$(echo "$flags" | tr -d ' -')
   cache=$(mktemp -d)
   remembered=$(mktemp -d)
+  # The run that compiles (its peak holds the compile's own allocations), then an untraced run
+  # on the warm caches: the traced run is compared with the latter.
+  TORCHINDUCTOR_CACHE_DIR=$cache "$py" tests/python/programs/compiled_blocks.py --device cuda $flags > "$out/$name.cold.txt" 2>&1
   TORCHINDUCTOR_CACHE_DIR=$cache "$py" tests/python/programs/compiled_blocks.py --device cuda $flags > "$out/$name.plain.txt" 2>&1
   env TORCHINDUCTOR_CACHE_DIR="$cache" XDG_CACHE_HOME="$remembered" "$@" "$collector" trace -q -o "$out/$name.mtrace.json" -- "$py" tests/python/programs/compiled_blocks.py --device cuda $flags > "$out/$name.traced.txt" 2>&1
   "$collector" summary "$out/$name.mtrace.json" > "$out/$name.summary.txt" 2>&1
