@@ -186,7 +186,7 @@ fn diff_compares_two_traces_and_names_what_it_cannot() {
     );
     assert!(text.contains("Layers by change of peak (top 3 of 11;"), "{text}");
     assert!(
-        text.contains("resnet18_train (gen_samples.py:37)    195.90 MiB             -    -195.90 MiB         214           -  only in A"),
+        text.contains("gen_samples.py:37 in resnet18_train    195.90 MiB             -    -195.90 MiB         214           -  only in A"),
         "{text}"
     );
     assert!(text.contains("are these traces of the same model?"), "{text}");

@@ -132,6 +132,52 @@ fn transformers_causal_lm_gets_hugging_face_module_paths() {
     assert!(stats["optimizer.step"].total_allocations > 0);
 }
 
+/// Layer of each allocation of `size` bytes in the trace.
+fn layers_of_size(t: &Trace, size: u64) -> Vec<String> {
+    t.memory_events()
+        .filter(|e| e.event_type == shared::model::EventType::Alloc && e.size_bytes == size)
+        .map(|e| e.layer_name.unwrap_or("").to_owned())
+        .collect()
+}
+
+#[test]
+fn lines_outside_modules_name_the_allocations_they_make() {
+    let (out, t, dir) = trace("outside", &[], &py("outside_modules.py", &[]));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let t = t.expect("a trace");
+    let at = json_line(&out, "OUTSIDE ");
+    let line = |k: &str| at[k].as_str().unwrap().to_owned();
+    let python: Vec<u32> = String::from_utf8(Command::new(python()).args(["-c", "import sys; print(sys.version_info[0], sys.version_info[1])"]).output().unwrap().stdout)
+        .unwrap()
+        .split_whitespace()
+        .map(|v| v.parse().unwrap())
+        .collect();
+    if python < vec![3, 12] {
+        // No sys.monitoring: said, and nothing named wrongly.
+        assert!(t.meta.warnings.iter().any(|w| w.contains("not named by the line") && w.contains("3.12")), "{:?}", t.meta.warnings);
+        assert!(!layer_names(&t).iter().any(|l| shared::model::is_source_layer(l)), "{:?}", layer_names(&t));
+        return;
+    }
+    // randn(32, 64) + 1 in prepare(): both 8 KiB tensors; logits * 3 in loss_of(): 125 KiB, as
+    // is cross_entropy's log_softmax (torch's Python, named by the caller's line), and the
+    // Linear's output (its module); torch.cat at the top level: 24 KiB.
+    let prepare = layers_of_size(&t, 32 * 64 * 4);
+    assert!(prepare.len() >= 6 && prepare.iter().all(|l| *l == line("prepare")), "{prepare:?} vs {}", line("prepare"));
+    let logits = layers_of_size(&t, 32 * 1000 * 4);
+    for want in [line("scale"), line("loss"), "Linear".to_owned()] {
+        assert!(logits.iter().filter(|l| **l == want).count() >= 3, "{want} missing from {logits:?}");
+    }
+    assert_eq!(layers_of_size(&t, 3 * 32 * 64 * 4), vec![line("cat")]);
+    // Backward nodes take the line (or module) their forward ran in.
+    for (node, want) in [("LogSoftmaxBackward0", line("loss")), ("MulBackward0", line("scale")), ("AddmmBackward0", "Linear".to_owned())] {
+        let got: Vec<&str> = t.ops.iter().filter(|o| t.str(o.name) == node).map(|o| t.str(o.layer)).collect();
+        assert!(got.len() >= 3 && got.iter().all(|l| *l == want), "{node}: {got:?}, not {want}");
+    }
+    let summary = collector(&dir).args(["summary", "out.mtrace.json"]).output().unwrap();
+    let summary = text(&summary.stdout);
+    assert!(summary.contains(&line("scale")) && summary.contains(&line("prepare")), "{summary}");
+}
+
 #[test]
 fn two_optimizers_get_their_own_scopes_and_the_first_one_ends_iterations() {
     let (out, t, _) = trace("two_opt", &[], &py("two_optimizers.py", &[]));

@@ -125,6 +125,12 @@ struct ThreadState {
   uint32_t python_node_name = 0;
   // Open nn.Module calls on this thread (the module-call wrapper's depth).
   uint32_t module_depth = 0;
+  // The line the innermost frame of the program's own code is at (an interned label, 0: none;
+  // mt_py_user_frames keeps it), and the one it was at when the outermost scope opened.
+  uint32_t user_line = 0, line_at_scope = 0;
+  // The last line recorded (MT_USER_LINE) and the capture it was recorded in.
+  uint32_t line_recorded = 0;
+  uint64_t line_generation = 0;
   uint64_t rf_thread = 0;  // at::RecordFunction::currentThreadId(), once known
   // Node type -> interned name.
   std::unordered_map<const std::type_info*, uint32_t> node_names;
@@ -508,12 +514,19 @@ uint64_t cuda_requested_so_far(c10::Device device) {
 #endif
 }
 
+// mt_py_user_frames: allocations outside every scope are named by their thread's user_line.
+std::atomic<bool> user_frames_on{false};
+
 // Writes one MT_MEM or MT_OOM record (`value` is the signed size or the requested size).
 void record_memory(uint8_t kind, void* ptr, int64_t value, size_t total_allocated,
                    size_t total_reserved, c10::Device device) {
   ThreadState& t = tls;
   const uint64_t thread = thread_id(t);
   const uint32_t node_op = g().backward_only ? current_node_op(t, thread) : 0;
+  const uint32_t frame = kind == MT_MEM && value > 0 && node_op == 0 && t.scopes.empty() &&
+                                 user_frames_on.load(std::memory_order_relaxed)
+                             ? t.user_line
+                             : 0;
   MtRecord* r = slot(t);
   if (r == nullptr) return;
   fill_common(t, r, kind, thread);
@@ -529,6 +542,16 @@ void record_memory(uint8_t kind, void* ptr, int64_t value, size_t total_allocate
   r->device_index = static_cast<int8_t>(device.index());
   if (kind == MT_MEM && value > 0) r->c = cuda_requested_so_far(device);
   publish(t);
+  if (frame != 0) {
+    MtRecord* f = slot(t);
+    if (f == nullptr) return;
+    std::memset(f, 0, sizeof(MtRecord));
+    f->ts_ns = r->ts_ns;
+    f->kind = MT_USER_FRAME;
+    f->thread = static_cast<uint32_t>(thread);
+    f->name = frame;
+    publish(t);
+  }
 }
 
 // Library workspaces (mt_name_workspaces): a cuBLAS handle's workspace, and cuBLASLt's, are
@@ -894,6 +917,8 @@ uint32_t mt_string_count(void) {
 void mt_scope_enter(uint32_t name) {
   try {
     ThreadState& t = tls;
+    // Lines inside a module move user_line; its caller's line comes back when it returns.
+    if (t.scopes.empty()) t.line_at_scope = t.user_line;
     if (g().active.load(std::memory_order_relaxed)) {
       MtRecord* r = slot(t);
       if (r == nullptr) {
@@ -913,7 +938,10 @@ void mt_scope_enter(uint32_t name) {
 void mt_scope_exit(uint32_t name) {
   try {
     ThreadState& t = tls;
-    if (!t.scopes.empty()) t.scopes.pop_back();
+    if (!t.scopes.empty()) {
+      t.scopes.pop_back();
+      if (t.scopes.empty()) t.user_line = t.line_at_scope;
+    }
     if (g().active.load(std::memory_order_relaxed)) {
       MtRecord* r = slot(t);
       if (r == nullptr) return;
@@ -1014,6 +1042,239 @@ Object* scope_exit(Object*, Object* arg) {
   mt_scope_exit(static_cast<uint32_t>(id));
   return done();
 }
+
+// The line of the program's own code each thread is at (mt_py_user_frames), kept by
+// sys.monitoring (Python 3.12+) calling these builtins: PY_START once per code object (its
+// own code gets LINE and PY_RETURN events, the rest is disabled), LINE in the program's own
+// code, PY_RETURN from it outside every scope. Allocations happen with the GIL released, where
+// no frame can be read: the thread's last line is what they read. Everything here runs under
+// the GIL, which guards the caches.
+void set(Object*& slot, Object* value);
+
+struct UserFrames {
+  Object* (*get_frame)() = nullptr;          // borrowed
+  Object* (*frame_code)(Object*) = nullptr;  // new reference
+  Object* (*frame_back)(Object*) = nullptr;  // new reference
+  int (*frame_line)(Object*) = nullptr;
+  const char* (*utf8)(Object*) = nullptr;
+  Object* co_filename = nullptr;
+  Object* co_name = nullptr;
+  Object* enable = nullptr;   // enable(code): its LINE and PY_RETURN events
+  Object* disable = nullptr;  // sys.monitoring.DISABLE
+  std::vector<std::string> skip, library;
+  enum Kind : uint8_t { kSkip, kUser, kLibrary };
+  struct Code {
+    Kind kind;
+    std::string file, function;  // the file's base name
+  };
+  // Each code object seen, kept alive so that its address stays its own.
+  std::unordered_map<Object*, uint32_t> code_index;
+  std::vector<Code> codes;
+  std::unordered_map<uint64_t, uint32_t> labels;  // (code index, line) -> interned label
+};
+UserFrames& uf = *new UserFrames();  // never destroyed: events may come at exit
+
+bool load_user_frames() {
+  if (uf.get_frame != nullptr) return true;
+  const bool ok = find(uf.get_frame, "PyEval_GetFrame") && find(uf.frame_code, "PyFrame_GetCode") &&
+                  find(uf.frame_back, "PyFrame_GetBack") && find(uf.frame_line, "PyFrame_GetLineNumber") &&
+                  find(uf.utf8, "PyUnicode_AsUTF8");
+  if (!ok) {
+    uf.get_frame = nullptr;
+    err_set_string(type_error, "memory-tracer: this Python lacks the frame functions");
+  }
+  return ok;
+}
+
+bool attr_utf8(Object* code, Object* name, std::string& out) {
+  Object* v = get_attr(code, name);
+  if (v == nullptr) return false;
+  const char* s = uf.utf8(v);
+  if (s != nullptr) out = s;
+  decref(v);
+  return s != nullptr;
+}
+
+// The length of the longest of `prefixes` that `file` starts with (0: none).
+size_t longest_prefix(const std::string& file, const std::vector<std::string>& prefixes) {
+  size_t best = 0;
+  for (const auto& p : prefixes) {
+    if (p.size() > best && file.compare(0, p.size(), p) == 0) best = p.size();
+  }
+  return best;
+}
+
+uint32_t code_of(Object* code) {
+  auto it = uf.code_index.find(code);
+  if (it != uf.code_index.end()) return it->second;
+  UserFrames::Code c{UserFrames::kSkip, {}, {}};
+  std::string file;
+  if (attr_utf8(code, uf.co_filename, file) && attr_utf8(code, uf.co_name, c.function)) {
+    // The longest prefix decides: torch lies inside site-packages, which may lie inside the
+    // standard library's folder.
+    const size_t skip = longest_prefix(file, uf.skip), library = longest_prefix(file, uf.library);
+    c.kind = skip == 0 && library == 0 ? UserFrames::kUser : skip >= library ? UserFrames::kSkip : UserFrames::kLibrary;
+    const size_t slash = file.find_last_of('/');
+    c.file = slash == std::string::npos ? file : file.substr(slash + 1);
+  } else {
+    err_clear();
+  }
+  incref(code);
+  const uint32_t index = static_cast<uint32_t>(uf.codes.size());
+  uf.codes.push_back(std::move(c));
+  uf.code_index.emplace(code, index);
+  return index;
+}
+
+uint32_t label_of(uint32_t code, int line) {
+  const uint64_t key = (static_cast<uint64_t>(code) << 32) | static_cast<uint32_t>(line);
+  auto it = uf.labels.find(key);
+  if (it != uf.labels.end()) return it->second;
+  const auto& c = uf.codes[code];
+  const std::string label = c.file + ":" + std::to_string(line) + " in " + c.function;
+  const uint32_t id = ::intern(label.c_str());
+  uf.labels.emplace(key, id);
+  return id;
+}
+
+// The innermost frame of the program's own code above `frame` (a new reference, released
+// here), else the innermost library frame: its label, or 0.
+uint32_t label_above(Object* frame) {
+  uint32_t found = 0;
+  int64_t library = -1;  // (code << 32 | line) of the innermost library frame
+  for (int depth = 0; frame != nullptr && depth < 256; ++depth) {
+    Object* code = uf.frame_code(frame);
+    if (code == nullptr) break;
+    const uint32_t index = code_of(code);
+    decref(code);
+    const auto kind = uf.codes[index].kind;
+    if (kind == UserFrames::kUser) {
+      found = label_of(index, uf.frame_line(frame));
+      break;
+    }
+    if (kind == UserFrames::kLibrary && library < 0) {
+      library = (static_cast<int64_t>(index) << 32) | static_cast<uint32_t>(uf.frame_line(frame));
+    }
+    Object* back = uf.frame_back(frame);
+    decref(frame);
+    frame = back;
+  }
+  if (frame != nullptr) decref(frame);
+  if (err_occurred() != nullptr) err_clear();
+  if (found == 0 && library >= 0) {
+    found = label_of(static_cast<uint32_t>(library >> 32), static_cast<int>(library & 0xffffffff));
+  }
+  return found;
+}
+
+// The thread is at `label` now: kept, and recorded (outside every scope, while tracing) when it
+// differs from the line recorded last, with the autograd sequence number from which the nodes
+// made are this line's.
+void at_line(uint32_t label) {
+  ThreadState& t = tls;
+  t.user_line = label;
+  if (label == 0 || !t.scopes.empty()) return;
+  auto& G = g();
+  if (!G.active.load(std::memory_order_relaxed)) return;
+  const uint64_t generation = G.generation.load(std::memory_order_relaxed);
+  if (label == t.line_recorded && generation == t.line_generation) return;
+  MtRecord* r = slot(t);
+  if (r == nullptr) return;
+  fill_common(t, r, MT_USER_LINE, thread_id(t));
+  r->name = label;
+  r->value = static_cast<int64_t>(at::sequence_number::peek());
+  publish(t);
+  t.line_recorded = label;
+  t.line_generation = generation;
+}
+
+Object* user_start(Object*, Object* const* args, Ssize nargs) {
+  if (nargs < 1) return done();
+  const uint32_t index = code_of(args[0]);
+  if (uf.codes[index].kind == UserFrames::kUser && uf.enable != nullptr) {
+    Object* r = vectorcall(uf.enable, args, 1, nullptr);
+    if (r == nullptr) return nullptr;
+    decref(r);
+  }
+  incref(uf.disable);
+  return uf.disable;
+}
+
+Object* user_line(Object*, Object* const* args, Ssize nargs) {
+  if (nargs < 2) return done();
+  const long line = static_cast<long>(as_unsigned_long(args[1]));
+  if (line == -1 && err_occurred() != nullptr) {
+    err_clear();
+    return done();
+  }
+  at_line(label_of(code_of(args[0]), static_cast<int>(line)));
+  return done();
+}
+
+// A function of the program's own returns: outside every scope, its caller's line is the
+// thread's again (inside one, the scope's exit restores it).
+Object* user_return(Object*, Object* const* args, Ssize nargs) {
+  ThreadState& t = tls;
+  if (!t.scopes.empty()) return done();
+  Object* frame = uf.get_frame();  // the returning frame, still running
+  Object* back = frame != nullptr ? uf.frame_back(frame) : nullptr;
+  at_line(label_above(back));
+  return done();
+}
+
+// user_setup(prefixes, enable, disable): `prefixes` is newline-separated lines "s<prefix>"
+// (files never named: torch, this package, the standard library) and "l<prefix>" (library
+// files, named only when no frame of the program's own is on the stack).
+Object* user_setup(Object*, Object* const* args, Ssize nargs) {
+  if (nargs != 3) {
+    err_set_string(type_error, "user_setup(prefixes, enable, disable)");
+    return nullptr;
+  }
+  if (!load_user_frames()) return nullptr;
+  const char* text = uf.utf8(args[0]);
+  if (text == nullptr) return nullptr;
+  if (uf.co_filename == nullptr) {
+    uf.co_filename = intern("co_filename");
+    uf.co_name = intern("co_name");
+    if (uf.co_filename == nullptr || uf.co_name == nullptr) return nullptr;
+  }
+  set(uf.enable, args[1]);
+  set(uf.disable, args[2]);
+  uf.skip.clear();
+  uf.library.clear();
+  for (const char* p = text; *p != '\0';) {
+    const char* end = std::strchr(p, '\n');
+    const size_t n = end != nullptr ? static_cast<size_t>(end - p) : std::strlen(p);
+    if (n > 1 && (p[0] == 's' || p[0] == 'l')) (p[0] == 's' ? uf.skip : uf.library).emplace_back(p + 1, n - 1);
+    p += n;
+    if (*p == '\n') ++p;
+  }
+  // Codes classified under other lists are classified again.
+  for (auto& [code, index] : uf.code_index) decref(code);
+  uf.code_index.clear();
+  uf.codes.clear();
+  uf.labels.clear();
+  // The line this thread is at now (its frames started before the events were on).
+  Object* frame = uf.get_frame();
+  if (frame != nullptr) incref(frame);
+  user_frames_on.store(true);
+  at_line(label_above(frame));
+  return done();
+}
+
+// user_off(): allocations outside scopes stay unattributed from here on.
+Object* user_off(Object*, Object* const*, Ssize) {
+  user_frames_on.store(false);
+  return done();
+}
+
+MethodDef user_frame_methods[] = {
+    {"user_setup", reinterpret_cast<void*>(&user_setup), kMethFastcall, "user_setup(prefixes, enable, disable)"},
+    {"user_off", reinterpret_cast<void*>(&user_off), kMethFastcall, "user_off()"},
+    {"user_start", reinterpret_cast<void*>(&user_start), kMethFastcall, "sys.monitoring PY_START"},
+    {"user_line", reinterpret_cast<void*>(&user_line), kMethFastcall, "sys.monitoring LINE"},
+    {"user_return", reinterpret_cast<void*>(&user_return), kMethFastcall, "sys.monitoring PY_RETURN"},
+};
 
 MethodDef methods[] = {
     {"scope_enter", reinterpret_cast<void*>(&scope_enter), kMethO, "mt_scope_enter(id)"},
@@ -1234,6 +1495,11 @@ MethodDef module_call_methods[] = {
 const void* mt_py_methods(void) {
   if (!py::load()) return nullptr;
   return py::methods;
+}
+
+const void* mt_py_user_frames(void) {
+  if (!py::load()) return nullptr;
+  return py::user_frame_methods;
 }
 
 const void* mt_py_module_call(void) {

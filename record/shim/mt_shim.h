@@ -29,6 +29,12 @@ enum {
   MT_SCOPE_ENTER = 8, // name=scope name, value=at::sequence_number::peek() (autograd nodes made inside get numbers from here...)
   MT_SCOPE_EXIT = 9,  // name=scope name, value=at::sequence_number::peek() (...to here, exclusive)
   MT_MARK = 10,       // name=mark name, value=user value (iteration index)
+  MT_USER_FRAME = 11, // follows the MT_MEM allocation it names on the same thread (mt_user_frames):
+                      // name = the innermost Python frame of the program's own code when the
+                      // allocation was made outside every scope, "file.py:line in function"
+  MT_USER_LINE = 12,  // the thread's line of the program's own code outside every scope from here
+                      // on: name = its label (as MT_USER_FRAME's), value = at::sequence_number::peek()
+                      // (autograd nodes made from here to the next such record are this line's)
 };
 
 typedef struct MtRecord {
@@ -98,6 +104,11 @@ const void* mt_py_methods(void);
 // (METH_O); null, with the error set, outside a Python process.
 const void* mt_py_module_call(void);
 void mt_scope_exit(uint32_t name);
+// Names each allocation made outside every scope with the line of the program's own code its
+// thread is at (an MT_USER_FRAME record after its MT_MEM): a PyMethodDef table of
+// user_setup(prefixes, enable, disable), user_off() and the sys.monitoring callbacks
+// user_start, user_line, user_return (see mt_shim.cpp). Null outside Python.
+const void* mt_py_user_frames(void);
 void mt_mark(uint32_t name, int64_t value);
 uint64_t mt_now_ns(void);
 // Moves up to cap records into out; returns how many. Call until it returns 0.

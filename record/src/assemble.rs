@@ -96,6 +96,9 @@ struct SeqScope {
     first: i64,
     end: i64,
     name: u32,
+    /// A line of the program's own code outside every module (`MT_USER_LINE`): a module's
+    /// scope over the same numbers is inside it.
+    line: bool,
 }
 
 /// An iteration mark: `begin` (else end) of iteration `index`.
@@ -150,7 +153,7 @@ pub fn assemble(c: &Captured, meta: TraceMeta) -> Trace {
     let layers = attribute_layers(&mut walk.ops, &mut walk.seq_scopes);
     push_operators(&mut trace, &mut strings, &walk.ops, &layers.of_op);
     let to = MemoryTarget { unattributed, stream };
-    push_memory_events(&mut trace, &mut strings, c, &walk.mem, &layers, to);
+    push_memory_events(&mut trace, &mut strings, c, &walk, &layers, to);
     let savers = savers(&walk.ops, &layers.of_op, &walk.seq_scopes);
     push_holders(&mut trace, &mut strings, c, &savers);
     push_iterations(&mut trace, walk.iteration_marks);
@@ -177,6 +180,9 @@ struct Walk {
     ops: Vec<OpTmp>,
     /// Indices of the memory records (allocations, frees, OOMs).
     mem: Vec<usize>,
+    /// An allocation outside every scope (its record's index) -> the frame of the program's
+    /// own code that made it (`MT_USER_FRAME`).
+    frames: HashMap<usize, u32>,
     iteration_marks: Vec<IterationMark>,
     /// Per forward thread: the sequence numbers each scope made.
     seq_scopes: HashMap<u64, Vec<SeqScope>>,
@@ -194,6 +200,9 @@ struct Walker<'c, 's> {
     user_marks: Vec<(u64, u32, i64)>,
     iteration_begin: Option<u32>,
     iteration_end: Option<u32>,
+    /// The thread's line of the program's own code (`MT_USER_LINE`): thread, first sequence
+    /// number, label.
+    open_line: Option<(u32, i64, u32)>,
 }
 
 /// Walks the records thread by thread (each thread's records are in order; threads
@@ -214,17 +223,20 @@ fn walk_records<'c>(c: &'c Captured, trace: &mut Trace, strings: &mut Strings<'c
         user_marks: Vec::new(),
         iteration_begin: id_of(ITERATION_BEGIN),
         iteration_end: id_of(ITERATION_END),
+        open_line: None,
     };
     let mut current_thread = u32::MAX;
     for &i in &order {
         let r = &c.records[i];
         if r.thread != current_thread {
+            w.close_line(i64::MAX);
             w.close_scopes(trace, u64::from(current_thread), None);
             current_thread = r.thread;
             w.target = Target::None;
         }
         w.record(trace, i);
     }
+    w.close_line(i64::MAX);
     w.close_scopes(trace, u64::from(current_thread), None);
     w.scopes.sort_by_key(|x| (x.start_ns, x.depth));
     trace.scopes = std::mem::take(&mut w.scopes);
@@ -245,6 +257,22 @@ impl Walker<'_, '_> {
         let r = &self.c.records[i];
         match r.kind {
             ffi::MT_MEM | ffi::MT_OOM => self.walk.mem.push(i),
+            ffi::MT_USER_LINE => {
+                // Autograd nodes numbered from here to the thread's next line are this line's
+                // (their forward ran outside every module): a scope of sequence numbers, as a
+                // module's is, ended by the next line.
+                self.close_line(r.value);
+                self.open_line = Some((r.thread, r.value, r.name));
+            }
+            ffi::MT_USER_FRAME => {
+                // It follows its allocation on the same thread, at the same time.
+                if let Some(&m) = self.walk.mem.last() {
+                    let a = &self.c.records[m];
+                    if a.kind == ffi::MT_MEM && a.thread == r.thread && a.ts_ns == r.ts_ns && r.name != 0 {
+                        self.walk.frames.insert(m, r.name);
+                    }
+                }
+            }
             ffi::MT_OP_ENTER => self.op_enter(r),
             ffi::MT_OP_EXIT => {
                 self.target = match self.op_index.get(&(r.id as u32)) {
@@ -265,7 +293,7 @@ impl Walker<'_, '_> {
                 if let Some(pos) = self.open.iter().rposition(|o| o.name == r.name) {
                     let first = self.open[pos].first_seq;
                     if r.value > first {
-                        self.walk.seq_scopes.entry(u64::from(r.thread)).or_default().push(SeqScope { first, end: r.value, name: r.name });
+                        self.walk.seq_scopes.entry(u64::from(r.thread)).or_default().push(SeqScope { first, end: r.value, name: r.name, line: false });
                     }
                     let at = self.rel(r.ts_ns);
                     self.close_scopes(trace, r.thread as u64, Some((pos, at)));
@@ -282,6 +310,15 @@ impl Walker<'_, '_> {
                 }
             }
             _ => {}
+        }
+    }
+
+    /// The open line of the program's own code ends at sequence number `end`.
+    fn close_line(&mut self, end: i64) {
+        if let Some((thread, first, name)) = self.open_line.take() {
+            if end > first {
+                self.walk.seq_scopes.entry(u64::from(thread)).or_default().push(SeqScope { first, end, name, line: true });
+            }
         }
     }
 
@@ -375,7 +412,7 @@ fn attribute_layers(ops: &mut [OpTmp], seq_scopes: &mut HashMap<u64, Vec<SeqScop
     let mut forward_by_seq: HashMap<(i64, u64), usize> = HashMap::new();
     for list in seq_scopes.values_mut() {
         // Outer scopes before the inner ones that start with them.
-        list.sort_unstable_by_key(|s| (s.first, std::cmp::Reverse(s.end)));
+        list.sort_unstable_by_key(|s| (s.first, std::cmp::Reverse(s.end), std::cmp::Reverse(s.line)));
     }
     for (k, o) in ops.iter().enumerate() {
         let from_forward = if o.backward_node && o.seq_nr >= 0 {
@@ -461,12 +498,13 @@ struct MemoryTarget {
     stream: u16,
 }
 
-/// The memory records in time order, each with its layer (its operator's, else its scope's;
-/// a free outside both: the layer that allocated the block) and the totals after it.
-fn push_memory_events(trace: &mut Trace, strings: &mut Strings, c: &Captured, mem: &[usize], layers: &Layers, to: MemoryTarget) {
+/// The memory records in time order, each with its layer (its operator's, else its scope's,
+/// else, for an allocation, the frame of the program's own code that made it; a free outside
+/// all of them: the layer that allocated the block) and the totals after it.
+fn push_memory_events(trace: &mut Trace, strings: &mut Strings, c: &Captured, walk: &Walk, layers: &Layers, to: MemoryTarget) {
     let MemoryTarget { unattributed, stream } = to;
     let rel = |ts: u64| ts.saturating_sub(c.start_ns);
-    let mut mem = mem.to_vec();
+    let mut mem = walk.mem.clone();
     mem.sort_by_key(|&i| c.records[i].ts_ns);
     let mut owner: HashMap<(u8, u64), StrId> = HashMap::new();
     // CPU totals are our own running sums: libtorch's CPU reporter keeps a process-wide count
@@ -490,6 +528,7 @@ fn push_memory_events(trace: &mut Trace, strings: &mut Strings, c: &Captured, me
             .map(|k| layers.of_op[k])
             .filter(|&l| l != 0 && !opened_in_node)
             .or(if r.name != 0 { Some(r.name) } else { None })
+            .or_else(|| walk.frames.get(&i).copied())
             .map(|l| strings.get(trace, l));
         // A free outside every op and scope (a graph released after backward, a dropped
         // tensor) belongs to the layer that allocated the block.
@@ -830,6 +869,57 @@ mod tests {
         // Timestamps are relative to the start, totals are the allocator's.
         assert_eq!(t.events.ts_ns[0], 2);
         assert_eq!(t.events.totals_at(1).allocated_bytes, 768);
+    }
+
+    /// Lines of the program's own code outside every module: an allocation made there takes
+    /// the line its frame record names; backward nodes numbered while a line was current take
+    /// that line, except those a module's scope numbered over the same range (the module is
+    /// inside the line); a free takes its allocation's line.
+    #[test]
+    fn lines_outside_modules_name_their_allocations_and_backward_nodes() {
+        let strings: Vec<String> = ["train.py:40 in step", "fc", "MulBackward0", "AddmmBackward0", "train.py:41 in step"].map(String::from).to_vec();
+        let (line40, fc, mul, addmm, line41) = (1, 2, 3, 4, 5);
+        let mut r = Vec::new();
+        let line = |ts, seq, name| {
+            let mut l = rec(ffi::MT_USER_LINE, ts, 1);
+            (l.value, l.name) = (seq, name);
+            l
+        };
+        r.push(line(10, 1, line40));
+        // model(x) on line 40 numbers node 1 inside fc, whose range is the line's
+        let mut enter = rec(ffi::MT_SCOPE_ENTER, 11, 1);
+        (enter.name, enter.value) = (fc, 1);
+        r.push(enter);
+        let mut exit = rec(ffi::MT_SCOPE_EXIT, 12, 1);
+        (exit.name, exit.value) = (fc, 2);
+        r.push(exit);
+        r.push(line(13, 2, line41));
+        // `y * 3` on line 41: node 2, an allocation with its frame
+        let mut alloc = rec(ffi::MT_MEM, 14, 1);
+        (alloc.id, alloc.value, alloc.a, alloc.device_type) = (0x100, 512, 512, 0);
+        r.push(alloc);
+        let mut frame = rec(ffi::MT_USER_FRAME, 14, 1);
+        frame.name = line41;
+        r.push(frame);
+        let mut free = rec(ffi::MT_MEM, 15, 1);
+        (free.id, free.value, free.device_type) = (0x100, -512, 0);
+        r.push(free);
+        // backward on thread 2: node 2 then node 1, each allocating
+        for (k, (seq, name, ts)) in [(2i64, mul, 20u64), (1, addmm, 22)].into_iter().enumerate() {
+            let mut n = rec(ffi::MT_OP_ENTER, ts, 2);
+            (n.id, n.value, n.a, n.name, n.device_type, n.phase) =
+                (10 + k as u64, seq, 1, name, ffi::RECORD_SCOPE_BACKWARD_FUNCTION, Phase::Backward as u8);
+            r.push(n);
+            let mut g = rec(ffi::MT_MEM, ts + 1, 2);
+            (g.id, g.value, g.a, g.op, g.device_type, g.phase) = (0x200 + k as u64 * 0x100, 256, 256, 10 + k as u32, 0, Phase::Backward as u8);
+            r.push(g);
+        }
+        let captured = Captured { records: r, strings, counters: MtCounters::default(), start_ns: 10, ..Default::default() };
+        let t = assemble(&captured, TraceMeta::new(shared::model::SourceFormat::MemoryTracer));
+        let layers: Vec<Option<&str>> = (0..t.events.len()).map(|i| t.memory_event(i).layer_name).collect();
+        assert_eq!(layers, [Some("train.py:41 in step"), Some("train.py:41 in step"), Some("train.py:41 in step"), Some("fc")]);
+        let op_layers: Vec<(&str, &str)> = t.ops.iter().map(|o| (t.str(o.name), t.str(o.layer))).collect();
+        assert_eq!(op_layers, [("MulBackward0", "train.py:41 in step"), ("AddmmBackward0", "fc")]);
     }
 
     /// Each CUDA allocation's request is the rise of the allocator's count of bytes ever

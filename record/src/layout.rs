@@ -13,6 +13,12 @@ pub const MT_DIMS: u8 = 7;
 pub const MT_SCOPE_ENTER: u8 = 8;
 pub const MT_SCOPE_EXIT: u8 = 9;
 pub const MT_MARK: u8 = 10;
+/// Follows the `MT_MEM` allocation it names (same thread): `name` is the innermost Python frame of
+/// the program's own code, for an allocation made outside every scope.
+pub const MT_USER_FRAME: u8 = 11;
+/// The thread's line of the program's own code outside every scope from here on: `name` its label,
+/// `value` the autograd sequence number then (nodes made until the next one are this line's).
+pub const MT_USER_LINE: u8 = 12;
 
 /// Frame kinds of the stream a shim inside a Python process writes (`MT_FRAME_*`): each
 /// frame is `u32 kind, u32 length` (little endian) and a payload.

@@ -338,6 +338,8 @@ fn c_rust_and_python_number_the_frames_and_records_alike() {
         ("MT_SCOPE_ENTER", record::MT_SCOPE_ENTER),
         ("MT_SCOPE_EXIT", record::MT_SCOPE_EXIT),
         ("MT_MARK", record::MT_MARK),
+        ("MT_USER_FRAME", record::MT_USER_FRAME),
+        ("MT_USER_LINE", record::MT_USER_LINE),
     ]
     .into_iter()
     .map(|(n, v)| (n.to_owned(), u64::from(v)))

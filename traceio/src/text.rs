@@ -4,6 +4,7 @@
 use shared::analysis::{LayerMemoryStats, Summary};
 use shared::report::{TraceReport, Walks};
 use shared::units::{format_bytes, format_seconds};
+use shared::model::{is_source_layer, layer_place};
 use shared::Trace;
 use std::io::Write;
 
@@ -23,7 +24,7 @@ pub fn print_oom(o: &shared::analysis::oom::OomReport, mut out: impl Write) -> a
                 format_bytes(e.requested_bytes),
                 format_bytes(e.allocated_bytes),
                 format_bytes(e.reserved_bytes),
-                e.layer.as_deref().map(|l| format!(" in {l}")).unwrap_or_default()
+                e.layer.as_deref().map(|l| format!(" {}", layer_place(l))).unwrap_or_default()
             )?;
         }
     }
@@ -224,7 +225,8 @@ fn print_peaks(trace: &Trace, report: &TraceReport, out: &mut dyn Write) -> anyh
         format_bytes(s.peak_allocated_bytes),
         s.peak_allocated_bytes,
         at(s.peak_time_s),
-        s.peak_layer.as_deref().map(|l| format!(" in {l}")).unwrap_or_default()
+        // "at 1.2 s in blocks.0", "at 1.2 s, at train.py:40 in step"
+        s.peak_layer.as_deref().map(|l| format!("{} {}", if is_source_layer(l) { "," } else { "" }, layer_place(l))).unwrap_or_default()
     )?;
     let unknown = s.peak_device.as_deref().is_some_and(|p| {
         trace.meta.reserved_unknown.iter().any(|&d| trace.devices.get(d as usize).is_some_and(|dev| dev.to_string() == p))
@@ -571,7 +573,7 @@ pub fn print_advice(r: &shared::analysis::advice::AdviceReport, mut out: impl Wr
     let at = if b.peak_layer.is_empty() {
         format!("in the {} phase", b.peak_phase.as_str())
     } else {
-        format!("in {} ({})", b.peak_layer, b.peak_phase.as_str())
+        format!("{} ({})", layer_place(&b.peak_layer), b.peak_phase.as_str())
     };
     writeln!(out, "Advice for {} ({})", b.device, b.source_format)?;
     writeln!(out, "  measured peak      {} ({} bytes) {at}", format_bytes(b.peak_allocated_bytes), b.peak_allocated_bytes)?;
@@ -695,7 +697,7 @@ pub fn print_budget(r: &shared::analysis::budget::BudgetReport, trace: &str, mut
     for c in &r.checks {
         writeln!(out, "  {} {:<15} {}  (limit {})", if c.passed { "ok  " } else { "FAIL" }, c.name, c.actual, c.limit)?;
     }
-    let at = r.peak_layer.as_deref().map(|l| format!(" in {l}")).unwrap_or_default();
+    let at = r.peak_layer.as_deref().map(|l| format!(" {}", layer_place(l))).unwrap_or_default();
     let device = r.device.as_deref().map(|d| format!(" on {d}")).unwrap_or_default();
     writeln!(
         out,
@@ -712,7 +714,7 @@ pub fn print_github_annotations(r: &shared::analysis::budget::BudgetReport, trac
     // Workflow commands end at a newline and treat `%`, `\r`, `\n` specially.
     let escape = |s: &str| s.replace('%', "%25").replace('\r', "%0D").replace('\n', "%0A");
     for c in r.checks.iter().filter(|c| !c.passed) {
-        let at = r.peak_layer.as_deref().map(|l| format!(", peak in {l}")).unwrap_or_default();
+        let at = r.peak_layer.as_deref().map(|l| format!(", peak {}", layer_place(l))).unwrap_or_default();
         let message = format!("{}: {} over the limit {}{at} ({trace})", c.name, c.actual, c.limit);
         writeln!(out, "::error title=Memory budget::{}", escape(&message))?;
     }

@@ -618,7 +618,7 @@ fn other_torch_tests(t: &torches::TestTorch, site: &Path) -> Result<()> {
 /// paths, phases, iterations, operators, backward attribution, leaks, torch.compile,
 /// DataLoader workers, torchrun ranks, the recorder fallback); the rest is the collector's
 /// own plumbing, the same on any torch, and runs on the pinned one only.
-const OTHER_TORCH_TESTS: [&str; 13] = [
+const OTHER_TORCH_TESTS: [&str; 14] = [
     "torchvision_resnet18",
     "transformers_causal_lm",
     "ops_all_records_every_operator",
@@ -632,6 +632,7 @@ const OTHER_TORCH_TESTS: [&str; 13] = [
     "recorder_fallback_without_cuda",
     "recorder_fallback_hooks",
     "holders_are_what",
+    "lines_outside_modules",
 ];
 
 /// Which cases of `python_cpu.rs`'s holder test run (all where unset).

@@ -88,16 +88,37 @@ fn find_wheel(dir: &Path, version: &str) -> Result<Option<PathBuf>> {
 /// A release the Python tests also run on, beside the pinned one, with the packages its tests
 /// need. torchvision has no release for torch 2.15: 0.29.2 (built for 2.14) goes in without its
 /// torch pin (its models are Python; its compiled operators are not used by the tests).
+/// `python`: the Python its venv is made with where the machine has it (else `python3`): the
+/// newest release runs on 3.12, whose sys.monitoring names the lines outside modules.
 pub struct TestTorch {
     pub torch: &'static str,
     pub packages: &'static [&'static str],
     pub no_deps: &'static [&'static str],
+    pub python: Option<&'static str>,
 }
 
 pub const TEST_TORCHES: [TestTorch; 2] = [
-    TestTorch { torch: "2.6.0", packages: &["torchvision==0.21.0"], no_deps: &[] },
-    TestTorch { torch: "2.15.0", packages: &["pillow"], no_deps: &["torchvision==0.29.2"] },
+    TestTorch { torch: "2.6.0", packages: &["torchvision==0.21.0"], no_deps: &[], python: None },
+    TestTorch { torch: "2.15.0", packages: &["pillow"], no_deps: &["torchvision==0.29.2"], python: Some("3.12") },
 ];
+
+/// `python3.X` on PATH if it runs, else pyenv's newest `3.X.*`.
+fn find_python(minor: &str) -> Option<PathBuf> {
+    let name = format!("python{minor}");
+    if crate::output(Command::new(&name).arg("--version")).is_some() {
+        return Some(PathBuf::from(name));
+    }
+    let root = std::env::var_os("PYENV_ROOT").map(PathBuf::from).or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".pyenv")))?;
+    let mut found: Vec<PathBuf> = std::fs::read_dir(root.join("versions"))
+        .ok()?
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with(&format!("{minor}.")))
+        .map(|e| e.path().join("bin").join(&name))
+        .filter(|p| p.is_file())
+        .collect();
+    found.sort();
+    found.pop()
+}
 
 pub fn venv(cache: &Path, torch: &str) -> PathBuf {
     cache.join(format!("torch-venv-{torch}"))
@@ -108,17 +129,28 @@ pub fn install_test_venvs(cache: &Path, common: &[&str]) -> Result<()> {
     for t in &TEST_TORCHES {
         let venv = venv(cache, t.torch);
         let py = venv.join("bin/python");
-        let check = "import torch, torchvision, transformers, pytest, requests; print(torch.__version__)";
-        let is_wanted = |v: Option<String>| v.is_some_and(|v| v.split('+').next() == Some(t.torch));
+        let python = t.python.and_then(find_python);
+        let check = "import sys, torch, torchvision, transformers, pytest, requests; print(torch.__version__, '%d.%d' % sys.version_info[:2])";
+        let wanted_python = python.as_ref().and(t.python);
+        let is_wanted = |v: Option<String>| {
+            v.is_some_and(|v| {
+                let mut parts = v.split_whitespace();
+                parts.next().and_then(|t| t.split('+').next()) == Some(t.torch) && wanted_python.is_none_or(|w| parts.next() == Some(w))
+            })
+        };
         if is_wanted(crate::output(Command::new(&py).args(["-c", check]))) {
             continue;
         }
-        // A venv whose torch does not import was left by an interrupted install: made again.
-        if py.exists() && crate::output(Command::new(&py).args(["-c", "import torch"])).is_none() {
+        // A venv whose torch does not import was left by an interrupted install, one on another
+        // Python than wanted by an older checkout: made again.
+        let other_python = wanted_python.is_some_and(|w| {
+            crate::output(Command::new(&py).args(["-c", "import sys; print('%d.%d' % sys.version_info[:2])"])).is_some_and(|v| v.trim() != w)
+        });
+        if py.exists() && (other_python || crate::output(Command::new(&py).args(["-c", "import torch"])).is_none()) {
             std::fs::remove_dir_all(&venv).with_context(|| format!("cannot remove {}", venv.display()))?;
         }
         if !py.exists() {
-            crate::run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
+            crate::run(Command::new(python.clone().unwrap_or_else(|| PathBuf::from("python3"))).args(["-m", "venv"]).arg(&venv))?;
         }
         eprintln!("xtask: torch {} for its tests (about 3 GB to download, 5.6 GB on disk) into {}", t.torch, venv.display());
         let torch = format!("torch=={}", t.torch);

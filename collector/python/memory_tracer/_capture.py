@@ -16,6 +16,7 @@ import time
 import weakref
 
 from . import _allocator, _shim
+from ._frames import UserLines
 from ._shim import PHASE_BACKWARD, PHASE_FORWARD, PHASE_OPTIMIZER, PHASE_OTHER
 
 ITERATION_BEGIN = "iteration.begin"
@@ -123,6 +124,7 @@ class Capture:
         self.sampler = None
         self.compiled = None  # Inductor's generated code attributed to modules (_compiled)
         self.holders = None  # who holds each storage (_holders), with --holders
+        self.user_lines = None  # the line of the program's own code each thread is at (_frames)
         self.allocator = None  # the allocator's settings and the program's changes (_allocator)
         self.begin_id = self.intern(ITERATION_BEGIN)
         self.end_id = self.intern(ITERATION_END)
@@ -244,6 +246,12 @@ class Capture:
             # tensor holds them); set either way, so a later trace in this process without
             # holders pays no backtrace.
             lib.mt_name_workspaces(int(holders is not None))
+        # An allocation outside every module is named by the line of the program's own code
+        # that made it; only with module scopes, like the modules' names.
+        if self.user_lines is None and bool(self.options.get("module_scopes", True)):
+            self.user_lines = UserLines(lib, torch)
+            if self.user_lines.why:
+                self.notes.append(f"allocations outside modules are not named by the line that made them: {self.user_lines.why}")
         if holders is not None and not holders.read_data:
             # An older torch unpacks saved tensors to read them, which is only safe while no
             # saved-tensor hook was ever entered: note when one is.
@@ -548,6 +556,9 @@ class Capture:
         self.patches.append((oom, "__init__", orig, oom_init))
 
     def uninstall(self):
+        if self.user_lines is not None:
+            self.user_lines.close()
+            self.user_lines = None
         if self.live is not None:
             self.live.on = False
         if self.c_live is not None:

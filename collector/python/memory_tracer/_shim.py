@@ -215,12 +215,13 @@ SIGNATURES = {
         "mt_stream_send": ([u32, ctypes.c_char_p, sz], i32),
         "mt_stream_close": ([], i32),
         "mt_name_workspaces": ([i32], None),
+        "mt_py_user_frames": ([], ctypes.c_void_p),
         "mt_last_error": ([ctypes.c_char_p, sz], sz),
 }
 
 
 # Functions a shim built from older sources lacks (`module_call_functions` falls back).
-OPTIONAL = {"mt_py_module_call", "mt_name_workspaces"}
+OPTIONAL = {"mt_py_module_call", "mt_name_workspaces", "mt_py_user_frames"}
 
 # Called on the traced program's hot path; each returns at once (no I/O, no waiting on a lock
 # held for long).
@@ -282,6 +283,17 @@ def module_call_functions(lib):
     try:
         methods = lib.mt_py_module_call()
         return _builtins(methods, 2) if methods else None
+    except (AttributeError, OSError, TypeError):
+        return None
+
+
+def user_frame_functions(lib):
+    """(setup, off, start, line, ret): the shim's sys.monitoring callbacks that keep each
+    thread's line of the program's own code (see `mt_py_user_frames`), or None where this
+    shim has none."""
+    try:
+        methods = lib.mt_py_user_frames()
+        return _builtins(methods, 5) if methods else None
     except (AttributeError, OSError, TypeError):
         return None
 

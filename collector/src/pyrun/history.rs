@@ -507,7 +507,12 @@ fn rebuild(src: Option<&Trace>, device: Option<&Device>, spans: &Spans, mut out:
             let mut rec = src.events.record(i);
             if annotated {
                 rec.phase = by.phase_at(rec.ts_ns);
-                rec.layer = layer_of(&rec, by.scope_at(rec.ts_ns), &mut owner).unwrap_or(unattributed);
+                // Outside every module, an allocation takes the importer's layer: the line of
+                // the program's own code on its stack (`train.py:40 in step`).
+                let source = (rec.event_type == EventType::Alloc && rec.layer != StrId::NONE)
+                    .then(|| copy.string(&mut out, rec.layer))
+                    .filter(|&l| shared::model::is_source_layer(out.str(l)));
+                rec.layer = layer_of(&rec, by.scope_at(rec.ts_ns).or(source), &mut owner).unwrap_or(unattributed);
             } else {
                 rec.layer = copy.string(&mut out, rec.layer);
             }

@@ -18,6 +18,7 @@ pub const FILES: &[(&str, &[u8])] = py!(
     "memory_tracer/__init__.py",
     "memory_tracer/__main__.py",
     "memory_tracer/_allocator.py",
+    "memory_tracer/_frames.py",
     "memory_tracer/_auto.py",
     "memory_tracer/_build.py",
     "memory_tracer/_capture.py",

@@ -259,7 +259,9 @@ pub fn flame_graph(trace: &Trace, min_share: f64) -> FlameGraph {
         path.push(0usize);
         let mut node = 0usize;
         if let Some(l) = trace.opt_str(layer) {
-            for part in l.split('.').filter(|p| !p.is_empty()) {
+            // A source line (`train.py:40 in step`) is one row, not split at its dot.
+            let parts: Vec<&str> = if crate::model::is_source_layer(l) { vec![l] } else { l.split('.').collect() };
+            for part in parts.into_iter().filter(|p| !p.is_empty()) {
                 node = child(&mut tree, node, FlameKind::Module, labels.of(part));
                 path.push(node);
             }

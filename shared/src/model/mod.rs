@@ -27,7 +27,7 @@ pub use holders::{EventHolder, HolderKind};
 pub use meta::{allocator_settings_of_string, AllocatorChange, AllocatorSettings, CompiledCode, Counter, SourceFormat, TraceMeta};
 pub use notes::{EventNote, NoteKind};
 pub use ops::{OperatorEvent, TensorRef};
-pub use scopes::{IterationSpan, LayerScope, Mark, INPUT_LAYER};
+pub use scopes::{is_source_layer, layer_place, source_layer, IterationSpan, LayerScope, Mark, INPUT_LAYER};
 pub use segments::{BlockInfo, BlockState, Pool, PoolId, SegmentInfo};
 pub use stacks::{Frame, StackTable};
 pub use strings::{StrId, StringTable};

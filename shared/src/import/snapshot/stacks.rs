@@ -113,7 +113,7 @@ impl FrameClass {
 
 /// Phase and a layer name from an allocation's stack: the autograd engine means backward,
 /// `torch/optim` means optimizer, `torch/nn/modules` means forward; the layer is the innermost
-/// Python frame of user code (`name (file.py:line)`), which is what a user can act on. Each
+/// Python frame of user code (`file.py:line in name`, [`crate::model::source_layer`]), which is what a user can act on. Each
 /// frame is looked at once (`classes`, by frame id): stacks share most of their frames, and
 /// these substring searches were the viewer worker's busiest wasm function as it warmed up.
 fn classify_stack(trace: &mut Trace, frame_ids: &[u32], classes: &mut Vec<Option<FrameClass>>) -> (Phase, StrId) {
@@ -135,8 +135,7 @@ fn classify_stack(trace: &mut Trace, frame_ids: &[u32], classes: &mut Vec<Option
     }
     let layer = match user {
         Some((n, file, line)) => {
-            let base = trace.str(file).rsplit('/').next().unwrap_or("").to_owned();
-            let label = format!("{} ({base}:{line})", trace.str(n));
+            let label = crate::model::source_layer(trace.str(file), line, trace.str(n));
             trace.strings.intern(&label)
         }
         None => StrId::NONE,
