@@ -128,8 +128,10 @@ struct ThreadState {
   // The line the innermost frame of the program's own code is at (an interned label, 0: none;
   // mt_py_user_frames keeps it), and the one it was at when the outermost scope opened.
   uint32_t user_line = 0, line_at_scope = 0;
-  // The last line recorded (MT_USER_LINE) and the capture it was recorded in.
-  uint32_t line_recorded = 0;
+  // Outside every scope: the line current since autograd sequence number line_seq (0: none),
+  // in the capture of line_generation (see at_line).
+  uint32_t line_label = 0;
+  int64_t line_seq = 0;
   uint64_t line_generation = 0;
   uint64_t rf_thread = 0;  // at::RecordFunction::currentThreadId(), once known
   // Node type -> interned name.
@@ -1167,25 +1169,33 @@ uint32_t label_above(Object* frame) {
   return found;
 }
 
-// The thread is at `label` now: kept, and recorded (outside every scope, while tracing) when it
-// differs from the line recorded last, with the autograd sequence number from which the nodes
-// made are this line's.
+// The thread is at `label` now. Outside every scope, while tracing, the line it leaves is
+// recorded if autograd nodes were numbered while it was current (MT_USER_LINE: the numbers
+// [first, end) are its), so a loop that makes no nodes records nothing.
 void at_line(uint32_t label) {
   ThreadState& t = tls;
   t.user_line = label;
-  if (label == 0 || !t.scopes.empty()) return;
+  if (!t.scopes.empty()) return;
   auto& G = g();
   if (!G.active.load(std::memory_order_relaxed)) return;
   const uint64_t generation = G.generation.load(std::memory_order_relaxed);
-  if (label == t.line_recorded && generation == t.line_generation) return;
-  MtRecord* r = slot(t);
-  if (r == nullptr) return;
-  fill_common(t, r, MT_USER_LINE, thread_id(t));
-  r->name = label;
-  r->value = static_cast<int64_t>(at::sequence_number::peek());
-  publish(t);
-  t.line_recorded = label;
-  t.line_generation = generation;
+  const int64_t now = static_cast<int64_t>(at::sequence_number::peek());
+  if (generation != t.line_generation) {  // a new capture: nothing of the last one is open
+    t.line_label = 0;
+    t.line_generation = generation;
+  }
+  if (t.line_label != 0 && now != t.line_seq) {
+    MtRecord* r = slot(t);
+    if (r != nullptr) {
+      fill_common(t, r, MT_USER_LINE, thread_id(t));
+      r->name = t.line_label;
+      r->value = t.line_seq;
+      r->a = static_cast<uint64_t>(now);
+      publish(t);
+    }
+  }
+  t.line_label = label;
+  t.line_seq = now;
 }
 
 Object* user_start(Object*, Object* const* args, Ssize nargs) {
@@ -1206,6 +1216,12 @@ Object* user_line(Object*, Object* const* args, Ssize nargs) {
   if (line == -1 && err_occurred() != nullptr) {
     err_clear();
     return done();
+  }
+  // A line run inside a module is named by the module: its event is turned off for good (a
+  // helper called from both sides is then named, outside modules, by its caller's line).
+  if (!tls.scopes.empty()) {
+    incref(uf.disable);
+    return uf.disable;
   }
   at_line(label_of(code_of(args[0]), static_cast<int>(line)));
   return done();

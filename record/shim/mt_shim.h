@@ -32,9 +32,9 @@ enum {
   MT_USER_FRAME = 11, // follows the MT_MEM allocation it names on the same thread (mt_user_frames):
                       // name = the innermost Python frame of the program's own code when the
                       // allocation was made outside every scope, "file.py:line in function"
-  MT_USER_LINE = 12,  // the thread's line of the program's own code outside every scope from here
-                      // on: name = its label (as MT_USER_FRAME's), value = at::sequence_number::peek()
-                      // (autograd nodes made from here to the next such record are this line's)
+  MT_USER_LINE = 12,  // a line of the program's own code the thread left, outside every scope:
+                      // name = its label (as MT_USER_FRAME's); the autograd nodes numbered
+                      // [value, a) were made while it was current
 };
 
 typedef struct MtRecord {

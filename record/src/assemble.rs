@@ -200,9 +200,6 @@ struct Walker<'c, 's> {
     user_marks: Vec<(u64, u32, i64)>,
     iteration_begin: Option<u32>,
     iteration_end: Option<u32>,
-    /// The thread's line of the program's own code (`MT_USER_LINE`): thread, first sequence
-    /// number, label.
-    open_line: Option<(u32, i64, u32)>,
 }
 
 /// Walks the records thread by thread (each thread's records are in order; threads
@@ -223,20 +220,17 @@ fn walk_records<'c>(c: &'c Captured, trace: &mut Trace, strings: &mut Strings<'c
         user_marks: Vec::new(),
         iteration_begin: id_of(ITERATION_BEGIN),
         iteration_end: id_of(ITERATION_END),
-        open_line: None,
     };
     let mut current_thread = u32::MAX;
     for &i in &order {
         let r = &c.records[i];
         if r.thread != current_thread {
-            w.close_line(i64::MAX);
             w.close_scopes(trace, u64::from(current_thread), None);
             current_thread = r.thread;
             w.target = Target::None;
         }
         w.record(trace, i);
     }
-    w.close_line(i64::MAX);
     w.close_scopes(trace, u64::from(current_thread), None);
     w.scopes.sort_by_key(|x| (x.start_ns, x.depth));
     trace.scopes = std::mem::take(&mut w.scopes);
@@ -258,11 +252,12 @@ impl Walker<'_, '_> {
         match r.kind {
             ffi::MT_MEM | ffi::MT_OOM => self.walk.mem.push(i),
             ffi::MT_USER_LINE => {
-                // Autograd nodes numbered from here to the thread's next line are this line's
-                // (their forward ran outside every module): a scope of sequence numbers, as a
-                // module's is, ended by the next line.
-                self.close_line(r.value);
-                self.open_line = Some((r.thread, r.value, r.name));
+                // The nodes this line numbered (their forward ran outside every module): a
+                // scope of sequence numbers, as a module's is.
+                let end = i64::try_from(r.a).unwrap_or(i64::MAX);
+                if end > r.value {
+                    self.walk.seq_scopes.entry(u64::from(r.thread)).or_default().push(SeqScope { first: r.value, end, name: r.name, line: true });
+                }
             }
             ffi::MT_USER_FRAME => {
                 // It follows its allocation on the same thread, at the same time.
@@ -310,15 +305,6 @@ impl Walker<'_, '_> {
                 }
             }
             _ => {}
-        }
-    }
-
-    /// The open line of the program's own code ends at sequence number `end`.
-    fn close_line(&mut self, end: i64) {
-        if let Some((thread, first, name)) = self.open_line.take() {
-            if end > first {
-                self.walk.seq_scopes.entry(u64::from(thread)).or_default().push(SeqScope { first, end, name, line: true });
-            }
         }
     }
 
@@ -880,12 +866,11 @@ mod tests {
         let strings: Vec<String> = ["train.py:40 in step", "fc", "MulBackward0", "AddmmBackward0", "train.py:41 in step"].map(String::from).to_vec();
         let (line40, fc, mul, addmm, line41) = (1, 2, 3, 4, 5);
         let mut r = Vec::new();
-        let line = |ts, seq, name| {
+        let line = |ts, seq, end, name| {
             let mut l = rec(ffi::MT_USER_LINE, ts, 1);
-            (l.value, l.name) = (seq, name);
+            (l.value, l.a, l.name) = (seq, end, name);
             l
         };
-        r.push(line(10, 1, line40));
         // model(x) on line 40 numbers node 1 inside fc, whose range is the line's
         let mut enter = rec(ffi::MT_SCOPE_ENTER, 11, 1);
         (enter.name, enter.value) = (fc, 1);
@@ -893,7 +878,7 @@ mod tests {
         let mut exit = rec(ffi::MT_SCOPE_EXIT, 12, 1);
         (exit.name, exit.value) = (fc, 2);
         r.push(exit);
-        r.push(line(13, 2, line41));
+        r.push(line(13, 1, 2, line40));
         // `y * 3` on line 41: node 2, an allocation with its frame
         let mut alloc = rec(ffi::MT_MEM, 14, 1);
         (alloc.id, alloc.value, alloc.a, alloc.device_type) = (0x100, 512, 512, 0);
@@ -904,6 +889,7 @@ mod tests {
         let mut free = rec(ffi::MT_MEM, 15, 1);
         (free.id, free.value, free.device_type) = (0x100, -512, 0);
         r.push(free);
+        r.push(line(16, 2, 3, line41));
         // backward on thread 2: node 2 then node 1, each allocating
         for (k, (seq, name, ts)) in [(2i64, mul, 20u64), (1, addmm, 22)].into_iter().enumerate() {
             let mut n = rec(ffi::MT_OP_ENTER, ts, 2);

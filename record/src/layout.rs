@@ -16,8 +16,8 @@ pub const MT_MARK: u8 = 10;
 /// Follows the `MT_MEM` allocation it names (same thread): `name` is the innermost Python frame of
 /// the program's own code, for an allocation made outside every scope.
 pub const MT_USER_FRAME: u8 = 11;
-/// The thread's line of the program's own code outside every scope from here on: `name` its label,
-/// `value` the autograd sequence number then (nodes made until the next one are this line's).
+/// A line of the program's own code the thread left, outside every scope: `name` its label; the
+/// autograd nodes numbered `[value, a)` were made while it was current.
 pub const MT_USER_LINE: u8 = 12;
 
 /// Frame kinds of the stream a shim inside a Python process writes (`MT_FRAME_*`): each

@@ -55,6 +55,12 @@ def user_frame_prefixes(torch):
     return "\n".join(lines)
 
 
+# The program's own code objects given their events, kept across captures: PY_START, which
+# found them, stays disabled for them once they have been seen (sys.monitoring.DISABLE outlives
+# a tool id freed and taken again), so a later capture gives them their events again itself.
+_OWN_CODES = set()
+
+
 class UserLines:
     """sys.monitoring's events for the program's own code, on a free tool id, while tracing;
     `why` says why not where they cannot be (an older Python or shim, every tool id taken)."""
@@ -76,15 +82,17 @@ class UserLines:
             return
         setup, self.off, start, line, ret = fns
         events = mon.events
-        codes = self.codes = []
+        wanted = events.LINE | events.PY_RETURN
 
         def enable(code):
-            codes.append(code)
-            mon.set_local_events(tool, code, events.LINE | events.PY_RETURN)
+            _OWN_CODES.add(code)
+            mon.set_local_events(tool, code, wanted)
 
         mon.use_tool_id(tool, "memory-tracer")
         self.mon, self.tool = mon, tool
         setup(user_frame_prefixes(torch), enable, mon.DISABLE)
+        for code in _OWN_CODES:
+            mon.set_local_events(tool, code, wanted)
         # Frames already running never start again: the program's own among them now.
         f = sys._getframe(1)
         seen = set()
@@ -106,7 +114,7 @@ class UserLines:
         self.off()
         events = mon.events
         mon.set_events(self.tool, 0)
-        for code in self.codes:
+        for code in _OWN_CODES:
             mon.set_local_events(self.tool, code, 0)
         for e in (events.PY_START, events.LINE, events.PY_RETURN):
             mon.register_callback(self.tool, e, None)

@@ -63,6 +63,11 @@ for _ in range(a.steps):
     ids = torch.randint(0, VOCAB, (BATCH, SEQ), device=a.device)
     loss = train_step(run, opt, ids, torch.roll(ids, -1, dims=1))
 out = {"loss": round(loss.item(), 4)}
+if a.compile:
+    from torch._dynamo.utils import counters
+
+    out["graphs"] = counters["stats"]["unique_graphs"]
+    out["graph_breaks"] = sum(counters["graph_break"].values())
 if a.device == "cuda":
     out["max_memory_allocated"] = torch.cuda.max_memory_allocated()
 src = open(__file__).read().splitlines()

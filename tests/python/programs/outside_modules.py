@@ -16,6 +16,14 @@ model = torch.nn.Linear(64, 1000)
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 
 
+class Double(torch.nn.Module):
+    def forward(self, x):
+        return x * 2
+
+
+double = Double()
+
+
 def prepare(n):
     return torch.randn(n, 64) + 1  # at:prepare
 
@@ -27,6 +35,7 @@ def loss_of(logits, target):
 
 for step in range(3):
     x = prepare(32)
+    shifted = double(x)[:, :16] - 1  # at:after
     target = torch.randint(0, 1000, (32,))
     loss = loss_of(model(x), target)
     loss.backward()
@@ -40,7 +49,7 @@ at = {}
 for i, line in enumerate(src, 1):
     if "# at:" in line and not line.lstrip().startswith("#"):
         at[line.split("# at:")[1].strip()] = i
-functions = {"prepare": "prepare", "scale": "loss_of", "loss": "loss_of", "cat": "<module>"}
+functions = {"prepare": "prepare", "scale": "loss_of", "loss": "loss_of", "cat": "<module>", "after": "<module>"}
 if device != "cpu":
     torch.cuda.synchronize()
 print(f"RESULT {loss.item():.6f}")
