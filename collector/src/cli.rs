@@ -5,8 +5,8 @@
 //! ([`run_in_capture`]).
 
 use crate::commands::{
-    advise, analyze, check, convert, diff, find, ingest, leaks, mcp, merge, python_package, report, serve, serve_worker, summary, trace,
-    whatif, why,
+    advise, analyze, check, convert, diff, find, ingest, leaks, ledger, mcp, merge, python_package, report, serve, serve_worker, summary,
+    trace, whatif, why,
 };
 use anyhow::Context;
 use clap::{Parser, Subcommand};
@@ -93,6 +93,10 @@ pub enum Command {
     /// gradients, optimizer state, tensors saved for backward (by operator and module), buffers,
     /// Python variables, pending frees and the allocator's cache, each with when it is released.
     Why(why::WhyArgs),
+    /// The process's device memory by source at a moment (a trace recorded with `collector
+    /// trace --ledger`): PyTorch's reserved bytes, NCCL, cuBLAS, cuDNN, Triton, raw cudaMalloc,
+    /// other processes, and what NVML counts beyond them.
+    Ledger(ledger::LedgerArgs),
     /// Find allocations: by address (`0x7f3a…`, anywhere inside the block), stack frame or
     /// `file:line`, module path, or user metadata and annotation text.
     Find(find::FindArgs),
@@ -130,6 +134,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::ServeWorker(a) => serve_worker::serve_worker_command(a),
         Command::Leaks(a) => leaks::leaks_command(a),
         Command::Why(a) => why::why_command(a),
+        Command::Ledger(a) => ledger::ledger_command(a),
         Command::Diff(a) => diff::diff_command(a),
         Command::Advise(a) => advise::advise_command(a),
         Command::WhatIf(a) => whatif::whatif_command(a),

@@ -507,3 +507,40 @@ fn whatif_predicts_each_setting_and_refuses_bad_ones() {
     let out = args(&["--alloc-conf", "expandable_segments:True", "--device", "cuda:7"]);
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("cuda:7"));
 }
+
+/// Issue 67's probe, recorded on an H200 with `collector trace --ledger`
+/// (`tests/gpu/ledger.sh`): a model, a 1-rank NCCL group and a raw 256 MiB cudaMalloc through
+/// ctypes, all held at the mark `held`.
+#[test]
+fn the_ledger_names_every_source_of_a_recorded_gpu_run() {
+    let probe = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data/ledger/probe.mtrace.json.gz");
+    let out = collector(&["ledger".as_ref(), probe.as_os_str(), "--at".as_ref(), "held".as_ref(), "--json".as_ref()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let l: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(l["device"], "cuda:0");
+    assert_eq!(l["at"]["what"], "held");
+    let sources: Vec<(&str, u64)> =
+        l["sources"].as_array().unwrap().iter().map(|s| (s["source"].as_str().unwrap(), s["bytes"].as_u64().unwrap())).collect();
+    // PyTorch's reserved bytes as the program read them at the mark; the raw block to the byte,
+    // named by the library that called cudaMalloc (ctypes' libffi); NCCL's communicator.
+    assert_eq!(sources[0], ("pytorch_reserved", 247_463_936), "{sources:?}");
+    assert!(sources.iter().any(|&(s, b)| s.starts_with("raw_cuda libffi") && b == 256 << 20), "{sources:?}");
+    assert!(sources.iter().any(|&(s, b)| s == "nccl" && b > 0), "{sources:?}");
+    assert!(sources.iter().any(|&(s, b)| s == "cublas" && b > 0), "{sources:?}");
+    // NVML's figure is every source plus the unexplained rest.
+    let nvml = l["nvml_used_bytes"].as_u64().unwrap();
+    let named: u64 = sources.iter().filter(|(s, _)| *s != "other_processes").map(|&(_, b)| b).sum();
+    assert_eq!(nvml as i64 - named as i64, l["unexplained_bytes"].as_i64().unwrap());
+    assert_eq!(l["pytorch_segments_bytes"], 247_463_936);
+
+    let text = String::from_utf8_lossy(&collector(&["summary".as_ref(), probe.as_os_str()]).stdout).into_owned();
+    assert!(text.contains("device at peak     894.00 MiB = PyTorch 236.00 MiB + cublas 128.25 MiB + unexplained"), "{text}");
+
+    let out = collector(&["ledger".as_ref(), probe.as_os_str(), "--at".as_ref(), "nowhere".as_ref()]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("`nowhere` is none of them (marks: held)"), "{err}");
+    let out = collector(&["ledger".as_ref(), data("mlp_adam_3steps.pickle").as_os_str()]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("has no device ledger: record one with `collector trace --ledger"));
+}

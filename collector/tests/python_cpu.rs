@@ -147,11 +147,13 @@ fn lines_outside_modules_name_the_allocations_they_make() {
     let t = t.expect("a trace");
     let at = json_line(&out, "OUTSIDE ");
     let line = |k: &str| at[k].as_str().unwrap().to_owned();
-    let python: Vec<u32> = String::from_utf8(Command::new(python()).args(["-c", "import sys; print(sys.version_info[0], sys.version_info[1])"]).output().unwrap().stdout)
-        .unwrap()
-        .split_whitespace()
-        .map(|v| v.parse().unwrap())
-        .collect();
+    let python: Vec<u32> = String::from_utf8(
+        Command::new(python()).args(["-c", "import sys; print(sys.version_info[0], sys.version_info[1])"]).output().unwrap().stdout,
+    )
+    .unwrap()
+    .split_whitespace()
+    .map(|v| v.parse().unwrap())
+    .collect();
     if python < vec![3, 12] {
         // No sys.monitoring: said, and nothing named wrongly.
         assert!(t.meta.warnings.iter().any(|w| w.contains("not named by the line") && w.contains("3.12")), "{:?}", t.meta.warnings);

@@ -99,6 +99,13 @@ pub struct End {
     pub private_pools: Vec<PoolSegment>,
     /// The driver's samples: `[ts_ns (shim clock), device, used bytes, total bytes]`.
     pub device_samples: Vec<(u64, i64, u64, u64)>,
+    /// The device ledger's NVML samples: (time, device, this process's bytes, the other
+    /// processes' bytes).
+    #[serde(default)]
+    pub process_samples: Vec<(u64, i64, u64, u64)>,
+    /// Why the device ledger, or a part of it, is missing.
+    #[serde(default)]
+    pub ledger_missing: Vec<String>,
     /// The recorder: whether it recorded CUDA memory at all, and how many snapshots it wrote.
     pub cuda_used: Option<bool>,
     pub snapshots: Option<u64>,
@@ -207,6 +214,9 @@ pub struct CaptureOptions {
     /// Who holds each storage: 0 not recorded, 1 parameters, buffers, gradients, optimizer
     /// state and tensors saved for backward, 2 also the Python variables at marks.
     pub holders: u8,
+    /// The device ledger (driver allocations by library, NVML's figures for the process).
+    #[serde(default)]
+    pub ledger: bool,
 }
 
 /// What `collector ingest --stats-json` prints for the Python `MemoryTracer` API (one JSON

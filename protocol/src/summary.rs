@@ -47,6 +47,9 @@ pub struct SummaryJson {
     /// the file did not record them, and PyTorch's defaults are assumed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allocator_settings: Option<SettingsInfo>,
+    /// The device's memory by source at the peak (`collector trace --ledger`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ledger_at_peak: Option<shared::analysis::ledger::LedgerAt>,
 }
 
 impl SummaryJson {
@@ -67,6 +70,7 @@ impl SummaryJson {
             compiled: trace.meta.compiled.clone(),
             holders_at_peak: report.holders_at_peak.clone(),
             allocator_settings: report.allocator_settings.clone(),
+            ledger_at_peak: report.ledger_at_peak.clone(),
         }
     }
 }

@@ -556,6 +556,185 @@ void record_memory(uint8_t kind, void* ptr, int64_t value, size_t total_allocate
   }
 }
 
+// The device ledger (mt_ledger_start): device memory the driver hands out to anyone in the
+// process, seen through a CUPTI subscription to the driver's allocation entry points (the
+// libcupti of torch's own CUDA wheels, loaded at run time: the shim links no CUDA). Each
+// allocation is named by the library that asked for it, the first frame of its stack outside
+// CUPTI, the driver, the runtime and this shim (a backtrace: the driver allocates rarely), and
+// written as an MT_DEVICE_MEM record; its free finds it by address or handle.
+namespace cupti {
+using Result = int;
+using Subscriber = void*;
+using CallbackFunc = void (*)(void*, int, uint32_t, const void*);
+constexpr int kDriverDomain = 1;  // CUPTI_CB_DOMAIN_DRIVER_API
+constexpr int kApiExit = 1;       // CUPTI_API_EXIT
+// CUPTI_DRIVER_TRACE_CBID_* (cupti_driver_cbid.h; the numbers never change)
+enum : uint32_t {
+  kMemAlloc = 243, kMemAllocPitch = 244, kMemFree = 245, kMemAllocManaged = 371, kMemCreate = 549,
+  kMemRelease = 550, kMemAllocAsync = 598, kMemFreeAsync = 600, kMemAllocFromPoolAsync = 611,
+};
+struct CallbackData {  // CUpti_CallbackData
+  int callback_site;
+  const char* function_name;
+  const void* params;
+  void* return_value;
+  const char* symbol_name;
+  void* context;
+  uint32_t context_uid;
+  uint64_t* correlation_data;
+  uint32_t correlation_id;
+};
+struct AllocParams { uint64_t* dptr; size_t bytes; };                 // cuMemAlloc_v2, Async, FromPool, Managed
+struct PitchParams { uint64_t* dptr; size_t* pitch; size_t width; size_t height; unsigned element; };
+struct FreeParams { uint64_t dptr; };                                  // cuMemFree_v2, cuMemFreeAsync
+struct CreateParams { uint64_t* handle; size_t size; const int32_t* prop; unsigned long long flags; };
+struct ReleaseParams { uint64_t handle; };
+}  // namespace cupti
+
+struct Ledger {
+  std::mutex mu;  // guards everything below but the function pointers
+  void* lib = nullptr;
+  cupti::Result (*subscribe)(cupti::Subscriber*, cupti::CallbackFunc, void*) = nullptr;
+  cupti::Result (*unsubscribe)(cupti::Subscriber) = nullptr;
+  cupti::Result (*enable)(uint32_t, cupti::Subscriber, int, uint32_t) = nullptr;
+  int (*ctx_get_device)(int*) = nullptr;  // cuCtxGetDevice
+  cupti::Subscriber subscriber = nullptr;
+  struct Block {
+    uint64_t bytes;
+    uint32_t source;
+    int8_t device;
+  };
+  // (address, or handle with the top bit set) -> what it is
+  std::unordered_map<uint64_t, Block> live;
+  std::unordered_map<const void*, uint32_t> sources;  // a caller's address -> its label
+};
+
+Ledger& ledger() {
+  static Ledger* instance = new Ledger();  // never destroyed: the driver may call at exit
+  return *instance;
+}
+
+// What the library at `path` is, for the ledger.
+std::string source_of_library(const char* path) {
+  const char* base = std::strrchr(path, '/');
+  base = base != nullptr ? base + 1 : path;
+  const std::string b(base);
+  auto has = [&](const char* s) { return b.find(s) != std::string::npos; };
+  if (has("libc10_cuda") || has("libtorch_cuda")) return "pytorch";
+  if (has("libnccl")) return "nccl";
+  if (has("libcublasLt")) return "cublaslt";
+  if (has("libcublas")) return "cublas";
+  if (has("libcudnn")) return "cudnn";
+  if (has("libtriton") || has("cuda_utils")) return "triton";
+  return "raw_cuda " + b;
+}
+
+// The label of the library that made the driver call this callback reports (0: unknown).
+uint32_t ledger_source(Ledger& L) {
+  void* frames[48];
+  const int n = backtrace(frames, 48);
+  for (int i = 1; i < n; ++i) {
+    Dl_info info;
+    if (dladdr(frames[i], &info) == 0 || info.dli_fname == nullptr) continue;
+    const char* f = info.dli_fname;
+    if (std::strstr(f, "libcupti") || std::strstr(f, "libcuda.so") || std::strstr(f, "libcudart") ||
+        std::strstr(f, "mt_shim") || std::strstr(f, "memory_tracer") || std::strstr(f, "libc.so")) {
+      continue;
+    }
+    auto it = L.sources.find(info.dli_fbase);
+    if (it != L.sources.end()) return it->second;
+    const uint32_t id = intern(source_of_library(f).c_str());
+    L.sources.emplace(info.dli_fbase, id);
+    return id;
+  }
+  return intern("raw_cuda (no library on the stack)");
+}
+
+void ledger_record(uint64_t key, int64_t bytes, uint32_t source, int8_t device) {
+  auto& G = g();
+  if (!G.active.load(std::memory_order_relaxed)) return;
+  ThreadState& t = tls;
+  MtRecord* r = slot(t);
+  if (r == nullptr) return;
+  fill_common(t, r, MT_DEVICE_MEM, thread_id(t));
+  r->id = key;
+  r->value = bytes;
+  r->name = source;
+  r->device_type = static_cast<int8_t>(c10::DeviceType::CUDA);
+  r->device_index = device;
+  publish(t);
+}
+
+void ledger_callback(void*, int domain, uint32_t cbid, const void* data) {
+  if (domain != cupti::kDriverDomain || data == nullptr) return;
+  const auto* d = static_cast<const cupti::CallbackData*>(data);
+  if (d->callback_site != cupti::kApiExit || d->params == nullptr) return;
+  if (d->return_value != nullptr && *static_cast<const int*>(d->return_value) != 0) return;  // failed: nothing made
+  try {
+    Ledger& L = ledger();
+    constexpr uint64_t kHandle = 1ull << 63;
+    uint64_t key = 0, bytes = 0;
+    int device = -1;
+    bool alloc = true;
+    switch (cbid) {
+      case cupti::kMemAlloc:
+      case cupti::kMemAllocAsync:
+      case cupti::kMemAllocFromPoolAsync:
+      case cupti::kMemAllocManaged: {
+        const auto* p = static_cast<const cupti::AllocParams*>(d->params);
+        if (p->dptr == nullptr) return;
+        key = *p->dptr;
+        bytes = p->bytes;
+        break;
+      }
+      case cupti::kMemAllocPitch: {
+        const auto* p = static_cast<const cupti::PitchParams*>(d->params);
+        if (p->dptr == nullptr || p->pitch == nullptr) return;
+        key = *p->dptr;
+        bytes = static_cast<uint64_t>(*p->pitch) * p->height;
+        break;
+      }
+      case cupti::kMemCreate: {
+        const auto* p = static_cast<const cupti::CreateParams*>(d->params);
+        if (p->handle == nullptr) return;
+        key = *p->handle | kHandle;
+        bytes = p->size;
+        // CUmemAllocationProp: type, requestedHandleTypes, location {type, id}
+        if (p->prop != nullptr && p->prop[2] == 1 /* CU_MEM_LOCATION_TYPE_DEVICE */) device = p->prop[3];
+        break;
+      }
+      case cupti::kMemFree:
+      case cupti::kMemFreeAsync:
+        key = static_cast<const cupti::FreeParams*>(d->params)->dptr;
+        alloc = false;
+        break;
+      case cupti::kMemRelease:
+        key = static_cast<const cupti::ReleaseParams*>(d->params)->handle | kHandle;
+        alloc = false;
+        break;
+      default:
+        return;
+    }
+    std::lock_guard<std::mutex> lock(L.mu);
+    if (alloc) {
+      if (device < 0 && L.ctx_get_device != nullptr) {
+        int dev = -1;
+        if (L.ctx_get_device(&dev) == 0) device = dev;
+      }
+      const uint32_t source = ledger_source(L);
+      L.live[key] = Ledger::Block{bytes, source, static_cast<int8_t>(device)};
+      ledger_record(key, static_cast<int64_t>(bytes), source, static_cast<int8_t>(device));
+    } else {
+      auto it = L.live.find(key);
+      if (it == L.live.end()) return;  // made before the subscription
+      const Ledger::Block b = it->second;
+      L.live.erase(it);
+      ledger_record(key, -static_cast<int64_t>(b.bytes), b.source, b.device);
+    }
+  } catch (...) {
+  }
+}
+
 // Library workspaces (mt_name_workspaces): a cuBLAS handle's workspace, and cuBLASLt's, are
 // allocated through the caching allocator by the first matmul of each (thread, stream) and kept
 // for every later one; no tensor holds them. An allocation is one when its size lies within a
@@ -890,6 +1069,68 @@ void mt_python_node(uint32_t name) { tls.python_node_name = name; }
 void mt_set_torchscript(int enabled) { g().torchscript.store(enabled != 0); }
 
 void mt_name_workspaces(int enabled) { workspaces().on.store(enabled != 0); }
+
+int mt_ledger_start(const char* cupti_path) {
+  try {
+    Ledger& L = ledger();
+    std::lock_guard<std::mutex> lock(L.mu);
+    if (L.subscriber != nullptr) return 0;
+    if (L.lib == nullptr) {
+      if (cupti_path == nullptr || *cupti_path == '\0') {
+        set_error("no libcupti given");
+        return -1;
+      }
+      void* lib = dlopen(cupti_path, RTLD_NOW | RTLD_LOCAL);
+      if (lib == nullptr) {
+        const char* e = dlerror();
+        set_error((std::string("cannot load ") + cupti_path + ": " + (e != nullptr ? e : "?")).c_str());
+        return -1;
+      }
+      L.subscribe = reinterpret_cast<decltype(L.subscribe)>(dlsym(lib, "cuptiSubscribe"));
+      L.unsubscribe = reinterpret_cast<decltype(L.unsubscribe)>(dlsym(lib, "cuptiUnsubscribe"));
+      L.enable = reinterpret_cast<decltype(L.enable)>(dlsym(lib, "cuptiEnableCallback"));
+      if (L.subscribe == nullptr || L.unsubscribe == nullptr || L.enable == nullptr) {
+        set_error((std::string(cupti_path) + " lacks cuptiSubscribe, cuptiUnsubscribe or cuptiEnableCallback").c_str());
+        return -1;
+      }
+      L.lib = lib;
+      void* cuda = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+      if (cuda == nullptr) cuda = dlopen("libcuda.so.1", RTLD_LAZY);
+      if (cuda != nullptr) L.ctx_get_device = reinterpret_cast<int (*)(int*)>(dlsym(cuda, "cuCtxGetDevice"));
+    }
+    cupti::Subscriber sub = nullptr;
+    const int r = L.subscribe(&sub, &ledger_callback, nullptr);
+    if (r != 0) {
+      // 39: CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED (a profiler holds CUPTI)
+      set_error(r == 39 ? "another CUPTI subscriber (a profiler) is active" : ("cuptiSubscribe failed with CUPTI error " + std::to_string(r)).c_str());
+      return -1;
+    }
+    for (uint32_t cbid : {cupti::kMemAlloc, cupti::kMemAllocPitch, cupti::kMemFree, cupti::kMemAllocManaged, cupti::kMemCreate,
+                          cupti::kMemRelease, cupti::kMemAllocAsync, cupti::kMemFreeAsync, cupti::kMemAllocFromPoolAsync}) {
+      L.enable(1, sub, cupti::kDriverDomain, cbid);
+    }
+    L.subscriber = sub;
+    return 0;
+  } catch (...) {
+    set_error("the ledger could not start");
+    return -1;
+  }
+}
+
+int mt_ledger_stop(void) {
+  try {
+    Ledger& L = ledger();
+    std::lock_guard<std::mutex> lock(L.mu);
+    if (L.subscriber == nullptr) return 0;
+    const int r = L.unsubscribe(L.subscriber);
+    L.subscriber = nullptr;
+    L.live.clear();
+    return r == 0 ? 0 : -1;
+  } catch (...) {
+    return -1;
+  }
+}
+
 
 uint32_t mt_intern(const char* s) {
   try {

@@ -29,12 +29,15 @@ enum {
   MT_SCOPE_ENTER = 8, // name=scope name, value=at::sequence_number::peek() (autograd nodes made inside get numbers from here...)
   MT_SCOPE_EXIT = 9,  // name=scope name, value=at::sequence_number::peek() (...to here, exclusive)
   MT_MARK = 10,       // name=mark name, value=user value (iteration index)
-  MT_USER_FRAME = 11, // follows the MT_MEM allocation it names on the same thread (mt_user_frames):
+  MT_USER_FRAME = 11, // follows the MT_MEM allocation it names on the same thread (mt_py_user_frames):
                       // name = the innermost Python frame of the program's own code when the
                       // allocation was made outside every scope, "file.py:line in function"
   MT_USER_LINE = 12,  // a line of the program's own code the thread left, outside every scope:
                       // name = its label (as MT_USER_FRAME's); the autograd nodes numbered
                       // [value, a) were made while it was current
+  MT_DEVICE_MEM = 13, // device memory the driver handed out or took back (mt_ledger_start):
+                      // id=address (a cuMemCreate handle with bit 63 set), value=signed bytes,
+                      // name=the library that asked ("nccl", "pytorch", "raw_cuda libfoo.so", ...)
 };
 
 typedef struct MtRecord {
@@ -109,6 +112,11 @@ void mt_scope_exit(uint32_t name);
 // user_setup(prefixes, enable, disable), user_off() and the sys.monitoring callbacks
 // user_start, user_line, user_return (see mt_shim.cpp). Null outside Python.
 const void* mt_py_user_frames(void);
+// The device ledger: subscribes to the driver's allocation entry points through the libcupti
+// at `cupti_path` (MT_DEVICE_MEM records while tracing). 0 on success, -1 with the error set
+// (no such library, another subscriber). mt_ledger_stop unsubscribes.
+int mt_ledger_start(const char* cupti_path);
+int mt_ledger_stop(void);
 void mt_mark(uint32_t name, int64_t value);
 uint64_t mt_now_ns(void);
 // Moves up to cap records into out; returns how many. Call until it returns 0.

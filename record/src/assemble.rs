@@ -13,12 +13,12 @@
 //!   block; what is left is [`UNATTRIBUTED`].
 
 use crate::layout::{self as ffi, MtCounters, MtHolder, MtRecord};
-use shared::model::{
-    Device, EventHolder, EventRecord, EventType, HolderKind, IterationSpan, LayerScope, OperatorEvent, Phase, StrId, TensorRef, Totals,
-    TraceMeta,
-};
+use shared::model::{Device, EventRecord, EventType, IterationSpan, LayerScope, OperatorEvent, Phase, StrId, TensorRef, Totals, TraceMeta};
 use shared::Trace;
 use std::collections::HashMap;
+
+mod holders;
+use holders::{push_holders, savers};
 
 /// The layer name given to memory that no op or scope claims.
 pub const UNATTRIBUTED: &str = "unattributed";
@@ -154,6 +154,7 @@ pub fn assemble(c: &Captured, meta: TraceMeta) -> Trace {
     push_operators(&mut trace, &mut strings, &walk.ops, &layers.of_op);
     let to = MemoryTarget { unattributed, stream };
     push_memory_events(&mut trace, &mut strings, c, &walk, &layers, to);
+    push_ledger(&mut trace, &mut strings, c, &walk.ledger);
     let savers = savers(&walk.ops, &layers.of_op, &walk.seq_scopes);
     push_holders(&mut trace, &mut strings, c, &savers);
     push_iterations(&mut trace, walk.iteration_marks);
@@ -180,6 +181,8 @@ struct Walk {
     ops: Vec<OpTmp>,
     /// Indices of the memory records (allocations, frees, OOMs).
     mem: Vec<usize>,
+    /// Indices of the device ledger's records (`MT_DEVICE_MEM`).
+    ledger: Vec<usize>,
     /// An allocation outside every scope (its record's index) -> the frame of the program's
     /// own code that made it (`MT_USER_FRAME`).
     frames: HashMap<usize, u32>,
@@ -256,9 +259,15 @@ impl Walker<'_, '_> {
                 // scope of sequence numbers, as a module's is.
                 let end = i64::try_from(r.a).unwrap_or(i64::MAX);
                 if end > r.value {
-                    self.walk.seq_scopes.entry(u64::from(r.thread)).or_default().push(SeqScope { first: r.value, end, name: r.name, line: true });
+                    self.walk.seq_scopes.entry(u64::from(r.thread)).or_default().push(SeqScope {
+                        first: r.value,
+                        end,
+                        name: r.name,
+                        line: true,
+                    });
                 }
             }
+            ffi::MT_DEVICE_MEM => self.walk.ledger.push(i),
             ffi::MT_USER_FRAME => {
                 // It follows its allocation on the same thread, at the same time.
                 if let Some(&m) = self.walk.mem.last() {
@@ -288,7 +297,12 @@ impl Walker<'_, '_> {
                 if let Some(pos) = self.open.iter().rposition(|o| o.name == r.name) {
                     let first = self.open[pos].first_seq;
                     if r.value > first {
-                        self.walk.seq_scopes.entry(u64::from(r.thread)).or_default().push(SeqScope { first, end: r.value, name: r.name, line: false });
+                        self.walk.seq_scopes.entry(u64::from(r.thread)).or_default().push(SeqScope {
+                            first,
+                            end: r.value,
+                            name: r.name,
+                            line: false,
+                        });
                     }
                     let at = self.rel(r.ts_ns);
                     self.close_scopes(trace, r.thread as u64, Some((pos, at)));
@@ -574,6 +588,39 @@ fn push_memory_events(trace: &mut Trace, strings: &mut Strings, c: &Captured, wa
     }
 }
 
+/// The device ledger's records into `trace.ledger`, in time order, on the trace's devices: a
+/// record whose device the driver did not say belongs to the trace's one CUDA device; one on
+/// a device the trace has no events of is left out and counted.
+fn push_ledger(trace: &mut Trace, strings: &mut Strings, c: &Captured, records: &[usize]) {
+    let cuda: Vec<u8> = (0..trace.devices.len()).filter(|&d| trace.devices[d].kind == "cuda").map(|d| d as u8).collect();
+    let mut elsewhere = 0usize;
+    for &i in records {
+        let r = &c.records[i];
+        let device = if r.device_index < 0 {
+            (cuda.len() == 1).then(|| cuda[0])
+        } else {
+            let want = device_of(r.device_type, r.device_index);
+            trace.devices.iter().position(|d| *d == want).map(|d| d as u8)
+        };
+        let Some(device) = device else {
+            elsewhere += 1;
+            continue;
+        };
+        let source = strings.get(trace, r.name);
+        trace.ledger.events.push(shared::model::LedgerEvent {
+            ts_ns: r.ts_ns.saturating_sub(c.start_ns),
+            device,
+            source,
+            bytes: r.value,
+            address: r.id,
+        });
+    }
+    trace.ledger.events.sort_by_key(|e| e.ts_ns);
+    if elsewhere > 0 {
+        trace.ledger.missing.push(format!("{elsewhere} driver allocations on devices this trace has no memory events of were left out"));
+    }
+}
+
 /// The bytes each CUDA allocation asked for. The shim reports blocks (rounded up by the
 /// caching allocator) and, with each, the bytes ever requested of the device's allocator
 /// (`MtRecord::c`): only allocations add to that count, so two consecutive allocations'
@@ -595,126 +642,6 @@ impl RequestedSizes {
         let asked = so_far.checked_sub(before)?;
         (asked > 0 && asked <= block).then_some(asked)
     }
-}
-
-/// Each holder joined to the allocation live at its address when it took or let go of it (a
-/// pending free: the allocation last freed there).
-/// A saved tensor's holder is named by the forward operator that made its autograd node, and
-/// its module is that operator's (else the scope's whose forward made the node); it holds the
-/// block from when the node was made, not from the look that found it.
-fn push_holders(trace: &mut Trace, strings: &mut Strings, c: &Captured, savers: &Savers) {
-    if c.holders.is_empty() {
-        return;
-    }
-    let rel = |ts: u64| ts.saturating_sub(c.start_ns);
-    let mut order: Vec<&MtHolder> = c.holders.iter().collect();
-    order.sort_by_key(|h| h.ts_ns);
-    let mut live: HashMap<(u8, u64), u32> = HashMap::new();
-    // The block last freed at each address: a pending free's (its free waits for another stream).
-    let mut freed: HashMap<(u8, u64), u32> = HashMap::new();
-    let mut open: HashMap<(u32, u8, u32, u32), usize> = HashMap::new();
-    let mut out: Vec<EventHolder> = Vec::new();
-    let (mut next, mut unmatched) = (0usize, 0u64);
-    for h in order {
-        let t = rel(h.ts_ns);
-        let ev = &trace.events;
-        while next < ev.len() && ev.ts_ns[next] <= t {
-            match ev.event_type(next) {
-                EventType::Alloc => {
-                    let key = (ev.device[next], ev.address[next]);
-                    freed.remove(&key);
-                    live.insert(key, next as u32);
-                }
-                EventType::Free => {
-                    let key = (ev.device[next], ev.address[next]);
-                    if let Some(event) = live.remove(&key) {
-                        freed.insert(key, event);
-                    }
-                }
-                _ => {}
-            }
-            next += 1;
-        }
-        let device = device_of(h.device_type, h.device_index);
-        let Some(kind) = HolderKind::from_code(h.kind) else { continue };
-        // A pending free's block was freed by the program already: the one last freed there.
-        let blocks = if kind == HolderKind::PendingFree { &freed } else { &live };
-        let block = trace.devices.iter().position(|d| *d == device).and_then(|d| blocks.get(&(d as u8, h.ptr)).copied());
-        let Some(event) = block else {
-            // A pending free let go of once its block was taken again: the reuse ended it.
-            if !(kind == HolderKind::PendingFree && h.take == 0) {
-                unmatched += 1;
-            }
-            continue;
-        };
-        let key = (event, h.kind, h.name, h.module);
-        if h.take == 0 {
-            if let Some(k) = open.remove(&key) {
-                out[k].released_ns = Some(t);
-            }
-            continue;
-        }
-        let (mut name, mut module) = (h.name, h.module);
-        if let Some((op, layer)) = savers.of(h.seq).filter(|_| kind == HolderKind::SavedForBackward) {
-            (name, module) = (if op != 0 { op } else { name }, if layer != 0 { layer } else { module });
-        }
-        let (name, module) = (strings.get(trace, name), strings.get(trace, module));
-        // Saved tensors are found by a look at the backward's start, but were held since their
-        // node was made in the forward (or since the block's allocation, if later; the block's
-        // allocation where the node's operator was not recorded).
-        let taken_ns = if kind == HolderKind::SavedForBackward {
-            let allocated = trace.events.ts_ns[event as usize];
-            t.min(savers.made_at(h.seq).map_or(allocated, |m| m.max(allocated)))
-        } else {
-            t
-        };
-        open.insert(key, out.len());
-        out.push(EventHolder { event, kind, name, module, taken_ns, released_ns: None });
-    }
-    out.sort_by_key(|h| (h.event, h.taken_ns));
-    trace.event_holders = out;
-    if unmatched > 0 {
-        trace.meta.warnings.push(format!(
-            "{unmatched} holder records named no allocation live at their address (storages allocated before the trace, or whose allocation was dropped)"
-        ));
-    }
-}
-
-/// Who saved tensors for backward, by autograd sequence number: the forward operator that
-/// made the node and its layer (the shim's string ids; 0: unknown), else the scope whose
-/// forward made it.
-struct Savers<'a> {
-    /// Sequence number → the forward operator that made the node, its layer, and its start.
-    by_op: HashMap<i64, (u32, u32, u64)>,
-    seq_scopes: &'a HashMap<u64, Vec<SeqScope>>,
-}
-
-impl Savers<'_> {
-    fn of(&self, seq: i64) -> Option<(u32, u32)> {
-        if seq < 0 {
-            return None;
-        }
-        self.by_op
-            .get(&seq)
-            .map(|&(op, layer, _)| (op, layer))
-            .or_else(|| self.seq_scopes.values().find_map(|l| scope_of_sequence(Some(l), seq)).map(|s| (0, s)))
-    }
-
-    /// When the node of sequence number `seq` was made, where its forward operator was recorded.
-    fn made_at(&self, seq: i64) -> Option<u64> {
-        self.by_op.get(&seq).map(|&(_, _, start)| start)
-    }
-}
-
-fn savers<'a>(ops: &[OpTmp], layer: &[u32], seq_scopes: &'a HashMap<u64, Vec<SeqScope>>) -> Savers<'a> {
-    let mut by_op: HashMap<i64, (u32, u32, u64)> = HashMap::new();
-    for (k, o) in ops.iter().enumerate() {
-        // Later entries are inner operators sharing the number; the innermost made the node.
-        if !o.backward_node && o.seq_nr >= 0 {
-            by_op.insert(o.seq_nr, (o.name, layer.get(k).copied().unwrap_or(0), o.start_ns));
-        }
-    }
-    Savers { by_op, seq_scopes }
 }
 
 /// Iterations: a begin mark opens, the next end mark closes.
@@ -773,6 +700,7 @@ fn scope_of_sequence(sorted: Option<&Vec<SeqScope>>, seq: i64) -> Option<u32> {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use shared::model::HolderKind;
 
     fn rec(kind: u8, ts: u64, thread: u32) -> MtRecord {
         MtRecord { ts_ns: ts, kind, thread, phase: Phase::Other as u8, device_type: -1, device_index: -1, ..Default::default() }
@@ -863,7 +791,8 @@ mod tests {
     /// inside the line); a free takes its allocation's line.
     #[test]
     fn lines_outside_modules_name_their_allocations_and_backward_nodes() {
-        let strings: Vec<String> = ["train.py:40 in step", "fc", "MulBackward0", "AddmmBackward0", "train.py:41 in step"].map(String::from).to_vec();
+        let strings: Vec<String> =
+            ["train.py:40 in step", "fc", "MulBackward0", "AddmmBackward0", "train.py:41 in step"].map(String::from).to_vec();
         let (line40, fc, mul, addmm, line41) = (1, 2, 3, 4, 5);
         let mut r = Vec::new();
         let line = |ts, seq, end, name| {
@@ -897,7 +826,8 @@ mod tests {
                 (10 + k as u64, seq, 1, name, ffi::RECORD_SCOPE_BACKWARD_FUNCTION, Phase::Backward as u8);
             r.push(n);
             let mut g = rec(ffi::MT_MEM, ts + 1, 2);
-            (g.id, g.value, g.a, g.op, g.device_type, g.phase) = (0x200 + k as u64 * 0x100, 256, 256, 10 + k as u32, 0, Phase::Backward as u8);
+            (g.id, g.value, g.a, g.op, g.device_type, g.phase) =
+                (0x200 + k as u64 * 0x100, 256, 256, 10 + k as u32, 0, Phase::Backward as u8);
             r.push(g);
         }
         let captured = Captured { records: r, strings, counters: MtCounters::default(), start_ns: 10, ..Default::default() };

@@ -19,6 +19,9 @@ pub const MT_USER_FRAME: u8 = 11;
 /// A line of the program's own code the thread left, outside every scope: `name` its label; the
 /// autograd nodes numbered `[value, a)` were made while it was current.
 pub const MT_USER_LINE: u8 = 12;
+/// Device memory the driver handed out (`value` > 0) or took back, through CUPTI: `id` the address
+/// (a `cuMemCreate` handle with bit 63 set), `name` the library that asked, `device_index` the device.
+pub const MT_DEVICE_MEM: u8 = 13;
 
 /// Frame kinds of the stream a shim inside a Python process writes (`MT_FRAME_*`): each
 /// frame is `u32 kind, u32 length` (little endian) and a payload.

@@ -340,6 +340,7 @@ fn c_rust_and_python_number_the_frames_and_records_alike() {
         ("MT_MARK", record::MT_MARK),
         ("MT_USER_FRAME", record::MT_USER_FRAME),
         ("MT_USER_LINE", record::MT_USER_LINE),
+        ("MT_DEVICE_MEM", record::MT_DEVICE_MEM),
     ]
     .into_iter()
     .map(|(n, v)| (n.to_owned(), u64::from(v)))

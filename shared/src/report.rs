@@ -42,6 +42,9 @@ pub struct TraceReport {
     /// The CUDA caching allocator's settings the run had (or that they are unknown), for a
     /// trace of a CUDA device.
     pub allocator_settings: Option<SettingsInfo>,
+    /// The device's memory by source at the allocated peak, for a trace recorded with the
+    /// ledger (`collector trace --ledger`).
+    pub ledger_at_peak: Option<crate::analysis::ledger::LedgerAt>,
 }
 
 impl TraceReport {
@@ -68,8 +71,15 @@ impl TraceReport {
             .map(|d| d.index)
             .or(cuda);
         let allocator_settings = peak_index.map(|i| own_settings(trace).info(i));
+        let ledger_at_peak = if trace.ledger.is_empty() {
+            None
+        } else {
+            let at = crate::analysis::ledger::LedgerMoment { what: "peak".into(), ts_s: summary.peak_time_s };
+            crate::analysis::ledger::ledger_at(trace, at)
+        };
         let report = Self {
             allocator_settings,
+            ledger_at_peak,
             devices: analysis::device_peaks(trace),
             driver_used_peak_bytes: trace.device_samples.iter().map(|d| d.used_bytes).max(),
             summary,

@@ -2,9 +2,9 @@
 //! leaks, diffs and advice, as text for a terminal.
 
 use shared::analysis::{LayerMemoryStats, Summary};
+use shared::model::{is_source_layer, layer_place};
 use shared::report::{TraceReport, Walks};
 use shared::units::{format_bytes, format_seconds};
-use shared::model::{is_source_layer, layer_place};
 use shared::Trace;
 use std::io::Write;
 
@@ -268,6 +268,9 @@ fn print_peaks(trace: &Trace, report: &TraceReport, out: &mut dyn Write) -> anyh
             format_bytes(used),
             trace.device_samples.len()
         )?;
+    }
+    if let Some(l) = &report.ledger_at_peak {
+        writeln!(out, "  device at peak     {} (`collector ledger`)", l.line())?;
     }
     Ok(())
 }

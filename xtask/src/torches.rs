@@ -108,7 +108,8 @@ fn find_python(minor: &str) -> Option<PathBuf> {
     if crate::output(Command::new(&name).arg("--version")).is_some() {
         return Some(PathBuf::from(name));
     }
-    let root = std::env::var_os("PYENV_ROOT").map(PathBuf::from).or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".pyenv")))?;
+    let root =
+        std::env::var_os("PYENV_ROOT").map(PathBuf::from).or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".pyenv")))?;
     let mut found: Vec<PathBuf> = std::fs::read_dir(root.join("versions"))
         .ok()?
         .filter_map(|e| e.ok())
@@ -130,7 +131,8 @@ pub fn install_test_venvs(cache: &Path, common: &[&str]) -> Result<()> {
         let venv = venv(cache, t.torch);
         let py = venv.join("bin/python");
         let python = t.python.and_then(find_python);
-        let check = "import sys, torch, torchvision, transformers, pytest, requests; print(torch.__version__, '%d.%d' % sys.version_info[:2])";
+        let check =
+            "import sys, torch, torchvision, transformers, pytest, requests; print(torch.__version__, '%d.%d' % sys.version_info[:2])";
         let wanted_python = python.as_ref().and(t.python);
         let is_wanted = |v: Option<String>| {
             v.is_some_and(|v| {
@@ -144,7 +146,8 @@ pub fn install_test_venvs(cache: &Path, common: &[&str]) -> Result<()> {
         // A venv whose torch does not import was left by an interrupted install, one on another
         // Python than wanted by an older checkout: made again.
         let other_python = wanted_python.is_some_and(|w| {
-            crate::output(Command::new(&py).args(["-c", "import sys; print('%d.%d' % sys.version_info[:2])"])).is_some_and(|v| v.trim() != w)
+            crate::output(Command::new(&py).args(["-c", "import sys; print('%d.%d' % sys.version_info[:2])"]))
+                .is_some_and(|v| v.trim() != w)
         });
         if py.exists() && (other_python || crate::output(Command::new(&py).args(["-c", "import torch"])).is_none()) {
             std::fs::remove_dir_all(&venv).with_context(|| format!("cannot remove {}", venv.display()))?;

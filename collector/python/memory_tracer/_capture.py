@@ -15,7 +15,7 @@ import threading
 import time
 import weakref
 
-from . import _allocator, _shim
+from . import _allocator, _ledger, _shim
 from ._frames import UserLines
 from ._shim import PHASE_BACKWARD, PHASE_FORWARD, PHASE_OPTIMIZER, PHASE_OTHER
 
@@ -125,6 +125,8 @@ class Capture:
         self.compiled = None  # Inductor's generated code attributed to modules (_compiled)
         self.holders = None  # who holds each storage (_holders), with --holders
         self.user_lines = None  # the line of the program's own code each thread is at (_frames)
+        self.ledger_on = False  # the shim's CUPTI subscription (_ledger), with --ledger
+        self.ledger_missing = []
         self.allocator = None  # the allocator's settings and the program's changes (_allocator)
         self.begin_id = self.intern(ITERATION_BEGIN)
         self.end_id = self.intern(ITERATION_END)
@@ -623,7 +625,18 @@ class Capture:
             raise RuntimeError(f"memory-tracer: the capture cannot start: {_shim.last_error(lib)}")
         self.enabled = True
         self.install()
-        self.sampler = DeviceSampler(lib, DEVICE_SAMPLE_S)
+        nvml = None
+        if int(o.get("ledger", 0)):
+            why = _ledger.start(lib, torch)
+            if why:
+                self.ledger_missing.append(f"no driver allocations: {why}")
+            else:
+                self.ledger_on = True
+            nvml = _ledger.Nvml(torch)
+            if nvml.why:
+                self.ledger_missing.append(f"no per-process figures: {nvml.why}")
+                nvml = None
+        self.sampler = DeviceSampler(lib, DEVICE_SAMPLE_S, nvml)
 
     def pause(self):
         """Stops recording and takes the hooks out: a paused program runs as if untraced."""
@@ -652,6 +665,8 @@ class Capture:
             if self.holders is not None:
                 self.holders.flush()
             self.lib.mt_stop()
+            if self.ledger_on:
+                self.lib.mt_ledger_stop()
             self.uninstall()
             end = {"reason": reason, "counters": _shim.counters(self.lib), "steps": self.steps, "iterations": self.iteration}
             if self.marker is None and self.steps == 0:
@@ -669,6 +684,8 @@ class Capture:
             end["private_pools"] = _private_pool_segments()
             if self.sampler is not None:
                 end["device_samples"] = self.sampler.stop()
+                end["process_samples"] = self.sampler.process
+            end["ledger_missing"] = self.ledger_missing
             self.send(_shim.FRAME_END, end)
         except Exception as e:  # never let the capture's end break the program's
             sys.stderr.write(f"memory-tracer: ending the capture failed: {e}\n")
@@ -718,11 +735,13 @@ class DeviceSampler:
     Devices the process has not allocated on are skipped: asking them would create a CUDA
     context there. At most `limit` samples are kept; past it every other one is dropped."""
 
-    def __init__(self, lib, interval, limit=100_000):
+    def __init__(self, lib, interval, nvml=None, limit=100_000):
         self.lib = lib
         self.interval = interval
         self.limit = limit
         self.samples = []
+        self.nvml = nvml  # with the ledger: NVML's bytes of this process and of the others
+        self.process = []
         self.every = 1
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self.run, name="memory-tracer-device-sampler", daemon=True)
@@ -742,9 +761,14 @@ class DeviceSampler:
                     free, total = torch.cuda.mem_get_info(d)
                     n += 1
                     if n % self.every == 0:
-                        self.samples.append((self.lib.mt_now_ns(), d, total - free, total))
+                        now = self.lib.mt_now_ns()
+                        self.samples.append((now, d, total - free, total))
+                        usage = self.nvml.usage(d) if self.nvml is not None else None
+                        if usage is not None:
+                            self.process.append((now, d, usage[0], usage[1]))
                 if len(self.samples) >= self.limit:
                     self.samples = self.samples[::2]
+                    self.process = self.process[::2]
                     self.every *= 2
             except Exception:  # a device gone bad: stop sampling, keep the program running
                 return

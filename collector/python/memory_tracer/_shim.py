@@ -216,12 +216,14 @@ SIGNATURES = {
         "mt_stream_close": ([], i32),
         "mt_name_workspaces": ([i32], None),
         "mt_py_user_frames": ([], ctypes.c_void_p),
+        "mt_ledger_start": ([ctypes.c_char_p], i32),
+        "mt_ledger_stop": ([], i32),
         "mt_last_error": ([ctypes.c_char_p, sz], sz),
 }
 
 
 # Functions a shim built from older sources lacks (`module_call_functions` falls back).
-OPTIONAL = {"mt_py_module_call", "mt_name_workspaces", "mt_py_user_frames"}
+OPTIONAL = {"mt_py_module_call", "mt_name_workspaces", "mt_py_user_frames", "mt_ledger_start", "mt_ledger_stop"}
 
 # Called on the traced program's hot path; each returns at once (no I/O, no waiting on a lock
 # held for long).

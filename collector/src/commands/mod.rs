@@ -11,6 +11,7 @@ pub mod diff;
 pub mod find;
 pub mod ingest;
 pub mod leaks;
+pub mod ledger;
 pub mod mcp;
 pub mod merge;
 pub mod python_package;

@@ -59,6 +59,12 @@ pub struct TraceArgs {
     /// also names the Python variables and attributes that hold tensors at each mark.
     #[arg(long, value_name = "WHAT", num_args = 0..=1, require_equals = true, default_missing_value = "on", value_parser = ["on", "python"])]
     pub holders: Option<String>,
+    /// Python programs on CUDA: the device ledger, every byte the driver hands the process by
+    /// the library that asked (PyTorch's segments, NCCL, cuBLAS, cuDNN, Triton, raw
+    /// cudaMalloc), beside NVML's figure for the process (`collector ledger`). It holds CUPTI:
+    /// a torch.profiler run in the same process gets no CUDA activity.
+    #[arg(long)]
+    pub ledger: bool,
     /// Python programs: which capture runs. `auto` (default): the native capture when a capture
     /// library fits the program's torch (or can be built for it), else PyTorch's recorder;
     /// `native`: the native capture or the program does not run (exit 97); `recorder`: PyTorch's
@@ -226,6 +232,7 @@ fn py_options(a: &TraceArgs) -> anyhow::Result<PyOptions> {
             Some("python") => 2,
             Some(_) => 1,
         },
+        ledger: a.ledger,
         ..PyOptions::default()
     })
 }

@@ -131,6 +131,8 @@ pub struct PyOptions {
     pub capture: CaptureMode,
     /// Record who holds each storage (`CaptureOptions::holders`).
     pub holders: u8,
+    /// The device ledger (`CaptureOptions::ledger`).
+    pub ledger: bool,
 }
 
 impl Default for PyOptions {
@@ -148,6 +150,7 @@ impl Default for PyOptions {
             drain_interval_ms: 20,
             capture: CaptureMode::Auto,
             holders: 0,
+            ledger: false,
         }
     }
 }
@@ -170,6 +173,7 @@ impl PyOptions {
             interval_ms: self.drain_interval_ms,
             capture: self.capture.as_str().to_owned(),
             holders: self.holders,
+            ledger: self.ledger,
         }
     }
 }
@@ -433,6 +437,21 @@ fn device_samples(end: Option<&End>, index: i8, start_ns: u64) -> Vec<shared::mo
         .collect()
 }
 
+/// The ledger's NVML samples of CUDA device `index` (this process's bytes and the others'),
+/// timed from the capture's start, on the trace's one device.
+fn process_samples(end: Option<&End>, index: i8, start_ns: u64) -> Vec<shared::model::ProcessSample> {
+    end.map_or(&[][..], |e| &e.process_samples)
+        .iter()
+        .filter(|&&(_, device, _, _)| device == i64::from(index))
+        .map(|&(ts, _, process, others)| shared::model::ProcessSample {
+            ts_ns: ts.saturating_sub(start_ns),
+            device: 0,
+            process_bytes: process,
+            other_processes_bytes: others,
+        })
+        .collect()
+}
+
 /// The distributed job a process belongs to: torchrun's run id and rendezvous address, the
 /// same on every rank of every node of one job.
 fn job_of(env: &std::collections::BTreeMap<String, String>) -> Option<String> {
@@ -615,6 +634,8 @@ fn build_native_trace(mut p: ProcessStream, opts: &PyOptions) -> Result<Trace, S
     }
     if let Some(i) = cuda_index {
         trace.device_samples = device_samples(end.as_ref(), i, start_ns);
+        trace.ledger.process = process_samples(end.as_ref(), i, start_ns);
+        trace.ledger.missing.extend(end.iter().flat_map(|e| e.ledger_missing.iter().cloned()));
         attach_private_pools(&mut trace, end.as_ref(), i);
     }
     match &end {

@@ -19,6 +19,7 @@ pub const FILES: &[(&str, &[u8])] = py!(
     "memory_tracer/__main__.py",
     "memory_tracer/_allocator.py",
     "memory_tracer/_frames.py",
+    "memory_tracer/_ledger.py",
     "memory_tracer/_auto.py",
     "memory_tracer/_build.py",
     "memory_tracer/_capture.py",

@@ -12,6 +12,7 @@ pub mod flame;
 pub mod holders;
 pub mod iterations;
 pub mod leaks;
+pub mod ledger;
 pub mod oom;
 pub mod pools;
 pub mod profile;

@@ -13,6 +13,7 @@
 mod devices;
 mod events;
 mod holders;
+mod ledger;
 mod meta;
 mod notes;
 mod ops;
@@ -24,6 +25,7 @@ mod strings;
 pub use devices::{Device, DeviceSample};
 pub use events::{EventRecord, EventStore, EventType, MemoryEvent, Phase, Totals, TotalsCursor, TotalsOverride};
 pub use holders::{EventHolder, HolderKind};
+pub use ledger::{DeviceLedger, LedgerEvent, ProcessSample};
 pub use meta::{allocator_settings_of_string, AllocatorChange, AllocatorSettings, CompiledCode, Counter, SourceFormat, TraceMeta};
 pub use notes::{EventNote, NoteKind};
 pub use ops::{OperatorEvent, TensorRef};
@@ -83,6 +85,9 @@ pub struct Trace {
     /// --holders`): sorted by event, then by when the holder took it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub event_holders: Vec<EventHolder>,
+    /// Device memory outside the caching allocator, by source (`collector trace --ledger`).
+    #[serde(default, skip_serializing_if = "DeviceLedger::is_empty")]
+    pub ledger: DeviceLedger,
 }
 
 impl Trace {
@@ -108,6 +113,7 @@ impl Trace {
             event_notes: Vec::new(),
             event_requested: Vec::new(),
             event_holders: Vec::new(),
+            ledger: DeviceLedger::default(),
         }
     }
 

@@ -1,0 +1,64 @@
+//! `collector ledger`: the process's device memory by source at a moment (the peak, the end,
+//! the out-of-memory, a mark, a time) and each source's peak over the run, from a trace
+//! recorded with `collector trace --ledger`.
+
+use super::ImportArgs;
+use shared::analysis::ledger::{ledger_at, moment};
+use shared::units::format_bytes;
+use std::io::Write;
+use std::path::PathBuf;
+use traceio::files::load_trace;
+
+/// A trace and the moment to read its ledger at (`ledger`).
+#[derive(clap::Args)]
+pub struct LedgerArgs {
+    /// Input trace file, recorded with `collector trace --ledger`.
+    pub input: PathBuf,
+    /// When: `peak` (default, the allocated peak), `end`, `oom`, a mark's name or seconds since
+    /// the trace's start.
+    #[arg(long, default_value = "peak", value_name = "WHEN")]
+    pub at: String,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub import: ImportArgs,
+}
+
+/// `collector ledger`.
+pub fn ledger_command(a: LedgerArgs) -> anyhow::Result<()> {
+    let trace = load_trace(&a.input, &a.import.options())?;
+    if trace.ledger.is_empty() {
+        anyhow::bail!(
+            "{} has no device ledger: record one with `collector trace --ledger -- python ...` (a CUDA program)",
+            a.input.display()
+        );
+    }
+    let at = moment(&trace, &a.at).map_err(|e| anyhow::anyhow!("--at {}: {e}", a.at))?;
+    let l = ledger_at(&trace, at).ok_or_else(|| anyhow::anyhow!("{} has no CUDA device for a ledger", a.input.display()))?;
+    let mut out = std::io::stdout().lock();
+    if a.json {
+        writeln!(out, "{}", serde_json::to_string_pretty(&l)?)?;
+        return Ok(());
+    }
+    writeln!(out, "Device ledger of {} at {} ({:.3} s)", l.device, l.at.what, l.at.ts_s)?;
+    writeln!(out, "  {}", l.line())?;
+    writeln!(out, "  {:<34} {:>12} {:>12}  detail", "source", "now", "peak")?;
+    for s in &l.sources {
+        writeln!(out, "  {:<34} {:>12} {:>12}  {}", s.source, format_bytes(s.bytes), format_bytes(s.peak_bytes), s.detail)?;
+    }
+    if let Some(u) = l.unexplained_bytes {
+        writeln!(
+            out,
+            "  {:<34} {:>12} {:>12}  NVML's figure less everything above: the CUDA context and what no allocation call showed",
+            "unexplained",
+            if u < 0 { format!("-{}", format_bytes(u.unsigned_abs())) } else { format_bytes(u as u64) },
+            ""
+        )?;
+    }
+    writeln!(out, "  the driver's bytes of PyTorch's segments: {} (beside its reserved figure)", format_bytes(l.pytorch_segments_bytes))?;
+    for m in &l.missing {
+        writeln!(out, "  note: {m}")?;
+    }
+    Ok(())
+}

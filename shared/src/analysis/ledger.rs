@@ -1,0 +1,197 @@
+//! The device ledger at a moment (`collector ledger`, the summary's `device` line): the
+//! process's device memory by source. PyTorch's reserved bytes come from the allocator's own
+//! totals; every other source from the driver allocations the ledger saw, by the library that
+//! asked; NVML's figure for the process bounds them, and what it counts beyond everything named
+//! (the CUDA context among it) is `unexplained`. The driver's view of PyTorch's own segments
+//! is kept as a check, never added twice.
+
+use crate::model::{EventType, Trace};
+use crate::units::format_bytes;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// The `pytorch` source of driver allocations: the caching allocator's segments.
+pub const PYTORCH: &str = "pytorch";
+
+/// One source's bytes at the moment and its highest over the run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LedgerSource {
+    pub source: String,
+    pub bytes: u64,
+    pub peak_bytes: u64,
+    pub detail: String,
+}
+
+/// When the ledger is read.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LedgerMoment {
+    /// `peak`, `end`, `oom`, a mark's name, or `seconds`.
+    pub what: String,
+    pub ts_s: f64,
+}
+
+/// The ledger of one device at one moment (the JSON of `collector ledger --json`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LedgerAt {
+    pub at: LedgerMoment,
+    pub device: String,
+    /// NVML's count of this process's memory on the device (the sample nearest the moment).
+    pub nvml_used_bytes: Option<u64>,
+    /// PyTorch's reserved bytes first, then every other source by bytes, then
+    /// `other_processes` where NVML counts them.
+    pub sources: Vec<LedgerSource>,
+    /// NVML's figure less every source of this process: the CUDA context and what no
+    /// allocation call showed.
+    pub unexplained_bytes: Option<i64>,
+    /// The driver's bytes of PyTorch's own segments at the moment (a check on the reserved
+    /// figure: equal unless segments were made before the ledger started).
+    pub pytorch_segments_bytes: u64,
+    /// Why a part of the ledger is missing.
+    pub missing: Vec<String>,
+}
+
+/// The moment `at` names: `peak` (the allocated peak), `end`, `oom` (the first out-of-memory
+/// error), a mark's name, or seconds from the start; an error saying what it takes otherwise.
+pub fn moment(trace: &Trace, at: &str) -> Result<LedgerMoment, String> {
+    let start = trace.start_ns();
+    let secs = |ts: u64| ts.saturating_sub(start) as f64 / 1e9;
+    let ts = match at {
+        "peak" => {
+            let s = super::summary(trace);
+            return Ok(LedgerMoment { what: "peak".into(), ts_s: s.peak_time_s });
+        }
+        "end" => trace.end_ns(),
+        "oom" => {
+            let i = (0..trace.events.len())
+                .find(|&i| trace.events.event_type(i) == EventType::Oom)
+                .ok_or("the trace has no out-of-memory error")?;
+            trace.events.ts_ns[i]
+        }
+        _ => match at.parse::<f64>() {
+            Ok(s) if s.is_finite() && s >= 0.0 => return Ok(LedgerMoment { what: "seconds".into(), ts_s: s }),
+            _ => {
+                let m = trace.marks.iter().find(|m| trace.str(m.name) == at).ok_or_else(|| {
+                    format!("--at takes peak, end, oom, a mark's name or seconds; `{at}` is none of them (marks: {})", mark_names(trace))
+                })?;
+                m.ts_ns
+            }
+        },
+    };
+    Ok(LedgerMoment { what: at.to_owned(), ts_s: secs(ts) })
+}
+
+fn mark_names(trace: &Trace) -> String {
+    let names: Vec<&str> = trace.marks.iter().map(|m| trace.str(m.name)).collect();
+    if names.is_empty() {
+        "none".into()
+    } else {
+        names.join(", ")
+    }
+}
+
+/// The ledger of the trace's CUDA device at `at`; None for a trace without a ledger or a CUDA
+/// device.
+pub fn ledger_at(trace: &Trace, at: LedgerMoment) -> Option<LedgerAt> {
+    if trace.ledger.is_empty() {
+        return None;
+    }
+    let device = trace.devices.iter().position(|d| d.kind == "cuda" && !d.is_pinned_host())? as u8;
+    let ts = trace.start_ns() + (at.ts_s * 1e9).round() as u64;
+    // PyTorch's reserved bytes: the allocator's totals after the last event at or before `ts`.
+    let (mut reserved, mut reserved_peak) = (0u64, 0u64);
+    let mut cursor = trace.events.cursor();
+    for i in 0..trace.events.len() {
+        let totals = cursor.advance();
+        if trace.events.device[i] != device {
+            continue;
+        }
+        reserved_peak = reserved_peak.max(totals.reserved_bytes);
+        if trace.events.ts_ns[i] <= ts {
+            reserved = totals.reserved_bytes;
+        }
+    }
+    // The driver's allocations by source: live at `ts`, and the most each held.
+    let mut by: BTreeMap<&str, (i64, i64, i64, usize)> = BTreeMap::new(); // (now, running, peak, allocations)
+    for e in trace.ledger.events.iter().filter(|e| e.device == device) {
+        let s = by.entry(trace.str(e.source)).or_default();
+        s.1 += e.bytes;
+        s.2 = s.2.max(s.1);
+        if e.bytes > 0 {
+            s.3 += 1;
+        }
+        if e.ts_ns <= ts {
+            s.0 = s.1;
+        }
+    }
+    let pytorch_segments_bytes = by.get(PYTORCH).map_or(0, |s| s.0.max(0) as u64);
+    let mut named: Vec<LedgerSource> = by
+        .iter()
+        .filter(|(name, _)| **name != PYTORCH)
+        .map(|(name, &(now, _, peak, n))| LedgerSource {
+            source: (*name).to_owned(),
+            bytes: now.max(0) as u64,
+            peak_bytes: peak.max(0) as u64,
+            detail: format!("{n} driver allocation{}", if n == 1 { "" } else { "s" }),
+        })
+        .collect();
+    named.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(b.peak_bytes.cmp(&a.peak_bytes)).then(a.source.cmp(&b.source)));
+    let mut sources = vec![LedgerSource {
+        source: "pytorch_reserved".into(),
+        bytes: reserved,
+        peak_bytes: reserved_peak,
+        detail: "the caching allocator's segments, from its own totals".into(),
+    }];
+    sources.extend(named);
+    let ours: u64 = sources.iter().map(|s| s.bytes).sum();
+    let samples: Vec<_> = trace.ledger.process.iter().filter(|p| p.device == device).collect();
+    let nearest = samples.iter().min_by_key(|p| p.ts_ns.abs_diff(ts));
+    let nvml_used_bytes = nearest.map(|p| p.process_bytes);
+    if let Some(p) = nearest {
+        let peak = samples.iter().map(|p| p.other_processes_bytes).max().unwrap_or(0);
+        if p.other_processes_bytes > 0 || peak > 0 {
+            sources.push(LedgerSource {
+                source: "other_processes".into(),
+                bytes: p.other_processes_bytes,
+                peak_bytes: peak,
+                detail: "NVML's count for every other process on the device (not this process's)".into(),
+            });
+        }
+    }
+    let mut missing = trace.ledger.missing.clone();
+    if samples.is_empty() {
+        missing.push("no NVML figure for the process: the unexplained rest is unknown".into());
+    }
+    Some(LedgerAt {
+        at,
+        device: trace.devices[device as usize].to_string(),
+        nvml_used_bytes,
+        unexplained_bytes: nvml_used_bytes.map(|n| n as i64 - ours as i64),
+        sources,
+        pytorch_segments_bytes,
+        missing,
+    })
+}
+
+impl LedgerAt {
+    /// One line: `device 3.84 GiB = PyTorch 3.10 GiB + nccl 512 MiB + ... + unexplained 9 MiB`.
+    pub fn line(&self) -> String {
+        let parts: Vec<String> = self
+            .sources
+            .iter()
+            .filter(|s| s.source != "other_processes" && (s.bytes > 0 || s.source == "pytorch_reserved"))
+            .map(|s| format!("{} {}", if s.source == "pytorch_reserved" { "PyTorch" } else { &s.source }, format_bytes(s.bytes)))
+            .collect();
+        let mut line = match self.nvml_used_bytes {
+            Some(n) => format!("{} = {}", format_bytes(n), parts.join(" + ")),
+            None => parts.join(" + "),
+        };
+        if let Some(u) = self.unexplained_bytes {
+            line.push_str(&if u >= 0 {
+                format!(" + unexplained {}", format_bytes(u as u64))
+            } else {
+                format!(" − {} counted twice", format_bytes(u.unsigned_abs()))
+            });
+        }
+        line
+    }
+}
