@@ -27,6 +27,14 @@ pub struct LedgerArgs {
 
 /// `collector ledger`.
 pub fn ledger_command(a: LedgerArgs) -> anyhow::Result<()> {
+    match print_ledger(a) {
+        // `collector ledger ... | head`: the reader went away.
+        Err(e) if e.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe) => Ok(()),
+        r => r,
+    }
+}
+
+fn print_ledger(a: LedgerArgs) -> anyhow::Result<()> {
     let trace = load_trace(&a.input, &a.import.options())?;
     if trace.ledger.is_empty() {
         anyhow::bail!(
@@ -50,7 +58,7 @@ pub fn ledger_command(a: LedgerArgs) -> anyhow::Result<()> {
     if let Some(u) = l.unexplained_bytes {
         writeln!(
             out,
-            "  {:<34} {:>12} {:>12}  NVML's figure less everything above: the CUDA context and what no allocation call showed",
+            "  {:<34} {:>12} {:>12}  NVML's figure less everything above: what no allocation call showed (kernels loaded later)",
             "unexplained",
             if u < 0 { format!("-{}", format_bytes(u.unsigned_abs())) } else { format_bytes(u as u64) },
             ""

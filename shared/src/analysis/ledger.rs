@@ -13,6 +13,9 @@ use std::collections::BTreeMap;
 /// The `pytorch` source of driver allocations: the caching allocator's segments.
 pub const PYTORCH: &str = "pytorch";
 
+/// How far from an NVML sample the sources must stand still for the sample to be read.
+const QUIET_NS: u64 = 50_000_000;
+
 /// One source's bytes at the moment and its highest over the run.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct LedgerSource {
@@ -37,11 +40,13 @@ pub struct LedgerAt {
     pub device: String,
     /// NVML's count of this process's memory on the device (the sample nearest the moment).
     pub nvml_used_bytes: Option<u64>,
-    /// PyTorch's reserved bytes first, then every other source by bytes, then
-    /// `other_processes` where NVML counts them.
+    /// When that NVML sample was taken (seconds from the start).
+    pub nvml_at_s: Option<f64>,
+    /// PyTorch's reserved bytes first, the CUDA context (where NVML was sampled), every other
+    /// source by bytes, then `other_processes` where NVML counts them.
     pub sources: Vec<LedgerSource>,
-    /// NVML's figure less every source of this process: the CUDA context and what no
-    /// allocation call showed.
+    /// NVML's figure less every source of this process at that sample's time: what no
+    /// allocation call showed (kernels loaded after the context's figure, the driver's growth).
     pub unexplained_bytes: Option<i64>,
     /// The driver's bytes of PyTorch's own segments at the moment (a check on the reserved
     /// figure: equal unless segments were made before the ledger started).
@@ -142,10 +147,53 @@ pub fn ledger_at(trace: &Trace, at: LedgerMoment) -> Option<LedgerAt> {
         detail: "the caching allocator's segments, from its own totals".into(),
     }];
     sources.extend(named);
-    let ours: u64 = sources.iter().map(|s| s.bytes).sum();
     let samples: Vec<_> = trace.ledger.process.iter().filter(|p| p.device == device).collect();
-    let nearest = samples.iter().min_by_key(|p| p.ts_ns.abs_diff(ts));
+    // The CUDA context: the least NVML counted for the process beyond every source live at
+    // the same moment, over all its samples (a sample racing an allocation only counts more).
+    if let Some((context, at_ns)) = context_estimate(trace, device, &samples) {
+        sources.insert(
+            1,
+            LedgerSource {
+                source: "cuda_context".into(),
+                bytes: context,
+                peak_bytes: context,
+                detail: format!(
+                    "the least NVML counted for the process beyond every source (at {:.3} s): the context and the kernels loaded by then",
+                    at_ns.saturating_sub(trace.start_ns()) as f64 / 1e9
+                ),
+            },
+        );
+    }
+    let context = sources.iter().find(|s| s.source == "cuda_context").map_or(0, |s| s.bytes);
+    // The NVML sample read: the nearest whose neighbourhood is quiet (no driver allocation or
+    // release and no change of PyTorch's reserved bytes within QUIET_NS of it: NVML's count
+    // and the sample's time may straddle one), else the nearest.
+    let quiet = |p: &&&crate::model::ProcessSample| {
+        let (lo, hi) = (p.ts_ns.saturating_sub(QUIET_NS), p.ts_ns + QUIET_NS);
+        let changes = trace.ledger.events.iter().any(|e| e.device == device && (lo..=hi).contains(&e.ts_ns));
+        changes.then_some(()).is_none() && reserved_at(trace, device, lo) == reserved_at(trace, device, hi)
+    };
+    let nearest = samples
+        .iter()
+        .filter(|p| p.ts_ns.abs_diff(ts) <= 1_000_000_000)
+        .filter(quiet)
+        .min_by_key(|p| p.ts_ns.abs_diff(ts))
+        .or_else(|| samples.iter().min_by_key(|p| p.ts_ns.abs_diff(ts)));
     let nvml_used_bytes = nearest.map(|p| p.process_bytes);
+    // NVML's figure is read against the sources at its own sample's time (samples are a tenth
+    // of a second apart; a peak between two would be compared with the wrong moment).
+    let unexplained_bytes = nearest.map(|p| {
+        let named = reserved_at(trace, device, p.ts_ns) as i64
+            + trace
+                .ledger
+                .events
+                .iter()
+                .filter(|e| e.device == device && e.ts_ns <= p.ts_ns && trace.str(e.source) != PYTORCH)
+                .map(|e| e.bytes)
+                .sum::<i64>();
+        p.process_bytes as i64 - named - context as i64
+    });
+    let nvml_at_s = nearest.map(|p| p.ts_ns.saturating_sub(trace.start_ns()) as f64 / 1e9);
     if let Some(p) = nearest {
         let peak = samples.iter().map(|p| p.other_processes_bytes).max().unwrap_or(0);
         if p.other_processes_bytes > 0 || peak > 0 {
@@ -165,32 +213,82 @@ pub fn ledger_at(trace: &Trace, at: LedgerMoment) -> Option<LedgerAt> {
         at,
         device: trace.devices[device as usize].to_string(),
         nvml_used_bytes,
-        unexplained_bytes: nvml_used_bytes.map(|n| n as i64 - ours as i64),
+        nvml_at_s,
+        unexplained_bytes,
         sources,
         pytorch_segments_bytes,
         missing,
     })
 }
 
+/// The least of (NVML's bytes for the process − PyTorch's reserved bytes − every other
+/// source's driver bytes) over the samples, in one pass over the events, and when it was.
+fn context_estimate(trace: &Trace, device: u8, samples: &[&crate::model::ProcessSample]) -> Option<(u64, u64)> {
+    let (mut reserved, mut named) = (0u64, 0i64);
+    let mut cursor = trace.events.cursor();
+    let (mut i, mut k) = (0usize, 0usize);
+    let ledger: Vec<_> = trace.ledger.events.iter().filter(|e| e.device == device && trace.str(e.source) != PYTORCH).collect();
+    let mut best: Option<(u64, u64)> = None;
+    for p in samples {
+        while i < trace.events.len() && trace.events.ts_ns[i] <= p.ts_ns {
+            let totals = cursor.advance();
+            if trace.events.device[i] == device {
+                reserved = totals.reserved_bytes;
+            }
+            i += 1;
+        }
+        while k < ledger.len() && ledger[k].ts_ns <= p.ts_ns {
+            named += ledger[k].bytes;
+            k += 1;
+        }
+        let rest = p.process_bytes.saturating_sub(reserved + named.max(0) as u64);
+        if best.is_none_or(|(b, _)| rest < b) {
+            best = Some((rest, p.ts_ns));
+        }
+    }
+    best
+}
+
+/// PyTorch's reserved bytes on `device` after the last event at or before `ts`.
+fn reserved_at(trace: &Trace, device: u8, ts: u64) -> u64 {
+    let mut reserved = 0;
+    let mut cursor = trace.events.cursor();
+    for i in 0..trace.events.len() {
+        let totals = cursor.advance();
+        if trace.events.ts_ns[i] > ts {
+            break;
+        }
+        if trace.events.device[i] == device {
+            reserved = totals.reserved_bytes;
+        }
+    }
+    reserved
+}
+
 impl LedgerAt {
-    /// One line: `device 3.84 GiB = PyTorch 3.10 GiB + nccl 512 MiB + ... + unexplained 9 MiB`.
+    /// One line: `3.84 GiB = PyTorch 3.10 GiB + cuda_context 530 MiB + nccl 512 MiB + ... +
+    /// unexplained 9 MiB (NVML 3.82 GiB at 12.100 s)`: this process's sources at the moment, the
+    /// unexplained rest as NVML's nearest quiet sample left it.
     pub fn line(&self) -> String {
-        let parts: Vec<String> = self
-            .sources
+        let ours: Vec<&LedgerSource> = self.sources.iter().filter(|s| s.source != "other_processes").collect();
+        let parts: Vec<String> = ours
             .iter()
-            .filter(|s| s.source != "other_processes" && (s.bytes > 0 || s.source == "pytorch_reserved"))
+            .filter(|s| s.bytes > 0 || s.source == "pytorch_reserved")
             .map(|s| format!("{} {}", if s.source == "pytorch_reserved" { "PyTorch" } else { &s.source }, format_bytes(s.bytes)))
             .collect();
-        let mut line = match self.nvml_used_bytes {
-            Some(n) => format!("{} = {}", format_bytes(n), parts.join(" + ")),
-            None => parts.join(" + "),
-        };
-        if let Some(u) = self.unexplained_bytes {
-            line.push_str(&if u >= 0 {
-                format!(" + unexplained {}", format_bytes(u as u64))
-            } else {
-                format!(" − {} counted twice", format_bytes(u.unsigned_abs()))
-            });
+        let sum: u64 = ours.iter().map(|s| s.bytes).sum();
+        let unexplained = self.unexplained_bytes.unwrap_or(0).max(0) as u64;
+        let mut line = format!("{} = {}", format_bytes(sum + unexplained), parts.join(" + "));
+        match (self.unexplained_bytes, self.nvml_used_bytes, self.nvml_at_s) {
+            (Some(u), Some(n), Some(t)) => {
+                if u >= 0 {
+                    line.push_str(&format!(" + unexplained {}", format_bytes(u as u64)));
+                } else {
+                    line.push_str(&format!(" ({} fewer by NVML)", format_bytes(u.unsigned_abs())));
+                }
+                line.push_str(&format!(" (NVML {} at {t:.3} s)", format_bytes(n)));
+            }
+            _ => line.push_str(" (no NVML figure: the unexplained rest is unknown)"),
         }
         line
     }

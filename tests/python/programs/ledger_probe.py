@@ -7,6 +7,7 @@ import glob
 import json
 import os
 import socket
+import time
 
 import torch
 import torch.distributed as dist
@@ -41,6 +42,8 @@ try:
     memory_tracer.mark("held")
 except ImportError:
     pass
+# Held long enough for NVML's samples (a tenth of a second apart) to see it all.
+time.sleep(0.6)
 out = {"raw_bytes": RAW, "reserved": torch.cuda.memory_reserved(), "allocated": torch.cuda.memory_allocated(), "allreduce": float(t[0].item())}
 print("PROBE " + json.dumps(out))
 rt.cudaFree(raw)
