@@ -5,7 +5,7 @@
 //! (the CUDA context among it) is `unexplained`. The driver's view of PyTorch's own segments
 //! is kept as a check, never added twice.
 
-use crate::model::{EventType, Trace};
+use crate::model::{EventType, ProcessSample, Trace};
 use crate::units::format_bytes;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -115,31 +115,7 @@ pub fn ledger_at(trace: &Trace, at: LedgerMoment) -> Option<LedgerAt> {
             reserved = totals.reserved_bytes;
         }
     }
-    // The driver's allocations by source: live at `ts`, and the most each held.
-    let mut by: BTreeMap<&str, (i64, i64, i64, usize)> = BTreeMap::new(); // (now, running, peak, allocations)
-    for e in trace.ledger.events.iter().filter(|e| e.device == device) {
-        let s = by.entry(trace.str(e.source)).or_default();
-        s.1 += e.bytes;
-        s.2 = s.2.max(s.1);
-        if e.bytes > 0 {
-            s.3 += 1;
-        }
-        if e.ts_ns <= ts {
-            s.0 = s.1;
-        }
-    }
-    let pytorch_segments_bytes = by.get(PYTORCH).map_or(0, |s| s.0.max(0) as u64);
-    let mut named: Vec<LedgerSource> = by
-        .iter()
-        .filter(|(name, _)| **name != PYTORCH)
-        .map(|(name, &(now, _, peak, n))| LedgerSource {
-            source: (*name).to_owned(),
-            bytes: now.max(0) as u64,
-            peak_bytes: peak.max(0) as u64,
-            detail: format!("{n} driver allocation{}", if n == 1 { "" } else { "s" }),
-        })
-        .collect();
-    named.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(b.peak_bytes.cmp(&a.peak_bytes)).then(a.source.cmp(&b.source)));
+    let (named, pytorch_segments_bytes) = driver_sources(trace, device, ts);
     let mut sources = vec![LedgerSource {
         source: "pytorch_reserved".into(),
         bytes: reserved,
@@ -165,34 +141,8 @@ pub fn ledger_at(trace: &Trace, at: LedgerMoment) -> Option<LedgerAt> {
         );
     }
     let context = sources.iter().find(|s| s.source == "cuda_context").map_or(0, |s| s.bytes);
-    // The NVML sample read: the nearest whose neighbourhood is quiet (no driver allocation or
-    // release and no change of PyTorch's reserved bytes within QUIET_NS of it: NVML's count
-    // and the sample's time may straddle one), else the nearest.
-    let quiet = |p: &&&crate::model::ProcessSample| {
-        let (lo, hi) = (p.ts_ns.saturating_sub(QUIET_NS), p.ts_ns + QUIET_NS);
-        let changes = trace.ledger.events.iter().any(|e| e.device == device && (lo..=hi).contains(&e.ts_ns));
-        changes.then_some(()).is_none() && reserved_at(trace, device, lo) == reserved_at(trace, device, hi)
-    };
-    let nearest = samples
-        .iter()
-        .filter(|p| p.ts_ns.abs_diff(ts) <= 1_000_000_000)
-        .filter(quiet)
-        .min_by_key(|p| p.ts_ns.abs_diff(ts))
-        .or_else(|| samples.iter().min_by_key(|p| p.ts_ns.abs_diff(ts)));
+    let (nearest, unexplained_bytes) = nvml_reading(trace, device, ts, &samples, context).unzip();
     let nvml_used_bytes = nearest.map(|p| p.process_bytes);
-    // NVML's figure is read against the sources at its own sample's time (samples are a tenth
-    // of a second apart; a peak between two would be compared with the wrong moment).
-    let unexplained_bytes = nearest.map(|p| {
-        let named = reserved_at(trace, device, p.ts_ns) as i64
-            + trace
-                .ledger
-                .events
-                .iter()
-                .filter(|e| e.device == device && e.ts_ns <= p.ts_ns && trace.str(e.source) != PYTORCH)
-                .map(|e| e.bytes)
-                .sum::<i64>();
-        p.process_bytes as i64 - named - context as i64
-    });
     let nvml_at_s = nearest.map(|p| p.ts_ns.saturating_sub(trace.start_ns()) as f64 / 1e9);
     if let Some(p) = nearest {
         let peak = samples.iter().map(|p| p.other_processes_bytes).max().unwrap_or(0);
@@ -219,6 +169,64 @@ pub fn ledger_at(trace: &Trace, at: LedgerMoment) -> Option<LedgerAt> {
         pytorch_segments_bytes,
         missing,
     })
+}
+
+/// The driver's allocations on `device` by source (PyTorch's own segments apart): live at
+/// `ts` and the most each held, largest first; and PyTorch's segments' bytes at `ts`.
+fn driver_sources(trace: &Trace, device: u8, ts: u64) -> (Vec<LedgerSource>, u64) {
+    let mut by: BTreeMap<&str, (i64, i64, i64, usize)> = BTreeMap::new(); // (now, running, peak, allocations)
+    for e in trace.ledger.events.iter().filter(|e| e.device == device) {
+        let s = by.entry(trace.str(e.source)).or_default();
+        s.1 += e.bytes;
+        s.2 = s.2.max(s.1);
+        if e.bytes > 0 {
+            s.3 += 1;
+        }
+        if e.ts_ns <= ts {
+            s.0 = s.1;
+        }
+    }
+    let pytorch_segments_bytes = by.get(PYTORCH).map_or(0, |s| s.0.max(0) as u64);
+    let mut named: Vec<LedgerSource> = by
+        .iter()
+        .filter(|(name, _)| **name != PYTORCH)
+        .map(|(name, &(now, _, peak, n))| LedgerSource {
+            source: (*name).to_owned(),
+            bytes: now.max(0) as u64,
+            peak_bytes: peak.max(0) as u64,
+            detail: format!("{n} driver allocation{}", if n == 1 { "" } else { "s" }),
+        })
+        .collect();
+    named.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(b.peak_bytes.cmp(&a.peak_bytes)).then(a.source.cmp(&b.source)));
+    (named, pytorch_segments_bytes)
+}
+
+/// The NVML sample read at `ts`: the nearest whose neighbourhood is quiet (no driver
+/// allocation or release and no change of PyTorch's reserved bytes within QUIET_NS of it:
+/// NVML's count and the sample's time may straddle one), else the nearest; and what it counts
+/// beyond every source at its own time (samples are a tenth of a second apart: a peak between
+/// two would be compared with the wrong moment).
+fn nvml_reading<'t>(trace: &Trace, device: u8, ts: u64, samples: &[&'t ProcessSample], context: u64) -> Option<(&'t ProcessSample, i64)> {
+    let quiet = |p: &&&ProcessSample| {
+        let (lo, hi) = (p.ts_ns.saturating_sub(QUIET_NS), p.ts_ns + QUIET_NS);
+        !trace.ledger.events.iter().any(|e| e.device == device && (lo..=hi).contains(&e.ts_ns))
+            && reserved_at(trace, device, lo) == reserved_at(trace, device, hi)
+    };
+    let nearest = samples
+        .iter()
+        .filter(|p| p.ts_ns.abs_diff(ts) <= 1_000_000_000)
+        .filter(quiet)
+        .min_by_key(|p| p.ts_ns.abs_diff(ts))
+        .or_else(|| samples.iter().min_by_key(|p| p.ts_ns.abs_diff(ts)))?;
+    let named = reserved_at(trace, device, nearest.ts_ns) as i64
+        + trace
+            .ledger
+            .events
+            .iter()
+            .filter(|e| e.device == device && e.ts_ns <= nearest.ts_ns && trace.str(e.source) != PYTORCH)
+            .map(|e| e.bytes)
+            .sum::<i64>();
+    Some((*nearest, nearest.process_bytes as i64 - named - context as i64))
 }
 
 /// The least of (NVML's bytes for the process − PyTorch's reserved bytes − every other
