@@ -543,6 +543,34 @@ fn the_ledger_names_every_source_of_a_recorded_gpu_run() {
         "{text}"
     );
 
+    // Two ranks merged keep each one's ledger, on its own device.
+    let dir = tmpdir("ledger-merge");
+    let merged = dir.join("merged.mtrace.json");
+    let out = collector(&[
+        "merge".as_ref(),
+        probe.as_os_str(),
+        probe.as_os_str(),
+        "-o".as_ref(),
+        merged.as_os_str(),
+        "--ranks".as_ref(),
+        "0,1".as_ref(),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    for device in ["cuda:0 (rank 0)", "cuda:0 (rank 1)"] {
+        let out = collector(&[
+            "ledger".as_ref(),
+            merged.as_os_str(),
+            "--at".as_ref(),
+            "held".as_ref(),
+            "--device".as_ref(),
+            device.as_ref(),
+            "--json".as_ref(),
+        ]);
+        assert!(out.status.success(), "{device}: {}", String::from_utf8_lossy(&out.stderr));
+        let m: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(m["sources"], l["sources"], "{device}");
+    }
+
     let out = collector(&["ledger".as_ref(), probe.as_os_str(), "--at".as_ref(), "nowhere".as_ref()]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);

@@ -202,6 +202,8 @@ pub fn merge_with(mut inputs: Vec<MergeInput>, opts: &MergeOptions) -> Result<Tr
     out.scopes.sort_by_key(|x| (x.start_ns, x.depth));
     out.marks.sort_by_key(|x| x.ts_ns);
     out.device_samples.sort_by_key(|x| x.ts_ns);
+    out.ledger.events.sort_by_key(|x| x.ts_ns);
+    out.ledger.process.sort_by_key(|x| x.ts_ns);
     out.finish();
     Ok(out)
 }
@@ -502,4 +504,19 @@ fn append_records(out: &mut Trace, input: &MergeInput, m: &InputMap) {
     for mk in &t.marks {
         out.marks.push(Mark { ts_ns: m.at(mk.ts_ns), name: m.str(mk.name), value: mk.value, rank: Some(input.rank) });
     }
+    // Each rank's device ledger, on its own device.
+    for e in &t.ledger.events {
+        let mut e = *e;
+        e.device = m.devices[e.device as usize];
+        e.ts_ns = m.at(e.ts_ns);
+        e.source = m.str(e.source);
+        out.ledger.events.push(e);
+    }
+    for p in &t.ledger.process {
+        let mut p = *p;
+        p.device = m.devices[p.device as usize];
+        p.ts_ns = m.at(p.ts_ns);
+        out.ledger.process.push(p);
+    }
+    out.ledger.missing.extend(t.ledger.missing.iter().map(|w| format!("rank {}: {w}", input.rank)));
 }

@@ -148,6 +148,12 @@ pub fn rank_trace(trace: &Trace, rank: u32) -> Option<Trace> {
     out.device_samples =
         trace.device_samples.iter().filter_map(|s| Some(crate::model::DeviceSample { device: kept(s.device)?, ..*s })).collect();
     out.marks = trace.marks.iter().filter(|m| m.rank == Some(rank)).map(|m| Mark { rank: None, ..*m }).collect();
+    out.ledger.events =
+        trace.ledger.events.iter().filter_map(|e| Some(crate::model::LedgerEvent { device: kept(e.device)?, ..*e })).collect();
+    out.ledger.process =
+        trace.ledger.process.iter().filter_map(|p| Some(crate::model::ProcessSample { device: kept(p.device)?, ..*p })).collect();
+    let prefix = format!("rank {rank}: ");
+    out.ledger.missing = trace.ledger.missing.iter().filter_map(|w| w.strip_prefix(&prefix).map(str::to_owned)).collect();
     out.iterations = trace.iterations.clone();
     out.finish();
     Some(out)

@@ -75,7 +75,7 @@ impl TraceReport {
             None
         } else {
             let at = crate::analysis::ledger::LedgerMoment { what: "peak".into(), ts_s: summary.peak_time_s };
-            crate::analysis::ledger::ledger_at(trace, at)
+            crate::analysis::ledger::ledger_at(trace, at, None)
         };
         let report = Self {
             allocator_settings,

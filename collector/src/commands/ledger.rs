@@ -18,6 +18,10 @@ pub struct LedgerArgs {
     /// the trace's start.
     #[arg(long, default_value = "peak", value_name = "WHEN")]
     pub at: String,
+    /// The device (`cuda:1`; a merged distributed trace has one per rank; default: the first
+    /// CUDA device).
+    #[arg(long, value_name = "DEVICE")]
+    pub device: Option<String>,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -43,7 +47,8 @@ fn print_ledger(a: LedgerArgs) -> anyhow::Result<()> {
         );
     }
     let at = moment(&trace, &a.at).map_err(|e| anyhow::anyhow!("--at {}: {e}", a.at))?;
-    let l = ledger_at(&trace, at).ok_or_else(|| anyhow::anyhow!("{} has no CUDA device for a ledger", a.input.display()))?;
+    let device = a.device.as_deref().map(|d| shared::analysis::holders::device_named(&trace, d)).transpose()?;
+    let l = ledger_at(&trace, at, device).ok_or_else(|| anyhow::anyhow!("{} has no CUDA device for a ledger", a.input.display()))?;
     let mut out = std::io::stdout().lock();
     if a.json {
         writeln!(out, "{}", serde_json::to_string_pretty(&l)?)?;

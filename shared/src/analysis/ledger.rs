@@ -94,13 +94,16 @@ fn mark_names(trace: &Trace) -> String {
     }
 }
 
-/// The ledger of the trace's CUDA device at `at`; None for a trace without a ledger or a CUDA
-/// device.
-pub fn ledger_at(trace: &Trace, at: LedgerMoment) -> Option<LedgerAt> {
+/// The ledger of `device` (default: the trace's first CUDA device; a merged trace has one per
+/// rank) at `at`; None for a trace without a ledger or a CUDA device.
+pub fn ledger_at(trace: &Trace, at: LedgerMoment, device: Option<u8>) -> Option<LedgerAt> {
     if trace.ledger.is_empty() {
         return None;
     }
-    let device = trace.devices.iter().position(|d| d.kind == "cuda" && !d.is_pinned_host())? as u8;
+    let device = match device {
+        Some(d) => d,
+        None => trace.devices.iter().position(|d| d.kind == "cuda" && !d.is_pinned_host())? as u8,
+    };
     let ts = trace.start_ns() + (at.ts_s * 1e9).round() as u64;
     // PyTorch's reserved bytes: the allocator's totals after the last event at or before `ts`.
     let (mut reserved, mut reserved_peak) = (0u64, 0u64);
