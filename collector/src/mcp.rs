@@ -108,6 +108,19 @@ pub struct WhyArg {
     pub limit: Option<usize>,
 }
 
+/// A trace, a moment and a device for its device ledger.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct LedgerArg {
+    /// A trace file's path, or a stored trace's id on `collector serve` (recorded with
+    /// `collector trace --ledger`).
+    pub trace: String,
+    /// When: `peak` (default, the allocated peak), `end`, `oom`, a mark's name or seconds since
+    /// the trace's start.
+    pub at: Option<String>,
+    /// The device (`cuda:0`; a merged trace has one per rank); default: the first CUDA device.
+    pub device: Option<String>,
+}
+
 /// A trace and, optionally, one layer.
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 pub struct LayerArg {
@@ -350,6 +363,25 @@ impl Tools {
             let mut w = why(t, &moment, device).map_err(|e| e.to_string())?;
             w.holders.truncate(n);
             Ok(w)
+        })
+        .await
+    }
+
+    #[tool(description = "The process's device memory by source at the peak, the end, the out-of-memory, a mark or any \
+                          time (a trace recorded with `collector trace --ledger`): PyTorch's reserved bytes, the CUDA \
+                          context, NCCL, cuBLAS, cuDNN, Triton, raw cudaMalloc by library, other processes, and what NVML \
+                          counts beyond them; each source's peak over the run.")]
+    async fn ledger(&self, Parameters(a): Parameters<LedgerArg>) -> Result<CallToolResult, ErrorData> {
+        let at = a.at.unwrap_or_else(|| "peak".into());
+        self.with_trace(&a.trace, move |t| {
+            use shared::analysis::ledger::{ledger_at, moment};
+            if t.ledger.is_empty() {
+                return Err("this trace has no device ledger: record one with `collector trace --ledger -- python ...`".to_owned());
+            }
+            let m = moment(t, &at)?;
+            let device =
+                a.device.as_deref().map(|d| shared::analysis::holders::device_named(t, d)).transpose().map_err(|e| e.to_string())?;
+            ledger_at(t, m, device).ok_or_else(|| "this trace has no CUDA device for a ledger".to_owned())
         })
         .await
     }

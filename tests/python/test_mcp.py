@@ -24,7 +24,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 DATA = os.path.realpath(os.path.join(HERE, "..", "data"))
 SNAPSHOT = os.path.join(DATA, "resnet18_sgd_2steps.pickle")
 OTHER = os.path.join(DATA, "mlp_adam_3steps.pickle")
-TOOLS = {"summary", "top_allocations_at_peak", "layer_stats", "leaks", "oom", "diff", "advise", "find", "whatif", "why"}
+TOOLS = {"summary", "top_allocations_at_peak", "layer_stats", "leaks", "oom", "diff", "advise", "find", "whatif", "why", "ledger"}
+LEDGER = os.path.join(DATA, "ledger", "probe.mtrace.json.gz")
 
 
 def cli_json(*args):
@@ -89,6 +90,12 @@ async def exercise(session, trace, other):
     assert whatif["settings"][0]["reserved_peak_bytes"] == cli["peak_reserved_bytes"]
     bad = await session.call_tool("whatif", {"trace": trace, "alloc_conf": ["expandable_segment:True"]})
     assert bad.is_error and "expandable_segment" in bad.content[0].text
+
+    if trace == SNAPSHOT:
+        ledger = answer(await session.call_tool("ledger", {"trace": LEDGER, "at": "held"}))
+        assert ledger == cli_json("ledger", LEDGER, "--at", "held")
+        bad = await session.call_tool("ledger", {"trace": trace})
+        assert bad.is_error and "no device ledger" in bad.content[0].text
 
     bad = await session.call_tool("summary", {"trace": "no-such-trace"})
     assert bad.is_error
