@@ -87,7 +87,7 @@ pub enum Command {
     Check(check::CheckArgs),
     /// An MCP server for AI assistants on stdin/stdout: tools that answer questions about
     /// traces (summary, top allocations at the peak, layers, leaks, OOM, diff, advice, find,
-    /// what-if, why).
+    /// what-if, why, ledger).
     Mcp(mcp::McpArgs),
     /// Who holds the live bytes at the peak, the out-of-memory, a mark or any time: parameters,
     /// gradients, optimizer state, tensors saved for backward (by operator and module), buffers,
