@@ -543,6 +543,20 @@ fn the_ledger_names_every_source_of_a_recorded_gpu_run() {
         "{text}"
     );
 
+    // What fits counts the whole device: the bytes held outside PyTorch come off it.
+    let out = collector(&["whatif".as_ref(), probe.as_os_str(), "--device-memory".as_ref(), "2GiB".as_ref(), "--json".as_ref()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let w: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let outside = w["outside_pytorch_bytes"].as_u64().unwrap();
+    // NVML's largest figure beyond PyTorch's reserved bytes: the context, NCCL, the raw block, cuBLAS.
+    assert!(outside > context + (256 << 20) && outside < 2 << 30, "{outside}");
+    assert_eq!(w["device_memory_bytes"], 2u64 << 30);
+    assert!(w["notes"].to_string().contains("held outside PyTorch's allocator"), "{}", w["notes"]);
+    let out = collector(&["advise".as_ref(), probe.as_os_str(), "--budget".as_ref(), "2GiB".as_ref(), "--json".as_ref()]);
+    let adv: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(adv["budget_bytes"], 2u64 << 30);
+    assert!(adv["notes"].to_string().contains("the budget is the whole device's"), "{}", adv["notes"]);
+
     // Two ranks merged keep each one's ledger, on its own device.
     let dir = tmpdir("ledger-merge");
     let merged = dir.join("merged.mtrace.json");

@@ -100,8 +100,12 @@ pub struct WhatIfReport {
     pub memory_fraction: Option<f64>,
     /// The run's own settings in words (`settings unknown, PyTorch's defaults assumed`).
     pub own_description: String,
-    /// The device memory the replays had (`None`: no limit).
+    /// The device's memory (`None`: no limit).
     pub device_memory_bytes: Option<u64>,
+    /// What the run held outside PyTorch's allocator on the device (the ledger's, `collector
+    /// trace --ledger`): the replays had the device's memory less this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outside_pytorch_bytes: Option<u64>,
     pub recorded: Recorded,
     /// The run's own settings first, then each of [`WhatIfOptions::settings`] in order.
     pub settings: Vec<SettingOutcome>,
@@ -113,7 +117,11 @@ pub fn what_if(trace: &Trace, opts: &WhatIfOptions) -> Result<WhatIfReport, What
     let parsed = parse_settings(&opts.settings)?;
     let reqs = requests(trace);
     let dev = pick_device(trace, &reqs.devices, opts.device.as_deref())?;
-    let device_memory = opts.device_memory_bytes.or(trace.meta.device_total_memory_bytes);
+    let whole_device = opts.device_memory_bytes.or(trace.meta.device_total_memory_bytes);
+    // With the device ledger, "fits" means the whole device: what the process held beside
+    // PyTorch's allocator (context, NCCL, cuBLAS, kernels) is not PyTorch's to use.
+    let outside_pytorch = whole_device.and_then(|_| crate::analysis::ledger::outside_pytorch_peak(trace, dev.device));
+    let device_memory = whole_device.map(|m| m.saturating_sub(outside_pytorch.unwrap_or(0)));
     let index = trace.devices.get(dev.device as usize).map_or(0, |d| d.index);
     // A memory fraction caps reserved memory at a share of the device (and lets
     // garbage_collection_threshold act): the run's own, for every replay.
@@ -138,6 +146,15 @@ pub fn what_if(trace: &Trace, opts: &WhatIfOptions) -> Result<WhatIfReport, What
             crate::units::format_bytes(held)
         ));
     }
+    if let (Some(outside), Some(whole)) = (outside_pytorch, whole_device) {
+        notes.push(format!(
+            "{}: {} of the {} device held outside PyTorch's allocator in this run (the ledger: CUDA context, libraries, kernels): the replays had {}",
+            dev.name,
+            crate::units::format_bytes(outside),
+            crate::units::format_bytes(whole),
+            crate::units::format_bytes(whole.saturating_sub(outside))
+        ));
+    }
     if dev.inferred_empty_caches > 0 {
         notes.push(format!("{}: {} empty_cache calls inferred from memory given back", dev.name, dev.inferred_empty_caches));
     }
@@ -147,7 +164,8 @@ pub fn what_if(trace: &Trace, opts: &WhatIfOptions) -> Result<WhatIfReport, What
         own_settings_known: reqs.own.known,
         memory_fraction: fraction,
         own_description: reqs.own.info(index).description,
-        device_memory_bytes: device_memory,
+        device_memory_bytes: whole_device,
+        outside_pytorch_bytes: outside_pytorch,
         recorded,
         settings,
         notes,

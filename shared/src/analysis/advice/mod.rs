@@ -351,6 +351,25 @@ pub fn advise(trace: &Trace, opts: &AdviceOptions) -> AdviceReport {
         return r;
     }
     let device = peak_device(trace);
+    // With the device ledger, a budget is the whole device's: what the run held outside
+    // PyTorch's allocator comes off it.
+    let outside = opts.budget_bytes.and_then(|_| crate::analysis::ledger::outside_pytorch_peak(trace, device));
+    if let (Some(o), Some(b)) = (outside, opts.budget_bytes) {
+        let within = AdviceOptions { budget_bytes: Some(b.saturating_sub(o)), ..opts.clone() };
+        let mut r = advise_device(trace, device, &within);
+        r.budget_bytes = Some(b);
+        r.notes.push(format!(
+            "the budget is the whole device's: {} of it held outside PyTorch's allocator in this run (the ledger: CUDA context, libraries, kernels), so PyTorch's peak must fit in {}",
+            format_bytes(o),
+            format_bytes(b.saturating_sub(o))
+        ));
+        return r;
+    }
+    advise_device(trace, device, opts)
+}
+
+/// [`advise`] on one device of a one-rank trace, within `opts.budget_bytes` of PyTorch's own.
+fn advise_device(trace: &Trace, device: u8, opts: &AdviceOptions) -> AdviceReport {
     let c = Curve::build(trace, device);
     let Measured { baseline, peak_pos, persistent } = measure_baseline(trace, device, &c);
     let has_tensor_ids = trace.tensors.iter().any(|t| t.storage_id != 0);
