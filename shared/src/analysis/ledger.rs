@@ -10,8 +10,7 @@ use crate::units::format_bytes;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-/// The `pytorch` source of driver allocations: the caching allocator's segments.
-pub const PYTORCH: &str = "pytorch";
+pub use crate::model::{outside_pytorch_peak, PYTORCH_SOURCE as PYTORCH};
 
 /// How far from an NVML sample the sources must stand still for the sample to be read.
 const QUIET_NS: u64 = 50_000_000;
@@ -303,38 +302,4 @@ impl LedgerAt {
         }
         line
     }
-}
-
-/// The most of `device`'s memory this process held outside PyTorch's caching allocator during
-/// the run (the CUDA context, NCCL, cuBLAS, kernels, raw allocations), for a trace with a
-/// ledger: NVML's figure for the process less PyTorch's reserved bytes at each sample, else the
-/// driver allocations the ledger named. What a device must hold beside PyTorch's peak.
-pub fn outside_pytorch_peak(trace: &Trace, device: u8) -> Option<u64> {
-    if trace.ledger.is_empty() {
-        return None;
-    }
-    let samples: Vec<&ProcessSample> = trace.ledger.process.iter().filter(|p| p.device == device).collect();
-    if !samples.is_empty() {
-        let mut reserved = 0u64;
-        let mut cursor = trace.events.cursor();
-        let mut i = 0usize;
-        let mut most = 0u64;
-        for p in samples {
-            while i < trace.events.len() && trace.events.ts_ns[i] <= p.ts_ns {
-                let totals = cursor.advance();
-                if trace.events.device[i] == device {
-                    reserved = totals.reserved_bytes;
-                }
-                i += 1;
-            }
-            most = most.max(p.process_bytes.saturating_sub(reserved));
-        }
-        return Some(most);
-    }
-    let (mut now, mut most) = (0i64, 0i64);
-    for e in trace.ledger.events.iter().filter(|e| e.device == device && trace.str(e.source) != PYTORCH) {
-        now += e.bytes;
-        most = most.max(now);
-    }
-    Some(most.max(0) as u64)
 }

@@ -1,8 +1,11 @@
 //! The device ledger (`collector trace --ledger`): device memory the driver handed this process
 //! outside PyTorch's view of it, by the library that asked, and NVML's figures for the process.
 
-use super::StrId;
+use super::{StrId, Trace};
 use serde::{Deserialize, Serialize};
+
+/// The source of the caching allocator's own segments among the driver's allocations.
+pub const PYTORCH_SOURCE: &str = "pytorch";
 
 /// One driver allocation (`bytes` > 0) or its release (`bytes` < 0).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -46,4 +49,38 @@ impl DeviceLedger {
     pub fn is_empty(&self) -> bool {
         self.events.is_empty() && self.process.is_empty() && self.missing.is_empty()
     }
+}
+
+/// The most of `device`'s memory this process held outside PyTorch's caching allocator during
+/// the run (the CUDA context, NCCL, cuBLAS, kernels, raw allocations), for a trace with a
+/// ledger: NVML's figure for the process less PyTorch's reserved bytes at each sample, else the
+/// driver allocations the ledger named. What a device must hold beside PyTorch's peak.
+pub fn outside_pytorch_peak(trace: &Trace, device: u8) -> Option<u64> {
+    if trace.ledger.is_empty() {
+        return None;
+    }
+    let samples: Vec<&ProcessSample> = trace.ledger.process.iter().filter(|p| p.device == device).collect();
+    if !samples.is_empty() {
+        let mut reserved = 0u64;
+        let mut cursor = trace.events.cursor();
+        let mut i = 0usize;
+        let mut most = 0u64;
+        for p in samples {
+            while i < trace.events.len() && trace.events.ts_ns[i] <= p.ts_ns {
+                let totals = cursor.advance();
+                if trace.events.device[i] == device {
+                    reserved = totals.reserved_bytes;
+                }
+                i += 1;
+            }
+            most = most.max(p.process_bytes.saturating_sub(reserved));
+        }
+        return Some(most);
+    }
+    let (mut now, mut most) = (0i64, 0i64);
+    for e in trace.ledger.events.iter().filter(|e| e.device == device && trace.str(e.source) != PYTORCH_SOURCE) {
+        now += e.bytes;
+        most = most.max(now);
+    }
+    Some(most.max(0) as u64)
 }

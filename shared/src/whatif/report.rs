@@ -120,7 +120,7 @@ pub fn what_if(trace: &Trace, opts: &WhatIfOptions) -> Result<WhatIfReport, What
     let whole_device = opts.device_memory_bytes.or(trace.meta.device_total_memory_bytes);
     // With the device ledger, "fits" means the whole device: what the process held beside
     // PyTorch's allocator (context, NCCL, cuBLAS, kernels) is not PyTorch's to use.
-    let outside_pytorch = whole_device.and_then(|_| crate::analysis::ledger::outside_pytorch_peak(trace, dev.device));
+    let outside_pytorch = whole_device.and_then(|_| crate::model::outside_pytorch_peak(trace, dev.device));
     let device_memory = whole_device.map(|m| m.saturating_sub(outside_pytorch.unwrap_or(0)));
     let index = trace.devices.get(dev.device as usize).map_or(0, |d| d.index);
     // A memory fraction caps reserved memory at a share of the device (and lets

@@ -353,7 +353,7 @@ pub fn advise(trace: &Trace, opts: &AdviceOptions) -> AdviceReport {
     let device = peak_device(trace);
     // With the device ledger, a budget is the whole device's: what the run held outside
     // PyTorch's allocator comes off it.
-    let outside = opts.budget_bytes.and_then(|_| crate::analysis::ledger::outside_pytorch_peak(trace, device));
+    let outside = opts.budget_bytes.and_then(|_| crate::model::outside_pytorch_peak(trace, device));
     if let (Some(o), Some(b)) = (outside, opts.budget_bytes) {
         let within = AdviceOptions { budget_bytes: Some(b.saturating_sub(o)), ..opts.clone() };
         let mut r = advise_device(trace, device, &within);
