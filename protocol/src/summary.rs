@@ -50,6 +50,9 @@ pub struct SummaryJson {
     /// The device's memory by source at the peak (`collector trace --ledger`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ledger_at_peak: Option<shared::analysis::ledger::LedgerAt>,
+    /// The same at the first out-of-memory error.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ledger_at_oom: Option<shared::analysis::ledger::LedgerAt>,
 }
 
 impl SummaryJson {
@@ -71,6 +74,7 @@ impl SummaryJson {
             holders_at_peak: report.holders_at_peak.clone(),
             allocator_settings: report.allocator_settings.clone(),
             ledger_at_peak: report.ledger_at_peak.clone(),
+            ledger_at_oom: report.ledger_at_oom.clone(),
         }
     }
 }

@@ -45,6 +45,8 @@ pub struct TraceReport {
     /// The device's memory by source at the allocated peak, for a trace recorded with the
     /// ledger (`collector trace --ledger`).
     pub ledger_at_peak: Option<crate::analysis::ledger::LedgerAt>,
+    /// The same at the first out-of-memory error: how much of the device was outside PyTorch.
+    pub ledger_at_oom: Option<crate::analysis::ledger::LedgerAt>,
 }
 
 impl TraceReport {
@@ -77,9 +79,16 @@ impl TraceReport {
             let at = crate::analysis::ledger::LedgerMoment { what: "peak".into(), ts_s: summary.peak_time_s };
             crate::analysis::ledger::ledger_at(trace, at, None)
         };
+        let ledger_at_oom = match (&oom, trace.ledger.is_empty()) {
+            (Some(_), false) => {
+                crate::analysis::ledger::moment(trace, "oom").ok().and_then(|m| crate::analysis::ledger::ledger_at(trace, m, None))
+            }
+            _ => None,
+        };
         let report = Self {
             allocator_settings,
             ledger_at_peak,
+            ledger_at_oom,
             devices: analysis::device_peaks(trace),
             driver_used_peak_bytes: trace.device_samples.iter().map(|d| d.used_bytes).max(),
             summary,

@@ -217,6 +217,17 @@ fn print_peaks(trace: &Trace, report: &TraceReport, out: &mut dyn Write) -> anyh
     }
     if let Some(o) = &report.oom {
         print_oom(o, &mut *out)?;
+        if let Some(l) = &report.ledger_at_oom {
+            let outside: u64 =
+                l.sources.iter().filter(|s| s.source != "pytorch_reserved" && s.source != "other_processes").map(|s| s.bytes).sum::<u64>()
+                    + l.unexplained_bytes.unwrap_or(0).max(0) as u64;
+            writeln!(
+                out,
+                "  outside PyTorch   {} of the device at the error: {} (`collector ledger --at oom`)",
+                format_bytes(outside),
+                l.line()
+            )?;
+        }
     }
     let at = |t: f64| format_seconds(t);
     writeln!(

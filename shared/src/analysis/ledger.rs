@@ -303,3 +303,71 @@ impl LedgerAt {
         line
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::model::{Device, EventRecord, LedgerEvent, Phase, SourceFormat, StrId, Totals, TraceMeta};
+
+    const MIB: u64 = 1 << 20;
+
+    /// A CUDA run: PyTorch reserves 100 MiB, NCCL takes 40 MiB, a raw block 10 MiB (freed), then
+    /// PyTorch asks for 1 GiB and fails. NVML: 80 MiB of context beyond everything, at every sample.
+    fn run() -> Trace {
+        let mut t = Trace::new(TraceMeta::new(SourceFormat::MemoryTracer));
+        let d = t.device_index(Device { kind: "cuda".into(), index: 0, rank: None });
+        let stream = t.stream_index("default");
+        let mut push = |t: &mut Trace, ts: u64, event_type: EventType, size: u64, reserved: u64| {
+            let totals = Some(Totals { allocated_bytes: if event_type == EventType::Alloc { size } else { 0 }, reserved_bytes: reserved });
+            t.events.push(EventRecord {
+                ts_ns: ts,
+                event_type,
+                phase: Phase::Forward,
+                size_bytes: size,
+                address: ts,
+                layer: StrId::NONE,
+                device: d,
+                stream,
+                totals,
+            });
+        };
+        push(&mut t, 1_000, EventType::Alloc, 100 * MIB, 100 * MIB);
+        push(&mut t, 900_000_000, EventType::Oom, 1 << 30, 100 * MIB);
+        let (pt, nccl, raw) = (t.strings.intern(PYTORCH), t.strings.intern("nccl"), t.strings.intern("raw_cuda libx.so"));
+        let ev = |ts, source, bytes| LedgerEvent { ts_ns: ts, device: d, source, bytes, address: ts };
+        t.ledger.events = vec![
+            ev(900, pt, (100 * MIB) as i64),
+            ev(200_000_000, nccl, (40 * MIB) as i64),
+            ev(300_000_000, raw, (10 * MIB) as i64),
+            ev(500_000_000, raw, -((10 * MIB) as i64)),
+        ];
+        let sample = |ts, named: u64| ProcessSample { ts_ns: ts, device: d, process_bytes: named + 80 * MIB, other_processes_bytes: 0 };
+        t.ledger.process = vec![sample(100_000_000, 100 * MIB), sample(400_000_000, 150 * MIB), sample(700_000_000, 140 * MIB)];
+        t.finish();
+        t
+    }
+
+    #[test]
+    fn the_ledger_at_a_moment_names_every_source_and_nvml_bounds_them() {
+        let t = run();
+        let at = moment(&t, "oom").unwrap();
+        let l = ledger_at(&t, at, None).unwrap();
+        let got: Vec<(&str, u64)> = l.sources.iter().map(|s| (s.source.as_str(), s.bytes)).collect();
+        assert_eq!(got, [("pytorch_reserved", 100 * MIB), ("cuda_context", 80 * MIB), ("nccl", 40 * MIB), ("raw_cuda libx.so", 0)]);
+        assert_eq!(l.sources[3].peak_bytes, 10 * MIB);
+        assert_eq!(l.unexplained_bytes, Some(0));
+        assert_eq!(l.pytorch_segments_bytes, 100 * MIB);
+        assert_eq!(outside_pytorch_peak(&t, 0), Some(130 * MIB));
+        assert!(
+            l.line().starts_with("220.00 MiB = PyTorch 100.00 MiB + cuda_context 80.00 MiB + nccl 40.00 MiB + unexplained 0 B"),
+            "{}",
+            l.line()
+        );
+        // The report's out-of-memory part says it.
+        let (report, _) = crate::report::TraceReport::with_categories(&t, &mut |_| {});
+        assert!(report.oom.is_some());
+        assert_eq!(report.ledger_at_oom.unwrap().sources, l.sources);
+        assert!(moment(&t, "lunch").unwrap_err().contains("`lunch` is none of them (marks: none)"));
+    }
+}
