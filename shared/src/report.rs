@@ -134,3 +134,22 @@ impl Walks {
         Walks { summary, layers, leaks, categorized: categories::categorize(trace) }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::analysis::ledger::{ledger_at, moment};
+
+    /// A run that ran out of memory with the device ledger on: the report says how much of the
+    /// device was outside PyTorch at the error.
+    #[test]
+    fn the_report_reads_the_ledger_at_the_peak_and_at_the_out_of_memory() {
+        let t = crate::analysis::ledger::tests::run();
+        let (report, _) = TraceReport::with_categories(&t, &mut |_| {});
+        assert!(report.oom.is_some());
+        let at_oom = ledger_at(&t, moment(&t, "oom").unwrap(), None).unwrap();
+        assert_eq!(report.ledger_at_oom.unwrap(), at_oom);
+        assert_eq!(report.ledger_at_peak.unwrap().sources[0].bytes, 100 << 20);
+    }
+}
