@@ -212,6 +212,10 @@ pub struct SummaryAnswer {
     pub holders_at_peak: Option<shared::analysis::holders::Why>,
     /// The allocator settings the run had (a CUDA trace), or that they are unknown.
     pub allocator_settings: Option<shared::whatif::SettingsInfo>,
+    /// The device's memory by source at the peak, for a trace with the ledger (ask `ledger`
+    /// for another moment).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ledger_at_peak: Option<shared::analysis::ledger::LedgerAt>,
     pub warnings: Vec<String>,
     /// The tools that go deeper.
     pub next: &'static str,
@@ -480,6 +484,7 @@ fn summary_answer(t: &Trace) -> SummaryAnswer {
         ooms: r.oom.as_ref().map(|o| o.all.clone()).unwrap_or_default(),
         holders_at_peak: r.holders_at_peak.clone(),
         allocator_settings: r.allocator_settings.clone(),
+        ledger_at_peak: r.ledger_at_peak.clone(),
         warnings: t.meta.warnings.iter().take(5).cloned().collect(),
         next: "top_allocations_at_peak, layer_stats, leaks, oom, advise, find, diff",
     }
@@ -609,6 +614,11 @@ mod tests {
         assert_eq!(overview.holders_at_peak, json.holders_at_peak);
         assert_eq!(mcp.allocator_settings, json.allocator_settings);
         assert_eq!(overview.allocator_settings, json.allocator_settings);
+        assert_eq!(mcp.ledger_at_peak, json.ledger_at_peak);
+        assert_eq!(overview.ledger_at_peak, json.ledger_at_peak);
+        if let Some(l) = &json.ledger_at_peak {
+            assert!(text.contains(&format!("  device at peak     {}", l.line())), "{text}");
+        }
         if let Some(a) = &json.allocator_settings {
             assert!(text.contains(&format!("  allocator          {}", a.description)), "{text}");
         }
@@ -631,5 +641,7 @@ mod tests {
         let (held, _) = views_agree(&with_holders(data("mlp_adam_3steps.pickle")));
         assert!(held.holders_at_peak.is_some_and(|w| w.holders.len() > 1));
         views_agree(&data("oom_in_module.ops.mtrace.json.gz"));
+        let (ledger, _) = views_agree(&data("ledger/probe.mtrace.json.gz"));
+        assert!(ledger.ledger_at_peak.is_some_and(|l| l.sources.len() > 2));
     }
 }

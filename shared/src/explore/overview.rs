@@ -65,6 +65,9 @@ pub struct Overview {
     /// The CUDA caching allocator's settings the run had, or that they are unknown.
     #[serde(default)]
     pub allocator_settings: Option<crate::whatif::SettingsInfo>,
+    /// The device's memory by source at the peak (`collector trace --ledger`).
+    #[serde(default)]
+    pub ledger_at_peak: Option<analysis::ledger::LedgerAt>,
     /// torch.compile's generated code in the run and the modules it was attributed to.
     #[serde(default)]
     pub compiled: Option<crate::model::CompiledCode>,
@@ -260,6 +263,7 @@ pub(super) fn overview_of(
         holders_at_peak: report.holders_at_peak,
         driver_used_peak_bytes: report.driver_used_peak_bytes,
         allocator_settings: report.allocator_settings,
+        ledger_at_peak: report.ledger_at_peak,
         compiled: trace.meta.compiled.clone(),
     };
     (overview, categorized)

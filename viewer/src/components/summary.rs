@@ -30,6 +30,10 @@ fn fields(overview: &Overview) -> Vec<(&'static str, String)> {
         ("Operators", s.total_ops.to_string()),
         ("Dropped events", s.dropped_events.to_string()),
         ("Driver used at most", overview.driver_used_peak_bytes.map_or_else(|| "n/a (not sampled)".to_owned(), format_bytes)),
+        (
+            "Device at the peak",
+            overview.ledger_at_peak.as_ref().map_or_else(|| "n/a (record with collector trace --ledger)".to_owned(), |l| l.line()),
+        ),
         ("Duration", format_seconds(s.duration_s)),
     ]
 }
