@@ -91,6 +91,9 @@ pub struct End {
     pub iterations: Option<u64>,
     /// Warnings for the trace (no optimizer step seen, a marker never called, …).
     pub notes: Vec<String>,
+    /// Why allocations outside every module are not named by their lines (a Python before 3.12).
+    #[serde(default)]
+    pub lines_unnamed: Option<String>,
     /// The optimizers' names, as scopes name them.
     pub optimizers: Vec<String>,
     /// `torch.cuda.memory_stats` of each device the process used.

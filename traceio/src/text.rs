@@ -377,6 +377,9 @@ fn print_top_layers(trace: &Trace, tops: &[&LayerMemoryStats], out: &mut dyn Wri
                 format_seconds(l.duration_ms / 1000.0)
             )?;
         }
+        if let Some(why) = trace.meta.lines_unnamed.as_deref().filter(|_| tops.iter().any(|l| l.layer_name == "unattributed")) {
+            writeln!(out, "  unattributed: allocations outside every module, not named by their lines ({why})")?;
+        }
         if tops.iter().any(|l| compiled(&l.layer_name)) {
             writeln!(out, "  * includes allocations of torch.compile'd code, attributed by its FX nodes' modules")?;
         }

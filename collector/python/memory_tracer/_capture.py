@@ -126,6 +126,7 @@ class Capture:
         self.holders = None  # who holds each storage (_holders), with --holders
         self.user_lines = None  # the line of the program's own code each thread is at (_frames)
         self.ledger_on = False  # the shim's CUPTI subscription (_ledger), with --ledger
+        self.lines_unnamed = None  # why lines outside modules cannot be named (_frames)
         self.ledger_missing = []
         self.allocator = None  # the allocator's settings and the program's changes (_allocator)
         self.begin_id = self.intern(ITERATION_BEGIN)
@@ -253,7 +254,7 @@ class Capture:
         if self.user_lines is None and bool(self.options.get("module_scopes", True)):
             self.user_lines = UserLines(lib, torch)
             if self.user_lines.why:
-                self.notes.append(f"allocations outside modules are not named by the line that made them: {self.user_lines.why}")
+                self.lines_unnamed = self.user_lines.why
         if holders is not None and not holders.read_data:
             # An older torch unpacks saved tensors to read them, which is only safe while no
             # saved-tensor hook was ever entered: note when one is.
@@ -674,6 +675,7 @@ class Capture:
             elif self.marker is not None and self.iteration == 0:
                 self.notes.append(f"the iteration marker `{self.marker}` (a module path or class name) was never called")
             end["notes"] = self.notes
+            end["lines_unnamed"] = self.lines_unnamed
             if self.compiled is not None:
                 end["compiled"] = self.compiled.meta()
             end["optimizers"] = sorted(e[0] for e in self.optimizers.values())

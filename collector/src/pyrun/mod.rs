@@ -642,6 +642,7 @@ fn build_native_trace(mut p: ProcessStream, opts: &PyOptions) -> Result<Trace, S
         Some(e) => {
             trace.meta.warnings.extend(e.notes.iter().cloned());
             trace.meta.compiled = e.compiled.clone();
+            trace.meta.lines_unnamed = e.lines_unnamed.clone();
         }
         None => trace.meta.warnings.push(
             "the process ended without closing its capture (killed, crashed or os._exit): the trace holds what it streamed until then"

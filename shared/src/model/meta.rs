@@ -49,6 +49,10 @@ pub struct TraceMeta {
     /// `set_per_process_memory_fraction`), in order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allocator_changes: Vec<AllocatorChange>,
+    /// Why allocations outside every module were not named by the line that made them (a
+    /// Python before 3.12); their layer is then `unattributed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lines_unnamed: Option<String>,
     /// What the importer could not take at face value (skipped entries, estimated sizes).
     #[serde(default)]
     pub warnings: Vec<String>,
@@ -230,6 +234,7 @@ impl TraceMeta {
             start_unix_ns: None,
             allocator_settings: None,
             allocator_changes: Vec::new(),
+            lines_unnamed: None,
             warnings: Vec::new(),
             reported: std::collections::BTreeMap::new(),
             fragmentation_tracked: true,

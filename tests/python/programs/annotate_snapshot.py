@@ -16,7 +16,8 @@ scopes nest in each forward: `Model` (depth 0) over all of it, `block` (1) over 
 Prints JSON: the files written (name, bytes and pieces, as the recorder's notes give them),
 and what the collector must make of them, worked out here
 independently: every iteration's span in ns, and the allocations by layer (the innermost
-scope holding the entry's time, else `unattributed`) and by phase.
+scope holding the entry's time, else the innermost frame of the program's own code on its
+stack, `file.py:line in function`, else `unattributed`) and by phase.
 """
 
 import json
@@ -27,6 +28,16 @@ import sys
 
 def ann(name, stage, t):
     return {"name": name, "stage": stage, "device": 0, "time_us": int(t)}
+
+
+def own_line(entry):
+    """The innermost frame of the program's own code on an entry's stack (a `.py` file outside
+    site-packages and torch), as the collector names a layer outside every module."""
+    for f in entry.get("frames", []):
+        name = f.get("filename", "")
+        if name.endswith(".py") and "/site-packages/" not in name and "/torch/" not in name:
+            return f"{name.rsplit('/', 1)[-1]}:{f['line']} in {f['name']}"
+    return "unattributed"
 
 
 def annotate(snap, first_iteration):
@@ -77,7 +88,7 @@ def annotate(snap, first_iteration):
             continue
         t = e["time_us"]
         inside = [s for s in spans if s[1] <= t <= s[2]]
-        layer = max(inside, key=lambda s: (s[3], s[1]))[0] if inside else "unattributed"
+        layer = max(inside, key=lambda s: (s[3], s[1]))[0] if inside else own_line(e)
         phase = next((p for p, s, end in phases if s <= t <= end), "other")
         by_layer[layer] = by_layer.get(layer, 0) + 1
         by_phase[phase] = by_phase.get(phase, 0) + 1
