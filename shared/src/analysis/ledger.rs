@@ -233,25 +233,17 @@ fn nvml_reading<'t>(trace: &Trace, device: u8, ts: u64, samples: &[&'t ProcessSa
 
 /// The least of (NVML's bytes for the process − PyTorch's reserved bytes − every other
 /// source's driver bytes) over the samples, in one pass over the events, and when it was.
-fn context_estimate(trace: &Trace, device: u8, samples: &[&crate::model::ProcessSample]) -> Option<(u64, u64)> {
-    let (mut reserved, mut named) = (0u64, 0i64);
-    let mut cursor = trace.events.cursor();
-    let (mut i, mut k) = (0usize, 0usize);
+fn context_estimate(trace: &Trace, device: u8, samples: &[&ProcessSample]) -> Option<(u64, u64)> {
+    let reserved = crate::model::reserved_at_samples(trace, device, samples);
     let ledger: Vec<_> = trace.ledger.events.iter().filter(|e| e.device == device && trace.str(e.source) != PYTORCH).collect();
+    let (mut named, mut k) = (0i64, 0usize);
     let mut best: Option<(u64, u64)> = None;
-    for p in samples {
-        while i < trace.events.len() && trace.events.ts_ns[i] <= p.ts_ns {
-            let totals = cursor.advance();
-            if trace.events.device[i] == device {
-                reserved = totals.reserved_bytes;
-            }
-            i += 1;
-        }
+    for (p, r) in samples.iter().zip(reserved) {
         while k < ledger.len() && ledger[k].ts_ns <= p.ts_ns {
             named += ledger[k].bytes;
             k += 1;
         }
-        let rest = p.process_bytes.saturating_sub(reserved + named.max(0) as u64);
+        let rest = p.process_bytes.saturating_sub(r + named.max(0) as u64);
         if best.is_none_or(|(b, _)| rest < b) {
             best = Some((rest, p.ts_ns));
         }

@@ -61,20 +61,8 @@ pub fn outside_pytorch_peak(trace: &Trace, device: u8) -> Option<u64> {
     }
     let samples: Vec<&ProcessSample> = trace.ledger.process.iter().filter(|p| p.device == device).collect();
     if !samples.is_empty() {
-        let mut reserved = 0u64;
-        let mut cursor = trace.events.cursor();
-        let mut i = 0usize;
-        let mut most = 0u64;
-        for p in samples {
-            while i < trace.events.len() && trace.events.ts_ns[i] <= p.ts_ns {
-                let totals = cursor.advance();
-                if trace.events.device[i] == device {
-                    reserved = totals.reserved_bytes;
-                }
-                i += 1;
-            }
-            most = most.max(p.process_bytes.saturating_sub(reserved));
-        }
+        let reserved = reserved_at_samples(trace, device, &samples);
+        let most = samples.iter().zip(reserved).map(|(p, r)| p.process_bytes.saturating_sub(r)).max().unwrap_or(0);
         return Some(most);
     }
     let (mut now, mut most) = (0i64, 0i64);
@@ -83,4 +71,25 @@ pub fn outside_pytorch_peak(trace: &Trace, device: u8) -> Option<u64> {
         most = most.max(now);
     }
     Some(most.max(0) as u64)
+}
+
+/// PyTorch's reserved bytes on `device` at each of `samples`' times (in time order), in one
+/// pass over the events.
+pub fn reserved_at_samples(trace: &Trace, device: u8, samples: &[&ProcessSample]) -> Vec<u64> {
+    let mut reserved = 0u64;
+    let mut cursor = trace.events.cursor();
+    let mut i = 0usize;
+    samples
+        .iter()
+        .map(|p| {
+            while i < trace.events.len() && trace.events.ts_ns[i] <= p.ts_ns {
+                let totals = cursor.advance();
+                if trace.events.device[i] == device {
+                    reserved = totals.reserved_bytes;
+                }
+                i += 1;
+            }
+            reserved
+        })
+        .collect()
 }

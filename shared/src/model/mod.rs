@@ -25,7 +25,7 @@ mod strings;
 pub use devices::{Device, DeviceSample};
 pub use events::{EventRecord, EventStore, EventType, MemoryEvent, Phase, Totals, TotalsCursor, TotalsOverride};
 pub use holders::{EventHolder, HolderKind};
-pub use ledger::{outside_pytorch_peak, DeviceLedger, LedgerEvent, ProcessSample, PYTORCH_SOURCE};
+pub use ledger::{outside_pytorch_peak, reserved_at_samples, DeviceLedger, LedgerEvent, ProcessSample, PYTORCH_SOURCE};
 pub use meta::{allocator_settings_of_string, AllocatorChange, AllocatorSettings, CompiledCode, Counter, SourceFormat, TraceMeta};
 pub use notes::{EventNote, NoteKind};
 pub use ops::{OperatorEvent, TensorRef};
