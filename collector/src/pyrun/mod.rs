@@ -421,33 +421,29 @@ pub fn rank(p: &ProcessStream) -> Option<u64> {
     p.hello.as_ref().and_then(Hello::rank).map(u64::from)
 }
 
-/// The driver's samples of CUDA device `index` from the end frame (`[ts_ns, device, used,
-/// total]`, on the shim's clock), timed from the capture's start; they belong to the trace's
-/// one device.
+/// The samples of CUDA device `index` in one of the end frame's lists (`[ts_ns, device, a, b]`,
+/// on the shim's clock): (time from the capture's start, a, b).
+fn samples_of(list: &[(u64, i64, u64, u64)], index: i8, start_ns: u64) -> impl Iterator<Item = (u64, u64, u64)> + '_ {
+    list.iter().filter(move |s| s.1 == i64::from(index)).map(move |&(ts, _, a, b)| (ts.saturating_sub(start_ns), a, b))
+}
+
+/// The driver's samples of CUDA device `index` (used and total bytes); they belong to the
+/// trace's one device.
 fn device_samples(end: Option<&End>, index: i8, start_ns: u64) -> Vec<shared::model::DeviceSample> {
-    end.map_or(&[][..], |e| &e.device_samples)
-        .iter()
-        .filter(|&&(_, device, _, _)| device == i64::from(index))
-        .map(|&(ts, _, used, total)| shared::model::DeviceSample {
-            ts_ns: ts.saturating_sub(start_ns),
-            device: 0,
-            used_bytes: used,
-            total_bytes: total,
-        })
+    samples_of(end.map_or(&[][..], |e| &e.device_samples), index, start_ns)
+        .map(|(ts_ns, used_bytes, total_bytes)| shared::model::DeviceSample { ts_ns, device: 0, used_bytes, total_bytes })
         .collect()
 }
 
-/// The ledger's NVML samples of CUDA device `index` (this process's bytes and the others'),
-/// timed from the capture's start, on the trace's one device.
+/// The ledger's NVML samples of CUDA device `index` (this process's bytes and the others'), on
+/// the trace's one device.
 fn process_samples(end: Option<&End>, index: i8, start_ns: u64) -> Vec<shared::model::ProcessSample> {
-    end.map_or(&[][..], |e| &e.process_samples)
-        .iter()
-        .filter(|&&(_, device, _, _)| device == i64::from(index))
-        .map(|&(ts, _, process, others)| shared::model::ProcessSample {
-            ts_ns: ts.saturating_sub(start_ns),
+    samples_of(end.map_or(&[][..], |e| &e.process_samples), index, start_ns)
+        .map(|(ts_ns, process_bytes, other_processes_bytes)| shared::model::ProcessSample {
+            ts_ns,
             device: 0,
-            process_bytes: process,
-            other_processes_bytes: others,
+            process_bytes,
+            other_processes_bytes,
         })
         .collect()
 }
