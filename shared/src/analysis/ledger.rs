@@ -253,18 +253,10 @@ fn context_estimate(trace: &Trace, device: u8, samples: &[&ProcessSample]) -> Op
 
 /// PyTorch's reserved bytes on `device` after the last event at or before `ts`.
 fn reserved_at(trace: &Trace, device: u8, ts: u64) -> u64 {
-    let mut reserved = 0;
-    let mut cursor = trace.events.cursor();
-    for i in 0..trace.events.len() {
-        let totals = cursor.advance();
-        if trace.events.ts_ns[i] > ts {
-            break;
-        }
-        if trace.events.device[i] == device {
-            reserved = totals.reserved_bytes;
-        }
-    }
-    reserved
+    // Events are in time order: the last at or before `ts` found by bisection, its totals from
+    // the nearest checkpoint (the quiet-sample check asks this for every candidate sample).
+    let end = trace.events.ts_ns.partition_point(|&t| t <= ts);
+    (0..end).rev().find(|&i| trace.events.device[i] == device).map_or(0, |i| trace.events.totals_at(i).reserved_bytes)
 }
 
 impl LedgerAt {
