@@ -45,6 +45,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 namespace {
@@ -181,6 +182,12 @@ uint32_t intern(const char* s) {
   if (s == nullptr) return 0;
   std::lock_guard<std::mutex> lock(g().mu);
   return intern_locked(std::string(s));
+}
+
+// The string interned as `id` (empty for 0).
+std::string interned(uint32_t id) {
+  std::lock_guard<std::mutex> lock(g().mu);
+  return id == 0 || id > g().strings.size() ? std::string() : g().strings[id - 1];
 }
 
 // Interns a name through the thread's pointer cache; the strcmp guards against a pointer
@@ -567,6 +574,7 @@ using Result = int;
 using Subscriber = void*;
 using CallbackFunc = void (*)(void*, int, uint32_t, const void*);
 constexpr int kDriverDomain = 1;  // CUPTI_CB_DOMAIN_DRIVER_API
+constexpr int kApiEnter = 0;      // CUPTI_API_ENTER
 constexpr int kApiExit = 1;       // CUPTI_API_EXIT
 // CUPTI_DRIVER_TRACE_CBID_* (cupti_driver_cbid.h; the numbers never change)
 enum : uint32_t {
@@ -589,6 +597,8 @@ struct PitchParams { uint64_t* dptr; size_t* pitch; size_t width; size_t height;
 struct FreeParams { uint64_t dptr; };                                  // cuMemFree_v2, cuMemFreeAsync
 struct CreateParams { uint64_t* handle; size_t size; const int32_t* prop; unsigned long long flags; };
 struct ReleaseParams { uint64_t handle; };
+// What a driver call the ledger watches for growth is (Ledger::growth_kind).
+enum : uint8_t { kNoGrowth = 0, kLaunch, kLaunchEx, kModule, kStream, kGraph };
 }  // namespace cupti
 
 struct Ledger {
@@ -607,7 +617,29 @@ struct Ledger {
   // (address, or handle with the top bit set) -> what it is
   std::unordered_map<uint64_t, Block> live;
   std::unordered_map<const void*, uint32_t> sources;  // a caller's address -> its label
+  // Growth the allocation calls do not show: the driver's memory for kernels loaded lazily at
+  // their first launch, modules, streams and CUDA graphs, measured as the device's free memory
+  // before and after such a call less what the allocation calls took meanwhile.
+  int (*mem_get_info)(size_t*, size_t*) = nullptr;  // cuMemGetInfo_v2
+  uint8_t growth_kind[2048] = {};                   // driver cbid -> cupti::k*
+  std::atomic<int64_t> tracked{0};                  // net bytes of the allocations seen
+  std::unordered_set<const void*> launched;         // functions launched once (guarded by mu)
+  uint64_t next_growth = 0;
+  // First launches are watched until the program has launched no function for the first time
+  // for a while (mt_ledger_settle): watching every launch costs microseconds each. Settled
+  // stays settled for the process (its kernels stay loaded).
+  bool launches_settled = false;
+  uint64_t last_new_launch_ns = 0, launches_since_new = 0;
 };
+
+// A driver call being measured on this thread (enter to exit).
+struct GrowthCall {
+  uint32_t correlation;
+  size_t free;
+  int64_t tracked;
+};
+thread_local GrowthCall tls_growth[4];
+thread_local int tls_growth_depth = 0;
 
 Ledger& ledger() {
   static Ledger* instance = new Ledger();  // never destroyed: the driver may call at exit
@@ -650,6 +682,7 @@ uint32_t ledger_source(Ledger& L) {
   return intern("raw_cuda (no library on the stack)");
 }
 
+// `a`: the line of the program's own code the thread is at, for what it makes (0: none).
 void ledger_record(uint64_t key, int64_t bytes, uint32_t source, int8_t device) {
   auto& G = g();
   if (!G.active.load(std::memory_order_relaxed)) return;
@@ -660,14 +693,70 @@ void ledger_record(uint64_t key, int64_t bytes, uint32_t source, int8_t device) 
   r->id = key;
   r->value = bytes;
   r->name = source;
+  r->a = bytes > 0 && user_frames_on.load(std::memory_order_relaxed) ? t.user_line : 0;
   r->device_type = static_cast<int8_t>(c10::DeviceType::CUDA);
   r->device_index = device;
   publish(t);
 }
 
+// The label of growth of `kind`, by the library that made the call.
+uint32_t growth_source(Ledger& L, uint8_t kind) {
+  if (kind == cupti::kStream) return intern("streams");
+  if (kind == cupti::kGraph) return intern("cuda_graphs");
+  std::string library = interned(ledger_source(L));
+  // Inductor launches Triton's kernels through its static launcher in libtorch_python.
+  if (library.find("libtorch_python") != std::string::npos) library = "triton";
+  return intern(("kernels " + library).c_str());
+}
+
+// A watched call: the device's free memory at its entry (a launch only for a function never
+// launched before); at its exit, what the device lost beyond the allocations seen meanwhile is
+// recorded as a block of the call's kind, never released (modules stay loaded).
+void ledger_growth(Ledger& L, const cupti::CallbackData* d, uint8_t kind) {
+  if (L.mem_get_info == nullptr) return;
+  if (d->callback_site == cupti::kApiEnter) {
+    if (kind == cupti::kLaunch || kind == cupti::kLaunchEx) {
+      if (d->params == nullptr) return;
+      const void* f = static_cast<const void* const*>(d->params)[kind == cupti::kLaunchEx ? 1 : 0];
+      std::lock_guard<std::mutex> lock(L.mu);
+      if (!L.launched.insert(f).second) {
+        ++L.launches_since_new;
+        return;
+      }
+      L.last_new_launch_ns = now_ns();
+      L.launches_since_new = 0;
+    }
+    if (tls_growth_depth >= 4) return;
+    size_t free = 0, total = 0;
+    if (L.mem_get_info(&free, &total) != 0) return;
+    tls_growth[tls_growth_depth++] = GrowthCall{d->correlation_id, free, L.tracked.load()};
+    return;
+  }
+  if (tls_growth_depth == 0 || tls_growth[tls_growth_depth - 1].correlation != d->correlation_id) return;
+  const GrowthCall before = tls_growth[--tls_growth_depth];
+  if (d->return_value != nullptr && *static_cast<const int*>(d->return_value) != 0) return;
+  size_t free = 0, total = 0;
+  if (L.mem_get_info(&free, &total) != 0) return;
+  const int64_t grew = static_cast<int64_t>(before.free) - static_cast<int64_t>(free) - (L.tracked.load() - before.tracked);
+  if (grew <= 0) return;
+  int device = -1;
+  if (L.ctx_get_device != nullptr && L.ctx_get_device(&device) != 0) device = -1;
+  std::lock_guard<std::mutex> lock(L.mu);
+  const uint64_t key = (1ull << 62) | L.next_growth++;
+  ledger_record(key, grew, growth_source(L, kind), static_cast<int8_t>(device));
+}
+
 void ledger_callback(void*, int domain, uint32_t cbid, const void* data) {
   if (domain != cupti::kDriverDomain || data == nullptr) return;
   const auto* d = static_cast<const cupti::CallbackData*>(data);
+  Ledger& watched = ledger();
+  if (cbid < sizeof(watched.growth_kind) && watched.growth_kind[cbid] != cupti::kNoGrowth) {
+    try {
+      ledger_growth(watched, d, watched.growth_kind[cbid]);
+    } catch (...) {
+    }
+    return;
+  }
   if (d->callback_site != cupti::kApiExit || d->params == nullptr) return;
   if (d->return_value != nullptr && *static_cast<const int*>(d->return_value) != 0) return;  // failed: nothing made
   try {
@@ -722,6 +811,7 @@ void ledger_callback(void*, int domain, uint32_t cbid, const void* data) {
         if (L.ctx_get_device(&dev) == 0) device = dev;
       }
       const uint32_t source = ledger_source(L);
+      L.tracked += static_cast<int64_t>(bytes);
       L.live[key] = Ledger::Block{bytes, source, static_cast<int8_t>(device)};
       ledger_record(key, static_cast<int64_t>(bytes), source, static_cast<int8_t>(device));
     } else {
@@ -729,10 +819,49 @@ void ledger_callback(void*, int domain, uint32_t cbid, const void* data) {
       if (it == L.live.end()) return;  // made before the subscription
       const Ledger::Block b = it->second;
       L.live.erase(it);
+      L.tracked -= static_cast<int64_t>(b.bytes);
       ledger_record(key, -static_cast<int64_t>(b.bytes), b.source, b.device);
     }
   } catch (...) {
   }
+}
+
+// Which driver calls the ledger measures for growth, by name (cuptiGetCallbackName: the
+// numbers of newer entry points differ between CUDA versions); without it, the numbers of
+// cupti_driver_cbid.h for the calls every CUDA since 11 has.
+void growth_kinds(Ledger& L, void* lib) {
+  using NameFn = cupti::Result (*)(int, uint32_t, const char**);
+  auto name_of = reinterpret_cast<NameFn>(dlsym(lib, "cuptiGetCallbackName"));
+  auto kind_of = [](const char* n) -> uint8_t {
+    auto is = [n](const char* s) { return std::strcmp(n, s) == 0; };
+    auto starts = [n](const char* s) { return std::strncmp(n, s, std::strlen(s)) == 0; };
+    if (is("cuLaunchKernelEx") || is("cuLaunchKernelEx_ptsz")) return cupti::kLaunchEx;
+    if (is("cuLaunchKernel") || is("cuLaunchKernel_ptsz") || is("cuLaunchCooperativeKernel") || is("cuLaunchCooperativeKernel_ptsz")) {
+      return cupti::kLaunch;
+    }
+    if (starts("cuModuleLoad") || starts("cuLibraryLoad") || is("cuModuleGetFunction") || is("cuLibraryGetKernel") ||
+        is("cuKernelGetFunction") || is("cuLibraryGetModule")) {
+      return cupti::kModule;
+    }
+    if (starts("cuStreamCreate")) return cupti::kStream;
+    if (starts("cuGraphInstantiate") || starts("cuGraphUpload")) return cupti::kGraph;
+    return cupti::kNoGrowth;
+  };
+  bool named = false;
+  if (name_of != nullptr) {
+    for (uint32_t cbid = 1; cbid < sizeof(L.growth_kind); ++cbid) {
+      const char* n = nullptr;
+      if (name_of(cupti::kDriverDomain, cbid, &n) != 0 || n == nullptr) continue;
+      L.growth_kind[cbid] = kind_of(n);
+      named = true;
+    }
+  }
+  if (named) return;
+  for (uint32_t cbid : {307u, 442u, 477u, 478u}) L.growth_kind[cbid] = cupti::kLaunch;
+  for (uint32_t cbid : {652u, 653u}) L.growth_kind[cbid] = cupti::kLaunchEx;
+  for (uint32_t cbid : {18u, 19u, 20u, 21u, 23u}) L.growth_kind[cbid] = cupti::kModule;
+  L.growth_kind[124] = cupti::kStream;
+  for (uint32_t cbid : {513u, 580u, 581u, 643u, 656u}) L.growth_kind[cbid] = cupti::kGraph;
 }
 
 // Library workspaces (mt_name_workspaces): a cuBLAS handle's workspace, and cuBLASLt's, are
@@ -1096,7 +1225,11 @@ int mt_ledger_start(const char* cupti_path) {
       L.lib = lib;
       void* cuda = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
       if (cuda == nullptr) cuda = dlopen("libcuda.so.1", RTLD_LAZY);
-      if (cuda != nullptr) L.ctx_get_device = reinterpret_cast<int (*)(int*)>(dlsym(cuda, "cuCtxGetDevice"));
+      if (cuda != nullptr) {
+        L.ctx_get_device = reinterpret_cast<int (*)(int*)>(dlsym(cuda, "cuCtxGetDevice"));
+        L.mem_get_info = reinterpret_cast<int (*)(size_t*, size_t*)>(dlsym(cuda, "cuMemGetInfo_v2"));
+      }
+      growth_kinds(L, lib);
     }
     cupti::Subscriber sub = nullptr;
     const int r = L.subscribe(&sub, &ledger_callback, nullptr);
@@ -1109,12 +1242,42 @@ int mt_ledger_start(const char* cupti_path) {
                           cupti::kMemRelease, cupti::kMemAllocAsync, cupti::kMemFreeAsync, cupti::kMemAllocFromPoolAsync}) {
       L.enable(1, sub, cupti::kDriverDomain, cbid);
     }
+    for (uint32_t cbid = 0; cbid < sizeof(L.growth_kind); ++cbid) {
+      const uint8_t k = L.growth_kind[cbid];
+      const bool launch = k == cupti::kLaunch || k == cupti::kLaunchEx;
+      if (k != cupti::kNoGrowth && !(launch && L.launches_settled)) L.enable(1, sub, cupti::kDriverDomain, cbid);
+    }
     L.subscriber = sub;
     return 0;
   } catch (...) {
     set_error("the ledger could not start");
     return -1;
   }
+}
+
+int mt_ledger_settle(uint64_t quiet_ns, uint64_t min_launches) {
+  try {
+    Ledger& L = ledger();
+    std::lock_guard<std::mutex> lock(L.mu);
+    if (L.subscriber == nullptr || L.launches_settled) return 0;
+    if (L.launches_since_new < min_launches || now_ns() - L.last_new_launch_ns < quiet_ns) return 0;
+    for (uint32_t cbid = 0; cbid < sizeof(L.growth_kind); ++cbid) {
+      const uint8_t k = L.growth_kind[cbid];
+      if (k == cupti::kLaunch || k == cupti::kLaunchEx) L.enable(0, L.subscriber, cupti::kDriverDomain, cbid);
+    }
+    L.launches_settled = true;
+    return 1;
+  } catch (...) {
+    return -1;
+  }
+}
+
+int mt_ledger_growth_watched(void) {
+  Ledger& L = ledger();
+  if (L.mem_get_info == nullptr) return 0;
+  int n = 0;
+  for (uint8_t k : L.growth_kind) n += k != cupti::kNoGrowth;
+  return n;
 }
 
 int mt_ledger_stop(void) {

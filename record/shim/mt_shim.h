@@ -38,6 +38,8 @@ enum {
   MT_DEVICE_MEM = 13, // device memory the driver handed out or took back (mt_ledger_start):
                       // id=address (a cuMemCreate handle with bit 63 set), value=signed bytes,
                       // name=the library that asked ("nccl", "pytorch", "raw_cuda libfoo.so", ...)
+                      // or the driver's growth around a call ("kernels pytorch", "streams",
+                      // "cuda_graphs"; id has bit 62 set), a=the thread's user line (0: none)
 };
 
 typedef struct MtRecord {
@@ -117,6 +119,13 @@ const void* mt_py_user_frames(void);
 // (no such library, another subscriber). mt_ledger_stop unsubscribes.
 int mt_ledger_start(const char* cupti_path);
 int mt_ledger_stop(void);
+// How many driver entry points the ledger watches for the driver's own growth (first
+// launches, module loads, streams, CUDA graphs): 0 where it cannot measure it.
+int mt_ledger_growth_watched(void);
+// Stops watching first launches once at least `min_launches` launches in a row, over at least
+// `quiet_ns`, were of functions launched before: 1 when it stopped now, 0 when not (yet or
+// already), -1 on an error. Call it outside CUPTI's callbacks (the device sampler does).
+int mt_ledger_settle(uint64_t quiet_ns, uint64_t min_launches);
 void mt_mark(uint32_t name, int64_t value);
 uint64_t mt_now_ns(void);
 // Moves up to cap records into out; returns how many. Call until it returns 0.

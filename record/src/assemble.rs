@@ -607,12 +607,14 @@ fn push_ledger(trace: &mut Trace, strings: &mut Strings, c: &Captured, records: 
             continue;
         };
         let source = strings.get(trace, r.name);
+        let frame = if r.a == 0 { shared::model::StrId::NONE } else { strings.get(trace, r.a as u32) };
         trace.ledger.events.push(shared::model::LedgerEvent {
             ts_ns: r.ts_ns.saturating_sub(c.start_ns),
             device,
             source,
             bytes: r.value,
             address: r.id,
+            frame,
         });
     }
     trace.ledger.events.sort_by_key(|e| e.ts_ns);

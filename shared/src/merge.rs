@@ -510,6 +510,7 @@ fn append_records(out: &mut Trace, input: &MergeInput, m: &InputMap) {
         e.device = m.devices[e.device as usize];
         e.ts_ns = m.at(e.ts_ns);
         e.source = m.str(e.source);
+        e.frame = m.str(e.frame);
         out.ledger.events.push(e);
     }
     for p in &t.ledger.process {

@@ -27,6 +27,10 @@ C_LIVE, C_DIRECT, C_SCOPES, C_TRACK = 1, 2, 4, 8
 MARKER = 1 << 32
 # How often the driver's used memory is sampled (DeviceSampler), in seconds.
 DEVICE_SAMPLE_S = 0.1
+# The ledger watches first launches (each launch then costs microseconds) until this long, and
+# LEDGER_QUIET_LAUNCHES launches, passed with no function launched for the first time.
+LEDGER_QUIET_S = 2.0
+LEDGER_QUIET_LAUNCHES = 1000
 
 _current = None  # the process's active Capture
 _taught = set()  # ids of the C module calls torch.compile was given a Python stand-in for
@@ -126,6 +130,7 @@ class Capture:
         self.holders = None  # who holds each storage (_holders), with --holders
         self.user_lines = None  # the line of the program's own code each thread is at (_frames)
         self.ledger_on = False  # the shim's CUPTI subscription (_ledger), with --ledger
+        self.start_ns = 0
         self.lines_unnamed = None  # why lines outside modules cannot be named (_frames)
         self.ledger_missing = []
         self.allocator = None  # the allocator's settings and the program's changes (_allocator)
@@ -620,7 +625,7 @@ class Capture:
         self.allocator = _allocator.Watch(torch, lib.mt_now_ns)
         self.allocator.install()
         self.set_phase(PHASE_OTHER)
-        hello["start_ns"] = lib.mt_now_ns()
+        hello["start_ns"] = self.start_ns = lib.mt_now_ns()
         self.send(_shim.FRAME_HELLO, hello)
         if lib.mt_start() != 0:
             raise RuntimeError(f"memory-tracer: the capture cannot start: {_shim.last_error(lib)}")
@@ -633,11 +638,22 @@ class Capture:
                 self.ledger_missing.append(f"no driver allocations: {why}")
             else:
                 self.ledger_on = True
+                growth = _ledger.growth_missing(lib)
+                if growth:
+                    self.ledger_missing.append(growth)
             nvml = _ledger.Nvml(torch)
             if nvml.why:
                 self.ledger_missing.append(f"no per-process figures: {nvml.why}")
                 nvml = None
-        self.sampler = DeviceSampler(lib, DEVICE_SAMPLE_S, nvml)
+        settle = self.ledger_settled if self.ledger_on and hasattr(lib, "mt_ledger_settle") else None
+        self.sampler = DeviceSampler(lib, DEVICE_SAMPLE_S, nvml, settle=settle)
+
+    def ledger_settled(self, now_ns):
+        """The ledger stopped watching first launches (none for LEDGER_QUIET_S): says so."""
+        after = (now_ns - self.start_ns) / 1e9 if self.start_ns else 0.0
+        self.ledger_missing.append(
+            f"first kernel launches watched for {after:.1f} s, until none had come for {LEDGER_QUIET_S:g} s: a kernel launched for the first time later counts as unexplained"
+        )
 
     def pause(self):
         """Stops recording and takes the hooks out: a paused program runs as if untraced."""
@@ -737,8 +753,9 @@ class DeviceSampler:
     Devices the process has not allocated on are skipped: asking them would create a CUDA
     context there. At most `limit` samples are kept; past it every other one is dropped."""
 
-    def __init__(self, lib, interval, nvml=None, limit=100_000):
+    def __init__(self, lib, interval, nvml=None, limit=100_000, settle=None):
         self.lib = lib
+        self.settle = settle  # with the ledger: told when first launches stop being watched
         self.interval = interval
         self.limit = limit
         self.samples = []
@@ -755,6 +772,9 @@ class DeviceSampler:
         n = 0
         while not self.stopping.wait(self.interval):
             try:
+                if self.settle is not None and self.lib.mt_ledger_settle(int(LEDGER_QUIET_S * 1e9), LEDGER_QUIET_LAUNCHES) == 1:
+                    self.settle(self.lib.mt_now_ns())
+                    self.settle = None
                 if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
                     continue
                 for d in range(torch.cuda.device_count()):

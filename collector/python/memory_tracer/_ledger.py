@@ -40,6 +40,14 @@ def start(lib, torch):
     return None
 
 
+def growth_missing(lib):
+    """Why the driver's own growth (kernels loaded at their first launch, streams, CUDA
+    graphs) is not measured, or None."""
+    if not hasattr(lib, "mt_ledger_growth_watched") or lib.mt_ledger_growth_watched() <= 0:
+        return "no growth of kernels, streams or CUDA graphs measured (this capture library, CUPTI or driver cannot): it stays unexplained"
+    return None
+
+
 class _ProcessInfo(ctypes.Structure):  # nvmlProcessInfo_t (v2 and v3)
     _fields_ = [("pid", ctypes.c_uint), ("used", ctypes.c_ulonglong), ("gpu_instance", ctypes.c_uint), ("compute_instance", ctypes.c_uint)]
 

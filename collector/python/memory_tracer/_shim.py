@@ -218,12 +218,14 @@ SIGNATURES = {
         "mt_py_user_frames": ([], ctypes.c_void_p),
         "mt_ledger_start": ([ctypes.c_char_p], i32),
         "mt_ledger_stop": ([], i32),
+        "mt_ledger_growth_watched": ([], i32),
+        "mt_ledger_settle": ([u64, u64], i32),
         "mt_last_error": ([ctypes.c_char_p, sz], sz),
 }
 
 
 # Functions a shim built from older sources lacks (`module_call_functions` falls back).
-OPTIONAL = {"mt_py_module_call", "mt_name_workspaces", "mt_py_user_frames", "mt_ledger_start", "mt_ledger_stop"}
+OPTIONAL = {"mt_py_module_call", "mt_name_workspaces", "mt_py_user_frames", "mt_ledger_start", "mt_ledger_stop", "mt_ledger_growth_watched", "mt_ledger_settle"}
 
 # Called on the traced program's hot path; each returns at once (no I/O, no waiting on a lock
 # held for long).

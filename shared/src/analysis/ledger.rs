@@ -1,7 +1,8 @@
 //! The device ledger at a moment (`collector ledger`, the summary's `device` line): the
 //! process's device memory by source. PyTorch's reserved bytes come from the allocator's own
 //! totals; every other source from the driver allocations the ledger saw, by the library that
-//! asked; NVML's figure for the process bounds them, and what it counts beyond everything named
+//! asked, and the driver's own growth around the calls that make it without an allocation call
+//! (kernels loaded at their first launch, streams, CUDA graphs); NVML's figure for the process bounds them, and what it counts beyond everything named
 //! (the CUDA context among it) is `unexplained`. The driver's view of PyTorch's own segments
 //! is kept as a check, never added twice.
 
@@ -136,7 +137,7 @@ pub fn ledger_at(trace: &Trace, at: LedgerMoment, device: Option<u8>) -> Option<
                 bytes: context,
                 peak_bytes: context,
                 detail: format!(
-                    "the least NVML counted for the process beyond every source (at {:.3} s): the context and the kernels loaded by then",
+                    "the least NVML counted for the process beyond every source (at {:.3} s): the context, with what no call showed by then",
                     at_ns.saturating_sub(trace.start_ns()) as f64 / 1e9
                 ),
             },
@@ -173,11 +174,81 @@ pub fn ledger_at(trace: &Trace, at: LedgerMoment, device: Option<u8>) -> Option<
     })
 }
 
+/// The sources outside PyTorch over time, for the timeline's stacked bands.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LedgerBands {
+    /// Each source outside PyTorch's caching allocator (the CUDA context first, then the others
+    /// by their peaks), stacked in this order above PyTorch's reserved bytes: the most it held
+    /// in each of the buckets asked for.
+    pub sources: Vec<(String, Vec<u64>)>,
+    /// NVML's count of the process's memory: (seconds from the start, bytes).
+    pub nvml: Vec<(f64, u64)>,
+}
+
+/// `device`'s sources outside PyTorch over each of `buckets` (seconds from the start: (from,
+/// to), in order): the most each held in it, and NVML's samples for the process from the first
+/// bucket's start to the last one's end; empty for a trace without a ledger. The CUDA context
+/// is [`ledger_at`]'s estimate, from the ledger's first sign of the device on.
+pub fn ledger_bands(trace: &Trace, device: u8, buckets: &[(f64, f64)]) -> LedgerBands {
+    if trace.ledger.is_empty() || buckets.is_empty() {
+        return LedgerBands::default();
+    }
+    let start = trace.start_ns();
+    let ns = |t: f64| start + (t.max(0.0) * 1e9).round() as u64;
+    let events: Vec<_> = trace.ledger.events.iter().filter(|e| e.device == device && trace.str(e.source) != PYTORCH).collect();
+    let samples: Vec<&ProcessSample> = trace.ledger.process.iter().filter(|p| p.device == device).collect();
+    let mut names: Vec<&str> = Vec::new();
+    for e in &events {
+        if !names.contains(&trace.str(e.source)) {
+            names.push(trace.str(e.source));
+        }
+    }
+    let mut columns: Vec<(String, Vec<u64>, i64)> = names.iter().map(|n| ((*n).to_owned(), Vec::with_capacity(buckets.len()), 0)).collect();
+    let (mut now, mut k) = (vec![0i64; names.len()], 0usize);
+    for &(from, to) in buckets {
+        let (from, to) = (ns(from), ns(to));
+        // What each held coming into the bucket, then its highest inside it.
+        while k < events.len() && events[k].ts_ns < from {
+            now[names.iter().position(|n| *n == trace.str(events[k].source)).unwrap_or(0)] += events[k].bytes;
+            k += 1;
+        }
+        let mut most = now.clone();
+        while k < events.len() && events[k].ts_ns <= to {
+            let i = names.iter().position(|n| *n == trace.str(events[k].source)).unwrap_or(0);
+            now[i] += events[k].bytes;
+            most[i] = most[i].max(now[i]);
+            k += 1;
+        }
+        for (c, &v) in columns.iter_mut().zip(&most) {
+            c.1.push(v.max(0) as u64);
+            c.2 = c.2.max(v);
+        }
+    }
+    columns.sort_by(|a, b| b.2.cmp(&a.2).then(a.0.cmp(&b.0)));
+    let mut sources: Vec<(String, Vec<u64>)> = columns.into_iter().map(|(n, v, _)| (n, v)).collect();
+    if let Some((context, _)) = context_estimate(trace, device, &samples) {
+        let from = events.first().map(|e| e.ts_ns).into_iter().chain(samples.first().map(|p| p.ts_ns)).min().unwrap_or(start);
+        sources.insert(0, ("cuda_context".into(), buckets.iter().map(|&(_, to)| if ns(to) >= from { context } else { 0 }).collect()));
+    }
+    let (lo, hi) = (ns(buckets[0].0), ns(buckets[buckets.len() - 1].1));
+    let nvml = samples
+        .iter()
+        .filter(|p| p.ts_ns >= lo && p.ts_ns <= hi)
+        .map(|p| (p.ts_ns.saturating_sub(start) as f64 / 1e9, p.process_bytes))
+        .collect();
+    LedgerBands { sources, nvml }
+}
+
 /// The driver's allocations on `device` by source (PyTorch's own segments apart): live at
 /// `ts` and the most each held, largest first; and PyTorch's segments' bytes at `ts`.
 fn driver_sources(trace: &Trace, device: u8, ts: u64) -> (Vec<LedgerSource>, u64) {
     let mut by: BTreeMap<&str, (i64, i64, i64, usize)> = BTreeMap::new(); // (now, running, peak, allocations)
+                                                                          // Bytes each source made from each line of the program's own code.
+    let mut lines: BTreeMap<&str, BTreeMap<&str, u64>> = BTreeMap::new();
     for e in trace.ledger.events.iter().filter(|e| e.device == device) {
+        if e.bytes > 0 && !e.frame.is_none() {
+            *lines.entry(trace.str(e.source)).or_default().entry(trace.str(e.frame)).or_default() += e.bytes as u64;
+        }
         let s = by.entry(trace.str(e.source)).or_default();
         s.1 += e.bytes;
         s.2 = s.2.max(s.1);
@@ -196,11 +267,31 @@ fn driver_sources(trace: &Trace, device: u8, ts: u64) -> (Vec<LedgerSource>, u64
             source: (*name).to_owned(),
             bytes: now.max(0) as u64,
             peak_bytes: peak.max(0) as u64,
-            detail: format!("{n} driver allocation{}", if n == 1 { "" } else { "s" }),
+            detail: match lines.get(name).and_then(|l| l.iter().max_by_key(|(_, b)| **b)) {
+                Some((line, bytes)) => format!("{}; {} of it made at {line}", source_detail(name, n), format_bytes(*bytes)),
+                None => source_detail(name, n),
+            },
         })
         .collect();
     named.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(b.peak_bytes.cmp(&a.peak_bytes)).then(a.source.cmp(&b.source)));
     (named, pytorch_segments_bytes)
+}
+
+/// What `n` events of `source` were.
+fn source_detail(source: &str, n: usize) -> String {
+    let s = if n == 1 { "" } else { "s" };
+    if source.starts_with("kernels") {
+        format!(
+            "the driver's growth at {n} first launch{} or module load{s} (kernels loaded lazily, with what their first launch sets up)",
+            if n == 1 { "" } else { "es" }
+        )
+    } else if source == "streams" {
+        format!("the driver's growth at {n} stream creation{s}")
+    } else if source == "cuda_graphs" {
+        format!("the driver's growth at {n} CUDA graph instantiation{s} or upload{s}")
+    } else {
+        format!("{n} driver allocation{s}")
+    }
 }
 
 /// The NVML sample read at `ts`: the nearest whose neighbourhood is quiet (no driver
@@ -319,15 +410,17 @@ pub(crate) mod tests {
         push(&mut t, 1_000, EventType::Alloc, 100 * MIB, 100 * MIB);
         push(&mut t, 900_000_000, EventType::Oom, 1 << 30, 100 * MIB);
         let (pt, nccl, raw) = (t.strings.intern(PYTORCH), t.strings.intern("nccl"), t.strings.intern("raw_cuda libx.so"));
-        let ev = |ts, source, bytes| LedgerEvent { ts_ns: ts, device: d, source, bytes, address: ts };
+        let kernels = t.strings.intern("kernels pytorch");
+        let ev = |ts, source, bytes| LedgerEvent { ts_ns: ts, device: d, source, bytes, address: ts, frame: StrId::NONE };
         t.ledger.events = vec![
             ev(900, pt, (100 * MIB) as i64),
+            ev(150_000_000, kernels, (30 * MIB) as i64),
             ev(200_000_000, nccl, (40 * MIB) as i64),
-            ev(300_000_000, raw, (10 * MIB) as i64),
+            LedgerEvent { frame: t.strings.intern("train.py:40 in main"), ..ev(300_000_000, raw, (10 * MIB) as i64) },
             ev(500_000_000, raw, -((10 * MIB) as i64)),
         ];
         let sample = |ts, named: u64| ProcessSample { ts_ns: ts, device: d, process_bytes: named + 80 * MIB, other_processes_bytes: 0 };
-        t.ledger.process = vec![sample(100_000_000, 100 * MIB), sample(400_000_000, 150 * MIB), sample(700_000_000, 140 * MIB)];
+        t.ledger.process = vec![sample(100_000_000, 100 * MIB), sample(400_000_000, 180 * MIB), sample(700_000_000, 170 * MIB)];
         t.finish();
         t
     }
@@ -338,16 +431,57 @@ pub(crate) mod tests {
         let at = moment(&t, "oom").unwrap();
         let l = ledger_at(&t, at, None).unwrap();
         let got: Vec<(&str, u64)> = l.sources.iter().map(|s| (s.source.as_str(), s.bytes)).collect();
-        assert_eq!(got, [("pytorch_reserved", 100 * MIB), ("cuda_context", 80 * MIB), ("nccl", 40 * MIB), ("raw_cuda libx.so", 0)]);
-        assert_eq!(l.sources[3].peak_bytes, 10 * MIB);
+        assert_eq!(
+            got,
+            [
+                ("pytorch_reserved", 100 * MIB),
+                ("cuda_context", 80 * MIB),
+                ("nccl", 40 * MIB),
+                ("kernels pytorch", 30 * MIB),
+                ("raw_cuda libx.so", 0)
+            ]
+        );
+        assert_eq!(l.sources[4].peak_bytes, 10 * MIB);
+        assert!(l.sources[3].detail.contains("1 first launch or module load"), "{}", l.sources[3].detail);
+        assert_eq!(l.sources[4].detail, "1 driver allocation; 10.00 MiB of it made at train.py:40 in main");
         assert_eq!(l.unexplained_bytes, Some(0));
         assert_eq!(l.pytorch_segments_bytes, 100 * MIB);
-        assert_eq!(outside_pytorch_peak(&t, 0), Some(130 * MIB));
+        assert_eq!(outside_pytorch_peak(&t, 0), Some(160 * MIB));
         assert!(
-            l.line().starts_with("220.00 MiB = PyTorch 100.00 MiB + cuda_context 80.00 MiB + nccl 40.00 MiB + unexplained 0 B"),
+            l.line().starts_with(
+                "250.00 MiB = PyTorch 100.00 MiB + cuda_context 80.00 MiB + nccl 40.00 MiB + kernels pytorch 30.00 MiB + unexplained 0 B"
+            ),
             "{}",
             l.line()
         );
         assert!(moment(&t, "lunch").unwrap_err().contains("`lunch` is none of them (marks: none)"));
+    }
+
+    #[test]
+    fn the_bands_stack_each_source_at_each_moment_with_the_context_first() {
+        let t = run();
+        let b = ledger_bands(&t, 0, &[(0.0, 0.0), (0.0, 0.25), (0.25, 0.4), (0.4, 0.6), (0.6, 0.9)]);
+        let got: Vec<(&str, &[u64])> = b.sources.iter().map(|(n, v)| (n.as_str(), v.as_slice())).collect();
+        let m = MIB;
+        assert_eq!(
+            got,
+            [
+                ("cuda_context", &[0, 80 * m, 80 * m, 80 * m, 80 * m][..]),
+                ("nccl", &[0, 40 * m, 40 * m, 40 * m, 40 * m][..]),
+                ("kernels pytorch", &[0, 30 * m, 30 * m, 30 * m, 30 * m][..]),
+                // Freed at 0.5 s: still its most in the bucket from 0.4 s to 0.6 s.
+                ("raw_cuda libx.so", &[0, 0, 10 * m, 10 * m, 0][..]),
+            ]
+        );
+        assert_eq!(b.nvml.len(), 3);
+        assert_eq!(b.nvml[1].1, 260 * m);
+        assert!((b.nvml[1].0 - 0.4).abs() < 1e-5, "{:?}", b.nvml);
+        assert_eq!(ledger_bands(&run_without_ledger(), 0, &[(0.0, 0.5)]), LedgerBands::default());
+    }
+
+    fn run_without_ledger() -> Trace {
+        let mut t = run();
+        t.ledger = Default::default();
+        t
     }
 }

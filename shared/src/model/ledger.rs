@@ -14,11 +14,21 @@ pub struct LedgerEvent {
     /// Index into `Trace::devices`.
     pub device: u8,
     /// The library that asked: `pytorch` (the caching allocator's own segments), `nccl`,
-    /// `cublas`, `cublaslt`, `cudnn`, `triton`, `raw_cuda <library>`.
+    /// `cublas`, `cublaslt`, `cudnn`, `triton`, `raw_cuda <library>`; or the driver's growth
+    /// around a call that allocates without an allocation call: `kernels <library>` (a
+    /// function's first launch, a module load), `streams`, `cuda_graphs`.
     pub source: StrId,
     pub bytes: i64,
     /// The address, or a `cuMemCreate` handle with bit 63 set.
     pub address: u64,
+    /// The line of the program's own code its thread was at when it was made
+    /// (`train.py:40 in main`; Python 3.12 and later), or none.
+    #[serde(default = "no_frame", skip_serializing_if = "StrId::is_none_ref")]
+    pub frame: StrId,
+}
+
+fn no_frame() -> StrId {
+    StrId::NONE
 }
 
 /// NVML's count of one device's memory for this process and for every other one.

@@ -15,6 +15,11 @@ impl StrId {
     pub fn is_none(self) -> bool {
         self == Self::NONE
     }
+
+    /// [`Self::is_none`] for serde's `skip_serializing_if`.
+    pub fn is_none_ref(&self) -> bool {
+        self.is_none()
+    }
 }
 
 /// Interned strings: every name in a trace (layers, ops, frames, streams) is stored once.
