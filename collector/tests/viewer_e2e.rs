@@ -989,6 +989,27 @@ fn out_of_memory_first_and_advice_with_predictions() {
     b.screenshot(&screenshots().join("advice.png"));
 }
 
+/// A trace recorded with the device ledger (an H200: a model, a 1-rank NCCL group, a raw
+/// 256 MiB cudaMalloc) draws its sources outside PyTorch as bands above the timeline's
+/// reserved bytes, the ones the native ledger names.
+#[test]
+fn the_device_ledger_draws_its_sources_above_the_timeline() {
+    let (_server, b) = static_page();
+    let path = repo().join("tests/data/ledger/probe.mtrace.json.gz");
+    b.upload("#trace-file", &path);
+    wait_drawn(&b, "probe.mtrace.json.gz");
+    let shown = b.wait_for("return document.getElementById('timeline-canvas')?.dataset.ledgerSources", 30, "the ledger's bands");
+    let shown: Vec<&str> = shown.as_str().unwrap().split(',').collect();
+    let trace = shared::import(&std::fs::read(&path).unwrap(), &shared::ImportOptions::default()).unwrap();
+    let at = shared::analysis::ledger::moment(&trace, "held").unwrap();
+    let native = shared::analysis::ledger::ledger_at(&trace, at, None).unwrap();
+    for s in native.sources.iter().filter(|s| s.bytes >= 1 << 20 && s.source != "pytorch_reserved" && s.source != "other_processes") {
+        assert!(shown.contains(&s.source.as_str()), "{} ({} B at the mark) not drawn: {shown:?}", s.source, s.bytes);
+    }
+    assert!(shown.contains(&"cuda_context") && shown.contains(&"nccl"), "{shown:?}");
+    b.screenshot(&screenshots().join("ledger.png"));
+}
+
 /// The Active Memory Timeline's answer for the whole of `name`, as the worker gives it to a
 /// canvas `width` pixels wide, and how many allocations the trace's shown device makes.
 fn native_active(name: &str, width: u32) -> (shared::analysis::active::ActiveTimeline, usize) {

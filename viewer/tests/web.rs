@@ -40,14 +40,15 @@ fn open(name: &str, bytes: &[u8]) -> (Session, shared::explore::Overview) {
 fn timeline_of_a_real_snapshot_draws_and_maps_pixels_to_time() {
     let (mut session, o) = open("mlp.pickle", SNAPSHOT);
     let c = canvas(900, 340);
-    let Response::Timeline { points, driver, start_s, end_s } =
+    let Response::Timeline { points, driver, start_s, end_s, ledger } =
         session.answer(&Request::Timeline { start_s: 0.0, end_s: o.duration_s, buckets: 900 })
     else {
         panic!("no timeline")
     };
     assert_eq!(points.iter().map(|p| p.allocated_max_bytes).max(), Some(o.summary.peak_allocated_bytes));
     let blank = charts::painted_pixels(&c);
-    let m = charts::draw_timeline(&c, &Palette::DARK, (start_s, end_s), &points, &driver, &o.phase_bands, &o.layer_bands, None).unwrap();
+    let m = charts::draw_timeline(&c, &Palette::DARK, (start_s, end_s), &points, &driver, &ledger, &o.phase_bands, &o.layer_bands, None)
+        .unwrap();
     assert!(charts::painted_pixels(&c) > blank + 10_000);
     assert!((m.x_at(m.px.0) - start_s).abs() < 1e-12 && (m.x_at(m.px.1) - end_s).abs() < 1e-9);
 }

@@ -93,6 +93,10 @@ pub enum Response {
         #[serde(with = "analysis::timeline_columns")]
         points: Vec<TimelinePoint>,
         driver: Vec<(f64, u64)>,
+        /// The device ledger's sources outside PyTorch at the end of each point's bucket
+        /// (`collector trace --ledger`; empty without it).
+        #[serde(default)]
+        ledger: analysis::ledger::LedgerBands,
     },
     At(Moment),
     Allocations {

@@ -271,7 +271,11 @@ pub(super) fn overview_of(
 
 /// Seconds from the trace's start to its last event.
 pub(super) fn duration_s(trace: &Trace) -> f64 {
-    trace.events.ts_ns.last().map_or(0.0, |&t| t.saturating_sub(trace.start_ns()) as f64 * 1e-9)
+    // A trace with the device ledger runs on to its last driver allocation or NVML sample: the
+    // device's memory goes on after PyTorch's last event (NCCL's setup, a raw block).
+    let ledger = trace.ledger.events.iter().map(|e| e.ts_ns).chain(trace.ledger.process.iter().map(|p| p.ts_ns)).max();
+    let last = trace.events.ts_ns.last().copied().into_iter().chain(ledger).max();
+    last.map_or(0.0, |t| t.saturating_sub(trace.start_ns()) as f64 * 1e-9)
 }
 
 /// The ranks of `whole` when it has two or more, with `selected` the rank shown.

@@ -48,7 +48,9 @@ impl Session {
             .map(|s| (s.ts_ns.saturating_sub(start) as f64 * 1e-9, s.used_bytes))
             .filter(|&(t, _)| t >= start_s && t <= end_s)
             .collect();
-        Response::Timeline { start_s, end_s, points, driver }
+        let buckets: Vec<(f64, f64)> = (0..points.len()).map(|i| (points[i].t_s, points.get(i + 1).map_or(end_s, |p| p.t_s))).collect();
+        let ledger = analysis::ledger::ledger_bands(self.trace(), self.device, &buckets);
+        Response::Timeline { start_s, end_s, points, driver, ledger }
     }
 
     pub(super) fn moment(&self, t_s: f64) -> Moment {

@@ -12,6 +12,7 @@ use crate::{bridge, dom::fit_canvas, perf};
 use leptos::html::Canvas;
 use leptos::prelude::*;
 use shared::analysis::holders::Why;
+use shared::analysis::ledger::LedgerBands;
 use shared::analysis::view_math::{around, dragged, panned, zoomed, Window};
 use shared::analysis::TimelinePoint;
 use shared::explore::{Allocation, Band, Moment, Overview, Request, Response};
@@ -21,8 +22,9 @@ use std::sync::Arc;
 /// Height of the chart in CSS pixels.
 const HEIGHT: u32 = 340;
 
-/// A timeline answer: window start and end, the buckets, the driver's samples.
-type TimelineWindow = (f64, f64, Arc<Vec<TimelinePoint>>, Arc<Vec<(f64, u64)>>);
+/// A timeline answer: window start and end, the buckets, the driver's samples, the device
+/// ledger's sources.
+type TimelineWindow = (f64, f64, Arc<Vec<TimelinePoint>>, Arc<Vec<(f64, u64)>>, Arc<LedgerBands>);
 
 /// The timeline's state: its window, what the worker answered for it, and the pointer's.
 #[derive(Clone, Copy)]
@@ -83,8 +85,8 @@ impl Timeline {
         bridge::ask(&requests::timeline(w, width), move |r| {
             self.in_flight.set_value(false);
             match r {
-                Response::Timeline { start_s, end_s, points, driver } => {
-                    self.data.set(Some((start_s, end_s, Arc::new(points), Arc::new(driver))));
+                Response::Timeline { start_s, end_s, points, driver, ledger } => {
+                    self.data.set(Some((start_s, end_s, Arc::new(points), Arc::new(driver), Arc::new(ledger))));
                 }
                 // Nothing to draw: the first screen waits no longer.
                 _ => self.tell_first_screen(),
@@ -102,15 +104,19 @@ impl Timeline {
         let sel = self.selected.with(|s| s.as_ref().map(|s| s.0));
         let Some(c) = self.canvas.get() else { return };
         self.data.with(|d| {
-            let Some((a, b, points, driver)) = d else { return };
+            let Some((a, b, points, driver, ledger)) = d else { return };
             fit_canvas(&c, HEIGHT);
             perf::mark("draw timeline");
-            match charts::draw_timeline(&c, &pal, (*a, *b), points, driver, &bands.0, &bands.1, sel) {
+            match charts::draw_timeline(&c, &pal, (*a, *b), points, driver, ledger, &bands.0, &bands.1, sel) {
                 Ok(m) => {
                     self.mapping.set_value(Some(m));
                     // The highest allocated level drawn, for tests and the benchmark to read.
                     let top = points.iter().map(|p| p.allocated_max_bytes).max().unwrap_or(0);
                     let _ = c.set_attribute("data-max-allocated", &top.to_string());
+                    // The device ledger's sources drawn as bands (those with bytes in the window).
+                    let shown: Vec<&str> =
+                        ledger.sources.iter().filter(|(_, b)| b.iter().any(|&x| x > 0)).map(|(n, _)| n.as_str()).collect();
+                    let _ = c.set_attribute("data-ledger-sources", &shown.join(","));
                     perf::drawn(perf::Chart::Timeline);
                     self.tell_first_screen();
                     if let Some(t) = self.input_at.get_value() {
