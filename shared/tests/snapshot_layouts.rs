@@ -292,6 +292,17 @@ fn traced_runs_know_their_private_pools() {
             let p = pools.iter().find(|p| p.pool == id).unwrap_or_else(|| panic!("{traced}: no pool {id}"));
             assert_eq!(p.totals.final_allocated_bytes, want["allocated"].as_u64().unwrap(), "{traced} {id}");
         }
+        // The layer table says which of each layer's bytes went to a private pool.
+        let layers = shared::analysis::layer_stats(&t);
+        let pooled: u64 = layers.values().map(|l| l.private_pool_bytes).sum();
+        let ev = &t.events;
+        let want: u64 = (0..ev.len())
+            .filter(|&i| ev.event_type(i) == shared::model::EventType::Alloc && !ev.layer[i].is_none() && t.event_pool(i).is_some())
+            .map(|i| ev.size_bytes[i])
+            .sum();
+        assert!(want > 0, "{traced}: no allocation of a layer in a private pool");
+        assert_eq!(pooled, want, "{traced}");
+        assert!(layers.values().all(|l| l.private_pool_bytes <= l.allocated_bytes_total), "{traced}");
     }
 }
 

@@ -383,6 +383,15 @@ fn print_top_layers(trace: &Trace, tops: &[&LayerMemoryStats], out: &mut dyn Wri
         if tops.iter().any(|l| compiled(&l.layer_name)) {
             writeln!(out, "  * includes allocations of torch.compile'd code, attributed by its FX nodes' modules")?;
         }
+        // Bytes a CUDA graph keeps for its replays (or a torch.cuda.MemPool): its pool's.
+        let pooled: Vec<String> = tops
+            .iter()
+            .filter(|l| l.private_pool_bytes > 0)
+            .map(|l| format!("{} {} of {}", l.layer_name, format_bytes(l.private_pool_bytes), format_bytes(l.allocated_bytes_total)))
+            .collect();
+        if !pooled.is_empty() {
+            writeln!(out, "  allocated in private pools (CUDA graphs' memory, MemPools): {}", pooled.join(", "))?;
+        }
     }
     Ok(())
 }

@@ -186,6 +186,10 @@ pub struct LayerMemoryStats {
     pub duration_ms: f64,
     /// Bytes allocated in the layer (sum of its allocation sizes).
     pub allocated_bytes_total: u64,
+    /// Of `allocated_bytes_total`, those allocated in a private pool: a CUDA graph's (memory
+    /// `torch.compile(mode="reduce-overhead")` keeps for its replays) or a `torch.cuda.MemPool`.
+    #[serde(default)]
+    pub private_pool_bytes: u64,
 }
 
 /// Per-layer statistics keyed by layer name (sorted, so output is deterministic).
@@ -200,6 +204,7 @@ pub fn layer_stats(trace: &Trace) -> BTreeMap<String, LayerMemoryStats> {
         first: u64,
         last: u64,
         bytes: u64,
+        pool_bytes: u64,
         scope_ns: u64,
         has_scope: bool,
     }
@@ -213,6 +218,7 @@ pub fn layer_stats(trace: &Trace) -> BTreeMap<String, LayerMemoryStats> {
         first: u64::MAX,
         last: 0,
         bytes: 0,
+        pool_bytes: 0,
         scope_ns: 0,
         has_scope: false,
     };
@@ -221,8 +227,10 @@ pub fn layer_stats(trace: &Trace) -> BTreeMap<String, LayerMemoryStats> {
     // Pinned host memory's totals are not a GPU's: its events make no layer's peaks.
     let host = trace.devices.iter().position(crate::model::Device::is_pinned_host);
     let mut cursor = ev.cursor();
+    let mut pools = pools::event_pools(trace);
     for i in 0..ev.len() {
         let t = cursor.advance();
+        let pool = pools.next().flatten();
         let l = ev.layer[i];
         if l.is_none() || Some(ev.device[i] as usize) == host {
             continue;
@@ -238,6 +246,9 @@ pub fn layer_stats(trace: &Trace) -> BTreeMap<String, LayerMemoryStats> {
             EventType::Alloc => {
                 a.allocs += 1;
                 a.bytes += ev.size_bytes[i];
+                if pool.is_some() {
+                    a.pool_bytes += ev.size_bytes[i];
+                }
             }
             EventType::Free => a.frees += 1,
             _ => {}
@@ -282,6 +293,7 @@ pub fn layer_stats(trace: &Trace) -> BTreeMap<String, LayerMemoryStats> {
                     avg_fragmentation: if a.n == 0 { 0.0 } else { a.frag / a.n as f64 },
                     duration_ms: duration_ns as f64 * 1e-6,
                     allocated_bytes_total: a.bytes,
+                    private_pool_bytes: a.pool_bytes,
                 },
             ))
         })

@@ -47,7 +47,14 @@ fn layer_table(layers: Arc<Vec<LayerMemoryStats>>, compiled: Arc<Vec<String>>) -
                                 <td class="num">{l.total_deallocations}</td>
                                 <td class="num">{format!("{:.1} %", l.avg_fragmentation * 100.0)}</td>
                                 <td class="num">{format!("{:.3}", l.duration_ms)}</td>
-                                <td class="num">{format_bytes(l.allocated_bytes_total)}</td>
+                                <td class="num">
+                                    {format_bytes(l.allocated_bytes_total)}
+                                    {(l.private_pool_bytes > 0).then(|| view! {
+                                        <span class="pooled" title="allocated in a private pool: a CUDA graph's memory for its replays, or a torch.cuda.MemPool">
+                                            {format!(" ({} pooled)", format_bytes(l.private_pool_bytes))}
+                                        </span>
+                                    })}
+                                </td>
                             </tr>
                         }).collect_view()}
                     </tbody>
