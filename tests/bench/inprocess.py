@@ -45,6 +45,7 @@ p.add_argument("--block", type=int, default=6)
 p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
 p.add_argument("--pairs", type=int, default=0)
 p.add_argument("--json")
+p.add_argument("--modes", help="comma-separated modes to run beside untraced (default: all)")
 a = p.parse_args()
 if a.block < 2:
     p.error("--block must be at least 2 (a block's first step is not measured)")
@@ -58,9 +59,16 @@ TRACERS = {
     "memory_tracer ops=none": {"ops": "none"},
     "memory_tracer ops=none, module_scopes=False": {"ops": "none", "module_scopes": False},
     "memory_tracer holders=True": {"holders": True},
+    "memory_tracer ledger=True": {"ledger": True},
 }
 RECORDERS = {'recorder stacks="all"': "all", 'recorder stacks="python"': "python", "recorder context=None": "none"}
 modes = ["untraced"] + list(TRACERS) + (list(RECORDERS) if dev.type == "cuda" else [])
+if a.modes:
+    wanted = [m.strip() for m in a.modes.split(",")]
+    unknown = [m for m in wanted if m not in modes]
+    if unknown:
+        p.error(f"--modes: unknown {unknown}; the modes are {modes[1:]}")
+    modes = ["untraced"] + [m for m in modes[1:] if m in wanted]
 
 
 def block(mode):

@@ -143,6 +143,21 @@ def test_ops_all_records_operators_and_invalid_ops_are_refused(tmp_path):
         MemoryTracer(ops="some")
 
 
+def test_the_ledger_is_asked_for_by_the_api_and_a_cpu_trace_has_none(tmp_path):
+    """`ledger=True` asks for the device ledger (CUDA only, checked on a GPU by
+    tests/gpu/ledger.sh); a CPU trace records the same events as without it and no ledger."""
+    model = Net()
+    tracer = MemoryTracer(device="cpu", ledger=True)
+    assert tracer.ledger
+    with tracer.trace(model):
+        train_step(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    tracer.save(tmp_path / "ledger.mtrace.json")
+    t = json.loads((tmp_path / "ledger.mtrace.json").read_text())["trace"]
+    assert not t.get("ledger", {}).get("events") and len(t["events"]["ts_ns"]) > 0
+    r = subprocess.run([memory_tracer.collector_path(), "ledger", str(tmp_path / "ledger.mtrace.json")], capture_output=True, text=True)
+    assert r.returncode != 0 and "has no device ledger" in r.stderr and "(a CUDA program)" in r.stderr, r.stderr
+
+
 def test_a_second_trace_replaces_the_first_and_errors_are_clear():
     tracer = MemoryTracer(device="cpu")
     with pytest.raises(RuntimeError, match="nothing traced yet"):

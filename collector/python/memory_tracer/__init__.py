@@ -156,11 +156,14 @@ class MemoryTracer:
     holders: True records who holds each tensor's memory (parameters, buffers, gradients,
         optimizer state, tensors saved for backward), "python" also the Python variables
         holding tensors at each mark; `collector why` reads them.
+    ledger: True (a CUDA device) also records the device ledger: every byte the driver gives
+        the process, by the library that asked (NCCL, cuBLAS, kernels, raw cudaMalloc, ...),
+        and NVML's count for the process; `collector ledger` reads it.
     """
 
     _OPS = {"none": 0, "all": 1, "backward": 2}
 
-    def __init__(self, max_events=100_000, device=None, enable_fragmentation_tracking=True, enable_fragmentation=None, capture_tensors=True, ops="backward", module_scopes=True, tensorboard_dir=None, holders=False):
+    def __init__(self, max_events=100_000, device=None, enable_fragmentation_tracking=True, enable_fragmentation=None, capture_tensors=True, ops="backward", module_scopes=True, tensorboard_dir=None, holders=False, ledger=False):
         if ops not in self._OPS:
             raise ValueError(f"memory-tracer: invalid ops {ops!r}; expected one of {sorted(self._OPS)}")
         self.ops = ops
@@ -175,6 +178,7 @@ class MemoryTracer:
         if holders not in (False, True, "python"):
             raise ValueError(f"memory-tracer: invalid holders {holders!r}; expected False, True or 'python'")
         self.holders = 2 if holders == "python" else int(bool(holders))
+        self.ledger = bool(ledger)
         self._result = None
         self._dir = None
         self._trace_path = None
@@ -225,7 +229,7 @@ class MemoryTracer:
             cmd.append("--no-fragmentation")
         proc = subprocess.Popen(cmd, pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         theirs.close()
-        options = {"max_events": self.max_events, "capture_tensors": self.capture_tensors and self.ops == "all", "capture_ops": self._OPS[self.ops], "module_scopes": self.module_scopes, "holders": self.holders}
+        options = {"max_events": self.max_events, "capture_tensors": self.capture_tensors and self.ops == "all", "capture_ops": self._OPS[self.ops], "module_scopes": self.module_scopes, "holders": self.holders, "ledger": bool(self.ledger and index is not None)}
         try:
             cap = _capture.begin(_shim.load(), ours.detach(), options, "api", {"mode": "api", "device": dev}, reset_peak_device=index)
         except BaseException:
