@@ -52,6 +52,8 @@ class LayerMemoryStats:
     avg_fragmentation: float
     duration_ms: float
     allocated_bytes_total: int = 0
+    # Of allocated_bytes_total, those in a private pool (CUDA graphs' memory, a MemPool).
+    private_pool_bytes: int = 0
 
 
 def mark(name, value=None):
@@ -270,7 +272,8 @@ class MemoryTracer:
         return self._result
 
     def get_layer_stats(self):
-        return {k: LayerMemoryStats(**v) for k, v in self._need()["layer_stats"].items()}
+        known = {f.name for f in dataclasses.fields(LayerMemoryStats)}
+        return {k: LayerMemoryStats(**{f: x for f, x in v.items() if f in known}) for k, v in self._need()["layer_stats"].items()}
 
     def get_peak_memory_per_layer(self):
         return dict(self._need()["peak_memory_per_layer"])
