@@ -877,8 +877,9 @@ struct Workspaces {
   std::once_flag sizes_once;
   std::vector<uint64_t> sizes;  // rounded up to the allocator's 512 bytes
   uint32_t cublas = 0, cublaslt = 0;
-  std::mutex mu;  // guards pending
+  std::mutex mu;  // guards pending and frames
   std::vector<MtHolder> pending;
+  std::unordered_map<void*, uint32_t> frames;  // a return address -> what it lies in
 };
 
 Workspaces& workspaces() {
@@ -900,19 +901,37 @@ void workspace_sizes(Workspaces& W) {
   W.cublaslt = intern("cuBLASLt workspace");
 }
 
+// What a return address lies in: a cuBLAS or cuBLASLt workspace's getter, or neither (0).
+// dladdr's symbol lookup scans a library's symbol table (libtorch_cuda's holds hundreds of
+// thousands): each address is looked up once and remembered (`frames`, under `mu`).
+uint32_t workspace_frame(Workspaces& W, void* frame) {
+  {
+    std::lock_guard<std::mutex> lock(W.mu);
+    auto it = W.frames.find(frame);
+    if (it != W.frames.end()) return it->second;
+  }
+  uint32_t what = 0;
+  Dl_info info;
+  if (dladdr(frame, &info) != 0 && info.dli_sname != nullptr && std::strncmp(info.dli_sname, "_ZN2at4cuda", 11) == 0) {
+    const char* name = info.dli_sname;
+    if (std::strstr(name, "BlasLtWorkspace") != nullptr) {
+      what = W.cublaslt;
+    } else if (std::strstr(name, "getCurrentCUDABlasHandle") != nullptr || std::strstr(name, "handle_stream_to_workspace") != nullptr) {
+      what = W.cublas;
+    }
+  }
+  std::lock_guard<std::mutex> lock(W.mu);
+  W.frames.emplace(frame, what);
+  return what;
+}
+
 // Which workspace the calling thread is allocating (0: none), from its stack.
-uint32_t workspace_on_stack(const Workspaces& W) {
+uint32_t workspace_on_stack(Workspaces& W) {
   void* frames[32];
   int n = backtrace(frames, 32);
   for (int i = 0; i < n; ++i) {
-    Dl_info info;
-    if (dladdr(frames[i], &info) == 0 || info.dli_sname == nullptr) continue;
-    const char* name = info.dli_sname;
-    if (std::strncmp(name, "_ZN2at4cuda", 11) != 0) continue;
-    if (std::strstr(name, "BlasLtWorkspace") != nullptr) return W.cublaslt;
-    if (std::strstr(name, "getCurrentCUDABlasHandle") != nullptr || std::strstr(name, "handle_stream_to_workspace") != nullptr) {
-      return W.cublas;
-    }
+    const uint32_t what = workspace_frame(W, frames[i]);
+    if (what != 0) return what;
   }
   return 0;
 }

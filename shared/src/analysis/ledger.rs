@@ -106,7 +106,9 @@ pub fn ledger_at(trace: &Trace, at: LedgerMoment, device: Option<u8>) -> Option<
     };
     let ts = trace.start_ns() + (at.ts_s * 1e9).round() as u64;
     // PyTorch's reserved bytes: the allocator's totals after the last event at or before `ts`.
-    let (mut reserved, mut reserved_peak) = (0u64, 0u64);
+    let (mut reserved, mut reserved_peak, mut allocated) = (0u64, 0u64, 0u64);
+    // Bytes live in private pools (CUDA graphs', MemPools') at `ts`, by their blocks' addresses.
+    let mut pooled: crate::hash::FastMap<u64, u64> = crate::hash::FastMap::default();
     let mut cursor = trace.events.cursor();
     for i in 0..trace.events.len() {
         let totals = cursor.advance();
@@ -116,15 +118,29 @@ pub fn ledger_at(trace: &Trace, at: LedgerMoment, device: Option<u8>) -> Option<
         reserved_peak = reserved_peak.max(totals.reserved_bytes);
         if trace.events.ts_ns[i] <= ts {
             reserved = totals.reserved_bytes;
+            allocated = totals.allocated_bytes;
+            match trace.events.event_type(i) {
+                EventType::Alloc if trace.event_pool(i).is_some() => {
+                    pooled.insert(trace.events.address[i], trace.events.size_bytes[i]);
+                }
+                EventType::Free => {
+                    pooled.remove(&trace.events.address[i]);
+                }
+                _ => {}
+            }
         }
     }
+    let pooled: u64 = pooled.values().sum();
+    let mut detail = format!(
+        "the caching allocator's segments, from its own totals: {} allocated, {} cached",
+        format_bytes(allocated.min(reserved)),
+        format_bytes(reserved.saturating_sub(allocated))
+    );
+    if pooled > 0 {
+        detail.push_str(&format!("; {} of the allocated in private pools (CUDA graphs', MemPools')", format_bytes(pooled)));
+    }
     let (named, pytorch_segments_bytes) = driver_sources(trace, device, ts);
-    let mut sources = vec![LedgerSource {
-        source: "pytorch_reserved".into(),
-        bytes: reserved,
-        peak_bytes: reserved_peak,
-        detail: "the caching allocator's segments, from its own totals".into(),
-    }];
+    let mut sources = vec![LedgerSource { source: "pytorch_reserved".into(), bytes: reserved, peak_bytes: reserved_peak, detail }];
     sources.extend(named);
     let samples: Vec<_> = trace.ledger.process.iter().filter(|p| p.device == device).collect();
     // The CUDA context: the least NVML counted for the process beyond every source live at
@@ -446,6 +462,7 @@ pub(crate) mod tests {
         assert_eq!(l.sources[4].detail, "1 driver allocation; 10.00 MiB of it made at train.py:40 in main");
         assert_eq!(l.unexplained_bytes, Some(0));
         assert_eq!(l.pytorch_segments_bytes, 100 * MIB);
+        assert!(l.sources[0].detail.ends_with(": 0 B allocated, 100.00 MiB cached"), "{}", l.sources[0].detail);
         assert_eq!(outside_pytorch_peak(&t, 0), Some(160 * MIB));
         assert!(
             l.line().starts_with(
