@@ -213,24 +213,30 @@ pub fn ledger_bands(trace: &Trace, device: u8, buckets: &[(f64, f64)]) -> Ledger
     let ns = |t: f64| start + (t.max(0.0) * 1e9).round() as u64;
     let events: Vec<_> = trace.ledger.events.iter().filter(|e| e.device == device && trace.str(e.source) != PYTORCH).collect();
     let samples: Vec<&ProcessSample> = trace.ledger.process.iter().filter(|p| p.device == device).collect();
+    // Each event's source as an index into `names`, found once.
     let mut names: Vec<&str> = Vec::new();
-    for e in &events {
-        if !names.contains(&trace.str(e.source)) {
-            names.push(trace.str(e.source));
-        }
-    }
+    let column: Vec<usize> = events
+        .iter()
+        .map(|e| {
+            let name = trace.str(e.source);
+            names.iter().position(|n| *n == name).unwrap_or_else(|| {
+                names.push(name);
+                names.len() - 1
+            })
+        })
+        .collect();
     let mut columns: Vec<(String, Vec<u64>, i64)> = names.iter().map(|n| ((*n).to_owned(), Vec::with_capacity(buckets.len()), 0)).collect();
     let (mut now, mut k) = (vec![0i64; names.len()], 0usize);
     for &(from, to) in buckets {
         let (from, to) = (ns(from), ns(to));
         // What each held coming into the bucket, then its highest inside it.
         while k < events.len() && events[k].ts_ns < from {
-            now[names.iter().position(|n| *n == trace.str(events[k].source)).unwrap_or(0)] += events[k].bytes;
+            now[column[k]] += events[k].bytes;
             k += 1;
         }
         let mut most = now.clone();
         while k < events.len() && events[k].ts_ns <= to {
-            let i = names.iter().position(|n| *n == trace.str(events[k].source)).unwrap_or(0);
+            let i = column[k];
             now[i] += events[k].bytes;
             most[i] = most[i].max(now[i]);
             k += 1;
