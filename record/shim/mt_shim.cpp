@@ -616,7 +616,7 @@ struct Ledger {
   };
   // (address, or handle with the top bit set) -> what it is
   std::unordered_map<uint64_t, Block> live;
-  std::unordered_map<const void*, uint32_t> sources;  // a caller's address -> its label
+  std::unordered_map<void*, uint32_t> frames;  // a return address -> its library's label
   // Growth the allocation calls do not show: the driver's memory for kernels loaded lazily at
   // their first launch, modules, streams and CUDA graphs, measured as the device's free memory
   // before and after such a call less what the allocation calls took meanwhile.
@@ -663,21 +663,25 @@ std::string source_of_library(const char* path) {
 
 // The label of the library that made the driver call this callback reports (0: unknown).
 uint32_t ledger_source(Ledger& L) {
+  constexpr uint32_t kPassThrough = UINT32_MAX;  // CUPTI, the driver, the runtime, this shim
   void* frames[48];
   const int n = backtrace(frames, 48);
   for (int i = 1; i < n; ++i) {
-    Dl_info info;
-    if (dladdr(frames[i], &info) == 0 || info.dli_fname == nullptr) continue;
-    const char* f = info.dli_fname;
-    if (std::strstr(f, "libcupti") || std::strstr(f, "libcuda.so") || std::strstr(f, "libcudart") ||
-        std::strstr(f, "mt_shim") || std::strstr(f, "memory_tracer") || std::strstr(f, "libc.so")) {
-      continue;
+    // dladdr's symbol lookup scans a library's symbol table: each return address is classified
+    // once (the caller holds L.mu).
+    auto it = L.frames.find(frames[i]);
+    if (it == L.frames.end()) {
+      Dl_info info;
+      uint32_t id = kPassThrough;
+      if (dladdr(frames[i], &info) != 0 && info.dli_fname != nullptr) {
+        const char* f = info.dli_fname;
+        const bool ours = std::strstr(f, "libcupti") || std::strstr(f, "libcuda.so") || std::strstr(f, "libcudart") ||
+                          std::strstr(f, "mt_shim") || std::strstr(f, "memory_tracer") || std::strstr(f, "libc.so");
+        if (!ours) id = intern(source_of_library(f).c_str());
+      }
+      it = L.frames.emplace(frames[i], id).first;
     }
-    auto it = L.sources.find(info.dli_fbase);
-    if (it != L.sources.end()) return it->second;
-    const uint32_t id = intern(source_of_library(f).c_str());
-    L.sources.emplace(info.dli_fbase, id);
-    return id;
+    if (it->second != kPassThrough) return it->second;
   }
   return intern("raw_cuda (no library on the stack)");
 }
