@@ -1087,6 +1087,12 @@ fn holders_are_what_pytorchs_own_objects_hold() {
             }
             assert!(fwd.coverage() >= 0.99, "{name}: {:.4} of the live bytes have a holder: {:#?}", fwd.coverage(), fwd.holders);
         }
+        // At the allocated peak (inside a forward, a backward or the first optimizer step),
+        // recorded holders name what lives: gradients and optimizer state from their
+        // allocation, what the step under way made as its temporaries.
+        let peak = why_with(&t, &Moment::Peak, None, false).unwrap();
+        let recorded = peak.recorded_bytes as f64 / peak.live_bytes.max(1) as f64;
+        assert!(recorded >= 0.99, "{name}: {recorded:.4} of the live bytes at the peak by recorded holders: {:#?}", peak.holders);
         let bwd = why_with(&t, &Moment::parse("after_backward").unwrap(), None, false).unwrap();
         assert_eq!(bytes(&bwd, HolderKind::Gradient), facts["after_backward"]["gradient"].as_u64().unwrap(), "{name}: gradient bytes");
         if name == "lm" {

@@ -169,7 +169,9 @@ typedef struct MtHolder {
   uint64_t ptr;         // the storage's data pointer
   uint64_t bytes;       // the storage's size
   int64_t seq;          // a saved tensor: the autograd sequence number of the node saving it
-                        // (its forward operator and module name it); -1 otherwise
+                        // (its forward operator and module name it); a gradient or optimizer
+                        // state: when (mt_now_ns) the backward or step that made it began (held
+                        // from its allocation, if after); -1 otherwise
   uint32_t name;        // interned string id: the parameter, buffer, state key, variable, or
                         // the autograd node's class; 0: none
   uint32_t module;      // interned string id: the module path; 0: none

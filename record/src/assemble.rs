@@ -951,7 +951,11 @@ mod tests {
             // Saved by the node with sequence number 6, made inside block.fc's forward.
             holder(16, 0x2000, ffi::MT_HOLDER_SAVED, 1, 4, 6),
             holder(19, 0x2000, ffi::MT_HOLDER_SAVED, 0, 4, 6),
-            holder(22, 0x2000, ffi::MT_HOLDER_GRADIENT, 1, 3, -1),
+            // Found when the backward that began at 17 ended: held since its allocation at 21.
+            holder(22, 0x2000, ffi::MT_HOLDER_GRADIENT, 1, 3, 17),
+            // State found after a step that began at 17: the weight's block is older, so held
+            // from the look on.
+            holder(22, 0x1000, ffi::MT_HOLDER_OPTIMIZER_STATE, 1, 4, 17),
             holder(22, 0x9000, ffi::MT_HOLDER_GRADIENT, 1, 3, -1), // nothing lives there
             // The activation's free waited for another stream: seen pending after it, and done
             // at a look after its address was taken again (no block to let go of: not counted).
@@ -967,11 +971,12 @@ mod tests {
             got,
             [
                 (0, HolderKind::Parameter, "weight", "", 6, None),
+                (0, HolderKind::OptimizerState, "ReluBackward0", "", 12, None),
                 // Found at the look at 16, held since its allocation at 13 (its node's operator
                 // was not recorded).
                 (1, HolderKind::SavedForBackward, "ReluBackward0", "block.fc", 3, Some(9)),
                 (1, HolderKind::PendingFree, "", "", 10, None),
-                (3, HolderKind::Gradient, "weight", "", 12, None),
+                (3, HolderKind::Gradient, "weight", "", 11, None),
             ]
         );
         assert!(t.meta.warnings.iter().any(|w| w.starts_with("1 holder records named no allocation")), "{:?}", t.meta.warnings);

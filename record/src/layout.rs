@@ -106,7 +106,8 @@ pub struct MtHolder {
     pub ts_ns: u64,
     pub ptr: u64,
     pub bytes: u64,
-    /// A saved tensor: the sequence number of the autograd node that saved it; -1 otherwise.
+    /// A saved tensor: the sequence number of the autograd node that saved it; a gradient or
+    /// optimizer state: when the backward or step that made it began (`mt_now_ns`); -1 otherwise.
     pub seq: i64,
     /// Interned string id (the shim's): parameter, buffer, state key, variable or autograd
     /// node class; 0: none.

@@ -157,7 +157,7 @@ class MemoryTracer:
         overwritten.
     holders: True records who holds each tensor's memory (parameters, buffers, gradients,
         optimizer state, tensors saved for backward), "python" also the Python variables
-        holding tensors at each mark; `collector why` reads them.
+        holding tensors at each mark, backward and optimizer step; `collector why` reads them.
     ledger: True (a CUDA device) also records the device ledger: every byte the driver gives
         the process, by the library that asked (NCCL, cuBLAS, kernels, raw cudaMalloc, ...),
         and NVML's count for the process; `collector ledger` reads it.

@@ -386,6 +386,7 @@ class Capture:
             e = opt_entry(opt)
             if holders is not None:
                 holders.rescan()
+                holders.step_begins()
             cap.set_phase(PHASE_OPTIMIZER)
             lib.mt_scope_enter(e[1])
             return None

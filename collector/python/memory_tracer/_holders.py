@@ -52,6 +52,7 @@ class Holders:
         self.python_held = {}  # data pointer -> its storage, of what Python variables hold
         self.pending = {}  # (device, address) -> the block of a free waiting for another stream
         self.pending_off = False  # reading the allocator's state proved slow: not read again
+        self.step_began = -1  # when the optimizer step under way began (mt_now_ns)
         # Whether a saved variable shows what it keeps without unpacking (`data`: torch 2.11 and
         # newer); older ones are unpacked (`_saved_*`), which runs no hook only while no
         # saved-tensor hook was ever entered, so after one their saved tensors go unread.
@@ -88,8 +89,10 @@ class Holders:
             if len(self.buf) >= _FLUSH_BYTES:
                 self._flush_locked()
 
-    def _take(self, kind, owner_id, key, t, name, module):
-        """Sends that `t` is held as `key` of `owner_id`, if its storage changed since."""
+    def _take(self, kind, owner_id, key, t, name, module, since=-1):
+        """Sends that `t` is held as `key` of `owner_id`, if its storage changed since. `since`:
+        when the backward or optimizer step that made it began (it held the block from its
+        allocation, if that came after: a gradient from the moment autograd made it)."""
         where = self._storage(t)
         if where is None:
             return
@@ -100,7 +103,7 @@ class Holders:
         if prev is not None and prev[0] == where[0] and prev[1]() is t:
             return
         self.sent[k] = (where[0], weakref.ref(t))
-        self._send(kind, 1, where, name, module)
+        self._send(kind, 1, where, name, module, since)
 
     def flush(self):
         with self.lock:
@@ -133,8 +136,9 @@ class Holders:
             self.buffers[id(b)] = (weakref.ref(b), intern(attr), mid, f"{path}.{attr}" if path else attr)
             self._take(_shim.HOLDER_BUFFER, id(b), None, b, self.buffers[id(b)][1], mid)
 
-    def rescan(self):
-        """Parameters and buffers moved or replaced (`.to()`, `p.data = ...`), and gradients."""
+    def rescan(self, since=-1):
+        """Parameters and buffers moved or replaced (`.to()`, `p.data = ...`), and gradients
+        (held since their allocation, if after `since`: the backward that made them began)."""
         for table, kind in ((self.params, _shim.HOLDER_PARAMETER), (self.buffers, _shim.HOLDER_BUFFER)):
             gone = []
             for key, (ref, name, module, _) in table.items():
@@ -146,12 +150,18 @@ class Holders:
                 if kind == _shim.HOLDER_PARAMETER:
                     g = t.grad
                     if g is not None:
-                        self._take(_shim.HOLDER_GRADIENT, key, None, g, name, module)
+                        self._take(_shim.HOLDER_GRADIENT, key, None, g, name, module, since)
             for key in gone:
                 del table[key]
 
+    def step_begins(self):
+        self.step_began = self.lib.mt_now_ns()
+        if self.python:
+            self.python_referrers()
+
     def optimizer_state(self, opt):
-        """Every tensor in `opt.state`, by key, of its parameter (after each step)."""
+        """Every tensor in `opt.state`, by key, of its parameter (after each step; state the
+        step made was held from its allocation)."""
         intern = self.cap.intern
         try:
             state = list(opt.state.items())
@@ -167,7 +177,7 @@ class Holders:
                 attr, module = "param", 0
             for key, v in st.items():
                 if isinstance(v, self.torch.Tensor):
-                    self._take(_shim.HOLDER_OPTIMIZER_STATE, id(p), key, v, intern(f"{attr}.{key}"), module)
+                    self._take(_shim.HOLDER_OPTIMIZER_STATE, id(p), key, v, intern(f"{attr}.{key}"), module, self.step_began)
 
     # -- tensors saved for backward ----------------------------------------------------------
     def _saved_attrs(self, cls):
@@ -270,20 +280,25 @@ class Holders:
                     taken.append((where, name, seq))
 
     def backward_begins(self, roots):
+        began = self.lib.mt_now_ns()
+        if self.python:
+            # What Python keeps through the step (its input batch), once the graph that also
+            # saved it is gone.
+            self.python_referrers()
         try:
             taken = self.walk(roots)
         except Exception as e:  # never let the capture break a backward
             sys.stderr.write(f"memory-tracer: reading the autograd graph failed: {e}\n")
             taken = []
-        self.saved.append(taken)
+        self.saved.append((taken, began))
 
     def backward_ends(self, retained):
-        taken = self.saved.pop() if self.saved else []
+        taken, began = self.saved.pop() if self.saved else ([], -1)
         if not retained:
             now = self.lib.mt_now_ns()
             for where, name, seq in taken:
                 self._send(_shim.HOLDER_SAVED, 0, where, name, 0, seq, now)
-        self.rescan()
+        self.rescan(began)
 
     def _unpacked(self, node, cls, name, seq, taken, params):
         """A node's saved tensors on a torch whose saved variables do not show them: unpacked,
@@ -349,11 +364,12 @@ class Holders:
 
     # -- Python variables (--holders=python) ------------------------------------------------
     def python_referrers(self):
-        """Tensors that Python variables and attributes hold at a mark: every frame's locals
+        """Tensors that Python variables and attributes hold at a mark, a backward's start and an
+        optimizer step's start: every frame's locals
         (of every thread) and `__main__`'s globals, with one level of containers, of objects'
         attributes and of functions' closures (`trainer.last_batch`, `batches[3]`,
         `main:step:x`). Each is sent once while it
-        holds the storage; one gone by the next mark is let go of then."""
+        holds the storage; one gone by the next look is let go of then."""
         torch = self.torch
         found = {}
 

@@ -56,7 +56,8 @@ pub struct TraceArgs {
     pub no_module_scopes: bool,
     /// Python programs: record who holds each tensor's memory (parameters, buffers, gradients,
     /// optimizer state, tensors saved for backward), for `collector why`; `--holders=python`
-    /// also names the Python variables and attributes that hold tensors at each mark.
+    /// also names the Python variables and attributes that hold tensors at each mark, backward
+    /// and optimizer step.
     #[arg(long, value_name = "WHAT", num_args = 0..=1, require_equals = true, default_missing_value = "on", value_parser = ["on", "python"])]
     pub holders: Option<String>,
     /// Python programs on CUDA: the device ledger, every byte the driver hands the process by

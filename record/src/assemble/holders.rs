@@ -72,11 +72,14 @@ pub(super) fn push_holders(trace: &mut Trace, strings: &mut Strings, c: &Capture
         // Saved tensors are found by a look at the backward's start, but were held since their
         // node was made in the forward (or since the block's allocation, if later; the block's
         // allocation where the node's operator was not recorded).
-        let taken_ns = if kind == HolderKind::SavedForBackward {
-            let allocated = trace.events.ts_ns[event as usize];
-            t.min(savers.made_at(h.seq).map_or(allocated, |m| m.max(allocated)))
-        } else {
-            t
+        // Gradients and optimizer state are found when the backward or step ends, but were
+        // held since their allocation if that step made them (autograd's output for the
+        // parameter, the state's first zeros).
+        let allocated = trace.events.ts_ns[event as usize];
+        let taken_ns = match kind {
+            HolderKind::SavedForBackward => t.min(savers.made_at(h.seq).map_or(allocated, |m| m.max(allocated))),
+            HolderKind::Gradient | HolderKind::OptimizerState if h.seq >= 0 && allocated >= rel(h.seq as u64) => allocated.min(t),
+            _ => t,
         };
         open.insert(key, out.len());
         out.push(EventHolder { event, kind, name, module, taken_ns, released_ns: None });

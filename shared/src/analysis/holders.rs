@@ -17,7 +17,7 @@
 
 use super::categories::{categorize, workspace_allocations, Category};
 use crate::hash::FastMap;
-use crate::model::{EventHolder, EventType, HolderKind, StrId, Trace};
+use crate::model::{EventHolder, EventType, HolderKind, Phase, StrId, Trace};
 use serde::{Deserialize, Serialize};
 
 /// When to look.
@@ -230,7 +230,11 @@ pub fn why_with(trace: &Trace, moment: &Moment, device: Option<u8>, fold_layers:
     let live = Live::after(trace, d, event.map_or(0, |i| i + 1), t_ns);
     let totals = live.totals;
     let mut groups = Groups { fold: fold_layers, ..Groups::default() };
-    let (block_bytes, named_bytes, recorded_bytes) = group_blocks(trace, &live, t_ns, &mut groups);
+    let window = match moment {
+        Moment::Peak | Moment::Oom => event.and_then(|m| phase_window(trace, m, true)),
+        _ => event.and_then(|m| phase_window(trace, m, false)),
+    };
+    let (block_bytes, named_bytes, recorded_bytes) = group_blocks(trace, &live, t_ns, window, &mut groups);
     let mut pending_bytes = 0u64;
     for (&_, &i) in &live.pending {
         let bytes = ev.size_bytes[i];
@@ -378,20 +382,33 @@ impl Live {
 /// Each live block into its holder's group (recorded at `t_ns`, else inferred from its
 /// category or its stack); returns the blocks' bytes, those of them with a holder, and those
 /// of these whose holder was recorded.
-fn group_blocks(trace: &Trace, live: &Live, t_ns: u64, groups: &mut Groups) -> (u64, u64, u64) {
+fn group_blocks(trace: &Trace, live: &Live, t_ns: u64, window: Option<(Phase, usize)>, groups: &mut Groups) -> (u64, u64, u64) {
     let ev = &trace.events;
     let mut blocks: Vec<usize> = live.blocks.values().copied().collect();
     blocks.sort_unstable();
-    let needs_inference = blocks.iter().any(|&e| holder_at(trace.holders_of(e), t_ns).is_none());
+    // Where the capture recorded holders it read every module's parameters and buffers: a
+    // block it never saw held is none of them, whatever its lifetime suggests (an input batch
+    // the program keeps reads as a parameter by lifetime alone).
+    let recorded = !trace.event_holders.is_empty();
+    // What the phase under way made and no holder took yet, by the operator that made it.
+    let in_flight = match window {
+        Some((phase, since)) if recorded => {
+            let mut made: Vec<usize> = blocks
+                .iter()
+                .copied()
+                .filter(|&e| e >= since && ev.phase(e) == phase && holder_at(trace.holders_of(e), t_ns).is_none())
+                .collect();
+            made.sort_by_key(|&e| ev.ts_ns[e]);
+            making_ops(trace, &made)
+        }
+        _ => FastMap::default(),
+    };
+    let needs_inference = blocks.iter().any(|&e| holder_at(trace.holders_of(e), t_ns).is_none() && !in_flight.contains_key(&e));
     let (categories, workspaces): (FastMap<u32, Category>, _) = if needs_inference {
         (categorize(trace).into_iter().map(|c| (c.event, c.category)).collect(), workspace_allocations(trace))
     } else {
         Default::default()
     };
-    // Where the capture recorded holders it read every module's parameters and buffers: a
-    // block it never saw held is none of them, whatever its lifetime suggests (an input batch
-    // the program keeps reads as a parameter by lifetime alone).
-    let recorded = !trace.event_holders.is_empty();
     let (mut block_bytes, mut named_bytes, mut recorded_bytes) = (0u64, 0u64, 0u64);
     for &e in &blocks {
         let bytes = (ev.size_bytes[e], trace.requested_of(e).unwrap_or(ev.size_bytes[e]));
@@ -407,6 +424,17 @@ fn group_blocks(trace: &Trace, live: &Live, t_ns: u64, groups: &mut Groups) -> (
                 named_bytes += bytes.0;
                 recorded_bytes += bytes.0;
             }
+            continue;
+        }
+        if let Some(&op) = in_flight.get(&e) {
+            let name = match op.map(|o| &trace.ops[o]) {
+                Some(o) if o.end_ns >= t_ns => format!("{} (running)", trace.str(o.name)),
+                Some(o) => format!("made by {}", trace.str(o.name)),
+                None => phase_made(ev.phase(e)).to_owned(),
+            };
+            groups.add_named(HolderKind::Temporary, &name, trace.str(ev.layer[e]), bytes, 1, freed, false);
+            named_bytes += bytes.0;
+            recorded_bytes += bytes.0;
             continue;
         }
         if workspaces.contains(&(e as u32)) {
@@ -430,6 +458,64 @@ fn group_blocks(trace: &Trace, live: &Live, t_ns: u64, groups: &mut Groups) -> (
         }
     }
     (block_bytes, named_bytes, recorded_bytes)
+}
+
+/// The phase under way at event `m` (the moment's own event; else the last event before the
+/// moment, whose next event must be of the same phase) and the first event of its run: what
+/// the forward, backward or optimizer step that the moment falls in made. `None` between
+/// phases and outside them.
+fn phase_window(trace: &Trace, m: usize, at_event: bool) -> Option<(Phase, usize)> {
+    let ev = &trace.events;
+    let phase = ev.phase(m);
+    if phase == Phase::Other || (!at_event && (m + 1 >= ev.len() || ev.phase(m + 1) != phase)) {
+        return None;
+    }
+    let mut since = m;
+    while since > 0 && ev.phase(since - 1) == phase {
+        since -= 1;
+    }
+    // Two forwards (or steps) with no allocation between them are one run of events: the
+    // outermost module call (or step) the moment is in begins this one.
+    let t_ns = ev.ts_ns[m];
+    let call = trace
+        .scopes
+        .iter()
+        .filter(|s| s.depth == 0 && s.phase == phase && s.start_ns <= t_ns && t_ns <= s.end_ns)
+        .map(|s| s.start_ns)
+        .max();
+    if let Some(start) = call {
+        since = since.max(ev.ts_ns.partition_point(|&ts| ts < start));
+    }
+    Some((phase, since))
+}
+
+/// For each of `blocks` (in time order), the innermost operator recorded running at its
+/// allocation (the latest-starting op whose span holds it), if any.
+fn making_ops(trace: &Trace, blocks: &[usize]) -> FastMap<usize, Option<usize>> {
+    let ev = &trace.events;
+    let mut order: Vec<usize> = (0..trace.ops.len()).collect();
+    order.sort_by_key(|&o| trace.ops[o].start_ns);
+    let (mut next, mut open) = (0usize, Vec::<usize>::new());
+    let mut out = FastMap::default();
+    for &e in blocks {
+        let ts = ev.ts_ns[e];
+        while next < order.len() && trace.ops[order[next]].start_ns <= ts {
+            open.push(order[next]);
+            next += 1;
+        }
+        open.retain(|&o| trace.ops[o].end_ns >= ts);
+        out.insert(e, open.iter().copied().max_by_key(|&o| trace.ops[o].start_ns));
+    }
+    out
+}
+
+fn phase_made(phase: Phase) -> &'static str {
+    match phase {
+        Phase::Forward => "made in this forward",
+        Phase::Backward => "made in this backward",
+        Phase::Optimizer => "made in this optimizer step",
+        Phase::Other => "made outside forward, backward and the optimizer step",
+    }
 }
 
 /// The name of a block a cuBLAS handle keeps for its next matmul, known from the allocation's
@@ -505,8 +591,7 @@ pub fn holder_at(holders: &[EventHolder], t_ns: u64) -> Option<&EventHolder> {
 }
 
 /// What a block nothing holds most likely is, by the phase that allocated it.
-fn unknown_name(phase: crate::model::Phase) -> &'static str {
-    use crate::model::Phase;
+fn unknown_name(phase: Phase) -> &'static str {
     match phase {
         Phase::Forward => "made in forward, not saved for backward (an output, a temporary)",
         Phase::Backward => "made in backward (a gradient on its way, a temporary)",
@@ -667,19 +752,13 @@ mod tests {
     use crate::model::{Device, EventRecord, Phase, TraceMeta};
 
     fn ev(trace: &mut Trace, ts_ns: u64, event_type: EventType, address: u64, size: u64, layer: &str) {
+        ev_in(trace, ts_ns, event_type, address, size, layer, Phase::Forward);
+    }
+
+    fn ev_in(trace: &mut Trace, ts_ns: u64, event_type: EventType, address: u64, size: u64, layer: &str, phase: Phase) {
         let layer = trace.strings.intern(layer);
         let stream = trace.stream_index("default");
-        trace.events.push(EventRecord {
-            ts_ns,
-            event_type,
-            phase: Phase::Forward,
-            size_bytes: size,
-            address,
-            layer,
-            device: 0,
-            stream,
-            totals: None,
-        });
+        trace.events.push(EventRecord { ts_ns, event_type, phase, size_bytes: size, address, layer, device: 0, stream, totals: None });
     }
 
     fn holder(trace: &mut Trace, event: u32, kind: HolderKind, name: &str, module: &str, taken_ns: u64, released_ns: Option<u64>) {
@@ -702,7 +781,7 @@ mod tests {
         ev(&mut t, 20, EventType::Alloc, 0x3000, 1000, "layers.0.fc"); // 2 saved by layer 0
         ev(&mut t, 21, EventType::Alloc, 0x4000, 1000, "layers.1.fc"); // 3 saved by layer 1
         ev(&mut t, 22, EventType::Alloc, 0x5000, 50, "loss"); // 4 temporary
-        ev(&mut t, 30, EventType::Alloc, 0x6000, 400, "layers.1.fc"); // 5 the gradient, before .grad
+        ev_in(&mut t, 30, EventType::Alloc, 0x6000, 400, "layers.1.fc", Phase::Backward); // 5 the gradient, before .grad
         ev(&mut t, 31, EventType::Free, 0x4000, 1000, "layers.1.fc"); // layer 1's backward ran
         ev(&mut t, 40, EventType::Free, 0x3000, 1000, "layers.0.fc");
         ev(&mut t, 41, EventType::Free, 0x5000, 50, "loss");
@@ -733,12 +812,16 @@ mod tests {
             (params.name.as_str(), params.module.as_str(), params.bytes, params.released_at_s),
             ("weight", "layers.{0..1}.fc", 800, None)
         );
-        // Taken at 32, after the peak at 30: no recorded holder holds it at the peak.
-        assert!(!w.holders.iter().any(|g| g.kind == HolderKind::Gradient && !g.inferred), "{:?}", w.holders);
+        // Taken at 32, after the peak at 30: no recorded holder holds it at the peak; the
+        // backward under way made it, so it is that backward's temporary (no operator was
+        // recorded to name it by).
+        assert!(!w.holders.iter().any(|g| g.kind == HolderKind::Gradient), "{:?}", w.holders);
+        let on_its_way = find(HolderKind::Temporary);
+        assert_eq!((on_its_way.name.as_str(), on_its_way.module.as_str(), on_its_way.bytes), ("made in this backward", "layers.1.fc", 400));
         assert_eq!(w.holders[0].kind, HolderKind::SavedForBackward, "largest first");
-        assert_eq!(w.recorded_bytes, 2000 + 800);
+        assert_eq!(w.recorded_bytes, 2000 + 800 + 400);
         assert_eq!(w.recorded_bytes + w.inferred_bytes, w.named_bytes);
-        assert_eq!(w.named_bytes, w.live_bytes - 400 - 50, "the gradient on its way and the temporary are unknown");
+        assert_eq!(w.named_bytes, w.live_bytes - 50, "the forward's temporary is unknown");
         // The temporary nothing holds says what it likely is.
         let unknown = w.holders.iter().find(|g| g.kind == HolderKind::Unknown && g.module == "loss").unwrap();
         assert_eq!((unknown.name.as_str(), unknown.bytes), (unknown_name(Phase::Forward), 50));
@@ -765,6 +848,73 @@ mod tests {
         // Where holders were recorded, a block none took is no parameter, whatever its lifetime.
         let unknown = w.holders.iter().find(|g| g.kind == HolderKind::Unknown).unwrap();
         assert_eq!((unknown.bytes, unknown.inferred), (512, false));
+    }
+
+    /// What a backward under way made and nothing holds yet is named by the node that made
+    /// it: running still, or done (its output on its way); once the backward is over, no
+    /// longer.
+    #[test]
+    fn the_backward_under_way_names_its_gradients_on_their_way_by_the_node_that_made_them() {
+        let mut t = Trace::new(TraceMeta::new(crate::model::SourceFormat::MemoryTracer));
+        t.device_index(Device { kind: "cuda".into(), index: 0, rank: None });
+        ev(&mut t, 10, EventType::Alloc, 0x1000, 400, "fc"); // 0 the weight
+        ev_in(&mut t, 30, EventType::Alloc, 0x2000, 100, "fc", Phase::Backward); // 1 MmBackward0's output
+        ev_in(&mut t, 33, EventType::Alloc, 0x3000, 200, "fc", Phase::Backward); // 2 AddBackward0's, running
+        ev_in(&mut t, 37, EventType::Alloc, 0x4000, 300, "fc", Phase::Backward); // 3 the peak
+        ev_in(&mut t, 45, EventType::Free, 0x2000, 100, "fc", Phase::Backward);
+        ev_in(&mut t, 46, EventType::Free, 0x3000, 200, "fc", Phase::Backward);
+        ev_in(&mut t, 50, EventType::Alloc, 0x5000, 10, "", Phase::Other);
+        ev_in(&mut t, 60, EventType::Free, 0x4000, 300, "fc", Phase::Other);
+        holder(&mut t, 0, HolderKind::Parameter, "weight", "fc", 10, None);
+        for (name, start_ns, end_ns) in [("MmBackward0", 29, 31), ("AddBackward0", 32, 40)] {
+            let name = t.strings.intern(name);
+            let layer = t.strings.intern("fc");
+            t.ops.push(crate::model::OperatorEvent {
+                name,
+                phase: Phase::Backward,
+                seq_nr: -1,
+                start_ns,
+                end_ns,
+                thread: 1,
+                fwd_thread: 0,
+                layer,
+                inputs: (0, 0),
+                outputs: (0, 0),
+            });
+        }
+        t.marks.push(crate::model::Mark { ts_ns: 48, name: t.strings.intern("after_backward"), value: 0, rank: None });
+        t.finish();
+        let w = why(&t, &Moment::Peak, None).unwrap();
+        assert_eq!(w.at.event, Some(3));
+        let temporaries: Vec<(&str, u64, u64)> =
+            w.holders.iter().filter(|g| g.kind == HolderKind::Temporary).map(|g| (g.name.as_str(), g.bytes, g.blocks)).collect();
+        assert_eq!(temporaries, [("AddBackward0 (running)", 500, 2), ("made by MmBackward0", 100, 1)]);
+        assert_eq!((w.named_bytes, w.recorded_bytes, w.live_bytes), (1000, 1000, 1000));
+        // After the backward: what it left no recorded holder holds is no longer its
+        // temporary; its holder, if any, is inferred.
+        let w = why(&t, &Moment::parse("after_backward").unwrap(), None).unwrap();
+        assert!(!w.holders.iter().any(|g| g.kind == HolderKind::Temporary), "{:?}", w.holders);
+        assert_eq!((w.live_bytes, w.recorded_bytes), (700, 400), "{:?}", w.holders);
+    }
+
+    /// A cache made by the last forward call is not this one's temporary, though no
+    /// allocation came between the two calls.
+    #[test]
+    fn what_an_earlier_forward_call_left_is_not_this_ones_temporary() {
+        let mut t = Trace::new(TraceMeta::new(crate::model::SourceFormat::MemoryTracer));
+        t.device_index(Device { kind: "cuda".into(), index: 0, rank: None });
+        ev_in(&mut t, 1, EventType::Alloc, 0x3000, 800, "", Phase::Other); // 0 the weight
+        ev(&mut t, 10, EventType::Alloc, 0x1000, 400, "model"); // 1 a cache the first call keeps
+        ev(&mut t, 25, EventType::Alloc, 0x2000, 100, "model"); // 2 the second call's output
+        holder(&mut t, 0, HolderKind::Parameter, "weight", "model", 1, None);
+        let name = t.strings.intern("model");
+        for (start_ns, end_ns) in [(5, 20), (21, 40)] {
+            t.scopes.push(crate::model::LayerScope { name, start_ns, end_ns, depth: 0, phase: Phase::Forward, thread: 1 });
+        }
+        t.finish();
+        let w = why(&t, &Moment::Peak, None).unwrap();
+        let temporaries: Vec<u64> = w.holders.iter().filter(|g| g.kind == HolderKind::Temporary).map(|g| g.bytes).collect();
+        assert_eq!(temporaries, [100], "{:?}", w.holders);
     }
 
     #[test]

@@ -24,12 +24,17 @@ pub enum HolderKind {
     Cache,
     /// Referenced by a Python variable or attribute.
     Python,
+    /// Made by an operator of the forward, backward or optimizer step under way and taken by
+    /// no holder yet: a gradient autograd passes from one node to the next, an operator's
+    /// temporary (an optimizer's foreach buffers). Named by the operator that made it, from the
+    /// capture's records (never sent by the capture as a holder of its own).
+    Temporary,
     /// No holder recorded or inferred.
     Unknown,
 }
 
 impl HolderKind {
-    pub const ALL: [HolderKind; 9] = [
+    pub const ALL: [HolderKind; 10] = [
         HolderKind::Parameter,
         HolderKind::Buffer,
         HolderKind::Gradient,
@@ -38,6 +43,7 @@ impl HolderKind {
         HolderKind::PendingFree,
         HolderKind::Cache,
         HolderKind::Python,
+        HolderKind::Temporary,
         HolderKind::Unknown,
     ];
 
@@ -51,6 +57,7 @@ impl HolderKind {
             HolderKind::PendingFree => "pending_free",
             HolderKind::Cache => "cache",
             HolderKind::Python => "python",
+            HolderKind::Temporary => "temporary",
             HolderKind::Unknown => "unknown",
         }
     }
@@ -82,7 +89,8 @@ impl HolderKind {
             HolderKind::Python => 5,
             HolderKind::PendingFree => 6,
             HolderKind::Cache => 7,
-            HolderKind::Unknown => 8,
+            HolderKind::Temporary => 8,
+            HolderKind::Unknown => 9,
         }
     }
 }
