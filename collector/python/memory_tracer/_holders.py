@@ -409,24 +409,37 @@ class Holders:
                 if not k.startswith("__"):
                     visit(k, v, 2)
         me = threading.get_ident()
-        for tid, frame in sys._current_frames().items():
-            f = frame.f_back if tid == me else frame
-            while f is not None:
-                code = f.f_code
-                # Not the package's own frames, nor a module's top level (its globals, above).
-                if "memory_tracer" not in (code.co_filename or "") and f.f_locals is not f.f_globals:
-                    for k, v in list(f.f_locals.items()):
-                        visit(f"{code.co_name}:{k}", v, 2)
-                f = f.f_back
+        frames = sys._current_frames()
+        try:
+            for tid, frame in frames.items():
+                chain, f = [], frame.f_back if tid == me else frame
+                while f is not None:
+                    chain.append(f)
+                    f = f.f_back
+                # Outermost first: a tensor the loop keeps is named by the loop's variable
+                # (`main:history[3]`), not by the step's that also points at it.
+                for f in reversed(chain):
+                    code = f.f_code
+                    # Not the package's own frames, nor a module's top level (its globals, above).
+                    if "memory_tracer" not in (code.co_filename or "") and f.f_locals is not f.f_globals:
+                        for k, v in list(f.f_locals.items()):
+                            visit(f"{code.co_name}:{k}", v, 2)
+        finally:
+            # This frame's own frame object is among them: a reference to it from its own
+            # locals would keep it, the frames it was called from and their variables (the
+            # program's tensors) alive after it returns, until the garbage collector runs.
+            frames = frame = f = chain = visit = None
         held = {v[0] for (kind, _, _), v in self.sent.items() if kind != _shim.HOLDER_PYTHON}
-        current = {ptr: entry for ptr, entry in found.items() if ptr not in held}
-        for key in [k for k in self.sent if k[0] == _shim.HOLDER_PYTHON and k[1] not in current]:
+        intern = self.cap.intern
+        current = {ptr: (intern(path), where) for ptr, (path, where) in found.items() if ptr not in held}
+        # Gone, or held under another name now (a step's `self.batch` is `trainer.batch` once the
+        # step returned): the old name lets go.
+        for key in [k for k in self.sent if k[0] == _shim.HOLDER_PYTHON and current.get(k[1], (None,))[0] != k[2]]:
             ptr = self.sent.pop(key)
             where = self.python_held.get(ptr)
             if where is not None:
                 self._send(_shim.HOLDER_PYTHON, 0, where, key[2], 0)
-        for ptr, (path, where) in current.items():
-            name = self.cap.intern(path)
+        for ptr, (name, where) in current.items():
             if self.sent.get((_shim.HOLDER_PYTHON, ptr, name)) == ptr:
                 continue
             self.sent[(_shim.HOLDER_PYTHON, ptr, name)] = ptr
