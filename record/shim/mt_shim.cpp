@@ -504,11 +504,28 @@ uint32_t current_node_op(ThreadState& t, uint64_t thread) {
 // the allocator's recursive mutex, which this thread already holds, and nothing else adds to
 // it, so two reports' difference is the later one's request. 0 where not known (torch before
 // 2.9, another allocator, an error).
+#if MT_DEVICE_ALLOCATOR
+// The CUDA allocator as a DeviceAllocator: c10::getDeviceAllocator's dynamic_cast (a type-name
+// comparison across libraries) done once per allocator PyTorch has registered, not per
+// allocation; nullptr for one that is no DeviceAllocator (never a throw per allocation). A
+// swap at run time (CUDAPluggableAllocator) is a new pointer and is cast again.
+c10::DeviceAllocator* cuda_device_allocator() {
+  static std::atomic<c10::Allocator*> raw{nullptr};
+  static std::atomic<c10::DeviceAllocator*> cast{nullptr};
+  c10::Allocator* now = c10::GetAllocator(c10::DeviceType::CUDA);
+  if (now != raw.load(std::memory_order_acquire)) {
+    cast.store(dynamic_cast<c10::DeviceAllocator*>(now), std::memory_order_relaxed);
+    raw.store(now, std::memory_order_release);
+  }
+  return cast.load(std::memory_order_relaxed);
+}
+#endif
+
 uint64_t cuda_requested_so_far(c10::Device device) {
 #if MT_DEVICE_ALLOCATOR
   if (device.type() != c10::DeviceType::CUDA) return 0;
   try {
-    auto* alloc = c10::getDeviceAllocator(c10::DeviceType::CUDA);
+    auto* alloc = cuda_device_allocator();
     if (alloc == nullptr || !alloc->initialized()) return 0;
     const auto stats = alloc->getDeviceStats(device.index());
     const size_t agg = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);

@@ -527,6 +527,7 @@ fn test() -> Result<()> {
         jobs.push(jobs::job(format!("torch {}", t.torch), move || other_torch_tests(t, &site)));
     }
     jobs::side_by_side(jobs)?;
+    bench::cost_guard(&torch_venv().join("bin/python"), &site)?;
     eprintln!("xtask: all tests passed");
     Ok(())
 }
