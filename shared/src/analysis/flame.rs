@@ -352,18 +352,30 @@ fn frame_label(trace: &Trace, f: &crate::model::Frame) -> String {
 /// latest-starting op whose span contains it, `StrId(u32::MAX)` when none. Empty when the
 /// trace has no operators (a memory snapshot: 4 bytes an event saved), so read it with `get`.
 pub fn innermost_ops(trace: &Trace) -> Vec<StrId> {
-    let ev = &trace.events;
     if trace.ops.is_empty() {
         return Vec::new();
     }
-    let mut out = vec![StrId(u32::MAX); ev.len()];
+    let mut out = vec![StrId(u32::MAX); trace.events.len()];
+    innermost_op_at(trace, 0..trace.events.len(), |i, op| {
+        if let Some(o) = op {
+            out[i] = trace.ops[o].name;
+        }
+    });
+    out
+}
+
+/// The innermost operator running at each of `events` (indices into the trace's events,
+/// best in time order): the index into [`Trace::ops`] of the latest-starting op whose span
+/// contains its timestamp, on any thread, given to `found` with the event.
+pub fn innermost_op_at(trace: &Trace, events: impl IntoIterator<Item = usize>, mut found: impl FnMut(usize, Option<usize>)) {
+    let ev = &trace.events;
     let mut order: Vec<usize> = (0..trace.ops.len()).collect();
     order.sort_by_key(|&o| trace.ops[o].start_ns);
     let mut next = 0usize;
-    // Open ops as (start, end, name); the innermost is the latest start still open.
-    let mut open: Vec<(u64, u64, StrId)> = Vec::new();
+    // Open ops; the innermost is the latest start still open.
+    let mut open: Vec<usize> = Vec::new();
     let mut last_ts = 0u64;
-    for (i, slot) in out.iter_mut().enumerate() {
+    for i in events {
         let ts = ev.ts_ns[i];
         if ts < last_ts {
             // Events out of time order: restart the sweep (rare; keeps the answer right).
@@ -372,14 +384,10 @@ pub fn innermost_ops(trace: &Trace) -> Vec<StrId> {
         }
         last_ts = ts;
         while next < order.len() && trace.ops[order[next]].start_ns <= ts {
-            let o = &trace.ops[order[next]];
-            open.push((o.start_ns, o.end_ns, o.name));
+            open.push(order[next]);
             next += 1;
         }
-        open.retain(|&(_, end, _)| end >= ts);
-        if let Some(&(_, _, name)) = open.iter().max_by_key(|&&(s, _, _)| s) {
-            *slot = name;
-        }
+        open.retain(|&o| trace.ops[o].end_ns >= ts);
+        found(i, open.iter().copied().max_by_key(|&o| trace.ops[o].start_ns));
     }
-    out
 }

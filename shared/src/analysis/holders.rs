@@ -399,7 +399,11 @@ fn group_blocks(trace: &Trace, live: &Live, t_ns: u64, window: Option<(Phase, us
                 .filter(|&e| e >= since && ev.phase(e) == phase && holder_at(trace.holders_of(e), t_ns).is_none())
                 .collect();
             made.sort_by_key(|&e| ev.ts_ns[e]);
-            making_ops(trace, &made)
+            let mut ops = FastMap::default();
+            super::flame::innermost_op_at(trace, made, |e, op| {
+                ops.insert(e, op);
+            });
+            ops
         }
         _ => FastMap::default(),
     };
@@ -487,26 +491,6 @@ fn phase_window(trace: &Trace, m: usize, at_event: bool) -> Option<(Phase, usize
         since = since.max(ev.ts_ns.partition_point(|&ts| ts < start));
     }
     Some((phase, since))
-}
-
-/// For each of `blocks` (in time order), the innermost operator recorded running at its
-/// allocation (the latest-starting op whose span holds it), if any.
-fn making_ops(trace: &Trace, blocks: &[usize]) -> FastMap<usize, Option<usize>> {
-    let ev = &trace.events;
-    let mut order: Vec<usize> = (0..trace.ops.len()).collect();
-    order.sort_by_key(|&o| trace.ops[o].start_ns);
-    let (mut next, mut open) = (0usize, Vec::<usize>::new());
-    let mut out = FastMap::default();
-    for &e in blocks {
-        let ts = ev.ts_ns[e];
-        while next < order.len() && trace.ops[order[next]].start_ns <= ts {
-            open.push(order[next]);
-            next += 1;
-        }
-        open.retain(|&o| trace.ops[o].end_ns >= ts);
-        out.insert(e, open.iter().copied().max_by_key(|&o| trace.ops[o].start_ns));
-    }
-    out
 }
 
 fn phase_made(phase: Phase) -> &'static str {
