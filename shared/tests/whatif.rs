@@ -7,7 +7,8 @@
 
 use shared::model::{BlockState, Device, EventRecord, EventType, Phase, PoolId, SourceFormat, StrId, Totals, Trace, TraceMeta};
 use shared::whatif::{
-    compare_with_recorded, requests, simulate, AllocConf, ConfError, DeviceRequests, Op, Outcome, Request, SimOptions, TorchRelease, MIB,
+    compare_with_recorded, requests, segments_after, simulate, AllocConf, ConfError, DeviceRequests, Op, Outcome, Request,
+    SegmentAddresses, SimOptions, TorchRelease, MIB,
 };
 use shared::{import, ImportOptions};
 use std::path::PathBuf;
@@ -265,6 +266,23 @@ fn the_pools_and_segment_sizes_are_pytorchs() {
     // large_segment_size_mb:64 makes the 1-10 MiB segments 64 MiB.
     let out = run("large_segment_size_mb:64", &[alloc(1, 5 * MIB)]);
     assert_eq!(reserved(&out), [64 * MIB]);
+}
+
+#[test]
+fn new_segments_go_where_the_placement_says_and_freed_address_space_is_used_again() {
+    // 30, 40 and 50 MiB segments; the 40 is freed and given back, then a new 40 MiB one made.
+    let ops = [alloc(1, 30 * MIB), alloc(2, 40 * MIB), alloc(3, 50 * MIB), free(2), empty_cache(), alloc(4, 40 * MIB)];
+    let sizes = |addresses: SegmentAddresses| {
+        let opts = SimOptions::default().placing(addresses);
+        let segs = segments_after(&device(&ops), &AllocConf::default(), &opts, Some(5)).unwrap();
+        segs.iter().map(|s| s.blocks.iter().map(|b| b.size_bytes).sum::<u64>() / MIB).collect::<Vec<_>>()
+    };
+    // Hand-built requests record no addresses: as recorded, each goes above the last.
+    assert_eq!(sizes(SegmentAddresses::AsRecorded), [30, 50, 40]);
+    // The lowest free range: the 40's own, given back.
+    assert_eq!(sizes(SegmentAddresses::Lowest), [30, 40, 50]);
+    // The highest: downwards in the order made, the freed range again.
+    assert_eq!(sizes(SegmentAddresses::Highest), [50, 40, 30]);
 }
 
 #[test]

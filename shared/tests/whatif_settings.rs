@@ -3,11 +3,12 @@
 //! `tests/data/settings/`; PyTorch's counters of an untraced twin of each run in `facts.json`).
 //! Each trace names the settings it ran under, its own replay gives PyTorch's
 //! `max_memory_reserved()` and `max_memory_allocated()` to the byte, and from each trace the
-//! other five settings are predicted within 0.5 % allocated and, but for one pair, 2 % reserved.
+//! other five settings are predicted within 0.5 % allocated and 2 % reserved, or, across the
+//! expandable divide, a range of reserved peaks that holds the measured one.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
-use shared::whatif::{own_settings, requests, simulate, what_if, AllocConf, SimOptions, WhatIfOptions};
+use shared::whatif::{own_settings, requests, simulate, what_if, AllocConf, SegmentAddresses, SimOptions, WhatIfOptions};
 use shared::{import, ImportOptions, Trace};
 use std::path::PathBuf;
 
@@ -53,6 +54,7 @@ fn each_trace_knows_its_settings_and_predicts_the_other_five() {
         let own = own_settings(t);
         assert!(own.known, "{}", NAMES[i]);
         assert_eq!(own.conf, conf, "{}: the trace's settings against the run's", NAMES[i]);
+        let own_expandable = own.conf.expandable_segments.unwrap_or(false);
         match (own.fraction_for(0), fraction) {
             (Some(a), Some(b)) => assert!((a - b).abs() < 1e-9, "{}: fraction {a} against {b}", NAMES[i]),
             (None, None) => {}
@@ -70,21 +72,71 @@ fn each_trace_knows_its_settings_and_predicts_the_other_five() {
         let total = t.meta.device_total_memory_bytes.unwrap();
         for other in NAMES.iter().filter(|&&n| n != NAMES[i]) {
             let (conf, fraction) = setting(&facts[other]);
-            let out = simulate(dev, &conf, &SimOptions::with_capacity(Some(total)).with_fraction(fraction)).unwrap();
+            let opts = SimOptions::with_capacity(Some(total)).with_fraction(fraction);
+            let out = simulate(dev, &conf, &opts).unwrap();
             let c = &facts[other]["counters"];
-            let (ea, er) = (
-                close(out.allocated_peak_bytes, c["max_memory_allocated"].as_u64().unwrap()),
-                close(out.reserved_peak_bytes, c["max_memory_reserved"].as_u64().unwrap()),
+            let (measured_allocated, measured_reserved) =
+                (c["max_memory_allocated"].as_u64().unwrap(), c["max_memory_reserved"].as_u64().unwrap());
+            let (ea, er) = (close(out.allocated_peak_bytes, measured_allocated), close(out.reserved_peak_bytes, measured_reserved));
+            // Across the expandable divide the recorded addresses say nothing of where the
+            // driver puts the other regime's segments: the prediction is a range.
+            let cross = conf.expandable_segments.unwrap_or(false) != own_expandable;
+            let range = cross.then(|| {
+                [SegmentAddresses::Lowest, SegmentAddresses::Highest]
+                    .map(|a| simulate(dev, &conf, &opts.clone().placing(a)).unwrap().reserved_peak_bytes)
+                    .into_iter()
+                    .fold([out.reserved_peak_bytes; 2], |[lo, hi], p| [lo.min(p), hi.max(p)])
+            });
+            let in_range = range.is_some_and(|[lo, hi]| (lo..=hi).contains(&measured_reserved));
+            eprintln!(
+                "{:>22} predicting {other:>22}: allocated {:6.3} %, reserved {:6.3} %{}",
+                NAMES[i],
+                100.0 * ea,
+                100.0 * er,
+                range.map_or(String::new(), |[lo, hi]| format!(
+                    " (range {:+.3} % to {:+.3} %{})",
+                    100.0 * (lo as f64 / measured_reserved as f64 - 1.0),
+                    100.0 * (hi as f64 / measured_reserved as f64 - 1.0),
+                    if in_range { ", measured in it" } else { "" }
+                ))
             );
-            eprintln!("{:>22} predicting {other:>22}: allocated {:6.3} %, reserved {:6.3} %", NAMES[i], 100.0 * ea, 100.0 * er);
-            if ea > 0.005 || er > 0.02 {
-                misses.push(format!("{} predicting {other}: allocated {:.3} %, reserved {:.3} %", NAMES[i], 100.0 * ea, 100.0 * er));
+            if ea > 0.005 || (er > 0.02 && !in_range) {
+                misses.push(format!(
+                    "{} predicting {other}: allocated {:.3} %, reserved {:.3} %, range {range:?}",
+                    NAMES[i],
+                    100.0 * ea,
+                    100.0 * er
+                ));
             }
             worst = (worst.0.max(ea), worst.1.max(er));
         }
     }
     eprintln!("worst: allocated {:.3} %, reserved {:.3} %", 100.0 * worst.0, 100.0 * worst.1);
-    // 29 of the 30 within 2 % reserved (most to the byte); one within 3.5 % (measured 3.26 %:
-    // expandable segments with divisions predicting divisions alone).
-    assert!(worst.0 <= 0.005 && worst.1 <= 0.035 && misses.len() <= 1, "{misses:#?}");
+    // Every pair within 0.5 % allocated and 2 % reserved, or, across the expandable divide,
+    // the measured reserved peak inside the predicted range (expandable segments with
+    // divisions predicting divisions alone: 3.26 % from the point, inside its range).
+    assert!(worst.0 <= 0.005 && misses.is_empty(), "{misses:#?}");
+}
+
+#[test]
+fn a_setting_across_the_expandable_divide_is_predicted_as_a_range() {
+    let r = what_if(
+        &load("default"),
+        &WhatIfOptions { settings: vec!["expandable_segments:True".into(), "max_split_size_mb:128".into()], ..WhatIfOptions::default() },
+    )
+    .unwrap();
+    let [lo, hi] = r.settings[1].reserved_peak_range_bytes.expect("expandable from an ordinary run: a range");
+    assert!(lo <= r.settings[1].reserved_peak_bytes && r.settings[1].reserved_peak_bytes <= hi);
+    assert_eq!(r.settings[2].reserved_peak_range_bytes, None, "one regime: the recorded addresses hold");
+    assert_eq!(r.settings[0].reserved_peak_range_bytes, None);
+    // From the expandable run, divisions alone: the point is 3.26 % off, the range holds it.
+    let facts: serde_json::Value = serde_json::from_slice(&std::fs::read(dir().join("facts.json")).unwrap()).unwrap();
+    let measured = facts["divisions4"]["counters"]["max_memory_reserved"].as_u64().unwrap();
+    let r = what_if(
+        &load("expandable_divisions"),
+        &WhatIfOptions { settings: vec!["expandable_segments:False".into()], ..WhatIfOptions::default() },
+    )
+    .unwrap();
+    let [lo, hi] = r.settings[1].reserved_peak_range_bytes.unwrap();
+    assert!((lo..=hi).contains(&measured), "{lo}..={hi} against {measured}");
 }

@@ -60,6 +60,12 @@ pub struct MeasuredRow {
     pub measured_reserved_peak_bytes: Option<u64>,
     pub allocated_error_pct: Option<f64>,
     pub reserved_error_pct: Option<f64>,
+    /// For a setting across the expandable divide: the predicted range and whether the
+    /// measured reserved peak is in it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub predicted_reserved_range_bytes: Option<[u64; 2]>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reserved_in_range: Option<bool>,
     /// Why the run has no numbers.
     pub error: Option<String>,
     pub trace: PathBuf,
@@ -150,6 +156,8 @@ fn measured(
         measured_reserved_peak_bytes: reserved,
         allocated_error_pct: error(allocated, p.allocated_peak_bytes),
         reserved_error_pct: error(reserved, p.reserved_peak_bytes),
+        predicted_reserved_range_bytes: p.reserved_peak_range_bytes,
+        reserved_in_range: p.reserved_peak_range_bytes.zip(reserved).map(|([lo, hi], m)| (lo..=hi).contains(&m)),
         error: error_text,
         trace,
     }
@@ -198,15 +206,24 @@ pub fn print(r: &WhatIfReport, mut out: impl std::io::Write) -> std::io::Result<
                 if o.recorded { ", as recorded" } else { "" }
             ),
         };
+        let reserved = match s.reserved_peak_range_bytes {
+            Some([lo, hi]) if lo != hi => format!("{} ({} to {})", format_bytes(s.reserved_peak_bytes), format_bytes(lo), format_bytes(hi)),
+            _ => format_bytes(s.reserved_peak_bytes),
+        };
         writeln!(
             out,
-            "| {} | {} | {} | {:+.1} % | {} | {} | {oom} |",
+            "| {} | {} | {reserved} | {:+.1} % | {} | {} | {oom} |",
             label(&s.alloc_conf),
             format_bytes(s.allocated_peak_bytes),
-            format_bytes(s.reserved_peak_bytes),
             s.reserved_change_pct,
             format_bytes(s.reserved_unallocated_at_peak_bytes),
             s.segments_at_peak
+        )?;
+    }
+    if r.settings.iter().any(|s| s.reserved_peak_range_bytes.is_some()) {
+        writeln!(
+            out,
+            "Settings across the expandable divide give a range: the recorded run's segment addresses do not say where the driver would put the other regime's, and they decide ties between equal free blocks."
         )?;
     }
     for s in r.settings.iter().filter(|s| !s.not_modelled.is_empty()) {
@@ -227,9 +244,20 @@ fn print_verified(v: &Verified, mut out: impl std::io::Write) -> std::io::Result
     let bytes = |b: Option<u64>| b.map_or_else(|| "failed".into(), format_bytes);
     for r in &v.rows {
         let name = if r.env.is_empty() { "(unset)" } else { r.env.as_str() };
+        let range = match (r.predicted_reserved_range_bytes, r.reserved_in_range) {
+            (Some([lo, hi]), Some(within)) => {
+                format!(
+                    " (range {} to {}, {})",
+                    format_bytes(lo),
+                    format_bytes(hi),
+                    if within { "measured in it" } else { "measured outside it" }
+                )
+            }
+            _ => String::new(),
+        };
         writeln!(
             out,
-            "| {name} | {} / {} | {} | {} / {} | {} |",
+            "| {name} | {} / {} | {} | {} / {} | {}{range} |",
             format_bytes(r.predicted_allocated_peak_bytes),
             bytes(r.measured_allocated_peak_bytes),
             pct(r.allocated_error_pct),

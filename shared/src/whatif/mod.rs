@@ -46,6 +46,11 @@
 //!   retries unmap whole free pages, and drop a segment left with nothing mapped.
 //! - New segments are placed at the address the recorded run's block had (so ties between
 //!   equal-sized cached blocks break as they did), or, where that is taken, above it all.
+//!   Across the expandable divide (a run with expandable segments predicting one without, or
+//!   the reverse) the recorded addresses are not what the driver would give: an expandable
+//!   run's are offsets in its own reserve. There the reserved peak is also replayed with new
+//!   segments at the lowest and at the highest free addresses, and the report gives the
+//!   range ([`SettingOutcome::reserved_peak_range_bytes`]).
 //!
 //! # Keys
 //! Modelled: `backend` (`native`; `cudaMallocAsync` is refused by [`simulate`]),
@@ -136,7 +141,7 @@ mod sim;
 pub use conf::{
     allocation_size, AllocConf, Backend, ConfError, ReserveSpec, TorchRelease, DEFAULT_LARGE_SEGMENT_BYTES, DIVISION_INTERVALS, MIB,
 };
-pub use outcome::{Anomalies, At, OomAt, Outcome, Placement, SimOptions};
+pub use outcome::{Anomalies, At, OomAt, Outcome, Placement, SegmentAddresses, SimOptions};
 pub use own::{lenient, own_settings, OwnSettings, SettingsInfo, UNKNOWN as SETTINGS_UNKNOWN};
 pub use report::{parse_settings, what_if, OomReport, Recorded, SettingOutcome, WhatIfError, WhatIfOptions, WhatIfReport};
 pub use requests::{requests, DeviceRequests, Op, Request, Requests};

@@ -19,6 +19,24 @@ pub struct SimOptions {
     pub memory_fraction: Option<f64>,
     /// Keep the totals after every request in [`Outcome::totals`]. Default false.
     pub record_totals: bool,
+    /// Where new segments go in the address space. Default: where the recorded run had them.
+    pub addresses: SegmentAddresses,
+}
+
+/// Where the simulated allocator places a new segment (a `cudaMalloc`, or an expandable
+/// segment's reserve). Addresses decide only ties: best fit takes the lower of two free
+/// blocks of one size, and an expandable mapping the lowest segment with room.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SegmentAddresses {
+    /// At the address the recorded run's segment had where that is free, else above every
+    /// address: right where the run and the replay share a regime (both expandable or
+    /// neither), since the driver then placed the same segments.
+    #[default]
+    AsRecorded,
+    /// The lowest free range, ignoring the recorded addresses.
+    Lowest,
+    /// The highest free range below a ceiling, ignoring the recorded addresses.
+    Highest,
 }
 
 impl SimOptions {
@@ -30,6 +48,12 @@ impl SimOptions {
     /// These options, keeping every request's totals.
     pub fn recording_totals(mut self) -> SimOptions {
         self.record_totals = true;
+        self
+    }
+
+    /// These options with new segments placed by `addresses`.
+    pub fn placing(mut self, addresses: SegmentAddresses) -> SimOptions {
+        self.addresses = addresses;
         self
     }
 

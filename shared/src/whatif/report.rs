@@ -4,7 +4,7 @@
 
 use super::compare_with_recorded;
 use super::conf::{AllocConf, ConfError};
-use super::outcome::{Outcome, SimOptions};
+use super::outcome::{Outcome, SegmentAddresses, SimOptions};
 use super::requests::{requests, DeviceRequests};
 use super::sim::simulate;
 use crate::model::{Phase, Trace};
@@ -77,6 +77,12 @@ pub struct SettingOutcome {
     pub reserved_peak_bytes: u64,
     /// Against the replay under the run's own settings.
     pub reserved_change_pct: f64,
+    /// Lowest and highest reserved peak over where new segments may go, for a setting across
+    /// the expandable divide from the run's own (see the module's "The model"): the recorded
+    /// addresses do not say where the driver would put them, and best fit breaks ties by
+    /// address. `None` within one regime, where the replay is exact.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reserved_peak_range_bytes: Option<[u64; 2]>,
     pub reserved_unallocated_at_peak_bytes: u64,
     pub segments_at_peak: u64,
     pub max_segments: u64,
@@ -135,7 +141,11 @@ pub fn what_if(trace: &Trace, opts: &WhatIfOptions) -> Result<WhatIfReport, What
         let effective = reqs.own_conf.overridden_by(conf);
         let out = simulate(dev, &effective, &sim_opts)?;
         let not_modelled = conf.unmodelled_keys().into_iter().map(str::to_owned).collect();
-        settings.push(setting_report(trace, text.clone(), &effective, &out, own_reserved, not_modelled));
+        let mut report = setting_report(trace, text.clone(), &effective, &out, own_reserved, not_modelled);
+        if effective.expandable_segments.unwrap_or(false) != reqs.own_conf.expandable_segments.unwrap_or(false) {
+            report.reserved_peak_range_bytes = Some(placement_range(dev, &effective, &sim_opts, out.reserved_peak_bytes)?);
+        }
+        settings.push(report);
     }
     let mut notes = reqs.notes.clone();
     if !dev.initial_segments.is_empty() || dev.loose_allocated_bytes > 0 {
@@ -170,6 +180,17 @@ pub fn what_if(trace: &Trace, opts: &WhatIfOptions) -> Result<WhatIfReport, What
         settings,
         notes,
     })
+}
+
+/// The lowest and highest reserved peak of `conf` over where new segments go: as recorded
+/// (`as_recorded`, already replayed), lowest free address first, highest first.
+fn placement_range(dev: &DeviceRequests, conf: &AllocConf, opts: &SimOptions, as_recorded: u64) -> Result<[u64; 2], ConfError> {
+    let mut range = [as_recorded, as_recorded];
+    for addresses in [SegmentAddresses::Lowest, SegmentAddresses::Highest] {
+        let peak = simulate(dev, conf, &opts.clone().placing(addresses))?.reserved_peak_bytes;
+        range = [range[0].min(peak), range[1].max(peak)];
+    }
+    Ok(range)
 }
 
 /// Each setting read as `PYTORCH_CUDA_ALLOC_CONF`; the first that cannot be is the error,
@@ -264,6 +285,7 @@ fn setting_report(
         allocated_peak_bytes: out.allocated_peak_bytes,
         reserved_peak_bytes: out.reserved_peak_bytes,
         reserved_change_pct: change,
+        reserved_peak_range_bytes: None,
         reserved_unallocated_at_peak_bytes: out.reserved_unallocated_at_peak_bytes,
         segments_at_peak: out.segments_at_peak,
         max_segments: out.max_segments,

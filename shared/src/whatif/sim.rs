@@ -2,7 +2,7 @@
 //! block pools, driven by a device's requests.
 
 use super::conf::{allocation_size, AllocConf, ConfError};
-use super::outcome::{At, OomAt, Outcome, SimOptions};
+use super::outcome::{At, OomAt, Outcome, SegmentAddresses, SimOptions};
 use super::requests::{DeviceRequests, Op, Request};
 use crate::allocator::{AllocatorConfig, MIN_BLOCK_BYTES, SMALL_REQUEST_BYTES, SMALL_SEGMENT_BYTES};
 use crate::hash::{FastMap, FastSet};
@@ -16,8 +16,11 @@ const ONE_EIB: u64 = 1 << 60;
 /// The device memory an expandable segment's address reserve is sized on when no capacity is
 /// given (an 80 GiB card).
 const DEFAULT_DEVICE_BYTES: u64 = 80 << 30;
-/// Where segments that cannot sit at their hinted address go.
+/// Where segments that cannot sit at their hinted address go, and the floor of the ranges
+/// placed without hints (above any address a recorded run has).
 const SYNTHETIC_BASE: u64 = 1 << 62;
+/// The ceiling of the ranges placed highest first.
+const SYNTHETIC_TOP: u64 = 3 << 61;
 /// The default pools' indices into `Sim::pools`.
 pub(super) const LARGE: u32 = 0;
 pub(super) const SMALL: u32 = 1;
@@ -138,6 +141,7 @@ pub(super) struct Sim {
     /// Address ranges of segments and expandable reserves, start → end.
     va: BTreeMap<u64, u64>,
     synthetic: u64,
+    addresses: SegmentAddresses,
     pub(super) reserved: u64,
     allocated: u64,
     loose: u64,
@@ -225,6 +229,7 @@ impl Sim {
             segs: Vec::new(),
             va: BTreeMap::new(),
             synthetic: SYNTHETIC_BASE,
+            addresses: opts.addresses,
             reserved: 0,
             allocated: 0,
             loose: dev.loose_allocated_bytes,
@@ -397,10 +402,16 @@ impl Sim {
         self.reserved = self.reserved.saturating_sub(bytes);
     }
 
-    /// Claims `size` bytes of address space for a segment: at `hint` (where the recorded run's
-    /// allocator had it) when that is free, else above every recorded address. `None` when the
-    /// address space is used up.
+    /// Claims `size` bytes of address space for a segment, as [`SimOptions::addresses`] says:
+    /// at `hint` (where the recorded run's allocator had it) when that is free, else above every
+    /// recorded address; or the lowest or highest free range. `None` when the address space is
+    /// used up.
     pub(super) fn place(&mut self, hint: Option<u64>, size: u64) -> Option<u64> {
+        match self.addresses {
+            SegmentAddresses::AsRecorded => {}
+            SegmentAddresses::Lowest => return self.place_lowest(size),
+            SegmentAddresses::Highest => return self.place_highest(size),
+        }
         if let Some(h) = hint {
             if self.claim(h, size) {
                 return Some(h);
@@ -418,6 +429,44 @@ impl Sim {
                 Some(taken_end) => self.synthetic = taken_end,
             }
         }
+    }
+
+    /// The lowest free range of `size` bytes at or above [`SYNTHETIC_BASE`] (freed ranges
+    /// are used again, as the driver does).
+    fn place_lowest(&mut self, size: u64) -> Option<u64> {
+        let mut start = SYNTHETIC_BASE;
+        for (&s, &e) in self.va.range(SYNTHETIC_BASE..) {
+            if start.checked_add(size)? <= s {
+                break;
+            }
+            start = start.max(e).checked_next_multiple_of(SMALL_SEGMENT_BYTES)?;
+        }
+        let end = start.checked_add(size)?;
+        self.va.insert(start, end);
+        Some(start)
+    }
+
+    /// The highest free range of `size` bytes below [`SYNTHETIC_TOP`], aligned to 2 MiB.
+    fn place_highest(&mut self, size: u64) -> Option<u64> {
+        let mut end = SYNTHETIC_TOP;
+        let mut found = None;
+        for (&s, &e) in self.va.range(..SYNTHETIC_TOP).rev() {
+            let start = end.checked_sub(size)? / SMALL_SEGMENT_BYTES * SMALL_SEGMENT_BYTES;
+            if start >= e {
+                found = Some(start);
+                break;
+            }
+            end = end.min(s);
+        }
+        let start = match found {
+            Some(s) => s,
+            None => end.checked_sub(size)? / SMALL_SEGMENT_BYTES * SMALL_SEGMENT_BYTES,
+        };
+        if start < SYNTHETIC_BASE {
+            return None;
+        }
+        self.va.insert(start, start + size);
+        Some(start)
     }
 
     /// Claims `[start, start + size)` if no segment holds any of it.

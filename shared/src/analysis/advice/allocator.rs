@@ -101,9 +101,14 @@ pub(super) fn fragmentation_advice(
         format!("PYTORCH_CUDA_ALLOC_CONF={}", best.alloc_conf),
         best.allocated_peak_bytes,
         format!(
-            "{text}; replayed through PyTorch's caching allocator (`collector whatif`), {} gives a reserved peak of {} against {} ({:+.1} %), {} of it unused at the peak{why}. Tried: {tried}. Time is not predicted",
+            "{text}; replayed through PyTorch's caching allocator (`collector whatif`), {} gives a reserved peak of {}{} against {} ({:+.1} %), {} of it unused at the peak{why}. Tried: {tried}. Time is not predicted",
             best.alloc_conf,
             format_bytes(best.reserved_peak_bytes),
+            best.reserved_peak_range_bytes.filter(|[lo, hi]| lo != hi).map_or_else(String::new, |[lo, hi]| format!(
+                " ({} to {} by where the driver puts new segments)",
+                format_bytes(lo),
+                format_bytes(hi)
+            )),
             format_bytes(own.reserved_peak_bytes),
             best.reserved_change_pct,
             format_bytes(best.reserved_unallocated_at_peak_bytes)
