@@ -37,6 +37,7 @@
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -647,6 +648,18 @@ struct Ledger {
   // stays settled for the process (its kernels stay loaded).
   bool launches_settled = false;
   uint64_t last_new_launch_ns = 0, launches_since_new = 0;
+  uint32_t nccl_label = UINT32_MAX;  // intern("nccl"), once the ledger starts
+};
+
+// NCCL's communicators, told apart through NCCL's profiler plugin interface (NCCL 2.25+ reads
+// NCCL_PROFILER_PLUGIN, which the Python capture points at this library when the ledger
+// starts): `init` hears each communicator made (its name, hash, ranks), `startEvent` each
+// group, collective and point-to-point call with its communicator. The NCCL allocations the
+// ledger sees go to the communicator that last became current on any thread: NCCL's proxy
+// threads allocate a communicator's buffers while the calling thread waits on them.
+std::atomic<uint32_t> nccl_current{0};  // the label (`nccl <communicator>`) of the current one
+struct NcclComm {
+  uint32_t label;
 };
 
 // A driver call being measured on this thread (enter to exit).
@@ -831,7 +844,11 @@ void ledger_callback(void*, int domain, uint32_t cbid, const void* data) {
         int dev = -1;
         if (L.ctx_get_device(&dev) == 0) device = dev;
       }
-      const uint32_t source = ledger_source(L);
+      uint32_t source = ledger_source(L);
+      if (source == L.nccl_label) {
+        const uint32_t comm = nccl_current.load(std::memory_order_relaxed);
+        if (comm != 0) source = comm;
+      }
       L.tracked += static_cast<int64_t>(bytes);
       L.live[key] = Ledger::Block{bytes, source, static_cast<int8_t>(device)};
       ledger_record(key, static_cast<int64_t>(bytes), source, static_cast<int8_t>(device));
@@ -1143,9 +1160,77 @@ void atfork_child() {
   S.fd = -1;
 }
 
+// NCCL's profiler plugin interface: the types of NCCL's profiler_v4.h and profiler_v5.h this
+// library uses (ncclResult_t is an int, 0 success; event descriptors are not read).
+namespace nccl {
+using Logger = void (*)(int, unsigned long, const char*, int, const char*, ...);
+constexpr int kGroup = 1 << 0, kColl = 1 << 1, kP2p = 1 << 2;                      // v4
+constexpr int kGroupApi = 1 << 8, kCollApi = 1 << 9, kP2pApi = 1 << 10;            // v5
+int init(void** context, int* mask, const char* name, uint64_t hash, int nranks, int rank, int events) {
+  if (context != nullptr) *context = nullptr;
+  if (mask != nullptr) *mask = 0;
+  // A process whose ledger is not running (a child that inherited the variable) hears nothing.
+  if (ledger().subscriber == nullptr || context == nullptr) return 0;
+  char label[160];
+  if (name != nullptr && *name != '\0') {
+    std::snprintf(label, sizeof label, "nccl %.100s (rank %d of %d)", name, rank, nranks);
+  } else {
+    std::snprintf(label, sizeof label, "nccl communicator %016llx (rank %d of %d)", static_cast<unsigned long long>(hash), rank, nranks);
+  }
+  auto* c = new NcclComm{intern(label)};
+  *context = c;
+  if (mask != nullptr) *mask = events;
+  nccl_current.store(c->label, std::memory_order_relaxed);
+  return 0;
+}
+int init_v4(void** context, int* mask, const char* name, uint64_t hash, int, int nranks, int rank, Logger) {
+  return init(context, mask, name, hash, nranks, rank, kGroup | kColl | kP2p);
+}
+int init_v5(void** context, uint64_t hash, int* mask, const char* name, int, int nranks, int rank, Logger) {
+  return init(context, mask, name, hash, nranks, rank, kGroupApi | kCollApi | kP2pApi);
+}
+int start_event(void* context, void** handle, void*) {
+  if (handle != nullptr) *handle = nullptr;  // no stop events wanted
+  if (context != nullptr) nccl_current.store(static_cast<NcclComm*>(context)->label, std::memory_order_relaxed);
+  return 0;
+}
+int stop_event(void*) { return 0; }
+int record_state(void*, int, void*) { return 0; }
+int finalize(void* context) {
+  if (context == nullptr) return 0;
+  auto* c = static_cast<NcclComm*>(context);
+  uint32_t expected = c->label;
+  nccl_current.compare_exchange_strong(expected, 0);
+  delete c;
+  return 0;
+}
+}  // namespace nccl
+
 }  // namespace
 
 extern "C" {
+
+// NCCL's profiler plugin symbols (NCCL tries v5, then v4).
+struct MtNcclProfilerV4 {
+  const char* name;
+  int (*init)(void**, int*, const char*, uint64_t, int, int, int, nccl::Logger);
+  int (*start_event)(void*, void**, void*);
+  int (*stop_event)(void*);
+  int (*record_state)(void*, int, void*);
+  int (*finalize)(void*);
+};
+struct MtNcclProfilerV5 {
+  const char* name;
+  int (*init)(void**, uint64_t, int*, const char*, int, int, int, nccl::Logger);
+  int (*start_event)(void*, void**, void*);
+  int (*stop_event)(void*);
+  int (*record_state)(void*, int, void*);
+  int (*finalize)(void*);
+};
+__attribute__((visibility("default"))) MtNcclProfilerV4 ncclProfiler_v4 = {
+    "memory-tracer", nccl::init_v4, nccl::start_event, nccl::stop_event, nccl::record_state, nccl::finalize};
+__attribute__((visibility("default"))) MtNcclProfilerV5 ncclProfiler_v5 = {
+    "memory-tracer", nccl::init_v5, nccl::start_event, nccl::stop_event, nccl::record_state, nccl::finalize};
 
 int mt_reset(uint64_t max_mem_records, uint64_t max_op_records, int capture_tensors, int capture_ops) {
   auto& G = g();
@@ -1270,6 +1355,7 @@ int mt_ledger_start(const char* cupti_path) {
         L.mem_get_info = reinterpret_cast<int (*)(size_t*, size_t*)>(dlsym(cuda, "cuMemGetInfo_v2"));
       }
       growth_kinds(L, lib);
+      L.nccl_label = intern("nccl");
     }
     cupti::Subscriber sub = nullptr;
     const int r = L.subscribe(&sub, &ledger_callback, nullptr);

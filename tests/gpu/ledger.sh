@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 67: the device ledger checked against the driver. ledger_probe.py (a model, a 1-rank
-# NCCL group, a raw 256 MiB cudaMalloc through ctypes) traced with --ledger: at the mark `held`
-# the raw block is named to the byte, NCCL's bytes are named, and what NVML counts beyond the
+# NCCL group and a second group, a raw 256 MiB cudaMalloc through ctypes) traced with --ledger: at
+# the mark `held` the raw block is named to the byte, NCCL's bytes per communicator, and what NVML counts beyond the
 # named sources is printed; then a GPT-style LM and a compiled one at their peaks.
 #   tests/gpu/ledger.sh COLLECTOR OUT_DIR
 # Exits non-zero when the raw block or NCCL is not named, or the traced results differ.
@@ -32,6 +32,11 @@ elif "ledger_probe.py:" not in raw[0]["detail"]:
     print("FAIL: the raw block's line is not named:", raw[0]["detail"]); ok = False
 if src.get("nccl", {}).get("bytes", 0) <= 0:
     print("FAIL: no NCCL bytes named"); ok = False
+# Two communicators (the default group and a second one), each named with its bytes.
+comms = [p for p in src.get("nccl", {}).get("parts", []) if p["name"] != "not told apart"]
+print("NCCL by communicator:", [(p["name"], p["bytes"], p["peak_bytes"]) for p in src.get("nccl", {}).get("parts", [])])
+if len(comms) < 2 or any(p["bytes"] <= 0 for p in comms):
+    print("FAIL: NCCL's two communicators are not told apart with their bytes"); ok = False
 print("unexplained at held:", l.get("unexplained_bytes"), "of NVML", l.get("nvml_used_bytes"), "pytorch segments", l.get("pytorch_segments_bytes"))
 if abs(l.get("unexplained_bytes") or 0) > 64 << 20:
     print("FAIL: more than 64 MiB unexplained at held"); ok = False

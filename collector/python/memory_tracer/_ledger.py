@@ -40,6 +40,23 @@ def start(lib, torch):
     return None
 
 
+def nccl_communicators(lib):
+    """Points NCCL at the shim as its profiler plugin (NCCL 2.25 and newer read
+    NCCL_PROFILER_PLUGIN when a communicator is made; the shim then hears which communicator
+    each NCCL allocation is for); None, or why NCCL's bytes will not be split by communicator.
+    A program that names a plugin of its own keeps it."""
+    if not hasattr(lib, "ncclProfiler_v4"):
+        return "this capture library cannot tell NCCL's communicators apart"
+    own = os.environ.get("NCCL_PROFILER_PLUGIN")
+    if own:
+        return f"NCCL_PROFILER_PLUGIN is the program's own ({own}): NCCL's bytes are not split by communicator"
+    path = getattr(lib, "_name", None)
+    if not path or not os.path.isabs(path):
+        return "the capture library's path is unknown: NCCL's bytes are not split by communicator"
+    os.environ["NCCL_PROFILER_PLUGIN"] = path
+    return None
+
+
 def growth_missing(lib):
     """Why the driver's own growth (kernels loaded at their first launch, streams, CUDA
     graphs) is not measured, or None."""
@@ -59,6 +76,7 @@ class Nvml:
     def __init__(self, torch):
         self.handles = {}
         self.why = None
+        self.mig = []  # devices that are MIG instances: NVML counts no memory per process there
         try:
             self.lib = ctypes.CDLL("libnvidia-ml.so.1")
             if self.lib.nvmlInit_v2() != 0:
@@ -71,13 +89,29 @@ class Nvml:
                 h = ctypes.c_void_p()
                 if self.lib.nvmlDeviceGetHandleByPciBusId_v2(ctypes.c_char_p(bus), ctypes.byref(h)) == 0:
                     self.handles[d] = h
+                    if self._mig(h):
+                        self.mig.append(d)
         except (OSError, AttributeError) as e:
             self.why = f"no NVML ({e})"
+
+    def _mig(self, handle):
+        """Whether the GPU runs MIG instances (then NVML's per-process figures are of the
+        whole GPU's processes, or not available)."""
+        get = getattr(self.lib, "nvmlDeviceGetMigMode", None)
+        current, pending = ctypes.c_uint(0), ctypes.c_uint(0)
+        return get is not None and get(handle, ctypes.byref(current), ctypes.byref(pending)) == 0 and current.value == 1
+
+    def missing(self):
+        """What NVML cannot give for some devices, in words."""
+        return [
+            f"cuda:{d} is a MIG instance: NVML counts no memory per process on it, so the context, other processes and the unexplained rest are unknown"
+            for d in self.mig
+        ]
 
     def usage(self, device):
         """(this process's bytes, the other processes' bytes) on `device`, or None."""
         h = self.handles.get(device)
-        if h is None:
+        if h is None or device in self.mig:
             return None
         n = ctypes.c_uint(64)
         infos = (_ProcessInfo * 64)()

@@ -59,6 +59,9 @@ fn print_ledger(a: LedgerArgs) -> anyhow::Result<()> {
     writeln!(out, "  {:<34} {:>12} {:>12}  detail", "source", "now", "peak")?;
     for s in &l.sources {
         writeln!(out, "  {:<34} {:>12} {:>12}  {}", s.source, format_bytes(s.bytes), format_bytes(s.peak_bytes), s.detail)?;
+        for p in &s.parts {
+            writeln!(out, "    {:<32} {:>12} {:>12}", p.name, format_bytes(p.bytes), format_bytes(p.peak_bytes))?;
+        }
     }
     if let Some(u) = l.unexplained_bytes {
         writeln!(

@@ -23,6 +23,31 @@ pub struct LedgerSource {
     pub bytes: u64,
     pub peak_bytes: u64,
     pub detail: String,
+    /// The source's parts where they can be told apart: NCCL's communicators (`default_pg
+    /// (rank 0 of 2)`), with `not told apart` for bytes NCCL made before its first
+    /// communicator was named.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parts: Vec<LedgerPart>,
+}
+
+/// A part of a source.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LedgerPart {
+    pub name: String,
+    pub bytes: u64,
+    pub peak_bytes: u64,
+}
+
+/// The capture labels NCCL's allocations `nccl <communicator>` where NCCL told it which
+/// communicator they are for: the source is `nccl`, the rest the part.
+const NCCL: &str = "nccl";
+
+/// The source a driver allocation's label belongs to, and its part (a communicator).
+fn source_and_part(label: &str) -> (&str, Option<&str>) {
+    match label.strip_prefix("nccl ") {
+        Some(part) => (NCCL, Some(part)),
+        None => (label, None),
+    }
 }
 
 /// When the ledger is read.
@@ -140,7 +165,8 @@ pub fn ledger_at(trace: &Trace, at: LedgerMoment, device: Option<u8>) -> Option<
         detail.push_str(&format!("; {} of the allocated in private pools (CUDA graphs', MemPools')", format_bytes(pooled)));
     }
     let (named, pytorch_segments_bytes) = driver_sources(trace, device, ts);
-    let mut sources = vec![LedgerSource { source: "pytorch_reserved".into(), bytes: reserved, peak_bytes: reserved_peak, detail }];
+    let mut sources =
+        vec![LedgerSource { source: "pytorch_reserved".into(), bytes: reserved, peak_bytes: reserved_peak, detail, parts: Vec::new() }];
     sources.extend(named);
     let samples: Vec<_> = trace.ledger.process.iter().filter(|p| p.device == device).collect();
     // The CUDA context: the least NVML counted for the process beyond every source live at
@@ -156,6 +182,7 @@ pub fn ledger_at(trace: &Trace, at: LedgerMoment, device: Option<u8>) -> Option<
                     "the least NVML counted for the process beyond every source (at {:.3} s): the context, with what no call showed by then",
                     at_ns.saturating_sub(trace.start_ns()) as f64 / 1e9
                 ),
+                parts: Vec::new(),
             },
         );
     }
@@ -171,6 +198,7 @@ pub fn ledger_at(trace: &Trace, at: LedgerMoment, device: Option<u8>) -> Option<
                 bytes: p.other_processes_bytes,
                 peak_bytes: peak,
                 detail: "NVML's count for every other process on the device (not this process's)".into(),
+                parts: Vec::new(),
             });
         }
     }
@@ -218,7 +246,7 @@ pub fn ledger_bands(trace: &Trace, device: u8, buckets: &[(f64, f64)]) -> Ledger
     let column: Vec<usize> = events
         .iter()
         .map(|e| {
-            let name = trace.str(e.source);
+            let name = source_and_part(trace.str(e.source)).0;
             names.iter().position(|n| *n == name).unwrap_or_else(|| {
                 names.push(name);
                 names.len() - 1
@@ -264,39 +292,85 @@ pub fn ledger_bands(trace: &Trace, device: u8, buckets: &[(f64, f64)]) -> Ledger
 /// The driver's allocations on `device` by source (PyTorch's own segments apart): live at
 /// `ts` and the most each held, largest first; and PyTorch's segments' bytes at `ts`.
 fn driver_sources(trace: &Trace, device: u8, ts: u64) -> (Vec<LedgerSource>, u64) {
-    let mut by: BTreeMap<&str, (i64, i64, i64, usize)> = BTreeMap::new(); // (now, running, peak, allocations)
-                                                                          // Bytes each source made from each line of the program's own code.
+    let mut by: BTreeMap<&str, Held> = BTreeMap::new();
+    // A source's parts (NCCL's communicators), by name.
+    let mut parts: BTreeMap<&str, BTreeMap<&str, Held>> = BTreeMap::new();
+    // Bytes each source made from each line of the program's own code.
     let mut lines: BTreeMap<&str, BTreeMap<&str, u64>> = BTreeMap::new();
     for e in trace.ledger.events.iter().filter(|e| e.device == device) {
+        let (source, part) = source_and_part(trace.str(e.source));
         if e.bytes > 0 && !e.frame.is_none() {
-            *lines.entry(trace.str(e.source)).or_default().entry(trace.str(e.frame)).or_default() += e.bytes as u64;
+            *lines.entry(source).or_default().entry(trace.str(e.frame)).or_default() += e.bytes as u64;
         }
-        let s = by.entry(trace.str(e.source)).or_default();
-        s.1 += e.bytes;
-        s.2 = s.2.max(s.1);
-        if e.bytes > 0 {
-            s.3 += 1;
-        }
-        if e.ts_ns <= ts {
-            s.0 = s.1;
+        by.entry(source).or_default().add(e.bytes, e.ts_ns <= ts);
+        if source == NCCL {
+            parts.entry(source).or_default().entry(part.unwrap_or(NOT_TOLD)).or_default().add(e.bytes, e.ts_ns <= ts);
         }
     }
-    let pytorch_segments_bytes = by.get(PYTORCH).map_or(0, |s| s.0.max(0) as u64);
+    let pytorch_segments_bytes = by.get(PYTORCH).map_or(0, |s| s.now.max(0) as u64);
     let mut named: Vec<LedgerSource> = by
         .iter()
         .filter(|(name, _)| **name != PYTORCH)
-        .map(|(name, &(now, _, peak, n))| LedgerSource {
-            source: (*name).to_owned(),
-            bytes: now.max(0) as u64,
-            peak_bytes: peak.max(0) as u64,
-            detail: match lines.get(name).and_then(|l| l.iter().max_by_key(|(_, b)| **b)) {
-                Some((line, bytes)) => format!("{}; {} of it made at {line}", source_detail(name, n), format_bytes(*bytes)),
-                None => source_detail(name, n),
-            },
+        .map(|(name, h)| {
+            let mut detail = source_detail(name, h.allocations);
+            let mut split: Vec<LedgerPart> = parts
+                .get(name)
+                .filter(|p| p.keys().any(|k| *k != NOT_TOLD))
+                .map(|p| {
+                    p.iter().map(|(n, h)| LedgerPart { name: (*n).to_owned(), bytes: h.bytes(), peak_bytes: h.peak_bytes() }).collect()
+                })
+                .unwrap_or_default();
+            split.sort_by(|a, b| b.peak_bytes.cmp(&a.peak_bytes).then(a.name.cmp(&b.name)));
+            let communicators = split.iter().filter(|p| p.name != NOT_TOLD).count();
+            if communicators > 0 {
+                let each: Vec<String> =
+                    split.iter().map(|p| format!("{} {} (peak {})", p.name, format_bytes(p.bytes), format_bytes(p.peak_bytes))).collect();
+                detail =
+                    format!("{communicators} communicator{}: {}; {detail}", if communicators == 1 { "" } else { "s" }, each.join(", "));
+            } else if *name == NCCL {
+                detail.push_str("; not split by communicator (NCCL older than 2.25, or the program's own NCCL_PROFILER_PLUGIN)");
+            }
+            if let Some((line, bytes)) = lines.get(name).and_then(|l| l.iter().max_by_key(|(_, b)| **b)) {
+                detail.push_str(&format!("; {} of it made at {line}", format_bytes(*bytes)));
+            }
+            LedgerSource { source: (*name).to_owned(), bytes: h.bytes(), peak_bytes: h.peak_bytes(), detail, parts: split }
         })
         .collect();
     named.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(b.peak_bytes.cmp(&a.peak_bytes)).then(a.source.cmp(&b.source)));
     (named, pytorch_segments_bytes)
+}
+
+/// NCCL's bytes no communicator was named for (made before NCCL told the first one).
+const NOT_TOLD: &str = "not told apart";
+
+/// A source's (or part's) bytes over the events: at the moment, running, at most, allocations.
+#[derive(Default)]
+struct Held {
+    now: i64,
+    running: i64,
+    peak: i64,
+    allocations: usize,
+}
+
+impl Held {
+    fn add(&mut self, bytes: i64, by_the_moment: bool) {
+        self.running += bytes;
+        self.peak = self.peak.max(self.running);
+        if bytes > 0 {
+            self.allocations += 1;
+        }
+        if by_the_moment {
+            self.now = self.running;
+        }
+    }
+
+    fn bytes(&self) -> u64 {
+        self.now.max(0) as u64
+    }
+
+    fn peak_bytes(&self) -> u64 {
+        self.peak.max(0) as u64
+    }
 }
 
 /// What `n` events of `source` were.
@@ -445,6 +519,46 @@ pub(crate) mod tests {
         t.ledger.process = vec![sample(100_000_000, 100 * MIB), sample(400_000_000, 180 * MIB), sample(700_000_000, 170 * MIB)];
         t.finish();
         t
+    }
+
+    #[test]
+    fn nccls_bytes_are_split_by_communicator_where_nccl_named_it() {
+        let mut t = run();
+        let d = 0;
+        let (plain, world, pair) = (
+            t.strings.intern("nccl"),
+            t.strings.intern("nccl default_pg (rank 0 of 2)"),
+            t.strings.intern("nccl communicator 00000000000000ab (rank 1 of 2)"),
+        );
+        let ev = |ts, source, bytes| LedgerEvent { ts_ns: ts, device: d, source, bytes, address: ts, frame: StrId::NONE };
+        t.ledger.events = vec![
+            ev(100, plain, (2 * MIB) as i64),
+            ev(200, world, (300 * MIB) as i64),
+            ev(300, pair, (50 * MIB) as i64),
+            ev(400, pair, (20 * MIB) as i64),
+            ev(500, pair, -((20 * MIB) as i64)),
+        ];
+        let l = ledger_at(&t, moment(&t, "end").unwrap(), None).unwrap();
+        let nccl = l.sources.iter().find(|s| s.source == "nccl").unwrap();
+        assert_eq!((nccl.bytes, nccl.peak_bytes), (352 * MIB, 372 * MIB));
+        let parts: Vec<(&str, u64, u64)> = nccl.parts.iter().map(|p| (p.name.as_str(), p.bytes, p.peak_bytes)).collect();
+        assert_eq!(
+            parts,
+            [
+                ("default_pg (rank 0 of 2)", 300 * MIB, 300 * MIB),
+                ("communicator 00000000000000ab (rank 1 of 2)", 50 * MIB, 70 * MIB),
+                ("not told apart", 2 * MIB, 2 * MIB)
+            ]
+        );
+        assert!(nccl.detail.starts_with("2 communicators: default_pg (rank 0 of 2) 300.00 MiB (peak 300.00 MiB), "), "{}", nccl.detail);
+        assert!(!l.sources.iter().any(|s| s.source.starts_with("nccl ")), "one nccl source");
+        // The timeline's bands: one for NCCL.
+        let bands = ledger_bands(&t, 0, &[(0.0, 1.0)]);
+        assert_eq!(bands.sources.iter().filter(|(n, _)| n.starts_with("nccl")).count(), 1);
+        // Without communicators (an older NCCL): said, no parts.
+        let l = ledger_at(&run(), moment(&t, "end").unwrap(), None).unwrap();
+        let nccl = l.sources.iter().find(|s| s.source == "nccl").unwrap();
+        assert!(nccl.parts.is_empty() && nccl.detail.contains("not split by communicator"), "{}", nccl.detail);
     }
 
     #[test]

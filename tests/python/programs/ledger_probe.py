@@ -1,6 +1,7 @@
-"""Issue 67's probe: a small model trained a few steps, a 1-rank NCCL group that all-reduces,
-and a raw 256 MiB cudaMalloc through ctypes, all held at the mark `held`. Prints one JSON line
-with PyTorch's reserved bytes and the raw block's size, for the ledger to be checked against."""
+"""Issue 67's probe: a small model trained a few steps, a 1-rank NCCL group that all-reduces, a
+raw 256 MiB cudaMalloc through ctypes and a second group of the same rank (a communicator of
+its own) that all-reduces too, all held at the mark `held`. Prints one JSON line with PyTorch's
+reserved bytes and the raw block's size, for the ledger to be checked against."""
 
 import ctypes
 import glob
@@ -35,6 +36,11 @@ rt = ctypes.CDLL(cudart[-1])
 raw = ctypes.c_void_p()
 RAW = 256 << 20
 assert rt.cudaMalloc(ctypes.byref(raw), ctypes.c_size_t(RAW)) == 0
+# A second group of the same rank: a communicator of its own.
+pair = dist.new_group([0])
+t2 = torch.ones(1 << 18, device=dev)
+dist.all_reduce(t2, group=pair)
+torch.cuda.synchronize()
 
 try:
     import memory_tracer
@@ -44,7 +50,7 @@ except ImportError:
     pass
 # Held long enough for NVML's samples (a tenth of a second apart) to see it all.
 time.sleep(0.6)
-out = {"raw_bytes": RAW, "reserved": torch.cuda.memory_reserved(), "allocated": torch.cuda.memory_allocated(), "allreduce": float(t[0].item())}
+out = {"raw_bytes": RAW, "reserved": torch.cuda.memory_reserved(), "allocated": torch.cuda.memory_allocated(), "allreduce": float(t[0].item()), "allreduce_pair": float(t2[0].item()), "groups": 2}
 print("PROBE " + json.dumps(out))
 rt.cudaFree(raw)
 dist.destroy_process_group()
