@@ -642,10 +642,15 @@ class Capture:
                 growth = _ledger.growth_missing(lib)
                 if growth:
                     self.ledger_missing.append(growth)
+                communicators = _ledger.nccl_communicators(lib)
+                if communicators:
+                    self.ledger_missing.append(communicators)
             nvml = _ledger.Nvml(torch)
             if nvml.why:
                 self.ledger_missing.append(f"no per-process figures: {nvml.why}")
                 nvml = None
+            else:
+                self.ledger_missing.extend(nvml.missing())
         settle = self.ledger_settled if self.ledger_on and hasattr(lib, "mt_ledger_settle") else None
         self.sampler = DeviceSampler(lib, DEVICE_SAMPLE_S, nvml, settle=settle)
 
