@@ -88,7 +88,7 @@ fn require_notebook_packages() {
     assert!(
         ok,
         "{} cannot run a notebook: {}; install the pinned nbclient, nbformat, nbconvert, ipykernel and ipython \
-         (`cargo xtask test` puts them into the torch venv; see PY_TEST_DEPS in xtask/src/main.rs)",
+         (`cargo xtask test` puts them into the torch venv; see PY_TEST_DEPS in xtask/src/install.rs)",
         python(),
         out.map(|o| String::from_utf8_lossy(&o.stderr).trim().lines().last().unwrap_or_default().to_owned())
             .unwrap_or_else(|e| e.to_string())

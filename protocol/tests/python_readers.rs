@@ -2,7 +2,7 @@
 //! ([`CaptureOptions`], `MEMORY_TRACER_OPTIONS`, read by `_auto.py`, `_capture.py` and the
 //! recorder fallback's `_history.py`) and
 //! what `collector ingest --stats-json` prints ([`IngestStats`], read by the `MemoryTracer`
-//! API in `__init__.py`). Python has no copy of the types, so its readers are checked against
+//! API in `_tracer.py`). Python has no copy of the types, so its readers are checked against
 //! them here: every key Python reads is a field, and every option is read.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
@@ -61,7 +61,7 @@ fn python_reads_exactly_the_capture_options() {
 
 #[test]
 fn the_tracer_api_reads_only_fields_of_the_ingest_stats() {
-    let read = keys_read(&source("__init__.py"), &["self._need()"]);
+    let read = keys_read(&source("_tracer.py"), &["self._need()"]);
     assert!(read.contains("layer_stats") && read.contains("summary"), "the scan found the API's reads: {read:?}");
     let trace = shared::Trace::new(shared::model::TraceMeta::new(shared::model::SourceFormat::MemoryTracer));
     let stats = fields(&IngestStats::of(&trace, std::path::Path::new("t.mtrace.json")));

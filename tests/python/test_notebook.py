@@ -87,7 +87,7 @@ def test_a_notebook_shows_the_viewer_with_its_trace_inline(tmp_path):
         import ipykernel  # noqa: F401  (the kernel nbclient starts)
         from nbclient import NotebookClient
     except ImportError as e:
-        pytest.fail(f"{e}: this test runs a notebook; install the pinned nbclient, nbformat, ipykernel and ipython (PY_TEST_DEPS in xtask/src/main.rs)")
+        pytest.fail(f"{e}: this test runs a notebook; install the pinned nbclient, nbformat, ipykernel and ipython (PY_TEST_DEPS in xtask/src/install.rs)")
 
     nb = notebook(tmp_path)
     NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()

@@ -1,3 +1,7 @@
+//! `cargo xtask bench` ([`all`]): import/export benchmarks on the real samples, the
+//! graph-profile benchmark on a traced ResNet-50, the viewer in headless Chromium, the timeline
+//! at 4 million events, and the capture's cost inside a Python process ([`capture`]).
+//!
 //! `cargo xtask bench --check`: the load-speed lead, guarded (issue 51). Each ratio is measured
 //! against its reference in the same run, runs interleaved: `collector summary FILE` (release
 //! build, process start to exit) against Python's bare `pickle.load` of the same file, and, when
@@ -9,6 +13,9 @@
 //! paths against their budgets (issue 68), whose pairs of neighbouring blocks read through a
 //! shared machine's noise where whole processes cannot.
 
+use crate::cache::{cache_dir, torch_venv};
+use crate::cmd::run;
+use crate::{torches, viewer};
 use anyhow::{bail, Context, Result};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -24,9 +31,64 @@ const TOLERANCE: f64 = 0.85;
 /// Interleaved runs of each side; the medians are compared.
 const RUNS: usize = 5;
 
+/// Every benchmark: the viewer built optimised, the collector's, the capture's and shared's
+/// criterion benchmarks, then [`capture`].
+pub fn all() -> Result<()> {
+    viewer::build(true)?;
+    run(Command::new("cargo").args(["build", "--release", "-p", "capture"]))?;
+    run(Command::new("cargo").args([
+        "bench",
+        "-p",
+        "collector",
+        "--bench",
+        "startup",
+        "--bench",
+        "import",
+        "--bench",
+        "viewer",
+        "--bench",
+        "serve",
+    ]))?;
+    run(Command::new("cargo").args(["bench", "-p", "capture", "--bench", "profile"]))?;
+    run(Command::new("cargo").args(["bench", "-p", "shared", "--bench", "timeline"]))?;
+    run(Command::new("cargo").args(["bench", "-p", "shared", "--bench", "whatif"]))?;
+    capture()
+}
+
+/// The capture's cost inside a Python process (per operator, per module call), on the CPU,
+/// what picking (or building) the capture library costs on every tested torch, and what
+/// tracing costs a whole training process (the CPU proxy of tests/gpu/overhead.sh).
+fn capture() -> Result<()> {
+    run(Command::new("cargo").args(["build", "--release", "-p", "collector"]))?;
+    let pkg = Path::new("target/bench-pkg");
+    let _ = std::fs::remove_dir_all(pkg);
+    run(Command::new("target/release/collector").args(["python-package", "--out"]).arg(pkg))?;
+    let pkg = std::fs::canonicalize(pkg)?;
+    run(Command::new(torch_venv().join("bin/python")).arg("tests/python/bench_capture.py").env("PYTHONPATH", &pkg))?;
+    // Picking the capture, and building it on first use, on every tested torch.
+    let others = torches::TEST_TORCHES.iter().map(|t| torches::venv(&cache_dir(), t.torch).join("bin/python"));
+    for py in std::iter::once(torch_venv().join("bin/python")).chain(others) {
+        run(Command::new(py).arg("tests/bench/capture_choice.py").env("PYTHONPATH", &pkg))?;
+    }
+    // What tracing costs a whole training process, the CPU proxy of the GPU benchmark
+    // (tests/gpu/overhead.sh): an MLP's step time untraced and traced, interleaved rounds.
+    let py = torch_venv().join("bin/python");
+    run(Command::new(&py)
+        .args(["tests/bench/overhead.py", "--collector", "target/release/collector", "--model", "mlp", "--device", "cpu"])
+        .args(["--rounds", "5", "--steps", "40", "--python"])
+        .arg(&py))?;
+    // The same inside one process, each mode in pairs of neighbouring traced and untraced
+    // steps (the CPU proxy of `tests/bench/inprocess.py --pairs` on the GPU).
+    run(Command::new(&py)
+        .args(["tests/bench/inprocess.py", "--model", "mlp", "--device", "cpu", "--pairs", "60"])
+        .env("PYTHONPATH", &pkg)
+        .env("MEMORY_TRACER_COLLECTOR", std::fs::canonicalize("target/release/collector")?))?;
+    Ok(())
+}
+
 /// Measures every ratio, prints them beside the baseline, and fails on one that fell too far.
 pub fn check(write_baseline: bool) -> Result<()> {
-    crate::run(Command::new("cargo").args(["build", "--release", "-p", "collector"]))?;
+    run(Command::new("cargo").args(["build", "--release", "-p", "collector"]))?;
     let mut measured = BTreeMap::new();
     // The large file only: on the 0.47 MB one the collector's process start outweighs the load.
     let big = files()?.pop().context("no benchmark file")?;
@@ -95,20 +157,20 @@ fn files() -> Result<Vec<PathBuf>> {
     let big = dir.join("big_all_x4.pickle");
     if !big.exists() {
         let cut = dir.join("big_all_cut.pickle");
-        let py = crate::torch_venv().join("bin/python");
+        let py = torch_venv().join("bin/python");
         let unpack = format!(
             "import lzma, shutil; shutil.copyfileobj(lzma.open('tests/data/big_all_cut.pickle.xz'), open('{}', 'wb'))",
             cut.display()
         );
-        crate::run(Command::new(&py).args(["-c", &unpack]))?;
-        crate::run(Command::new(&py).arg("tests/bench/scale_snapshot.py").arg(&cut).arg("4").arg(&big))?;
+        run(Command::new(&py).args(["-c", &unpack]))?;
+        run(Command::new(&py).arg("tests/bench/scale_snapshot.py").arg(&cut).arg("4").arg(&big))?;
     }
     Ok(vec![PathBuf::from("tests/data/resnet18_sgd_2steps.pickle"), big])
 }
 
 /// Median seconds of Python's `pickle.load` over the median seconds of `collector summary`.
 fn summary_over_pickle_load(file: &Path) -> Result<f64> {
-    let py = crate::torch_venv().join("bin/python");
+    let py = torch_venv().join("bin/python");
     let load = format!(
         "import pickle, time\nt = time.perf_counter()\nwith open({:?}, 'rb') as f: pickle.load(f)\nprint(time.perf_counter() - t)",
         file.display().to_string()
@@ -116,11 +178,8 @@ fn summary_over_pickle_load(file: &Path) -> Result<f64> {
     let (mut ours, mut theirs) = (Vec::new(), Vec::new());
     for _ in 0..RUNS {
         let t = Instant::now();
-        let status = Command::new(crate::viewer::cargo_target_dir().join("release/collector"))
-            .arg("summary")
-            .arg(file)
-            .stdout(Stdio::null())
-            .status()?;
+        let status =
+            Command::new(viewer::cargo_target_dir().join("release/collector")).arg("summary").arg(file).stdout(Stdio::null()).status()?;
         if !status.success() {
             bail!("collector summary {} failed ({status})", file.display());
         }
@@ -136,7 +195,7 @@ fn summary_over_pickle_load(file: &Path) -> Result<f64> {
 
 /// memory_viz's time over ours for each file, from the viewer benchmark's table.
 fn viewer_over_memory_viz() -> Result<BTreeMap<String, f64>> {
-    crate::build_viewer(true)?;
+    viewer::build(true)?;
     let files: Vec<String> =
         files()?.iter().map(|f| std::fs::canonicalize(f).map(|p| p.display().to_string())).collect::<Result<_, _>>()?;
     let out = Command::new("cargo")
@@ -179,7 +238,7 @@ const COST_BUDGET: &str = "tests/bench/cost_budget.json";
 /// fails; a baseline too noisy to read is measured again, then fails). Run alone, after the
 /// tests that run side by side, whose load would be read as the capture's.
 pub fn cost_guard(py: &Path, site: &Path) -> Result<()> {
-    crate::run(Command::new(py).args(["tests/bench/cost_guard.py", "--check", COST_BUDGET]).env("PYTHONPATH", site))
+    run(Command::new(py).args(["tests/bench/cost_guard.py", "--check", COST_BUDGET]).env("PYTHONPATH", site))
 }
 
 #[cfg(test)]

@@ -5,6 +5,8 @@
 //! (`use super::*;`) where the parent globs its children depends on each sibling whose items it
 //! names ([`glob_edges`]); every other cycle is refused.
 
+use crate::layers::{item_names, module_of, paths_named};
+use crate::source::{rust_files, strip_comments};
 use anyhow::{Context, Result};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -12,18 +14,18 @@ use std::path::Path;
 /// Each cycle of the crate whose sources are in `src`, as its modules in order.
 pub fn module_cycles(src: &Path) -> Result<Vec<Vec<String>>> {
     let mut code = BTreeMap::new();
-    for file in crate::rust_files(src)? {
+    for file in rust_files(src)? {
         let rel = file.strip_prefix(src).unwrap_or(&file).to_string_lossy().replace('\\', "/");
         let Some(module) = module_of(&rel) else { continue };
         let text = std::fs::read_to_string(&file).with_context(|| format!("cannot read {}", file.display()))?;
-        let text = crate::layers::strip_comments(text.split("#[cfg(test)]").next().unwrap_or(""));
+        let text = strip_comments(text.split("#[cfg(test)]").next().unwrap_or(""));
         code.insert(module, text);
     }
     let modules: BTreeSet<String> = code.keys().cloned().collect();
     let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for (module, text) in &code {
         let targets = edges.entry(module.clone()).or_default();
-        for path in paths_named(module, text) {
+        for path in paths_named(module, text).into_iter().map(|n| n.path) {
             if let Some(mut target) = resolve(&path, &modules) {
                 // A name the module reaches through a parent that glob-imports it is its child's.
                 if let Some(child) = path.get(target.split("::").count()).and_then(|name| globbed_child(&code, &target, name)) {
@@ -79,105 +81,10 @@ fn globbed_child(code: &BTreeMap<String, String>, parent: &str, name: &str) -> O
     })
 }
 
-/// The names of the items a file defines at its top level.
-fn item_names(code: &str) -> BTreeSet<String> {
-    let mut names = BTreeSet::new();
-    for line in code.lines().filter(|l| !l.starts_with(char::is_whitespace)) {
-        let mut t = line;
-        if let Some(rest) = t.strip_prefix("pub(") {
-            t = rest.split_once(')').map_or("", |(_, r)| r);
-        }
-        let t = t.trim_start().strip_prefix("pub ").unwrap_or(t.trim_start());
-        let t = ["const ", "unsafe ", "async "].iter().fold(t, |t, q| if t.starts_with("fn") { t } else { t.strip_prefix(q).unwrap_or(t) });
-        for kw in ["fn ", "struct ", "enum ", "const ", "type ", "static ", "trait ", "mod ", "union "] {
-            if let Some(rest) = t.strip_prefix(kw) {
-                let name: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
-                if !name.is_empty() && name != "_" {
-                    names.insert(name);
-                }
-            }
-        }
-    }
-    names
-}
-
-/// A file's module path (`x::y` for the file y.rs in folder x, or for mod.rs in x/y); the crate roots and `bin` are none.
-fn module_of(rel: &str) -> Option<String> {
-    if rel.starts_with("bin/") || rel == "lib.rs" || rel == "main.rs" {
-        return None;
-    }
-    let rel = rel.strip_suffix(".rs")?;
-    let rel = rel.strip_suffix("/mod").unwrap_or(rel);
-    Some(rel.replace('/', "::"))
-}
-
 /// Whether one module contains the other.
 fn nested(a: &str, b: &str) -> bool {
     let within = |inner: &str, outer: &str| inner == outer || inner.starts_with(&format!("{outer}::"));
     within(a, b) || within(b, a)
-}
-
-/// The paths `module`'s code names from the crate root: `crate::x::y`, the items of
-/// `crate::{x, y::z}` lists, and `super::…` made absolute.
-fn paths_named(module: &str, code: &str) -> Vec<Vec<String>> {
-    let ident = |s: &str| s.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect::<String>();
-    let segments = |s: &str| -> Vec<String> {
-        let mut out = Vec::new();
-        let mut rest = s;
-        loop {
-            let id = ident(rest);
-            if id.is_empty() {
-                break;
-            }
-            rest = &rest[id.len()..];
-            out.push(id);
-            match rest.strip_prefix("::") {
-                Some(r) => rest = r,
-                None => break,
-            }
-        }
-        out
-    };
-    let mut found = Vec::new();
-    for (at, _) in code.match_indices("crate::") {
-        if code[..at].ends_with(|c: char| c.is_alphanumeric() || c == '_') {
-            continue; // `$crate::`, `foo_crate::`
-        }
-        let rest = &code[at + "crate::".len()..];
-        if let Some(list) = rest.strip_prefix('{') {
-            let inner = &list[..list.find('}').unwrap_or(list.len())];
-            found.extend(inner.split(',').map(|s| segments(s.trim())).filter(|s| !s.is_empty()));
-        } else {
-            found.push(segments(rest));
-        }
-    }
-    let parent: Vec<&str> = module.split("::").collect();
-    for (at, _) in code.match_indices("super::") {
-        if code[..at].ends_with("super::") || code[..at].ends_with(|c: char| c.is_alphanumeric() || c == '_') {
-            continue; // counted from the first `super::` of a chain
-        }
-        let mut rest = &code[at..];
-        let mut up = 0;
-        while let Some(r) = rest.strip_prefix("super::") {
-            rest = r;
-            up += 1;
-        }
-        let Some(base) = parent.len().checked_sub(up) else { continue };
-        let mut path: Vec<String> = parent[..base].iter().map(|s| (*s).to_owned()).collect();
-        match rest.strip_prefix('{') {
-            Some(list) => {
-                let inner = &list[..list.find('}').unwrap_or(list.len())];
-                for item in inner.split(',').map(|s| segments(s.trim())).filter(|s| !s.is_empty()) {
-                    found.push(path.iter().cloned().chain(item).collect());
-                }
-            }
-            None => {
-                path.extend(segments(rest));
-                found.push(path);
-            }
-        }
-    }
-    found
 }
 
 /// The longest prefix of `path` that is a module.

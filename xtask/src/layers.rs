@@ -1,20 +1,43 @@
-//! The layers of each crate's top-level modules (ARCHITECTURE.md, "Invariants"): a module may
-//! name, through `crate::`, only modules declared below it, so every crate's module graph runs
-//! one way and has no cycle. `cargo xtask tidy` runs [`upward_uses`] on every crate listed in
-//! [`CRATES`]; a top-level module that is not declared is refused too, so a new one takes its
+//! The layers of each module tree (ARCHITECTURE.md, "Invariants"): every crate's top-level
+//! modules, and the modules of `collector serve` ([`SERVE`]), lowest layer first. A module may
+//! name, through `crate::` or `super::`, only layers declared below its own, and never an item
+//! that the tree's root (`lib.rs` or `main.rs`, or the folder's `mod.rs`) defines, so every
+//! module graph runs one way and has no cycle. `cargo xtask tidy` runs [`upward_uses`] on every
+//! tree in [`LAYERED`]; a module that is not declared is refused too, so a new one takes its
 //! place in the order when it is added.
 
+use crate::source::{rust_files, strip_comments};
 use anyhow::{Context, Result};
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-/// A crate's source folder and its top-level modules, lowest layer first.
+/// A module tree's folder (a crate's `src/`, or a module's folder inside it) and its modules,
+/// lowest layer first.
 pub struct Layers {
     pub src: &'static str,
     pub order: &'static [&'static str],
 }
 
-/// The crates whose layers are checked: every crate with modules (xtask's own are flat).
-pub const CRATES: [Layers; 7] = [
+impl Layers {
+    /// The tree's module path from its crate's root (`serve` for `collector/src/serve`); none
+    /// for a crate's `src/`.
+    fn module(&self) -> Vec<String> {
+        self.src.split_once("/src/").map(|(_, m)| m.split('/').map(str::to_owned).collect()).unwrap_or_default()
+    }
+
+    /// Whether the tree is a whole crate (its root is `lib.rs` or `main.rs`, not `mod.rs`).
+    pub fn is_crate(&self) -> bool {
+        self.module().is_empty()
+    }
+}
+
+/// `collector serve`'s modules: each may use only those before it, and `mod.rs`, the app,
+/// uses them all. The layers before `error` name no HTTP (`tidy.rs`).
+pub const SERVE: Layers =
+    Layers { src: "collector/src/serve", order: &["store", "fault", "isolate", "jobs", "state", "error", "api", "docs"] };
+
+/// The trees whose layers are checked: every crate with modules, and `collector serve`.
+pub const LAYERED: [Layers; 9] = [
     Layers {
         src: "shared/src",
         order: &[
@@ -42,17 +65,44 @@ pub const CRATES: [Layers; 7] = [
         src: "viewer/src",
         order: &["dom", "ring", "messages", "widgets", "perf", "http", "charts", "tables", "state", "bridge", "server", "components"],
     },
+    Layers {
+        src: "xtask/src",
+        order: &[
+            "source",
+            "cmd",
+            "jobs",
+            "cache",
+            "torches",
+            "install",
+            "viewer",
+            "wheel",
+            "bench",
+            "fuzz",
+            "main_job",
+            "doc_paths",
+            "untyped_json",
+            "fn_length",
+            "layers",
+            "cycles",
+            "python_rules",
+            "tidy",
+            "check",
+            "testing",
+        ],
+    },
+    SERVE,
 ];
 
-/// `file:line: a uses crate::b` for every use of a higher layer, and a line for every
-/// top-level module missing from the order (or named there and missing).
+/// `file:line: a uses crate::b` (or `super::b`) for every use of a higher layer or of an item
+/// the tree's root defines, and a line for every module missing from the order (or named
+/// there and missing).
 pub fn upward_uses(root: &Path, layers: &Layers) -> Result<Vec<String>> {
     let src = root.join(layers.src);
     let mut found = Vec::new();
     let modules = top_level_modules(&src)?;
     for m in &modules {
         if !layers.order.contains(&m.as_str()) {
-            found.push(format!("{}: module `{m}` is not in xtask/src/layers.rs's order for this crate", layers.src));
+            found.push(format!("{}: module `{m}` is not in xtask/src/layers.rs's order for this tree", layers.src));
         }
     }
     for m in layers.order {
@@ -60,28 +110,41 @@ pub fn upward_uses(root: &Path, layers: &Layers) -> Result<Vec<String>> {
             found.push(format!("{}: xtask/src/layers.rs names `{m}`, which is not a module here", layers.src));
         }
     }
-    let root = root_items(&src)?;
-    for file in crate::rust_files(&src)? {
-        let rel = file.strip_prefix(&src).unwrap_or(&file);
-        let mut parts = rel.components().map(|c| c.as_os_str().to_string_lossy().into_owned());
-        let first = parts.next().unwrap_or_default();
-        let top = first.strip_suffix(".rs").unwrap_or(&first).to_owned();
-        let Some(rank) = layers.order.iter().position(|l| *l == top) else { continue }; // lib.rs, main.rs, bin/: the root
+    let base = layers.module();
+    let root_items = root_items(&src)?;
+    let root_name = if layers.is_crate() { "the crate root" } else { "mod.rs" };
+    let rank_of = |m: &str| layers.order.iter().position(|l| *l == m);
+    for file in rust_files(&src)? {
+        let rel = file.strip_prefix(&src).unwrap_or(&file).to_string_lossy().replace('\\', "/");
+        let first = rel.split('/').next().unwrap_or_default();
+        let top = first.strip_suffix(".rs").unwrap_or(first).to_owned();
+        let Some(rank) = rank_of(&top) else { continue }; // lib.rs, main.rs, mod.rs, bin/: the root
+        let Some(own) = module_of(&rel) else { continue };
+        let module: Vec<String> = base.iter().cloned().chain(own.split("::").map(str::to_owned)).collect();
         let text = std::fs::read_to_string(&file).with_context(|| format!("cannot read {}", file.display()))?;
         let code = strip_comments(&text);
-        for (at, name) in crate_uses(&code) {
-            let line = || code[..at].matches('\n').count() + 1;
+        let mut named_paths = paths_named(&module.join("::"), &code);
+        named_paths.sort_by_key(|n| n.at);
+        for named in named_paths {
+            let Some(name) = named.path.get(base.len()).filter(|_| named.path.starts_with(&base)) else { continue };
+            let line = || code[..named.at].matches('\n').count() + 1;
             // A name that is no module is the root's: a re-export stands for its module; an
             // item the root defines sits above every layer (the root declares them all).
-            let module = if layers.order.contains(&name.as_str()) { Some(name.clone()) } else { root.reexports.get(&name).cloned() };
-            match module {
-                Some(m) if layers.order.iter().position(|l| *l == m).is_some_and(|r| r > rank) => {
-                    found.push(format!("{}:{}: {top} uses crate::{name}, a layer above it", file.display(), line()));
+            let target = if rank_of(name).is_some() { Some(name.clone()) } else { root_items.module_of(name, &src) };
+            match target {
+                Some(m) if rank_of(&m).is_some_and(|r| r > rank) => {
+                    found.push(format!(
+                        "{}:{}: {top} uses {}, a layer above it",
+                        file.display(),
+                        line(),
+                        named.written(&module, base.len())
+                    ));
                 }
-                None if root.defined.contains(&name) => found.push(format!(
-                    "{}:{}: {top} uses crate::{name}, which the crate root defines (the root is above every layer: move it into a module)",
+                None if root_items.defined.contains(name) => found.push(format!(
+                    "{}:{}: {top} uses {}, which {root_name} defines (the root is above every layer: move it into a module)",
                     file.display(),
-                    line()
+                    line(),
+                    named.written(&module, base.len())
                 )),
                 _ => {}
             }
@@ -90,29 +153,43 @@ pub fn upward_uses(root: &Path, layers: &Layers) -> Result<Vec<String>> {
     Ok(found)
 }
 
-/// What a crate root (`lib.rs`, else `main.rs`) gives its modules: the names it re-exports,
-/// each with the module it comes from (`pub use model::Trace;`), and the items it defines.
+/// What a tree's root (`lib.rs`, else `main.rs`, else `mod.rs`) gives its modules: the names it
+/// re-exports, each with the module it comes from (`pub use model::Trace;`), the modules it
+/// re-exports whole (`pub use state::*;`), and the items it defines.
 #[derive(Default)]
 struct RootItems {
-    reexports: std::collections::BTreeMap<String, String>,
-    defined: std::collections::BTreeSet<String>,
+    reexports: BTreeMap<String, String>,
+    globs: Vec<String>,
+    defined: BTreeSet<String>,
+}
+
+impl RootItems {
+    /// The module `name` comes from, where the root re-exports it by name or whole.
+    fn module_of(&self, name: &str, src: &Path) -> Option<String> {
+        if let Some(m) = self.reexports.get(name) {
+            return Some(m.clone());
+        }
+        self.globs.iter().find(|g| top_level_items(&src.join(g)).contains(name)).cloned()
+    }
 }
 
 fn root_items(src: &Path) -> Result<RootItems> {
     let mut out = RootItems::default();
-    let Some(file) = ["lib.rs", "main.rs"].iter().map(|f| src.join(f)).find(|p| p.is_file()) else { return Ok(out) };
+    let Some(file) = ["lib.rs", "main.rs", "mod.rs"].iter().map(|f| src.join(f)).find(|p| p.is_file()) else { return Ok(out) };
     let text = std::fs::read_to_string(&file).with_context(|| format!("cannot read {}", file.display()))?;
     let code = strip_comments(text.split("#[cfg(test)]").next().unwrap_or(""));
     let ident = |s: &str| s.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect::<String>();
     for line in code.lines() {
-        let line = line.trim();
-        // Items at the root's top level only: nested ones start indented.
-        let unindented = !line.is_empty();
-        let rest = line.strip_prefix("pub(crate) ").or_else(|| line.strip_prefix("pub ")).unwrap_or(line);
+        // Items nested in the root (a `thread_local!`'s statics, an impl's functions) count too.
+        let rest = without_visibility(line.trim());
         if let Some(path) = rest.strip_prefix("use ") {
             let path = path.trim_end_matches(';').trim_start_matches("crate::").trim_start_matches("self::");
             let module = ident(path);
             let tail = &path[module.len()..];
+            if tail == "::*" {
+                out.globs.push(module);
+                continue;
+            }
             let names: Vec<String> = match (tail.find('{'), tail.rfind("::")) {
                 (Some(open), _) => tail[open + 1..].trim_end_matches('}').split(',').map(|n| last_name(n.trim())).collect(),
                 (None, Some(sep)) => vec![last_name(&tail[sep + 2..])],
@@ -123,21 +200,46 @@ fn root_items(src: &Path) -> Result<RootItems> {
             }
             continue;
         }
-        for kw in ["fn ", "struct ", "enum ", "const ", "static ", "type ", "trait ", "union ", "async fn ", "unsafe fn ", "macro_rules! "]
-        {
-            if let Some(after) = rest.strip_prefix(kw) {
-                let name = ident(after.trim_start_matches("mut "));
-                if unindented && !name.is_empty() {
-                    out.defined.insert(name);
-                }
-            }
-        }
-        // `thread_local! { static X: ... }` at the root: its statics are root items.
-        if let Some(after) = rest.strip_prefix("static ").or_else(|| line.strip_prefix("static ")) {
-            out.defined.insert(ident(after.trim_start_matches("mut ")));
-        }
+        out.defined.extend(item_name(rest));
     }
     Ok(out)
+}
+
+/// The items a module (its file, or its folder's `mod.rs`) defines at its top level, tests
+/// left out.
+fn top_level_items(module: &Path) -> BTreeSet<String> {
+    let file = if module.is_dir() { module.join("mod.rs") } else { module.with_extension("rs") };
+    let text = std::fs::read_to_string(file).unwrap_or_default();
+    item_names(&strip_comments(text.split("#[cfg(test)]").next().unwrap_or("")))
+}
+
+/// `line` without its visibility (`pub`, `pub(crate)`, `pub(in path)`).
+fn without_visibility(line: &str) -> &str {
+    match line.strip_prefix("pub(") {
+        Some(rest) => rest.split_once(')').map_or("", |(_, r)| r).trim_start(),
+        None => line.strip_prefix("pub ").unwrap_or(line).trim_start(),
+    }
+}
+
+/// The name of the item `line` (visibility taken off) defines, if it opens one.
+fn item_name(line: &str) -> Option<String> {
+    let t = ["const ", "unsafe ", "async ", "extern \"C\" "].iter().fold(line, |t, q| {
+        if t.starts_with("fn") {
+            t
+        } else {
+            t.strip_prefix(q).unwrap_or(t)
+        }
+    });
+    ["fn ", "struct ", "enum ", "const ", "type ", "static ", "trait ", "mod ", "union ", "macro_rules! "].iter().find_map(|kw| {
+        let rest = t.strip_prefix(kw)?;
+        let name: String = rest.trim_start_matches("mut ").chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+        (!name.is_empty() && name != "_").then_some(name)
+    })
+}
+
+/// The names of the items `code` (comments stripped) defines at its top level (unindented).
+pub fn item_names(code: &str) -> BTreeSet<String> {
+    code.lines().filter(|l| !l.starts_with(char::is_whitespace)).filter_map(|l| item_name(without_visibility(l))).collect()
 }
 
 /// The name a `use` path's last segment brings in (`a::B as C` brings `C`).
@@ -146,8 +248,8 @@ fn last_name(segment: &str) -> String {
     s.split(" as ").last().unwrap_or(s).trim().to_owned()
 }
 
-/// Top-level module names of a crate's source folder: its `.rs` files (but the crate roots)
-/// and its folders.
+/// Top-level module names of a tree's folder: its `.rs` files (but the roots) and its folders
+/// (but a crate's `bin/`).
 fn top_level_modules(src: &Path) -> Result<Vec<String>> {
     let mut out = Vec::new();
     for entry in std::fs::read_dir(src).with_context(|| format!("cannot list {}", src.display()))? {
@@ -158,7 +260,7 @@ fn top_level_modules(src: &Path) -> Result<Vec<String>> {
                 out.push(name);
             }
         } else if let Some(stem) = name.strip_suffix(".rs") {
-            if stem != "lib" && stem != "main" {
+            if !matches!(stem, "lib" | "main" | "mod") {
                 out.push(stem.to_owned());
             }
         }
@@ -167,155 +269,96 @@ fn top_level_modules(src: &Path) -> Result<Vec<String>> {
     Ok(out)
 }
 
-/// The text with every comment (`//` to the line's end, `/* */` nested) blanked, and `//`
-/// inside string literals (`"s3://"`, raw strings) left alone; lines are kept, so offsets
-/// still give line numbers.
-pub fn strip_comments(text: &str) -> String {
-    lex(text, false)
-}
-
-/// [`strip_comments`], with the contents of string literals left out as well (their quotes
-/// and line breaks kept): code alone, for rules about what code names.
-pub fn strip_comments_and_strings(text: &str) -> String {
-    lex(text, true)
-}
-
-fn lex(text: &str, blank_strings: bool) -> String {
-    #[derive(Clone, Copy, PartialEq)]
-    enum In {
-        Code,
-        Str,
-        Raw(usize),
-        Line,
-        Block(usize),
+/// A file's module path (`x::y` for the file y.rs in folder x, or for mod.rs in x/y); the crate
+/// roots, a folder's own `mod.rs` and `bin/` are none.
+pub fn module_of(rel: &str) -> Option<String> {
+    if rel.starts_with("bin/") || matches!(rel, "lib.rs" | "main.rs" | "mod.rs") {
+        return None;
     }
-    let b = text.as_bytes();
-    let mut out = String::with_capacity(text.len());
-    let mut state = In::Code;
-    let mut i = 0;
-    while i < b.len() {
-        let was = state;
-        let c = b[i];
-        let next = b.get(i + 1).copied();
-        match state {
-            In::Code => {
-                if c == b'/' && next == Some(b'/') {
-                    state = In::Line;
-                    i += 2;
-                    continue;
-                }
-                if c == b'/' && next == Some(b'*') {
-                    state = In::Block(1);
-                    i += 2;
-                    continue;
-                }
-                if c == b'"' {
-                    state = In::Str;
-                } else if c == b'r' && (next == Some(b'"') || next == Some(b'#')) && (i == 0 || !is_ident(b[i - 1])) {
-                    let hashes = b[i + 1..].iter().take_while(|&&x| x == b'#').count();
-                    if b.get(i + 1 + hashes) == Some(&b'"') {
-                        out.push_str(&text[i..i + 2 + hashes]);
-                        i += 2 + hashes;
-                        state = In::Raw(hashes);
-                        continue;
-                    }
-                } else if c == b'\'' {
-                    // A char literal ('"', '\''), not a lifetime: copied whole.
-                    let len = if next == Some(b'\\') {
-                        b[i + 2..].iter().position(|&x| x == b'\'').map(|p| p + 3)
-                    } else {
-                        (b.get(i + 2) == Some(&b'\'')).then_some(3)
-                    };
-                    if let Some(len) = len {
-                        out.push_str(&text[i..i + len]);
-                        i += len;
-                        continue;
-                    }
-                }
-            }
-            In::Str => {
-                if c == b'\\' {
-                    let escape = &text[i..(i + 2).min(b.len())];
-                    out.push_str(if blank_strings {
-                        if escape.ends_with('\n') {
-                            "\n"
-                        } else {
-                            ""
-                        }
-                    } else {
-                        escape
-                    });
-                    i += 2;
-                    continue;
-                }
-                if c == b'"' {
-                    state = In::Code;
-                }
-            }
-            In::Raw(hashes) => {
-                if c == b'"' && b[i + 1..].iter().take(hashes).filter(|&&x| x == b'#').count() == hashes {
-                    out.push_str(&text[i..i + 1 + hashes]);
-                    i += 1 + hashes;
-                    state = In::Code;
-                    continue;
-                }
-            }
-            In::Line => {
-                if c == b'\n' {
-                    state = In::Code;
-                    out.push('\n');
-                }
-                i += 1;
-                continue;
-            }
-            In::Block(depth) => {
-                if c == b'*' && next == Some(b'/') {
-                    state = if depth == 1 { In::Code } else { In::Block(depth - 1) };
-                    i += 2;
-                    continue;
-                }
-                if c == b'/' && next == Some(b'*') {
-                    state = In::Block(depth + 1);
-                    i += 2;
-                    continue;
-                }
-                if c == b'\n' {
-                    out.push('\n');
-                }
-                i += 1;
-                continue;
-            }
-        }
-        // Copy one whole character (the text is UTF-8; only ASCII bytes steer the states), but
-        // a string's contents where they are blanked.
-        let len = text[i..].chars().next().map_or(1, char::len_utf8);
-        let inside = |s: In| matches!(s, In::Str | In::Raw(_));
-        if !(blank_strings && inside(was) && inside(state) && c != b'\n') {
-            out.push_str(&text[i..i + len]);
-        }
-        i += len;
+    let rel = rel.strip_suffix(".rs")?;
+    let rel = rel.strip_suffix("/mod").unwrap_or(rel);
+    Some(rel.replace('/', "::"))
+}
+
+/// A path a module's code names, made absolute from the crate root.
+pub struct Named {
+    /// Where it is written in the code.
+    at: usize,
+    /// How many `super::` it starts with; `None` for `crate::`.
+    up: Option<usize>,
+    pub path: Vec<String>,
+}
+
+impl Named {
+    /// The path as written, up to segment `last` of the absolute path (`crate::a`,
+    /// `super::super::a`).
+    fn written(&self, module: &[String], last: usize) -> String {
+        let (prefix, from) = match self.up {
+            None => ("crate::".to_owned(), 0),
+            Some(up) => ("super::".repeat(up), module.len().saturating_sub(up)),
+        };
+        prefix + &self.path.get(from..=last).map(|p| p.join("::")).unwrap_or_default()
     }
-    out
 }
 
-fn is_ident(c: u8) -> bool {
-    c.is_ascii_alphanumeric() || c == b'_'
-}
-
-/// (offset, module) of every module named after `crate::`, `crate::{a, b::c}` lists included.
-fn crate_uses(code: &str) -> Vec<(usize, String)> {
+/// The paths `module`'s code names from the crate root: `crate::x::y`, the items of
+/// `crate::{x, y::z}` lists, and `super::…` made absolute.
+pub fn paths_named(module: &str, code: &str) -> Vec<Named> {
     let ident = |s: &str| s.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect::<String>();
-    let mut out = Vec::new();
+    let segments = |s: &str| -> Vec<String> {
+        let mut out = Vec::new();
+        let mut rest = s;
+        loop {
+            let id = ident(rest);
+            if id.is_empty() {
+                break;
+            }
+            rest = &rest[id.len()..];
+            out.push(id);
+            match rest.strip_prefix("::") {
+                Some(r) => rest = r,
+                None => break,
+            }
+        }
+        out
+    };
+    let mut found = Vec::new();
     for (at, _) in code.match_indices("crate::") {
+        if code[..at].ends_with(|c: char| c.is_alphanumeric() || c == '_') {
+            continue; // `$crate::`, `foo_crate::`
+        }
         let rest = &code[at + "crate::".len()..];
         if let Some(list) = rest.strip_prefix('{') {
             let inner = &list[..list.find('}').unwrap_or(list.len())];
-            out.extend(inner.split(',').map(|s| (at, ident(s.trim()))).filter(|(_, n)| !n.is_empty()));
+            found.extend(inner.split(',').map(|s| segments(s.trim())).filter(|s| !s.is_empty()).map(|path| Named { at, up: None, path }));
         } else {
-            out.push((at, ident(rest)));
+            found.push(Named { at, up: None, path: segments(rest) });
         }
     }
-    out
+    let parent: Vec<&str> = module.split("::").collect();
+    for (at, _) in code.match_indices("super::") {
+        if code[..at].ends_with("super::") || code[..at].ends_with(|c: char| c.is_alphanumeric() || c == '_') {
+            continue; // counted from the first `super::` of a chain
+        }
+        let mut rest = &code[at..];
+        let mut up = 0;
+        while let Some(r) = rest.strip_prefix("super::") {
+            rest = r;
+            up += 1;
+        }
+        let Some(base) = parent.len().checked_sub(up) else { continue };
+        let path: Vec<String> = parent[..base].iter().map(|s| (*s).to_owned()).collect();
+        match rest.strip_prefix('{') {
+            Some(list) => {
+                let inner = &list[..list.find('}').unwrap_or(list.len())];
+                for item in inner.split(',').map(|s| segments(s.trim())).filter(|s| !s.is_empty()) {
+                    found.push(Named { at, up: Some(up), path: path.iter().cloned().chain(item).collect() });
+                }
+            }
+            None => found.push(Named { at, up: Some(up), path: path.into_iter().chain(segments(rest)).collect() }),
+        }
+    }
+    found
 }
 
 #[cfg(test)]
@@ -323,30 +366,30 @@ mod tests {
     use super::*;
 
     #[test]
-    fn comments_go_and_strings_stay() {
-        let code = "let a = \"s3://x\"; // gone\nlet b = r#\"//\"#; /* gone\n /* nested */ still */ let c = '\"';\nlet d = '\\''; // x";
-        assert_eq!(strip_comments(code), "let a = \"s3://x\"; \nlet b = r#\"//\"#; \n let c = '\"';\nlet d = '\\''; ");
-        assert_eq!(strip_comments_and_strings(code), "let a = \"\"; \nlet b = r#\"\"#; \n let c = '\"';\nlet d = '\\''; ");
-    }
-
-    #[test]
     fn uses_are_found_in_paths_and_lists_and_not_in_comments() {
-        let code =
-            strip_comments("use crate::model::Trace; // crate::merge\nuse crate::{analysis, export::x};\nlet _ = crate::ranks::f();");
-        let names: Vec<String> = crate_uses(&code).into_iter().map(|(_, n)| n).collect();
-        assert_eq!(names, ["model", "analysis", "export", "ranks"]);
+        let code = strip_comments(
+            "use crate::model::Trace; // crate::merge\nuse crate::{analysis, export::x};\nlet _ = crate::ranks::f();\nuse super::super::{a, b::c};\nfoo_crate::no",
+        );
+        let paths: Vec<String> = paths_named("x::y::z", &code).into_iter().map(|n| n.path.join("::")).collect();
+        assert_eq!(paths, ["model::Trace", "analysis", "export::x", "ranks::f", "x::a", "x::b::c"]);
     }
 
     /// [`upward_uses`] of a crate made of `files` (path under `src/`, text), layers `low`
     /// then `high`.
     fn planted(name: &str, files: &[(&str, &str)]) -> Vec<String> {
+        planted_in(name, "src", &["low", "high"], files)
+    }
+
+    /// [`upward_uses`] of the tree `src` (with `order`) made of `files` (path under it, text).
+    fn planted_in(name: &str, src: &'static str, order: &'static [&'static str], files: &[(&str, &str)]) -> Vec<String> {
         let root = std::env::temp_dir().join(format!("xtask-layers-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
         for (path, text) in files {
-            let path = root.join("src").join(path);
+            let path = root.join(src).join(path);
             std::fs::create_dir_all(path.parent().unwrap()).unwrap();
             std::fs::write(path, text).unwrap();
         }
-        let found = upward_uses(&root, &Layers { src: "src", order: &["low", "high"] }).unwrap();
+        let found = upward_uses(&root, &Layers { src, order }).unwrap();
         let _ = std::fs::remove_dir_all(&root);
         found
     }
@@ -387,5 +430,41 @@ mod tests {
         assert!(found[0].ends_with("high.rs:3: high uses crate::warmup_drawn, which the crate root defines (the root is above every layer: move it into a module)"), "{found:?}");
         assert!(found[1].ends_with("low.rs:2: low uses crate::warmup_drawn, which the crate root defines (the root is above every layer: move it into a module)"), "{found:?}");
         assert!(found[2].ends_with("low.rs:3: low uses crate::Shown, a layer above it"), "{found:?}");
+    }
+
+    /// A module's own layers, as `collector serve`'s are checked (the checker that was
+    /// `upward_imports` over `SERVE_LAYERS`): `super::` from a layer file, `super::super::` from
+    /// a layer folder's parts, `super::{a, b}` lists, `crate::` paths through the module, an
+    /// item of its `mod.rs` (the app), and a name its `mod.rs` re-exports whole (`pub use
+    /// state::*;`), which is that layer's.
+    #[test]
+    fn a_modules_layers_are_checked_through_super_and_its_mod_rs() {
+        let found = planted_in(
+            "serve",
+            "c/src/serve",
+            &["store", "state", "api"],
+            &[
+                ("mod.rs", "//! app\npub mod api;\npub mod state;\npub mod store;\npub use state::*;\npub(crate) fn app() {}\n"),
+                (
+                    "store.rs",
+                    "//! store\nuse super::{state, api::X};\nfn f() { super::app(); }\nuse super::AppState;\nuse crate::serve::api::Y;\n",
+                ),
+                ("state.rs", "//! state\nuse super::store::Store;\npub struct AppState;\n"),
+                ("api/mod.rs", "//! api\nmod jobs;\nuse super::AppState;\nuse super::store;\n"),
+                ("api/jobs.rs", "//! api's part\nuse super::super::state::AppState;\nuse super::field;\n"),
+            ],
+        );
+        let tails: Vec<&str> = found.iter().map(|f| f.rsplit_once("serve/").map_or(f.as_str(), |(_, t)| t)).collect();
+        assert_eq!(
+            tails,
+            [
+                "store.rs:2: store uses super::state, a layer above it",
+                "store.rs:2: store uses super::api, a layer above it",
+                "store.rs:3: store uses super::app, which mod.rs defines (the root is above every layer: move it into a module)",
+                "store.rs:4: store uses super::AppState, a layer above it",
+                "store.rs:5: store uses crate::serve::api, a layer above it",
+            ],
+            "{found:?}"
+        );
     }
 }

@@ -6,6 +6,8 @@
 //! - a venv per tested release beside the pinned one (torch-venv): the oldest and the newest,
 //!   each with what the Python tests need.
 
+use crate::cache::cache_dir;
+use crate::cmd::{output, pip_run, run};
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -17,6 +19,17 @@ pub fn versions() -> Vec<&'static str> {
 
 pub fn sdk_root(cache: &Path) -> PathBuf {
     cache.join("torch-sdk")
+}
+
+/// `MEMORY_TRACER_TORCH_SDKS`: the releases whose SDK is installed, which `record/build.rs`
+/// reruns on, so that a build made before an SDK was added builds that release's capture too.
+/// Set again after every install.
+pub fn set_sdk_env() {
+    let root = sdk_root(&cache_dir());
+    let mut have: Vec<String> =
+        versions().into_iter().filter(|v| root.join(v).join("torch/version.py").is_file()).map(str::to_owned).collect();
+    have.sort();
+    std::env::set_var("MEMORY_TRACER_TORCH_SDKS", have.join(","));
 }
 
 /// What the build extracts from a torch wheel (a Python script: zipfile is Python's own).
@@ -49,7 +62,7 @@ pub fn install_sdks(cache: &Path) -> Result<()> {
                     "xtask: torch {version}'s headers and libraries (500 to 900 MB to download, about 450 MB kept) into {}",
                     dest.display()
                 );
-                crate::pip_run(
+                pip_run(
                     Command::new("python3")
                         .args(["-m", "pip", "download", "--quiet", "--no-cache-dir", "--no-deps", "--only-binary=:all:", "-d"])
                         .arg(&wheels)
@@ -64,7 +77,7 @@ pub fn install_sdks(cache: &Path) -> Result<()> {
         let tmp = root.join(format!(".tmp-{version}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&tmp);
         std::fs::create_dir_all(&tmp)?;
-        crate::run(Command::new("python3").args(["-c", EXTRACT]).arg(&wheel).arg(&tmp))?;
+        run(Command::new("python3").args(["-c", EXTRACT]).arg(&wheel).arg(&tmp))?;
         let _ = std::fs::remove_dir_all(&dest);
         std::fs::rename(&tmp, &dest).with_context(|| format!("cannot move {} into place", dest.display()))?;
         std::fs::remove_file(&wheel).with_context(|| format!("cannot remove {}", wheel.display()))?;
@@ -105,7 +118,7 @@ pub const TEST_TORCHES: [TestTorch; 2] = [
 /// `python3.X` on PATH if it runs, else pyenv's newest `3.X.*`.
 fn find_python(minor: &str) -> Option<PathBuf> {
     let name = format!("python{minor}");
-    if crate::output(Command::new(&name).arg("--version")).is_some() {
+    if output(Command::new(&name).arg("--version")).is_some() {
         return Some(PathBuf::from(name));
     }
     let root =
@@ -140,36 +153,35 @@ pub fn install_test_venvs(cache: &Path, common: &[&str]) -> Result<()> {
                 parts.next().and_then(|t| t.split('+').next()) == Some(t.torch) && wanted_python.is_none_or(|w| parts.next() == Some(w))
             })
         };
-        if is_wanted(crate::output(Command::new(&py).args(["-c", check]))) {
+        if is_wanted(output(Command::new(&py).args(["-c", check]))) {
             continue;
         }
         // A venv whose torch does not import was left by an interrupted install, one on another
         // Python than wanted by an older checkout: made again.
         let other_python = wanted_python.is_some_and(|w| {
-            crate::output(Command::new(&py).args(["-c", "import sys; print('%d.%d' % sys.version_info[:2])"]))
-                .is_some_and(|v| v.trim() != w)
+            output(Command::new(&py).args(["-c", "import sys; print('%d.%d' % sys.version_info[:2])"])).is_some_and(|v| v.trim() != w)
         });
-        if py.exists() && (other_python || crate::output(Command::new(&py).args(["-c", "import torch"])).is_none()) {
+        if py.exists() && (other_python || output(Command::new(&py).args(["-c", "import torch"])).is_none()) {
             std::fs::remove_dir_all(&venv).with_context(|| format!("cannot remove {}", venv.display()))?;
         }
         if !py.exists() {
-            crate::run(Command::new(python.clone().unwrap_or_else(|| PathBuf::from("python3"))).args(["-m", "venv"]).arg(&venv))?;
+            run(Command::new(python.clone().unwrap_or_else(|| PathBuf::from("python3"))).args(["-m", "venv"]).arg(&venv))?;
         }
         eprintln!("xtask: torch {} for its tests (about 3 GB to download, 5.6 GB on disk) into {}", t.torch, venv.display());
         let torch = format!("torch=={}", t.torch);
-        crate::pip_run(
+        pip_run(
             Command::new(venv.join("bin/pip")).args(["install", "--quiet", "--no-cache-dir", &torch]).args(t.packages).args(common),
             &torch,
             &venv,
         )?;
         if !t.no_deps.is_empty() {
-            crate::pip_run(
+            pip_run(
                 Command::new(venv.join("bin/pip")).args(["install", "--quiet", "--no-cache-dir", "--no-deps"]).args(t.no_deps),
                 &t.no_deps.join(" "),
                 &venv,
             )?;
         }
-        let got = crate::output(Command::new(&py).args(["-c", check]));
+        let got = output(Command::new(&py).args(["-c", check]));
         if !is_wanted(got.clone()) {
             bail!("the torch {} venv at {} does not import its packages (got {got:?})", t.torch, venv.display());
         }

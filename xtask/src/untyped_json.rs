@@ -5,6 +5,7 @@
 //! [`ALLOWED`], each with why. An allowed file that no longer needs it is refused too, so the
 //! list stays true.
 
+use crate::source::{rust_files, strip_comments_and_strings};
 use anyhow::{Context, Result};
 use std::path::Path;
 
@@ -33,7 +34,7 @@ const FORMS: [&str; 5] = ["serde_json::Value", "serde_json::Map", "serde_json::j
 pub fn untyped(root: &Path) -> Result<Vec<String>> {
     let mut found = Vec::new();
     for src in SOURCES.iter().map(|s| root.join(s)).filter(|s| s.is_dir()) {
-        for file in crate::rust_files(&src)? {
+        for file in rust_files(&src)? {
             let rel = file.strip_prefix(root).unwrap_or(&file).to_string_lossy().replace('\\', "/");
             let text = std::fs::read_to_string(&file).with_context(|| format!("cannot read {}", file.display()))?;
             let lines = untyped_lines(&text);
@@ -51,7 +52,7 @@ pub fn untyped(root: &Path) -> Result<Vec<String>> {
 
 /// (line, code) of each untyped line of a Rust file, tests and comments left out.
 fn untyped_lines(text: &str) -> Vec<(usize, String)> {
-    let code = crate::layers::strip_comments_and_strings(text.split("#[cfg(test)]").next().unwrap_or(""));
+    let code = strip_comments_and_strings(text.split("#[cfg(test)]").next().unwrap_or(""));
     code.lines()
         .enumerate()
         .filter(|(_, l)| FORMS.iter().any(|f| l.contains(f)) || imports_untyped(l))

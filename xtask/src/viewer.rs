@@ -5,6 +5,8 @@
 //! machine's first 23 minutes (docs/benchmarks.md, "The first run"), for a dev server the
 //! collector replaces. `index.html` stays Trunk's input, so `trunk serve` works where Trunk is.
 
+use crate::cmd::run;
+use crate::install;
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -16,12 +18,10 @@ use std::process::Command;
 pub fn browser_tests() -> Result<()> {
     let temp = std::env::current_dir()?.join(cargo_target_dir()).join("tmp/viewer-chromium");
     std::fs::create_dir_all(&temp).with_context(|| format!("cannot create {}", temp.display()))?;
-    let ran = crate::run(
-        Command::new("cargo")
-            .args(["test", "-p", "viewer", "--target", "wasm32-unknown-unknown", "--test", "web"])
-            .envs([("CHROMEDRIVER", Path::new("/usr/bin/chromedriver")), ("TMPDIR", &temp)])
-            .current_dir("viewer"),
-    );
+    let ran = run(Command::new("cargo")
+        .args(["test", "-p", "viewer", "--target", "wasm32-unknown-unknown", "--test", "web"])
+        .envs([("CHROMEDRIVER", Path::new("/usr/bin/chromedriver")), ("TMPDIR", &temp)])
+        .current_dir("viewer"));
     std::fs::remove_dir_all(&temp).ok();
     ran
 }
@@ -76,10 +76,24 @@ fn hash(bytes: &[u8]) -> String {
     format!("{h:016x}")
 }
 
-/// Builds the viewer into `dist/`: [`compile`], then [`package`].
-pub fn build(wasm_opt: &Path, optimize: bool) -> Result<()> {
+/// Builds the viewer into `dist/` ([`compile`], then [`package`], with the pinned wasm-opt).
+/// `optimize`: run wasm-opt (the tests, benchmarks and wheels); the main job skips it (the
+/// wasm is larger, the build minutes shorter).
+pub fn build(optimize: bool) -> Result<()> {
+    run(Command::new("cargo").args(["fetch"]))?;
     compile()?;
-    package(wasm_opt, optimize)
+    package(&install::wasm_opt(), optimize)?;
+    let wasm: u64 = std::fs::read_dir("dist")?
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().extension().is_some_and(|x| x == "wasm"))
+        .filter_map(|e| e.metadata().ok())
+        .map(|m| m.len())
+        .sum();
+    if wasm == 0 {
+        bail!("the viewer's build left no .wasm in dist/");
+    }
+    eprintln!("xtask: viewer built into dist/ ({wasm} bytes of wasm)");
+    Ok(())
 }
 
 /// Compiles the page's binaries for wasm32 (release): all the build needs but wasm-bindgen and
@@ -99,7 +113,7 @@ pub fn compile() -> Result<()> {
     for b in &bins {
         cargo.args(["--bin", b]);
     }
-    crate::run(&mut cargo)
+    run(&mut cargo)
 }
 
 /// Writes `dist/` (replaced whole once everything is written) from what [`compile`] built.
@@ -128,19 +142,15 @@ pub fn package(wasm_opt: &Path, optimize: bool) -> Result<()> {
                 // Trunk's names: the worker keeps its own (its loader names it), the page's is hashed.
                 let name = if *worker { bin.clone() } else { format!("{bin}-{}", hash(&bytes)) };
                 let target = if *worker { "no-modules" } else { "web" };
-                crate::run(
-                    Command::new("wasm-bindgen")
-                        .arg(format!("--target={target}"))
-                        .arg(format!("--out-dir={}", staging.display()))
-                        .arg(format!("--out-name={name}"))
-                        .arg("--no-typescript")
-                        .arg(&wasm),
-                )?;
+                run(Command::new("wasm-bindgen")
+                    .arg(format!("--target={target}"))
+                    .arg(format!("--out-dir={}", staging.display()))
+                    .arg(format!("--out-name={name}"))
+                    .arg("--no-typescript")
+                    .arg(&wasm))?;
                 let out_wasm = staging.join(format!("{name}_bg.wasm"));
                 if let (true, Some(level)) = (optimize, opt) {
-                    crate::run(
-                        Command::new(wasm_opt).arg(format!("--output={}", out_wasm.display())).arg(format!("-O{level}")).arg(&out_wasm),
-                    )?;
+                    run(Command::new(wasm_opt).arg(format!("--output={}", out_wasm.display())).arg(format!("-O{level}")).arg(&out_wasm))?;
                 }
                 if *worker {
                     std::fs::write(

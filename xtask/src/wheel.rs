@@ -11,6 +11,8 @@
 //! whatever the target), so `collector trace` run on its own carries them.
 //! `--dev` builds the debug collector that the tests built, for this machine only.
 
+use crate::cache::cache_dir;
+use crate::cmd::{output, run};
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -37,7 +39,7 @@ const GENERATED: [&str; 2] = ["_lib", "_src"];
 pub const TEST_BUILD: [&str; 4] = ["test", "--workspace", "--exclude", "viewer"];
 
 fn venv() -> PathBuf {
-    crate::cache_dir().join("maturin-venv")
+    cache_dir().join("maturin-venv")
 }
 
 /// Installs the pinned maturin (and, for `zig`, the pinned zig) into their venv, unless they
@@ -46,35 +48,37 @@ pub fn install_maturin(zig: bool) -> Result<PathBuf> {
     let venv = venv();
     let python = venv.join("bin/python");
     let mut missing = Vec::new();
-    let have = crate::output(Command::new(venv.join("bin/maturin")).arg("--version")).unwrap_or_default();
+    let have = output(Command::new(venv.join("bin/maturin")).arg("--version")).unwrap_or_default();
     if have != format!("maturin {MATURIN_VERSION}") {
         missing.push(format!("maturin=={MATURIN_VERSION}"));
     }
-    if zig && crate::output(Command::new(&python).args(["-m", "ziglang", "version"])).unwrap_or_default() != ZIGLANG_VERSION {
+    if zig && output(Command::new(&python).args(["-m", "ziglang", "version"])).unwrap_or_default() != ZIGLANG_VERSION {
         missing.push(format!("ziglang=={ZIGLANG_VERSION}"));
     }
     if missing.is_empty() {
         return Ok(python);
     }
     if !python.exists() {
-        crate::run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
+        run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
     }
-    crate::run(Command::new(venv.join("bin/pip")).args(["install", "--quiet"]).args(&missing))?;
+    run(Command::new(venv.join("bin/pip")).args(["install", "--quiet"]).args(&missing))?;
     Ok(python)
 }
 
-/// Builds the wheel into `target/wheels/` and returns its path; a release build also writes
-/// the sdist there.
+/// Builds the wheel into `target/wheels/` with maturin and returns its path: the package, its
+/// capture libraries and the collector (which never links libtorch: it starts fast and needs
+/// only torch in the user's Python). `dev`: the debug collector for this machine; otherwise a
+/// release one, stripped, tagged manylinux, with the sdist written beside it.
 pub fn build(dev: bool) -> Result<PathBuf> {
     let python = install_maturin(!dev)?;
     // The package comes from the collector the tests build (the captures are the same in either
     // profile: `_build.py` compiles them alike). `-p collector` resolves features without the
     // other members (`capture` asks for record's `archive` feature, tch for half's `std`), as maturin's own
     // build of the collector does, so this compiles what maturin then reuses.
-    crate::run(Command::new("cargo").args(["build", "-p", "collector"]))?;
+    run(Command::new("cargo").args(["build", "-p", "collector"]))?;
     let pkg = Path::new(PACKAGE_DIR);
     let _ = std::fs::remove_dir_all(pkg);
-    crate::run(Command::new("target/debug/collector").args(["python-package", "--out"]).arg(pkg))?;
+    run(Command::new("target/debug/collector").args(["python-package", "--out"]).arg(pkg))?;
     for name in GENERATED {
         let to = Path::new(PYTHON_SOURCE).join(name);
         let _ = std::fs::remove_dir_all(&to);
@@ -88,7 +92,7 @@ pub fn build(dev: bool) -> Result<PathBuf> {
     }
     let wheel = built?;
     if !dev {
-        crate::run(Command::new(venv().join("bin/maturin")).args(["sdist", "--out", OUT_DIR]))?;
+        run(Command::new(venv().join("bin/maturin")).args(["sdist", "--out", OUT_DIR]))?;
     }
     eprintln!("xtask: wheel at {} (pip install {0})", wheel.display());
     Ok(wheel)
@@ -107,7 +111,7 @@ fn maturin(python: &Path, dev: bool) -> Result<PathBuf> {
         // cargo-zigbuild, inside maturin, runs zig as `python -m ziglang` of this Python.
         cmd.args(["--release", "--zig", "--compatibility", MANYLINUX]).env("CARGO_ZIGBUILD_PYTHON_PATH", python);
     }
-    crate::run(&mut cmd)?;
+    run(&mut cmd)?;
     match wheels(out)?.as_slice() {
         [one] => Ok(one.clone()),
         found => bail!("maturin build left {} memory_tracer wheels in {}, expected one", found.len(), out.display()),

@@ -4,7 +4,7 @@
 import os
 import sys
 
-from . import collector_path
+from ._tracer import collector_path
 
 
 def main():

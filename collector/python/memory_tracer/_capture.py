@@ -1,10 +1,10 @@
 """One process's capture: the shim streaming to a collector, plus the Python-side hooks that
 name layers (nn.Module paths), set phases (forward, backward, optimizer) and mark iterations.
 
-The hooks are process-wide (a wrapper around nn.Module.__call__, the global optimizer step
-hooks, wrappers around torch.autograd.backward/grad), so programs need no changes. They do
-nothing while torch.compile traces (so compiled graphs do not break on them) and nothing in
-forked children (DataLoader workers).
+The hooks are process-wide (a replacement of nn.Module.__call__, `_scopes`; the global optimizer
+step hooks and wrappers around torch.autograd.backward/grad, `_hooks`), so programs need no
+changes. They do nothing while torch.compile traces (so compiled graphs do not break on them)
+and nothing in forked children (DataLoader workers).
 """
 
 import atexit
@@ -13,77 +13,21 @@ import os
 import sys
 import threading
 import time
-import weakref
 
-from . import _allocator, _ledger, _shim
+from . import _allocator, _hooks, _ledger, _scopes, _shim
+from ._device import DEVICE_SAMPLE_S, LEDGER_QUIET_S, DeviceSampler, cuda_stats, private_pool_segments
 from ._frames import UserLines
-from ._shim import PHASE_BACKWARD, PHASE_FORWARD, PHASE_OPTIMIZER, PHASE_OTHER
+from ._shim import PHASE_BACKWARD, PHASE_OPTIMIZER, PHASE_OTHER
 
 ITERATION_BEGIN = "iteration.begin"
 ITERATION_END = "iteration.end"
 
-# The C module call's flags (mt_shim.cpp, py::ModuleCall) and its info bit for the marker.
-C_LIVE, C_DIRECT, C_SCOPES, C_TRACK = 1, 2, 4, 8
-MARKER = 1 << 32
-# How often the driver's used memory is sampled (DeviceSampler), in seconds.
-DEVICE_SAMPLE_S = 0.1
-# The ledger watches first launches (each launch then costs microseconds) until this long, and
-# LEDGER_QUIET_LAUNCHES launches, passed with no function launched for the first time.
-LEDGER_QUIET_S = 2.0
-LEDGER_QUIET_LAUNCHES = 1000
-
 _current = None  # the process's active Capture
-_taught = set()  # ids of the C module calls torch.compile was given a Python stand-in for
 _lock = threading.Lock()
 
 
 def current():
     return _current
-
-
-def _teach_dynamo(patches, descr, wrapped_call, module_call, hooks=()):
-    """torch.compile must see the program as it is untraced. Dynamo keeps PyTorch's own
-    nn.Module.__call__ (`unpatched_nn_module_call`, read when it is imported) to know the module
-    calls it may trace straight into `forward`: ours (`module_call`) is made that, so the module
-    calls it traces take the untraced path and it never traces ours. A compiled module's own
-    frame, which dynamo skips for PyTorch's __call__ to compile `forward`'s, is skipped for ours
-    too, and the Python `hooks` the shim calls (a thread's outermost module call) are skipped
-    with everything they call. Where dynamo still meets the shim's C descriptor, `descr`, it
-    traces PyTorch's `wrapped_call` instead (`substitute_in_graph`, once per process).
-    `patches` gets what to put back."""
-    try:
-        import torch._dynamo.utils as dynamo_utils
-        from torch._dynamo import eval_frame
-        if descr is not None and id(descr) not in _taught:
-            import torch._dynamo.decorators as decorators
-
-            def traced_call(self, *args, **kwargs):
-                return wrapped_call(self, *args, **kwargs)
-
-            decorators.substitute_in_graph(descr, skip_signature_check=True)(traced_call)
-            _taught.add(id(descr))
-        for mod in (dynamo_utils, sys.modules.get("torch._dynamo.variables.nn_module")):
-            if mod is not None and getattr(mod, "unpatched_nn_module_call", module_call) is not module_call:
-                patches.append((mod, "unpatched_nn_module_call", mod.unpatched_nn_module_call, module_call))
-                mod.unpatched_nn_module_call = module_call
-        skip = getattr(eval_frame, "skip_code", None)
-        if skip is not None:
-            skip(module_call.__code__)
-        strategy, action = getattr(eval_frame, "FrameExecStrategy", None), getattr(eval_frame, "FrameAction", None)
-        for hook in hooks:
-            if strategy is not None and action is not None and hasattr(eval_frame, "set_code_exec_strategy"):
-                eval_frame.set_code_exec_strategy(hook.__code__, strategy(action.SKIP, action.SKIP))
-            elif skip is not None:
-                skip(hook.__code__)
-    except Exception as e:  # an older or newer dynamo: compiled code breaks its graph at module calls
-        sys.stderr.write(f"memory-tracer: torch.compile cannot trace through the module scopes ({e}); compiled models still run\n")
-
-
-def _name_like(ours, theirs):
-    """Gives the __call__ that replaces PyTorch's its name and a way back to it."""
-    ours.__wrapped__ = theirs
-    ours.__name__ = getattr(theirs, "__name__", "__call__")
-    ours.__qualname__ = getattr(theirs, "__qualname__", "Module.__call__")
 
 
 class Live:
@@ -93,7 +37,7 @@ class Live:
         self.on = True
 
 
-class Capture:
+class Capture(_hooks.Tracker):
     """Records this process into the collector at the other end of `sock_fd`."""
 
     def __init__(self, lib, sock_fd, options, mode):
@@ -105,18 +49,9 @@ class Capture:
         self.finished = False
         self.phase = PHASE_OTHER
         self.depths = {}  # thread id -> its open module calls
-        # id(module) -> (path, interned id, weakref to the module): a plain dict lookup per
-        # module call (a WeakKeyDictionary costs a weakref per lookup); the weakref tells a
-        # reused id from the module it was given for.
-        self.names = {}
-        self.main_root = None
-        self.root_names = set()
-        self.optimizers = weakref.WeakKeyDictionary()  # optimizer -> (name, scope id, steps)
-        self.primary_optimizer = None
-        self.steps = 0
-        self.iteration = 0
-        self.iteration_open = False
-        self.marker = options.get("iteration_marker") or None
+        # Module names, optimizers, iterations, and `holders` (who holds each storage,
+        # _holders, with --holders): `_hooks.Tracker`.
+        self.track(options.get("iteration_marker") or None)
         self.marks = 0
         self.notes = []
         self.handles = []
@@ -127,7 +62,6 @@ class Capture:
         self._ids = {}
         self.sampler = None
         self.compiled = None  # Inductor's generated code attributed to modules (_compiled)
-        self.holders = None  # who holds each storage (_holders), with --holders
         self.user_lines = None  # the line of the program's own code each thread is at (_frames)
         self.ledger_on = False  # the shim's CUPTI subscription (_ledger), with --ledger
         self.start_ns = 0
@@ -186,64 +120,16 @@ class Capture:
         data = json.dumps(obj, default=str).encode()
         return self.lib.mt_stream_send(kind, data, len(data)) == 0
 
-    # -- module names --------------------------------------------------------------------
-    def name_root(self, module, main=False):
-        """Names `module` and its submodules by their paths (`layer1.0.conv1`). The first root
-        (the model) keeps bare paths; other roots (a loss, a second model) are prefixed with
-        their class name."""
-        inner = getattr(module, "_orig_mod", None)  # torch.compile's OptimizedModule
-        cls = type(inner if inner is not None else module).__name__
-        if self.main_root is not None and not main:
-            main_obj = self.main_root()
-            main = main_obj is None or any(sub is main_obj for sub in module.modules())
-        elif self.main_root is None:
-            main = True
-        if main:
-            prefix = ""
-            self.main_root = weakref.ref(module)
-            self.root_names.add(cls)
-        else:
-            prefix = cls
-            n = 2
-            while prefix in self.root_names:
-                prefix = f"{cls}#{n}"
-                n += 1
-        if prefix:
-            self.root_names.add(prefix)
-        seen = set()
-        for path, sub in module.named_modules(remove_duplicate=False):
-            if id(sub) in seen:  # a shared module keeps its first path, as named_modules() gives it
-                continue
-            seen.add(id(sub))
-            if inner is not None:
-                path = path[len("_orig_mod."):] if path.startswith("_orig_mod.") else ("" if path == "_orig_mod" else path)
-            if path:
-                # A child of a root that names none (nn.Sequential's `0`, `1`) is named with the
-                # root's class (`Sequential.1`), never a bare index.
-                head = path.split(".", 1)[0]
-                full = f"{prefix}.{path}" if prefix else (f"{cls}.{path}" if head.isdigit() else path)
-            else:
-                full = prefix or cls
-            if inner is not None and sub is module:
-                full = f"compiled({full})"
-            self.names[id(sub)] = (full, self.intern(full), weakref.ref(sub))
-            if self.holders is not None:
-                self.holders.name_module(sub, full)
-        return self.names[id(module)]
-
-
-    def is_marker(self, module, path):
-        m = self.marker
-        return m == path or m == type(module).__name__
-
     # -- hooks ---------------------------------------------------------------------------
     def install(self):
+        """Puts in every hook (again after a pause): holders' and the out-of-memory error's
+        with `holders`, the lines outside modules, the module call (`_scopes`), new threads,
+        Inductor's generated code, the optimizer's step and the backward (`_hooks`), and the
+        autograd nodes of custom Functions with `capture_ops=2`."""
         import torch
         from torch.nn.modules import module as nn_module
-        from torch.optim import optimizer as optim_module
 
         compiling = getattr(torch.compiler, "is_compiling", lambda: False)
-        cap = self
         lib = self.lib
         if self.holders is None and int(self.options.get("holders", 0)) > 0:
             from ._holders import Holders
@@ -261,104 +147,50 @@ class Capture:
             if self.user_lines.why:
                 self.lines_unnamed = self.user_lines.why
         if holders is not None and not holders.read_data:
-            # An older torch unpacks saved tensors to read them, which is only safe while no
-            # saved-tensor hook was ever entered: note when one is.
-            hooks_cls = torch.autograd.graph.saved_tensors_hooks
-            orig_enter = hooks_cls.__enter__
-
-            def hooks_enter(self_, *args, **kwargs):
-                holders.hooks_used = True
-                return orig_enter(self_, *args, **kwargs)
-
-            hooks_cls.__enter__ = hooks_enter
-            self.patches.append((hooks_cls, "__enter__", orig_enter, hooks_enter))
+            self._hook_saved_tensors(torch, holders)
         # What this installation's hooks test: off once they are taken out, so one left
         # beneath someone else's patch passes calls through even after a later install.
         live = self.live = Live()
         if holders is not None:
             self._hook_out_of_memory(torch, holders, live)
-
-        # Module scopes: nn.Module.__call__ itself is replaced, not hooked globally (global
-        # module hooks take every module call off _call_impl's fast path, which costs more than
-        # the scope). The replacement also opens each forward pass (phase, iteration) at a
-        # thread's outermost module call; with `module_scopes` off it does only that. It is a
-        # one-line Python function calling the shim's C method descriptor where the shim has
-        # one (a module call then costs that frame, in place of PyTorch's own, a C call and a
-        # lookup; the rest of Python runs only at a thread's outermost call, for a module not
-        # yet named and for the iteration marker), else a Python wrapper. Either is what
-        # torch.compile takes for PyTorch's own (`_teach_dynamo`): it adds no graph break.
         nn = nn_module.Module
-        wrapped_call = nn.__call__
-        # PyTorch's own __call__ (no one else's patch beneath ours): its one step, choosing
-        # the compiled or the plain _call_impl, is done here, so the wrapper costs no frame
-        # more than it.
-        direct = wrapped_call is getattr(nn, "_wrapped_call_impl", None)
         scopes = bool(self.options.get("module_scopes", True))
-        names = self.names
-        marker = self.marker
-        depths = self.depths
-        get_ident = threading.get_ident
-        # The C descriptor is one per process: it replaces only PyTorch's own __call__ (on top
-        # of someone else's patch, which may call a paused descriptor of ours, it would call
-        # itself); torch.compile before 2.10 cannot trace a C descriptor in a compiled
-        # module's own frame; and it keeps its state under the GIL (a free-threaded Python gets
-        # the wrapper).
-        fast = None
-        if direct and getattr(sys, "_is_gil_enabled", lambda: True)() and (_shim.parse_version(torch.__version__) or (0, 0))[:2] >= (2, 10):
-            fast = _shim.module_call_functions(lib)
-        if fast is not None:
-            module_call = self._c_module_call(fast, nn, wrapped_call, direct, scopes)
-        else:
-            enter, leave = _shim.scope_functions(lib)
+        module_call, wrapped_call = _scopes.replacement(self, torch, nn, live, scopes, compiling)
+        self._attach_new_threads(live)
+        nn.__call__ = module_call
+        self.patches.append((nn, "__call__", wrapped_call, module_call))
+        if scopes:
+            if self.compiled is None:
+                from ._compiled import Compiled
+                self.compiled = Compiled(self, *_shim.scope_functions(lib))
+            self.compiled.install()
+        handles, patches = _hooks.install(self, _Hooks(self, live, compiling))
+        self.handles.extend(handles)
+        self.patches.extend(patches)
+        # Autograd nodes only (capture_ops=2): the shim finds the node at each memory record,
+        # but a custom Function's node (PyNode) is named here, where the GIL is held.
+        if int(self.options.get("capture_ops", 1)) == 2:
+            self._name_python_nodes(live)
 
-            def module_call(module, *args, **kwargs):
-                if not live.on or compiling():
-                    return wrapped_call(module, *args, **kwargs)
-                thread = get_ident()
-                depth = depths.get(thread, 0)
-                if depth == 0:
-                    if not taught[0] and "torch._dynamo" in sys.modules:
-                        taught[0] = True
-                        _teach_dynamo(cap.patches, None, wrapped_call, module_call)
-                    if cap.phase == PHASE_OTHER:
-                        cap.set_phase(PHASE_FORWARD)
-                    if marker is None and not cap.iteration_open:
-                        cap.begin_iteration()
-                if scopes or marker is not None:
-                    entry = names.get(id(module))
-                    if entry is None or entry[2]() is not module:
-                        entry = cap.name_root(module)
-                    if marker is not None and cap.is_marker(module, entry[0]):
-                        cap.begin_iteration()
-                depths[thread] = depth + 1
-                if scopes:
-                    enter(entry[1])
-                try:
-                    if direct:
-                        compiled = module._compiled_call_impl
-                        if compiled is None:
-                            return module._call_impl(*args, **kwargs)
-                        return compiled(*args, **kwargs)
-                    return wrapped_call(module, *args, **kwargs)
-                finally:
-                    if scopes:
-                        leave(entry[1])
-                    depths[thread] = depth
-                    if depth == 0 and cap.phase == PHASE_FORWARD:
-                        cap.set_phase(PHASE_OTHER)
-                    if marker is not None and cap.is_marker(module, entry[0]):
-                        cap.end_iteration()
+    def _hook_saved_tensors(self, torch, holders):
+        """An older torch unpacks saved tensors to read them, which is only safe while no
+        saved-tensor hook was ever entered: notes when one is."""
+        hooks_cls = torch.autograd.graph.saved_tensors_hooks
+        orig_enter = hooks_cls.__enter__
 
-            _name_like(module_call, wrapped_call)
-            taught = [False]
-            if "torch._dynamo" in sys.modules:
-                taught[0] = True
-                _teach_dynamo(self.patches, None, wrapped_call, module_call)
+        def hooks_enter(self_, *args, **kwargs):
+            holders.hooks_used = True
+            return orig_enter(self_, *args, **kwargs)
 
-        # A thread the program starts while tracing reports its allocations too (libtorch's
-        # own threads inherit the starting thread's reporter; a Python thread does not): its
-        # first Python call attaches it, then gives the thread the profile function it would
-        # have had. Threads already running when tracing starts are not recorded.
+        hooks_cls.__enter__ = hooks_enter
+        self.patches.append((hooks_cls, "__enter__", orig_enter, hooks_enter))
+
+    def _attach_new_threads(self, live):
+        """A thread the program starts while tracing reports its allocations too (libtorch's
+        own threads inherit the starting thread's reporter; a Python thread does not): its
+        first Python call attaches it, then gives the thread the profile function it would
+        have had. Threads already running when tracing starts are not recorded."""
+        lib = self.lib
         previous_profile = threading.getprofile() if hasattr(threading, "getprofile") else getattr(threading, "_profile_hook", None)
 
         def attach_thread(frame, event, arg):
@@ -369,173 +201,30 @@ class Capture:
         threading.setprofile(attach_thread)
         self.patches.append((threading, "_profile_hook", previous_profile, attach_thread))
 
-        nn.__call__ = module_call
-        self.patches.append((nn, "__call__", wrapped_call, module_call))
+    def _name_python_nodes(self, live):
+        """Names each custom autograd Function's backward node (PyNode) as it runs."""
+        from torch.autograd.function import BackwardCFunction
 
-        if scopes:
-            if self.compiled is None:
-                from ._compiled import Compiled
-                self.compiled = Compiled(self, *_shim.scope_functions(lib))
-            self.compiled.install()
-
-        opt_entry = cap.optimizer_entry
-
-        def opt_pre(opt, args, kwargs):
-            if not live.on or compiling():
-                return None
-            e = opt_entry(opt)
-            if holders is not None:
-                holders.rescan()
-                holders.step_begins()
-            cap.set_phase(PHASE_OPTIMIZER)
-            lib.mt_scope_enter(e[1])
-            return None
-
-        def opt_post(opt, args, kwargs):
-            if not live.on or compiling():
-                return None
-            e = opt_entry(opt)
-            lib.mt_scope_exit(e[1])
-            cap.set_phase(PHASE_OTHER)
-            if holders is not None:
-                holders.optimizer_state(opt)
-            cap.after_step(opt, e)
-            return None
-
-        self.handles.append(optim_module.register_optimizer_step_pre_hook(opt_pre))
-        self.handles.append(optim_module.register_optimizer_step_post_hook(opt_post))
-
-        # Backward: everything torch.autograd.backward/grad runs (Tensor.backward included)
-        # is the backward phase.
-        import torch.autograd as autograd
-
-        def phased(fn, roots_arg, retain_at):
-            def wrapper(*args, **kwargs):
-                if not live.on:
-                    return fn(*args, **kwargs)
-                prev = cap.phase
-                cap.set_phase(PHASE_BACKWARD)
-                walked = holders is not None and not compiling()
-                if walked:
-                    roots = args[0] if args else kwargs.get(roots_arg)
-                    holders.backward_begins(roots if isinstance(roots, (list, tuple)) else (roots,))
-                try:
-                    return fn(*args, **kwargs)
-                finally:
-                    cap.set_phase(prev)
-                    if walked:
-                        # retain_graph defaults to create_graph (positional in Tensor.backward).
-                        given = [args[k] if len(args) > k else kwargs.get(n) for k, n in zip(retain_at, ("retain_graph", "create_graph"))]
-                        holders.backward_ends(bool(given[1] if given[0] is None else given[0]))
-
-            wrapper.__wrapped__ = fn
-            wrapper.__doc__ = fn.__doc__
-            wrapper.__name__ = fn.__name__
-            return wrapper
-
-        for attr, roots_arg, retain_at in (("backward", "tensors", (2, 3)), ("grad", "outputs", (3, 4))):
-            orig = getattr(autograd, attr)
-            setattr(autograd, attr, phased(orig, roots_arg, retain_at))
-            self.patches.append((autograd, attr, orig, getattr(autograd, attr)))
-
-        # Autograd nodes only (capture_ops=2): the shim finds the node at each memory record,
-        # but a custom Function's node (PyNode) is named here, where the GIL is held.
-        if int(self.options.get("capture_ops", 1)) == 2:
-            from torch.autograd.function import BackwardCFunction
-
-            orig_apply = BackwardCFunction.apply
-            node_ids = {}
-
-            def backward_apply(ctx, *args):
-                if not live.on:
-                    return orig_apply(ctx, *args)
-                cls = type(ctx)
-                name = node_ids.get(cls)
-                if name is None:
-                    name = node_ids[cls] = cap.intern(cls.__name__)
-                lib.mt_python_node(name)
-                try:
-                    return orig_apply(ctx, *args)
-                finally:
-                    lib.mt_python_node(0)
-
-            BackwardCFunction.apply = backward_apply
-            self.patches.append((BackwardCFunction, "apply", orig_apply, backward_apply))
-
-        patch = hook_grad_scaler(cap, lambda: live.on)
-        if patch is not None:
-            self.patches.append(patch)
-
-    def _c_module_call(self, fast, nn, wrapped_call, direct, scopes):
-        """nn.Module.__call__ as a Python function that calls the shim's C method descriptor
-        (see `install`): the function stands where PyTorch's own `_wrapped_call_impl` frame
-        stood (the descriptor calls `_call_impl` itself), so a module call costs no frame more
-        than untraced, and torch.compile, which traces Python, is taught it (`_teach_dynamo`)."""
-        setup, live_fn = fast
+        lib = self.lib
         cap = self
-        names = self.names
-        marker = self.marker
-        track = scopes or marker is not None
-        taught = [False]
+        orig_apply = BackwardCFunction.apply
+        node_ids = {}
 
-        def before(module, depth):
-            if not taught[0] and "torch._dynamo" in sys.modules:
-                taught[0] = True
-                _teach_dynamo(cap.patches, descr, wrapped_call, module_call, (before, after))
-            if depth == 0:
-                if cap.phase == PHASE_OTHER:
-                    cap.set_phase(PHASE_FORWARD)
-                if marker is None and not cap.iteration_open:
-                    cap.begin_iteration()
-            if not track:
-                return 0
-            entry = names.get(id(module))
-            if entry is None or entry[2]() is not module:
-                entry = cap.name_root(module)
-            info = entry[1] if scopes else 0
-            if marker is not None and cap.is_marker(module, entry[0]):
-                cap.begin_iteration()
-                info |= MARKER
-            return info
+        def backward_apply(ctx, *args):
+            if not live.on:
+                return orig_apply(ctx, *args)
+            cls = type(ctx)
+            name = node_ids.get(cls)
+            if name is None:
+                name = node_ids[cls] = cap.intern(cls.__name__)
+            lib.mt_python_node(name)
+            try:
+                return orig_apply(ctx, *args)
+            finally:
+                lib.mt_python_node(0)
 
-        def after(module, depth, info):
-            if depth == 0 and cap.phase == PHASE_FORWARD:
-                cap.set_phase(PHASE_OTHER)
-            if info & MARKER:
-                cap.end_iteration()
-
-        flags = C_LIVE | (C_DIRECT if direct else 0) | (C_SCOPES if scopes else 0) | (C_TRACK if track else 0)
-        descr = setup(nn, wrapped_call, before, after, flags)
-
-        def module_call(self, *args, **kwargs):
-            return descr(self, *args, **kwargs)
-
-        _name_like(module_call, wrapped_call)
-        if "torch._dynamo" in sys.modules:
-            taught[0] = True
-            _teach_dynamo(self.patches, descr, wrapped_call, module_call, (before, after))
-        self.c_live = live_fn
-        return module_call
-
-    def optimizer_entry(self, opt):
-        """`[name, step scope, steps]` of an optimizer: `optimizer`, `optimizer1`, … in the order
-        they first step (both captures name them so; the recorder fallback borrows this)."""
-        e = self.optimizers.get(opt)
-        if e is None:
-            name = "optimizer" if len(self.optimizers) == 0 else f"optimizer{len(self.optimizers)}"
-            e = [name, self.intern(f"{name}.step"), 0]
-            self.optimizers[opt] = e
-        return e
-
-    def after_step(self, opt, entry):
-        entry[2] += 1
-        self.steps += 1
-        if self.primary_optimizer is None:
-            self.primary_optimizer = weakref.ref(opt)
-        if self.marker is None and self.primary_optimizer() is opt:
-            if not self.iteration_open:
-                self.begin_iteration()
-            self.end_iteration()
+        BackwardCFunction.apply = backward_apply
+        self.patches.append((BackwardCFunction, "apply", orig_apply, backward_apply))
 
     def _hook_out_of_memory(self, torch, holders, live):
         """`--holders`: the frees waiting for other streams, and with `--holders=python` the
@@ -701,11 +390,11 @@ class Capture:
             if self.compiled is not None:
                 end["compiled"] = self.compiled.meta()
             end["optimizers"] = sorted(e[0] for e in self.optimizers.values())
-            end["cuda"] = _cuda_stats()
+            end["cuda"] = cuda_stats()
             if self.allocator is not None:
                 end["allocator"] = self.allocator.end()
                 self.allocator.uninstall()
-            end["private_pools"] = _private_pool_segments()
+            end["private_pools"] = private_pool_segments()
             if self.sampler is not None:
                 end["device_samples"] = self.sampler.stop()
                 end["process_samples"] = self.sampler.process
@@ -725,135 +414,62 @@ class Capture:
         self.finished = True
 
 
-def hook_grad_scaler(tracer, recording):
-    """GradScaler.step skips optimizer.step when gradients overflowed (AMP's first steps): the
-    iteration still ends there. `tracer` is either capture (`optimizers`, `optimizer_entry`,
-    `after_step`); `recording()` says whether it records now. Gives the patch
-    `(GradScaler, "step", original, replacement)` made, or None without GradScaler."""
-    try:
-        from torch.amp.grad_scaler import GradScaler
-    except ImportError:
-        return None
-    orig_step = GradScaler.step
+class _Hooks:
+    """The optimizer's and the backward's hooks (`_hooks.install`) for one installation of a
+    capture: they record while its `live` is on and torch.compile does not trace."""
 
-    def scaler_step(scaler, optimizer, *args, **kwargs):
-        live = recording()
-        before = tracer.optimizers.get(optimizer, [None, None, 0])[2] if live else 0
-        try:
-            return orig_step(scaler, optimizer, *args, **kwargs)
-        finally:
-            if live and recording():
-                e = tracer.optimizer_entry(optimizer)
-                if e[2] == before:
-                    tracer.after_step(optimizer, e)
+    def __init__(self, cap, live, compiling):
+        self.cap = cap
+        self.live = live
+        self.compiling = compiling
+        self.holders = cap.holders
 
-    GradScaler.step = scaler_step
-    return (GradScaler, "step", orig_step, scaler_step)
+    def records_now(self):
+        return self.live.on
 
+    def step_begins(self, opt):
+        if not self.live.on or self.compiling():
+            return
+        cap, holders = self.cap, self.holders
+        e = cap.optimizer_entry(opt)
+        if holders is not None:
+            holders.rescan()
+            holders.step_begins()
+        cap.set_phase(PHASE_OPTIMIZER)
+        cap.lib.mt_scope_enter(e[1])
 
-class DeviceSampler:
-    """The driver's used and total memory (cudaMemGetInfo) of every CUDA device this process
-    holds memory on, every `interval` seconds, on the shim's clock: what the allocator never
-    sees (CUDA context, NCCL, cuBLAS workspaces) is the gap to PyTorch's reserved bytes.
+    def step_ends(self, opt):
+        if not self.live.on or self.compiling():
+            return
+        cap, holders = self.cap, self.holders
+        e = cap.optimizer_entry(opt)
+        cap.lib.mt_scope_exit(e[1])
+        cap.set_phase(PHASE_OTHER)
+        if holders is not None:
+            holders.optimizer_state(opt)
+        cap.after_step(opt, e)
 
-    Devices the process has not allocated on are skipped: asking them would create a CUDA
-    context there. At most `limit` samples are kept; past it every other one is dropped."""
+    def backward_begins(self, args, kwargs, roots_arg):
+        """Everything torch.autograd.backward/grad runs is the backward phase; with holders, the
+        graph it walks is read first."""
+        if not self.live.on:
+            return None
+        cap, holders = self.cap, self.holders
+        prev = cap.phase
+        cap.set_phase(PHASE_BACKWARD)
+        walked = holders is not None and not self.compiling()
+        if walked:
+            roots = args[0] if args else kwargs.get(roots_arg)
+            holders.backward_begins(roots if isinstance(roots, (list, tuple)) else (roots,))
+        return prev, walked
 
-    def __init__(self, lib, interval, nvml=None, limit=100_000, settle=None):
-        self.lib = lib
-        self.settle = settle  # with the ledger: told when first launches stop being watched
-        self.interval = interval
-        self.limit = limit
-        self.samples = []
-        self.nvml = nvml  # with the ledger: NVML's bytes of this process and of the others
-        self.process = []
-        self.every = 1
-        self.stopping = threading.Event()
-        self.thread = threading.Thread(target=self.run, name="memory-tracer-device-sampler", daemon=True)
-        self.thread.start()
-
-    def run(self):
-        import torch
-
-        n = 0
-        while not self.stopping.wait(self.interval):
-            try:
-                if self.settle is not None and self.lib.mt_ledger_settle(int(LEDGER_QUIET_S * 1e9), LEDGER_QUIET_LAUNCHES) == 1:
-                    self.settle(self.lib.mt_now_ns())
-                    self.settle = None
-                if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
-                    continue
-                for d in range(torch.cuda.device_count()):
-                    if torch.cuda.memory_reserved(d) == 0:
-                        continue
-                    free, total = torch.cuda.mem_get_info(d)
-                    n += 1
-                    if n % self.every == 0:
-                        now = self.lib.mt_now_ns()
-                        self.samples.append((now, d, total - free, total))
-                        usage = self.nvml.usage(d) if self.nvml is not None else None
-                        if usage is not None:
-                            self.process.append((now, d, usage[0], usage[1]))
-                if len(self.samples) >= self.limit:
-                    self.samples = self.samples[::2]
-                    self.process = self.process[::2]
-                    self.every *= 2
-            except Exception:  # a device gone bad: stop sampling, keep the program running
-                return
-
-    def stop(self):
-        self.stopping.set()
-        self.thread.join(timeout=2 * self.interval + 1)
-        return list(self.samples)
-
-
-def _private_pool_segments(limit=100000):
-    """The CUDA allocator's segments of private pools (CUDA graphs, `torch.cuda.MemPool`) at
-    the end: the collector gives the allocations made inside them their pool."""
-    import torch
-
-    out = []
-    try:
-        if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
-            return out
-        for seg in torch.cuda.memory_snapshot():
-            pool = tuple(seg.get("segment_pool_id") or (0, 0))
-            if pool == (0, 0) or len(pool) != 2:
-                continue
-            out.append({"device": int(seg["device"]), "address": int(seg["address"]), "size": int(seg["total_size"]), "pool": [int(pool[0]), int(pool[1])]})
-            if len(out) >= limit:
-                break
-    except Exception:
-        pass
-    return out
-
-
-def _cuda_stats():
-    import torch
-
-    out = []
-    try:
-        if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
-            return out
-        for d in range(torch.cuda.device_count()):
-            s = torch.cuda.memory_stats(d)
-            if not s or s.get("allocated_bytes.all.peak", 0) == 0:
-                continue
-            props = torch.cuda.get_device_properties(d)
-            out.append({
-                "device": d,
-                "name": props.name,
-                "total_memory": props.total_memory,
-                "allocated_current": s.get("allocated_bytes.all.current", 0),
-                "allocated_peak": s.get("allocated_bytes.all.peak", 0),
-                "reserved_current": s.get("reserved_bytes.all.current", 0),
-                "reserved_peak": s.get("reserved_bytes.all.peak", 0),
-                "num_alloc_retries": s.get("num_alloc_retries", 0),
-                "num_ooms": s.get("num_ooms", 0),
-            })
-    except Exception as e:
-        out.append({"error": str(e)})
-    return out
+    def backward_ends(self, began, args, kwargs, retain_at):
+        prev, walked = began
+        self.cap.set_phase(prev)
+        if walked:
+            # retain_graph defaults to create_graph (positional in Tensor.backward).
+            given = [args[k] if len(args) > k else kwargs.get(n) for k, n in zip(retain_at, ("retain_graph", "create_graph"))]
+            self.holders.backward_ends(bool(given[1] if given[0] is None else given[0]))
 
 
 def begin(lib, sock_fd, options, mode, hello, reset_peak_device=None):

@@ -7,7 +7,7 @@ does with `record_function` ranges, which the recorder keeps as the snapshot's
 `external_annotations` (START and END, with a time on the recorder's clock):
 
 - `memory_tracer:scope:<depth>:<phase>:<name>`: a module's forward (`layer1.0.conv1`, named by
-  `_capture.Capture.name_root`, as the native capture names it) or an optimizer's step
+  `_hooks.Tracker.name_root`, as the native capture names it) or an optimizer's step
   (`optimizer.step`); depth and phase are those at its start;
 - `memory_tracer:phase:<forward|backward|optimizer>`: the phases, one at a time;
 - `memory_tracer:iteration:<n>`: iteration n (the first optimizer's steps, or
@@ -36,9 +36,9 @@ import struct
 import sys
 import threading
 import time
-import weakref
 
-from . import _capture
+from . import _hooks
+from ._device import cuda_stats
 from ._shim import FRAME_END, FRAME_HELLO, FRAME_NOTE
 
 FORWARD, BACKWARD, OPTIMIZER, OTHER = 0, 1, 2, 3
@@ -79,17 +79,11 @@ def start(torch, socket_path, options, reason):
             rec.fail(f"the recorder fallback could not start: {e}")
 
 
-class Recorder:
+class Recorder(_hooks.Tracker):
     """One process's recording through PyTorch's recorder, told to the collector at the end
-    of `sock`."""
-
-    # The native capture's rules, shared: names of modules by path (the first model bare,
-    # other roots by class), the iteration marker, and iterations ended by the first
-    # optimizer's steps.
-    name_root = _capture.Capture.name_root
-    is_marker = _capture.Capture.is_marker
-    after_step = _capture.Capture.after_step
-    optimizer_entry = _capture.Capture.optimizer_entry
+    of `sock`. The native capture's rules are its own too (`_hooks.Tracker`): names of modules
+    by path (the first model bare, other roots by class), the iteration marker, and iterations
+    ended by the first optimizer's steps."""
 
     def __init__(self, torch, socket_path, options, reason):
         self.torch = torch
@@ -106,18 +100,8 @@ class Recorder:
         # at iteration ends (tests/gpu/recorder_fallback.py).
         chunk = os.environ.get("MEMORY_TRACER_RECORDER_CHUNK_ENTRIES", "")
         self.chunk_entries = int(chunk) if chunk.isdigit() else min(CHUNK_ENTRIES, self.max_entries // 2)
-        self.marker = options.get("iteration_marker") or None
-        # What `_capture.Capture.name_root` and `after_step` keep (the recorder records no
-        # holders: `name_root` names modules for them only where they are recorded).
-        self.names = {}
-        self.holders = None
-        self.main_root = None
-        self.root_names = set()
-        self.optimizers = weakref.WeakKeyDictionary()
-        self.primary_optimizer = None
-        self.steps = 0
-        self.iteration = 0
-        self.iteration_open = False
+        # The tracker's names, optimizers and iterations (the recorder records no holders).
+        self.track(options.get("iteration_marker") or None)
         # Open ranges (record_function handles).
         self.depth = 0
         self.phase = OTHER
@@ -333,8 +317,6 @@ class Recorder:
     def install(self):
         torch = self.torch
         from torch.nn.modules import module as nn_module
-        from torch.optim import optimizer as optim_module
-        import torch.autograd as autograd
 
         self.compiling = getattr(torch.compiler, "is_compiling", lambda: False)
         rec = self
@@ -380,61 +362,47 @@ class Recorder:
                 rec.broken(e)
             return None
 
-        opt_entry = rec.optimizer_entry
-
-        def opt_pre(opt, args, kwargs):
-            try:
-                if not rec.active():
-                    return None
-                e = opt_entry(opt)
-                rec.set_phase(OPTIMIZER)
-                rec.open_scope(e[1], e[1])
-            except Exception as err:
-                rec.broken(err)
-            return None
-
-        def opt_post(opt, args, kwargs):
-            try:
-                if not rec.active():
-                    return None
-                e = opt_entry(opt)
-                rec.close_scope(e[1])
-                rec.set_phase(OTHER)
-                rec.after_step(opt, e)
-            except Exception as err:
-                rec.broken(err)
-            return None
-
         self.handles.append(nn_module.register_module_forward_pre_hook(pre))
         self.handles.append(nn_module.register_module_forward_hook(post, always_call=True))
-        self.handles.append(optim_module.register_optimizer_step_pre_hook(opt_pre))
-        self.handles.append(optim_module.register_optimizer_step_post_hook(opt_post))
+        handles, patches = _hooks.install(self, self)
+        self.handles.extend(handles)
+        self.patches.extend(p[:3] for p in patches)
 
-        def phased(fn):
-            def wrapper(*args, **kwargs):
-                if not rec.recording or rec.finished or threading.get_ident() != rec.thread:
-                    return fn(*args, **kwargs)
-                prev = rec.phase
-                rec.set_phase(BACKWARD)
-                try:
-                    return fn(*args, **kwargs)
-                finally:
-                    if rec.recording and not rec.finished:
-                        rec.set_phase(prev)
+    # -- the hooks' backend (`_hooks.install`) ---------------------------------------------
+    def records_now(self):
+        return self.recording and not self.finished and threading.get_ident() == self.thread
 
-            wrapper.__wrapped__ = fn
-            wrapper.__doc__ = fn.__doc__
-            wrapper.__name__ = fn.__name__
-            return wrapper
+    def step_begins(self, opt):
+        try:
+            if not self.active():
+                return
+            e = self.optimizer_entry(opt)
+            self.set_phase(OPTIMIZER)
+            self.open_scope(e[1], e[1])
+        except Exception as err:
+            self.broken(err)
 
-        for attr in ("backward", "grad"):
-            orig = getattr(autograd, attr)
-            setattr(autograd, attr, phased(orig))
-            self.patches.append((autograd, attr, orig))
+    def step_ends(self, opt):
+        try:
+            if not self.active():
+                return
+            e = self.optimizer_entry(opt)
+            self.close_scope(e[1])
+            self.set_phase(OTHER)
+            self.after_step(opt, e)
+        except Exception as err:
+            self.broken(err)
 
-        patch = _capture.hook_grad_scaler(rec, lambda: rec.recording and not rec.finished and threading.get_ident() == rec.thread)
-        if patch is not None:
-            self.patches.append(patch[:3])
+    def backward_begins(self, args, kwargs, roots_arg):
+        if not self.recording or self.finished or threading.get_ident() != self.thread:
+            return None
+        prev = self.phase
+        self.set_phase(BACKWARD)
+        return prev
+
+    def backward_ends(self, prev, args, kwargs, retain_at):
+        if self.recording and not self.finished:
+            self.set_phase(prev)
 
     def uninstall(self):
         for h in self.handles:
@@ -583,7 +551,7 @@ class Recorder:
                 "iterations": self.iteration,
                 "optimizers": sorted(e[0] for e in self.optimizers.values()),
                 "notes": self.notes,
-                "cuda": _capture._cuda_stats(),
+                "cuda": cuda_stats(),
             }
             self.send(FRAME_END, end)
         except Exception as e:  # never let the recording's end break the program's

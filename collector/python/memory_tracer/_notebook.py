@@ -50,7 +50,7 @@ def _css_height(height):
 
 def report_html(path):
     """The single-file report of the trace or snapshot at `path` (any format the viewer opens)."""
-    from . import collector_path
+    from ._tracer import collector_path
 
     path = os.fspath(path)
     if not os.path.exists(path):
@@ -116,7 +116,7 @@ def memtrace(line, cell, shell):
     allocated up to the error is often the point)."""
     from IPython.core.error import UsageError
 
-    from . import MemoryTracer
+    from ._tracer import MemoryTracer
 
     try:
         args = _magic_parser().parse_args(shlex.split(line))

@@ -119,7 +119,7 @@ def pytest_runtest_call(item):
     budget = _budget(item)
     if budget is None:
         return (yield)
-    from . import MemoryTracer
+    from ._tracer import MemoryTracer
 
     limit_bytes, given = budget
     tracer = MemoryTracer(device=item.config.getoption("memory_device", None))
