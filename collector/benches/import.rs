@@ -102,8 +102,9 @@ fn main() {
         r.verdict
     );
     let (dt, merged) = time(Duration::from_secs(1), || {
-        let inputs = (0..4u32).map(|rank| shared::merge::MergeInput { trace: big.clone(), rank, label: format!("rank{rank}") }).collect();
-        shared::merge::merge(inputs).expect("merges")
+        let inputs =
+            (0..4u32).map(|rank| shared::ranks::merge::MergeInput { trace: big.clone(), rank, label: format!("rank{rank}") }).collect();
+        shared::ranks::merge::merge(inputs).expect("merges")
     });
     println!(
         "merge of 4 ranks × {} events: {:.0} ms including 4 clones ({:.1} B/event held)",
@@ -118,7 +119,7 @@ fn main() {
         dt.as_secs_f64() * 1e3,
         spans.len()
     );
-    let (dt, one) = time(Duration::from_secs(1), || shared::merge::rank_trace(&merged, 2).expect("rank 2"));
+    let (dt, one) = time(Duration::from_secs(1), || shared::ranks::rank_trace(&merged, 2).expect("rank 2"));
     println!("one rank out of the 4-rank merge: {:.0} ms ({} events)", dt.as_secs_f64() * 1e3, one.events.len());
     let (dt, d) = time(Duration::from_secs(1), || shared::analysis::diff::diff(&big, &iterated));
     println!(

@@ -10,6 +10,6 @@ pub mod commands;
 pub mod mcp;
 pub mod objects;
 pub mod pyrun;
-pub mod report;
 pub mod serve;
 pub mod verify;
+pub mod viewer_assets;

@@ -82,7 +82,7 @@ fn parts_of_several_nodes_merge_into_one_trace_and_absent_nodes_are_named() {
     assert_eq!(code, 200, "the last part is answered with the merged trace: {done}");
     assert_eq!(done["trace_id"].as_str(), Some(id.as_str()));
     let t = stored_trace(&s, &id, &dir);
-    assert_eq!(shared::merge::ranks(&t), [0, 1]);
+    assert_eq!(shared::ranks::ranks(&t), [0, 1]);
     assert!(t.meta.missing_ranks.is_empty(), "{:?}", t.meta.warnings);
     let kinds: Vec<String> = read_events(&s, &id).into_iter().map(|(k, _)| k).collect();
     assert_eq!(kinds, ["status", "done"]);
@@ -97,7 +97,7 @@ fn parts_of_several_nodes_merge_into_one_trace_and_absent_nodes_are_named() {
     let events = read_events(&s, &id);
     assert_eq!(events.last().map(|(k, _)| k.as_str()), Some("done"), "{events:?}");
     let t = stored_trace(&s, &id, &dir);
-    assert_eq!(shared::merge::ranks(&t), [0]);
+    assert_eq!(shared::ranks::ranks(&t), [0]);
     assert!(t.meta.warnings.iter().any(|w| w.contains("node 1 never joined within 1 s")), "{:?}", t.meta.warnings);
     let (code, e) = part(&id, 1, "ddp_rank1.pickle.gz");
     assert_eq!(code, 404, "a part after the merge finds no live trace: {e}");
@@ -172,7 +172,7 @@ fn two_torchrun_nodes_stream_every_rank_into_one_live_trace() {
     ranks.dedup();
     assert_eq!(ranks, [0, 1, 2, 3], "every rank's memory arrives before the end");
     let t = stored_trace(&s, &id, &dir);
-    assert_eq!(shared::merge::ranks(&t), [0, 1, 2, 3]);
+    assert_eq!(shared::ranks::ranks(&t), [0, 1, 2, 3]);
     assert!(t.meta.missing_ranks.is_empty(), "{:?}", t.meta.warnings);
     assert_eq!(t.iterations.len(), 4);
 }
@@ -192,7 +192,7 @@ fn a_failed_node_leaves_its_ranks_named_missing() {
     let events = read_events(&s, &id);
     assert_eq!(events.last().map(|(k, _)| k.as_str()), Some("done"), "{events:?}");
     let t = stored_trace(&s, &id, &dir);
-    assert_eq!(shared::merge::ranks(&t), [0, 1]);
+    assert_eq!(shared::ranks::ranks(&t), [0, 1]);
     assert_eq!(t.meta.missing_ranks, [2, 3]);
     let named = t.meta.warnings.iter().filter(|w| w.contains("is missing") && w.contains("node 1 failed: nothing was traced")).count();
     assert_eq!(named, 2, "{:?}", t.meta.warnings);

@@ -573,7 +573,7 @@ fn torchrun(args: &[&str]) -> Vec<String> {
 
 /// Where each iteration of `rank` ends in a merged trace (its optimizer steps), in ns.
 fn iteration_ends(merged: &Trace, rank: u32) -> Vec<u64> {
-    let own = shared::merge::rank_trace(merged, rank).expect("the rank");
+    let own = shared::ranks::rank_trace(merged, rank).expect("the rank");
     shared::analysis::iterations::spans(&own).spans.iter().map(|s| s.end_ns).collect()
 }
 
@@ -606,7 +606,7 @@ fn torchrun_ranks_are_traced_merged_and_aligned() {
     for (rank, p) in peaks.iter().enumerate() {
         let own = load_trace(&dir.join(format!("out.rank{rank}.mtrace.json")), &ImportOptions::default()).unwrap();
         assert_eq!(p.peak_allocated_bytes, shared::analysis::summary(&own).peak_allocated_bytes, "rank {rank}");
-        assert_eq!(own.meta.reported.get("env.RANK"), Some(&(rank as u64)));
+        assert_eq!(own.meta.rank_var(shared::model::RankVar::Rank), Some(rank as u64));
         assert!(own.meta.job.as_deref().is_some_and(|j| j.contains('@')), "{:?}", own.meta.job);
     }
     assert_eq!(merged.iterations.len(), 2);
@@ -666,7 +666,7 @@ fn a_rank_that_dies_is_named_and_the_others_are_kept() {
     let (out, t, dir) = trace("rank_never_starts", &[], &torchrun(&[&program("dying_rank.py"), "--when", "start"]));
     assert_ne!(out.status.code(), Some(0), "torchrun reports the failed rank");
     let merged = t.unwrap_or_else(|| panic!("a merged trace of rank 0: {}", text(&out.stderr)));
-    assert_eq!(shared::merge::ranks(&merged), [0]);
+    assert_eq!(shared::ranks::ranks(&merged), [0]);
     assert_eq!(merged.meta.missing_ranks, [1]);
     assert!(
         merged.meta.warnings.iter().any(|w| w.starts_with("rank 1 of 2 is missing: its process streamed no trace")),
@@ -679,13 +679,13 @@ fn a_rank_that_dies_is_named_and_the_others_are_kept() {
     let (out, t, _) = trace("rank_killed", &[], &torchrun(&[&program("dying_rank.py"), "--when", "step"]));
     assert_ne!(out.status.code(), Some(0));
     let merged = t.unwrap_or_else(|| panic!("a merged trace: {}", text(&out.stderr)));
-    assert_eq!(shared::merge::ranks(&merged), [0, 1]);
+    assert_eq!(shared::ranks::ranks(&merged), [0, 1]);
     assert!(
         merged.meta.warnings.iter().any(|w| w.starts_with("rank 1: the process ended without closing its capture")),
         "{:?}",
         merged.meta.warnings
     );
-    let rank1 = shared::merge::rank_trace(&merged, 1).unwrap();
+    let rank1 = shared::ranks::rank_trace(&merged, 1).unwrap();
     // The job's iterations: rank 0 finished one, then waited for rank 1 in the next.
     assert_eq!(shared::analysis::iterations::spans(&rank1).spans.len(), 1);
     assert!(!rank1.events.is_empty());
@@ -980,7 +980,7 @@ fn recorder_snapshots_become_layer_scopes_phases_and_iterations() {
     assert!(w.iter().any(|n| n == "a note of the process"), "{w:?}");
     assert!(!w.iter().any(|n| n.contains("annotated spans outside")), "{w:?}");
     assert_eq!(t.meta.reported.get("cuda.max_memory_allocated"), Some(&238_078_976));
-    assert_eq!(t.meta.reported.get("env.RANK"), Some(&1));
+    assert_eq!(t.meta.rank_var(shared::model::RankVar::Rank), Some(1));
     assert_eq!((t.meta.model.as_deref(), t.meta.device_name.as_deref()), (Some("train.py"), Some("NVIDIA H100 80GB HBM3")));
     assert_eq!(t.meta.start_unix_ns, t.events.ts_ns.first().copied());
 

@@ -252,7 +252,7 @@ fn the_allocations_live_in_a_window_are_found_without_reading_every_event() {
 fn the_index_finds_the_moments_a_walk_over_the_window_finds() {
     use shared::analysis::active::column_moments;
     use shared::analysis::timeline_index::TimelineIndex;
-    use shared::merge::{merge_with, MergeInput, MergeOptions};
+    use shared::ranks::merge::{merge_with, MergeInput, MergeOptions};
     let samples: Vec<Trace> = SAMPLES.iter().map(|s| import(&data(s), &ImportOptions::default()).unwrap()).collect();
     let inputs = samples.iter().enumerate().map(|(k, t)| MergeInput { trace: t.clone(), rank: k as u32, label: SAMPLES[k].into() });
     let merged = merge_with(inputs.collect(), &MergeOptions { allow_disjoint: true, ..MergeOptions::default() }).unwrap();

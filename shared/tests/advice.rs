@@ -689,9 +689,9 @@ fn a_merged_trace_is_advised_on_its_peak_rank() {
     }
     r1.events = store;
     let single = advise(&r1, &AdviceOptions::default());
-    let merged = shared::merge::merge(vec![
-        shared::merge::MergeInput { trace: r0, rank: 0, label: "r0".into() },
-        shared::merge::MergeInput { trace: r1.clone(), rank: 1, label: "r1".into() },
+    let merged = shared::ranks::merge::merge(vec![
+        shared::ranks::merge::MergeInput { trace: r0, rank: 0, label: "r0".into() },
+        shared::ranks::merge::MergeInput { trace: r1.clone(), rank: 1, label: "r1".into() },
     ])
     .unwrap();
     let r = advise(&merged, &AdviceOptions::default());

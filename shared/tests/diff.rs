@@ -8,8 +8,8 @@ use shared::analysis::diff::{
     diff, diff_devices, Alignment, ClassBytes, ClassSide, DiffError, OpCount, Presence, Side, TraceDiff, CURVE_POINTS,
 };
 use shared::analysis::profile::TensorClass;
-use shared::merge::{merge, MergeInput};
 use shared::model::{Device, EventRecord, EventType, IterationSpan, OperatorEvent, Phase, SourceFormat, StrId, TensorRef, TraceMeta};
+use shared::ranks::merge::{merge, MergeInput};
 use shared::{import, ImportOptions, Trace};
 use std::path::PathBuf;
 

@@ -8,7 +8,7 @@
 use shared::analysis::flame::{flame_graph, FlameKind};
 use shared::analysis::{live_allocations_at, summary, timeline, TimelineOptions};
 use shared::explore::{Opened, Overview, RanksError, Request, Response, Session};
-use shared::merge::MergeOptions;
+use shared::ranks::merge::MergeOptions;
 use shared::{import, ImportOptions};
 use std::path::PathBuf;
 
@@ -172,7 +172,7 @@ fn rank_files_merge_and_every_rank_keeps_its_peak() {
         assert_eq!(d.peak_reserved_bytes, fact(sample, "max_reserved"), "{sample}");
         // The peak's time on the merged axis is the rank's own peak time, shifted by where
         // the rank starts on it.
-        let own = shared::merge::rank_trace(session.trace(), d.rank).unwrap();
+        let own = shared::ranks::rank_trace(session.trace(), d.rank).unwrap();
         let shift_s = (own.start_ns() - session.trace().start_ns()) as f64 * 1e-9;
         assert!(
             (d.peak_time_s - (summary(&own).peak_time_s + shift_s)).abs() < 1e-6,
@@ -256,7 +256,7 @@ fn the_open_trace_compares_with_another_file() {
     assert_eq!((d.a.peak_allocated_bytes, d.b.peak_allocated_bytes), (fact(RESNET, "max_allocated"), fact(MLP, "max_allocated")));
     assert_eq!(d.peak_allocated_delta_bytes, 110388224 - 238078976);
     assert!(d.notes.iter().any(|n| n.starts_with("the layers do not match")), "{:?}", d.notes);
-    let e = session.compare_with("notes.txt", b"not a trace").unwrap_err();
+    let e = session.compare_with("notes.txt", b"not a trace").unwrap_err().to_string();
     assert!(e.contains("expected"), "{e}");
 }
 

@@ -5,8 +5,10 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use shared::analysis::device_peaks;
-use shared::merge::{absent_ranks, merge, merge_with, rank_trace, ranks, MergeError, MergeInput, MergeOptions};
+use shared::model::RankVar;
 use shared::model::{Device, EventRecord, EventType, IterationSpan, Phase, SourceFormat, StrId, TraceMeta};
+use shared::ranks::merge::{absent_ranks, merge, merge_with, InputRank, MergeError, MergeInput, MergeOptions};
+use shared::ranks::{rank_trace, ranks};
 use shared::{import, ImportOptions, Trace};
 use std::path::PathBuf;
 
@@ -136,17 +138,23 @@ fn each_rank_comes_back_out_whole() {
 
 /// What every merge takes its inputs through: a merged trace brings each of its ranks (so
 /// merged traces merge again, the result equal to merging the ranks at once), one process's
-/// trace the rank it is given; the ranks none brings are named.
+/// trace the rank it is given, else the one it names, else its position or an error; the ranks
+/// none brings are named.
 #[test]
 fn a_merged_trace_brings_its_ranks_to_a_merge_and_the_absent_are_named() {
     let first = merge(vec![rank(0, "a", 4, 0, Some(5)), rank(1, "a", 4, 0, Some(5))]).unwrap();
-    let mut inputs = MergeInput::ranks_of(first, 9, "first.mtrace.json");
+    let mut inputs = MergeInput::of(first, "first.mtrace.json", InputRank::Given(9)).unwrap();
     assert_eq!(
         inputs.iter().map(|i| (i.rank, i.label.as_str())).collect::<Vec<_>>(),
         [(0, "first.mtrace.json rank 0"), (1, "first.mtrace.json rank 1")]
     );
     let third = rank(3, "a", 4, 0, Some(5));
-    inputs.extend(MergeInput::ranks_of(third.trace, 3, "rank3.mtrace.json"));
+    let named = |label: &str, rank| MergeInput::of(third.trace.clone(), label, rank).map(|i| i.iter().map(|i| i.rank).collect::<Vec<_>>());
+    assert_eq!(named("rank3.mtrace.json", InputRank::NamedOr(7)).unwrap(), [3]);
+    assert_eq!(named("node.mtrace.json", InputRank::NamedOr(7)).unwrap(), [7]);
+    let e = named("node.mtrace.json", InputRank::Named).unwrap_err();
+    assert!(matches!(&e, MergeError::NoRank { label } if label == "node.mtrace.json"), "{e}");
+    inputs.extend(MergeInput::of(third.trace, "rank3.mtrace.json", InputRank::Named).unwrap());
     assert_eq!(inputs.iter().map(|i| i.rank).collect::<Vec<_>>(), [0, 1, 3]);
     let absent = absent_ranks(&inputs, 4, |r| format!("rank {r} never connected"));
     assert_eq!(absent, [(2, "rank 2 never connected".to_owned())].into());
@@ -165,7 +173,7 @@ fn rank(rank: u32, job: &str, world: u64, it_ns: u64, wall: Option<u64>) -> Merg
     let mut meta = TraceMeta::new(SourceFormat::MemoryTracer);
     meta.job = Some(job.into());
     meta.start_unix_ns = wall;
-    meta.reported.insert("env.WORLD_SIZE".into(), world);
+    meta.report_rank_var(RankVar::WorldSize, world);
     let mut t = Trace::new(meta);
     let d = t.device_index(Device { kind: "cpu".into(), index: 0, rank: None });
     for (k, ts) in [it_ns + 1_000, it_ns + 2_000].into_iter().enumerate() {

@@ -310,8 +310,8 @@ fn traced_runs_know_their_private_pools() {
 /// their pools in different orders.
 #[test]
 fn merged_ranks_keep_their_pools() {
-    use shared::merge::{merge, MergeInput};
     use shared::model::PoolId;
+    use shared::ranks::merge::{merge, MergeInput};
     let a = import("layout_2_15.pickle");
     // Rank 1: the same run, with one more pool listed first, and a segment alive from the start
     // in its private pool.

@@ -216,10 +216,10 @@ fn merged_ranks_keep_each_ranks_peak() {
             .map(|rank| {
                 let name = format!("{mode}_rank{rank}.pickle.gz");
                 let trace = import(&data(&name), &ImportOptions::default()).unwrap();
-                shared::merge::MergeInput { trace, rank, label: name }
+                shared::ranks::merge::MergeInput { trace, rank, label: name }
             })
             .collect();
-        let merged = shared::merge::merge(inputs).unwrap();
+        let merged = shared::ranks::merge::merge(inputs).unwrap();
         let peaks = shared::analysis::device_peaks(&merged);
         for rank in 0..2u32 {
             let name = format!("{mode}_rank{rank}.pickle.gz");

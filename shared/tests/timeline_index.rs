@@ -57,11 +57,11 @@ fn the_index_answers_every_window_as_the_full_scan_does() {
     let a = sample("mlp_adam_3steps.pickle");
     let b = sample("resnet18_sgd_2steps.pickle");
     let inputs = vec![
-        shared::merge::MergeInput { trace: a, rank: 0, label: "a".into() },
-        shared::merge::MergeInput { trace: b, rank: 1, label: "b".into() },
+        shared::ranks::merge::MergeInput { trace: a, rank: 0, label: "a".into() },
+        shared::ranks::merge::MergeInput { trace: b, rank: 1, label: "b".into() },
     ];
-    let options = shared::merge::MergeOptions { allow_disjoint: true, ..Default::default() };
-    let merged = shared::merge::merge_with(inputs, &options).unwrap();
+    let options = shared::ranks::merge::MergeOptions { allow_disjoint: true, ..Default::default() };
+    let merged = shared::ranks::merge::merge_with(inputs, &options).unwrap();
     assert!(merged.devices.len() >= 2);
     check("merged", &merged);
 }

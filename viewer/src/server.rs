@@ -10,7 +10,7 @@
 //! be set (EventSource, the worker's fetch).
 //!
 //! This is the panel's logic; its components are `components/server_panel.rs`,
-//! `components/live.rs` and `components/stored_compare.rs`.
+//! `components/live/` and `components/compare/stored.rs`.
 
 use crate::http::{call, encode, url_with_token};
 use crate::state::{Comparison, Loader};

@@ -6,7 +6,7 @@
 
 use shared::analysis::view_math::{flame_layout, FlameMetric};
 use shared::explore::{Opened, Overview, Request, Response, Session};
-use shared::merge::MergeOptions;
+use shared::ranks::merge::MergeOptions;
 use viewer::charts::{self, Palette};
 use wasm_bindgen::JsCast;
 use wasm_bindgen_test::*;
@@ -175,10 +175,10 @@ fn two_traces_compare_and_both_curves_draw() {
     let d = session.compare_with("mlp.pickle", SNAPSHOT).unwrap();
     assert_eq!(d.peak_allocated_delta_bytes, MLP_PEAK as i64 - RESNET_PEAK as i64);
     assert_eq!(
-        viewer::components::diff::signed_bytes(d.peak_allocated_delta_bytes),
+        viewer::components::compare::diff::signed_bytes(d.peak_allocated_delta_bytes),
         format!("−{}", shared::units::format_bytes(RESNET_PEAK - MLP_PEAK))
     );
-    assert_eq!(viewer::components::diff::signed_bytes(0), "0 B");
+    assert_eq!(viewer::components::compare::diff::signed_bytes(0), "0 B");
     let c = canvas(900, 300);
     let pal = Palette::LIGHT;
     let m = charts::draw_diff_curves(&c, &pal, &d.curves, ("resnet18.pickle", "mlp.pickle")).unwrap();

@@ -4,7 +4,9 @@
 //! that the tree's root (`lib.rs` or `main.rs`, or the folder's `mod.rs`) defines, so every
 //! module graph runs one way and has no cycle. `cargo xtask tidy` runs [`upward_uses`] on every
 //! tree in [`LAYERED`]; a module that is not declared is refused too, so a new one takes its
-//! place in the order when it is added.
+//! place in the order when it is added. A part of a module may take a layer of its own
+//! (`ranks::merge`, above the analyses that the rest of `ranks` sits below): the part and what
+//! is in it are that layer, the rest of the module its own.
 
 use crate::source::{rust_files, strip_comments};
 use anyhow::{Context, Result};
@@ -15,6 +17,7 @@ use std::path::Path;
 /// lowest layer first.
 pub struct Layers {
     pub src: &'static str,
+    /// Top-level modules, and parts of them with a layer of their own (`ranks::merge`).
     pub order: &'static [&'static str],
 }
 
@@ -47,12 +50,11 @@ pub const LAYERED: [Layers; 9] = [
             "allocator",
             "whatif",
             "ranks",
-            "rank_files",
             "analysis",
             "report",
             "export",
             "import",
-            "merge",
+            "ranks::merge",
             "explore",
         ],
     },
@@ -60,7 +62,10 @@ pub const LAYERED: [Layers; 9] = [
     Layers { src: "record/src", order: &["layout", "sys", "live", "assemble"] },
     Layers { src: "traceio/src", order: &["read_ahead", "files", "parquet", "text", "plots", "folders"] },
     Layers { src: "capture/src", order: &["session", "models", "run", "sweep", "tracer", "cli"] },
-    Layers { src: "collector/src", order: &["objects", "capture_binary", "report", "verify", "pyrun", "mcp", "serve", "commands", "cli"] },
+    Layers {
+        src: "collector/src",
+        order: &["objects", "capture_binary", "viewer_assets", "verify", "pyrun", "mcp", "serve", "commands", "cli"],
+    },
     Layers {
         src: "viewer/src",
         order: &["dom", "ring", "messages", "widgets", "perf", "http", "charts", "tables", "state", "bridge", "server", "components"],
@@ -78,6 +83,7 @@ pub const LAYERED: [Layers; 9] = [
             "wheel",
             "bench",
             "fuzz",
+            "gpu",
             "main_job",
             "doc_paths",
             "untyped_json",
@@ -106,7 +112,12 @@ pub fn upward_uses(root: &Path, layers: &Layers) -> Result<Vec<String>> {
         }
     }
     for m in layers.order {
-        if !modules.iter().any(|x| x == m) {
+        let here = match m.split_once("::") {
+            // A part with a layer of its own: a file or folder of a module in the order.
+            Some((parent, _)) => layers.order.contains(&parent) && module_path_exists(&src, m),
+            None => modules.iter().any(|x| x == m),
+        };
+        if !here {
             found.push(format!("{}: xtask/src/layers.rs names `{m}`, which is not a module here", layers.src));
         }
     }
@@ -116,11 +127,11 @@ pub fn upward_uses(root: &Path, layers: &Layers) -> Result<Vec<String>> {
     let rank_of = |m: &str| layers.order.iter().position(|l| *l == m);
     for file in rust_files(&src)? {
         let rel = file.strip_prefix(&src).unwrap_or(&file).to_string_lossy().replace('\\', "/");
-        let first = rel.split('/').next().unwrap_or_default();
-        let top = first.strip_suffix(".rs").unwrap_or(first).to_owned();
-        let Some(rank) = rank_of(&top) else { continue }; // lib.rs, main.rs, mod.rs, bin/: the root
-        let Some(own) = module_of(&rel) else { continue };
-        let module: Vec<String> = base.iter().cloned().chain(own.split("::").map(str::to_owned)).collect();
+        let Some(own) = module_of(&rel) else { continue }; // lib.rs, main.rs, mod.rs, bin/: the root
+        let own_path: Vec<String> = own.split("::").map(str::to_owned).collect();
+        let Some(top) = layer_of(layers.order, &own_path) else { continue };
+        let Some(rank) = rank_of(top) else { continue };
+        let module: Vec<String> = base.iter().cloned().chain(own_path).collect();
         let text = std::fs::read_to_string(&file).with_context(|| format!("cannot read {}", file.display()))?;
         let code = strip_comments(&text);
         let mut named_paths = paths_named(&module.join("::"), &code);
@@ -130,14 +141,17 @@ pub fn upward_uses(root: &Path, layers: &Layers) -> Result<Vec<String>> {
             let line = || code[..named.at].matches('\n').count() + 1;
             // A name that is no module is the root's: a re-export stands for its module; an
             // item the root defines sits above every layer (the root declares them all).
-            let target = if rank_of(name).is_some() { Some(name.clone()) } else { root_items.module_of(name, &src) };
+            let target = match layer_of(layers.order, &named.path[base.len()..]) {
+                Some(layer) => Some(layer.to_owned()),
+                None => root_items.module_of(name, &src),
+            };
             match target {
                 Some(m) if rank_of(&m).is_some_and(|r| r > rank) => {
                     found.push(format!(
                         "{}:{}: {top} uses {}, a layer above it",
                         file.display(),
                         line(),
-                        named.written(&module, base.len())
+                        named.written(&module, base.len() + m.split("::").count() - 1)
                     ));
                 }
                 None if root_items.defined.contains(name) => found.push(format!(
@@ -151,6 +165,25 @@ pub fn upward_uses(root: &Path, layers: &Layers) -> Result<Vec<String>> {
         }
     }
     Ok(found)
+}
+
+/// The layer of `path` (a module or an item, from the tree's folder): the longest entry of
+/// `order` that it is or is inside.
+fn layer_of<'a>(order: &[&'a str], path: &[String]) -> Option<&'a str> {
+    order
+        .iter()
+        .filter(|l| {
+            let segments: Vec<&str> = l.split("::").collect();
+            segments.len() <= path.len() && segments.iter().zip(path).all(|(a, b)| a == b)
+        })
+        .max_by_key(|l| l.len())
+        .copied()
+}
+
+/// Whether the module `path` (`ranks::merge`) has its file or folder in `src`.
+fn module_path_exists(src: &Path, path: &str) -> bool {
+    let rel = path.replace("::", "/");
+    src.join(format!("{rel}.rs")).is_file() || src.join(&rel).join("mod.rs").is_file()
 }
 
 /// What a tree's root (`lib.rs`, else `main.rs`, else `mod.rs`) gives its modules: the names it
@@ -430,6 +463,29 @@ mod tests {
         assert!(found[0].ends_with("high.rs:3: high uses crate::warmup_drawn, which the crate root defines (the root is above every layer: move it into a module)"), "{found:?}");
         assert!(found[1].ends_with("low.rs:2: low uses crate::warmup_drawn, which the crate root defines (the root is above every layer: move it into a module)"), "{found:?}");
         assert!(found[2].ends_with("low.rs:3: low uses crate::Shown, a layer above it"), "{found:?}");
+    }
+
+    /// A part of a module with a layer of its own (as `shared`'s `ranks::merge`): it may use a
+    /// layer that the rest of its module may not, and neither the rest of its module nor a layer
+    /// below it may use it; a part named in the order must exist.
+    #[test]
+    fn a_part_of_a_module_takes_a_layer_of_its_own() {
+        let found = planted_in(
+            "part",
+            "src",
+            &["low", "mid", "low::high", "low::gone"],
+            &[
+                ("lib.rs", "//! root\npub mod low;\npub mod mid;\n"),
+                ("low/mod.rs", "//! low\npub mod high;\nmod part;\n"),
+                ("low/part.rs", "//! low's part\nuse super::high::X;\n"),
+                ("low/high.rs", "//! low's part above mid\nuse crate::mid::Y;\nuse super::part::Z;\n"),
+                ("mid.rs", "//! mid\nuse crate::low::part::Z;\nuse crate::low::high::X;\n"),
+            ],
+        );
+        assert_eq!(found.len(), 3, "{found:?}");
+        assert!(found[0].ends_with("xtask/src/layers.rs names `low::gone`, which is not a module here"), "{found:?}");
+        assert!(found[1].ends_with("low/part.rs:2: low uses super::high, a layer above it"), "{found:?}");
+        assert!(found[2].ends_with("mid.rs:3: mid uses crate::low::high, a layer above it"), "{found:?}");
     }
 
     /// A module's own layers, as `collector serve`'s are checked (the checker that was

@@ -2,6 +2,7 @@
 
 use super::ImportArgs;
 use shared::export::ExportFormat;
+use shared::ranks::merge::{merge_with, InputRank, MergeInput, MergeOptions};
 use std::path::PathBuf;
 use traceio::files::{load_trace, parse_format, resolve_format, write_export};
 use traceio::text::print_summary;
@@ -41,14 +42,14 @@ pub fn merge_command(a: MergeArgs) -> anyhow::Result<()> {
     for (k, path) in a.inputs.iter().enumerate() {
         let trace = load_trace(path, &a.import.options())?;
         let rank = match &a.ranks {
-            Some(r) => r[k],
-            None => shared::rank_files::rank_of(&trace, &path.to_string_lossy()).unwrap_or(k as u32),
+            Some(r) => InputRank::Given(r[k]),
+            None => InputRank::NamedOr(k as u32),
         };
-        merge_inputs.extend(shared::merge::MergeInput::ranks_of(trace, rank, &path.display().to_string()));
+        merge_inputs.extend(MergeInput::of(trace, &path.display().to_string(), rank)?);
     }
     let ranks = merge_inputs.len();
-    let opts = shared::merge::MergeOptions { allow_disjoint: a.allow_disjoint, ..Default::default() };
-    let merged = shared::merge::merge_with(merge_inputs, &opts)?;
+    let opts = MergeOptions { allow_disjoint: a.allow_disjoint, ..Default::default() };
+    let merged = merge_with(merge_inputs, &opts)?;
     let bytes = write_export(&merged, format, &a.output)?;
     print_summary(&merged, 5, false, std::io::stderr().lock())?;
     eprintln!(

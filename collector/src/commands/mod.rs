@@ -1,6 +1,6 @@
 //! The `collector` subcommands, one module each: its flags (`clap::Args`) and the function that
 //! runs it. They sit on the run layers below them ([`crate::pyrun`], [`crate::serve`],
-//! [`crate::verify`], [`crate::report`]) and on `traceio` and `shared`; [`crate::cli`] parses
+//! [`crate::verify`], [`crate::viewer_assets`]) and on `traceio` and `shared`; [`crate::cli`] parses
 //! the command line and picks one.
 
 pub mod advise;

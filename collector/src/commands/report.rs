@@ -33,10 +33,10 @@ pub fn report_command(a: ReportArgs) -> anyhow::Result<()> {
         return to_bucket(url, input, &bytes, a.single_file, trace.events.len());
     }
     if a.single_file {
-        crate::report::write_single_file(input, &bytes, output)?;
+        crate::viewer_assets::write_single_file(input, &bytes, output)?;
         eprintln!("wrote {} ({} events): open it in a browser", output.display(), trace.events.len());
     } else {
-        let files = crate::report::write_folder(input, &bytes, output)?;
+        let files = crate::viewer_assets::write_folder(input, &bytes, output)?;
         eprintln!(
             "wrote {} files ({} events) to {}: serve the folder from any static host (python3 -m http.server -d {}) and open index.html",
             files.len(),
@@ -63,10 +63,10 @@ fn to_bucket(url: &str, input: &std::path::Path, bytes: &[u8], single_file: bool
                 .filter(|(base, n)| !n.is_empty() && base.split_once("://").is_some_and(|(_, bucket)| !bucket.is_empty()))
                 .with_context(|| format!("--out {url}: with --single-file, name the object (s3://BUCKET/PREFIX/report.html)"))?;
             let file = scratch.join(name);
-            crate::report::write_single_file(input, bytes, &file)?;
+            crate::viewer_assets::write_single_file(input, bytes, &file)?;
             (base.to_owned(), vec![file])
         } else {
-            (url.trim_end_matches('/').to_owned(), crate::report::write_folder(input, bytes, &scratch)?)
+            (url.trim_end_matches('/').to_owned(), crate::viewer_assets::write_folder(input, bytes, &scratch)?)
         };
         let bucket = objects::open(&base)?;
         bucket.check(&format!("report-{}", std::process::id()))?;

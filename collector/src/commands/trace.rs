@@ -6,6 +6,7 @@ use crate::pyrun::{self, CaptureMode, NodeIdentity, OpsMode, PyOptions};
 use anyhow::Context;
 use protocol::{CaptureJob, ChildLine, ModelRun};
 use shared::export::ExportFormat;
+use shared::ranks::merge::{absent_ranks, merge_with, InputRank, MergeInput, MergeOptions};
 use std::path::{Path, PathBuf};
 use traceio::files::{parse_format, resolve_format, write_export};
 use traceio::text::emit;
@@ -286,7 +287,7 @@ struct Written {
     /// (trace, program, file) to report and store: the one process's trace, or the merged ranks.
     finals: Vec<(shared::Trace, String, PathBuf)>,
     /// The ranks of a torchrun job (or the processes of a program that started several).
-    ranks: Vec<shared::merge::MergeInput>,
+    ranks: Vec<MergeInput>,
     /// World size, when a process said it was a rank of one.
     world: Option<u32>,
     /// Ranks without a trace, and why.
@@ -350,7 +351,7 @@ fn write_processes(outcome: pyrun::Outcome, opts: &PyOptions, format: ExportForm
         eprintln!("collector: wrote {size} ({}, {} events) to {}", format.name(), trace.events.len(), out.display());
         w.count += 1;
         if many {
-            w.ranks.push(shared::merge::MergeInput { trace, rank, label: out.display().to_string() });
+            w.ranks.extend(MergeInput::of(trace, &out.display().to_string(), InputRank::Given(rank))?);
         } else {
             w.finals.push((trace, program, out));
         }
@@ -375,22 +376,22 @@ fn capture_lines(traced: &[pyrun::wire::ProcessStream]) -> Vec<String> {
 /// Merges the ranks' traces into `output`, naming the ranks that streamed nothing.
 fn merge_ranks(w: &mut Written, format: ExportFormat, output: &Path) -> anyhow::Result<()> {
     let program = w.ranks[0].trace.meta.model.clone().unwrap_or_else(|| "program".into());
-    let absent = shared::merge::absent_ranks(&w.ranks, w.world.unwrap_or(0), |r| {
+    let absent = absent_ranks(&w.ranks, w.world.unwrap_or(0), |r| {
         let elsewhere = w.other_nodes.as_ref().filter(|(here, _)| !here.contains(&r)).map(|(_, why)| why.clone());
         elsewhere.unwrap_or_else(|| "its process streamed no trace (it did not start, did not import torch, or died before)".into())
     });
     for (r, why) in absent {
         w.missing.entry(r).or_insert(why);
     }
-    let merge_opts = shared::merge::MergeOptions { missing_reasons: std::mem::take(&mut w.missing), ..Default::default() };
-    match shared::merge::merge_with(std::mem::take(&mut w.ranks), &merge_opts) {
+    let merge_opts = MergeOptions { missing_reasons: std::mem::take(&mut w.missing), ..Default::default() };
+    match merge_with(std::mem::take(&mut w.ranks), &merge_opts) {
         Ok(merged) => {
             let bytes = write_export(&merged, format, output)?;
             eprintln!(
                 "collector: wrote {} ({}, {} ranks merged, {} events) to {}",
                 shared::units::format_bytes(bytes),
                 format.name(),
-                shared::merge::ranks(&merged).len(),
+                shared::ranks::ranks(&merged).len(),
                 merged.events.len(),
                 output.display()
             );

@@ -527,7 +527,7 @@ fn rebuild(src: Option<&Trace>, device: Option<&Device>, spans: &Spans, mut out:
         }
         let new_index = |i: u32| new_of.get(i as usize).copied().filter(|&n| n != u32::MAX);
         out.pools = src.pools.clone();
-        shared::merge::carry_event_extras(&mut out, src, &new_index, &mut copy);
+        shared::ranks::carry_event_extras(&mut out, src, &new_index, &mut copy);
         out.event_notes.sort_by_key(|n| (n.event, n.ts_ns));
     }
     out.scopes = scopes;
@@ -616,7 +616,7 @@ impl<'t> Copier<'t> {
     }
 }
 
-impl shared::merge::IdMap for Copier<'_> {
+impl shared::ranks::IdMap for Copier<'_> {
     fn text(&mut self, out: &mut Trace, id: StrId) -> StrId {
         self.string(out, id)
     }

@@ -731,11 +731,12 @@ fn record_allocator_settings(trace: &mut Trace, hello: &Hello, end: Option<&End>
     trace.meta.allocator_changes = changes;
 }
 
-/// The process's torchrun variables (numbers, as `env.RANK`, ...) and job, from its header.
+/// The process's torchrun variables (numbers, as `env.RANK`, ...: `shared::model::RankVar`)
+/// and job, from its header.
 fn report_env(trace: &mut Trace, hello: &Hello) {
     for (k, v) in &hello.env {
         if let Ok(n) = v.parse::<u64>() {
-            trace.meta.reported.insert(format!("env.{k}"), n);
+            trace.meta.report_env(k, n);
         }
     }
     if !hello.env.is_empty() {

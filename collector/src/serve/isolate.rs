@@ -378,6 +378,7 @@ fn merge_parts(
 ) -> anyhow::Result<shared::Trace> {
     let (missing_reason, absent) = missing;
     use anyhow::Context;
+    use shared::ranks::merge::{absent_ranks, merge_with, InputRank, MergeInput, MergeOptions};
     let mut inputs = Vec::new();
     let mut unread = Vec::new();
     for (label, file) in parts {
@@ -389,18 +390,13 @@ fn merge_parts(
             }
         };
         // A part that is already a merge of ranks brings its own; one process's names its rank.
-        let rank = if shared::merge::ranks(&trace).is_empty() {
-            shared::rank_files::rank_of(&trace, label).with_context(|| format!("{label}'s part names no rank (RANK)"))?
-        } else {
-            0
-        };
-        inputs.extend(shared::merge::MergeInput::ranks_of(trace, rank, label));
+        inputs.extend(MergeInput::of(trace, label, InputRank::Named)?);
     }
     anyhow::ensure!(!inputs.is_empty(), "no part could be read: {}", unread.join("; "));
-    let world = inputs.iter().filter_map(|i| i.trace.meta.reported.get("env.WORLD_SIZE").copied()).max().unwrap_or(0);
-    let missing_reasons = shared::merge::absent_ranks(&inputs, u32::try_from(world).unwrap_or(u32::MAX), |_| missing_reason.to_owned());
-    let opts = shared::merge::MergeOptions { missing_reasons, ..Default::default() };
-    let mut merged = shared::merge::merge_with(inputs, &opts)?;
+    let world = inputs.iter().filter_map(|i| i.trace.meta.rank_var(shared::model::RankVar::WorldSize)).max().unwrap_or(0);
+    let missing_reasons = absent_ranks(&inputs, u32::try_from(world).unwrap_or(u32::MAX), |_| missing_reason.to_owned());
+    let opts = MergeOptions { missing_reasons, ..Default::default() };
+    let mut merged = merge_with(inputs, &opts)?;
     merged.meta.warnings.extend(absent.iter().map(|a| format!("{a}: its ranks are not in this trace")));
     merged.meta.warnings.extend(unread);
     let f = std::fs::File::create(out).with_context(|| format!("cannot create {}", out.display()))?;

@@ -204,7 +204,7 @@ pub fn router(state: Arc<AppState>) -> Router {
 /// The viewer's page, told it is served by `collector serve` (it then lists the store, traces
 /// models and follows running jobs).
 async fn viewer_index() -> Response {
-    let Some(html) = crate::report::viewer_assets()
+    let Some(html) = crate::viewer_assets::embedded()
         .ok()
         .and_then(|a| a.iter().find(|(n, _)| *n == "index.html"))
         .and_then(|(_, b)| std::str::from_utf8(b).ok())
@@ -227,7 +227,7 @@ const CROSS_ORIGIN_ISOLATED: [(&str, &str); 2] =
     [("cross-origin-opener-policy", "same-origin"), ("cross-origin-embedder-policy", "require-corp")];
 
 async fn viewer_asset(axum::extract::Path(file): axum::extract::Path<String>) -> Response {
-    let found = crate::report::viewer_assets().ok().and_then(|a| a.iter().find(|(n, _)| *n == file && *n != "index.html"));
+    let found = crate::viewer_assets::embedded().ok().and_then(|a| a.iter().find(|(n, _)| *n == file && *n != "index.html"));
     match found {
         Some((name, bytes)) => {
             ([(header::CONTENT_TYPE, crate::objects::content_type(name))], CROSS_ORIGIN_ISOLATED, *bytes).into_response()

@@ -300,7 +300,7 @@ impl AppState {
         let name = t.original_name.clone().unwrap_or_else(|| t.file.clone());
         let file =
             traceio::read_ahead::ReadAhead::new(file).map_err(|e| Fault::internal("cannot start a thread to read a stored trace", e))?;
-        let opened = shared::explore::Session::open_reader(&name, size, file, |_| {}).map_err(Fault::Rejected)?;
+        let opened = shared::explore::Session::open_reader(&name, size, file, |_| {}).map_err(|e| Fault::Rejected(e.to_string()))?;
         let shared::explore::Opened::Trace(session, overview) = opened else {
             return Err(Fault::Rejected(format!("{name} is a sweep (curves only): open one of its traces")));
         };

@@ -6,7 +6,7 @@
 //! the page shows.
 //!
 //! Several files opened together are the ranks of one job ([`Session::open_ranks`]): they are
-//! merged into one trace ([`crate::merge`]), and the page may show any one rank in every view
+//! merged into one trace ([`crate::ranks::merge`]), and the page may show any one rank in every view
 //! ([`Request::ShowRank`]) or compare two ranks ([`Request::DiffDevices`]). Any trace can be
 //! compared with another file ([`Session::compare_with`]).
 //!
@@ -15,14 +15,17 @@
 //! - `allocations.rs`: the live allocations at a moment, or one, with lifetimes, stacks, holders.
 //! - `segments.rs`: the segment map replayed under another `PYTORCH_CUDA_ALLOC_CONF`.
 //! - `export.rs`: the trace in another format, as text.
+//! - `error.rs`: why a file could not be opened or a question answered.
 
 mod allocations;
+mod error;
 mod export;
 mod overview;
 mod segments;
 mod timeline;
 
 pub use allocations::Allocation;
+pub use error::{ExploreError, RanksError};
 pub use overview::{Band, Curve, Overview, RankDevice, RankSet, FLAME_MIN_SHARE};
 pub use timeline::{Moment, RankCurve};
 
@@ -31,8 +34,9 @@ use crate::analysis::flame::innermost_ops;
 use crate::analysis::sweep::{read_sweep, SWEEP_FORMAT};
 use crate::analysis::timeline_index::TimelineIndex;
 use crate::analysis::{self, TimelinePoint};
-use crate::merge::{merge_with, rank_trace, MergeError, MergeInput, MergeOptions};
 use crate::model::{SegmentInfo, StrId, Trace};
+use crate::ranks::merge::{merge_with, MergeInput, MergeOptions};
+use crate::ranks::rank_trace;
 use overview::{duration_s, overview_of, rank_set};
 use serde::{Deserialize, Serialize};
 
@@ -53,7 +57,7 @@ pub enum Request {
     /// One allocated-memory curve per rank's device over the whole merged trace, all on the
     /// same time axis.
     RankCurves { buckets: usize },
-    /// Show one rank in every view (its own trace, [`crate::merge::rank_trace`]), or every
+    /// Show one rank in every view (its own trace, [`crate::ranks::rank_trace`]), or every
     /// rank again (`None`): answered with the new [`Overview`].
     ShowRank { rank: Option<u32> },
     /// Compare two devices of the whole trace (indices into its devices), e.g. two ranks.
@@ -171,37 +175,6 @@ pub struct Session {
     flame: Option<analysis::flame::FlameGraph>,
 }
 
-/// Why files could not be opened as the ranks of one job.
-#[derive(Debug, thiserror::Error)]
-pub enum RanksError {
-    #[error("{file_name}: {message}")]
-    File { file_name: String, message: String },
-    /// The files were recorded far apart in time: merging them is possible when asked.
-    #[error(
-        "{a} ({a_span}) and {b} ({b_span}) were recorded at different times, so they are not ranks of one run; \
-         expected the files of one run (or merge them anyway)"
-    )]
-    Disjoint { a: String, a_span: String, b: String, b_span: String },
-    #[error(transparent)]
-    Merge(MergeError),
-}
-
-impl RanksError {
-    /// True when merging with `allow_disjoint` would succeed past this error.
-    pub fn can_merge_anyway(&self) -> bool {
-        matches!(self, RanksError::Disjoint { .. })
-    }
-}
-
-impl From<MergeError> for RanksError {
-    fn from(e: MergeError) -> Self {
-        match e {
-            MergeError::Disjoint { a, a_span, b, b_span } => RanksError::Disjoint { a, a_span, b, b_span },
-            other => RanksError::Merge(other),
-        }
-    }
-}
-
 /// What a file turned out to be.
 pub enum Opened {
     Trace(Box<Session>, Box<Overview>),
@@ -212,9 +185,9 @@ pub enum Opened {
 impl Session {
     /// Imports `bytes` (any format [`crate::import`] reads, or a sweep file) and computes the
     /// overview. `progress` is told each stage as it starts.
-    pub fn open(file_name: &str, bytes: &[u8], mut progress: impl FnMut(&str)) -> Result<Opened, String> {
+    pub fn open(file_name: &str, bytes: &[u8], mut progress: impl FnMut(&str)) -> Result<Opened, ExploreError> {
         if looks_like_sweep(bytes) {
-            let sweep = read_sweep(bytes).map_err(|e| e.to_string())?;
+            let sweep = read_sweep(bytes)?;
             let curves = sweep
                 .runs
                 .iter()
@@ -228,7 +201,7 @@ impl Session {
             return Ok(Opened::Sweep(Box::new(overview)));
         }
         progress("parsing");
-        let trace = crate::import(bytes, &crate::ImportOptions::default()).map_err(|e| e.to_string())?;
+        let trace = crate::import(bytes, &crate::ImportOptions::default())?;
         Ok(Self::opened(trace, file_name, bytes.len() as u64, &mut progress))
     }
 
@@ -245,24 +218,24 @@ impl Session {
         file_bytes: u64,
         mut reader: impl std::io::Read,
         mut progress: impl FnMut(&str),
-    ) -> Result<Opened, String> {
+    ) -> Result<Opened, ExploreError> {
         use std::io::Read as _;
+        let read_failed = |source| ExploreError::Read { file_name: file_name.to_owned(), source };
         let mut head = Vec::new();
-        (&mut reader).take(512).read_to_end(&mut head).map_err(|e| format!("reading {file_name} failed: {e}"))?;
+        (&mut reader).take(512).read_to_end(&mut head).map_err(read_failed)?;
         if looks_like_sweep(&head) {
             // A sweep file is a small JSON document: read it whole.
-            reader.read_to_end(&mut head).map_err(|e| format!("reading {file_name} failed: {e}"))?;
+            reader.read_to_end(&mut head).map_err(read_failed)?;
             return Self::open(file_name, &head, progress);
         }
         progress("parsing");
-        let trace =
-            crate::import::import_reader(head.as_slice().chain(reader), &crate::ImportOptions::default()).map_err(|e| e.to_string())?;
+        let trace = crate::import::import_reader(head.as_slice().chain(reader), &crate::ImportOptions::default())?;
         Ok(Self::opened(trace, file_name, file_bytes, &mut progress))
     }
 
     /// Opens `files` (name, bytes), one trace per rank of a job, merged into one trace. Each
     /// file's rank is the one its process recorded, else `rank<N>` in its name, else its
-    /// position ([`crate::rank_files`]), as `collector merge` does.
+    /// position ([`crate::ranks::rank_of`]), as `collector merge` does.
     pub fn open_ranks(files: &[(String, Vec<u8>)], options: &MergeOptions, mut progress: impl FnMut(&str)) -> Result<Opened, RanksError> {
         let n = files.len();
         let mut traces = Vec::with_capacity(n);
@@ -274,7 +247,7 @@ impl Session {
             }
             traces.push(crate::import(bytes, &crate::ImportOptions::default()).map_err(|e| failed(e.to_string()))?);
         }
-        let ranks = crate::rank_files::assign_ranks(files.iter().map(|f| f.0.as_str()).zip(&traces));
+        let ranks = crate::ranks::assign_ranks(files.iter().map(|f| f.0.as_str()).zip(&traces));
         let inputs =
             traces.into_iter().zip(ranks).zip(files).map(|((trace, rank), (name, _))| MergeInput { trace, rank, label: name.clone() });
         progress(&format!("merging {n} ranks"));
@@ -304,12 +277,12 @@ impl Session {
     }
 
     /// Shows `rank` (or the whole trace) from now on; the overview of what is shown.
-    fn show(&mut self, rank: Option<u32>, progress: &mut impl FnMut(&str)) -> Result<Overview, String> {
+    fn show(&mut self, rank: Option<u32>, progress: &mut impl FnMut(&str)) -> Result<Overview, ExploreError> {
         self.rank = match rank {
             None => None,
             Some(r) => {
-                let known = crate::merge::ranks(&self.whole);
-                let trace = rank_trace(&self.whole, r).ok_or_else(|| format!("this trace has no rank {r}: expected one of {known:?}"))?;
+                let known = crate::ranks::ranks(&self.whole);
+                let trace = rank_trace(&self.whole, r).ok_or(ExploreError::NoRank { rank: r, known })?;
                 Some((r, trace))
             }
         };
@@ -352,11 +325,11 @@ impl Session {
     }
 
     /// Compares the trace shown (A) with the trace in `bytes` (B), each on its peak device.
-    pub fn compare_with(&self, file_name: &str, bytes: &[u8]) -> Result<TraceDiff, String> {
+    pub fn compare_with(&self, file_name: &str, bytes: &[u8]) -> Result<TraceDiff, ExploreError> {
         if looks_like_sweep(bytes) {
-            return Err(format!("{file_name} is a batch sweep (curves only); expected a trace to compare with"));
+            return Err(ExploreError::SweepToCompare { file_name: file_name.to_owned() });
         }
-        let other = crate::import(bytes, &crate::ImportOptions::default()).map_err(|e| e.to_string())?;
+        let other = crate::import(bytes, &crate::ImportOptions::default())?;
         Ok(diff(self.trace(), &other))
     }
 
@@ -378,7 +351,7 @@ impl Session {
             Request::RankCurves { buckets } => self.rank_curves(*buckets),
             Request::ShowRank { rank } => match self.show(*rank, &mut |_| {}) {
                 Ok(overview) => Response::Overview(Box::new(overview)),
-                Err(message) => Response::Error { message },
+                Err(e) => Response::Error { message: e.to_string() },
             },
             Request::DiffDevices { a, b } => match diff_devices(&self.whole, Some(*a), &self.whole, Some(*b)) {
                 Ok(d) => Response::Diff(Box::new(d)),
@@ -413,7 +386,7 @@ impl Session {
                 let event_index = self.event_at(*t_s);
                 let (segments, error) = match self.simulated_segments(event_index, alloc_conf) {
                     Ok(s) => (s, None),
-                    Err(e) => (Vec::new(), Some(e)),
+                    Err(e) => (Vec::new(), Some(e.to_string())),
                 };
                 Response::SimulatedSegments { t_s: *t_s, alloc_conf: alloc_conf.clone(), event_index, segments, error }
             }

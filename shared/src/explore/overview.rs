@@ -280,7 +280,7 @@ pub(super) fn duration_s(trace: &Trace) -> f64 {
 
 /// The ranks of `whole` when it has two or more, with `selected` the rank shown.
 pub(super) fn rank_set(whole: &Trace, selected: Option<u32>) -> Option<RankSet> {
-    if crate::merge::ranks(whole).len() < 2 {
+    if crate::ranks::ranks(whole).len() < 2 {
         return None;
     }
     let devices: Vec<RankDevice> = analysis::device_peaks(whole)

@@ -8,7 +8,7 @@ pub struct Device {
     /// `cuda`, `cpu`, or what the source says.
     pub kind: String,
     pub index: i32,
-    /// The process's rank in a distributed job (traces merged by `shared::merge`), so that
+    /// The process's rank in a distributed job (traces merged by `shared::ranks::merge`), so that
     /// two ranks' `cuda:0` on different hosts stay two devices.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rank: Option<u32>,

@@ -1,5 +1,6 @@
 //! Facts about a run ([`TraceMeta`]): where the trace came from, the counters PyTorch reported
-//! ([`Counter`]), what torch.compile's generated code was attributed to.
+//! ([`Counter`]), a distributed job's rank and size ([`RankVar`]), what torch.compile's
+//! generated code was attributed to.
 
 use serde::{Deserialize, Serialize};
 
@@ -58,7 +59,9 @@ pub struct TraceMeta {
     pub warnings: Vec<String>,
     /// Counters PyTorch itself reported during the run, by name
     /// (`cuda.max_memory_allocated`, ...), to check the trace against. Read and written
-    /// through [`TraceMeta::counter`] and [`TraceMeta::report`] ([`Counter`] names them).
+    /// through [`TraceMeta::counter`] and [`TraceMeta::report`] ([`Counter`] names them);
+    /// also the traced process's numeric torchrun variables (`env.RANK`, ...: [`RankVar`],
+    /// [`TraceMeta::report_env`]).
     #[serde(default)]
     pub reported: std::collections::BTreeMap<String, u64>,
     /// False when the recorder was asked not to track fragmentation: analyses then report a
@@ -211,6 +214,30 @@ impl Counter {
     }
 }
 
+/// Where a traced process of a distributed job stood in it: torchrun's variables that merging
+/// ranks reads, kept in [`TraceMeta::reported`] under [`RankVar::key`] (the collector keeps every
+/// numeric variable of the process's torchrun environment there, [`TraceMeta::report_env`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RankVar {
+    /// `RANK`: the process's rank in the job.
+    Rank,
+    /// `WORLD_SIZE`: how many ranks the job has.
+    WorldSize,
+}
+
+impl RankVar {
+    pub const ALL: [RankVar; 2] = [RankVar::Rank, RankVar::WorldSize];
+
+    /// Its name in [`TraceMeta::reported`] (and in the own format, which keeps that map as it
+    /// is): the environment variable's, after `env.`.
+    pub fn key(self) -> &'static str {
+        match self {
+            RankVar::Rank => "env.RANK",
+            RankVar::WorldSize => "env.WORLD_SIZE",
+        }
+    }
+}
+
 impl TraceMeta {
     /// What PyTorch reported for `c`, where the trace has it.
     pub fn counter(&self, c: Counter) -> Option<u64> {
@@ -220,6 +247,23 @@ impl TraceMeta {
     /// Keeps what PyTorch reported for `c`.
     pub fn report(&mut self, c: Counter, value: u64) {
         self.reported.insert(c.key().to_owned(), value);
+    }
+
+    /// The traced process's `v` (its rank, its job's size), where it had one.
+    pub fn rank_var(&self, v: RankVar) -> Option<u64> {
+        self.reported.get(v.key()).copied()
+    }
+
+    /// Keeps the traced process's `v`.
+    pub fn report_rank_var(&mut self, v: RankVar, value: u64) {
+        self.reported.insert(v.key().to_owned(), value);
+    }
+
+    /// Keeps the numeric environment variable `name` of the traced process (`RANK`,
+    /// `LOCAL_WORLD_SIZE`, ...) as `env.NAME`, where [`TraceMeta::rank_var`] reads those it
+    /// knows.
+    pub fn report_env(&mut self, name: &str, value: u64) {
+        self.reported.insert(format!("env.{name}"), value);
     }
 
     pub fn new(source_format: SourceFormat) -> Self {
@@ -244,5 +288,19 @@ impl TraceMeta {
             reserved_unknown: Vec::new(),
             compiled: None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The collector keeps the process's environment by name; the typed keys read it back.
+    #[test]
+    fn the_recorded_environment_reads_back_as_rank_vars() {
+        let mut meta = TraceMeta::new(SourceFormat::MemoryTracer);
+        meta.report_env("RANK", 3);
+        meta.report_env("WORLD_SIZE", 8);
+        assert_eq!(RankVar::ALL.map(|v| meta.rank_var(v)), [Some(3), Some(8)]);
     }
 }

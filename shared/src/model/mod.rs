@@ -7,7 +7,7 @@
 //! - `ops.rs`, `scopes.rs`: operators and their tensors; layer scopes, iterations, marks.
 //! - `stacks.rs`: call stacks, interned ([`StackTable`]).
 //! - `segments.rs`: the caching allocator's segments, blocks and pools.
-//! - `meta.rs`: facts about the run ([`TraceMeta`], PyTorch's [`Counter`]s).
+//! - `meta.rs`: facts about the run ([`TraceMeta`], PyTorch's [`Counter`]s, torchrun's [`RankVar`]s).
 //! - `holders.rs`, `notes.rs`: who held an allocation; text attached to events.
 
 mod devices;
@@ -26,7 +26,7 @@ pub use devices::{Device, DeviceSample};
 pub use events::{EventRecord, EventStore, EventType, MemoryEvent, Phase, Totals, TotalsCursor, TotalsOverride};
 pub use holders::{EventHolder, HolderKind};
 pub use ledger::{outside_pytorch_peak, reserved_at_samples, DeviceLedger, LedgerEvent, ProcessSample, PYTORCH_SOURCE};
-pub use meta::{allocator_settings_of_string, AllocatorChange, AllocatorSettings, CompiledCode, Counter, SourceFormat, TraceMeta};
+pub use meta::{allocator_settings_of_string, AllocatorChange, AllocatorSettings, CompiledCode, Counter, RankVar, SourceFormat, TraceMeta};
 pub use notes::{EventNote, NoteKind};
 pub use ops::{OperatorEvent, TensorRef};
 pub use scopes::{is_source_layer, layer_place, source_layer, IterationSpan, LayerScope, Mark, INPUT_LAYER};

@@ -5,7 +5,7 @@
 //! worker's `ToPage`.
 
 use shared::explore::{Opened, Request, Response, Session};
-use shared::merge::MergeOptions;
+use shared::ranks::merge::MergeOptions;
 use shared::units::format_bytes;
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
@@ -242,7 +242,7 @@ fn open(file_name: &str, bytes: &[u8]) {
     begin_stages();
     match Session::open(file_name, bytes, progress) {
         Ok(result) => opened(result, None),
-        Err(message) => failed(file_name, message),
+        Err(e) => failed(file_name, e.to_string()),
     }
 }
 
@@ -428,7 +428,7 @@ fn open_file(file: web_sys::File, memory_budget: f64, widths: Option<ChartWidths
     let slices = FileSlices::new(file, source, false, memory_budget);
     match Session::open_reader(&name, size as u64, slices, progress) {
         Ok(result) => opened(result, widths),
-        Err(message) => failed(&name, message),
+        Err(e) => failed(&name, e.to_string()),
     }
 }
 
@@ -469,7 +469,7 @@ fn compare_file(file: web_sys::File) {
     };
     progress("comparing");
     let result = SESSION.with(|s| match s.borrow().as_ref() {
-        Some(session) => session.compare_with(&name, &bytes).map(|d| (session.name(), d)),
+        Some(session) => session.compare_with(&name, &bytes).map(|d| (session.name(), d)).map_err(|e| e.to_string()),
         None => Err("no trace is open to compare with: open one first".into()),
     });
     match result {

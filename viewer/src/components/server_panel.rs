@@ -2,7 +2,7 @@
 //! running, the stored traces (open, open on the server, delete, compare two), and the trace
 //! followed live. Its logic is [`crate::server`].
 
-use super::{live::LiveView, stored_compare::StoredCompare};
+use super::{compare::stored::StoredCompare, live::LiveView};
 use crate::bridge;
 use crate::server::{delete_stored, follow, open_stored, submit_form, ServerState, OPEN_ON_SERVER_BYTES};
 use crate::state::Loader;

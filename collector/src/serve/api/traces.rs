@@ -157,6 +157,6 @@ pub async fn delete(State(state): State<Arc<AppState>>, Path(trace_id): Path<Str
 pub async fn get_trace(State(state): State<Arc<AppState>>, Path(trace_id): Path<String>) -> Result<Response, ApiError> {
     let st = state.clone();
     let (t, opened) = blocking(move || st.store.open_trace(&trace_id).map_err(ApiError::from)).await?;
-    let name = crate::report::safe_name(std::path::Path::new(t.original_name.as_deref().unwrap_or(&t.file)));
+    let name = crate::viewer_assets::safe_name(std::path::Path::new(t.original_name.as_deref().unwrap_or(&t.file)));
     file_response(opened, "application/octet-stream", &name).await
 }

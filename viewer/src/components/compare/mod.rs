@@ -1,8 +1,14 @@
 //! The Compare view: the open trace (A) and another (B), or two traces stored on the server,
-//! side by side as `shared::analysis::diff` computed them ([`super::diff`]).
+//! side by side as `shared::analysis::diff` computed them ([`diff`], its chart in `chart.rs`).
+//! Two stored traces are picked in [`stored`]; a merged trace's two ranks are compared in the
+//! Ranks view ([`crate::components::ranks`]), also as a [`diff::DiffView`].
 
-use super::diff::DiffView;
+mod chart;
+pub mod diff;
+pub mod stored;
+
 use crate::state::Comparison;
+use diff::DiffView;
 use leptos::prelude::*;
 use std::sync::Arc;
 

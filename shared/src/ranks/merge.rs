@@ -2,15 +2,15 @@
 //! trace: each input's devices become their own devices tagged with its rank, strings,
 //! streams, stacks, tensors and threads are renumbered, and clocks are aligned on the inputs'
 //! wall-clock starts (`TraceMeta::start_unix_ns`) when every input has one, else on each
-//! rank's first iteration. [`crate::ranks::rank_trace`] takes one rank back out.
+//! rank's first iteration. [`super::rank_trace`] takes one rank back out.
 //!
 //! Totals stay each device's own (every event carries its device's allocated and reserved
 //! bytes as its source reported them), so each rank's peak in the merged trace is its peak
 //! in its own trace, to the byte.
 
-use crate::model::{Device, EventRecord, Frame, IterationSpan, Mark, StrId, Totals, Trace, TraceMeta};
-use crate::ranks::thread_of;
-pub use crate::ranks::{carry_event_extras, pool_map, rank_trace, ranks, IdMap};
+use super::carry::{carry_event_extras, pool_map, thread_of, IdMap};
+use super::{rank_of, rank_trace, ranks};
+use crate::model::{Device, EventRecord, Frame, IterationSpan, Mark, RankVar, StrId, Totals, Trace, TraceMeta};
 use std::collections::BTreeMap;
 
 /// One process's trace and its rank.
@@ -22,19 +22,39 @@ pub struct MergeInput {
     pub label: String,
 }
 
+/// Which rank a trace of one process is when merged (a merged trace brings its own ranks).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InputRank {
+    /// This rank: `collector merge --ranks`, or the rank a traced process ran as.
+    Given(u32),
+    /// The rank the trace recorded or its label names ([`rank_of`]), else this one (the
+    /// input's position among those given).
+    NamedOr(u32),
+    /// The rank the trace recorded or its label names; a trace with neither is refused
+    /// ([`MergeError::NoRank`]).
+    Named,
+}
+
 impl MergeInput {
-    /// What `trace` brings to a merge: each rank of a merged trace taken back out (labelled
-    /// `LABEL rank N`), else the whole trace as `rank`. Every merge of ranks (`collector merge`,
-    /// a torchrun job's ranks, a multi-node job's parts) takes its inputs through here, so a
-    /// merged trace can be merged again.
-    pub fn ranks_of(trace: Trace, rank: u32, label: &str) -> Vec<MergeInput> {
+    /// What `trace`, read from `label` (a file name, a node), brings to a merge: each rank of
+    /// a merged trace taken back out (labelled `LABEL rank N`), else the whole trace as the rank
+    /// `rank` says. Every merge of ranks (`collector merge`, a torchrun job's ranks, a
+    /// multi-node job's parts) takes its inputs through here, so a merged trace can be merged
+    /// again.
+    pub fn of(trace: Trace, label: &str, rank: InputRank) -> Result<Vec<MergeInput>, MergeError> {
         let held = ranks(&trace);
-        if held.is_empty() {
-            return vec![MergeInput { trace, rank, label: label.to_owned() }];
+        if !held.is_empty() {
+            return Ok(held
+                .into_iter()
+                .filter_map(|r| Some(MergeInput { trace: rank_trace(&trace, r)?, rank: r, label: format!("{label} rank {r}") }))
+                .collect());
         }
-        held.into_iter()
-            .filter_map(|r| Some(MergeInput { trace: rank_trace(&trace, r)?, rank: r, label: format!("{label} rank {r}") }))
-            .collect()
+        let rank = match rank {
+            InputRank::Given(r) => r,
+            InputRank::NamedOr(k) => rank_of(&trace, label).unwrap_or(k),
+            InputRank::Named => rank_of(&trace, label).ok_or_else(|| MergeError::NoRank { label: label.to_owned() })?,
+        };
+        Ok(vec![MergeInput { trace, rank, label: label.to_owned() }])
     }
 }
 
@@ -59,6 +79,9 @@ pub struct MergeOptions {
 pub enum MergeError {
     #[error("nothing to merge: expected at least one trace")]
     Empty,
+    /// A part of a job that must name its rank ([`InputRank::Named`]: a node's part) names none.
+    #[error("{label}'s part names no rank (RANK)")]
+    NoRank { label: String },
     #[error("rank {0} is given twice ({1} and {2}); expected one trace per rank")]
     DuplicateRank(u32, String, String),
     #[error("the merged trace would have {0} devices; at most 256 fit")]
@@ -94,7 +117,7 @@ fn wall_origin(t: &Trace) -> Option<(i128, i128)> {
 /// Refuses inputs that cannot be ranks of one job: different job ids or world sizes, ranks
 /// past the world size.
 fn check_same_job(inputs: &[MergeInput]) -> Result<Option<u64>, MergeError> {
-    let world = |i: &MergeInput| i.trace.meta.reported.get("env.WORLD_SIZE").copied();
+    let world = |i: &MergeInput| i.trace.meta.rank_var(RankVar::WorldSize);
     let mut job: Option<(&MergeInput, &str)> = None;
     let mut size: Option<(&MergeInput, u64)> = None;
     for i in inputs {

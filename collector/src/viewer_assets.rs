@@ -1,5 +1,6 @@
-//! `collector report`: the viewer and a trace as a static folder that any static host serves
-//! (no server logic: the page fetches the trace named in its `<meta name="memory-tracer-trace">`),
+//! The viewer's files, embedded at build time (`build.rs`): what `collector serve` serves, and
+//! what `collector report` writes with a trace, as a static folder that any static host serves
+//! (no server logic: the page fetches the trace named in its `<meta name="memory-tracer-trace">`)
 //! or as one self-contained HTML file with the wasm, the worker and the trace inlined.
 
 use anyhow::{bail, Context, Result};
@@ -9,7 +10,7 @@ use traceio::files::write_atomic;
 include!(concat!(env!("OUT_DIR"), "/viewer_assets.rs"));
 
 /// The embedded viewer's files, or an error saying how to get them.
-pub fn viewer_assets() -> Result<&'static [(&'static str, &'static [u8])]> {
+pub fn embedded() -> Result<&'static [(&'static str, &'static [u8])]> {
     if !VIEWER_ASSETS.iter().any(|(n, _)| *n == "index.html") {
         bail!(
             "this collector was built without the viewer: build it first (`cargo xtask viewer` writes dist/), then rebuild the collector"
@@ -19,7 +20,7 @@ pub fn viewer_assets() -> Result<&'static [(&'static str, &'static [u8])]> {
 }
 
 fn asset(predicate: impl Fn(&str) -> bool, what: &str) -> Result<&'static [u8]> {
-    viewer_assets()?.iter().find(|(n, _)| predicate(n)).map(|(_, b)| *b).with_context(|| format!("the embedded viewer has no {what}"))
+    embedded()?.iter().find(|(n, _)| predicate(n)).map(|(_, b)| *b).with_context(|| format!("the embedded viewer has no {what}"))
 }
 
 /// A file name that is safe in a URL, a header and on any file system.
@@ -38,7 +39,7 @@ pub fn write_folder(trace_path: &Path, trace_bytes: &[u8], out: &Path) -> Result
     std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
     let trace_name = safe_name(trace_path);
     let mut written = Vec::new();
-    for (name, bytes) in viewer_assets()? {
+    for (name, bytes) in embedded()? {
         let dest = out.join(name);
         if *name == "index.html" {
             let html = std::str::from_utf8(bytes).context("the embedded index.html is not UTF-8")?;

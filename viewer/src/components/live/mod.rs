@@ -3,13 +3,20 @@
 //! several) gets a rank picker (every rank overlaid, or one drawn large) and small multiples,
 //! one chart per rank on one shared scale, each rank appearing as its first points arrive.
 //! The finished trace opens in every view.
+//!
+//! - `picker.rs`: every rank overlaid on the large chart, or one alone.
+//! - `multiples.rs`, `small.rs`: the small multiples, and one rank's chart among them.
 
-use super::live_multiples::RankMultiples;
-use super::live_picker::RankPicker;
+mod multiples;
+mod picker;
+mod small;
+
 use crate::perf;
 use crate::server::ServerState;
 use crate::state::Theme;
 use leptos::prelude::*;
+use multiples::RankMultiples;
+use picker::RankPicker;
 use shared::units::{format_bytes, format_seconds};
 
 /// The followed trace: state, iterations, and allocated/reserved so far.

@@ -1,9 +1,9 @@
 //! One diff of two traces (or two ranks), as `shared::analysis::diff` computed it: the notes
 //! to read first, each side's peak and when, the change, both allocated curves on one aligned
-//! x axis ([`super::diff_chart`]), the layers that changed most, the per-class breakdown, and
+//! x axis ([`super::chart`]), the layers that changed most, the per-class breakdown, and
 //! operators on one side only.
 
-use super::diff_chart::DiffChart;
+use super::chart::DiffChart;
 use leptos::prelude::*;
 use shared::analysis::diff::{ClassSide, IterationPosition, LayerDiff, OpCount, Presence, SideFacts, TraceDiff};
 use shared::units::{format_bytes, format_seconds};

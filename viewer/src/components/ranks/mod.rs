@@ -1,11 +1,15 @@
 //! The Ranks view of a merged trace: one allocated-memory curve per rank on shared axes
-//! ([`super::rank_curves`]), the peak of every rank, the ranks missing from the job, a picker
-//! that shows one rank in every other view (the worker swaps to that rank's own trace), and
-//! the two most different ranks compared ([`super::rank_diff`]).
+//! ([`curves`]), the peak of every rank, the ranks missing from the job, a picker that shows
+//! one rank in every other view (the worker swaps to that rank's own trace), and the two most
+//! different ranks compared ([`diff`]).
 
-use super::{rank_curves::RankCurves, rank_diff::MostDifferent};
+mod curves;
+mod diff;
+
 use crate::bridge;
 use crate::state::Loader;
+use curves::RankCurves;
+use diff::MostDifferent;
 use leptos::prelude::*;
 use shared::explore::{RankDevice, RankSet};
 use shared::units::{format_bytes, format_seconds};

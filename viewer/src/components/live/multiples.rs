@@ -1,6 +1,6 @@
 //! The live view's small multiples: one chart per rank, on one shared scale.
 
-use super::live_small::RankSmall;
+use super::small::RankSmall;
 use crate::perf;
 use crate::server::ServerState;
 use leptos::prelude::*;

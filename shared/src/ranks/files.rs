@@ -2,13 +2,13 @@
 //! merge` and the viewer's drop of several files): the rank the traced process recorded
 //! (`RANK`), else `rank<N>` in the file name, else the file's position among those given.
 
-use crate::model::Trace;
+use crate::model::{RankVar, Trace};
 
-/// The rank `trace` says it is (`meta.reported["env.RANK"]`), else the number after `rank`
-/// in `file_name` (`rank3.pickle`, `snapshot_rank_12.pickle`, `Rank-0.json`; any folders
-/// before the name are ignored). `None` when neither says.
+/// The rank `trace` says it is ([`RankVar::Rank`]), else the number after `rank` in
+/// `file_name` (`rank3.pickle`, `snapshot_rank_12.pickle`, `Rank-0.json`; any folders before
+/// the name are ignored). `None` when neither says.
 pub fn rank_of(trace: &Trace, file_name: &str) -> Option<u32> {
-    if let Some(&r) = trace.meta.reported.get("env.RANK") {
+    if let Some(r) = trace.meta.rank_var(RankVar::Rank) {
         return u32::try_from(r).ok();
     }
     let base = file_name.rsplit(['/', '\\']).next().unwrap_or(file_name).to_ascii_lowercase();
@@ -44,7 +44,7 @@ mod tests {
     #[test]
     fn a_recorded_rank_wins_and_positions_fill_in() {
         let mut recorded = trace();
-        recorded.meta.reported.insert("env.RANK".into(), 5);
+        recorded.meta.report_rank_var(RankVar::Rank, 5);
         assert_eq!(rank_of(&recorded, "rank0.pickle"), Some(5));
         let plain = trace();
         assert_eq!(assign_ranks([("a.pickle", &plain), ("rank1.pickle", &plain), ("c.pickle", &recorded)]), [0, 1, 5]);

@@ -1,8 +1,8 @@
 //! The two ranks whose peaks differ most, compared on demand (the diff runs in the worker)
-//! and shown as a [`super::diff::DiffView`].
+//! and shown as a [`DiffView`].
 
-use super::diff::DiffView;
 use crate::bridge;
+use crate::components::compare::diff::DiffView;
 use crate::state::Errors;
 use leptos::prelude::*;
 use shared::analysis::diff::TraceDiff;
