@@ -5,6 +5,9 @@
 # traced, with the predicted peaks against the measured ones; and a real out-of-memory inside
 # a module's forward (tests/gpu/oom_in_module.py), as a snapshot and traced.
 #   tests/gpu/amp_run.sh COLLECTOR OUT_DIR [JOBS...]
+# Each advise job prints tests/gpu/checks.py's CHECK lines (`advise`: measured peaks equal
+# max_memory_allocated(), predictions within 5 %); the script exits non-zero when one misses.
+# The oom job records fixtures (tests/data/oom_in_module*) and is not judged here.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 collector=$1
@@ -14,6 +17,7 @@ shift 2
 export MEMORY_TRACER_PYTHON="$venv/bin/python" PYTHONUNBUFFERED=1
 mkdir -p "$final"
 jobs=("$@"); [ ${#jobs[@]} -gt 0 ] || jobs=(resnet152 gpt llama oom)
+fail=0
 for job in "${jobs[@]}"; do
   case $job in
     resnet152) cmd=(--model resnet152 --batch-size 64 --device cuda --iterations 4) ;;
@@ -29,9 +33,12 @@ for job in "${jobs[@]}"; do
       continue ;;
   esac
   start=$(date +%s)
+  rm -rf "/tmp/verify-$job"
   "$collector" advise --verify --out-dir "/tmp/verify-$job" "${cmd[@]}" > "$final/verify_$job.txt" 2> "$final/verify_$job.log"
   echo "$job exit $? in $(( $(date +%s) - start )) s"
   cp "/tmp/verify-$job/verify.json" "$final/verify_$job.json" 2>/dev/null
   xz -T0 -c "/tmp/verify-$job/baseline.mtrace.json" > "$final/baseline_$job.mtrace.json.xz" 2>/dev/null
   sed -n '/^Verified advice/,$p' "$final/verify_$job.txt"
+  "$venv/bin/python" "$here/checks.py" advise "$final/verify_$job.json" "$job" || fail=1
 done
+exit $fail

@@ -6,7 +6,8 @@
 # summary's "compiled code" line (sites attributed, unresolved) and the block shares.
 #   tests/gpu/compiled_warm.sh COLLECTOR OUT_DIR [ENV=VALUE ...]
 # The extra ENV=VALUE pairs are set for the traced run (to compare ways of reading the caches).
-# Exits non-zero when a site stays without its module or the traced results differ.
+# Prints a CHECK line (tests/gpu/checks.py) for each and exits non-zero when a site stays
+# without its module (or the summary names no compiled code) or the traced results differ.
 set -uo pipefail
 collector=$1
 out=$2
@@ -29,8 +30,13 @@ for flags in "" "--fullgraph"; do
   echo "$name $*: $(grep -m1 'compiled code' "$out/$name.summary.txt")"
   echo "  plain  $(grep '^{' "$out/$name.plain.txt" | tail -1)"
   echo "  traced $(grep '^{' "$out/$name.traced.txt" | tail -1)"
-  grep -q "without module metadata" "$out/$name.summary.txt" && { echo "FAIL $name: sites without their module"; fail=1; }
-  [ "$(grep '^{' "$out/$name.plain.txt" | tail -1)" = "$(grep '^{' "$out/$name.traced.txt" | tail -1)" ] || { echo "FAIL $name: traced results differ"; fail=1; }
+  sites=$(grep -m1 'compiled code' "$out/$name.summary.txt" | sed -n 's/.*: \([0-9]*\) of \([0-9]*\) allocation sites.*/\1 \2/p')
+  read -r attributed all <<<"${sites:-0 0}"
+  check "$name.sites" "$attributed/$all" "=all" [ "$all" -gt 0 -a "$attributed" = "$all" ] || fail=1
+  plain=$(grep '^{' "$out/$name.plain.txt" | tail -1)
+  same=differ
+  [ -n "$plain" ] && [ "$plain" = "$(grep '^{' "$out/$name.traced.txt" | tail -1)" ] && same=same
+  check "$name.results" "$same" "=same" [ $same = same ] || fail=1
   gzip -f "$out/$name.mtrace.json"
 done
 exit $fail

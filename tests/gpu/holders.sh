@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue 49 on one GPU: `collector trace --holders=python` on the CPU test's programs moved to CUDA
 # (tests/python/programs/holders_check.py --device cuda), each checked against what PyTorch's
-# own objects held at its marks (tests/gpu/holders_compare.py prints one table row per case),
+# own objects held at its marks (tests/gpu/holders_compare.py prints one table row per case and
+# its CHECK lines: parameters, gradients, results, the share recorded at the peak),
 # and the program's results and hook calls against an untraced run; fails when one of them
 # differs or recorded holders name under 99 % of the live bytes at the peak.
 #   tests/gpu/holders.sh COLLECTOR OUT_DIR

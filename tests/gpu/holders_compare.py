@@ -2,13 +2,17 @@
 marks) against `collector why --json --no-fold` at those marks, and whether the traced run's
 results and hook calls equal the untraced one's. Exits 1 when a recorded kind differs from
 PyTorch's objects, the results differ, or recorded holders name under 99 % of the live bytes at
-the allocated peak (issue 66).
+the allocated peak (issue 66), with a CHECK line (tests/gpu/checks.py) for each of the four.
     holders_compare.py CASE PREFIX   (reads PREFIX.{plain,traced}.txt, PREFIX.{after_forward,after_backward,peak}.json)
 """
 import json
+import os
 import sys
 
+from checks import check
+
 case, prefix = sys.argv[1], sys.argv[2]
+label = os.path.basename(prefix)
 
 
 def facts(path):
@@ -55,6 +59,7 @@ plain, traced = facts(f"{prefix}.plain.txt"), facts(f"{prefix}.traced.txt")
 fwd, bwd, peak = why("after_forward"), why("after_backward"), why("peak")
 if not traced or not fwd or not bwd:
     print(f"| {case} | failed: see {prefix}.traced.err | | | | | | | | |")
+    check(f"{label}.run", "failed", "ran", False, f"see {prefix}.traced.err")
     sys.exit(1)
 f = traced["after_forward"]
 
@@ -70,6 +75,12 @@ print(
     f"| {pair(saved, recorded(fwd, 'saved_for_backward'))} | {pair(traced['after_backward']['gradient'], recorded(bwd, 'gradient'))} "
     f"| {named(fwd)} | {largest_unknown(fwd)} | {named(peak)} | {largest_unknown(peak, ('unknown', 'temporary'))} | {'yes' if same else 'NO'} |"
 )
-exact = f["parameter"] == recorded(fwd, "parameter") and traced["after_backward"]["gradient"] == recorded(bwd, "gradient")
-if not (same and exact and peak and share(peak) >= 99.0):
+ok = check(f"{label}.parameters", recorded(fwd, "parameter"), f"={f['parameter']}", f["parameter"] == recorded(fwd, "parameter"),
+           "recorded at after_forward against PyTorch's parameters")
+gradient = traced["after_backward"]["gradient"]
+ok &= check(f"{label}.gradients", recorded(bwd, "gradient"), f"={gradient}", gradient == recorded(bwd, "gradient"),
+            "recorded at after_backward against the .grad tensors")
+ok &= check(f"{label}.results", "same" if same else "differ", "=same", same, "loss and hook calls against the untraced run")
+ok &= check(f"{label}.recorded_at_peak", f"{share(peak):.2f}%" if peak else "-", ">=99%", bool(peak) and share(peak) >= 99.0)
+if not ok:
     sys.exit(1)

@@ -4,7 +4,8 @@
 # traced summary: outside_modules.py's lines in its layer table, and lm_loss_outside.py's peak
 # (the loss over fp32 logits in train_step) at its loss line, plain and compiled.
 #   tests/gpu/outside_modules.sh COLLECTOR OUT_DIR
-# Exits non-zero when a line is missing or the traced results differ.
+# Prints a CHECK line (tests/gpu/checks.py) for each and exits non-zero when a line is missing,
+# the peak is elsewhere or the traced results differ.
 set -uo pipefail
 collector=$1
 out=$2
@@ -17,10 +18,15 @@ fail=0
 "$collector" trace -q -o "$out/outside.mtrace.json" -- "$py" tests/python/programs/outside_modules.py cuda > "$out/outside.traced.txt" 2>&1
 "$collector" summary "$out/outside.mtrace.json" > "$out/outside.summary.txt" 2>&1
 cat "$out/outside.summary.txt"
-[ "$(grep '^RESULT' "$out/outside.plain.txt")" = "$(grep '^RESULT' "$out/outside.traced.txt")" ] || { echo "FAIL outside: traced results differ"; fail=1; }
+same=differ
+[ -n "$(grep '^RESULT' "$out/outside.plain.txt")" ] && [ "$(grep '^RESULT' "$out/outside.plain.txt")" = "$(grep '^RESULT' "$out/outside.traced.txt")" ] && same=same
+check outside.results "$same" "=same" [ $same = same ] || fail=1
+found=0 lines=0
 for l in $(grep '^OUTSIDE' "$out/outside.traced.txt" | sed 's/^OUTSIDE //' | "$py" -c 'import json,sys; [print(v.split(" in ")[0]) for v in json.load(sys.stdin).values()]'); do
-  grep -q "$l in " "$out/outside.summary.txt" || { echo "FAIL outside: $l not in the layer table"; fail=1; }
+  lines=$((lines + 1))
+  if grep -q "$l in " "$out/outside.summary.txt"; then found=$((found + 1)); else echo "FAIL outside: $l not in the layer table"; fi
 done
+check outside.lines "$found/$lines" "=all" [ "$lines" -gt 0 -a "$found" = "$lines" ] || fail=1
 for flags in "" "--compile"; do
   name=lm$(echo "$flags" | tr -d ' -')
   # Compiled: a run that compiles first (its peak holds the compile's own allocations), then
@@ -35,9 +41,13 @@ for flags in "" "--compile"; do
   echo "$name plain  $plain"
   echo "$name traced $traced"
   head -16 "$out/$name.summary.txt"
-  [ "$plain" = "$traced" ] || { echo "FAIL $name: traced results differ"; fail=1; }
+  same=differ
+  [ -n "$plain" ] && [ "$plain" = "$traced" ] && same=same
+  check "$name.results" "$same" "=same" [ $same = same ] || fail=1
   want=$(echo "$traced" | "$py" -c 'import json,sys; print(json.load(sys.stdin)["loss_line"])')
-  grep -m1 "peak allocated" "$out/$name.summary.txt" | grep -q "$want" || { echo "FAIL $name: the peak is not at $want"; fail=1; }
+  peak=$(grep -m1 "peak allocated" "$out/$name.summary.txt")
+  place=$(echo "$peak" | sed -n 's/.*, at \([^ ]*\) in .*/\1/p')
+  check "$name.peak_line" "${place:-elsewhere}" "=${want:-the_loss_line}" grep -q "${want:-no loss line}" <<<"$peak" || fail=1
   gzip -f "$out/$name.mtrace.json"
 done
 exit $fail

@@ -3,13 +3,15 @@ block equals torch.cuda.max_memory_allocated() over that block (the API resets t
 its start), with weights and inputs allocated before tracing began.
 
     PYTHONPATH=<folder with memory_tracer> MEMORY_TRACER_COLLECTOR=<collector> python3 tests/gpu/python_api_check.py
-Prints one `RESULT {json}` line; exit 0 when the peaks are equal.
+Prints one `RESULT {json}` line and its CHECK line (tests/gpu/checks.py); exit 0 when the
+peaks are equal.
 """
 import json
 import sys
 
 import torch
 import torchvision
+from checks import check
 
 from memory_tracer import MemoryTracer
 
@@ -36,4 +38,6 @@ result = {
     "optimizer_step_allocations": stats["optimizer.step"].total_allocations,
 }
 print("RESULT " + json.dumps(result))
-sys.exit(0 if result["trace_peak_allocated_bytes"] == torch_peak else 1)
+ok = check("resnet18.peak", result["trace_peak_allocated_bytes"], f"={torch_peak}", result["trace_peak_allocated_bytes"] == torch_peak,
+           "MemoryTracer's peak against max_memory_allocated()")
+sys.exit(0 if ok else 1)

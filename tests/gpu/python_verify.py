@@ -18,6 +18,7 @@ of tests/gpu/python_programs.py, traced by `$COLLECTOR trace -q -o DIR/<name>.mt
 Then it runs the overhead workload (`overhead --batch 32 --steps 24 --warmup 5 --flat 200`)
 under the collector and reports its numbers (not judged). Prints one JSON document on stdout
 and writes it to DIR/python_verify.json (each program's output goes to DIR/<name>.log).
+Prints a CHECK line (tests/gpu/checks.py) for (a) and (b) of each program and for each run.
 Exit code 0 only when (a) and (b) hold for both models and every run produced its RESULT.
 """
 
@@ -28,6 +29,8 @@ import os
 import subprocess
 import sys
 import time
+
+from checks import check
 
 PROGRAM = "tests/gpu/python_programs.py"
 WORKLOADS = {
@@ -243,16 +246,21 @@ def main():
             r = {"ok": False, "error": f"checking failed: {e!r}"}
         doc["workloads"][name] = r
         if "error" in r:
+            check(f"{name}.run", "failed", "ran", False, r["error"])
             failures.append(f"{name}: {r['error']}")
             continue
         pk = r["peak"]
+        check(f"{name}.peak", pk["trace_peak_allocated_bytes"], f"={pk['program_max_memory_allocated']}", pk["ok"], "(a) against max_memory_allocated()")
         log(f"{name}: trace peak {pk['trace_peak_allocated_bytes']} vs max_memory_allocated {pk['program_max_memory_allocated']} (difference {pk['difference_bytes']})")
         if not pk["ok"]:
             failures.append(f"{name}: (a) trace peak {pk['trace_peak_allocated_bytes']} != max_memory_allocated {pk['program_max_memory_allocated']} (difference {pk['difference_bytes']})")
         m = r["modules"]
         if "error" in m:
+            check(f"{name}.modules", "unreadable", "readable", False, m["error"])
             failures.append(f"{name}: (b) {m['error']}")
             continue
+        check(f"{name}.modules", f"{m['within_tolerance']}/{m['modules']}", f">={MIN_PASSING:.0%}_within_{TOLERANCE:.0%}", m["ok"],
+              f"(b) leaf modules' forward peaks against hooks; {m['exact']} exact")
         log(f"{name}: {m['within_tolerance']}/{m['modules']} leaf modules within {TOLERANCE:.0%} ({m['exact']} exact), max relative error {m['max_rel_error']}")
         for row in m["outside_tolerance"]:
             log(f"  outside: {row['module']} hook {row['hook']} trace {row['trace']} rel_error {row['rel_error']}")
@@ -263,6 +271,7 @@ def main():
     if "overhead" in only:
         r = run_overhead(a, env)
         doc["overhead"] = r
+        check("overhead.run", "ran" if r["ok"] else "failed", "ran", r["ok"], "timed, not judged")
         if not r["ok"]:
             failures.append(f"overhead: {r.get('error', 'the run failed; see overhead.log')}")
         else:

@@ -26,8 +26,9 @@ For each: the trace's peak allocated and reserved bytes (`collector summary --js
 `peak_allocated_bytes`, `peak_reserved_bytes`) equal the program's max_memory_allocated() and
 max_memory_reserved() exactly; the trace has one iteration per step, the layers named (module
 paths, `optimizer.step`) and forward, backward and optimizer allocations; its first note names
-the recorder; the chunked run stitched two or more snapshots. Prints a table on stderr and one
-JSON document on stdout (also DIR/recorder_fallback.json); exits 0 only when every check holds.
+the recorder; the chunked run stitched two or more snapshots. Prints a table on stderr, one JSON document on
+stdout (also DIR/recorder_fallback.json) and CHECK lines (tests/gpu/checks.py): per run its
+peaks and the count of its other failures; exits 0 only when every check holds.
 """
 
 import argparse
@@ -36,6 +37,8 @@ import os
 import subprocess
 import sys
 import time
+
+from checks import check as check_line
 
 HERE = os.path.abspath(__file__)
 RUNS = {
@@ -252,6 +255,17 @@ def check(run_name, a, base_env):
     return r
 
 
+def check_lines(r):
+    """CHECK lines of one run: its peaks against its counters, and its other failures."""
+    p, t = r.get("program") or {}, r.get("trace") or {}
+    peaks = [("peak", "peak_allocated_bytes", "max_memory_allocated"), ("reserved", "peak_reserved_bytes", "max_memory_reserved")]
+    for what, ours, theirs in peaks:
+        if ours in t and theirs in p:
+            check_line(f"{r['run']}.{what}", t[ours], f"={p[theirs]}", t[ours] == p[theirs], f"the trace's against {theirs}()")
+    others = [f for f in r["failures"] if not f.startswith(("peak allocated", "peak reserved"))]
+    check_line(f"{r['run']}.facts", len(others), "=0", not others, others[0] if others else "iterations, layers, phases, notes, snapshots, ranks")
+
+
 def gpus(python, env):
     p = subprocess.run([python, "-c", "import torch; print(torch.cuda.device_count())"], capture_output=True, text=True, env=env)
     return int(p.stdout.strip() or 0) if p.returncode == 0 else 0
@@ -293,6 +307,8 @@ def main():
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     names = a.only or [n for n in RUNS if n != "ddp" or gpus(a.python, env) >= 2]
     rows = [check(name, a, env) for name in names]
+    for r in rows:
+        check_lines(r)
     doc = {"ok": all(r["ok"] for r in rows), "runs": rows}
     with open(os.path.join(a.out, "recorder_fallback.json"), "w") as f:
         json.dump(doc, f, indent=1)

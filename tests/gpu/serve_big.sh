@@ -4,16 +4,20 @@
 # recorder on a GPU), uploads it, asks for the viewer's overview (the server imports it
 # natively and keeps the session) and for the windows a page asks when drawn, zoomed and
 # hovered; then `collector summary` of the same file. Prints the times, the server's peak
-# memory, and whether the overview's peak equals torch.cuda.max_memory_allocated().
+# memory, and whether the overview's peak equals torch.cuda.max_memory_allocated(): its CHECK
+# line (tests/gpu/checks.py), and a non-zero exit when it does not. The times are not judged.
 #
 #     tests/gpu/serve_big.sh ./collector OUT_DIR [python|all] [TARGET_MB]
+# PYTHON (default: the torch venv's) records the snapshot.
 set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/torch_env.sh"
 collector=$(realpath "$1")
 out=$2
 stacks=${3:-all}
 mb=${4:-3600}
 mkdir -p "$out"
-python3 "$(dirname "$0")/big_snapshots.py" --stacks "$stacks" --target-mb "$mb" --out "$out" > "$out/record.log"
+"${PYTHON:-$venv/bin/python}" "$here/big_snapshots.py" --stacks "$stacks" --target-mb "$mb" --out "$out" > "$out/record.log"
 file=/tmp/big_${stacks}_${mb}.pickle
 data=$(mktemp -d)
 port=18123
@@ -64,8 +68,9 @@ wall = time.time() - t
 print(f"collector summary: exit {r.returncode}, {wall:.2f} s wall, peak RSS {resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024:.0f} MiB")
 print(r.stdout[:600], r.stderr[-600:])
 EOF
-python3 - "$out" "$t0" "$t1" "$t2" "$t3" "$hwm" "${zooms[*]}" <<'EOF'
+PYTHONPATH="$here" python3 - "$out" "$t0" "$t1" "$t2" "$t3" "$hwm" "${zooms[*]}" <<'EOF'
 import glob, json, os, sys
+from checks import check
 out, t0, t1, t2, t3, hwm, zooms = sys.argv[1], *map(float, sys.argv[2:7]), sys.argv[7]
 facts = json.load(open(glob.glob(os.path.join(out, "big_*.json"))[0]))
 o = json.load(open(os.path.join(out, "overview.json")))
@@ -85,4 +90,6 @@ result = {
 }
 json.dump(result, open(os.path.join(out, "serve_big.json"), "w"), indent=1)
 print(json.dumps(result, indent=1))
+peak, want = result["overview_peak_allocated"], result["max_allocated"]
+sys.exit(0 if check("overview.peak", peak, f"={want}", peak == want, "the served overview's peak against max_memory_allocated()") else 1)
 EOF

@@ -13,7 +13,8 @@
 #   tests/gpu/settings_check.sh COLLECTOR OUT_DIR
 #
 # Exits non-zero when a run fails, a traced run's counters differ from its untraced twin's, a
-# trace does not know its settings, or its own replay is not PyTorch's reserved peak.
+# trace does not know its settings, or its own replay is not PyTorch's reserved peak; prints a
+# CHECK line (tests/gpu/checks.py) for each of those per setting.
 set -uo pipefail
 COLLECTOR=$1 OUT=$2
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -41,8 +42,9 @@ one() {
 }
 for c in "${CASES[@]}"; do one "$c" & done
 wait
-"$PY" - "$OUT" <<'PYEOF'
+PYTHONPATH="$HERE" "$PY" - "$OUT" <<'PYEOF'
 import json, os, sys
+from checks import check
 out = sys.argv[1]
 names = ["default", "expandable", "split128", "divisions4", "expandable_divisions", "gc_fraction"]
 facts, failed = {}, []
@@ -54,17 +56,21 @@ for n in names:
         failed.append(f"{n}: the {kind} run printed no counters")
     u, t = counters("untraced"), counters("traced")
     if not (u and t):
+        check(f"{n}.runs", "no_counters", "counters", False, "a run printed no COUNTERS line")
         continue
-    for k in ("max_memory_allocated", "max_memory_reserved", "loss"):
-        if u[k] != t[k]:
-            failed.append(f"{n}: traced {k} {t[k]} != untraced {u[k]}")
+    keys = ("max_memory_allocated", "max_memory_reserved", "loss")
+    if not check(f"{n}.untraced", "/".join(str(t[k]) for k in keys), "=" + "/".join(str(u[k]) for k in keys), all(u[k] == t[k] for k in keys),
+                 "traced counters and loss against the untraced run's"):
+        failed.append(f"{n}: traced {[t[k] for k in keys]} != untraced {[u[k] for k in keys]}")
     w = json.load(open(os.path.join(out, f"{n}.whatif.json")))
     s = json.load(open(os.path.join(out, f"{n}.summary.json")))["allocator_settings"]
     own = w["settings"][0]
     row = {"counters": u, "settings": s, "own_replay_reserved": own["reserved_peak_bytes"], "own_replay_allocated": own["allocated_peak_bytes"],
            "replay_exact": w["recorded"]["replay_exact"], "own_description": w["own_description"], "notes": w["notes"]}
     facts[n] = row
-    ok = s["known"] and own["reserved_peak_bytes"] == u["max_memory_reserved"] and own["allocated_peak_bytes"] == u["max_memory_allocated"]
+    ok = check(f"{n}.settings_known", s["known"], "=True", s["known"], s["description"])
+    ok &= check(f"{n}.own_replay_reserved", own["reserved_peak_bytes"], f"={u['max_memory_reserved']}", own["reserved_peak_bytes"] == u["max_memory_reserved"])
+    ok &= check(f"{n}.own_replay_allocated", own["allocated_peak_bytes"], f"={u['max_memory_allocated']}", own["allocated_peak_bytes"] == u["max_memory_allocated"])
     print(f"{n:22s} {s['description']:55s} reserved {u['max_memory_reserved']:>12d} replay {own['reserved_peak_bytes']:>12d} "
           f"allocated {u['max_memory_allocated']:>12d} replay {own['allocated_peak_bytes']:>12d} exact={w['recorded']['replay_exact']} {'PASS' if ok else 'FAIL'}")
     if not ok:

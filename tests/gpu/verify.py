@@ -25,7 +25,8 @@ nvidia libraries, see README). It checks, on cuda:0:
 
 `--checks capture,profile,serve` picks the groups (default: capture,profile).
 
-Writes results.json (and the traces) into --out and exits non-zero when a check fails.
+Writes results.json (and the traces) into --out, prints a CHECK line per comparison
+(tests/gpu/checks.py) and exits non-zero when a check fails.
 """
 
 import argparse
@@ -35,6 +36,14 @@ import re
 import subprocess
 import sys
 import time
+
+from checks import check, pct
+
+
+def judge(failures, name, figure, bound, ok, what):
+    """One CHECK line; `what` joins the failures when it missed."""
+    if not check(name, figure, bound, ok):
+        failures.append(what)
 
 
 def run(cmd):
@@ -158,12 +167,15 @@ def profile_checks(a, results, failures):
     for r in sweep["runs"]:
         rows.append({k: r.get(k) for k in ("batch_size", "status", "peak_allocated_bytes", "peak_reserved_bytes",
                                             "pytorch_max_allocated_bytes", "median_iteration_s")})
-        if r["status"] == "ok" and r["peak_allocated_bytes"] != r["pytorch_max_allocated_bytes"]:
-            failures.append(f"sweep batch {r['batch_size']}: peak {r['peak_allocated_bytes']} != torch {r['pytorch_max_allocated_bytes']}")
+        if r["status"] == "ok":
+            peak, torch_peak = r["peak_allocated_bytes"], r["pytorch_max_allocated_bytes"]
+            judge(failures, f"sweep.b{r['batch_size']}.peak", peak, f"={torch_peak}", peak == torch_peak,
+                  f"sweep batch {r['batch_size']}: peak {peak} != torch {torch_peak}")
     results["sweep_resnet152"] = {"seconds": secs, "runs": rows}
     biggest = max(int(b) for b in a.sweep_batches.split(","))
-    if not any(r["batch_size"] == biggest and r["status"] == "out_of_memory" for r in sweep["runs"]):
-        failures.append(f"sweep: batch {biggest} was expected to run out of memory")
+    status = next((r["status"] for r in sweep["runs"] if r["batch_size"] == biggest), "not_run")
+    judge(failures, f"sweep.b{biggest}.status", status, "=out_of_memory", status == "out_of_memory",
+          f"sweep: batch {biggest} was expected to run out of memory")
 
     ok = [r for r in sweep["runs"] if r["status"] == "ok"]
     for r in (ok[0], ok[-1]):
@@ -191,8 +203,8 @@ def check_profile_dir(out_dir, name, failures, results, seconds, classified=True
         with open(os.path.join(out_dir, "profiler_stats_memory_breakdown.csv")) as f:
             rows = list(csv.DictReader(f))
         bad = [r["rank"] for r in rows if sum(int(r[k]) for k in ("weights", "gradients", "activations", "optimizer_state", "other")) != int(r["total_allocated"])]
-        if bad:
-            failures.append(f"{name}: breakdown does not add up at {len(bad)} ranks (first {bad[:5]})")
+        judge(failures, f"analyze.{name}.breakdown", f"{len(rows) - len(bad)}/{len(rows)}", f"={len(rows)}/{len(rows)}", not bad,
+              f"{name}: breakdown does not add up at {len(bad)} ranks (first {bad[:5]})")
         peak_row = rows[prof["peak_rank"]]
         info["breakdown_at_peak"] = peak_row
         info["max_total_allocated"] = max(int(r["total_allocated"]) for r in rows)
@@ -249,16 +261,17 @@ def capture_checks(a, results, failures):
         "trace_file_bytes": os.path.getsize(trace_path),
         "device": meta.get("device_name"),
     }
-    if summary["summary"]["final_allocated_bytes"] != reported.get("cuda.memory_allocated"):
-        failures.append("final allocated differs from torch.cuda.memory_allocated at the end")
-    if peak != reported.get("cuda.max_memory_allocated"):
-        failures.append(f"peak {peak} != torch.cuda.max_memory_allocated {reported.get('cuda.max_memory_allocated')}")
+    final, torch_final = summary["summary"]["final_allocated_bytes"], reported.get("cuda.memory_allocated")
+    judge(failures, "resnet50_b8.final_allocated", final, f"={torch_final}", final == torch_final,
+          "final allocated differs from torch.cuda.memory_allocated at the end")
+    torch_peak = reported.get("cuda.max_memory_allocated")
+    judge(failures, "resnet50_b8.peak", peak, f"={torch_peak}", peak == torch_peak, f"peak {peak} != torch.cuda.max_memory_allocated {torch_peak}")
 
     py_peak, source = python_resnet50_peak(8, a.iterations)
     diff = (peak - py_peak) / py_peak * 100
     results["resnet50_b8"].update({"python_peak_allocated": py_peak, "python_model": source, "diff_percent": diff})
-    if abs(diff) > 5:
-        failures.append(f"collector peak {peak} differs from Python's {py_peak} by {diff:.2f} %")
+    judge(failures, "resnet50_b8.python_peak", pct(diff), "abs<=5%", abs(diff) <= 5,
+          f"collector peak {peak} differs from Python's {py_peak} by {diff:.2f} %")
 
     # Full capture (ops, tensors, memory), ops without tensors, memory only; and a larger batch.
     for name, batch, extra in (("overhead_full_b32", 32, []), ("overhead_no_tensors_b32", 32, ["--no-tensors"]),
@@ -276,15 +289,16 @@ def capture_checks(a, results, failures):
     with open(amp_path) as f:
         amp_meta = json.load(f)["trace"]["meta"]
     results["gpt_amp"] = {"peak": amp_summary["peak_allocated_bytes"], "torch_peak": amp_meta["reported"].get("cuda.max_memory_allocated"), "seconds": secs}
-    if results["gpt_amp"]["peak"] != results["gpt_amp"]["torch_peak"]:
-        failures.append("gpt --amp peak differs from torch.cuda.max_memory_allocated")
+    judge(failures, "gpt_amp.peak", results["gpt_amp"]["peak"], f"={results['gpt_amp']['torch_peak']}",
+          results["gpt_amp"]["peak"] == results["gpt_amp"]["torch_peak"], "gpt --amp peak differs from torch.cuda.max_memory_allocated")
 
     # Out of memory is an error with the allocator's message, not a crash.
     p = subprocess.run([a.collector, "trace", "--model", "resnet152", "--input-shape", "2048,3,224,224", "--device", "cuda:0",
                         "--iterations", "1", "-o", os.path.join(a.out, "oom.mtrace.json"), "-q"], capture_output=True, text=True)
     results["oom"] = {"exit_code": p.returncode, "stderr_tail": p.stderr[-600:]}
-    if p.returncode == 0 or "out of memory" not in p.stderr.lower() or "panicked" in p.stderr:
-        failures.append("an out-of-memory run did not fail cleanly with the allocator's message")
+    clean = p.returncode != 0 and "out of memory" in p.stderr.lower() and "panicked" not in p.stderr
+    judge(failures, "oom.error", f"rc={p.returncode}", "allocator_message_no_panic", clean,
+          "an out-of-memory run did not fail cleanly with the allocator's message")
 
 
 def serve_checks(a, results, failures):
@@ -324,20 +338,18 @@ def serve_checks(a, results, failures):
         code, raw = call(method, path, body)
         return code, json.loads(raw)
 
-    def check(cond, what):
-        if not cond:
-            failures.append("serve: " + what)
-            print("FAILED:", what, flush=True)
+    def expect(name, figure, bound, cond, what):
+        judge(failures, "serve." + name, figure, bound, cond, "serve: " + what)
 
     try:
         code, h = jcall("GET", "/api/health")
         r["health"] = h
-        check(code == 200 and h["device"] == "cuda:0" and h["cuda_available"], f"health says {h}")
+        expect("health", f"{code}:{h.get('device')}", "=200:cuda:0", code == 200 and h["device"] == "cuda:0" and h["cuda_available"], f"health says {h}")
 
         t0 = time.time()
         code, t = jcall("POST", "/api/trace/memory", {"model_name": "resnet50", "batch_size": 32, "max_events": 5000000, "iterations": 3})
         r["resnet50_seconds"] = time.time() - t0
-        check(code == 200, f"resnet50 trace answered {code}: {str(t)[:300]}")
+        expect("resnet50.status", code, "=200", code == 200, f"resnet50 trace answered {code}: {str(t)[:300]}")
         if code == 200:
             code, raw = call("GET", f"/api/trace/{t['trace_id']}")
             rep = json.loads(raw)["trace"]["meta"]["reported"]
@@ -345,12 +357,14 @@ def serve_checks(a, results, failures):
                              "api_peak_reserved_bytes": t["peak_reserved_bytes"], "torch_max_memory_reserved": rep["cuda.max_memory_reserved"],
                              "total_events": t["total_events"], "total_layers": t["total_layers"], "tracing_time_ms": t["tracing_time_ms"],
                              "peak_allocated_mb": t["peak_allocated_mb"], "layers": len(t["layer_stats"])}
-            check(t["peak_allocated_bytes"] == rep["cuda.max_memory_allocated"], "API peak allocated != torch.cuda.max_memory_allocated")
-            check(t["peak_reserved_bytes"] == rep["cuda.max_memory_reserved"], "API peak reserved != torch.cuda.max_memory_reserved")
+            expect("resnet50.peak", t["peak_allocated_bytes"], f"={rep['cuda.max_memory_allocated']}",
+                   t["peak_allocated_bytes"] == rep["cuda.max_memory_allocated"], "API peak allocated != torch.cuda.max_memory_allocated")
+            expect("resnet50.reserved", t["peak_reserved_bytes"], f"={rep['cuda.max_memory_reserved']}",
+                   t["peak_reserved_bytes"] == rep["cuda.max_memory_reserved"], "API peak reserved != torch.cuda.max_memory_reserved")
 
         # Live events of a running GPU trace.
         code, acc = jcall("POST", "/api/trace/memory?wait=false", {"model_name": "resnet18", "batch_size": 16, "iterations": 4, "max_events": 5000000})
-        check(code == 202, f"wait=false answered {code}")
+        expect("live.status", code, "=202", code == 202, f"wait=false answered {code}")
         req = urllib.request.Request(base + acc["events_url"], headers={"Authorization": f"Bearer {token}"})
         events, name = [], None
         with urllib.request.urlopen(req, timeout=900) as resp:
@@ -368,23 +382,28 @@ def serve_checks(a, results, failures):
         r["live"] = {"events": len(events), "memory_batches": names.count("memory"), "points": len(points),
                      "live_peak": max((p[1] for p in points), default=0), "live_reserved_peak": max((p[2] for p in points), default=0),
                      "trace_peak": done.get("peak_allocated_bytes"), "trace_reserved_peak": done.get("peak_reserved_bytes")}
-        check(names[-1] == "done", f"live stream ended with {names[-1]}")
-        check(names.count("memory") >= 4 and names.index("memory") < len(names) - 2, "memory arrived only at the end")
-        check(r["live"]["live_peak"] == r["live"]["trace_peak"], "live peak != stored trace peak")
-        check(r["live"]["live_reserved_peak"] == r["live"]["trace_reserved_peak"], "live reserved peak != stored trace's")
+        expect("live.end", names[-1], "=done", names[-1] == "done", f"live stream ended with {names[-1]}")
+        expect("live.memory_batches", names.count("memory"), ">=4_before_the_end",
+               names.count("memory") >= 4 and names.index("memory") < len(names) - 2, "memory arrived only at the end")
+        expect("live.peak", r["live"]["live_peak"], f"={r['live']['trace_peak']}", r["live"]["live_peak"] == r["live"]["trace_peak"],
+               "live peak != stored trace peak")
+        expect("live.reserved", r["live"]["live_reserved_peak"], f"={r['live']['trace_reserved_peak']}",
+               r["live"]["live_reserved_peak"] == r["live"]["trace_reserved_peak"], "live reserved peak != stored trace's")
 
         # CUDA out of memory: 422, then the server is healthy, holds no GPU memory, runs the next job.
         t0 = time.time()
         code, e = jcall("POST", "/api/trace/memory", {"model_name": "resnet50", "batch_size": 3072, "iterations": 1, "max_events": 100000})
         r["oom"] = {"status": code, "detail": e.get("detail", "")[:400], "seconds": time.time() - t0}
-        check(code == 422 and "out of memory" in e.get("detail", "").lower(), f"out of memory answered {code}: {str(e)[:300]}")
+        expect("oom.status", code, "=422", code == 422 and "out of memory" in e.get("detail", "").lower(), f"out of memory answered {code}: {str(e)[:300]}")
         code, h = jcall("GET", "/api/health")
-        check(code == 200 and h["status"] == "healthy" and h["jobs_running"] == 0, f"health after OOM: {h}")
+        expect("oom.health", f"{code}:{h.get('status')}", "=200:healthy", code == 200 and h["status"] == "healthy" and h["jobs_running"] == 0,
+               f"health after OOM: {h}")
         smi = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader"], capture_output=True, text=True).stdout
         r["gpu_processes_after_oom"] = smi.strip()
-        check(str(proc.pid) not in smi.split(), f"the server holds GPU memory: {smi}")
+        expect("oom.server_gpu_memory", "held" if str(proc.pid) in smi.split() else "none", "=none", str(proc.pid) not in smi.split(),
+               f"the server holds GPU memory: {smi}")
         code, t = jcall("POST", "/api/trace/memory", {"model_name": "resnet18", "batch_size": 8})
-        check(code == 200, f"the job after OOM answered {code}")
+        expect("oom.next_job", code, "=200", code == 200, f"the job after OOM answered {code}")
 
         # Concurrent requests on one device: all answered, unique ids, one at a time.
         out = []
@@ -396,10 +415,10 @@ def serve_checks(a, results, failures):
         [th.join() for th in ths]
         ids = {v["trace_id"] for c, v in out if c == 200}
         r["concurrent"] = {"requests": 4, "ok": sum(c == 200 for c, _ in out), "unique_ids": len(ids), "seconds": time.time() - t0}
-        check(len(ids) == 4, f"concurrent: {r['concurrent']}")
+        expect("concurrent.ids", len(ids), "=4", len(ids) == 4, f"concurrent: {r['concurrent']}")
 
         code, e = jcall("POST", "/api/trace/memory", {"model_name": "resnet18", "device": "cuda:7"})
-        check(code == 503, f"cuda:7 answered {code}")
+        expect("missing_device.status", code, "=503", code == 503, f"cuda:7 answered {code}")
         code, lst = jcall("GET", "/api/trace/list")
         r["stored"] = lst["count"]
     finally:
@@ -412,7 +431,8 @@ def serve_checks(a, results, failures):
             break
     try:
         code, lst2 = jcall("GET", "/api/trace/list")
-        check(lst2["count"] == r.get("stored"), f"after a restart {lst2['count']} traces, before {r.get('stored')}")
+        expect("restart.traces", lst2["count"], f"={r.get('stored')}", lst2["count"] == r.get("stored"),
+               f"after a restart {lst2['count']} traces, before {r.get('stored')}")
     finally:
         proc.terminate()
         proc.wait(timeout=30)

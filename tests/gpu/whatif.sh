@@ -10,12 +10,16 @@
 #
 # OUT_DIR/<model>/baseline.mtrace.json.gz: the default run's trace; OUT_DIR/<model>.json: the
 # verification (whatif-verify.json); OUT_DIR/<model>.counters.jsonl: the untraced runs.
+# Then tests/gpu/checks.py's `whatif` CHECK lines per program and setting (allocated within
+# 0.5 %, reserved within 2 % or inside the predicted range, traced counters those of the
+# untraced run); exits non-zero when one misses. PYTHON defaults to the torch venv's.
 set -uo pipefail
 COLLECTOR=$1 OUT=$2
 shift 2
 if [ $# -eq 0 ]; then MODELS=(cnn llama moe); else MODELS=("$@"); fi
 HERE=$(cd "$(dirname "$0")" && pwd)
-PY=${PYTHON:-python}
+. "$HERE/torch_env.sh"
+PY=${PYTHON:-$venv/bin/python}
 SETTINGS=(
   "expandable_segments:True"
   "max_split_size_mb:128"
@@ -40,3 +44,8 @@ one() {
 }
 for m in "${MODELS[@]}"; do one "$m" & done
 wait
+fail=0
+for m in "${MODELS[@]}"; do
+  "$PY" "$HERE/checks.py" whatif "$OUT/$m.json" "$OUT/$m.counters.jsonl" "$m" || fail=1
+done
+exit $fail

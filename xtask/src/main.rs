@@ -20,6 +20,8 @@
 //!   `--dev` with the viewer built optimised) (`wheel.rs`).
 //! - `cargo xtask fuzz [--seconds N] [--runs N] [TARGET...]`: coverage-guided fuzzing of the
 //!   importers (`fuzz/`, cargo-fuzz on nightly), 30 s per target by default (`fuzz.rs`).
+//! - `cargo xtask gpu [--only NAME]... [--collector PATH] [--out DIR] [--list]`: every GPU check
+//!   (`tests/gpu/all.py`) on a machine with a GPU, one table, non-zero when one missed (`gpu.rs`).
 //!
 //! The modules import one another downward only, in `layers.rs`'s order for `xtask/src`, and
 //! none uses an item of this file: the rules `cargo xtask tidy` holds every crate to.
@@ -32,6 +34,7 @@ mod cycles;
 mod doc_paths;
 mod fn_length;
 mod fuzz;
+mod gpu;
 mod install;
 mod jobs;
 mod layers;
@@ -73,8 +76,9 @@ fn main() -> Result<()> {
             wheel::build(dev).map(drop)
         }
         Some("fuzz") => fuzz::run_targets(&args[1..]),
+        Some("gpu") => gpu::run_checks(&args[1..]),
         _ => {
-            eprintln!("usage: cargo xtask <test|install-tools|check|lint|tidy|viewer|bench|run|wheel|fuzz>");
+            eprintln!("usage: cargo xtask <test|install-tools|check|lint|tidy|viewer|bench|run|wheel|fuzz|gpu>");
             std::process::exit(2);
         }
     }

@@ -11,10 +11,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// The pytest modules that test the collector's outputs rather than the capture (notebooks,
-/// TensorBoard, dataframes, MCP, the budget plugin): the same on every torch, so they run in the
-/// pinned torch's venv only.
-const TORCH_INDEPENDENT_PY_TESTS: [&str; 5] =
-    ["test_notebook.py", "test_tensorboard.py", "test_dataframes.py", "test_mcp.py", "test_budget_plugin.py"];
+/// TensorBoard, dataframes, MCP, the budget plugin, the GPU checks' runner): the same on every
+/// torch, so they run in the pinned torch's venv only.
+const TORCH_INDEPENDENT_PY_TESTS: [&str; 6] =
+    ["test_notebook.py", "test_tensorboard.py", "test_dataframes.py", "test_mcp.py", "test_budget_plugin.py", "test_gpu_checks.py"];
 
 /// Installs what is missing, then runs every check and every test.
 pub fn everything() -> Result<()> {
