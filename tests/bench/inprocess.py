@@ -45,14 +45,15 @@ p.add_argument("--block", type=int, default=6)
 p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
 p.add_argument("--pairs", type=int, default=0)
 p.add_argument("--json")
-p.add_argument("--modes", help="comma-separated modes to run beside untraced (default: all)")
+p.add_argument("--modes", help="modes to run beside untraced, separated by ',' or ';' (default: all)")
+p.add_argument("--compile", action="store_true", help="torch.compile the model (default mode)")
 a = p.parse_args()
 if a.block < 2:
     p.error("--block must be at least 2 (a block's first step is not measured)")
 dev = torch.device(a.device)
 if dev.type == "cpu":
     torch.set_num_threads(1)
-model, loss_fn, opt, amp = train_steps.build(a.model, a.batch, dev)
+model, loss_fn, opt, amp = train_steps.build(a.model, a.batch, dev, compile=a.compile)
 
 TRACERS = {
     "memory_tracer (default)": {},
@@ -64,7 +65,8 @@ TRACERS = {
 RECORDERS = {'recorder stacks="all"': "all", 'recorder stacks="python"': "python", "recorder context=None": "none"}
 modes = ["untraced"] + list(TRACERS) + (list(RECORDERS) if dev.type == "cuda" else [])
 if a.modes:
-    wanted = [m.strip() for m in a.modes.split(",")]
+    # ';' between modes when a mode's name has a comma ("memory_tracer ops=none, module_scopes=False")
+    wanted = [m.strip() for m in a.modes.split(";" if ";" in a.modes else ",")]
     unknown = [m for m in wanted if m not in modes]
     if unknown:
         p.error(f"--modes: unknown {unknown}; the modes are {modes[1:]}")
@@ -118,10 +120,10 @@ for _ in range(3):  # warm-up: cuDNN, the allocator's pool, the capture library'
 block("memory_tracer (default)")
 
 if a.pairs > 0:
-    title = f"{a.model}{' b' + str(a.batch) if a.batch else ''} on {dev.type}, {a.pairs} pairs of steps"
+    title = f"{a.model}{' b' + str(a.batch) if a.batch else ''}{' compiled' if a.compile else ''} on {dev.type}, {a.pairs} pairs of steps"
     print(f"| {title} | traced step | untraced step | overhead: median of pairs (interquartile range) | host CPU overhead: median of pairs |")
     print("|---|---|---|---|---|")
-    result = {"model": a.model, "batch": a.batch, "device": dev.type, "pairs": a.pairs, "modes": {}}
+    result = {"model": a.model, "batch": a.batch, "compiled": a.compile, "device": dev.type, "pairs": a.pairs, "modes": {}}
     for m in modes[1:]:
         ps = paired(m)
         step_rel = [(t[1] / u[1] - 1) * 100 for t, u in ps]

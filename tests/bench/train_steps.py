@@ -23,9 +23,9 @@ import torch
 import torch.nn as nn
 
 
-def build(name, batch, dev):
+def build(name, batch, dev, compile=False):
     """The model, a function giving one step's loss, its optimizer and whether it trains
-    under bf16 autocast."""
+    under bf16 autocast; with `compile`, the model is `torch.compile`d (default mode)."""
     torch.manual_seed(0)
     amp = False
     if name == "resnet50":
@@ -64,6 +64,8 @@ def build(name, batch, dev):
         def loss_fn():
             return nn.functional.cross_entropy(model(x), y)
 
+    if compile:
+        model = torch.compile(model)  # loss_fn calls `model`, which is now the compiled one
     return model, loss_fn, opt, amp
 
 
