@@ -8,7 +8,7 @@
 
 use crate::source::{rust_files, strip_comments};
 use crate::{cycles, doc_paths, fn_length, layers, python_rules, untyped_json};
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 
 /// What does I/O (files, sockets, processes, threads), which `shared` never does.
@@ -16,6 +16,10 @@ const SHARED_IO: [&str; 6] = ["std::fs", "std::net", "std::process", "std::threa
 
 /// What answers HTTP, which serve's layers below `error` never name.
 const HTTP: [&str; 3] = ["axum", "StatusCode", "hyper"];
+
+/// Documents a reader can finish, and their most lines (issue 70): measured tables beyond one
+/// per claim, and the history of attempts, live in `git log`.
+const DOC_LINES: [(&str, usize); 3] = [("README.md", 300), ("docs/benchmarks.md", 400), ("docs/internals.md", 600)];
 
 /// Runs every rule on the repository (the current folder).
 pub fn tidy() -> Result<()> {
@@ -35,6 +39,10 @@ pub fn tidy() -> Result<()> {
         );
     }
     lengths()?;
+    let long_docs = too_long_docs(root, &DOC_LINES)?;
+    if !long_docs.is_empty() {
+        bail!("these documents are over their length (ARCHITECTURE.md: one current table per claim):\n{}", long_docs.join("\n"));
+    }
     let io = forbidden_code(&[Path::new("shared/src")], &SHARED_IO)?;
     if !io.is_empty() {
         bail!("shared does I/O here (ARCHITECTURE.md: importers take bytes or a reader, exporters a writer):\n{}", io.join("\n"));
@@ -153,6 +161,19 @@ fn lengths() -> Result<()> {
     Ok(())
 }
 
+/// Each of `docs` (path, most lines) that is longer, with its length.
+fn too_long_docs(root: &Path, docs: &[(&str, usize)]) -> Result<Vec<String>> {
+    let mut long = Vec::new();
+    for &(path, most) in docs {
+        let text = std::fs::read_to_string(root.join(path)).with_context(|| format!("cannot read {path}"))?;
+        let lines = text.lines().count();
+        if lines > most {
+            long.push(format!("{path}: {lines} lines (at most {most})"));
+        }
+    }
+    Ok(long)
+}
+
 /// The Python package's rules (`python_rules.rs`).
 fn python() -> Result<()> {
     let mut long = Vec::new();
@@ -245,6 +266,15 @@ mod tests {
             std::fs::write(p, text).unwrap();
         }
         root
+    }
+
+    #[test]
+    fn a_document_past_its_length_is_refused() {
+        let root = tree("docs", &[("README.md", &"line\n".repeat(3)), ("docs/b.md", "one\ntwo\n")]);
+        let long = too_long_docs(&root, &[("README.md", 2), ("docs/b.md", 2)]).unwrap();
+        assert_eq!(long, ["README.md: 3 lines (at most 2)"]);
+        assert!(too_long_docs(&root, &[("docs/missing.md", 2)]).is_err(), "a document that is gone is an error");
+        std::fs::remove_dir_all(root).unwrap();
     }
 
     /// The hole the rule had: it walked five of the ten crates.
