@@ -52,8 +52,9 @@ pub enum Command {
     /// cannot be compared.
     Diff(diff::DiffArgs),
     /// What to change so the run needs less memory: checkpointing (which layers), AMP, a smaller
-    /// batch, set_to_none gradients, the optimizer's state, expandable_segments; each with its
-    /// predicted peak (a replay of the trace) and extra time per iteration.
+    /// batch, set_to_none gradients, the optimizer's state, expandable_segments; each judged by
+    /// what runs out (its predicted reserved peak, a replay of the trace; the allocated peak
+    /// beside it) with its extra time per iteration, and those that save nothing here apart.
     Advise(advise::AdviseArgs),
     /// What another allocator setting would do: the trace replayed through PyTorch's caching
     /// allocator under each `--alloc-conf` (PYTORCH_CUDA_ALLOC_CONF), with the peaks, the

@@ -150,7 +150,7 @@ pub struct AdviseArg {
     pub trace: String,
     /// The budget: 6GiB, 512MiB, 1.5GB or bytes. Without it, the best few changes.
     pub budget: Option<String>,
-    /// How many suggestions (default 5, at most 50).
+    /// How many suggestions (default 10, as `collector advise` and the viewer; at most 50).
     pub limit: Option<usize>,
 }
 
@@ -407,18 +407,15 @@ impl Tools {
     }
 
     #[tool(description = "What to change so the run needs less memory (activation checkpointing of named layers, AMP, a \
-                          smaller batch, optimizer state, set_to_none, an allocator setting), each with its predicted peak.")]
+                          smaller batch, optimizer state, set_to_none, an allocator setting), each judged by what runs out: \
+                          its predicted reserved peak (allocated where the trace has no reserved memory) with the allocated \
+                          peak beside it, ranked by saving; changes that save nothing here under no_effect.")]
     async fn advise(&self, Parameters(a): Parameters<AdviseArg>) -> Result<CallToolResult, ErrorData> {
         let budget = match a.budget.as_deref().map(shared::units::parse_size).transpose() {
             Ok(b) => b,
             Err(e) => return Ok(refused(format!("budget: {e}"))),
         };
-        let top = limit(a.limit, 5, 50);
-        self.with_trace(&a.trace, move |t| {
-            let opts = shared::analysis::advice::AdviceOptions { budget_bytes: budget, top, ..Default::default() };
-            Ok(shared::analysis::advice::advise(t, &opts))
-        })
-        .await
+        self.with_trace(&a.trace, move |t| Ok(advise_answer(t, budget, a.limit))).await
     }
 
     #[tool(description = "What another allocator setting would do: the trace replayed through PyTorch's caching \
@@ -461,6 +458,15 @@ impl ServerHandler for Tools {
 }
 
 /// The trace's [`TraceReport`](shared::report::TraceReport) as the `summary` tool answers it.
+/// The `advise` tool's answer: the advice `collector advise --json` prints, with as many
+/// suggestions as `limit` asks (the same default).
+pub fn advise_answer(t: &Trace, budget_bytes: Option<u64>, asked: Option<usize>) -> shared::analysis::advice::AdviceReport {
+    use shared::analysis::advice::{advise, AdviceOptions};
+    let defaults = AdviceOptions::default();
+    let top = limit(asked, defaults.top, 50);
+    advise(t, &AdviceOptions { budget_bytes, top, ..defaults })
+}
+
 fn summary_answer(t: &Trace) -> SummaryAnswer {
     let r = traceio::text::report(t);
     let s = &r.summary;

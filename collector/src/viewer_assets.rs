@@ -75,6 +75,9 @@ pub fn write_single_file(trace_path: &Path, trace_bytes: &[u8], out: &Path) -> R
     let main_wasm = asset(is("viewer", "_bg.wasm"), "viewer wasm")?;
     let worker_js = std::str::from_utf8(asset(|n| n == "worker.js", "worker script")?)?;
     let worker_wasm = asset(|n| n == "worker_bg.wasm", "worker wasm")?;
+    // The page's icon, inline in its index.html (a single file asks no server for one).
+    let page = std::str::from_utf8(asset(|n| n == "index.html", "page")?)?;
+    let icon = page.lines().find(|l| l.contains("rel=\"icon\"")).unwrap_or_default().trim();
     let name = safe_name(trace_path);
     // The worker runs from a Blob: its glue, then its wasm from inlined bytes.
     let worker_source = format!(
@@ -88,6 +91,7 @@ pub fn write_single_file(trace_path: &Path, trace_bytes: &[u8], out: &Path) -> R
 <meta charset="utf-8" />
 <meta name="viewport" content="width=device-width, initial-scale=1" />
 <title>Memory Tracer · {title}</title>
+{icon}
 <style>{css}</style>
 </head>
 <body>

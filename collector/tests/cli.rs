@@ -1,8 +1,10 @@
-//! The `collector` binary end to end: convert and summary on real samples, and clear errors
-//! with a non-zero exit on bad input, leaving existing files untouched.
+//! The `collector` binary end to end: convert and summary on real samples, advice as MCP and
+//! the viewer show it, and clear errors with a non-zero exit on bad input, leaving existing
+//! files untouched.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests and benches fail loudly by design
 
+use shared::analysis::advice::{advice_rows, AdviceReport, AdviceRows, Measure, SuggestionKind};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -331,6 +333,62 @@ fn advise_on_a_snapshot_says_what_needs_operators() {
     assert!(text.contains("20.95 MiB (8.4 % of reserved) is held by the allocator but unused"), "{text}");
     assert!(text.contains("checkpoint: needs operator data") && text.contains("amp: needs operator data"), "{text}");
     assert!(text.contains("optimizer with less state"), "{text}");
+}
+
+/// One advice, everywhere: `collector advise` (its table and `--json`), the MCP `advise` tool
+/// and the viewer's Advice table (the worker's `Session`, its answer read back as the page
+/// reads it) show the same rows of one trace — same order, same savings, same words — and the
+/// table carries each row's cells on one line and each change with no effect in its list.
+fn advice_agrees(name: &str) -> AdviceRows {
+    use shared::explore::{Opened, Request, Response, Session};
+    let path = data(name);
+    let out = collector(&["advise".as_ref(), path.as_os_str(), "--json".as_ref()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let cli: AdviceReport = serde_json::from_slice(&out.stdout).unwrap();
+    let out = collector(&["advise".as_ref(), path.as_os_str()]);
+    let text = String::from_utf8(out.stdout).unwrap();
+
+    let trace = traceio::files::load_trace(&path, &shared::ImportOptions::default()).unwrap();
+    // As `ContentBlock::json` sends it.
+    let mcp: AdviceReport =
+        serde_json::from_str(&serde_json::to_string(&collector::mcp::advise_answer(&trace, None, None)).unwrap()).unwrap();
+    let bytes = std::fs::read(&path).unwrap();
+    let Ok(Opened::Trace(mut session, _)) = Session::open(name, &bytes, |_| {}) else { panic!("{name}: not opened as a trace") };
+    let answer = serde_json::to_string(&session.answer(&Request::Advice { budget_bytes: None })).unwrap();
+    let Ok(Response::Advice(viewer)) = serde_json::from_str::<Response>(&answer) else { panic!("{answer}") };
+
+    let rows = advice_rows(&cli);
+    assert_eq!(advice_rows(&mcp), rows, "{name}: MCP's advise");
+    assert_eq!(advice_rows(&viewer), rows, "{name}: the viewer's");
+    let mut from = 0;
+    for row in &rows.ranked {
+        let cells = [row.label.as_str(), &row.peak_text, &row.saving_text, &row.allocated_text, &row.extra_time_text];
+        let at = text[from..].find(&format!("{}  {}", row.rank.unwrap(), row.label)).map(|k| k + from);
+        let at = at.unwrap_or_else(|| panic!("{} missing from\n{text}", row.label));
+        let end = text[at..].find('\n').map_or(text.len(), |k| k + at);
+        assert!(cells.iter().all(|c| text[at..end].contains(c)), "{cells:?} not on one line of\n{text}");
+        from = end;
+    }
+    for row in &rows.no_effect {
+        assert!(text.contains(&format!("  - {}\n", row.line())), "{} missing from\n{text}", row.line());
+    }
+    rows
+}
+
+/// Two fragmented snapshots and a run with the device ledger, through every surface: on the
+/// first, dropping the optimizer's state saves more of the reserved peak than expandable
+/// segments; on the second nothing saves any of it (`set_to_none` and Adam's state move only
+/// the allocated peak); the third has the device total beside each row.
+#[test]
+fn advice_is_the_same_in_the_table_the_json_mcp_and_the_viewer() {
+    let rows = advice_agrees("resnet18_sgd_2steps.pickle");
+    assert_eq!(rows.judged_by, Measure::Reserved);
+    let kinds: Vec<SuggestionKind> = rows.ranked.iter().map(|r| r.kind).collect();
+    assert_eq!(kinds, [SuggestionKind::Optimizer, SuggestionKind::ExpandableSegments]);
+    let rows = advice_agrees("mlp_adam_3steps.pickle");
+    assert!(rows.ranked.is_empty() && rows.no_effect.iter().any(|r| r.kind == SuggestionKind::SetToNone), "{rows:?}");
+    let rows = advice_agrees("ledger/probe.mtrace.json.gz");
+    assert!(rows.device_total && rows.ranked.iter().all(|r| r.device_total_bytes.is_some()), "{rows:?}");
 }
 
 /// A snapshot taken without the recorder on (`tests/data/no_history.gen.py`): no entries, so

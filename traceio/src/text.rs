@@ -8,6 +8,8 @@ use shared::units::{format_bytes, format_seconds};
 use shared::Trace;
 use std::io::Write;
 
+pub use crate::advice_text::print_advice;
+
 /// The out-of-memory explanation, first in `summary`.
 pub fn print_oom(o: &shared::analysis::oom::OomReport, mut out: impl Write) -> anyhow::Result<()> {
     writeln!(out, "OUT OF MEMORY: {}", o.verdict)?;
@@ -242,7 +244,7 @@ fn print_peaks(trace: &Trace, report: &TraceReport, out: &mut dyn Write) -> anyh
     let unknown = s.peak_device.as_deref().is_some_and(|p| {
         trace.meta.reserved_unknown.iter().any(|&d| trace.devices.get(d as usize).is_some_and(|dev| dev.to_string() == p))
     });
-    if s.peak_reserved_bytes == 0 && s.peak_device.as_deref().is_some_and(|d| d.starts_with("cpu")) {
+    if s.reserved_not_applicable() {
         writeln!(out, "  peak reserved      n/a (the CPU allocator caches nothing)")?;
     } else if unknown {
         writeln!(out, "  peak reserved      unknown (the trace has no segments that hold its allocations; see the warnings)")?;
@@ -586,118 +588,6 @@ fn print_diff_classes(c: &shared::analysis::diff::ClassesDiff, out: &mut dyn Wri
             shared::analysis::profile::TensorClass::Other => "other",
         };
         diff_row(out, name, r.a_bytes, r.b_bytes, r.delta_bytes)?;
-    }
-    Ok(())
-}
-
-/// The advice as text: the baseline, a table (suggestion | predicted peak | vs measured |
-/// extra time per iteration), each suggestion's change and reasoning, the checkpoint
-/// candidates, what is not available and the notes.
-pub fn print_advice(r: &shared::analysis::advice::AdviceReport, mut out: impl Write) -> anyhow::Result<()> {
-    use shared::analysis::advice::SuggestionKind as K;
-    let b = &r.baseline;
-    let at = if b.peak_layer.is_empty() {
-        format!("in the {} phase", b.peak_phase.as_str())
-    } else {
-        format!("{} ({})", layer_place(&b.peak_layer), b.peak_phase.as_str())
-    };
-    writeln!(out, "Advice for {} ({})", b.device, b.source_format)?;
-    writeln!(out, "  measured peak      {} ({} bytes) {at}", format_bytes(b.peak_allocated_bytes), b.peak_allocated_bytes)?;
-    if let Some(t) = b.iteration_time_s {
-        writeln!(out, "  iteration time     {} (median of {} iterations)", format_seconds(t), b.iterations)?;
-    }
-    let parts: Vec<String> = [("weights", b.weights_bytes), ("gradients", b.gradients_bytes), ("optimizer state", b.optimizer_state_bytes)]
-        .iter()
-        .filter_map(|(n, v)| v.map(|v| format!("{n} {}", format_bytes(v))))
-        .chain(b.operator_data.then(|| format!("activations at the peak {}", format_bytes(b.activations_at_peak_bytes))))
-        .collect();
-    if !parts.is_empty() {
-        writeln!(out, "  memory             {}", parts.join(", "))?;
-    }
-    if let Some(budget) = r.budget_bytes {
-        let met = match r.budget_met {
-            Some(true) => "met by the suggestions marked *",
-            _ => "not met by any suggestion",
-        };
-        writeln!(out, "  budget             {} ({budget} bytes): {met}", format_bytes(budget))?;
-    }
-    if !r.suggestions.is_empty() {
-        use shared::analysis::advice::BatchSize;
-        let label = |s: &shared::analysis::advice::Suggestion| -> String {
-            match s.kind {
-                K::Checkpoint => format!("checkpoint {}", s.layers.join(", ")),
-                K::CheckpointAmp => format!("amp + checkpoint {}", s.layers.join(", ")),
-                K::Amp => "amp (autocast)".to_owned(),
-                K::SmallerBatch => match s.smaller_batch() {
-                    Some(BatchSize::Samples(n)) => format!("batch {n}"),
-                    Some(BatchSize::Percent(p)) => format!("batch at {p} %"),
-                    None => "smaller batch".to_owned(),
-                },
-                K::SetToNone => "zero_grad(set_to_none=True)".to_owned(),
-                K::Optimizer => "optimizer with less state".to_owned(),
-                K::ExpandableSegments => "expandable_segments".to_owned(),
-                K::AllocatorSetting => s.change.trim_start_matches("PYTORCH_CUDA_ALLOC_CONF=").to_owned(),
-            }
-        };
-        let rows: Vec<[String; 4]> = r
-            .suggestions
-            .iter()
-            .enumerate()
-            .map(|(i, s)| {
-                let mark = if s.meets_budget == Some(true) { "*" } else { " " };
-                let (peak, base) = match s.predicted_reserved_peak_bytes {
-                    Some(res) => (format!("{} reserved", format_bytes(res)), b.peak_reserved_bytes),
-                    None => (format_bytes(s.predicted_peak_bytes), b.peak_allocated_bytes),
-                };
-                let pct = if base == 0 { 0.0 } else { -100.0 * s.saving_bytes as f64 / base as f64 };
-                let time = match (s.extra_time_per_iteration_s, b.iteration_time_s) {
-                    (Some(t), Some(it)) if it > 0.0 => format!("+{} ({:+.1} %)", format_seconds(t), 100.0 * t / it),
-                    (Some(t), _) => format!("+{}", format_seconds(t)),
-                    (None, _) => "not predicted".to_owned(),
-                };
-                [format!("{mark}{:>2}  {}", i + 1, label(s)), peak, format!("{} ({pct:+.1} %)", format_delta(-s.saving_bytes)), time]
-            })
-            .collect();
-        let header = ["     suggestion".to_owned(), "predicted peak".to_owned(), "vs measured".to_owned(), "extra time/iter".to_owned()];
-        let width = |k: usize| rows.iter().map(|r| r[k].chars().count()).chain([header[k].len()]).max().unwrap_or(0);
-        let w = [width(0), width(1), width(2)];
-        writeln!(out)?;
-        for row in std::iter::once(&header).chain(&rows) {
-            writeln!(out, "{:<w0$}  {:>w1$}  {:>w2$}  {}", row[0], row[1], row[2], row[3], w0 = w[0], w1 = w[1], w2 = w[2])?;
-        }
-        writeln!(out)?;
-        for (i, s) in r.suggestions.iter().enumerate() {
-            writeln!(out, "{:>3}. {} — {}", i + 1, s.kind.as_str(), s.change)?;
-            writeln!(out, "     {}", s.reasoning)?;
-        }
-    }
-    if !r.checkpoint_candidates.is_empty() {
-        writeln!(out)?;
-        writeln!(
-            out,
-            "Checkpoint candidates (activations a checkpoint drops: at the peak / per iteration; forward time = recompute cost):"
-        )?;
-        let w = r.checkpoint_candidates.iter().map(|c| c.layer.chars().count()).max().unwrap_or(0);
-        for c in &r.checkpoint_candidates {
-            writeln!(
-                out,
-                "  {:<w$}  {:>12} / {:>12}  {:>10}  recompute working set {}",
-                c.layer,
-                format_bytes(c.activation_bytes_at_peak),
-                format_bytes(c.activation_bytes),
-                format_seconds(c.forward_time_s),
-                format_bytes(c.recompute_working_set_bytes)
-            )?;
-        }
-    }
-    for (title, list) in [("Not available", &r.not_available), ("Notes", &r.notes)] {
-        if !list.is_empty() {
-            writeln!(out)?;
-            writeln!(out, "{title}:")?;
-            for n in list {
-                writeln!(out, "  - {n}")?;
-            }
-        }
     }
     Ok(())
 }

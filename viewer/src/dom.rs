@@ -38,12 +38,45 @@ pub fn download_url(file_name: &str, url: &str) {
     }
 }
 
-/// True when a key goes to a form field (the search box, a filter, the metric menu), not to
-/// the page's shortcuts.
+/// True when a key goes to a form field (the search box, a filter, the metric menu, a slider),
+/// not to the page's shortcuts. A file input, a checkbox or a button takes no keys: keys
+/// pressed while one has the focus (a trace just chosen) are the page's.
 pub fn is_typing(ev: &web_sys::KeyboardEvent) -> bool {
-    ev.target()
-        .and_then(|t| t.dyn_into::<web_sys::HtmlElement>().ok())
-        .is_some_and(|el| matches!(el.tag_name().as_str(), "INPUT" | "TEXTAREA" | "SELECT"))
+    field_of(ev).is_some_and(|(tag, kind)| tag != "INPUT" || !NO_KEYS.contains(&kind.as_str()))
+}
+
+/// True when a key is typed as text: into a text field, a text area or editable content (a
+/// menu or a slider takes keys, but no `?`).
+pub fn takes_text(ev: &web_sys::KeyboardEvent) -> bool {
+    field_of(ev).is_some_and(|(tag, kind)| tag == "TEXTAREA" || tag == "EDITABLE" || (tag == "INPUT" && TEXT.contains(&kind.as_str())))
+}
+
+/// Input types that take no keys.
+const NO_KEYS: [&str; 7] = ["file", "checkbox", "radio", "button", "submit", "reset", "color"];
+
+/// Input types typed into as text (`""`: no type, a text field).
+const TEXT: [&str; 9] = ["", "text", "search", "number", "email", "password", "url", "tel", "date"];
+
+/// The form field a key event went to: its tag (`EDITABLE` for editable content) and, for an
+/// input, its type in lower case.
+fn field_of(ev: &web_sys::KeyboardEvent) -> Option<(String, String)> {
+    let el = ev.target().and_then(|t| t.dyn_into::<web_sys::HtmlElement>().ok())?;
+    match el.tag_name().as_str() {
+        t @ ("INPUT" | "TEXTAREA" | "SELECT") => Some((t.to_owned(), el.get_attribute("type").unwrap_or_default().to_ascii_lowercase())),
+        _ if el.is_content_editable() => Some(("EDITABLE".to_owned(), String::new())),
+        _ => None,
+    }
+}
+
+/// Calls `f` with every key pressed on the page before any element has it (the window's
+/// capture phase), so that a key stopped on its way up, or a key event that does not bubble,
+/// still reaches the page's shortcuts. For the page's whole life.
+pub fn on_every_key(f: impl Fn(web_sys::KeyboardEvent) + 'static) {
+    let listener = wasm_bindgen::closure::Closure::<dyn Fn(web_sys::KeyboardEvent)>::new(f);
+    if let Some(w) = web_sys::window() {
+        let _ = w.add_event_listener_with_callback_and_bool("keydown", listener.as_ref().unchecked_ref(), true);
+    }
+    listener.forget();
 }
 
 /// The page address's query parameter `name`.

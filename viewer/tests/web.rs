@@ -81,7 +81,8 @@ fn rank_chart_and_segments_draw() {
     let (mut session, snap) = open("mlp.pickle", SNAPSHOT);
     let Response::Segments { segments, .. } = session.answer(&Request::Segments { t_s: snap.summary.peak_time_s }) else { panic!() };
     let c = canvas(900, 200);
-    assert_eq!(charts::draw_segments(&c, &Palette::DARK, &segments, 12).unwrap(), segments.len().saturating_sub(16));
+    // Alone, a map is on its own scale (0: its largest segment spans the width).
+    assert_eq!(charts::draw_segments(&c, &Palette::DARK, &segments, 12, 0).unwrap(), segments.len().saturating_sub(16));
     assert!(charts::painted_pixels(&c) > 1_000);
 }
 
@@ -98,8 +99,10 @@ fn simulated_segments_draw_beside_the_recorded_ones() {
     assert_eq!((error, alloc_conf.as_str()), (None, "expandable_segments:True"));
     assert_eq!(allocated(&segments), allocated(&recorded));
     assert!(!segments.is_empty() && segments.len() < recorded.len(), "{} simulated, {} recorded", segments.len(), recorded.len());
+    // Beside the recorded map, on its scale: the largest segment of either spans the width.
+    let largest = recorded.iter().chain(&segments).map(|g| g.size_bytes).max().unwrap();
     let c = canvas(450, 200);
-    assert_eq!(charts::draw_segments(&c, &Palette::DARK, &segments, 12).unwrap(), segments.len().saturating_sub(16));
+    assert_eq!(charts::draw_segments(&c, &Palette::DARK, &segments, 12, largest).unwrap(), segments.len().saturating_sub(16));
     assert!(charts::painted_pixels(&c) > 1_000);
     // A setting that does not parse is an error line naming what was wrong, not a panic.
     let bad = viewer::messages::requests::simulated_segments(t_s, "expandable_segments:yes");

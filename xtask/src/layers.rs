@@ -60,7 +60,7 @@ pub const LAYERED: [Layers; 9] = [
     },
     Layers { src: "protocol/src", order: &["frames", "summary", "trace", "jobs", "worker", "run", "api"] },
     Layers { src: "record/src", order: &["layout", "sys", "live", "assemble"] },
-    Layers { src: "traceio/src", order: &["read_ahead", "files", "parquet", "text", "plots", "folders"] },
+    Layers { src: "traceio/src", order: &["read_ahead", "files", "parquet", "advice_text", "text", "plots", "folders"] },
     Layers { src: "capture/src", order: &["session", "models", "run", "sweep", "tracer", "cli"] },
     Layers {
         src: "collector/src",

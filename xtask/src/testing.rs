@@ -43,7 +43,10 @@ pub fn everything() -> Result<()> {
 fn test() -> Result<()> {
     // The viewer is built for wasm32 by `check`; it has no native tests. Its components run in
     // headless Chromium beside the workspace's tests: cargo holds the build folder only while
-    // it compiles, and a browser waits more than it computes.
+    // it compiles, and a browser waits more than it computes. The whole page, as `check` built
+    // it into dist/, is tested in Chromium by the workspace's tests themselves: every test file
+    // of the collector runs, `collector/tests/viewer_e2e.rs` and
+    // `collector/tests/viewer_charts_e2e.rs` among them, with no list to add a new one to.
     jobs::side_by_side(vec![
         jobs::job("the workspace's tests", || run(Command::new("cargo").args(wheel::TEST_BUILD))),
         jobs::job("the viewer in Chromium", viewer::browser_tests),

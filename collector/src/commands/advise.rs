@@ -3,6 +3,8 @@
 
 use super::{parse_size, ImportArgs};
 use anyhow::Context;
+use shared::analysis::advice::{AdviceOptions, AdviceReport};
+use std::io::Write;
 use std::path::PathBuf;
 use traceio::files::load_trace;
 
@@ -21,7 +23,7 @@ pub struct AdviseArgs {
     #[arg(long)]
     pub json: bool,
     /// How many suggestions and checkpoint candidates to list.
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = AdviceOptions::default().top)]
     pub top: usize,
     #[command(flatten)]
     pub import: ImportArgs,
@@ -52,19 +54,33 @@ pub struct AdviseArgs {
     pub command: Vec<String>,
 }
 
+impl AdviseArgs {
+    /// What the flags ask of the advice.
+    fn options(&self) -> AdviceOptions {
+        AdviceOptions { budget_bytes: self.budget, top: self.top, ..Default::default() }
+    }
+}
+
+/// Writes the advice as `collector advise` prints it: the report as JSON (`json`), else its
+/// rows as a table ([`traceio::text::print_advice`]).
+fn write_advice(r: &AdviceReport, json: bool, mut out: impl Write) -> anyhow::Result<()> {
+    if json {
+        serde_json::to_writer_pretty(&mut out, r)?;
+        writeln!(out)?;
+        Ok(())
+    } else {
+        traceio::text::print_advice(r, out)
+    }
+}
+
 /// `collector advise`: advice on a trace, or (`--verify`) advice checked by running it.
 pub fn advise_command(a: AdviseArgs) -> anyhow::Result<()> {
-    use shared::analysis::advice::{advise, AdviceOptions};
-    let opts = AdviceOptions { budget_bytes: a.budget, top: a.top, ..Default::default() };
+    use shared::analysis::advice::advise;
+    let opts = a.options();
     if !a.verify {
         let input = a.input.context("give a trace to advise on, or --verify with a program to run")?;
         let r = advise(&load_trace(&input, &a.import.options())?, &opts);
-        if a.json {
-            println!("{}", serde_json::to_string_pretty(&r)?);
-        } else {
-            traceio::text::print_advice(&r, std::io::stdout().lock())?;
-        }
-        return Ok(());
+        return write_advice(&r, a.json, std::io::stdout().lock());
     }
     let command = match &a.model {
         Some(m) => {

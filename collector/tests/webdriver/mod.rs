@@ -172,6 +172,13 @@ impl Browser {
         self.try_exec(script, args).unwrap_or_else(|e| panic!("script failed: {e}\n{script}"))
     }
 
+    /// Runs `script` asynchronously: it ends by calling its last argument with its value.
+    pub fn exec_async(&self, script: &str) -> Value {
+        let v = post(&self.agent, &self.url("/execute/async"), &json!({"script": script, "args": []}));
+        assert!(v["value"].get("error").is_none(), "script failed: {v}\n{script}");
+        v["value"].clone()
+    }
+
     /// As `exec`, but a failing script or a crashed tab is an `Err` with WebDriver's message
     /// (benchmarks of pages that may run out of memory).
     pub fn try_exec(&self, script: &str, args: Value) -> Result<Value, String> {
@@ -204,6 +211,17 @@ impl Browser {
     pub fn click(&self, css: &str) {
         let el = self.find(css).unwrap_or_else(|| panic!("no element {css}"));
         post(&self.agent, &self.url(&format!("/element/{el}/click")), &json!({}));
+    }
+
+    /// Presses and releases each key of `keys` in turn on whatever has the focus, as a
+    /// keyboard would (`?` comes with Shift; `\u{E00C}` is Escape).
+    pub fn press(&self, keys: &str) {
+        let actions: Vec<Value> = keys
+            .chars()
+            .flat_map(|k| [json!({"type": "keyDown", "value": k.to_string()}), json!({"type": "keyUp", "value": k.to_string()})])
+            .collect();
+        let v = post(&self.agent, &self.url("/actions"), &json!({"actions": [{"type": "key", "id": "keyboard", "actions": actions}]}));
+        assert!(v["value"].is_null(), "key presses failed: {v}");
     }
 
     /// Waits until `script` returns something truthy; panics with `what` after `secs`.

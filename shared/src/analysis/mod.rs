@@ -67,6 +67,15 @@ pub struct Summary {
     pub notes: pools::NoteCounts,
 }
 
+impl Summary {
+    /// Whether reserved memory does not exist in this trace: its peak is on the CPU, whose
+    /// allocator caches nothing, so its reserved figures are "n/a" rather than 0 B
+    /// (`collector summary` and the viewer's summary say so).
+    pub fn reserved_not_applicable(&self) -> bool {
+        self.peak_reserved_bytes == 0 && self.peak_device.as_deref().is_some_and(|d| d.starts_with("cpu"))
+    }
+}
+
 /// The fragmentation ratio of `t`, or 0 where the trace was recorded without fragmentation
 /// tracking (`TraceMeta::fragmentation_tracked`).
 fn frag(trace: &Trace, t: crate::model::Totals) -> f64 {
@@ -577,6 +586,31 @@ mod tests {
         assert_eq!((s.total_allocations, s.total_deallocations), (3, 1));
         // Fragmentation after each event: 1, 0.6, 0.1, 0.5, 0.4.
         assert!((s.avg_fragmentation - 2.6 / 5.0).abs() < 1e-12);
+    }
+
+    /// Reserved memory is "n/a" on the CPU (nothing reserved there), never on a GPU.
+    #[test]
+    fn reserved_does_not_apply_on_the_cpu() {
+        assert!(!summary(&small_trace()).reserved_not_applicable());
+        let mut t = Trace::new(TraceMeta::new(SourceFormat::MemoryTracer));
+        let d = t.device_index(Device { kind: "cpu".into(), index: 0, rank: None });
+        let s = t.stream_index("default");
+        let record = |ts, event_type| EventRecord {
+            ts_ns: ts,
+            event_type,
+            phase: Phase::Forward,
+            size_bytes: 64,
+            address: 1,
+            layer: StrId::NONE,
+            device: d,
+            stream: s,
+            totals: None,
+        };
+        t.events.push(record(0, EventType::Alloc));
+        t.events.push(record(10, EventType::Free));
+        let s = summary(&t);
+        assert_eq!((s.peak_allocated_bytes, s.peak_reserved_bytes), (64, 0));
+        assert!(s.reserved_not_applicable(), "{:?}", s.peak_device);
     }
 
     #[test]

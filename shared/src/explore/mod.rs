@@ -379,7 +379,7 @@ impl Session {
                 Response::Pools { end_s: duration_s(self.trace()), curves: analysis::pools::pool_curves(self.trace(), *buckets) }
             }
             Request::Advice { budget_bytes } => {
-                let opts = analysis::advice::AdviceOptions { budget_bytes: *budget_bytes, top: 10, ..Default::default() };
+                let opts = analysis::advice::AdviceOptions { budget_bytes: *budget_bytes, ..Default::default() };
                 Response::Advice(Box::new(analysis::advice::advise(self.trace(), &opts)))
             }
             Request::SimulatedSegments { t_s, alloc_conf } => {

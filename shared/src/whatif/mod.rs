@@ -143,7 +143,7 @@ pub use conf::{
 };
 pub use outcome::{Anomalies, At, OomAt, Outcome, Placement, SegmentAddresses, SimOptions};
 pub use own::{lenient, own_settings, OwnSettings, SettingsInfo, UNKNOWN as SETTINGS_UNKNOWN};
-pub use report::{parse_settings, what_if, OomReport, Recorded, SettingOutcome, WhatIfError, WhatIfOptions, WhatIfReport};
+pub use report::{limits, parse_settings, what_if, Limits, OomReport, Recorded, SettingOutcome, WhatIfError, WhatIfOptions, WhatIfReport};
 pub use requests::{requests, DeviceRequests, Op, Request, Requests};
 pub use segments::segments_after;
 pub use sim::simulate;

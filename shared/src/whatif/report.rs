@@ -5,7 +5,7 @@
 use super::compare_with_recorded;
 use super::conf::{AllocConf, ConfError};
 use super::outcome::{Outcome, SegmentAddresses, SimOptions};
-use super::requests::{requests, DeviceRequests};
+use super::requests::{requests, DeviceRequests, Requests};
 use super::sim::simulate;
 use crate::model::{Phase, Trace};
 use serde::Serialize;
@@ -123,16 +123,10 @@ pub fn what_if(trace: &Trace, opts: &WhatIfOptions) -> Result<WhatIfReport, What
     let parsed = parse_settings(&opts.settings)?;
     let reqs = requests(trace);
     let dev = pick_device(trace, &reqs.devices, opts.device.as_deref())?;
-    let whole_device = opts.device_memory_bytes.or(trace.meta.device_total_memory_bytes);
-    // With the device ledger, "fits" means the whole device: what the process held beside
-    // PyTorch's allocator (context, NCCL, cuBLAS, kernels) is not PyTorch's to use.
-    let outside_pytorch = whole_device.and_then(|_| crate::model::outside_pytorch_peak(trace, dev.device));
-    let device_memory = whole_device.map(|m| m.saturating_sub(outside_pytorch.unwrap_or(0)));
+    let Limits { whole_device_bytes: whole_device, outside_pytorch_bytes: outside_pytorch, fraction, sim: sim_opts } =
+        limits(trace, &reqs, dev, opts.device_memory_bytes);
     let index = trace.devices.get(dev.device as usize).map_or(0, |d| d.index);
-    // A memory fraction caps reserved memory at a share of the device (and lets
-    // garbage_collection_threshold act): the run's own, for every replay.
-    let fraction = reqs.own.fraction_for(index).filter(|_| device_memory.is_some());
-    let sim_opts = SimOptions::with_capacity(device_memory).with_fraction(fraction);
+    let device_memory = sim_opts.capacity_bytes;
     let recorded = recorded(trace, dev, &reqs.own_conf, fraction.and(device_memory).map(|m| (m, fraction)))?;
     let own = simulate(dev, &reqs.own_conf, &sim_opts)?;
     let own_reserved = own.reserved_peak_bytes;
@@ -180,6 +174,42 @@ pub fn what_if(trace: &Trace, opts: &WhatIfOptions) -> Result<WhatIfReport, What
         settings,
         notes,
     })
+}
+
+/// What a replay of one device runs within.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Limits {
+    /// The device's memory: the one asked for, else the trace's (`None`: no limit).
+    pub whole_device_bytes: Option<u64>,
+    /// What the run held outside PyTorch's allocator on the device (the ledger's), where the
+    /// device's memory is known.
+    pub outside_pytorch_bytes: Option<u64>,
+    /// The memory fraction the run set on the device, where the device's memory is known.
+    pub fraction: Option<f64>,
+    /// The simulation's options: the device's memory less what was held outside PyTorch, and
+    /// the fraction.
+    pub sim: SimOptions,
+}
+
+/// The limits a replay of `dev` (one of `reqs`' devices) runs within: `device_memory_bytes`
+/// (else the trace's device's memory) less what the ledger held outside PyTorch's allocator,
+/// and the run's own memory fraction, as [`what_if`] replays every setting.
+pub fn limits(trace: &Trace, reqs: &Requests, dev: &DeviceRequests, device_memory_bytes: Option<u64>) -> Limits {
+    let whole_device = device_memory_bytes.or(trace.meta.device_total_memory_bytes);
+    // With the device ledger, "fits" means the whole device: what the process held beside
+    // PyTorch's allocator (context, NCCL, cuBLAS, kernels) is not PyTorch's to use.
+    let outside_pytorch = whole_device.and_then(|_| crate::model::outside_pytorch_peak(trace, dev.device));
+    let device_memory = whole_device.map(|m| m.saturating_sub(outside_pytorch.unwrap_or(0)));
+    let index = trace.devices.get(dev.device as usize).map_or(0, |d| d.index);
+    // A memory fraction caps reserved memory at a share of the device (and lets
+    // garbage_collection_threshold act): the run's own, for every replay.
+    let fraction = reqs.own.fraction_for(index).filter(|_| device_memory.is_some());
+    Limits {
+        whole_device_bytes: whole_device,
+        outside_pytorch_bytes: outside_pytorch,
+        fraction,
+        sim: SimOptions::with_capacity(device_memory).with_fraction(fraction),
+    }
 }
 
 /// The lowest and highest reserved peak of `conf` over where new segments go: as recorded

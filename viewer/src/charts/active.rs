@@ -82,6 +82,58 @@ impl ColourBy {
     }
 }
 
+/// One entry of a colouring's legend: what a colour stands for, its colour, and the bytes of
+/// the bands in the answer that have it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LegendEntry {
+    pub label: String,
+    pub colour: RGBColor,
+    pub bytes: u64,
+}
+
+impl ColourBy {
+    /// The name the colour menu gives it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ColourBy::Layer => "layer",
+            ColourBy::Operator => "operator",
+            ColourBy::Stack => "stack",
+            ColourBy::Category => "category",
+        }
+    }
+
+    /// What the colours of `bands` (`colours`, as [`ColourBy::colours`] gives them) stand
+    /// for, most bytes first: at most `most` categories, layers or operators, and how many more
+    /// have colours of their own. A stack has no name to show: no entries, and the number of
+    /// stacks.
+    pub fn legend(self, bands: &ActiveBands, colours: &[RGBColor], most: usize) -> (Vec<LegendEntry>, usize) {
+        let key = |b: usize| match self {
+            ColourBy::Layer => bands.layer[b],
+            ColourBy::Operator => bands.op[b],
+            ColourBy::Stack => bands.stack[b],
+            ColourBy::Category => u32::from(bands.category[b]),
+        };
+        // Each key's bytes and its first band (whose colour and category are the key's).
+        let mut by_key: std::collections::HashMap<u32, (u64, usize)> = std::collections::HashMap::new();
+        for b in 0..bands.len().min(colours.len()) {
+            by_key.entry(key(b)).or_insert((0, b)).0 += bands.size_bytes[b];
+        }
+        if self == ColourBy::Stack {
+            return (Vec::new(), by_key.len());
+        }
+        let mut keys: Vec<(u32, (u64, usize))> = by_key.into_iter().collect();
+        keys.sort_by(|a, b| b.1 .0.cmp(&a.1 .0).then(a.0.cmp(&b.0)));
+        let label = |k: u32, b: usize| match self {
+            ColourBy::Category => bands.category_of(b).map_or_else(|| "unknown".to_owned(), |c| c.as_str().replace('_', " ")),
+            _ if k == NONE => format!("(no {})", self.as_str()),
+            _ => bands.names.get(k as usize).cloned().unwrap_or_default(),
+        };
+        let more = keys.len().saturating_sub(most);
+        let entries = keys.into_iter().take(most).map(|(k, (bytes, b))| LegendEntry { label: label(k, b), colour: colours[b], bytes });
+        (entries.collect(), more)
+    }
+}
+
 /// How each band is shown: its colour, and whether it is dimmed (`pinned` lights the bands that
 /// share its stack, or without stacks its layer and size; with `found`, a search's allocation
 /// events, sorted, the others are dimmed).

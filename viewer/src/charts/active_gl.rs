@@ -179,7 +179,11 @@ impl ActiveGl {
         gl.vertex_attrib_pointer_with_i32(0, 2, Gl::FLOAT, false, 0, 0);
         gl.bind_vertex_array(None);
         gl.enable(Gl::BLEND);
-        gl.blend_func(Gl::SRC_ALPHA, Gl::ONE_MINUS_SRC_ALPHA);
+        // Colours blend over the background as the 2D canvas blends them, and the canvas stays
+        // opaque: with `blend_func` alone a dimmed band (a fifth opaque) left the drawing
+        // buffer's alpha below 1, and the page composited it as premultiplied, so on the light
+        // theme the bands a pin dims came out white, erased where the 2D canvas dims them.
+        gl.blend_func_separate(Gl::SRC_ALPHA, Gl::ONE_MINUS_SRC_ALPHA, Gl::ONE, Gl::ONE_MINUS_SRC_ALPHA);
         Ok(Self { gl, quads, lines, rects, colours, outline, quad_vao, line_vao, instances: 0, outline_points: 0 })
     }
 

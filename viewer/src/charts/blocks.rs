@@ -8,17 +8,24 @@ use shared::model::{BlockState, SegmentInfo};
 use shared::units::format_bytes;
 use web_sys::HtmlCanvasElement;
 
-/// The allocator's segments, one row each in address order, blocks coloured by state. Returns
-/// how many segments did not fit.
-pub fn draw_segments(canvas: &HtmlCanvasElement, pal: &Palette, segments: &[SegmentInfo], row_height: u32) -> Res<usize> {
+/// The allocator's segments, one row each in address order, blocks coloured by state, a
+/// segment of `full_width_bytes` as wide as the plot (maps drawn side by side are given the
+/// same, so that their bars compare). Returns how many segments did not fit.
+pub fn draw_segments(
+    canvas: &HtmlCanvasElement,
+    pal: &Palette,
+    segments: &[SegmentInfo],
+    row_height: u32,
+    full_width_bytes: u64,
+) -> Res<usize> {
     let root = area(canvas, pal)?;
     let (w, h) = root.dim_in_pixel();
     let rows = ((h.saturating_sub(4)) / row_height) as usize;
-    let largest = segments.iter().map(|s| s.size_bytes).max().unwrap_or(1).max(1) as f64;
+    let largest = segments.iter().map(|s| s.size_bytes).max().unwrap_or(1).max(full_width_bytes).max(1) as f64;
     let width = (w as f64 - 110.0).max(10.0);
+    let scale = width / largest;
     for (r, seg) in segments.iter().take(rows).enumerate() {
         let y = 2 + r as i32 * row_height as i32;
-        let scale = width / largest;
         root.draw(&Text::new(format_bytes(seg.size_bytes), (2, y), font(pal, 10))).map_err(err)?;
         let x0 = 100.0;
         let seg_w = (seg.size_bytes as f64 * scale).max(1.0);

@@ -9,6 +9,7 @@
 use crate::charts::{self, ActiveGl, ActiveMapping, ColourBy, Quads};
 use crate::messages::requests;
 use crate::state::{Errors, Theme};
+use crate::widgets::legend_chip;
 use crate::{bridge, dom::fit_canvas, perf};
 use leptos::html::Canvas;
 use leptos::prelude::*;
@@ -454,6 +455,46 @@ fn controls(a: Active, errors: Errors) -> impl IntoView {
     }
 }
 
+/// The colouring's legend: what each colour stands for over the answer shown (most bytes
+/// first), the grey of the memory from before the trace, and what a pin or a search fades.
+fn legend(a: Active, theme: Theme) -> impl IntoView {
+    let plural = |by: ColourBy| match by {
+        ColourBy::Category => "categories",
+        ColourBy::Layer => "layers",
+        ColourBy::Operator => "operators",
+        ColourBy::Stack => "stacks",
+    };
+    let entries = move || {
+        let (pal, by) = (theme.palette(), a.colour_by.get());
+        a.data.with(|d| {
+            let d = d.as_ref()?;
+            let colours = by.colours(&d.a.bands);
+            let (entries, more) = by.legend(&d.a.bands, &colours, 8);
+            let chip = |e: charts::LegendEntry| {
+                legend_chip(e.label.clone(), e.colour, 1.0, e.label, format!("{} in the allocations shown", format_bytes(e.bytes)))
+            };
+            let more = match by {
+                ColourBy::Stack => format!("one colour per recorded stack ({more} stacks; hover a band for its stack) "),
+                _ if more > 0 => format!("and {more} more {}, each its own colour ", plural(by)),
+                _ => String::new(),
+            };
+            let grey = d.a.before_trace.iter().any(|&b| b > 0).then(|| {
+                let why = "memory allocated before the trace began, with no allocation of its own in it".to_owned();
+                legend_chip("before-trace".into(), pal.grid, 0.9, "before the trace".into(), why)
+            });
+            Some(view! { {format!("Colour by {}: ", by.as_str())} {entries.into_iter().map(chip).collect_view()} {more} {grey} })
+        })
+    };
+    let faded = move || match (a.pinned.with(Option::is_some), a.found.with(Option::is_some)) {
+        (true, _) => Some(" · faded: the bands that do not share the pinned allocation's stack"),
+        (false, true) => Some(" · faded: the bands the search did not find"),
+        _ => None,
+    };
+    view! {
+        <p class="sub chart-legend" id="active-legend" data-colour-by=move || a.colour_by.get().as_str()>{entries}{faded}</p>
+    }
+}
+
 /// What the answer shows, in words: the bands, those too brief for a column, the grey band.
 fn caption(t: &ActiveTimeline) -> String {
     let grey = t.before_trace.iter().max().copied().unwrap_or(0);
@@ -516,6 +557,7 @@ pub fn ActiveSection(
                 <canvas id="active-gl" node_ref=a.gl_canvas></canvas>
                 {move || a.tooltip()}
             </div>
+            {legend(a, theme)}
             <p class="sub" id="active-caption">{move || a.data.with(|d| d.as_ref().map(|d| caption(&d.a)))}</p>
             {move || a.pinned.get().map(|(_, detail)| pinned_view(detail, a.pinned))}
         </section>

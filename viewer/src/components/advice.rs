@@ -1,10 +1,11 @@
 //! What to change so the run needs less memory (`shared::analysis::advice`, asked of the
-//! worker with an optional budget): ranked changes with their predicted peaks and extra time.
+//! worker with an optional budget): the rows `collector advise` prints, each change judged by
+//! what runs out (its predicted reserved peak, allocated beside it), and those with no effect.
 
 use crate::bridge;
 use crate::state::Errors;
 use leptos::prelude::*;
-use shared::analysis::advice::AdviceReport;
+use shared::analysis::advice::{advice_rows, AdviceReport, AdviceRow, AdviceRows, Measure};
 use shared::explore::{Request, Response};
 use shared::units::{format_bytes, parse_size};
 use std::sync::Arc;
@@ -95,47 +96,88 @@ pub fn AdviceSection(
     }
 }
 
-/// The measured peak, then every suggestion with its predicted peak and cost, and what could
-/// not be advised.
+/// The measured peaks, then the rows every surface shows ([`advice_rows`]): each ranked change
+/// with the predicted peak of what runs out (reserved where the trace knows it) and the
+/// allocated one beside it, then the changes with no effect here, and what could not be
+/// advised.
 fn advice_table(report: Arc<AdviceReport>) -> impl IntoView {
-    let measured = report.baseline.peak_allocated_bytes;
-    let budget = report.budget_bytes.map(|b| {
+    let b = &report.baseline;
+    let AdviceRows { judged_by, device_total, ranked, no_effect, .. } = advice_rows(&report);
+    let budget = report.budget_bytes.map(|bytes| {
         let met = match report.budget_met {
             Some(true) => "can be met",
             Some(false) => "cannot be met",
             None => "",
         };
-        format!("budget {} {met}", format_bytes(b))
+        format!("budget {} {met}", format_bytes(bytes))
     });
+    let reserved = judged_by == Measure::Reserved;
+    let measured = if reserved {
+        format!(
+            "measured peak {} reserved, {} allocated on {}",
+            format_bytes(b.peak_reserved_bytes),
+            format_bytes(b.peak_allocated_bytes),
+            b.device
+        )
+    } else {
+        format!("measured peak {} on {}", format_bytes(b.peak_allocated_bytes), b.device)
+    };
+    let what = if reserved { "the reserved peak" } else { "the peak" };
     view! {
-        <p class="sub">
-            {format!("measured peak {} on {}", format_bytes(measured), report.baseline.device)}
-            {report.baseline.iteration_time_s.map(|t| format!(" · iteration {:.1} ms", t * 1e3))}
+        <p class="sub" id="advice-measured" data-judged-by=if reserved { "reserved" } else { "allocated" }>
+            {measured}
+            {b.outside_pytorch_bytes.map(|o| format!(" · {} outside PyTorch", format_bytes(o)))}
+            {b.iteration_time_s.map(|t| format!(" · iteration {:.1} ms", t * 1e3))}
             {budget.map(|b| format!(" · {b}"))}
         </p>
         {report.notes.iter().map(|n| view! { <p class="warning">{n.clone()}</p> }).collect_view()}
-        <table class="data" id="advice-table">
-            <thead><tr><th>"#"</th><th>"change"</th><th>"predicted peak"</th><th>"vs measured"</th><th>"extra time / iteration"</th></tr></thead>
-            <tbody>
-                {report.suggestions.iter().enumerate().map(|(k, s)| {
-                    let delta = s.predicted_peak_bytes as i128 - measured as i128;
-                    let pct = if measured > 0 { delta as f64 / measured as f64 * 100.0 } else { 0.0 };
-                    let sign = if delta < 0 { "−" } else { "+" };
-                    view! {
-                        <tr class=if s.meets_budget == Some(true) { "meets" } else { "" } title=s.reasoning.clone()>
-                            <td>{(k + 1).to_string()}</td>
-                            <td>{s.change.clone()}</td>
-                            <td data-bytes=s.predicted_peak_bytes.to_string()>{format_bytes(s.predicted_peak_bytes)}</td>
-                            <td>{format!("{sign}{} ({pct:+.1} %)", format_bytes(delta.unsigned_abs() as u64))}</td>
-                            <td>{s.extra_time_per_iteration_s.map_or_else(|| "—".into(), |t| format!("+{:.1} ms", t * 1e3))}</td>
-                        </tr>
-                    }
+        {if ranked.is_empty() {
+            view! { <p class="hint" id="advice-nothing">{format!("No change saves any of {what} on this trace.")}</p> }.into_any()
+        } else {
+            ranked_table(ranked, reserved, device_total).into_any()
+        }}
+        {(!no_effect.is_empty()).then(|| view! {
+            <h3>"No effect here"</h3>
+            <p class="hint">{format!("Saves nothing of {what} on this trace.")}</p>
+            <ul id="advice-no-effect">
+                {no_effect.into_iter().map(|row| view! {
+                    <li title=row.reasoning.clone() data-kind=row.kind.as_str() data-bytes=row.peak_bytes.to_string()>{row.line()}</li>
                 }).collect_view()}
-            </tbody>
-        </table>
+            </ul>
+        })}
         {(!report.not_available.is_empty()).then(|| view! {
             <h3>"Not available"</h3>
             <ul class="hint">{report.not_available.iter().map(|n| view! { <li>{n.clone()}</li> }).collect_view()}</ul>
         })}
+    }
+}
+
+/// The ranked changes: the predicted peak of what runs out (`reserved`: the reserved one) and
+/// the saving, the allocated peak beside, the device total (`device_total`: with the ledger)
+/// and the extra time; the reasoning in each row's tooltip.
+fn ranked_table(ranked: Vec<AdviceRow>, reserved: bool, device_total: bool) -> impl IntoView {
+    view! {
+        <table class="data" id="advice-table">
+            <thead><tr>
+                <th>"#"</th><th>"change"</th>
+                <th>{if reserved { "predicted reserved peak" } else { "predicted peak" }}</th>
+                <th>"vs measured"</th><th>"allocated peak"</th>
+                {device_total.then(|| view! { <th>"device total"</th> })}
+                <th>"extra time / iteration"</th>
+            </tr></thead>
+            <tbody>
+                {ranked.into_iter().map(|row| view! {
+                    <tr class=if row.meets_budget == Some(true) { "meets" } else { "" } title=row.reasoning data-kind=row.kind.as_str()>
+                        <td>{row.rank.unwrap_or(0).to_string()}</td>
+                        <td>{row.change}</td>
+                        <td class="num peak" data-bytes=row.peak_bytes.to_string()>{row.peak_text}</td>
+                        <td class="num saving" data-bytes=row.saving_bytes.to_string()>{row.saving_text}</td>
+                        <td class="num allocated" data-bytes=row.allocated_peak_bytes.to_string()>{row.allocated_text}</td>
+                        {device_total.then(|| view! { <td class="num device-total">{row.device_total_text.unwrap_or_default()}</td> })}
+                        <td class="num">{row.extra_time_text}</td>
+                    </tr>
+                }).collect_view()}
+            </tbody>
+        </table>
     }
 }

@@ -7,7 +7,7 @@ use super::{report::Report, server_panel::ServerPanel, welcome::Welcome};
 use crate::state::{Errors, Loader, Theme};
 use crate::{
     bridge,
-    dom::{is_typing, query_param},
+    dom::{is_typing, on_every_key, query_param, takes_text},
     http,
 };
 use leptos::prelude::*;
@@ -39,20 +39,27 @@ fn html_element(id: &str) -> Option<web_sys::HtmlElement> {
     document().get_element_by_id(id).and_then(|e| e.dyn_into::<web_sys::HtmlElement>().ok())
 }
 
-/// The page's shortcuts (the help overlay lists them); a key typed into a form field is the
-/// field's, but Escape leaves it.
+/// The page's shortcuts (the help overlay lists them). A key typed into a form field is the
+/// field's, but Escape leaves it (and closes the help), and `?` opens the help from anywhere
+/// but a text field.
 fn on_key(ev: &web_sys::KeyboardEvent, dark: RwSignal<bool>, help: RwSignal<bool>) {
+    let key = ev.key();
+    if key == "Escape" && help.get_untracked() {
+        help.set(false);
+    }
+    if key == "?" && !takes_text(ev) {
+        help.update(|h| *h = !*h);
+        return;
+    }
     if is_typing(ev) {
-        if ev.key() == "Escape" {
+        if key == "Escape" {
             if let Some(el) = ev.target().and_then(|t| t.dyn_into::<web_sys::HtmlElement>().ok()) {
                 let _ = el.blur();
             }
         }
         return;
     }
-    match ev.key().as_str() {
-        "?" => help.update(|h| *h = !*h),
-        "Escape" => help.set(false),
+    match key.as_str() {
         "t" => dark.update(|d| *d = !*d),
         "o" => {
             if let Some(el) = html_element("trace-file") {
@@ -114,7 +121,7 @@ pub fn App() -> impl IntoView {
         let theme = if dark.get() { "dark" } else { "light" };
         let _ = document().document_element().map(|e| e.set_attribute("data-theme", theme));
     });
-    let _keys = window_event_listener(leptos::ev::keydown, move |ev| on_key(&ev, dark, help));
+    on_every_key(move |ev| on_key(&ev, dark, help));
     let _dragover = window_event_listener(leptos::ev::dragover, |ev| ev.prevent_default());
     let _drop = window_event_listener(leptos::ev::drop, move |ev| on_drop(&ev, loader));
     let close_compare = Callback::new(move |()| loader.compare.set(None));

@@ -12,7 +12,7 @@ const KEYS: [(&str, &str); 10] = [
     ("click", "timeline: list what is live then; flame graph: zoom into a box"),
     ("/", "search the flame graph"),
     ("t", "dark or light theme"),
-    ("?", "this help"),
+    ("?", "open or close this help"),
     ("Esc", "close this help, leave a text field"),
 ];
 
@@ -24,11 +24,12 @@ pub fn Help(
 ) -> impl IntoView {
     view! {
         <div class="overlay" class:hidden=move || !open.get() on:click=move |_| open.set(false)>
-            <section class="help" role="dialog" aria-label="Keyboard shortcuts">
+            <section class="help" id="help" role="dialog" aria-modal="true" aria-label="Keyboard shortcuts">
                 <h2>"Keyboard shortcuts"</h2>
                 <table>
                     {KEYS.into_iter().map(|(k, what)| view! { <tr><td><kbd>{k}</kbd></td><td>{what}</td></tr> }).collect_view()}
                 </table>
+                <p class="hint">"Esc or a click closes this."</p>
             </section>
         </div>
     }

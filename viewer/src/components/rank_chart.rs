@@ -12,17 +12,20 @@ use shared::explore::Overview;
 use shared::units::{format_bytes, format_seconds};
 use std::sync::Arc;
 
-/// The profile's ranks per iteration and where its sections start.
+/// The profile's ranks per iteration and where its sections start; a section the iteration
+/// does not have is said so (an inference loop has no backward and no optimizer step).
 fn sections_note(p: &GraphProfile) -> String {
     let s = &p.sections;
-    let r = |v: Option<usize>| v.map_or("—".to_owned(), |v| v.to_string());
+    let from = |name: &str, start: Option<usize>| start.map_or_else(|| format!("no {name}"), |r| format!("{name} from {r}"));
+    let optimizer = match (s.optimizer_start_rank, s.optimizer_end_rank) {
+        (Some(a), Some(b)) => format!("optimizer {a}–{b}"),
+        (start, _) => from("optimizer step", start),
+    };
     format!(
-        "{} ranks per iteration; forward from {}, backward from {}, optimizer {}–{}; reference iteration {}.",
+        "{} ranks per iteration; {}, {}, {optimizer}; reference iteration {}.",
         p.nodes.len(),
-        r(s.forward_start_rank),
-        r(s.backward_start_rank),
-        r(s.optimizer_start_rank),
-        r(s.optimizer_end_rank),
+        from("forward", s.forward_start_rank),
+        from("backward", s.backward_start_rank),
         p.reference_iteration
     )
 }

@@ -137,21 +137,45 @@ fn of_pool(all: RwSignal<Option<Segments>>, pool: RwSignal<PoolFilter>) -> Memo<
     })
 }
 
-/// Draws `segments` on `canvas` whenever they (or, through `layout`, the canvas's width)
-/// change; how many segments did not fit goes to `not_drawn`.
-fn draw_on(canvas: NodeRef<Canvas>, segments: Memo<Option<Segments>>, layout: Option<Memo<bool>>, not_drawn: RwSignal<usize>) {
+/// The largest segment of the maps shown (the simulated one only beside the recorded one):
+/// the bytes the full width stands for in both, so that their bars compare.
+fn shared_scale(segments: Memo<Option<Segments>>, simulated: Memo<Option<Segments>>, alone: Memo<bool>) -> Memo<u64> {
+    let largest = |m: &Option<Segments>| m.as_ref().and_then(|(_, s)| s.iter().map(|g| g.size_bytes).max()).unwrap_or(0);
+    Memo::new(move |_| {
+        let recorded = segments.with(largest);
+        if alone.get() {
+            recorded
+        } else {
+            recorded.max(simulated.with(largest))
+        }
+    })
+}
+
+/// Draws `segments` on `canvas` at `scale` ([`shared_scale`]) whenever they, the scale or
+/// (through `layout`) the canvas's width change; how many segments did not fit goes to
+/// `not_drawn`.
+fn draw_on(
+    canvas: NodeRef<Canvas>,
+    segments: Memo<Option<Segments>>,
+    scale: Memo<u64>,
+    layout: Option<Memo<bool>>,
+    not_drawn: RwSignal<usize>,
+) {
     let (theme, errors) = (expect_context::<Theme>(), expect_context::<Errors>());
     Effect::new(move |_| {
         if let Some(l) = layout {
             l.track();
         }
         let pal = theme.palette();
+        let full_width_bytes = scale.get();
         let Some(c) = canvas.get() else { return };
         segments.with(|s| {
             let Some((_, s)) = s else { return };
             fit_canvas(&c, (s.len() as u32 * ROW + 6).clamp(40, 600 * ROW));
             perf::mark("draw segments");
-            match charts::draw_segments(&c, &pal, s, ROW) {
+            // The scale drawn, for the tests to read.
+            let _ = c.set_attribute("data-full-width-bytes", &full_width_bytes.to_string());
+            match charts::draw_segments(&c, &pal, s, ROW, full_width_bytes) {
                 Ok(n) => {
                     not_drawn.set(n);
                     perf::drawn(perf::Chart::Segments);
@@ -162,11 +186,16 @@ fn draw_on(canvas: NodeRef<Canvas>, segments: Memo<Option<Segments>>, layout: Op
     });
 }
 
-/// The setting picker: free text, with the common settings offered.
+/// The setting picker's example: the setting asked about most.
+const SETTING_EXAMPLE: &str = "expandable_segments:True";
+
+/// The setting picker: free text, with the common settings offered; the variable it stands for
+/// is its label, and the input is wide enough for its example.
 fn setting_input(setting: RwSignal<String>) -> impl IntoView {
     view! {
-        <input type="text" id="segments-setting" list="segments-settings" size="28" spellcheck="false"
-            placeholder="PYTORCH_CUDA_ALLOC_CONF to compare"
+        <label class="hint" for="segments-setting">"What if PYTORCH_CUDA_ALLOC_CONF ="</label>
+        <input type="text" id="segments-setting" list="segments-settings" spellcheck="false"
+            size=(SETTING_EXAMPLE.len() + 6).to_string() placeholder=SETTING_EXAMPLE
             title="Draws the segments PyTorch's caching allocator would have had at this moment under this setting, beside the recorded ones"
             on:change=move |ev| setting.set(event_target_value(&ev).trim().to_owned()) />
         <datalist id="segments-settings">
@@ -208,8 +237,9 @@ pub fn SegmentsSection(
     let (not_drawn, simulated_not_drawn) = (RwSignal::new(0usize), RwSignal::new(0usize));
     // The recorded map takes half the width while a simulated one is beside it.
     let alone = Memo::new(move |_| setting.with(String::is_empty) || setting_error.with(Option::is_some));
-    draw_on(canvas, segments, Some(alone), not_drawn);
-    draw_on(simulated_canvas, simulated, None, simulated_not_drawn);
+    let scale = shared_scale(segments, simulated, alone);
+    draw_on(canvas, segments, scale, Some(alone), not_drawn);
+    draw_on(simulated_canvas, simulated, scale, None, simulated_not_drawn);
     view! {
         <section class="card" id="segments">
             <div class="card-head">
@@ -231,7 +261,7 @@ pub fn SegmentsSection(
                 </div>
                 {simulated_view(setting, simulated, alone, simulated_canvas)}
             </div>
-            <p class="sub">"One row per segment, scaled to the largest in each map; blue blocks are allocated, grey is cached free space."
+            <p class="sub">"One row per segment, on one scale (the largest segment shown spans the width, in both maps when two are side by side); blue blocks are allocated, grey is cached free space."
                 {move || (not_drawn.get() > 0).then(|| format!(" {} more segments are not drawn.", not_drawn.get()))}
                 {move || (simulated_not_drawn.get() > 0 && !setting.with(String::is_empty))
                     .then(|| format!(" {} more simulated segments are not drawn.", simulated_not_drawn.get()))}</p>

@@ -10,14 +10,26 @@ use leptos::prelude::*;
 use protocol::TraceRow;
 use shared::units::format_bytes;
 
-/// The form that asks the server to trace a model.
+/// Why the server cannot trace, once its health says so (`GET /api/health`'s
+/// `tracing_available`); `None` while it can, or before it answers.
+fn cannot_trace(server: ServerState) -> Option<&'static str> {
+    server.health.with(|h| h.as_ref().is_some_and(|h| !h.tracing_available)).then_some(
+        "This server cannot trace models: there is no collector-capture beside it (what runs models through libtorch; \
+         `cargo build -p capture` builds it). It stores, opens, compares and exports traces, and takes uploads.",
+    )
+}
+
+/// The form that asks the server to trace a model; disabled, with the reason, on a server that
+/// cannot trace.
 fn trace_form(loader: Loader, server: ServerState) -> impl IntoView {
     let submit = move |ev: leptos::ev::SubmitEvent| {
         ev.prevent_default();
         submit_form(loader, server);
     };
     view! {
-        <form class="trace-form" on:submit=submit>
+        {move || cannot_trace(server).map(|why| view! { <p class="hint" id="srv-cannot-trace">{why}</p> })}
+        <form on:submit=submit>
+        <fieldset class="trace-form" prop:disabled=move || cannot_trace(server).is_some()>
             // The server's models: the built-in ones and its --models-dir TorchScript files.
             <label>"Model " <select id="srv-model">{move || server.health.get().map(|h| {
                 h.models.into_iter().map(|m| view! { <option value=m.clone()>{m.clone()}</option> }).collect_view()
@@ -38,6 +50,7 @@ fn trace_form(loader: Loader, server: ServerState) -> impl IntoView {
             <label title="Processes of a torchrun job: a rank per GPU (or on the CPU with gloo), each with the whole input">"Ranks " <input id="srv-world" type="text" placeholder="1" size="3" /></label>
             <label>"Strategy " <select id="srv-strategy"><option value="ddp">"DDP"</option><option value="fsdp">"FSDP2"</option></select></label>
             <button type="submit" id="srv-trace">"Trace"</button>
+        </fieldset>
         </form>
     }
 }

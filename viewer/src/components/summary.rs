@@ -11,19 +11,22 @@ use shared::explore::Overview;
 use shared::units::{format_bytes, format_seconds};
 use std::sync::Arc;
 
-/// The summary's (name, value) pairs.
+/// The summary's (name, value) pairs. Reserved figures are "n/a" where reserved memory does
+/// not exist (a CPU trace: its allocator caches nothing), as `collector summary` says.
 fn fields(overview: &Overview) -> Vec<(&'static str, String)> {
     let s = &overview.summary;
+    let na = s.reserved_not_applicable();
+    let reserved = |v: String| if na { "n/a".to_owned() } else { v };
     vec![
         ("Peak allocated", format_bytes(s.peak_allocated_bytes)),
         // A peak outside every layer (a snapshot's frames name none there) shows its time alone.
         ("at", s.peak_layer.as_ref().map_or_else(|| format_seconds(s.peak_time_s), |l| format!("{} ({l})", format_seconds(s.peak_time_s)))),
-        ("Peak reserved", format_bytes(s.peak_reserved_bytes)),
-        ("at", format_seconds(s.peak_reserved_time_s)),
-        ("Average fragmentation", percent(s.avg_fragmentation)),
-        ("Reserved but unused at the peak", format_bytes(overview.fragmentation.unused_reserved_at_peak_bytes)),
+        ("Peak reserved", if na { "n/a (the CPU allocator caches nothing)".to_owned() } else { format_bytes(s.peak_reserved_bytes) }),
+        ("at", reserved(format_seconds(s.peak_reserved_time_s))),
+        ("Average fragmentation", reserved(percent(s.avg_fragmentation))),
+        ("Reserved but unused at the peak", reserved(format_bytes(overview.fragmentation.unused_reserved_at_peak_bytes))),
         ("Allocated at the end", format_bytes(s.final_allocated_bytes)),
-        ("Reserved at the end", format_bytes(s.final_reserved_bytes)),
+        ("Reserved at the end", reserved(format_bytes(s.final_reserved_bytes))),
         ("Events", s.total_events.to_string()),
         ("Allocations / frees", format!("{} / {}", s.total_allocations, s.total_deallocations)),
         ("Layers", s.total_layers.to_string()),

@@ -9,8 +9,10 @@ use shared::explore::Overview;
 use shared::units::{format_bytes, format_seconds};
 use std::sync::Arc;
 
-/// The layer table, its filter and count.
-fn layer_table(layers: Arc<Vec<LayerMemoryStats>>, compiled: Arc<Vec<String>>) -> impl IntoView {
+/// The layer table, its filter and count; its reserved figures "n/a" where reserved memory
+/// does not exist (`reserved_na`: a CPU trace).
+fn layer_table(layers: Arc<Vec<LayerMemoryStats>>, compiled: Arc<Vec<String>>, reserved_na: bool) -> impl IntoView {
+    let reserved = move |v: String| if reserved_na { "n/a".to_owned() } else { v };
     let filter = RwSignal::new(String::new());
     let sort = RwSignal::new((1usize, true));
     let max_peak = layers.iter().map(|l| l.peak_allocated).max().unwrap_or(1).max(1) as f64;
@@ -42,10 +44,10 @@ fn layer_table(layers: Arc<Vec<LayerMemoryStats>>, compiled: Arc<Vec<String>>) -
                                     })}
                                 </td>
                                 <td class="num"><span class="cell-bar" style=format!("width:{:.1}%", l.peak_allocated as f64 * 100.0 / max_peak)></span>{format_bytes(l.peak_allocated)}</td>
-                                <td class="num">{format_bytes(l.peak_reserved)}</td>
+                                <td class="num">{reserved(format_bytes(l.peak_reserved))}</td>
                                 <td class="num">{l.total_allocations}</td>
                                 <td class="num">{l.total_deallocations}</td>
-                                <td class="num">{format!("{:.1} %", l.avg_fragmentation * 100.0)}</td>
+                                <td class="num">{reserved(format!("{:.1} %", l.avg_fragmentation * 100.0))}</td>
                                 <td class="num">{format!("{:.3}", l.duration_ms)}</td>
                                 <td class="num">
                                     {format_bytes(l.allocated_bytes_total)}
@@ -142,7 +144,7 @@ pub fn Tables(
     };
     view! {
         <section class="card" id="tables">
-            {layer_table(layers, Arc::new(overview.compiled.as_ref().map(|c| c.modules.clone()).unwrap_or_default()))}
+            {layer_table(layers, Arc::new(overview.compiled.as_ref().map(|c| c.modules.clone()).unwrap_or_default()), overview.summary.reserved_not_applicable())}
             {activation_table(activations, ranks, why_none)}
         </section>
     }

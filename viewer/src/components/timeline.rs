@@ -7,7 +7,7 @@
 use crate::charts::{self, Mapping};
 use crate::messages::requests;
 use crate::state::{Errors, FirstScreen, Theme};
-use crate::widgets::png_button;
+use crate::widgets::{legend_chip, png_button};
 use crate::{bridge, dom::fit_canvas, perf};
 use leptos::html::Canvas;
 use leptos::prelude::*;
@@ -313,6 +313,33 @@ fn live_list(t: f64, allocs: Vec<Allocation>, selected: RwSignal<Option<(f64, Ve
     }
 }
 
+/// What the bands above the plot stand for: the phases the trace has (the first row), and the
+/// outermost modules (the second, named where they fit). The lines have their legend in the plot.
+fn band_legend(phase_bands: &[Band], has_layers: bool, theme: Theme) -> Option<impl IntoView> {
+    let phases: Vec<shared::Phase> = [shared::Phase::Forward, shared::Phase::Backward, shared::Phase::Optimizer]
+        .into_iter()
+        .filter(|p| phase_bands.iter().any(|b| b.phase == *p))
+        .collect();
+    (!phases.is_empty() || has_layers).then(|| {
+        view! {
+            <p class="sub chart-legend" id="timeline-legend">
+                "Bands above the plot: "
+                {move || {
+                    let pal = theme.palette();
+                    let phase = |p: shared::Phase| {
+                        legend_chip(p.as_str().into(), pal.phase(p), 0.8, p.as_str().into(), format!("the {} phase (top row)", p.as_str()))
+                    };
+                    let layer = || {
+                        let label = "outermost module (second row)".to_owned();
+                        legend_chip("layer".into(), pal.allocated, 0.25, label, "named where its band is wide enough".into())
+                    };
+                    view! { {phases.iter().copied().map(phase).collect_view()} {has_layers.then(layer)} }
+                }}
+            </p>
+        }
+    })
+}
+
 /// The memory timeline with zoom, pan, hover and click.
 #[component]
 pub fn TimelineSection(
@@ -329,6 +356,7 @@ pub fn TimelineSection(
         }
         t.fetch(w);
     });
+    let legend = band_legend(&overview.phase_bands, !overview.layer_bands.is_empty(), theme);
     let bands = (overview.phase_bands.clone(), overview.layer_bands.clone());
     Effect::new(move |_| t.draw(theme, errors, &bands));
     // This section is replaced when another trace opens: its shortcuts go with it.
@@ -351,6 +379,7 @@ pub fn TimelineSection(
                     on:mouseleave=move |_| t.hover.set(None)></canvas>
                 {move || t.hover.get().map(|(x, y, m)| moment_tooltip(x, y, m))}
             </div>
+            {legend}
             <p class="sub">{move || { let w = t.window.get(); format!("{} – {} of {}", format_seconds(w.0), format_seconds(w.1), format_seconds(full.1)) }}</p>
             {move || t.selected.get().and_then(|_| t.held.get()).map(|w| holders_table(&w))}
             {move || t.selected.get().map(|(at, allocs)| live_list(at, allocs, t.selected))}

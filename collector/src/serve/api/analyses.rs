@@ -83,7 +83,8 @@ pub async fn advice(
         Some(text) => Some(shared::units::parse_size(text).map_err(|e| ApiError::unprocessable(format!("query parameter `budget`: {e}")))?),
         None => None,
     };
-    let opts = shared::analysis::advice::AdviceOptions { budget_bytes: budget, top: q.top.unwrap_or(10), ..Default::default() };
+    let defaults = shared::analysis::advice::AdviceOptions::default();
+    let opts = shared::analysis::advice::AdviceOptions { budget_bytes: budget, top: q.top.unwrap_or(defaults.top), ..defaults };
     let slot = state.isolation.slot().await?;
     let st = state.clone();
     let report = blocking(move || -> Result<_, ApiError> {

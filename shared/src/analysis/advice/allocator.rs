@@ -1,7 +1,8 @@
 //! Allocator-settings advice: fragmentation at the peak, and the setting that saves the most
 //! reserved memory when the trace is replayed through PyTorch's caching allocator under it.
 
-use super::{Baseline, Ctx, Suggestion, SuggestionKind};
+use super::reserved::{Proposal, ReservedBy};
+use super::{Baseline, Ctx, SuggestionKind};
 use crate::units::format_bytes;
 
 /// The allocator settings advice tries (`shared::whatif`), each over the run's own: the one
@@ -20,7 +21,7 @@ pub(super) fn fragmentation_advice(
     ctx: &Ctx,
     baseline: &Baseline,
     threshold: f64,
-    out: &mut Vec<Suggestion>,
+    out: &mut Vec<Proposal>,
     notes: &mut Vec<String>,
     not_available: &mut Vec<String>,
 ) {
@@ -120,8 +121,6 @@ pub(super) fn fragmentation_advice(
             ("fragmentation_at_peak", baseline.fragmentation_at_peak),
         ],
     );
-    s.predicted_reserved_peak_bytes = Some(best.reserved_peak_bytes);
-    s.saving_bytes = own.reserved_peak_bytes as i64 - best.reserved_peak_bytes as i64;
     s.meets_budget = ctx.budget.map(|b| best.reserved_peak_bytes <= b);
-    out.push(s);
+    out.push(Proposal::new(s, ReservedBy::Replayed { predicted: best.reserved_peak_bytes, own: own.reserved_peak_bytes }));
 }

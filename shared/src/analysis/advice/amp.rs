@@ -3,8 +3,9 @@
 //! AMP peak further. Which operators autocast casts is `autocast.rs`'s.
 
 use super::curve::{span_of, Block, Curve, Range};
+use super::reserved::{Proposal, ReservedBy};
 use super::search::{greedy, scenario, CandidateDef, Engine};
-use super::{autocast, Ctx, Suggestion, SuggestionKind};
+use super::{autocast, Ctx, SuggestionKind};
 use crate::hash::FastMap;
 use crate::model::{Phase, INPUT_LAYER};
 use crate::units::{format_bytes, format_seconds};
@@ -144,7 +145,7 @@ pub(super) fn amp_curve(c: &Curve, weights: Option<u64>) -> Amp {
 }
 
 /// AMP, and checkpointing under AMP where it lowers the AMP peak further.
-pub(super) fn amp_advice(ctx: &Ctx, defs: &[CandidateDef], times: &[f64], out: &mut Vec<Suggestion>, notes: &mut Vec<String>) {
+pub(super) fn amp_advice(ctx: &Ctx, defs: &[CandidateDef], times: &[f64], out: &mut Vec<Proposal>, notes: &mut Vec<String>) {
     let c = &ctx.c;
     let amp = amp_curve(c, ctx.persistent.weights);
     if amp.plan.as_ref().is_some_and(|p| p.lower_ops == 0) {
@@ -152,7 +153,7 @@ pub(super) fn amp_advice(ctx: &Ctx, defs: &[CandidateDef], times: &[f64], out: &
         return;
     }
     let (amp_peak, amp_pos) = c.peak_of(&amp.curve);
-    out.push(ctx.suggestion(
+    let s = ctx.suggestion(
         SuggestionKind::Amp,
         "mixed precision: run the forward under torch.autocast (bf16, or fp16 with a GradScaler)".to_owned(),
         amp_peak,
@@ -168,7 +169,8 @@ pub(super) fn amp_advice(ctx: &Ctx, defs: &[CandidateDef], times: &[f64], out: &
             ("half_precision_weight_copies_bytes", amp.weight_copies as f64),
             ("autocast_copies_bytes", amp.plan.as_ref().map_or(0, |p| p.copy_bytes) as f64),
         ],
-    ));
+    );
+    out.push(Proposal::new(s, ReservedBy::AllocatedSaving));
     if defs.is_empty() || ctx.target.is_some_and(|b| amp_peak <= b) {
         return;
     }
@@ -198,5 +200,5 @@ pub(super) fn amp_advice(ctx: &Ctx, defs: &[CandidateDef], times: &[f64], out: &
     );
     s.layers = layers;
     s.extra_time_per_iteration_s = Some(extra_s);
-    out.push(s);
+    out.push(Proposal::new(s, ReservedBy::AllocatedSaving));
 }

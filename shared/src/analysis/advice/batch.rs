@@ -1,11 +1,12 @@
 //! Smaller-batch advice: the largest batch that meets the budget, or half the batch without one.
 
 use super::curve::Block;
-use super::{Ctx, Suggestion, SuggestionKind, NEW_BATCH, NEW_PERCENT};
+use super::reserved::{BlockEdit, Proposal, ReservedBy};
+use super::{Ctx, SuggestionKind, NEW_BATCH, NEW_PERCENT};
 use crate::units::format_bytes;
 
 /// A smaller batch: the largest that meets the budget, or half the batch without one.
-pub(super) fn batch_advice(ctx: &Ctx, batch: Option<u64>, out: &mut Vec<Suggestion>, notes: &mut Vec<String>) {
+pub(super) fn batch_advice(ctx: &Ctx, batch: Option<u64>, out: &mut Vec<Proposal>, notes: &mut Vec<String>) {
     let c = &ctx.c;
     let peak_for = |num: u64, den: u64| -> (u64, Option<usize>) {
         let scaled = |b: &Block| c.is_batch_dependent(b).then(|| (b.size_bytes as u128 * num as u128 / den as u128) as u64);
@@ -41,6 +42,13 @@ pub(super) fn batch_advice(ctx: &Ctx, batch: Option<u64>, out: &mut Vec<Suggesti
     let scalable: u64 =
         ctx.peak_pos.map_or(0, |pp| c.blocks.iter().filter(|b| c.is_batch_dependent(b) && c.alive_at(b, pp)).map(|b| b.size_bytes).sum());
     let steps = den.div_ceil(num);
+    let edit = BlockEdit {
+        sizes: (0..c.blocks.len() as u32)
+            .filter(|&b| c.is_batch_dependent(&c.blocks[b as usize]))
+            .map(|b| (b, (c.blocks[b as usize].size_bytes as u128 * num as u128 / den as u128) as u64))
+            .collect(),
+        absent: Vec::new(),
+    };
     let change = if unit == "batch" {
         format!("batch {num} instead of {den} (gradient accumulation over {steps} steps keeps an effective batch of {})", num * steps)
     } else {
@@ -48,7 +56,7 @@ pub(super) fn batch_advice(ctx: &Ctx, batch: Option<u64>, out: &mut Vec<Suggesti
             "a batch {num} % of the traced one (the trace does not record its batch size), with gradient accumulation over {steps} steps"
         )
     };
-    out.push(ctx.suggestion(
+    let s = ctx.suggestion(
         SuggestionKind::SmallerBatch,
         change,
         p,
@@ -64,5 +72,6 @@ pub(super) fn batch_advice(ctx: &Ctx, batch: Option<u64>, out: &mut Vec<Suggesti
             (if unit == "batch" { "traced_batch" } else { "traced_percent" }, den as f64),
             ("accumulation_steps", steps as f64),
         ],
-    ));
+    );
+    out.push(Proposal::new(s, ReservedBy::Blocks(edit)));
 }

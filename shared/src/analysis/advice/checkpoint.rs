@@ -3,8 +3,9 @@
 //! checkpointing cannot reduce.
 
 use super::curve::{span_of, Block, Curve, NO_BLOCK};
+use super::reserved::{Proposal, ReservedBy};
 use super::search::{greedy, scenario, Call, CandidateDef, Engine, Step};
-use super::{budget_reason, CheckpointCandidate, Ctx, Suggestion, SuggestionKind};
+use super::{budget_reason, CheckpointCandidate, Ctx, SuggestionKind};
 use crate::analysis::median_f64;
 use crate::analysis::profile::GraphProfile;
 use crate::hash::FastMap;
@@ -254,7 +255,7 @@ pub(super) fn checkpoint_advice(
     ctx: &Ctx,
     defs: &[CandidateDef],
     times: &[f64],
-    out: &mut Vec<Suggestion>,
+    out: &mut Vec<Proposal>,
     notes: &mut Vec<String>,
 ) -> Vec<CheckpointCandidate> {
     let c = &ctx.c;
@@ -283,7 +284,7 @@ pub(super) fn checkpoint_advice(
         .collect();
     let mut engine = Engine::new(c, &measured, cands);
     let steps = greedy(&mut engine, times, ctx.target, ctx.min_gain());
-    let make = |step: &Step, label: &str| -> Suggestion {
+    let make = |step: &Step, label: &str| -> Proposal {
         let mut chosen = step.chosen.clone();
         chosen.sort_by_key(|&k| (defs[k].first_start_ns, k));
         let extra: f64 = chosen.iter().map(|&k| times[k]).sum();
@@ -317,7 +318,7 @@ pub(super) fn checkpoint_advice(
         );
         s.layers = layers;
         s.extra_time_per_iteration_s = Some(extra);
-        s
+        Proposal::new(s, ReservedBy::AllocatedSaving)
     };
     let Some(last) = steps.last() else {
         return rows;

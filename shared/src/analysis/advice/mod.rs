@@ -23,6 +23,14 @@
 //! - **allocator settings** (`expandable_segments`, ...): the trace replayed through PyTorch's caching
 //!   allocator under each (`crate::whatif`), the one that saves the most reserved memory.
 //!
+//! Every change is then judged by what runs out: the reserved peak, where the trace knows the
+//! device's reserved memory (`reserved.rs`: changes of whole blocks replayed through the same
+//! model of the caching allocator, checkpointing and AMP taken as saving of it what they save
+//! of the allocated peak), else the allocated peak. Changes that save nothing of it go to
+//! [`AdviceReport::no_effect`], unranked. [`advice_rows`] (`rows.rs`) is the one projection of
+//! the report every surface shows: `collector advise`, its `--json`, MCP's `advise` and the
+//! viewer's Advice table.
+//!
 //! Candidate modules for checkpointing partition the model at its repeated blocks: module
 //! paths ending in an index (`layer3.1`, `transformer.h.7`) and, elsewhere, the children of the
 //! root (`conv1`, `fc`). A set is chosen greedily: at the predicted peak, the module whose
@@ -31,8 +39,9 @@
 //!
 //! One file per kind of advice: `checkpoint.rs` (candidates, with `search.rs`'s greedy choice),
 //! `amp.rs` (with `autocast.rs`, which operators autocast casts), `batch.rs`, `set_to_none.rs`,
-//! `optimizer.rs`, `allocator.rs`; all replay `curve.rs`'s curve. This file holds the report's
-//! types and [`advise`], which measures the baseline and gathers every kind.
+//! `optimizer.rs`, `allocator.rs`; all replay `curve.rs`'s curve. `reserved.rs` judges them,
+//! `rows.rs` shows them. This file holds the report's types and [`advise`], which measures the
+//! baseline and gathers every kind.
 
 mod allocator;
 mod amp;
@@ -41,6 +50,8 @@ mod batch;
 mod checkpoint;
 mod curve;
 mod optimizer;
+mod reserved;
+mod rows;
 mod search;
 mod set_to_none;
 
@@ -51,6 +62,8 @@ use batch::*;
 use checkpoint::*;
 use curve::*;
 use optimizer::*;
+use reserved::*;
+pub use rows::{advice_rows, AdviceRow, AdviceRows};
 use search::*;
 use set_to_none::*;
 
@@ -117,6 +130,42 @@ impl SuggestionKind {
     }
 }
 
+/// What a change is judged by: what runs out.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Measure {
+    /// The reserved peak (PyTorch's caching allocator holds it; the device runs out of it).
+    Reserved,
+    /// The allocated peak, where the trace does not know the reserved memory (a CPU trace, a
+    /// trace without fragmentation tracking).
+    #[default]
+    Allocated,
+}
+
+/// How a suggestion's reserved peak was predicted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReservedPrediction {
+    /// The change replayed through the model of PyTorch's caching allocator (`crate::whatif`):
+    /// allocator settings, and changes of whole blocks (optimizer state, `set_to_none`, a
+    /// smaller batch).
+    AllocatorReplay,
+    /// The allocated saving taken as the reserved one (checkpointing, AMP: not changes of
+    /// whole blocks the model could replay): the allocator's unused cache assumed unchanged.
+    AllocatedSaving,
+}
+
+/// Whether a change saves anything of what runs out on this trace.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Effect {
+    /// It lowers the peak it is judged by (ranked in [`AdviceReport::suggestions`]).
+    #[default]
+    Saves,
+    /// It saves nothing of it, or raises it ([`AdviceReport::no_effect`]).
+    None,
+}
+
 /// One change and what it is predicted to do.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Suggestion {
@@ -127,11 +176,30 @@ pub struct Suggestion {
     pub layers: Vec<String>,
     /// Predicted allocated peak with the change.
     pub predicted_peak_bytes: u64,
-    /// Predicted reserved peak, where the change is about reserved memory
-    /// (`expandable_segments`).
+    /// Predicted reserved peak, where the trace knows the device's reserved memory
+    /// (`reserved_predicted_by` says how).
     pub predicted_reserved_peak_bytes: Option<u64>,
-    /// Measured peak minus predicted peak (the reserved ones for `expandable_segments`).
+    /// What the change saves of what runs out ([`AdviceReport::judged_by`]): the reserved
+    /// saving where the trace knows reserved memory, else the allocated one. What the ranking
+    /// uses.
     pub saving_bytes: i64,
+    /// Measured allocated peak minus predicted allocated peak.
+    #[serde(default)]
+    pub allocated_saving_bytes: i64,
+    /// Reserved peak minus predicted reserved peak (a replay's against the replay of the run as
+    /// it was, where replayed), where the trace knows reserved memory.
+    #[serde(default)]
+    pub reserved_saving_bytes: Option<i64>,
+    /// How `predicted_reserved_peak_bytes` was predicted.
+    #[serde(default)]
+    pub reserved_predicted_by: Option<ReservedPrediction>,
+    /// Predicted reserved peak plus what the run held outside PyTorch's allocator
+    /// ([`Baseline::outside_pytorch_bytes`]), for a trace with the device ledger.
+    #[serde(default)]
+    pub predicted_device_total_bytes: Option<u64>,
+    /// Whether it saves anything of what runs out here.
+    #[serde(default)]
+    pub effect: Effect,
     /// Predicted extra time per iteration (recomputation); `None` where the change's time is
     /// not predicted (`reasoning` says why).
     pub extra_time_per_iteration_s: Option<f64>,
@@ -156,6 +224,26 @@ pub enum BatchSize {
 }
 
 impl Suggestion {
+    /// The change in a few words, as tables name it: `checkpoint layer1, layer2`,
+    /// `expandable_segments`, `batch 32`.
+    pub fn label(&self) -> String {
+        use SuggestionKind as K;
+        match self.kind {
+            K::Checkpoint => format!("checkpoint {}", self.layers.join(", ")),
+            K::CheckpointAmp => format!("amp + checkpoint {}", self.layers.join(", ")),
+            K::Amp => "amp (autocast)".to_owned(),
+            K::SmallerBatch => match self.smaller_batch() {
+                Some(BatchSize::Samples(n)) => format!("batch {n}"),
+                Some(BatchSize::Percent(p)) => format!("batch at {p} %"),
+                None => "smaller batch".to_owned(),
+            },
+            K::SetToNone => "zero_grad(set_to_none=True)".to_owned(),
+            K::Optimizer => "optimizer with less state".to_owned(),
+            K::ExpandableSegments => "expandable_segments".to_owned(),
+            K::AllocatorSetting => self.change.trim_start_matches("PYTORCH_CUDA_ALLOC_CONF=").to_owned(),
+        }
+    }
+
     /// The batch a smaller-batch suggestion suggests (`None` for any other).
     pub fn smaller_batch(&self) -> Option<BatchSize> {
         if self.kind != SuggestionKind::SmallerBatch {
@@ -206,6 +294,10 @@ pub struct Baseline {
     pub iteration_time_s: Option<f64>,
     pub iterations: usize,
     pub batch_size: Option<u64>,
+    /// The most the run held outside PyTorch's allocator on the device (CUDA context,
+    /// libraries, kernels), for a trace with the device ledger.
+    #[serde(default)]
+    pub outside_pytorch_bytes: Option<u64>,
     /// Parameters, where known (graph profile, or allocation stacks of snapshots).
     pub weights_bytes: Option<u64>,
     /// Gradients at their most.
@@ -224,9 +316,17 @@ pub struct AdviceReport {
     pub budget_bytes: Option<u64>,
     /// Whether some suggestion meets the budget (`None` without a budget).
     pub budget_met: Option<bool>,
+    /// What every change is judged by: the reserved peak where the trace knows it.
+    #[serde(default)]
+    pub judged_by: Measure,
     /// Ranked: with a budget, those meeting it first (least extra time first), then the others
-    /// by predicted peak; without one, by saving.
+    /// by predicted peak (of [`AdviceReport::judged_by`]); without one, by saving. Only changes
+    /// that save something of it.
     pub suggestions: Vec<Suggestion>,
+    /// Changes that save nothing of what runs out on this trace (or raise it), not ranked: by
+    /// kind.
+    #[serde(default)]
+    pub no_effect: Vec<Suggestion>,
     /// By activation bytes at the peak, largest first.
     pub checkpoint_candidates: Vec<CheckpointCandidate>,
     /// Advice not given, and what it would need.
@@ -268,6 +368,11 @@ impl Ctx<'_> {
             predicted_peak_bytes: predicted,
             predicted_reserved_peak_bytes: None,
             saving_bytes: self.saving(predicted),
+            allocated_saving_bytes: self.saving(predicted),
+            reserved_saving_bytes: None,
+            reserved_predicted_by: None,
+            predicted_device_total_bytes: None,
+            effect: Effect::Saves,
             extra_time_per_iteration_s: None,
             meets_budget: self.meets(predicted),
             reasoning,
@@ -385,10 +490,9 @@ fn advise_device(trace: &Trace, device: u8, opts: &AdviceOptions) -> AdviceRepor
         activations_at_peak: baseline.activations_at_peak_bytes,
         has_tensor_ids,
     };
-    let Advice { mut suggestions, mut candidates, mut notes, not_available } = suggest(trace, &ctx, &baseline, opts);
-    let budget_met = budget_notes(&ctx, opts.budget_bytes, &suggestions, &mut notes);
-    rank(&mut suggestions, opts.budget_bytes);
-    suggestions.truncate(opts.top);
+    let Advice { proposals, mut candidates, mut notes, not_available } = suggest(trace, &ctx, &baseline, opts);
+    let budget_met = budget_notes(&ctx, opts.budget_bytes, &proposals, &mut notes);
+    let (judged_by, suggestions, no_effect) = judge(&ctx, device, &baseline, proposals, opts);
     candidates.sort_by(|a, b| {
         b.activation_bytes_at_peak
             .cmp(&a.activation_bytes_at_peak)
@@ -400,7 +504,9 @@ fn advise_device(trace: &Trace, device: u8, opts: &AdviceOptions) -> AdviceRepor
         baseline,
         budget_bytes: opts.budget_bytes,
         budget_met,
+        judged_by,
         suggestions,
+        no_effect,
         checkpoint_candidates: candidates,
         not_available,
         notes,
@@ -448,6 +554,7 @@ fn measure_baseline(trace: &Trace, device: u8, c: &Curve) -> Measured {
         peak_layer: peak_pos.map(|p| trace.str(trace.events.layer[c.event[p]]).to_owned()).unwrap_or_default(),
         peak_reserved_bytes: c.reserved.iter().copied().max().unwrap_or(0).max(c.base_reserved),
         reserved_at_peak_bytes: reserved_at_peak,
+        outside_pytorch_bytes: crate::model::outside_pytorch_peak(trace, device),
         fragmentation_at_peak: if reserved_at_peak == 0 || !trace.meta.fragmentation_tracked {
             0.0
         } else {
@@ -465,9 +572,9 @@ fn measure_baseline(trace: &Trace, device: u8, c: &Curve) -> Measured {
     Measured { baseline, peak_pos, persistent }
 }
 
-/// The advice before ranking.
+/// The advice before it is judged.
 struct Advice {
-    suggestions: Vec<Suggestion>,
+    proposals: Vec<Proposal>,
     candidates: Vec<CheckpointCandidate>,
     notes: Vec<String>,
     not_available: Vec<String>,
@@ -479,7 +586,7 @@ struct Advice {
 fn suggest(trace: &Trace, ctx: &Ctx, baseline: &Baseline, opts: &AdviceOptions) -> Advice {
     let mut notes = Vec::new();
     let mut not_available = Vec::new();
-    let mut suggestions = Vec::new();
+    let mut proposals = Vec::new();
     let mut candidates = Vec::new();
     if ctx.c.len() == 0 {
         notes.push("the trace has no memory events: there is nothing to replay".to_owned());
@@ -510,21 +617,21 @@ fn suggest(trace: &Trace, ctx: &Ctx, baseline: &Baseline, opts: &AdviceOptions) 
                     .to_owned(),
             );
         } else {
-            candidates = checkpoint_advice(ctx, &defs, &times, &mut suggestions, &mut notes);
+            candidates = checkpoint_advice(ctx, &defs, &times, &mut proposals, &mut notes);
         }
-        amp_advice(ctx, &defs, &times, &mut suggestions, &mut notes);
-        batch_advice(ctx, trace.meta.batch_size, &mut suggestions, &mut notes);
+        amp_advice(ctx, &defs, &times, &mut proposals, &mut notes);
+        batch_advice(ctx, trace.meta.batch_size, &mut proposals, &mut notes);
     }
-    set_to_none_advice(ctx, &mut suggestions);
-    optimizer_advice(ctx, &mut suggestions);
-    fragmentation_advice(ctx, baseline, opts.fragmentation_threshold, &mut suggestions, &mut notes, &mut not_available);
-    Advice { suggestions, candidates, notes, not_available }
+    set_to_none_advice(ctx, &mut proposals);
+    optimizer_advice(ctx, &mut proposals);
+    fragmentation_advice(ctx, baseline, opts.fragmentation_threshold, &mut proposals, &mut notes, &mut not_available);
+    Advice { proposals, candidates, notes, not_available }
 }
 
 /// Takes the suggestions and the budget; gives whether any suggestion meets the budget, and
 /// puts first in `notes` that the peak already fits it or why nothing can meet it.
-fn budget_notes(ctx: &Ctx, budget_bytes: Option<u64>, suggestions: &[Suggestion], notes: &mut Vec<String>) -> Option<bool> {
-    let budget_met = budget_bytes.map(|_| suggestions.iter().any(|s| s.meets_budget == Some(true)));
+fn budget_notes(ctx: &Ctx, budget_bytes: Option<u64>, proposals: &[Proposal], notes: &mut Vec<String>) -> Option<bool> {
+    let budget_met = budget_bytes.map(|_| proposals.iter().any(|p| p.suggestion.meets_budget == Some(true)));
     if let Some(b) = budget_bytes {
         if ctx.peak <= b {
             notes.insert(0, format!("the measured peak {} already fits the budget {}", format_bytes(ctx.peak), format_bytes(b)));
@@ -572,15 +679,19 @@ fn budget_reason(budget: u64, lowest: u64, at: &str, p: &Persistent) -> String {
 }
 
 /// With a budget: those meeting it first (least extra time, then lowest peak), then the others
-/// by lowest peak. Without: largest saving first, then least extra time.
-fn rank(s: &mut [Suggestion], budget: Option<u64>) {
+/// by lowest peak (of `measure`). Without: largest saving first, then least extra time.
+fn rank(s: &mut [Suggestion], budget: Option<u64>, measure: Measure) {
     let time = |x: &Suggestion| x.extra_time_per_iteration_s.unwrap_or(0.0);
+    let peak = |x: &Suggestion| match measure {
+        Measure::Reserved => x.predicted_reserved_peak_bytes.unwrap_or(x.predicted_peak_bytes),
+        Measure::Allocated => x.predicted_peak_bytes,
+    };
     match budget {
         Some(_) => s.sort_by(|a, b| {
             let (ma, mb) = (a.meets_budget == Some(true), b.meets_budget == Some(true));
             mb.cmp(&ma)
                 .then_with(|| if ma { time(a).total_cmp(&time(b)) } else { std::cmp::Ordering::Equal })
-                .then(a.predicted_peak_bytes.cmp(&b.predicted_peak_bytes))
+                .then(peak(a).cmp(&peak(b)))
                 .then(a.kind.cmp(&b.kind))
         }),
         None => s.sort_by(|a, b| b.saving_bytes.cmp(&a.saving_bytes).then_with(|| time(a).total_cmp(&time(b))).then(a.kind.cmp(&b.kind))),

@@ -1,11 +1,12 @@
 //! Optimizer advice: state bytes per parameter, and the peak with less of it.
 
 use super::curve::Block;
-use super::{Ctx, Suggestion, SuggestionKind};
+use super::reserved::{BlockEdit, Proposal, ReservedBy};
+use super::{Ctx, SuggestionKind};
 use crate::units::format_bytes;
 
 /// Optimizer state: bytes per parameter, and the peak with less of it.
-pub(super) fn optimizer_advice(ctx: &Ctx, out: &mut Vec<Suggestion>) {
+pub(super) fn optimizer_advice(ctx: &Ctx, out: &mut Vec<Proposal>) {
     let c = &ctx.c;
     let state: Vec<&Block> = c.blocks.iter().filter(|b| c.is_optimizer_state(b)).collect();
     if state.is_empty() {
@@ -64,7 +65,12 @@ pub(super) fn optimizer_advice(ctx: &Ctx, out: &mut Vec<Suggestion>) {
     if let Some(bpp) = per_param {
         numbers.push(("state_bytes_per_parameter", bpp));
     }
-    out.push(ctx.suggestion(
+    // The suggestion's peak is the one with all state dropped: so is its replay.
+    let edit = BlockEdit {
+        sizes: (0..c.blocks.len() as u32).filter(|&b| c.is_optimizer_state(&c.blocks[b as usize])).map(|b| (b, 0)).collect(),
+        absent: Vec::new(),
+    };
+    let s = ctx.suggestion(
         SuggestionKind::Optimizer,
         format!("an optimizer with less state: {alternatives}"),
         p0,
@@ -75,5 +81,6 @@ pub(super) fn optimizer_advice(ctx: &Ctx, out: &mut Vec<Suggestion>) {
             c.describe(pos0)
         ),
         numbers,
-    ));
+    );
+    out.push(Proposal::new(s, ReservedBy::Blocks(edit)));
 }

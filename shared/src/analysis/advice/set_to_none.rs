@@ -2,7 +2,8 @@
 //! until the backward writes them again.
 
 use super::curve::{Block, Range};
-use super::{Ctx, Suggestion, SuggestionKind};
+use super::reserved::{BlockEdit, Proposal, ReservedBy};
+use super::{Ctx, SuggestionKind};
 use crate::hash::FastMap;
 use crate::model::Phase;
 use crate::units::format_bytes;
@@ -10,14 +11,16 @@ use std::collections::BTreeSet;
 
 /// Gradients zeroed in place rather than freed: absent from each later forward until the
 /// backward first touches them (or, without tensor ids, until the backward starts).
-pub(super) fn set_to_none_advice(ctx: &Ctx, out: &mut Vec<Suggestion>) {
+pub(super) fn set_to_none_advice(ctx: &Ctx, out: &mut Vec<Proposal>) {
     let c = &ctx.c;
     let trace = c.trace;
-    let kept: Vec<&Block> = c
+    let kept: Vec<(u32, &Block)> = c
         .blocks
         .iter()
-        .filter(|b| c.is_gradient(b))
-        .filter(|b| {
+        .enumerate()
+        .map(|(k, b)| (k as u32, b))
+        .filter(|(_, b)| c.is_gradient(b))
+        .filter(|(_, b)| {
             c.iteration[b.alloc_pos]
                 .is_some_and(|k| (k as usize + 1) < c.spans.len() && b.free_pos.is_none_or(|f| c.iteration[f].is_none_or(|fk| fk > k)))
         })
@@ -25,7 +28,7 @@ pub(super) fn set_to_none_advice(ctx: &Ctx, out: &mut Vec<Suggestion>) {
     if kept.is_empty() {
         return;
     }
-    let addresses: BTreeSet<u64> = kept.iter().map(|b| b.address).collect();
+    let addresses: BTreeSet<u64> = kept.iter().map(|(_, b)| b.address).collect();
     let mut touches: FastMap<u64, Vec<u64>> = FastMap::default();
     for o in trace.ops.iter().filter(|o| o.phase == Phase::Backward) {
         for r in [o.inputs, o.outputs] {
@@ -40,8 +43,9 @@ pub(super) fn set_to_none_advice(ctx: &Ctx, out: &mut Vec<Suggestion>) {
         v.sort_unstable();
     }
     let mut ranges: Vec<Range> = Vec::new();
+    let mut edit = BlockEdit::default();
     let mut kept_bytes = 0u64;
-    for b in &kept {
+    for &(k_block, b) in &kept {
         let born = c.iteration[b.alloc_pos].unwrap_or(0) as usize;
         let mut counted = false;
         for k in born + 1..c.spans.len() {
@@ -58,6 +62,7 @@ pub(super) fn set_to_none_advice(ctx: &Ctx, out: &mut Vec<Suggestion>) {
             let back = b.free_pos.map_or(back, |fp| back.min(fp));
             if f < back {
                 ranges.push((f, back, -(b.size_bytes as i64)));
+                edit.absent.push((k_block, f, back));
                 counted = true;
             }
         }
@@ -69,7 +74,7 @@ pub(super) fn set_to_none_advice(ctx: &Ctx, out: &mut Vec<Suggestion>) {
         return;
     }
     let (p, pos) = c.peak_of(&c.replay(&|_| None, &ranges));
-    out.push(ctx.suggestion(
+    let s = ctx.suggestion(
         SuggestionKind::SetToNone,
         "optimizer.zero_grad(set_to_none=True) (the default since PyTorch 2.0; also model.zero_grad)".to_owned(),
         p,
@@ -81,5 +86,6 @@ pub(super) fn set_to_none_advice(ctx: &Ctx, out: &mut Vec<Suggestion>) {
             c.describe(pos)
         ),
         vec![("gradient_bytes_kept_across_iterations", kept_bytes as f64)],
-    ));
+    );
+    out.push(Proposal::new(s, ReservedBy::Blocks(edit)));
 }

@@ -8,6 +8,7 @@ use crate::allocator::{AllocatorConfig, AllocatorState, SMALL_REQUEST_BYTES};
 use crate::hash::{FastMap as HashMap, FastSet as HashSet};
 use crate::import::ImportError;
 use crate::model::{BlockInfo, BlockState, Pool, SegmentInfo, Totals, Trace};
+use crate::units::format_bytes;
 
 /// A segment the trace frees (or unmaps) before it allocates it.
 struct PreSegment {
@@ -279,10 +280,10 @@ pub(super) fn allocator_states(
                 .to_owned(),
         );
     } else if pre_allocated > 0 {
-        trace
-            .meta
-            .warnings
-            .push(format!("{pre_allocated} bytes were allocated before recording began (recovered from the final segment state)"));
+        trace.meta.warnings.push(format!(
+            "{} were allocated before recording began (recovered from the final segment state)",
+            format_bytes(pre_allocated)
+        ));
     }
     trace.initial_segments = initial;
     states
