@@ -150,29 +150,18 @@ fn strongly_connected(edges: &BTreeMap<String, BTreeSet<String>>) -> Vec<Vec<Str
 mod tests {
     use super::*;
 
-    fn crate_with(files: &[(&str, &str)]) -> std::path::PathBuf {
-        // One folder per call: tests run on several threads of one process.
-        static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-        let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let root = std::env::temp_dir().join(format!("xtask-cycles-{}-{call}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
-        for (path, text) in files {
-            let p = root.join(path);
-            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-            std::fs::write(p, text).unwrap();
-        }
-        root
-    }
-
     #[test]
     fn a_cycle_between_siblings_is_found_and_nesting_is_not_one() {
-        let root = crate_with(&[
-            ("lib.rs", "pub mod a; pub mod b; pub mod c;"),
-            ("a/mod.rs", "pub mod inner; use self::inner::X; use crate::b::Y;"),
-            ("a/inner.rs", "use super::Z; // crate::c\n"),
-            ("b.rs", "use crate::{c::W, a::inner};"),
-            ("c.rs", "fn f() { super::b::g(); }\n#[cfg(test)]\nmod tests { use crate::a; }"),
-        ]);
+        let root = crate::source::temp_tree(
+            "cycles",
+            &[
+                ("lib.rs", "pub mod a; pub mod b; pub mod c;"),
+                ("a/mod.rs", "pub mod inner; use self::inner::X; use crate::b::Y;"),
+                ("a/inner.rs", "use super::Z; // crate::c\n"),
+                ("b.rs", "use crate::{c::W, a::inner};"),
+                ("c.rs", "fn f() { super::b::g(); }\n#[cfg(test)]\nmod tests { use crate::a; }"),
+            ],
+        );
         let cycles = module_cycles(&root).unwrap();
         let _ = std::fs::remove_dir_all(&root);
         // a → b → a::inner is nesting-free only through b; b → c → b is the cycle.
@@ -185,12 +174,15 @@ mod tests {
     fn a_cycle_through_glob_imports_is_found() {
         let files = |b_uses_a: bool| {
             let b = if b_uses_a { "use super::*;\npub(super) fn g() { f(); }\n" } else { "use super::*;\npub(super) fn g() {}\n" };
-            crate_with(&[
-                ("lib.rs", "pub mod x;"),
-                ("x/mod.rs", "mod a;\nmod b;\nuse a::*;\nuse b::*;\n"),
-                ("x/a.rs", "use super::*;\npub(super) fn f() { g(); }\n"),
-                ("x/b.rs", b),
-            ])
+            crate::source::temp_tree(
+                "cycles",
+                &[
+                    ("lib.rs", "pub mod x;"),
+                    ("x/mod.rs", "mod a;\nmod b;\nuse a::*;\nuse b::*;\n"),
+                    ("x/a.rs", "use super::*;\npub(super) fn f() { g(); }\n"),
+                    ("x/b.rs", b),
+                ],
+            )
         };
         let root = files(true);
         let cycles = module_cycles(&root).unwrap();
@@ -201,12 +193,15 @@ mod tests {
         let _ = std::fs::remove_dir_all(&root);
         assert!(cycles.is_empty(), "{cycles:?}");
         // Named through the parent (`super::{g, h}`) rather than taken with a glob: the same.
-        let root = crate_with(&[
-            ("lib.rs", "pub mod x;"),
-            ("x/mod.rs", "mod a;\nmod b;\nuse a::*;\nuse b::*;\n"),
-            ("x/a.rs", "use super::{h, g};\npub(super) fn f() { g(); }\n"),
-            ("x/b.rs", "pub(super) fn h() {}\npub(super) fn g() { super::f(); }\n"),
-        ]);
+        let root = crate::source::temp_tree(
+            "cycles",
+            &[
+                ("lib.rs", "pub mod x;"),
+                ("x/mod.rs", "mod a;\nmod b;\nuse a::*;\nuse b::*;\n"),
+                ("x/a.rs", "use super::{h, g};\npub(super) fn f() { g(); }\n"),
+                ("x/b.rs", "pub(super) fn h() {}\npub(super) fn g() { super::f(); }\n"),
+            ],
+        );
         let cycles = module_cycles(&root).unwrap();
         let _ = std::fs::remove_dir_all(&root);
         assert_eq!(cycles, vec![vec!["x::a".to_owned(), "x::b".to_owned()]]);
@@ -214,7 +209,10 @@ mod tests {
 
     #[test]
     fn an_acyclic_crate_has_none() {
-        let root = crate_with(&[("lib.rs", ""), ("low.rs", ""), ("high.rs", "use crate::low;"), ("x/mod.rs", "use super::high;")]);
+        let root = crate::source::temp_tree(
+            "cycles",
+            &[("lib.rs", ""), ("low.rs", ""), ("high.rs", "use crate::low;"), ("x/mod.rs", "use super::high;")],
+        );
         let cycles = module_cycles(&root).unwrap();
         let _ = std::fs::remove_dir_all(&root);
         assert!(cycles.is_empty(), "{cycles:?}");

@@ -232,18 +232,6 @@ fn functions(lines: &[Line]) -> Vec<(String, usize, usize)> {
 mod tests {
     use super::*;
 
-    /// A folder made of `files` (path, text), for one test.
-    fn tree(name: &str, files: &[(&str, &str)]) -> std::path::PathBuf {
-        let root = std::env::temp_dir().join(format!("xtask-python-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
-        for (path, text) in files {
-            let p = root.join(path);
-            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-            std::fs::write(p, text).unwrap();
-        }
-        root
-    }
-
     #[test]
     fn strings_comments_and_brackets_do_not_start_statements() {
         let text = "x = '''a\n# not a comment\n'''  # a comment\ny = (1,\n     2)\nz = 1 + \\\n    2\ns = \"it's\" # c\n";
@@ -260,8 +248,10 @@ mod tests {
         let f = functions(&lex(text));
         assert_eq!(f, vec![("a".to_owned(), 1, 8), ("b".to_owned(), 12, 2), ("c".to_owned(), 16, 1)]);
         let body = |n: usize| "    x = 1\n".repeat(n);
-        let dir =
-            tree("functions", &[("long.py", &format!("def long():\n{}", body(4))), ("short.py", &format!("def short():\n{}", body(3)))]);
+        let dir = crate::source::temp_tree(
+            "python-functions",
+            &[("long.py", &format!("def long():\n{}", body(4))), ("short.py", &format!("def short():\n{}", body(3)))],
+        );
         let found = too_long_functions(&dir, 4).unwrap();
         let _ = std::fs::remove_dir_all(&dir);
         assert_eq!(found.len(), 1, "{found:?}");
@@ -270,7 +260,7 @@ mod tests {
 
     #[test]
     fn a_file_one_past_the_limit_is_refused() {
-        let dir = tree("files", &[("long.py", &"x = 1\n".repeat(5)), ("sub/short.py", &"x = 1\n".repeat(4))]);
+        let dir = crate::source::temp_tree("python-files", &[("long.py", &"x = 1\n".repeat(5)), ("sub/short.py", &"x = 1\n".repeat(4))]);
         let found = too_long_files(&dir, 4).unwrap();
         let _ = std::fs::remove_dir_all(&dir);
         assert_eq!(found.len(), 1, "{found:?}");
@@ -281,8 +271,8 @@ mod tests {
     /// package's `__init__.py` (inside functions, to dodge the import cycle that made).
     #[test]
     fn a_submodule_importing_from_init_is_refused_and_submodules_are_not() {
-        let dir = tree(
-            "init",
+        let dir = crate::source::temp_tree(
+            "python-init",
             &[
                 ("pkg/__init__.py", "from . import _a\nfrom ._b import Thing\n"),
                 ("pkg/_a.py", "from . import _b, sub\nfrom ._b import Thing\nimport os, pkg._b\ns = 'from . import Thing'\n"),

@@ -165,6 +165,22 @@ fn is_ident(c: u8) -> bool {
     c.is_ascii_alphanumeric() || c == b'_'
 }
 
+/// A folder made of `files` (path, text) under the temporary folder, one per call (tests run on
+/// several threads of one process), for a test that plants a violation.
+#[cfg(test)]
+pub fn temp_tree(name: &str, files: &[(&str, &str)]) -> PathBuf {
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let root = std::env::temp_dir().join(format!("xtask-{name}-{}-{call}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    for (path, text) in files {
+        let p = root.join(path);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+    root
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -256,21 +256,9 @@ fn split_doc_comments(text: &str) -> Vec<usize> {
 mod tests {
     use super::*;
 
-    /// A folder made of `files` (path, text), for one test.
-    fn tree(name: &str, files: &[(&str, &str)]) -> PathBuf {
-        let root = std::env::temp_dir().join(format!("xtask-tidy-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
-        for (path, text) in files {
-            let p = root.join(path);
-            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-            std::fs::write(p, text).unwrap();
-        }
-        root
-    }
-
     #[test]
     fn a_document_past_its_length_is_refused() {
-        let root = tree("docs", &[("README.md", &"line\n".repeat(3)), ("docs/b.md", "one\ntwo\n")]);
+        let root = crate::source::temp_tree("tidy-docs", &[("README.md", &"line\n".repeat(3)), ("docs/b.md", "one\ntwo\n")]);
         let long = too_long_docs(&root, &[("README.md", 2), ("docs/b.md", 2)]).unwrap();
         assert_eq!(long, ["README.md: 3 lines (at most 2)"]);
         assert!(too_long_docs(&root, &[("docs/missing.md", 2)]).is_err(), "a document that is gone is an error");
@@ -280,8 +268,8 @@ mod tests {
     /// The hole the rule had: it walked five of the ten crates.
     #[test]
     fn a_file_of_any_crate_without_its_opening_line_is_refused() {
-        let root = tree(
-            "openings",
+        let root = crate::source::temp_tree(
+            "tidy-openings",
             &[
                 ("a/Cargo.toml", ""),
                 ("a/src/lib.rs", "//! a\n"),
@@ -310,8 +298,8 @@ mod tests {
     /// SHARED_IO in shared and HTTP below serve's API: outside tests and comments only.
     #[test]
     fn forbidden_code_is_found_outside_tests_and_comments() {
-        let root = tree(
-            "forbidden",
+        let root = crate::source::temp_tree(
+            "tidy-forbidden",
             &[
                 ("src/a.rs", "//! a\nuse std::fs; // std::net\nfn f() {}\n#[cfg(test)]\nmod tests { use std::net; }\n"),
                 ("src/b/c.rs", "//! c\nfn g() -> axum::Router { todo!() }\n"),
