@@ -615,8 +615,12 @@ struct PitchParams { uint64_t* dptr; size_t* pitch; size_t width; size_t height;
 struct FreeParams { uint64_t dptr; };                                  // cuMemFree_v2, cuMemFreeAsync
 struct CreateParams { uint64_t* handle; size_t size; const int32_t* prop; unsigned long long flags; };
 struct ReleaseParams { uint64_t handle; };
-// What a driver call the ledger watches for growth is (Ledger::growth_kind).
-enum : uint8_t { kNoGrowth = 0, kLaunch, kLaunchEx, kModule, kStream, kGraph };
+// What a driver call the ledger watches for growth is (Ledger::growth_kind): a launch, a
+// lookup of a kernel or function (the runtime makes one per launch; with lazy loading the
+// first one loads its module: `kGetter1` is told apart by its second parameter, `kGetter2` by
+// its second and third), a module load, a stream, a graph.
+enum : uint8_t { kNoGrowth = 0, kLaunch, kLaunchEx, kGetter1, kGetter2, kModule, kStream, kGraph };
+inline bool per_launch(uint8_t k) { return k == kLaunch || k == kLaunchEx || k == kGetter1 || k == kGetter2; }
 }  // namespace cupti
 
 struct Ledger {
@@ -641,11 +645,12 @@ struct Ledger {
   int (*mem_get_info)(size_t*, size_t*) = nullptr;  // cuMemGetInfo_v2
   uint8_t growth_kind[2048] = {};                   // driver cbid -> cupti::k*
   std::atomic<int64_t> tracked{0};                  // net bytes of the allocations seen
-  std::unordered_set<const void*> launched;         // functions launched once (guarded by mu)
+  std::unordered_set<uint64_t> launched;            // launches and lookups seen once (guarded by mu)
   uint64_t next_growth = 0;
-  // First launches are watched until the program has launched no function for the first time
-  // for a while (mt_ledger_settle): watching every launch costs microseconds each. Settled
-  // stays settled for the process (its kernels stay loaded).
+  // First launches and lookups are watched until the program has launched no function for the
+  // first time for a while (mt_ledger_settle): each watched call costs a callback, and the
+  // runtime makes a launch and a lookup per kernel it runs. Settled stays settled for the
+  // process (its kernels stay loaded).
   bool launches_settled = false;
   uint64_t last_new_launch_ns = 0, launches_since_new = 0;
   uint32_t nccl_label = UINT32_MAX;  // intern("nccl"), once the ledger starts
@@ -749,11 +754,16 @@ uint32_t growth_source(Ledger& L, uint8_t kind) {
 void ledger_growth(Ledger& L, const cupti::CallbackData* d, uint8_t kind) {
   if (L.mem_get_info == nullptr) return;
   if (d->callback_site == cupti::kApiEnter) {
-    if (kind == cupti::kLaunch || kind == cupti::kLaunchEx) {
+    if (cupti::per_launch(kind)) {
       if (d->params == nullptr) return;
-      const void* f = static_cast<const void* const*>(d->params)[kind == cupti::kLaunchEx ? 1 : 0];
+      const auto* p = static_cast<const uint64_t*>(d->params);
+      // What is launched or looked up: the function (its launch config's second field for
+      // cuLaunchKernelEx), or the handle and name looked up, with the kind so no two collide.
+      uint64_t key = kind == cupti::kLaunchEx ? p[1] : kind == cupti::kLaunch ? p[0] : p[1];
+      if (kind == cupti::kGetter2) key = key * 0x9E3779B97F4A7C15ull ^ p[2];
+      key = key * 31 + kind;
       std::lock_guard<std::mutex> lock(L.mu);
-      if (!L.launched.insert(f).second) {
+      if (!L.launched.insert(key).second) {
         ++L.launches_since_new;
         return;
       }
@@ -877,10 +887,9 @@ void growth_kinds(Ledger& L, void* lib) {
     if (is("cuLaunchKernel") || is("cuLaunchKernel_ptsz") || is("cuLaunchCooperativeKernel") || is("cuLaunchCooperativeKernel_ptsz")) {
       return cupti::kLaunch;
     }
-    if (starts("cuModuleLoad") || starts("cuLibraryLoad") || is("cuModuleGetFunction") || is("cuLibraryGetKernel") ||
-        is("cuKernelGetFunction") || is("cuLibraryGetModule")) {
-      return cupti::kModule;
-    }
+    if (is("cuKernelGetFunction") || is("cuLibraryGetModule")) return cupti::kGetter1;
+    if (is("cuModuleGetFunction") || is("cuLibraryGetKernel")) return cupti::kGetter2;
+    if (starts("cuModuleLoad") || starts("cuLibraryLoad")) return cupti::kModule;
     if (starts("cuStreamCreate")) return cupti::kStream;
     if (starts("cuGraphInstantiate") || starts("cuGraphUpload")) return cupti::kGraph;
     return cupti::kNoGrowth;
@@ -897,7 +906,8 @@ void growth_kinds(Ledger& L, void* lib) {
   if (named) return;
   for (uint32_t cbid : {307u, 442u, 477u, 478u}) L.growth_kind[cbid] = cupti::kLaunch;
   for (uint32_t cbid : {652u, 653u}) L.growth_kind[cbid] = cupti::kLaunchEx;
-  for (uint32_t cbid : {18u, 19u, 20u, 21u, 23u}) L.growth_kind[cbid] = cupti::kModule;
+  for (uint32_t cbid : {18u, 19u, 20u, 21u}) L.growth_kind[cbid] = cupti::kModule;
+  L.growth_kind[23] = cupti::kGetter2;  // cuModuleGetFunction
   L.growth_kind[124] = cupti::kStream;
   for (uint32_t cbid : {513u, 580u, 581u, 643u, 656u}) L.growth_kind[cbid] = cupti::kGraph;
 }
@@ -1370,8 +1380,7 @@ int mt_ledger_start(const char* cupti_path) {
     }
     for (uint32_t cbid = 0; cbid < sizeof(L.growth_kind); ++cbid) {
       const uint8_t k = L.growth_kind[cbid];
-      const bool launch = k == cupti::kLaunch || k == cupti::kLaunchEx;
-      if (k != cupti::kNoGrowth && !(launch && L.launches_settled)) L.enable(1, sub, cupti::kDriverDomain, cbid);
+      if (k != cupti::kNoGrowth && !(cupti::per_launch(k) && L.launches_settled)) L.enable(1, sub, cupti::kDriverDomain, cbid);
     }
     L.subscriber = sub;
     return 0;
@@ -1389,7 +1398,7 @@ int mt_ledger_settle(uint64_t quiet_ns, uint64_t min_launches) {
     if (L.launches_since_new < min_launches || now_ns() - L.last_new_launch_ns < quiet_ns) return 0;
     for (uint32_t cbid = 0; cbid < sizeof(L.growth_kind); ++cbid) {
       const uint8_t k = L.growth_kind[cbid];
-      if (k == cupti::kLaunch || k == cupti::kLaunchEx) L.enable(0, L.subscriber, cupti::kDriverDomain, cbid);
+      if (cupti::per_launch(k)) L.enable(0, L.subscriber, cupti::kDriverDomain, cbid);
     }
     L.launches_settled = true;
     return 1;

@@ -32,6 +32,7 @@ p.add_argument("--check", help="the budgets to hold the costs to")
 p.add_argument("--write", action="store_true", help="print the measured costs as a budget file")
 p.add_argument("--n", type=int, default=500, help="allocations in a block (module calls: 3 times as many)")
 p.add_argument("--pairs", type=int, default=300)
+p.add_argument("--device", default="cpu", help="where the loops allocate (cuda: the CUDA caching allocator's reports, which read each request's size)")
 p.add_argument("--noise", type=float, help="the largest standard error of a median to read (default: a tenth of each budget; 0.02 without one)")
 a = p.parse_args()
 torch.set_num_threads(1)
@@ -56,13 +57,14 @@ class Tiny(torch.nn.Module):
 # opens its phase and iteration): 32 inside one.
 CHAIN = 32
 chain = torch.nn.Sequential(*[Tiny() for _ in range(CHAIN)])
-probe = torch.zeros(1)
+dev = torch.device(a.device)
+probe = torch.zeros(1, device=dev)
 
 
 def alloc_loop(n):
     start = time.thread_time_ns()
     for _ in range(n):
-        t = torch.empty(256)
+        t = torch.empty(256, device=dev)
     del t
     return (time.thread_time_ns() - start) / n
 
