@@ -1185,7 +1185,9 @@ fn stored_traces_are_explored_over_http() {
     };
     assert_eq!(allocations[0].size_bytes, a.bands.size_bytes[0]);
     // The flame graph, asked apart from the overview: its root holds the peak's bytes.
-    let protocol::ExploreResponse::Flame { graph: flame } = ask(&protocol::ExploreRequest::Flame) else { panic!("not a flame graph") };
+    let protocol::ExploreResponse::Flame { graph: flame } = ask(&protocol::ExploreRequest::Flame { all_frames: false }) else {
+        panic!("not a flame graph")
+    };
     assert_eq!(flame.nodes[0].live_at_peak_bytes, peak);
     // Bad requests: 422 naming what is wrong; an unknown trace: 404.
     let (code, e) = s.post_json(&format!("/api/trace/{id}/explore"), &json!({"kind": "nonsense"}));

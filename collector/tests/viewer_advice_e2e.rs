@@ -10,23 +10,10 @@ mod webdriver;
 
 use serde_json::{json, Value};
 use shared::analysis::advice::{advice_rows, AdviceReport, AdviceRows};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
+use webdriver::viewer::{dist, repo};
 use webdriver::{static_server, Browser};
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-fn dist() -> PathBuf {
-    let d = repo().join("dist");
-    assert!(
-        d.join("index.html").exists() && d.join("worker_loader.js").exists(),
-        "{} has no built viewer: run `cargo xtask viewer` before this test",
-        d.display()
-    );
-    d
-}
 
 /// `collector advise FILE --json`, read back as its rows.
 fn cli_rows(path: &Path) -> AdviceRows {

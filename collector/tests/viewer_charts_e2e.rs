@@ -6,7 +6,8 @@
 //! opens on `?` and closes on Esc; the page's icon is inline (no `/favicon.ico`); the what-if's
 //! two segment maps share one scale and its input shows its whole example; pinning an
 //! allocation fades the other bands alike on the WebGL2 and the 2D canvas paths; and a server
-//! that cannot trace disables its trace form with the reason. Screenshots go to
+//! that cannot trace disables its trace form with the reason; the pinned stack and the flame
+//! graph fold torch's and Python's own frames behind a switch. Screenshots go to
 //! `target/e2e-screenshots/`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -21,34 +22,11 @@ use shared::explore::{Opened, Overview, Request, Response, Session};
 use shared::model::SegmentInfo;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use webdriver::viewer::{dist, goto_viewer, repo, sample, screenshots, wait_drawn};
 use webdriver::{static_server, Browser};
 
 /// Escape, as WebDriver names the key.
 const ESCAPE: &str = "\u{E00C}";
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-fn dist() -> PathBuf {
-    let d = repo().join("dist");
-    assert!(
-        d.join("index.html").exists() && d.join("worker_loader.js").exists(),
-        "{} has no built viewer: run `cargo xtask viewer` before this test",
-        d.display()
-    );
-    d
-}
-
-fn sample(name: &str) -> PathBuf {
-    repo().join("tests/data").join(name)
-}
-
-fn screenshots() -> PathBuf {
-    let d = repo().join("target/e2e-screenshots");
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
 
 /// A real CPU trace: a GAN's two optimizers on the CPU, traced with `collector trace` through
 /// the torch venv's Python (`MEMORY_TRACER_PYTHON`, set by `cargo xtask`; else `python3`).
@@ -68,24 +46,6 @@ fn cpu_trace(dir: &Path) -> PathBuf {
         .unwrap();
     assert!(done.status.success(), "collector trace: {}", String::from_utf8_lossy(&done.stderr));
     out
-}
-
-/// The viewer at `url`, ready for a file.
-fn goto_viewer(b: &Browser, url: &str) {
-    b.goto(url);
-    b.wait_for("return document.querySelector('#trace-file')", 30, "the page");
-}
-
-/// Waits until `file_name` is loaded and every chart drawn.
-fn wait_drawn(b: &Browser, file_name: &str) {
-    b.wait_for(
-        &format!(
-            "const h = document.querySelector('#summary h2'); return document.body.dataset.drawnMs && h && h.textContent === {} && !document.querySelector('#progress')",
-            json!(file_name)
-        ),
-        90,
-        &format!("{file_name} to be drawn"),
-    );
 }
 
 /// The page in the light theme (a headless browser's own; the one where WebGL2 erased the
@@ -357,6 +317,43 @@ fn bands_painted(b: &Browser) -> u64 {
     .unwrap()
 }
 
+/// Frames that point at the user's code (issue 71, item 2): the pinned allocation's stack shows
+/// its Python frames with torch's and Python's own folded behind a switch, and the flame graph
+/// has none of them until its switch is on.
+fn check_folded_frames(b: &Browser) {
+    let runtime = ["torch::unwind", "_PyEval_EvalFrameDefault", "??:0", "CUDACachingAllocator"];
+    let shown = b.exec("return document.querySelector('#active-pinned details.stack > pre.stack-shown')?.textContent ?? ''", json!([]));
+    let shown = shown.as_str().unwrap();
+    assert!(shown.contains(".py:"), "the pinned stack shows no Python frame: {shown}");
+    assert!(!runtime.iter().any(|r| shown.contains(r)), "a runtime frame in the pinned stack as shown: {shown}");
+    let folded = b.exec("return document.querySelector('#active-pinned details.stack-folded > summary')?.textContent ?? ''", json!([]));
+    assert!(folded.as_str().unwrap().contains("frames of torch and Python folded"), "no switch for the folded frames: {folded}");
+    let full = b.exec("return document.querySelector('#active-pinned details.stack-folded > pre')?.textContent ?? ''", json!([]));
+    assert!(full.as_str().unwrap().contains("torch::unwind"), "the switch does not hold every frame");
+
+    let search = |b: &Browser, q: &str| {
+        b.exec(
+            "const i = document.getElementById('flame-search'); i.value = arguments[0]; i.dispatchEvent(new Event('input', {bubbles: true}));",
+            json!([q]),
+        );
+        b.wait_for("return /matches/.test(document.querySelector('#flame .card-head .hint')?.textContent ?? '')", 20, "the flame search");
+        let hint = b.exec("return document.querySelector('#flame .card-head .hint').textContent", json!([]));
+        hint.as_str().unwrap().split(' ').next().unwrap().parse::<u64>().unwrap()
+    };
+    b.exec("document.getElementById('flame').scrollIntoView()", json!([]));
+    assert_eq!(search(b, "unwind"), 0, "the folded flame graph holds the unwinder");
+    assert!(search(b, ".py:") > 0, "the folded flame graph lost the Python frames");
+    b.exec("document.getElementById('flame-all-frames').click()", json!([]));
+    b.wait_for("return document.getElementById('flame-all-frames')?.checked", 20, "the switch on");
+    // The graph with every frame comes from the worker and replaces the folded one.
+    let start = std::time::Instant::now();
+    while search(b, "unwind") == 0 {
+        assert!(start.elapsed().as_secs() < 30, "the flame graph kept its runtime frames folded with the switch on");
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    }
+    b.exec("document.getElementById('flame-all-frames').click()", json!([]));
+}
+
 /// Pinning an allocation fades the other bands on both paths alike (light theme): the bands
 /// keep their pixels, on WebGL2 as on the 2D canvas.
 #[test]
@@ -397,6 +394,7 @@ fn pinning_fades_the_other_bands_on_both_paths() {
         assert!(legend.as_str().unwrap().contains("faded"), "{render}: the legend says what is faded: {legend}");
         b.screenshot(&screenshots().join(format!("pinned-light-{render}.png")));
         kept.push(share);
+        check_folded_frames(&b);
     }
     assert!((kept[0] - kept[1]).abs() < 0.1, "the paths fade differently: {kept:?} of their pixels kept");
 }

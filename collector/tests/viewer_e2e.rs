@@ -20,34 +20,11 @@ use shared::analysis::{layer_stats, summary, LayerMemoryStats};
 use shared::units::{format_bytes, format_seconds};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use webdriver::viewer::{dist, goto_viewer, repo, sample, screenshots, wait_drawn};
 use webdriver::{static_server, Browser};
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-fn dist() -> PathBuf {
-    let d = repo().join("dist");
-    assert!(
-        d.join("index.html").exists() && d.join("worker_loader.js").exists(),
-        "{} has no built viewer: run `cargo xtask viewer` before this test",
-        d.display()
-    );
-    d
-}
-
-fn sample(name: &str) -> PathBuf {
-    repo().join("tests/data").join(name)
-}
 
 fn tmpdir(name: &str) -> PathBuf {
     server::scratch(&format!("e2e-{name}"))
-}
-
-fn screenshots() -> PathBuf {
-    let d = repo().join("target/e2e-screenshots");
-    std::fs::create_dir_all(&d).unwrap();
-    d
 }
 
 fn collector(args: &[&str]) {
@@ -108,24 +85,6 @@ fn static_page_at(isolated: bool) -> (webdriver::Guard, Browser, String) {
     let b = Browser::start(1400, 1000);
     goto_viewer(&b, &format!("{url}/index.html"));
     (server, b, url)
-}
-
-/// Opens the viewer at `url` and waits until it takes a file.
-fn goto_viewer(b: &Browser, url: &str) {
-    b.goto(url);
-    b.wait_for("return document.querySelector('#trace-file')", 30, "the page");
-}
-
-/// Waits until `file_name` is loaded and every chart drawn.
-fn wait_drawn(b: &Browser, file_name: &str) {
-    b.wait_for(
-        &format!(
-            "const h = document.querySelector('#summary h2'); return document.body.dataset.drawnMs && h && h.textContent === {} && !document.querySelector('#progress')",
-            json!(file_name)
-        ),
-        90,
-        &format!("{file_name} to be drawn"),
-    );
 }
 
 /// The report's first screen (summary and timeline) was painted before any view below it was

@@ -88,6 +88,58 @@ fn snapshot_flame_graph_has_python_frames() {
     assert!(flame.nodes.iter().any(|n| n.kind == FlameKind::Frame && n.name.contains(".py:")), "no frames with file and line");
 }
 
+/// Issue 71: the runtime's frames (the unwinder, the caching allocator, CPython's loop, `??`)
+/// are folded by default in the flame graph and in an allocation's shown frames, kept when
+/// asked for; weights are unchanged by the fold.
+#[test]
+fn the_runtime_frames_are_folded_by_default_and_shown_when_asked() {
+    let (mut session, overview) = open("resnet18_sgd_2steps.pickle");
+    let ask = |session: &mut Session, all_frames: bool| match session.answer(&Request::Flame { all_frames }) {
+        Response::Flame { graph } => *graph,
+        other => panic!("not a flame graph: {other:?}"),
+    };
+    let folded = ask(&mut session, false);
+    let all = ask(&mut session, true);
+    let frames = |g: &shared::analysis::flame::FlameGraph| {
+        g.nodes.iter().filter(|n| n.kind == FlameKind::Frame).map(|n| n.name.clone()).collect::<Vec<_>>()
+    };
+    let runtime = |frame: &str| {
+        ["torch::unwind", "_PyEval_EvalFrameDefault", "c10::cuda::CUDACachingAllocator", "?? ", "__clone"]
+            .iter()
+            .any(|p| frame.starts_with(p))
+    };
+    assert!(frames(&all).iter().any(|n| runtime(n)), "the sample's stacks hold the unwinder and CPython's frames");
+    assert!(
+        !frames(&folded).iter().any(|n| runtime(n)),
+        "a runtime frame left in the folded graph: {:?}",
+        frames(&folded).iter().find(|n| runtime(n))
+    );
+    assert!(frames(&folded).iter().any(|n| n.contains(".py:")), "the program's Python frames stay");
+    assert_eq!(
+        (folded.nodes[0].live_at_peak_bytes, folded.nodes[0].total_allocated_bytes),
+        (all.nodes[0].live_at_peak_bytes, all.nodes[0].total_allocated_bytes)
+    );
+    // The cached answer follows the switch.
+    assert_eq!(ask(&mut session, false), folded);
+    // A snapshot's layers say which block's `forward` made the memory (torchvision's), not only
+    // the line of the script that called the model.
+    let trace = session.trace();
+    let layers: std::collections::BTreeSet<&str> = (0..trace.events.len()).filter_map(|i| trace.opt_str(trace.events.layer[i])).collect();
+    assert!(layers.iter().any(|l| l.starts_with("resnet.py:") && l.ends_with(" in forward")), "no torchvision forward among {layers:?}");
+
+    let s = &overview.summary;
+    let Response::Allocations { allocations, .. } = session.answer(&Request::Allocations { t_s: s.peak_time_s, limit: 20 }) else {
+        panic!()
+    };
+    for a in &allocations {
+        let shown: Vec<&String> = a.shown.iter().map(|&i| &a.stack[i as usize]).collect();
+        assert!(!shown.is_empty() && shown.len() < a.stack.len(), "nothing shown, or nothing folded, of {:?}", a.stack);
+        assert!(!shown.iter().any(|f| runtime(f)), "a runtime frame shown: {shown:?}");
+        let python = a.stack.iter().any(|f| f.contains(".py:") && !f.contains("nn/modules/module.py"));
+        assert!(!python || shown[0].contains(".py:"), "the first frame shown of a stack with Python frames is C++: {shown:?}");
+    }
+}
+
 #[test]
 fn zoomed_timeline_agrees_with_the_full_timeline() {
     let (mut session, overview) = open("resnet18_sgd_2steps.pickle");
@@ -286,7 +338,7 @@ fn rank_files_that_are_not_one_run_are_refused_with_why() {
 
 /// The session's flame graph, as it answers it.
 fn flame_of(session: &mut Session) -> shared::analysis::flame::FlameGraph {
-    match session.answer(&Request::Flame) {
+    match session.answer(&Request::Flame { all_frames: false }) {
         Response::Flame { graph } => *graph,
         _ => panic!("no flame graph"),
     }
@@ -302,7 +354,7 @@ fn overview_and_active_bands_arrive_as_they_were_sent() {
         let json = serde_json::to_string(&overview).unwrap();
         let back: Overview = serde_json::from_str(&json).unwrap();
         let flame = flame_of(&mut session);
-        let sent = serde_json::to_string(&session.answer(&Request::Flame)).unwrap();
+        let sent = serde_json::to_string(&session.answer(&Request::Flame { all_frames: false })).unwrap();
         let Response::Flame { graph: arrived } = serde_json::from_str(&sent).unwrap() else { panic!("{name}: not a flame graph") };
         assert_eq!(*arrived, flame, "{name}");
         for (back, sent) in [(&back.layer_bands, &overview.layer_bands), (&back.phase_bands, &overview.phase_bands)] {
@@ -345,8 +397,11 @@ fn overview_and_active_bands_arrive_as_they_were_sent() {
         assert_eq!(bytes(&back), bytes(&points), "{name}");
         assert!(back.iter().zip(&points).all(|(b, p)| (b.t_s - p.t_s).abs() <= p.t_s.abs() * 1e-15), "{name}: times differ");
     }
-    // The ResNet's graph repeats its frame names: each is written once.
-    let flame = flame_of(&mut open(RESNET).0);
+    // The ResNet's graph with every frame repeats its frame names: each is written once.
+    let flame = match open(RESNET).0.answer(&Request::Flame { all_frames: true }) {
+        Response::Flame { graph } => *graph,
+        _ => panic!("no flame graph"),
+    };
     let names: usize = flame.nodes.iter().map(|n| n.name.len()).sum();
     let json = serde_json::to_string(&flame).unwrap();
     assert!(json.len() < names / 2, "flame graph JSON {} bytes for {names} bytes of node names", json.len());

@@ -276,7 +276,7 @@ pub mod requests {
         Active { start_bits: u64, end_bits: u64, columns: usize },
         Segments { t_bits: u64 },
         Pools { buckets: usize },
-        Flame,
+        Flame { all_frames: bool },
     }
 
     impl Key {
@@ -287,7 +287,7 @@ pub mod requests {
                 Key::Active { .. } => "active",
                 Key::Segments { .. } => "segments",
                 Key::Pools { .. } => "pools",
-                Key::Flame => "flame",
+                Key::Flame { .. } => "flame",
             }
         }
 
@@ -301,7 +301,7 @@ pub mod requests {
                 }
                 Request::Segments { t_s } => Key::Segments { t_bits: t_s.to_bits() },
                 Request::Pools { buckets } => Key::Pools { buckets },
-                Request::Flame => Key::Flame,
+                Request::Flame { all_frames } => Key::Flame { all_frames },
                 Request::At { .. }
                 | Request::Allocations { .. }
                 | Request::Export { .. }
@@ -335,7 +335,7 @@ pub mod requests {
             Request::Find { .. } => "find",
             Request::SimulatedSegments { .. } => "simulated_segments",
             Request::Holders { .. } => "holders",
-            Request::Flame => "flame",
+            Request::Flame { .. } => "flame",
         }
     }
 

@@ -33,3 +33,28 @@ pub(crate) fn legend_chip(key: String, colour: RGBColor, alpha: f64, label: Stri
         </span>
     }
 }
+
+/// An allocation's stack as the program's frames (`shown`, positions in `stack`, innermost
+/// first), the runtime's folded behind a switch of their own; `open`: unfolded at first.
+pub(crate) fn stack_view(stack: &[String], shown: &[u32], open: bool) -> impl IntoView {
+    if stack.is_empty() {
+        return view! { <span class="hint">"no stack recorded"</span> }.into_any();
+    }
+    let mine: Vec<String> = shown.iter().filter_map(|&i| stack.get(i as usize).cloned()).collect();
+    let folded = stack.len() - mine.len();
+    let first = mine.first().cloned().unwrap_or_else(|| format!("{folded} frames of torch and Python"));
+    let full = stack.join("\n");
+    view! {
+        <details class="stack" open=open>
+            <summary>{first}</summary>
+            {(!mine.is_empty()).then(|| view! { <pre class="stack-shown">{mine.join("\n")}</pre> })}
+            {(folded > 0).then(|| view! {
+                <details class="stack-folded">
+                    <summary class="hint">{format!("{folded} frames of torch and Python folded: show every frame")}</summary>
+                    <pre>{full}</pre>
+                </details>
+            })}
+        </details>
+    }
+    .into_any()
+}

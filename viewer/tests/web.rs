@@ -56,7 +56,7 @@ fn timeline_of_a_real_snapshot_draws_and_maps_pixels_to_time() {
 #[wasm_bindgen_test]
 fn flame_graph_layout_fills_the_width_and_draws() {
     let (mut session, _) = open("mlp.pickle", SNAPSHOT);
-    let Response::Flame { graph: flame } = session.answer(&Request::Flame) else { panic!("no flame graph") };
+    let Response::Flame { graph: flame } = session.answer(&Request::Flame { all_frames: false }) else { panic!("no flame graph") };
     let boxes = flame_layout(&flame, 0, FlameMetric::LiveAtPeak, 1000.0);
     // The root spans the width; its children together span at most the width.
     assert_eq!((boxes[0].x, boxes[0].w), (0.0, 1000.0));
@@ -232,12 +232,12 @@ fn prefetched_answers_read_back_when_asked() {
     use viewer::messages::requests::Key;
     use viewer::messages::{read_answer, ToPage};
     let (mut session, _) = open("mlp.pickle", SNAPSHOT);
-    let answer = session.answer(&Request::Flame);
-    let sent = ToPage::Prefetched { key: Key::Flame, response: serde_json::to_string(&answer).unwrap() };
+    let answer = session.answer(&Request::Flame { all_frames: false });
+    let sent = ToPage::Prefetched { key: Key::Flame { all_frames: false }, response: serde_json::to_string(&answer).unwrap() };
     let Ok(ToPage::Prefetched { key, response }) = ToPage::from_text(&serde_json::to_string(&sent).unwrap()) else {
         panic!("not a prefetched answer")
     };
-    assert_eq!(key, Key::Flame);
+    assert_eq!(key, Key::Flame { all_frames: false });
     let (Response::Flame { graph: back }, Response::Flame { graph }) = (read_answer(&response), answer) else {
         panic!("not a flame graph")
     };
@@ -259,7 +259,12 @@ fn an_overview_crosses_with_its_first_answer_and_the_keys_to_come() {
     overview.duration_s = 10.993402306909223;
     let full = requests::full_window(&overview);
     let timeline = requests::timeline(full, 1187);
-    let below = [requests::active(full, 1187), Request::Flame, requests::segments(overview.summary.peak_time_s), requests::pools(640)];
+    let below = [
+        requests::active(full, 1187),
+        Request::Flame { all_frames: false },
+        requests::segments(overview.summary.peak_time_s),
+        requests::pools(640),
+    ];
     let answer = serde_json::to_string(&session.answer(&timeline)).unwrap();
     let sent = ToPage::Loaded {
         overview: Box::new(overview.clone()),
@@ -299,7 +304,7 @@ fn a_request_kind_is_the_name_its_json_carries() {
         Request::Find { query: "x".into(), limit: 0 },
         Request::SimulatedSegments { t_s: 0.0, alloc_conf: String::new() },
         Request::Holders { t_s: 0.0 },
-        Request::Flame,
+        Request::Flame { all_frames: false },
     ];
     for r in &all {
         let json = serde_json::to_string(r).unwrap();

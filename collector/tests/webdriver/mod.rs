@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod viewer;
+
 use serde_json::{json, Value};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};

@@ -208,7 +208,14 @@ impl Labels {
 
 /// Builds the flame graph of the device with the highest allocated peak. `min_share` (such as
 /// 1e-4) drops subtrees below that share of the root in both values, to keep the graph drawable.
+/// The runtime's frames ([`crate::model::is_runtime_frame`]) are folded: [`flame_graph_with`]
+/// keeps them.
 pub fn flame_graph(trace: &Trace, min_share: f64) -> FlameGraph {
+    flame_graph_with(trace, min_share, true)
+}
+
+/// [`flame_graph`], with the runtime's frames folded (`fold_runtime`) or kept.
+pub fn flame_graph_with(trace: &Trace, min_share: f64, fold_runtime: bool) -> FlameGraph {
     let ev = &trace.events;
     let peak = super::allocated_peak(trace);
     let device = peak.device;
@@ -240,6 +247,11 @@ pub fn flame_graph(trace: &Trace, min_share: f64) -> FlameGraph {
         }
     }
 
+    let runtime: Vec<bool> = if fold_runtime {
+        trace.stacks.frames.iter().map(|f| crate::model::is_runtime_frame(trace.str(f.name), trace.str(f.filename))).collect()
+    } else {
+        Vec::new()
+    };
     let mut labels = Labels::new(trace);
     let root = labels.of("all");
     let mut tree = vec![Builder { name: root, kind: FlameKind::Root, live: 0, total: 0, children: HashMap::default() }];
@@ -273,6 +285,9 @@ pub fn flame_graph(trace: &Trace, min_share: f64) -> FlameGraph {
         if stack != u32::MAX {
             // Outermost first.
             for &f in trace.stacks.stack_frame_ids(stack).iter().rev() {
+                if runtime.get(f as usize) == Some(&true) {
+                    continue;
+                }
                 let Some(label) = labels.of_frame(trace, f) else { continue };
                 node = child(&mut tree, node, FlameKind::Frame, label);
                 path.push(node);

@@ -19,6 +19,10 @@ pub struct Allocation {
     pub op: Option<String>,
     /// Frames, innermost first.
     pub stack: Vec<String>,
+    /// The positions in `stack` of the frames shown by default: the program's, not the
+    /// runtime's ([`crate::model::shown_frames`]).
+    #[serde(default)]
+    pub shown: Vec<u32>,
     /// The private pool it came from (`(0, 1)`); `None` for the default pool.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pool: Option<String>,
@@ -80,6 +84,7 @@ impl Session {
     /// Allocation event `i` for the page: size, lifetime, layer, operator and stack.
     fn allocation(&self, i: usize, free_s: Option<f64>) -> Allocation {
         let ev = &self.trace().events;
+        let frames: Vec<_> = self.trace().stacks.stack_of_event(i).map(|s| self.trace().stacks.stack(s).collect()).unwrap_or_default();
         Allocation {
             event_index: i,
             address: ev.address[i],
@@ -88,18 +93,8 @@ impl Session {
             free_s,
             layer: self.trace().opt_str(ev.layer[i]).map(str::to_owned),
             op: self.ops_at_event.get(i).and_then(|&o| self.trace().opt_str(o)).map(str::to_owned),
-            stack: self
-                .trace()
-                .stacks
-                .stack_of_event(i)
-                .map(|s| {
-                    self.trace()
-                        .stacks
-                        .stack(s)
-                        .map(|f| format!("{} {}:{}", self.trace().str(f.name), self.trace().str(f.filename), f.line))
-                        .collect()
-                })
-                .unwrap_or_default(),
+            stack: frames.iter().map(|f| format!("{} {}:{}", self.trace().str(f.name), self.trace().str(f.filename), f.line)).collect(),
+            shown: crate::model::shown_frames(frames.iter().map(|f| (self.trace().str(f.name), self.trace().str(f.filename)))),
             pool: self.trace().event_pool(i).and_then(|p| self.trace().pools.get(p as usize)).map(ToString::to_string),
             holders: self
                 .trace()

@@ -35,7 +35,7 @@ use crate::analysis::sweep::{read_sweep, SWEEP_FORMAT};
 use crate::analysis::timeline_index::TimelineIndex;
 use crate::analysis::{self, TimelinePoint};
 use crate::model::{SegmentInfo, StrId, Trace};
-use crate::ranks::merge::{merge_with, MergeInput, MergeOptions};
+use crate::ranks::merge::{merge_with, InputRank, MergeInput, MergeOptions};
 use crate::ranks::rank_trace;
 use overview::{duration_s, overview_of, rank_set};
 use serde::{Deserialize, Serialize};
@@ -82,8 +82,12 @@ pub enum Request {
     /// Who holds the live bytes at a moment ([`analysis::holders::why`]).
     Holders { t_s: f64 },
     /// The shown trace's memory flame graph ([`analysis::flame::flame_graph`], subtrees under
-    /// [`FLAME_MIN_SHARE`] of the root left out).
-    Flame,
+    /// [`FLAME_MIN_SHARE`] of the root left out), the runtime's frames folded unless
+    /// `all_frames` ([`crate::model::is_runtime_frame`]).
+    Flame {
+        #[serde(default)]
+        all_frames: bool,
+    },
 }
 
 /// The answers, one per [`Request`] kind.
@@ -172,7 +176,8 @@ pub struct Session {
     /// The shown trace's allocator requests, extracted on the first simulated segment map.
     whatif: Option<crate::whatif::Requests>,
     /// The shown trace's flame graph, made on the first request for it.
-    flame: Option<analysis::flame::FlameGraph>,
+    /// The flame graph last asked for, with whether it folds the runtime's frames.
+    flame: Option<(bool, analysis::flame::FlameGraph)>,
 }
 
 /// What a file turned out to be.
@@ -248,10 +253,13 @@ impl Session {
             traces.push(crate::import(bytes, &crate::ImportOptions::default()).map_err(|e| failed(e.to_string()))?);
         }
         let ranks = crate::ranks::assign_ranks(files.iter().map(|f| f.0.as_str()).zip(&traces));
-        let inputs =
-            traces.into_iter().zip(ranks).zip(files).map(|((trace, rank), (name, _))| MergeInput { trace, rank, label: name.clone() });
+        // Through MergeInput::of, as every other merge: a merged file brings each of its ranks.
+        let mut inputs = Vec::with_capacity(n);
+        for ((trace, rank), (name, _)) in traces.into_iter().zip(ranks).zip(files) {
+            inputs.extend(MergeInput::of(trace, name, InputRank::Given(rank))?);
+        }
         progress(&format!("merging {n} ranks"));
-        let merged = merge_with(inputs.collect(), options)?;
+        let merged = merge_with(inputs, options)?;
         let name = files.iter().map(|f| f.0.as_str()).collect::<Vec<_>>().join(" + ");
         let bytes = files.iter().map(|f| f.1.len() as u64).sum();
         Ok(Self::start(merged, &name, bytes, "merged", &mut progress))
@@ -360,13 +368,21 @@ impl Session {
             Request::Active { start_s, end_s, columns } => self.active(*start_s, *end_s, *columns),
             Request::Allocation { event_index } => self.allocation_at(*event_index),
             Request::Find { query, limit } => Response::Found(Box::new(analysis::search::find(self.trace(), query, (*limit).min(1000)))),
-            Request::Flame => {
+            Request::Flame { all_frames } => {
                 let trace = match &self.rank {
                     Some((_, t)) => t,
                     None => &self.whole,
                 };
-                let flame = self.flame.get_or_insert_with(|| analysis::flame::flame_graph(trace, FLAME_MIN_SHARE));
-                Response::Flame { graph: Box::new(flame.clone()) }
+                let fold = !*all_frames;
+                let graph = match &self.flame {
+                    Some((folded, g)) if *folded == fold => g.clone(),
+                    _ => {
+                        let g = analysis::flame::flame_graph_with(trace, FLAME_MIN_SHARE, fold);
+                        self.flame = Some((fold, g.clone()));
+                        g
+                    }
+                };
+                Response::Flame { graph: Box::new(graph) }
             }
             Request::Holders { t_s } => {
                 let moment = analysis::holders::Moment::Seconds(t_s.max(0.0));

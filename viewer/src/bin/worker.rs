@@ -171,7 +171,7 @@ fn first_requests(overview: &shared::explore::Overview, widths: Option<ChartWidt
         return Vec::new();
     }
     let full = requests::full_window(overview);
-    let mut first = vec![requests::timeline(full, w.timeline), requests::active(full, w.active), Request::Flame];
+    let mut first = vec![requests::timeline(full, w.timeline), requests::active(full, w.active), Request::Flame { all_frames: false }];
     if requests::draws_fragmentation(overview) {
         first.push(requests::fragmentation(full, w.fragmentation));
     }

@@ -523,7 +523,7 @@ fn pinned_view(detail: Option<Allocation>, pinned: RwSignal<Option<(usize, Optio
                        {a.pool.map(|p| format!(" · pool {p}"))}
                        " · the bands that share its stack are lit"</p>
                     {(!a.notes.is_empty()).then(|| view! { <p class="notes" id="active-pinned-notes">{a.notes.join(" · ")}</p> })}
-                    <pre>{if a.stack.is_empty() { "no stack recorded".to_owned() } else { a.stack.join("\n") }}</pre>
+                    {crate::widgets::stack_view(&a.stack, &a.shown, true)}
                 }.into_any(),
             }}
         </div>

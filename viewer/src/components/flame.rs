@@ -43,16 +43,28 @@ fn metric_of(ev: &leptos::ev::Event) -> FlameMetric {
 pub fn FlameSection() -> impl IntoView {
     let errors = expect_context::<Errors>();
     let flame: RwSignal<Option<Arc<FlameGraph>>> = RwSignal::new(None);
-    bridge::ask(&Request::Flame, move |r| match r {
-        Response::Flame { graph } => flame.set(Some(Arc::new(*graph))),
-        Response::Error { message } => errors.report("flame graph", message),
-        _ => {}
+    // Torch's and Python's own frames (the unwinder, the allocator, the interpreter) are folded
+    // unless asked for.
+    let all_frames = RwSignal::new(false);
+    let ask = move |all: bool| {
+        bridge::ask(&Request::Flame { all_frames: all }, move |r| match r {
+            Response::Flame { graph } => flame.set(Some(Arc::new(*graph))),
+            Response::Error { message } => errors.report("flame graph", message),
+            _ => {}
+        })
+    };
+    ask(false);
+    Effect::new(move |first: Option<()>| {
+        let all = all_frames.get();
+        if first.is_some() {
+            ask(all);
+        }
     });
-    move || flame.get().map(flame_view)
+    move || flame.get().map(|f| flame_view(f, all_frames))
 }
 
-/// The flame graph drawn.
-fn flame_view(flame: Arc<FlameGraph>) -> impl IntoView {
+/// The flame graph drawn; `all_frames`: the switch that shows the runtime's frames.
+fn flame_view(flame: Arc<FlameGraph>, all_frames: RwSignal<bool>) -> impl IntoView {
     let (theme, errors) = (expect_context::<Theme>(), expect_context::<Errors>());
     let metric = RwSignal::new(FlameMetric::LiveAtPeak);
     let focus = RwSignal::new(0u32);
@@ -92,6 +104,11 @@ fn flame_view(flame: Arc<FlameGraph>) -> impl IntoView {
                 </select>
                 <input type="search" id="flame-search" placeholder="search (/)" on:input=move |ev| search.set(event_target_value(&ev)) />
                 <span class="hint">{matched}</span>
+                <label class="hint" title="the unwinder, the caching allocator, PyTorch's dispatcher, CPython's interpreter, nn.Module's call">
+                    <input type="checkbox" id="flame-all-frames" prop:checked=move || all_frames.get()
+                        on:change=move |ev| all_frames.set(event_target_checked(&ev)) />
+                    " torch's and Python's own frames"
+                </label>
                 <span class="spacer"></span>
                 <button class="small" on:click=move |_| focus.set(0)>"Reset zoom"</button>
                 {png_button(canvas, "flame")}
@@ -108,7 +125,7 @@ fn flame_view(flame: Arc<FlameGraph>) -> impl IntoView {
                     on:mouseleave=move |_| hover.set(None)></canvas>
                 {move || hover.get().map(|(x, y, n)| node_tooltip(&flame, x, y, n))}
             </div>
-            <p class="sub">"Module path → operator → call stack (outermost frame first). Click a box to zoom into it."
+            <p class="sub">"Module path → operator → call stack (outermost frame first; torch's and Python's own frames folded unless shown). Click a box to zoom into it."
                 {(left_out > 0).then(|| format!(" {left_out} boxes under 0.01 % of the total are not drawn; their bytes stay in their parents."))}</p>
         </section>
     }

@@ -256,8 +256,7 @@ fn allocation_row(a: Allocation) -> impl IntoView {
             {a.pool.map(|p| view! { " " <span class="tag">{format!("pool {p}")}</span> })}
             {(!a.holders.is_empty()).then(|| view! { <div class="holders">"held by " {a.holders.join(" · ")}</div> })}
             {(!a.notes.is_empty()).then(|| view! { <div class="notes">{a.notes.join(" · ")}</div> })}</td>
-        <td><details><summary>{a.stack.first().cloned().unwrap_or_else(|| "—".into())}</summary>
-            <pre>{a.stack.join("\n")}</pre></details></td>
+        <td>{crate::widgets::stack_view(&a.stack, &a.shown, false)}</td>
     </tr> }
 }
 

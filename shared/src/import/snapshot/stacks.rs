@@ -88,7 +88,8 @@ impl StackInterner {
 }
 
 /// What one frame says of its stack: the phase its name or file means (`Other` if none), and
-/// whether it is user code.
+/// whether it names a layer: user code, or a module's `forward` in a library outside torch
+/// (torchvision's, transformers'), which says which block of a model the stack is in.
 #[derive(Clone, Copy)]
 struct FrameClass {
     phase: Phase,
@@ -106,14 +107,20 @@ impl FrameClass {
         } else {
             Phase::Other
         };
-        let user = file.ends_with(".py") && !file.contains("/site-packages/") && !file.contains("/torch/");
+        // torch's own package (a venv may live in /opt/torch/: the package is what follows
+        // site-packages), other installed packages, and the program's own files.
+        let installed = file.contains("/site-packages/") || file.contains("/dist-packages/");
+        let torch = if installed { file.contains("-packages/torch/") } else { file.contains("/torch/") };
+        let forward = matches!(name, "forward" | "_forward_impl");
+        let user = file.ends_with(".py") && !torch && (!installed || forward);
         FrameClass { phase, user }
     }
 }
 
 /// Phase and a layer name from an allocation's stack: the autograd engine means backward,
 /// `torch/optim` means optimizer, `torch/nn/modules` means forward; the layer is the innermost
-/// Python frame of user code (`file.py:line in name`, [`crate::model::source_layer`]), which is what a user can act on. Each
+/// Python frame of user code or of a library model's `forward` (`file.py:line in name`,
+/// [`crate::model::source_layer`]), which is what a user can act on. Each
 /// frame is looked at once (`classes`, by frame id): stacks share most of their frames, and
 /// these substring searches were the viewer worker's busiest wasm function as it warmed up.
 fn classify_stack(trace: &mut Trace, frame_ids: &[u32], classes: &mut Vec<Option<FrameClass>>) -> (Phase, StrId) {
