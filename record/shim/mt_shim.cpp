@@ -127,6 +127,9 @@ struct ThreadState {
   uint32_t python_node_name = 0;
   // Open nn.Module calls on this thread (the module-call wrapper's depth).
   uint32_t module_depth = 0;
+  // Inductor's generated code: one frame per running generated function, holding the scope
+  // its switch entered (0: none); see py::switch_to.
+  std::vector<uint32_t> switch_frames;
   // The line the innermost frame of the program's own code is at (an interned label, 0: none;
   // mt_py_user_frames keeps it), and the one it was at when the outermost scope opened.
   uint32_t user_line = 0, line_at_scope = 0;
@@ -1836,6 +1839,57 @@ MethodDef methods[] = {
     {"scope_exit", reinterpret_cast<void*>(&scope_exit), kMethO, "mt_scope_exit(id)"},
 };
 
+// The scope switches Inductor's generated code calls (_compiled.py's Switch, as builtins: a
+// compiled ResNet-50 step makes hundreds, each a Python method call before): switch_open() at
+// a generated function's start, switch_to(scope) before each statement whose module differs
+// from the last one's, switch_close() in its `finally`. A scope is entered only while the
+// capture's hooks are live (switch_live(flag)); leaving one always balances its enter.
+constexpr int kMethNoargs = 0x0004;
+std::atomic<bool> switch_live{false};
+
+Object* switch_open(Object*, Object*) {
+  tls.switch_frames.push_back(0);
+  return done();
+}
+
+Object* switch_to(Object*, Object* arg) {
+  const unsigned long id = as_unsigned_long(arg);
+  if (id == static_cast<unsigned long>(-1) && err_occurred() != nullptr) return nullptr;
+  ThreadState& t = tls;
+  if (t.switch_frames.empty()) return done();
+  const uint32_t scope = static_cast<uint32_t>(id);
+  const uint32_t top = t.switch_frames.back();
+  if (top == scope) return done();
+  if (top != 0) mt_scope_exit(top);
+  const bool enter = scope != 0 && switch_live.load(std::memory_order_relaxed);
+  if (enter) mt_scope_enter(scope);
+  t.switch_frames.back() = enter ? scope : 0;
+  return done();
+}
+
+Object* switch_close(Object*, Object*) {
+  ThreadState& t = tls;
+  if (t.switch_frames.empty()) return done();
+  const uint32_t top = t.switch_frames.back();
+  t.switch_frames.pop_back();
+  if (top != 0) mt_scope_exit(top);
+  return done();
+}
+
+Object* switch_set_live(Object*, Object* arg) {
+  const int on = is_true(arg);
+  if (on < 0) return nullptr;
+  switch_live.store(on != 0, std::memory_order_relaxed);
+  return done();
+}
+
+MethodDef switch_methods[] = {
+    {"switch_open", reinterpret_cast<void*>(&switch_open), kMethNoargs, "switch_open()"},
+    {"switch_to", reinterpret_cast<void*>(&switch_to), kMethO, "switch_to(scope)"},
+    {"switch_close", reinterpret_cast<void*>(&switch_close), kMethNoargs, "switch_close()"},
+    {"switch_live", reinterpret_cast<void*>(&switch_set_live), kMethO, "switch_live(flag)"},
+};
+
 // nn.Module.__call__ as a method descriptor made here: a module call costs a C call, a
 // lookup and the two scope records, not a Python frame. Everything rare (a thread's outermost
 // call: phase and iteration; a module not yet named; an iteration-marker module) is left to
@@ -2060,6 +2114,11 @@ const void* mt_py_user_frames(void) {
 const void* mt_py_module_call(void) {
   if (!py::load()) return nullptr;
   return py::module_call_methods;
+}
+
+const void* mt_py_switch(void) {
+  if (!py::load()) return nullptr;
+  return py::switch_methods;
 }
 
 void mt_mark(uint32_t name, int64_t value) {

@@ -108,6 +108,10 @@ const void* mt_py_methods(void);
 // which returns a method descriptor to set as nn.Module.__call__, and module_call_live(flag)
 // (METH_O); null, with the error set, outside a Python process.
 const void* mt_py_module_call(void);
+// Four PyMethodDef entries for Inductor's generated code: switch_open(), switch_to(scope),
+// switch_close() (one frame per running generated function, entering its statements' module
+// scopes) and switch_live(flag); null, with the error set, outside a Python process.
+const void* mt_py_switch(void);
 void mt_scope_exit(uint32_t name);
 // Names each allocation made outside every scope with the line of the program's own code its
 // thread is at (an MT_USER_FRAME record after its MT_MEM): a PyMethodDef table of

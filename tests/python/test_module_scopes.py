@@ -263,6 +263,40 @@ def test_scope_calls_are_python_builtins_not_ctypes_calls():
         enter(-1)
 
 
+def test_generated_code_switches_are_builtins_that_keep_their_scopes_balanced(tmp_path):
+    """Inductor's generated code calls `_memory_tracer_scope.open/to/close`: the shim's builtins
+    (a compiled step makes hundreds), entering a scope per module change only while live and
+    leaving each one it entered, as the Python Switch does."""
+    from memory_tracer import _capture, _compiled, _shim
+
+    lib = _shim.load()
+    functions = _shim.switch_functions(lib)
+    assert functions is not None and all(type(f).__name__ == type(len).__name__ for f in functions)
+    model = Net()
+    tracer = MemoryTracer(device="cpu")
+    with tracer.trace(model):
+        cap = _capture._current
+        a, b = cap.intern("gen.a"), cap.intern("gen.b")
+        c = _compiled.CSwitch(functions)
+        c.set_live(True)
+        c.open()
+        c.to(a)
+        c.to(a)  # the same module: nothing
+        c.to(b)
+        c.open()  # a nested generated function has its own frame
+        c.to(a)
+        c.close()
+        c.to(0)  # a statement of no module
+        c.set_live(False)
+        c.to(a)  # not live: nothing entered
+        c.close()
+        c.set_live(True)
+        with pytest.raises(OverflowError):
+            c.to(-1)
+    s = [name for name, _, _, _ in scopes(saved(tracer, tmp_path)) if name.startswith("gen.")]
+    assert s == ["gen.a", "gen.b", "gen.a"], s
+
+
 def test_torch_compile_traces_through_the_module_call_without_a_graph_break(tmp_path):
     torch._dynamo.reset()
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))

@@ -162,7 +162,7 @@ class Capture(_hooks.Tracker):
         if scopes:
             if self.compiled is None:
                 from ._compiled import Compiled
-                self.compiled = Compiled(self, *_shim.scope_functions(lib))
+                self.compiled = Compiled(self, *_shim.scope_functions(lib), _shim.switch_functions(lib))
             self.compiled.install()
         handles, patches = _hooks.install(self, _Hooks(self, live, compiling))
         self.handles.extend(handles)

@@ -86,12 +86,25 @@ class Switch:
             self.leave(top)
 
 
+class CSwitch:
+    """The same switches as the shim's builtins (`_shim.switch_functions`): what generated code
+    calls (`_memory_tracer_scope.to(3)`) is then a C call, a fraction of a Python method's
+    cost; `set_live` follows the capture's hooks (on at install, off when taken out)."""
+
+    __slots__ = ("open", "to", "close", "set_live")
+
+    def __init__(self, functions):
+        self.open, self.to, self.close, self.set_live = functions
+
+
 class Compiled:
     """Attribution of Inductor's generated code for one capture (see the module's doc)."""
 
-    def __init__(self, cap, enter, leave):
+    def __init__(self, cap, enter, leave, c_switch=None):
         self.cap = cap
         self.switch = Switch(enter, leave, cap)
+        # What generated code is given: the C switches where the shim has them.
+        self.helper = CSwitch(c_switch) if c_switch is not None else self.switch
         self.paths = {}  # (compile id, module path) -> scope name, kept for backward compiles
         self.graphs = 0
         self.sites = 0
@@ -106,6 +119,8 @@ class Compiled:
     def install(self):
         """Wraps PyCodeCache.load_by_key_path now, or when torch._inductor.codecache is
         imported (a meta-path finder, taken out once it has run)."""
+        if isinstance(self.helper, CSwitch):
+            self.helper.set_live(True)
         mod = sys.modules.get(TARGET)
         if mod is not None:
             self._wrap(mod)
@@ -115,6 +130,8 @@ class Compiled:
             sys.meta_path.insert(0, self.finder)
 
     def uninstall(self):
+        if isinstance(self.helper, CSwitch):
+            self.helper.set_live(False)
         self._drop_finder()
         if self.autograd_cache_bypassed:
             try:
@@ -340,7 +357,7 @@ class Compiled:
             ns = {}
             exec(compile(module, mod.__file__, "exec"), mod.__dict__, ns)
             replaced[(fn.name, owner)] = ns[fn.name]
-        setattr(mod, HELPER, self.switch)
+        setattr(mod, HELPER, self.helper)
         for (name, owner), new in replaced.items():
             if owner is None:
                 old = mod.__dict__.get(name)

@@ -207,6 +207,7 @@ SIGNATURES = {
         "mt_scope_enter": ([u32], None),
         "mt_py_methods": ([], ctypes.c_void_p),
         "mt_py_module_call": ([], ctypes.c_void_p),
+        "mt_py_switch": ([], ctypes.c_void_p),
         "mt_scope_exit": ([u32], None),
         "mt_mark": ([u32, ctypes.c_int64], None),
         "mt_now_ns": ([], u64),
@@ -225,7 +226,7 @@ SIGNATURES = {
 
 
 # Functions a shim built from older sources lacks (`module_call_functions` falls back).
-OPTIONAL = {"mt_py_module_call", "mt_name_workspaces", "mt_py_user_frames", "mt_ledger_start", "mt_ledger_stop", "mt_ledger_growth_watched", "mt_ledger_settle"}
+OPTIONAL = {"mt_py_module_call", "mt_py_switch", "mt_name_workspaces", "mt_py_user_frames", "mt_ledger_start", "mt_ledger_stop", "mt_ledger_growth_watched", "mt_ledger_settle"}
 
 # Called on the traced program's hot path; each returns at once (no I/O, no waiting on a lock
 # held for long).
@@ -279,6 +280,16 @@ def scope_functions(lib):
     except (AttributeError, OSError, TypeError):
         pass
     return lib.mt_scope_enter, lib.mt_scope_exit
+
+
+def switch_functions(lib):
+    """(open, to, close, live): the scope switches of Inductor's generated code as the shim's
+    builtins (see `mt_py_switch`), or None where this shim (an older build) or process has none."""
+    try:
+        methods = lib.mt_py_switch()
+        return _builtins(methods, 4) if methods else None
+    except (AttributeError, OSError, TypeError):
+        return None
 
 
 def module_call_functions(lib):
