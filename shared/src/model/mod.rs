@@ -5,7 +5,8 @@
 //! - `events.rs`: memory events as columns ([`EventStore`]) and the totals derived from them.
 //! - `devices.rs`: [`Device`], the driver's [`DeviceSample`]s.
 //! - `ops.rs`, `scopes.rs`: operators and their tensors; layer scopes, iterations, marks.
-//! - `stacks.rs`: call stacks, interned ([`StackTable`]).
+//! - `stacks.rs`: call stacks, interned ([`StackTable`]); `frames.rs`: which frames are the
+//!   program's and which the runtime's, folded where a stack is shown ([`shown_frames`]).
 //! - `segments.rs`: the caching allocator's segments, blocks and pools.
 //! - `meta.rs`: facts about the run ([`TraceMeta`], PyTorch's [`Counter`]s, torchrun's [`RankVar`]s).
 //! - `holders.rs`, `notes.rs`: who held an allocation; text attached to events.
