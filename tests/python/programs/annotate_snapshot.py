@@ -31,11 +31,15 @@ def ann(name, stage, t):
 
 
 def own_line(entry):
-    """The innermost frame of the program's own code on an entry's stack (a `.py` file outside
-    site-packages and torch), as the collector names a layer outside every module."""
+    """The innermost frame on an entry's stack of the program's own code (a `.py` file outside
+    installed packages and torch) or of an installed library model's `forward` (torchvision's;
+    not torch's own package), as the collector names a layer outside every module."""
     for f in entry.get("frames", []):
         name = f.get("filename", "")
-        if name.endswith(".py") and "/site-packages/" not in name and "/torch/" not in name:
+        installed = "/site-packages/" in name or "/dist-packages/" in name
+        torch_own = "-packages/torch/" in name if installed else "/torch/" in name
+        forward = f.get("name") in ("forward", "_forward_impl")
+        if name.endswith(".py") and not torch_own and (not installed or forward):
             return f"{name.rsplit('/', 1)[-1]}:{f['line']} in {f['name']}"
     return "unattributed"
 
