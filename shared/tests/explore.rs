@@ -115,6 +115,13 @@ fn the_runtime_frames_are_folded_by_default_and_shown_when_asked() {
         frames(&folded).iter().find(|n| runtime(n))
     );
     assert!(frames(&folded).iter().any(|n| n.contains(".py:")), "the program's Python frames stay");
+    // A stack with nothing of the program's (the autograd engine's thread) keeps its operator
+    // and autograd-node frames, as the pinned stack does: it is not left unattributed.
+    assert!(frames(&folded).iter().any(|n| n.starts_with("torch::autograd::generated::")), "backward's stacks lost their nodes");
+    let unattributed = |g: &shared::analysis::flame::FlameGraph| {
+        g.nodes.iter().filter(|n| n.kind == FlameKind::Unattributed).map(|n| n.total_allocated_bytes).sum::<u64>()
+    };
+    assert_eq!(unattributed(&folded), unattributed(&all));
     assert_eq!(
         (folded.nodes[0].live_at_peak_bytes, folded.nodes[0].total_allocated_bytes),
         (all.nodes[0].live_at_peak_bytes, all.nodes[0].total_allocated_bytes)

@@ -7,7 +7,7 @@
 //! add up to the root.
 
 use crate::hash::{FastMap as HashMap, FastSet};
-use crate::model::{EventType, StrId, Trace};
+use crate::model::{frame_role, shown_of_roles, EventType, FrameRole, StrId, Trace};
 use serde::{Deserialize, Serialize};
 
 /// What a node of the flame graph stands for. Siblings equal in both values and name come in
@@ -208,8 +208,8 @@ impl Labels {
 
 /// Builds the flame graph of the device with the highest allocated peak. `min_share` (such as
 /// 1e-4) drops subtrees below that share of the root in both values, to keep the graph drawable.
-/// The runtime's frames ([`crate::model::is_runtime_frame`]) are folded: [`flame_graph_with`]
-/// keeps them.
+/// The runtime's frames are folded as wherever a stack is shown ([`crate::model::shown_frames`]):
+/// [`flame_graph_with`] keeps them.
 pub fn flame_graph(trace: &Trace, min_share: f64) -> FlameGraph {
     flame_graph_with(trace, min_share, true)
 }
@@ -247,11 +247,13 @@ pub fn flame_graph_with(trace: &Trace, min_share: f64, fold_runtime: bool) -> Fl
         }
     }
 
-    let runtime: Vec<bool> = if fold_runtime {
-        trace.stacks.frames.iter().map(|f| crate::model::is_runtime_frame(trace.str(f.name), trace.str(f.filename))).collect()
+    // Each frame's role, once: a stack shows what crate::model::shown_of_roles keeps of it.
+    let roles: Vec<FrameRole> = if fold_runtime {
+        trace.stacks.frames.iter().map(|f| frame_role(trace.str(f.name), trace.str(f.filename))).collect()
     } else {
         Vec::new()
     };
+    let mut stack_roles = Vec::new();
     let mut labels = Labels::new(trace);
     let root = labels.of("all");
     let mut tree = vec![Builder { name: root, kind: FlameKind::Root, live: 0, total: 0, children: HashMap::default() }];
@@ -283,12 +285,17 @@ pub fn flame_graph_with(trace: &Trace, min_share: f64, fold_runtime: bool) -> Fl
             path.push(node);
         }
         if stack != u32::MAX {
+            let ids = trace.stacks.stack_frame_ids(stack);
+            let shown: Vec<u32> = if fold_runtime {
+                stack_roles.clear();
+                stack_roles.extend(ids.iter().map(|&f| roles.get(f as usize).copied().unwrap_or(FrameRole::Program)));
+                shown_of_roles(&stack_roles)
+            } else {
+                (0..ids.len() as u32).collect()
+            };
             // Outermost first.
-            for &f in trace.stacks.stack_frame_ids(stack).iter().rev() {
-                if runtime.get(f as usize) == Some(&true) {
-                    continue;
-                }
-                let Some(label) = labels.of_frame(trace, f) else { continue };
+            for &k in shown.iter().rev() {
+                let Some(label) = labels.of_frame(trace, ids[k as usize]) else { continue };
                 node = child(&mut tree, node, FlameKind::Frame, label);
                 path.push(node);
             }

@@ -5,20 +5,22 @@
 //! reads first is their own code; a stack with no Python frame keeps its C++ frames outside
 //! PyTorch (a custom extension, NCCL, cuBLAS).
 
-/// C++ and C names of the runtime, by prefix: PyTorch's namespaces and Python bindings,
-/// CPython's API and interpreter loop, the C library's start-up and threads.
-const RUNTIME_NAME_PREFIXES: &[&str] = &[
+/// Names of the runtime's frames that say nothing of what made the memory, by prefix: the
+/// unwinder, the caching allocator, c10, CPython's API and loop, the C library's start-up and
+/// threads, unnamed ones.
+const NOISE_NAME_PREFIXES: &[&str] = &[
     "??",
-    "torch::",
+    "torch::unwind",
+    "torch::CapturedTraceback",
+    "torch::cuda::(anonymous namespace)::gather",
     "c10::",
-    "at::",
-    "caffe2::",
-    "pybind11::",
-    "THP",
     "std::",
+    "pybind11::",
     "_Py",
     "Py",
     "__libc",
+    "__clone",
+    "pthread_",
     "_start",
     "start_thread",
     "clone",
@@ -26,12 +28,15 @@ const RUNTIME_NAME_PREFIXES: &[&str] = &[
     "method_vectorcall",
     "slot_tp_",
     "vectorcall_",
+    "pymain_",
     "call_function",
     "_call_function",
-    "pymain_",
-    "_PyEval",
     "function_code_fastcall",
 ];
+
+/// Names of PyTorch's own C++ frames, by prefix: its dispatcher, operators and autograd nodes
+/// (the runtime's, but they say which operator or node made the memory).
+const PYTORCH_NAME_PREFIXES: &[&str] = &["torch::", "at::", "caffe2::", "THP"];
 
 /// Source files of the runtime's C++ and C frames, by part of their path.
 const RUNTIME_FILE_PARTS: &[&str] =
@@ -59,63 +64,63 @@ pub fn is_python_frame(file: &str) -> bool {
     file.ends_with(".py") || (file.starts_with('<') && !file.starts_with("<unknown"))
 }
 
+/// What a frame is to a reader of its stack.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FrameRole {
+    /// The program's own code, a library model's, an extension's: shown.
+    Program,
+    /// PyTorch's C++ (its dispatcher, operators, autograd nodes): folded, but shown where a
+    /// stack has nothing of the program's.
+    PyTorch,
+    /// Everything else of the runtime (see the module's doc): always folded.
+    Noise,
+}
+
+/// What the frame `name` in `file` is (see [`FrameRole`]).
+pub fn frame_role(name: &str, file: &str) -> FrameRole {
+    if is_python_frame(file) {
+        return if RUNTIME_PYTHON_FILES.iter().any(|p| file.contains(p)) { FrameRole::Noise } else { FrameRole::Program };
+    }
+    let name = name.trim_start();
+    if name.is_empty() || NOISE_NAME_PREFIXES.iter().any(|p| name.starts_with(p)) {
+        return FrameRole::Noise;
+    }
+    // After a return type too: `void torch::autograd::validate_outputs_impl<...>(...)`.
+    let head = name.split('(').next().unwrap_or(name);
+    let pytorch = PYTORCH_NAME_PREFIXES.iter().any(|p| name.starts_with(p))
+        || [" torch::", " c10::", " at::"].iter().any(|ns| head.contains(ns))
+        || RUNTIME_FILE_PARTS.iter().any(|p| file.contains(p));
+    if pytorch {
+        FrameRole::PyTorch
+    } else {
+        FrameRole::Program
+    }
+}
+
 /// Whether the frame `name` in `file` is the runtime's, not the program's (see the module's
 /// doc): folded by default wherever a stack is shown.
 pub fn is_runtime_frame(name: &str, file: &str) -> bool {
-    if is_python_frame(file) {
-        return RUNTIME_PYTHON_FILES.iter().any(|p| file.contains(p));
-    }
-    let name = name.trim_start();
-    name.is_empty()
-        || RUNTIME_NAME_PREFIXES.iter().any(|p| name.starts_with(p))
-        // after a return type: `void torch::autograd::validate_outputs_impl<...>(...)`
-        || [" torch::", " c10::", " at::"].iter().any(|ns| name.split('(').next().is_some_and(|head| head.contains(ns)))
-        || RUNTIME_FILE_PARTS.iter().any(|p| file.contains(p))
-        || (file.is_empty() && name.contains("::") && name.split("::").next().is_some_and(|ns| ["torch", "c10", "at"].contains(&ns)))
+    frame_role(name, file) != FrameRole::Program
 }
 
-/// Names of frames that say nothing of what made the memory even where nothing else is left:
-/// the unwinder, the caching allocator, CPython, the C library, unnamed ones.
-const NOISE_NAME_PREFIXES: &[&str] = &[
-    "??",
-    "torch::unwind",
-    "torch::CapturedTraceback",
-    "torch::cuda::(anonymous namespace)::gather",
-    "c10::",
-    "std::",
-    "pybind11::",
-    "_Py",
-    "Py",
-    "__libc",
-    "__clone",
-    "pthread_",
-    "_start",
-    "start_thread",
-    "clone",
-    "cfunction_",
-    "method_vectorcall",
-    "slot_tp_",
-    "vectorcall_",
-    "pymain_",
-];
-
-/// The positions of a stack's frames (`(name, file)`, innermost first) shown by default: every
-/// frame that is not the runtime's; where that leaves none (an allocation made in the autograd
+/// The positions of a stack's frames shown by default, from their roles (innermost first):
+/// every frame of the program's; where there is none (an allocation made in the autograd
 /// engine's thread, whose stack is all PyTorch's C++), PyTorch's frames that say which
-/// operator or autograd node made it, without the unwinder, the allocator and CPython.
-pub fn shown_frames<'a>(frames: impl IntoIterator<Item = (&'a str, &'a str)>) -> Vec<u32> {
-    let frames: Vec<(&str, &str)> = frames.into_iter().collect();
-    let mine: Vec<u32> = (0..frames.len()).filter(|&i| !is_runtime_frame(frames[i].0, frames[i].1)).map(|i| i as u32).collect();
-    if !mine.is_empty() {
-        return mine;
+/// operator or autograd node made it, without the noise.
+pub fn shown_of_roles(roles: &[FrameRole]) -> Vec<u32> {
+    let of = |want: FrameRole| (0..roles.len()).filter(|&i| roles[i] == want).map(|i| i as u32).collect::<Vec<u32>>();
+    let mine = of(FrameRole::Program);
+    if mine.is_empty() {
+        of(FrameRole::PyTorch)
+    } else {
+        mine
     }
-    (0..frames.len())
-        .filter(|&i| {
-            let name = frames[i].0.trim_start();
-            !name.is_empty() && !NOISE_NAME_PREFIXES.iter().any(|p| name.starts_with(p))
-        })
-        .map(|i| i as u32)
-        .collect()
+}
+
+/// [`shown_of_roles`] of a stack's frames (`(name, file)`, innermost first).
+pub fn shown_frames<'a>(frames: impl IntoIterator<Item = (&'a str, &'a str)>) -> Vec<u32> {
+    let roles: Vec<FrameRole> = frames.into_iter().map(|(name, file)| frame_role(name, file)).collect();
+    shown_of_roles(&roles)
 }
 
 #[cfg(test)]

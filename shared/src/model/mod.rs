@@ -26,7 +26,7 @@ mod strings;
 
 pub use devices::{Device, DeviceSample};
 pub use events::{EventRecord, EventStore, EventType, MemoryEvent, Phase, Totals, TotalsCursor, TotalsOverride};
-pub use frames::{is_python_frame, is_runtime_frame, shown_frames};
+pub use frames::{frame_role, is_python_frame, is_runtime_frame, shown_frames, shown_of_roles, FrameRole};
 pub use holders::{EventHolder, HolderKind};
 pub use ledger::{outside_pytorch_peak, reserved_at_samples, DeviceLedger, LedgerEvent, ProcessSample, PYTORCH_SOURCE};
 pub use meta::{allocator_settings_of_string, AllocatorChange, AllocatorSettings, CompiledCode, Counter, RankVar, SourceFormat, TraceMeta};
