@@ -5,13 +5,18 @@ cancel and what is left is each mode's own cost per step.
 
     PYTHONPATH=<memory_tracer package> MEMORY_TRACER_COLLECTOR=<collector> \\
         python tests/bench/inprocess.py --model resnet50 [--batch 32] [--rounds 10] \\
-        [--block 6] [--pairs N] [--device cuda] [--json OUT]
+        [--block 6] [--pairs N [--settle K]] [--device cuda] [--json OUT]
 
 With `--pairs N` each mode instead runs N pairs of steps, one traced and one untraced, in
 alternating order (the capture paused, which takes every hook out, and resumed around its
 step; the recorder turned on and off), and its overhead is the median over the pairs of
 traced / untraced - 1: neighbouring steps share the machine's state, so the pairs cancel
-what drifts.
+what drifts. After each switch `--settle K` steps (default 1) run unmeasured, so a pair
+compares steady steps, as a trace that is not paused runs them: a switch has costs of its
+own that land on the next step (on Python 3.12+ the capture's sys.monitoring events, set or
+cleared, make CPython instrument again every function that next step calls). Those first
+steps after resuming are kept too (`first_after_resume`, each with its pair's untraced step, in
+the JSON; the table's last column).
 
 Modes: untraced (no capture installed: every hook is taken out between blocks);
 MemoryTracer's default (ops="backward": every allocation with module path, phase, iteration,
@@ -44,6 +49,7 @@ p.add_argument("--rounds", type=int, default=10)
 p.add_argument("--block", type=int, default=6)
 p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
 p.add_argument("--pairs", type=int, default=0)
+p.add_argument("--settle", type=int, default=1, help="with --pairs: unmeasured steps after each switch (default 1)")
 p.add_argument("--json")
 p.add_argument("--modes", help="modes to run beside untraced, separated by ',' or ';' (default: all)")
 p.add_argument("--compile", action="store_true", help="torch.compile the model (default mode)")
@@ -101,18 +107,35 @@ def paired(mode):
         session = contextlib.nullcontext()
         on, off = lambda: train_steps.recorder(RECORDERS[mode]), lambda: train_steps.recorder(None)  # noqa: E731
 
-    def traced():
-        on()
-        r = step()
-        off()
-        return r
+    first = []  # with --settle: each pair's first traced step after resuming, and its untraced step
+
+    def settled(switch):
+        """Switches, runs --settle steps unmeasured (the first of them kept), then the
+        measured one."""
+        switch()
+        if a.settle > 0:
+            kept = step()
+            for _ in range(a.settle - 1):
+                step()
+            return kept, step()
+        return None, step()
+
+    def pair(traced_first):
+        order = [on, off] if traced_first else [off, on]
+        got = {sw: settled(sw) for sw in order}
+        if not traced_first:
+            off()
+        if a.settle > 0:
+            first.append((got[on][0], got[off][1]))
+        return got[on][1], got[off][1]
 
     pairs = []
     with session:
         off()  # a tracer starts recording: untraced until its first step
         for i in range(a.pairs):
-            pairs.append((traced(), step()) if i % 2 == 0 else tuple(reversed((step(), traced()))))
-    return pairs
+            pairs.append(pair(i % 2 == 0))
+        off()
+    return pairs, first
 
 
 for _ in range(3):  # warm-up: cuDNN, the allocator's pool, the capture library's first load
@@ -121,17 +144,19 @@ block("memory_tracer (default)")
 
 if a.pairs > 0:
     title = f"{a.model}{' b' + str(a.batch) if a.batch else ''}{' compiled' if a.compile else ''} on {dev.type}, {a.pairs} pairs of steps"
-    print(f"| {title} | traced step | untraced step | overhead: median of pairs (interquartile range) | host CPU overhead: median of pairs |")
-    print("|---|---|---|---|---|")
-    result = {"model": a.model, "batch": a.batch, "compiled": a.compile, "device": dev.type, "pairs": a.pairs, "modes": {}}
+    print(f"| {title} | traced step | untraced step | overhead: median of pairs (interquartile range) | host CPU overhead: median of pairs "
+          f"| first step after resuming: against untraced (settle {a.settle}) |")
+    print("|---|---|---|---|---|---|")
+    result = {"model": a.model, "batch": a.batch, "compiled": a.compile, "device": dev.type, "pairs": a.pairs, "settle": a.settle, "modes": {}}
     for m in modes[1:]:
-        ps = paired(m)
+        ps, first = paired(m)
         step_rel = [(t[1] / u[1] - 1) * 100 for t, u in ps]
         cpu_rel = [(t[2] / u[2] - 1) * 100 for t, u in ps]
         q1, _, q3 = statistics.quantiles(step_rel, n=4)
+        first_rel = f"{statistics.median((t[1] / u[1] - 1) * 100 for t, u in first):+.1f} %" if first else "–"
         print(f"| {m} | {statistics.median(t[1] for t, _ in ps):.2f} ms | {statistics.median(u[1] for _, u in ps):.2f} ms "
-              f"| {statistics.median(step_rel):+.1f} % ({q1:+.1f} … {q3:+.1f}) | {statistics.median(cpu_rel):+.1f} % |", flush=True)
-        result["modes"][m] = {"pairs": ps}
+              f"| {statistics.median(step_rel):+.1f} % ({q1:+.1f} … {q3:+.1f}) | {statistics.median(cpu_rel):+.1f} % | {first_rel} |", flush=True)
+        result["modes"][m] = {"pairs": ps, "first_after_resume": first}
     if a.json:
         with open(a.json, "w") as f:
             json.dump(result, f, indent=1)

@@ -1,7 +1,8 @@
 """Pools the paired-step results of several runs of tests/bench/inprocess.py --pairs (its
 --json files) into one table per configuration: each mode's overhead as the median of all
 pairs of all runs, the interquartile range of those pairs, each run's own median (the spread
-between processes), and the host CPU overhead.
+between processes), the host CPU overhead, and, where the runs settled after each switch
+(`--settle`), what the first step after resuming cost against its pair's untraced step.
 
     python tests/bench/pool_pairs.py [--bound MODE=PCT ...] RUN1.json RUN2.json [...]
 
@@ -35,8 +36,10 @@ def main(args):
     for (model, batch, compiled, device), rs in runs.items():
         pairs = sum(r["pairs"] for r in rs)
         title = f"{model}{' b' + str(batch) if batch else ''}{' compiled' if compiled else ''} on {device}: {len(rs)} runs, {pairs} pairs"
-        print(f"| {title} | traced step | untraced step | overhead: median of all pairs (IQR) | each run's median | host CPU overhead |")
-        print("|---|---|---|---|---|---|")
+        settles = sorted({r.get("settle", 0) for r in rs})
+        print(f"| {title} | traced step | untraced step | overhead: median of all pairs (IQR) | each run's median | host CPU overhead "
+              f"| first step after resuming (settle {'/'.join(map(str, settles))}) |")
+        print("|---|---|---|---|---|---|---|")
         modes = list(dict.fromkeys(m for r in rs for m in r["modes"]))
         medians = {}
         for m in modes:
@@ -48,9 +51,11 @@ def main(args):
             each = ", ".join(
                 f"{statistics.median((t[1] / u[1] - 1) * 100 for t, u in r['modes'][m]['pairs']):+.1f} %" for r in rs if m in r["modes"]
             )
+            first = [(t[1] / u[1] - 1) * 100 for r in rs if m in r["modes"] for t, u in r["modes"][m].get("first_after_resume", [])]
             print(
                 f"| {m} | {statistics.median(t[1] for t, _ in ps):.2f} ms | {statistics.median(u[1] for _, u in ps):.2f} ms "
-                f"| {statistics.median(step):+.1f} % ({q1:+.1f} … {q3:+.1f}) | {each} | {statistics.median(cpu):+.1f} % |"
+                f"| {statistics.median(step):+.1f} % ({q1:+.1f} … {q3:+.1f}) | {each} | {statistics.median(cpu):+.1f} % "
+                f"| {f'{statistics.median(first):+.1f} %' if first else '–'} |"
             )
         print()
         for m, pct in bounds.items():
