@@ -270,6 +270,16 @@ def _builtins(methods, n):
     return tuple(new(methods + k * size, None, None) for k in range(n))
 
 
+def _table(lib, symbol, n):
+    """The `n` builtins of the shim's method table `symbol`, or None where this shim (an older
+    build) or process has none."""
+    try:
+        methods = getattr(lib, symbol)()
+        return _builtins(methods, n) if methods else None
+    except (AttributeError, OSError, TypeError):
+        return None
+
+
 def scope_functions(lib):
     """(enter, exit): the shim's scope calls as Python builtins (a fraction of a ctypes call's
     cost), else, where the shim cannot make them, its ctypes functions."""
@@ -285,32 +295,20 @@ def scope_functions(lib):
 def switch_functions(lib):
     """(open, to, close, live): the scope switches of Inductor's generated code as the shim's
     builtins (see `mt_py_switch`), or None where this shim (an older build) or process has none."""
-    try:
-        methods = lib.mt_py_switch()
-        return _builtins(methods, 4) if methods else None
-    except (AttributeError, OSError, TypeError):
-        return None
+    return _table(lib, "mt_py_switch", 4)
 
 
 def module_call_functions(lib):
     """(setup, live): the shim's nn.Module.__call__ as a C method descriptor (see
     `mt_py_module_call`), or None where this shim (an older build) or process has none."""
-    try:
-        methods = lib.mt_py_module_call()
-        return _builtins(methods, 2) if methods else None
-    except (AttributeError, OSError, TypeError):
-        return None
+    return _table(lib, "mt_py_module_call", 2)
 
 
 def user_frame_functions(lib):
     """(setup, off, start, line, ret): the shim's sys.monitoring callbacks that keep each
     thread's line of the program's own code (see `mt_py_user_frames`), or None where this
     shim has none."""
-    try:
-        methods = lib.mt_py_user_frames()
-        return _builtins(methods, 5) if methods else None
-    except (AttributeError, OSError, TypeError):
-        return None
+    return _table(lib, "mt_py_user_frames", 5)
 
 
 def last_error(lib):
