@@ -167,6 +167,167 @@ inline uint64_t now_ns() {
                                    .count());
 }
 
+// Time. Records are stamped in the hot path with the cheapest clock there is: the CPU's
+// time-stamp counter where it is invariant (x86-64 with `constant_tsc` and `nonstop_tsc`: one
+// rate, never stopped, the same on every core), else the steady clock's nanoseconds. Reading the
+// steady clock cost ~100 ns on the H200 machines (no fast path in the vDSO there), the counter
+// ~10. Ticks become the steady clock's nanoseconds where they leave the shim (mt_drain,
+// mt_now_ns) through one piecewise-linear map that every conversion shares, under one lock: a
+// new segment starts each time the map is checked against the steady clock (every 10 ms of
+// use at most), where the last one ends or, where the map fell behind, at the clock, with the
+// measured rate slowed where the map ran ahead. So the map never goes back, stays within
+// microseconds of the steady clock, and a tick converted twice gives the same nanoseconds.
+// MEMORY_TRACER_CLOCK=steady stamps with the steady clock.
+namespace clk {
+
+struct Segment {
+  uint64_t tick0, ns0;
+  double rate;  // ns per tick
+  uint64_t at(uint64_t tick) const {
+    if (tick >= tick0) return ns0 + static_cast<uint64_t>(static_cast<double>(tick - tick0) * rate);
+    const auto back = static_cast<uint64_t>(static_cast<double>(tick0 - tick) * rate);
+    return back < ns0 ? ns0 - back : 0;
+  }
+};
+
+struct Map {
+  std::mutex mu;
+  bool tsc = false;
+  uint64_t tick_first = 0, ns_first = 0;  // the first pair read: the long baseline's start
+  uint64_t next_check = 0;                // the tick after which the map is checked again
+  uint64_t check_ticks = 0;               // 10 ms in ticks
+  std::deque<Segment> segments;           // the newest last; at most kKept
+};
+constexpr size_t kKept = 4096;  // 41 s of segments at the densest: older ticks extrapolate
+
+#if defined(__x86_64__)
+inline uint64_t tsc() { return __builtin_ia32_rdtsc(); }
+
+// One (tick, ns) pair read close together: the tighter of three readings.
+std::pair<uint64_t, uint64_t> pair_now() {
+  uint64_t best_gap = UINT64_MAX, tick = 0, ns = 0;
+  for (int i = 0; i < 3; ++i) {
+    const uint64_t a = tsc(), n = now_ns(), b = tsc();
+    if (b - a < best_gap) {
+      best_gap = b - a;
+      tick = a + (b - a) / 2;
+      ns = n;
+    }
+  }
+  return {tick, ns};
+}
+
+// Whether the CPU says its counter is invariant (the first "flags" line of /proc/cpuinfo).
+bool invariant_tsc() {
+  const char* v = std::getenv("MEMORY_TRACER_CLOCK");
+  if (v != nullptr && std::strcmp(v, "steady") == 0) return false;
+  FILE* f = std::fopen("/proc/cpuinfo", "r");
+  if (f == nullptr) return false;
+  char line[8192];
+  bool found = false;
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    if (std::strncmp(line, "flags", 5) != 0) continue;
+    found = std::strstr(line, " constant_tsc") != nullptr && std::strstr(line, " nonstop_tsc") != nullptr;
+    break;
+  }
+  std::fclose(f);
+  return found;
+}
+#endif
+
+Map& map() {
+  static Map* m = [] {
+    auto* m = new Map();
+#if defined(__x86_64__)
+    if (invariant_tsc()) {
+      // The first rate from a 200 us baseline (read once, when the shim loads); each check
+      // after it measures the rate again from the first pair.
+      const auto [t0, n0] = pair_now();
+      std::pair<uint64_t, uint64_t> p1;
+      do {
+        p1 = pair_now();
+      } while (p1.second - n0 < 200000);
+      const double rate = static_cast<double>(p1.second - n0) / static_cast<double>(p1.first - t0);
+      if (p1.first > t0 && rate > 0.01 && rate < 10.0) {  // 0.1-100 GHz, else not a counter to trust
+        m->tsc = true;
+        m->tick_first = t0;
+        m->ns_first = n0;
+        m->check_ticks = static_cast<uint64_t>(1e7 / rate);
+        m->next_check = p1.first + m->check_ticks;
+        m->segments.push_back(Segment{t0, n0, rate});
+      }
+    }
+#endif
+    return m;
+  }();
+  return *m;
+}
+
+// Checks the map against the steady clock when it is due. Caller holds m.mu.
+void check_locked(Map& m) {
+#if defined(__x86_64__)
+  if (tsc() < m.next_check) return;
+  const auto [t1, n1] = pair_now();
+  const Segment& last = m.segments.back();
+  const uint64_t predicted = last.at(t1);
+  const double rate = static_cast<double>(n1 - m.ns_first) / static_cast<double>(t1 - m.tick_first);
+  Segment next{t1, std::max(predicted, n1), rate};
+  if (predicted > n1) {  // ahead: slow down to meet the clock 20 ms on, at half the rate at most
+    const double ahead = static_cast<double>(predicted - n1) / 2e7;
+    next.rate = rate * std::max(0.5, 1.0 - ahead);
+  }
+  m.segments.push_back(next);
+  if (m.segments.size() > kKept) m.segments.pop_front();
+  m.next_check = t1 + m.check_ticks;
+#else
+  (void)m;
+#endif
+}
+
+// A stamp's nanoseconds. Caller holds m.mu.
+uint64_t to_ns_locked(const Map& m, uint64_t tick) {
+  for (auto s = m.segments.rbegin(); s != m.segments.rend(); ++s) {
+    if (s->tick0 <= tick) return s->at(tick);
+  }
+  return m.segments.front().at(tick);
+}
+
+inline bool ticks() {
+  static const bool on = map().tsc;
+  return on;
+}
+
+// What a record is stamped with: a tick or, without the counter, nanoseconds.
+inline uint64_t stamp() {
+#if defined(__x86_64__)
+  if (ticks()) return tsc();
+#endif
+  return now_ns();
+}
+
+// The steady clock's nanoseconds now, on the records' map.
+uint64_t now() {
+  if (!ticks()) return now_ns();
+  Map& m = map();
+  std::lock_guard<std::mutex> lock(m.mu);
+  check_locked(m);
+  return to_ns_locked(m, stamp());
+}
+
+// Turns the stamps of `n` drained records into nanoseconds.
+void convert(MtRecord* recs, size_t n) {
+  if (!ticks() || n == 0) return;
+  Map& m = map();
+  std::lock_guard<std::mutex> lock(m.mu);
+  check_locked(m);
+  for (size_t i = 0; i < n; ++i) recs[i].ts_ns = to_ns_locked(m, recs[i].ts_ns);
+}
+
+// The first rate is measured when the shim loads, not at a first record inside an allocation.
+const bool kClockReady = ticks();
+
+}  // namespace clk
+
 void set_error(const char* what) {
   std::lock_guard<std::mutex> lock(g().mu);
   g().last_error = what;
@@ -263,7 +424,7 @@ inline void publish(ThreadState& t) {
 }
 
 inline void fill_common(ThreadState& t, MtRecord* r, uint8_t kind, uint64_t thread) {
-  r->ts_ns = now_ns();
+  r->ts_ns = clk::stamp();
   r->kind = kind;
   r->phase = g().phase.load(std::memory_order_relaxed);
   r->thread = static_cast<uint32_t>(thread);
@@ -999,7 +1160,7 @@ void note_workspace(void* ptr, int64_t alloc_size, c10::Device device) {
   uint32_t name = workspace_on_stack(W);
   if (name == 0) return;
   MtHolder h{};
-  h.ts_ns = now_ns();
+  h.ts_ns = clk::now();
   h.ptr = reinterpret_cast<uint64_t>(ptr);
   h.bytes = size;
   h.seq = -1;
@@ -1159,9 +1320,16 @@ void stream_loop() {
   }
 }
 
-void atfork_prepare() { g().mu.lock(); }
-void atfork_parent() { g().mu.unlock(); }
+void atfork_prepare() {
+  g().mu.lock();
+  clk::map().mu.lock();
+}
+void atfork_parent() {
+  clk::map().mu.unlock();
+  g().mu.unlock();
+}
 void atfork_child() {
+  clk::map().mu.unlock();
   g().mu.unlock();
   // A forked child (a DataLoader worker) records nothing and never writes to the parent's
   // socket; closing its copy lets the collector see the parent's end of stream.
@@ -2134,7 +2302,7 @@ void mt_mark(uint32_t name, int64_t value) {
   }
 }
 
-uint64_t mt_now_ns(void) { return now_ns(); }
+uint64_t mt_now_ns(void) { return clk::now(); }
 
 size_t mt_drain(MtRecord* out, size_t cap) {
   auto& G = g();
@@ -2168,6 +2336,7 @@ size_t mt_drain(MtRecord* out, size_t cap) {
     }
     if (n == cap) break;
   }
+  clk::convert(out, n);
   return n;
 }
 

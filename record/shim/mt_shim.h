@@ -43,7 +43,7 @@ enum {
 };
 
 typedef struct MtRecord {
-  uint64_t ts_ns;   // steady clock, nanoseconds
+  uint64_t ts_ns;   // steady clock, nanoseconds (a TSC stamp until mt_drain converts it)
   uint64_t id;
   int64_t value;
   uint64_t a;
