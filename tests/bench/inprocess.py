@@ -64,6 +64,7 @@ model, loss_fn, opt, amp = train_steps.build(a.model, a.batch, dev, compile=a.co
 TRACERS = {
     "memory_tracer (default)": {},
     "memory_tracer ops=none": {"ops": "none"},
+    "memory_tracer module_scopes=False": {"module_scopes": False},
     "memory_tracer ops=none, module_scopes=False": {"ops": "none", "module_scopes": False},
     "memory_tracer holders=True": {"holders": True},
     "memory_tracer ledger=True": {"ledger": True},

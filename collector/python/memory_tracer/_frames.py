@@ -7,7 +7,9 @@ caller's line, and leaving a module scope the line it was entered from. Files of
 package and the standard library are never named; those of other installed packages only
 when no frame of the program's own is on the stack."""
 
+import getpass
 import os
+import re
 import site
 import sys
 import sysconfig
@@ -34,9 +36,7 @@ def user_frame_prefixes(torch):
     paths = sysconfig.get_paths()
     skip = _dirs([os.path.dirname(os.path.abspath(torch.__file__)), here, paths.get("stdlib"), paths.get("platstdlib")])
     # Inductor's generated code (torch.compile) is torch's, wherever its cache lies.
-    user = os.environ.get("USER") or os.environ.get("LOGNAME") or ""
-    inductor = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or os.path.join(tempfile.gettempdir(), f"torchinductor_{user}")
-    skip |= _dirs([inductor])
+    skip |= _dirs(inductor_cache_dirs())
     for name in ("triton", "functorch"):
         mod = sys.modules.get(name)
         if mod is not None and getattr(mod, "__file__", None):
@@ -53,6 +53,28 @@ def user_frame_prefixes(torch):
     lines += ["s<eval_with_key>", "s<frozen "]
     lines += [f"l{p}" for p in sorted(_dirs(libs))]
     return "\n".join(lines)
+
+
+def inductor_cache_dirs():
+    """Where Inductor writes the code it generates, found as torch finds it
+    (`torch._inductor.runtime.cache_dir_utils`): TORCHINDUCTOR_CACHE_DIR, else
+    `torchinductor_<user>` in the temporary directory, the user as `getpass` names it (a
+    container's root often has neither USER nor LOGNAME: the password database names it), and
+    Inductor's own default where it is loaded already (it is not imported for this)."""
+    dirs = [os.environ.get("TORCHINDUCTOR_CACHE_DIR")]
+    try:
+        user = getpass.getuser()
+    except Exception:  # no variable and no entry in the password database
+        user = None
+    if user:
+        dirs.append(os.path.join(tempfile.gettempdir(), "torchinductor_" + re.sub(r'[\\/:*?"<>|]', "_", user)))
+    loaded = sys.modules.get("torch._inductor.runtime.cache_dir_utils")
+    if loaded is not None:
+        try:  # never its cache_dir(), which sets TORCHINDUCTOR_CACHE_DIR and makes the folder
+            dirs.append(loaded.default_cache_dir())
+        except Exception:
+            pass
+    return [d for d in dirs if d]
 
 
 # The program's own code objects given their events, kept across captures: PY_START, which
