@@ -1083,7 +1083,8 @@ void growth_kinds(Ledger& L, void* lib) {
 // getCUDABlasLtWorkspaceSize, read from libtorch_cuda at the first CUDA allocation, when CUDA
 // is up; calling them allocates nothing) and its stack passes through PyTorch's cuBLAS handle
 // pool. Only those few allocations pay for a backtrace. Each one found becomes a holder
-// record (MT_HOLDER_CACHE) that the stream thread sends after the records.
+// record (MT_HOLDER_CACHE) that the stream thread sends after the records, as it does the
+// Python side's (mt_holders_queue).
 struct Workspaces {
   std::atomic<bool> on{false};
   std::once_flag sizes_once;
@@ -2432,6 +2433,25 @@ int mt_stream_open(int fd, uint32_t interval_ms, uint64_t max_buffered_records) 
     uint64_t chunks = max_buffered_records == 0 ? 0 : (max_buffered_records + kChunkRecords - 1) / kChunkRecords;
     g().max_chunks.store(chunks);
     S.thread = std::thread(stream_loop);
+    return 0;
+  } catch (const std::exception& e) {
+    set_error(e.what());
+    return -1;
+  }
+}
+
+int mt_holders_queue(const char* data, size_t len) {
+  try {
+    if (len % sizeof(MtHolder) != 0) {
+      set_error("mt_holders_queue: the length is not a whole number of MtHolder records");
+      return -1;
+    }
+    if (stream().forked_child) return -1;
+    Workspaces& W = workspaces();
+    std::lock_guard<std::mutex> lock(W.mu);
+    const size_t at = W.pending.size();
+    W.pending.resize(at + len / sizeof(MtHolder));
+    if (len > 0) std::memcpy(W.pending.data() + at, data, len);
     return 0;
   } catch (const std::exception& e) {
     set_error(e.what());

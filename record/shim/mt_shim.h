@@ -192,6 +192,9 @@ typedef struct MtHolder {
 int mt_stream_open(int fd, uint32_t interval_ms, uint64_t max_buffered_records);
 // Sends one JSON frame (HELLO, END or NOTE) after everything drained so far.
 int mt_stream_send(uint32_t kind, const char* data, size_t len);
+// Queues `len` bytes of MtHolder records for the stream thread, which sends them after the
+// records it drains next (no drain on the caller's thread, as mt_stream_send makes).
+int mt_holders_queue(const char* data, size_t len);
 // Drains what is left, sends it, stops the thread and closes the socket.
 int mt_stream_close(void);
 

@@ -42,8 +42,8 @@ class Holders:
         # id(param) -> (weakref, name id, module id, full name) of every parameter and buffer
         self.params = {}
         self.buffers = {}
-        # (kind, id(owner), key) -> (data pointer, weakref to the tensor) last sent, so each
-        # change is sent once (Python holders: the data pointer)
+        # (kind, id(owner), key) -> (storage pointer, weakref to the tensor, its data pointer)
+        # last sent, so each change is sent once (Python holders: the data pointer)
         self.sent = {}
         # Saved storages taken at a backward's start, let go at its end
         self.saved = []
@@ -93,16 +93,28 @@ class Holders:
         """Sends that `t` is held as `key` of `owner_id`, if its storage changed since. `since`:
         when the backward or optimizer step that made it began (it held the block from its
         allocation, if that came after: a gradient from the moment autograd made it)."""
+        # Sent again for another tensor or storage, even at the same address (a new gradient
+        # where the last one was freed). The same tensor at the same data pointer is the same
+        # storage (a new one is made before the old is let go): most parameters, each rescan,
+        # at the cost of one call.
+        k = (kind, owner_id, key)
+        prev = self.sent.get(k)
+        if prev is not None and prev[1]() is t:
+            try:
+                if t.data_ptr() == prev[2]:
+                    return
+            except Exception:  # no storage of its own: read in full below
+                pass
         where = self._storage(t)
         if where is None:
             return
-        # Sent again for another tensor or storage, even at the same address (a new gradient
-        # where the last one was freed).
-        k = (kind, owner_id, key)
-        prev = self.sent.get(k)
         if prev is not None and prev[0] == where[0] and prev[1]() is t:
             return
-        self.sent[k] = (where[0], weakref.ref(t))
+        try:
+            at = t.data_ptr()
+        except Exception:
+            at = None
+        self.sent[k] = (where[0], weakref.ref(t), at)
         self._send(kind, 1, where, name, module, since)
 
     def flush(self):
@@ -113,7 +125,11 @@ class Holders:
         if self.buf:
             data = bytes(self.buf)
             self.buf.clear()
-            self.lib.mt_stream_send(_shim.FRAME_HOLDERS, data, len(data))
+            # Queued for the stream thread; a frame of its own (a shim without the queue)
+            # drains every record first, on this thread.
+            queue = getattr(self.lib, "mt_holders_queue", None)
+            if queue is None or queue(data, len(data)) != 0:
+                self.lib.mt_stream_send(_shim.FRAME_HOLDERS, data, len(data))
 
     # -- parameters, buffers, gradients and optimizer state ----------------------------------
     def name_module(self, module, path):

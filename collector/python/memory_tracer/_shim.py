@@ -214,6 +214,7 @@ SIGNATURES = {
         "mt_counters": ([ctypes.POINTER(Counters)], None),
         "mt_stream_open": ([i32, u32, u64], i32),
         "mt_stream_send": ([u32, ctypes.c_char_p, sz], i32),
+        "mt_holders_queue": ([ctypes.c_char_p, sz], i32),
         "mt_stream_close": ([], i32),
         "mt_name_workspaces": ([i32], None),
         "mt_py_user_frames": ([], ctypes.c_void_p),
@@ -226,7 +227,7 @@ SIGNATURES = {
 
 
 # Functions a shim built from older sources lacks (`module_call_functions` falls back).
-OPTIONAL = {"mt_py_module_call", "mt_py_switch", "mt_name_workspaces", "mt_py_user_frames", "mt_ledger_start", "mt_ledger_stop", "mt_ledger_growth_watched", "mt_ledger_settle"}
+OPTIONAL = {"mt_holders_queue", "mt_py_module_call", "mt_py_switch", "mt_name_workspaces", "mt_py_user_frames", "mt_ledger_start", "mt_ledger_stop", "mt_ledger_growth_watched", "mt_ledger_settle"}
 
 # Called on the traced program's hot path; each returns at once (no I/O, no waiting on a lock
 # held for long).
