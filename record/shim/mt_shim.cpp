@@ -170,14 +170,15 @@ inline uint64_t now_ns() {
 // Time. Records are stamped in the hot path with the cheapest clock there is: the CPU's
 // time-stamp counter where it is invariant (x86-64 with `constant_tsc` and `nonstop_tsc`: one
 // rate, never stopped, the same on every core), else the steady clock's nanoseconds. Reading the
-// steady clock cost ~100 ns on the H200 machines (no fast path in the vDSO there), the counter
-// ~10. Ticks become the steady clock's nanoseconds where they leave the shim (mt_drain,
-// mt_now_ns) through one piecewise-linear map that every conversion shares, under one lock: a
-// new segment starts each time the map is checked against the steady clock (every 10 ms of
-// use at most), where the last one ends or, where the map fell behind, at the clock, with the
-// measured rate slowed where the map ran ahead. So the map never goes back, stays within
-// microseconds of the steady clock, and a tick converted twice gives the same nanoseconds.
-// MEMORY_TRACER_CLOCK=steady stamps with the steady clock.
+// steady clock cost ~40-100 ns on the H200 machines, the counter ~20. Ticks become the steady
+// clock's nanoseconds where they leave the shim (mt_drain, mt_now_ns) through one
+// piecewise-linear map that every conversion shares, under one lock. Each conversion at least
+// 10 ms after the last check reads a (tick, ns) pair and bridges the map to it from the
+// largest tick converted so far (whose value stays), so ticks stamped in between, however long
+// the gap, are placed between two readings of the clock; past the pair the measured rate goes
+// on. So the map never goes back, a tick converted twice gives the same nanoseconds, and it
+// meets the steady clock at every check (where values already given ran ahead of it, it slows
+// down instead). MEMORY_TRACER_CLOCK=steady stamps with the steady clock.
 namespace clk {
 
 struct Segment {
@@ -196,6 +197,7 @@ struct Map {
   uint64_t tick_first = 0, ns_first = 0;  // the first pair read: the long baseline's start
   uint64_t next_check = 0;                // the tick after which the map is checked again
   uint64_t check_ticks = 0;               // 10 ms in ticks
+  uint64_t converted = 0;                 // the largest tick converted so far
   std::deque<Segment> segments;           // the newest last; at most kKept
 };
 constexpr size_t kKept = 4096;  // 41 s of segments at the densest: older ticks extrapolate
@@ -263,29 +265,45 @@ Map& map() {
   return *m;
 }
 
+void push_locked(Map& m, Segment seg) {
+  if (m.segments.back().tick0 == seg.tick0) {
+    m.segments.back() = seg;  // nothing converted lies past its start: its rate is free
+  } else {
+    m.segments.push_back(seg);
+    if (m.segments.size() > kKept) m.segments.pop_front();
+  }
+}
+
 // Checks the map against the steady clock when it is due. Caller holds m.mu.
 void check_locked(Map& m) {
 #if defined(__x86_64__)
   if (tsc() < m.next_check) return;
   const auto [t1, n1] = pair_now();
-  const Segment& last = m.segments.back();
-  const uint64_t predicted = last.at(t1);
   const double rate = static_cast<double>(n1 - m.ns_first) / static_cast<double>(t1 - m.tick_first);
-  Segment next{t1, std::max(predicted, n1), rate};
-  if (predicted > n1) {  // ahead: slow down to meet the clock 20 ms on, at half the rate at most
-    const double ahead = static_cast<double>(predicted - n1) / 2e7;
-    next.rate = rate * std::max(0.5, 1.0 - ahead);
-  }
-  m.segments.push_back(next);
-  if (m.segments.size() > kKept) m.segments.pop_front();
+  const uint64_t from = std::max(m.converted, m.segments.back().tick0);
   m.next_check = t1 + m.check_ticks;
+  if (t1 <= from) return;
+  const uint64_t at_from = m.segments.back().at(from);
+  if (at_from < n1) {
+    // From the last value given to the clock, then on at the measured rate.
+    push_locked(m, Segment{from, at_from, static_cast<double>(n1 - at_from) / static_cast<double>(t1 - from)});
+    push_locked(m, Segment{t1, n1, rate});
+  } else {
+    // Values given already ran ahead of the clock: on at half the rate until it is met, 20 ms
+    // on at most.
+    push_locked(m, Segment{from, at_from, rate * 0.5});
+    const uint64_t at_t1 = m.segments.back().at(t1);
+    const double ahead = static_cast<double>(at_t1 > n1 ? at_t1 - n1 : 0) / 2e7;
+    push_locked(m, Segment{t1, at_t1, rate * std::max(0.5, 1.0 - ahead)});
+  }
 #else
   (void)m;
 #endif
 }
 
 // A stamp's nanoseconds. Caller holds m.mu.
-uint64_t to_ns_locked(const Map& m, uint64_t tick) {
+uint64_t to_ns_locked(Map& m, uint64_t tick) {
+  if (tick > m.converted) m.converted = tick;
   for (auto s = m.segments.rbegin(); s != m.segments.rend(); ++s) {
     if (s->tick0 <= tick) return s->at(tick);
   }
