@@ -445,7 +445,19 @@ class Holders:
             # locals would keep it, the frames it was called from and their variables (the
             # program's tensors) alive after it returns, until the garbage collector runs.
             frames = frame = f = chain = visit = None
-        held = {v[0] for (kind, _, _), v in self.sent.items() if kind != _shim.HOLDER_PYTHON}
+        # What parameters, buffers, gradients and optimizer state hold now: an entry whose
+        # tensor is gone (a gradient zero_grad let go) or moved holds nothing, and its old
+        # address may be a Python variable's tensor's now.
+        held = set()
+        for (kind, _, _), v in self.sent.items():
+            if kind == _shim.HOLDER_PYTHON:
+                continue
+            t = v[1]()
+            try:
+                if t is not None and (v[2] is None or t.data_ptr() == v[2]):
+                    held.add(v[0])
+            except Exception:
+                held.add(v[0])
         intern = self.cap.intern
         current = {ptr: (intern(path), where) for ptr, (path, where) in found.items() if ptr not in held}
         # Gone, or held under another name now (a step's `self.batch` is `trainer.batch` once the
