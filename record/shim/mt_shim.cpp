@@ -310,10 +310,10 @@ uint64_t to_ns_locked(Map& m, uint64_t tick) {
   return m.segments.front().at(tick);
 }
 
-inline bool ticks() {
-  static const bool on = map().tsc;
-  return on;
-}
+// Whether records carry ticks, decided when the shim loads (the first rate is measured then, not
+// at a first record inside an allocation); a plain global, so the hot path checks no guard.
+const bool kTicks = map().tsc;
+inline bool ticks() { return kTicks; }
 
 // What a record is stamped with: a tick or, without the counter, nanoseconds.
 inline uint64_t stamp() {
@@ -340,9 +340,6 @@ void convert(MtRecord* recs, size_t n) {
   check_locked(m);
   for (size_t i = 0; i < n; ++i) recs[i].ts_ns = to_ns_locked(m, recs[i].ts_ns);
 }
-
-// The first rate is measured when the shim loads, not at a first record inside an allocation.
-const bool kClockReady = ticks();
 
 }  // namespace clk
 

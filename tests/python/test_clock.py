@@ -5,6 +5,9 @@ thread, and `mt_now_ns` (the time of the Python side's own records: marks, holde
 samples) the same clock as the records'."""
 
 import json
+import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -86,10 +89,6 @@ def test_records_of_every_thread_keep_the_steady_clock_between_them(tmp_path):
 def test_the_steady_clock_can_be_asked_for():
     """MEMORY_TRACER_CLOCK=steady stamps with the steady clock itself (read when the shim
     loads, so in a child process): its records keep the same clock."""
-    import os
-    import subprocess
-    import sys
-
     program = (
         "import time, torch\n"
         "from memory_tracer import _shim\n"

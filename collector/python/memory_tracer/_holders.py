@@ -99,21 +99,16 @@ class Holders:
         # at the cost of one call.
         k = (kind, owner_id, key)
         prev = self.sent.get(k)
-        if prev is not None and prev[1]() is t:
-            try:
-                if t.data_ptr() == prev[2]:
-                    return
-            except Exception:  # no storage of its own: read in full below
-                pass
-        where = self._storage(t)
-        if where is None:
-            return
-        if prev is not None and prev[0] == where[0] and prev[1]() is t:
-            return
+        same = prev is not None and prev[1]() is t
         try:
             at = t.data_ptr()
-        except Exception:
+        except Exception:  # no storage of its own: read in full below
             at = None
+        if same and at is not None and at == prev[2]:
+            return
+        where = self._storage(t)
+        if where is None or (same and prev[0] == where[0]):
+            return
         self.sent[k] = (where[0], weakref.ref(t), at)
         self._send(kind, 1, where, name, module, since)
 
